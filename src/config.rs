@@ -1,0 +1,69 @@
+//! Settings of the server: command-line flags, each also read from `CHATGATE_<NAME>`.
+
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::engine::RunSettings;
+
+/// Default of `--confirm-timeout-secs`: how long a pause waits for an answer.
+pub const CONFIRM_TIMEOUT_SECS: u64 = 300;
+/// Default of `--keep-alive-secs`: silence before a `: keep-alive` comment.
+pub const KEEP_ALIVE_SECS: u64 = 15;
+/// Default of `--step-delay-ms`: the planner's simulated work per step.
+pub const STEP_DELAY_MS: u64 = 100;
+/// Default of `--max-rounds`: confirmation rounds one run may use.
+pub const MAX_ROUNDS: u32 = 5;
+/// Default of `--shutdown-timeout-secs`: how long shutdown waits for streams to end.
+pub const SHUTDOWN_TIMEOUT_SECS: u64 = 10;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "chatgate",
+    version,
+    about = "A chat-stream service that pauses for in-band confirmation"
+)]
+pub struct Settings {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, env = "CHATGATE_BIND", default_value = "127.0.0.1:8080")]
+    pub bind: String,
+    /// Engine behind the stream.
+    #[arg(long, env = "CHATGATE_ENGINE", default_value = "planner")]
+    pub engine: String,
+    /// Seconds a confirmation waits before the run is cancelled (reason `timeout`).
+    #[arg(long, env = "CHATGATE_CONFIRM_TIMEOUT_SECS", default_value_t = CONFIRM_TIMEOUT_SECS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub confirm_timeout_secs: u64,
+    /// Seconds of silence before a `: keep-alive` comment is written.
+    #[arg(long, env = "CHATGATE_KEEP_ALIVE_SECS", default_value_t = KEEP_ALIVE_SECS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep_alive_secs: u64,
+    /// Milliseconds the planner spends on each step (0 for benchmarks).
+    #[arg(long, env = "CHATGATE_STEP_DELAY_MS", default_value_t = STEP_DELAY_MS)]
+    pub step_delay_ms: u64,
+    /// Confirmation rounds a run may use; one more modify cancels it (reason `max_rounds`).
+    #[arg(long, env = "CHATGATE_MAX_ROUNDS", default_value_t = MAX_ROUNDS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_rounds: u32,
+    /// HTTP worker threads (default: one per CPU core).
+    #[arg(long, env = "CHATGATE_WORKERS")]
+    pub workers: Option<usize>,
+    /// Seconds shutdown waits for open streams to send their final chunk.
+    #[arg(long, env = "CHATGATE_SHUTDOWN_TIMEOUT_SECS", default_value_t = SHUTDOWN_TIMEOUT_SECS)]
+    pub shutdown_timeout_secs: u64,
+}
+
+impl Settings {
+    /// The defaults, with `bind` replaced (tests use `127.0.0.1:0`).
+    pub fn for_bind(bind: &str) -> Settings {
+        Settings::parse_from(["chatgate", "--bind", bind])
+    }
+
+    pub fn run_settings(&self) -> RunSettings {
+        RunSettings {
+            confirm_timeout: Duration::from_secs(self.confirm_timeout_secs),
+            max_rounds: self.max_rounds,
+            step_delay: Duration::from_millis(self.step_delay_ms),
+        }
+    }
+}

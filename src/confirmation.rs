@@ -1,0 +1,638 @@
+//! The run registry and the pause/decide handshake.
+//!
+//! [`ConfirmationManager`] knows, per session, which run is live and whether it
+//! is paused on a confirmation. It does not know HTTP, SSE or engines.
+//!
+//! # How a decision travels
+//! A pause owns a `oneshot` channel. Its sender sits in the registry under the
+//! lock; its receiver is awaited by the run. Whoever *takes* the sender decides
+//! the pause, and there is exactly one sender, so there is exactly one decision:
+//! a user's reply, a superseding chat message, or the run itself when it times
+//! out or is told to stop. The value is sent while the lock is held, so a reply
+//! that lands before the run starts waiting is simply buffered in the channel
+//! (no lost wake-up), and every pause has a fresh channel, so a decision can
+//! never leak into the next round (no stale wake-up).
+//!
+//! # Cleanup
+//! A [`RunSlot`] is the registry entry's owner: dropping it removes the entry
+//! (only if the entry still belongs to that run, since a superseding run may
+//! have taken the session). Completion, cancel, timeout, supersede, client gone
+//! and shutdown all end the run task, and so all free the entry the same way.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, Notify};
+
+use crate::protocol::{Action, CancelReason, ReplyMessage};
+
+/// The outcome of one pause, as the waiting run sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Confirm,
+    Modify(String),
+    /// `CancelReason::User` for a `cancel` reply, otherwise why the run stopped.
+    Cancel(CancelReason),
+}
+
+/// Why a new run could not take its session.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BeginError {
+    #[error("a run on this session is streaming; wait for it to finish or pause")]
+    SessionBusy,
+}
+
+/// Why a reply was refused. The variants are listed in the order they are checked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecideError {
+    #[error("no confirmation is pending for this session")]
+    NoPending,
+    #[error("`{action}` is not one of the offered options")]
+    NotOffered {
+        action: String,
+        options: Vec<Action>,
+    },
+    #[error("modify needs a text: `CONFIRM_ACTION:modify:<text>`")]
+    ModifyWithoutText { options: Vec<Action> },
+    #[error("confirmation_id does not match the pending confirmation")]
+    Stale,
+    #[error("this confirmation has already been decided")]
+    AlreadyDecided,
+}
+
+/// What an accepted reply decided, for the reply's acknowledgement chunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    pub action: Action,
+    pub confirmation_id: String,
+    pub confirmation_round: u32,
+}
+
+/// Cheap-clone handle to the registry.
+#[derive(Clone, Default)]
+pub struct ConfirmationManager {
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    sessions: Mutex<HashMap<String, Entry>>,
+    next_run_id: AtomicU64,
+    /// Woken whenever an entry is removed; see [`ConfirmationManager::wait_until_empty`].
+    entry_removed: Notify,
+}
+
+struct Entry {
+    run_id: u64,
+    pause: Option<Pause>,
+}
+
+struct Pause {
+    confirmation_id: String,
+    round: u32,
+    options: Vec<Action>,
+    /// `None` once someone has decided; the entry stays paused until the run
+    /// has taken the decision, so late replies see `AlreadyDecided`.
+    decide_tx: Option<oneshot::Sender<Decision>>,
+}
+
+impl ConfirmationManager {
+    pub fn new() -> ConfirmationManager {
+        ConfirmationManager::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        // A panic while holding this lock leaves plain data behind (no
+        // invariant spans two fields), so a poisoned lock is still usable.
+        self.shared
+            .sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Registers a new run on `session_id`. A run that is paused and not yet
+    /// decided is superseded (its pause is decided as `Cancel(Superseded)`);
+    /// a run that is streaming, or whose decision is on its way, keeps the
+    /// session and the new run is refused.
+    pub fn begin_run(&self, session_id: &str) -> Result<RunSlot, BeginError> {
+        let run_id = self.shared.next_run_id.fetch_add(1, Ordering::Relaxed);
+        let mut sessions = self.lock();
+        if let Some(entry) = sessions.get_mut(session_id) {
+            let decide_tx = entry
+                .pause
+                .as_mut()
+                .and_then(|pause| pause.decide_tx.take())
+                .ok_or(BeginError::SessionBusy)?;
+            // The old run may have just dropped its receiver (it is ending
+            // anyway); either way it no longer owns the session.
+            let _ = decide_tx.send(Decision::Cancel(CancelReason::Superseded));
+        }
+        sessions.insert(
+            session_id.to_owned(),
+            Entry {
+                run_id,
+                pause: None,
+            },
+        );
+        Ok(RunSlot {
+            manager: self.clone(),
+            session_id: session_id.to_owned(),
+            run_id,
+        })
+    }
+
+    /// Applies a user's reply to the pause of `session_id`.
+    /// A refused reply leaves the pause exactly as it was.
+    pub fn decide(
+        &self,
+        session_id: &str,
+        reply: &ReplyMessage,
+        confirmation_id: Option<&str>,
+    ) -> Result<Accepted, DecideError> {
+        let mut sessions = self.lock();
+        let pause = sessions
+            .get_mut(session_id)
+            .and_then(|entry| entry.pause.as_mut())
+            .ok_or(DecideError::NoPending)?;
+        let action = Action::from_word(&reply.action)
+            .filter(|action| pause.options.contains(action))
+            .ok_or_else(|| DecideError::NotOffered {
+                action: reply.action.clone(),
+                options: pause.options.clone(),
+            })?;
+        let text = reply.text.as_deref().unwrap_or("");
+        if action == Action::Modify && text.trim().is_empty() {
+            return Err(DecideError::ModifyWithoutText {
+                options: pause.options.clone(),
+            });
+        }
+        if confirmation_id.is_some_and(|id| id != pause.confirmation_id) {
+            return Err(DecideError::Stale);
+        }
+        let decide_tx = pause.decide_tx.take().ok_or(DecideError::AlreadyDecided)?;
+        let decision = match action {
+            Action::Confirm => Decision::Confirm,
+            Action::Modify => Decision::Modify(text.to_owned()),
+            Action::Cancel => Decision::Cancel(CancelReason::User),
+        };
+        // Sent under the lock: from here on the pause is decided for everyone.
+        decide_tx
+            .send(decision)
+            .map_err(|_| DecideError::NoPending)?;
+        Ok(Accepted {
+            action,
+            confirmation_id: pause.confirmation_id.clone(),
+            confirmation_round: pause.round,
+        })
+    }
+
+    /// Number of sessions with a live run.
+    pub fn active_runs(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Number of runs paused on a confirmation (decided or not).
+    pub fn paused_runs(&self) -> usize {
+        self.lock().values().filter(|e| e.pause.is_some()).count()
+    }
+
+    /// Resolves once no run is registered (used to drain on shutdown).
+    pub async fn wait_until_empty(&self) {
+        loop {
+            let removed = self.shared.entry_removed.notified();
+            tokio::pin!(removed);
+            // Register interest before looking, so a removal in between is not missed.
+            removed.as_mut().enable();
+            if self.lock().is_empty() {
+                return;
+            }
+            removed.await;
+        }
+    }
+}
+
+/// Ownership of one session's registry entry for the life of one run.
+/// Dropping it frees the entry.
+pub struct RunSlot {
+    manager: ConfirmationManager,
+    session_id: String,
+    run_id: u64,
+}
+
+/// A registered pause, waiting for its decision.
+pub struct PendingDecision {
+    decide_rx: oneshot::Receiver<Decision>,
+}
+
+impl RunSlot {
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// Registers a pause. Replies are accepted from this moment on, so call it
+    /// before telling the client about the confirmation request.
+    pub fn pause(
+        &self,
+        confirmation_id: String,
+        round: u32,
+        options: Vec<Action>,
+    ) -> Result<PendingDecision, CancelReason> {
+        let (decide_tx, decide_rx) = oneshot::channel();
+        let mut sessions = self.manager.lock();
+        match sessions.get_mut(&self.session_id) {
+            Some(entry) if entry.run_id == self.run_id => {
+                entry.pause = Some(Pause {
+                    confirmation_id,
+                    round,
+                    options,
+                    decide_tx: Some(decide_tx),
+                });
+                Ok(PendingDecision { decide_rx })
+            }
+            // Another run took the session while this one was streaming.
+            _ => Err(CancelReason::Superseded),
+        }
+    }
+
+    /// Waits for the decision of `pending`, deciding it ourselves if `timeout`
+    /// passes first (`Cancel(Timeout)`) or `stop` resolves first
+    /// (`Cancel(<its reason>)`). Whatever wins, the pause is cleared before
+    /// this returns, so later replies get `NoPending`.
+    pub async fn wait(
+        &self,
+        pending: PendingDecision,
+        timeout: Duration,
+        stop: impl Future<Output = CancelReason>,
+    ) -> Decision {
+        let mut decide_rx = pending.decide_rx;
+        let fallback = tokio::select! {
+            decided = &mut decide_rx => {
+                let decision = decided.unwrap_or(Decision::Cancel(CancelReason::Superseded));
+                self.clear_pause();
+                return decision;
+            }
+            () = tokio::time::sleep(timeout) => CancelReason::Timeout,
+            reason = stop => reason,
+        };
+        self.settle(decide_rx, fallback)
+    }
+
+    /// Decides the pause with `fallback` unless a decision is already in the
+    /// channel, in which case that decision stands: a reply that was told
+    /// `confirmation_received` is never overruled.
+    fn settle(
+        &self,
+        mut decide_rx: oneshot::Receiver<Decision>,
+        fallback: CancelReason,
+    ) -> Decision {
+        let mut sessions = self.manager.lock();
+        let entry = sessions
+            .get_mut(&self.session_id)
+            .filter(|entry| entry.run_id == self.run_id);
+        let Some(entry) = entry else {
+            // Superseded: the superseding run sent the decision before replacing us.
+            drop(sessions);
+            return decide_rx
+                .try_recv()
+                .unwrap_or(Decision::Cancel(CancelReason::Superseded));
+        };
+        let pause = entry.pause.take();
+        match pause.and_then(|mut pause| pause.decide_tx.take()) {
+            // Nobody decided yet: we do, by dropping the only sender.
+            Some(_decide_tx) => Decision::Cancel(fallback),
+            // Somebody decided under the lock, so the value is in the channel.
+            None => decide_rx.try_recv().unwrap_or(Decision::Cancel(fallback)),
+        }
+    }
+
+    fn clear_pause(&self) {
+        let mut sessions = self.manager.lock();
+        if let Some(entry) = sessions.get_mut(&self.session_id) {
+            if entry.run_id == self.run_id {
+                entry.pause = None;
+            }
+        }
+    }
+}
+
+impl Drop for RunSlot {
+    fn drop(&mut self) {
+        let mut sessions = self.manager.lock();
+        if sessions
+            .get(&self.session_id)
+            .is_some_and(|entry| entry.run_id == self.run_id)
+        {
+            sessions.remove(&self.session_id);
+        }
+        drop(sessions);
+        // Woken after the lock is released.
+        self.manager.shared.entry_removed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::pending;
+
+    fn reply(action: &str, text: Option<&str>) -> ReplyMessage {
+        ReplyMessage {
+            action: action.to_owned(),
+            text: text.map(str::to_owned),
+        }
+    }
+
+    fn pause(slot: &RunSlot, id: &str, round: u32) -> PendingDecision {
+        slot.pause(id.to_owned(), round, Action::ALL.to_vec())
+            .unwrap_or_else(|_| panic!("slot owns its session"))
+    }
+
+    const LONG: Duration = Duration::from_secs(300);
+
+    #[tokio::test]
+    async fn a_reply_that_lands_before_the_wait_is_not_lost() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run("s").unwrap();
+        let pending = pause(&slot, "c1", 1);
+        manager.decide("s", &reply("confirm", None), None).unwrap();
+
+        let decision = slot.wait(pending, LONG, pending_reason()).await;
+
+        assert_eq!(decision, Decision::Confirm);
+        assert_eq!(manager.paused_runs(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_decision_does_not_leak_into_the_next_round() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run("s").unwrap();
+        let first = pause(&slot, "c1", 1);
+        manager
+            .decide("s", &reply("modify", Some("more")), None)
+            .unwrap();
+        assert_eq!(
+            slot.wait(first, LONG, pending_reason()).await,
+            Decision::Modify("more".into())
+        );
+
+        let second = pause(&slot, "c2", 2);
+        // The round-1 decision must not wake round 2: with nothing sent it times out.
+        let decision = slot
+            .wait(second, Duration::from_secs(5), pending_reason())
+            .await;
+
+        assert_eq!(decision, Decision::Cancel(CancelReason::Timeout));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn timeout_cancels_and_later_replies_find_nothing_pending() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run("s").unwrap();
+        let pending = pause(&slot, "c1", 1);
+
+        let decision = slot
+            .wait(pending, Duration::from_secs(300), pending_reason())
+            .await;
+
+        assert_eq!(decision, Decision::Cancel(CancelReason::Timeout));
+        assert_eq!(
+            manager.decide("s", &reply("confirm", None), None),
+            Err(DecideError::NoPending)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_just_before_the_deadline_wins() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run("s").unwrap();
+        let pending = pause(&slot, "c1", 1);
+        let replier = {
+            let manager = manager.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(9_999)).await;
+                manager.decide("s", &reply("confirm", None), None)
+            })
+        };
+
+        let decision = slot
+            .wait(pending, Duration::from_secs(10), pending_reason())
+            .await;
+
+        assert!(replier.await.unwrap().is_ok());
+        assert_eq!(decision, Decision::Confirm);
+    }
+
+    #[tokio::test]
+    async fn a_decision_already_sent_stands_against_a_stop() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run("s").unwrap();
+        let pending = pause(&slot, "c1", 1);
+        manager.decide("s", &reply("confirm", None), None).unwrap();
+
+        // settle() is what runs when stop or timeout fires first in select!.
+        let decision = slot.settle(pending.decide_rx, CancelReason::Shutdown);
+
+        assert_eq!(decision, Decision::Confirm);
+    }
+
+    #[tokio::test]
+    async fn a_stop_decides_an_undecided_pause_and_refuses_later_replies() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run("s").unwrap();
+        let pending = pause(&slot, "c1", 1);
+
+        let decision = slot
+            .wait(pending, LONG, async { CancelReason::ClientGone })
+            .await;
+
+        assert_eq!(decision, Decision::Cancel(CancelReason::ClientGone));
+        assert_eq!(
+            manager.decide("s", &reply("confirm", None), None),
+            Err(DecideError::NoPending)
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_replies_yield_exactly_one_decision() {
+        for round in 0..200 {
+            let manager = ConfirmationManager::new();
+            let slot = manager.begin_run("s").unwrap();
+            let pending = pause(&slot, "c1", 1);
+            let barrier = Arc::new(tokio::sync::Barrier::new(16));
+            let replies: Vec<_> = (0..16)
+                .map(|i| {
+                    let (manager, barrier) = (manager.clone(), barrier.clone());
+                    let action = ["confirm", "cancel"][i % 2];
+                    tokio::spawn(async move {
+                        barrier.wait().await;
+                        manager.decide("s", &reply(action, None), None)
+                    })
+                })
+                .collect();
+
+            let mut accepted = Vec::new();
+            for handle in replies {
+                match handle.await.unwrap() {
+                    Ok(ok) => accepted.push(ok.action),
+                    Err(err) => assert_eq!(err, DecideError::AlreadyDecided, "round {round}"),
+                }
+            }
+            let decision = slot.wait(pending, LONG, pending_reason()).await;
+
+            assert_eq!(accepted.len(), 1, "round {round}");
+            let expected = match accepted[0] {
+                Action::Confirm => Decision::Confirm,
+                _ => Decision::Cancel(CancelReason::User),
+            };
+            assert_eq!(decision, expected, "round {round}");
+        }
+    }
+
+    #[tokio::test]
+    async fn refused_replies_are_checked_in_the_documented_order_and_change_nothing() {
+        let manager = ConfirmationManager::new();
+        assert_eq!(
+            manager.decide("s", &reply("confirm", None), None),
+            Err(DecideError::NoPending)
+        );
+        let slot = manager.begin_run("s").unwrap();
+        assert_eq!(
+            manager.decide("s", &reply("launch", None), Some("wrong")),
+            Err(DecideError::NoPending),
+            "a streaming run has nothing pending"
+        );
+        let pending = pause(&slot, "c1", 1);
+
+        assert!(matches!(
+            manager.decide("s", &reply("launch", None), Some("wrong")),
+            Err(DecideError::NotOffered { .. })
+        ));
+        assert!(matches!(
+            manager.decide("s", &reply("modify", Some("  ")), Some("wrong")),
+            Err(DecideError::ModifyWithoutText { .. })
+        ));
+        assert_eq!(
+            manager.decide("s", &reply("confirm", None), Some("wrong")),
+            Err(DecideError::Stale)
+        );
+        let accepted = manager
+            .decide("s", &reply("confirm", None), Some("c1"))
+            .unwrap();
+        assert_eq!(accepted.confirmation_round, 1);
+        assert_eq!(
+            manager.decide("s", &reply("confirm", None), Some("wrong")),
+            Err(DecideError::Stale)
+        );
+        assert_eq!(
+            manager.decide("s", &reply("cancel", None), None),
+            Err(DecideError::AlreadyDecided)
+        );
+        assert_eq!(
+            slot.wait(pending, LONG, pending_reason()).await,
+            Decision::Confirm
+        );
+    }
+
+    #[tokio::test]
+    async fn only_the_offered_options_are_accepted() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run("s").unwrap();
+        let _pending = slot
+            .pause("c1".into(), 1, vec![Action::Confirm, Action::Cancel])
+            .unwrap_or_else(|_| panic!("slot owns its session"));
+
+        let refused = manager.decide("s", &reply("modify", Some("x")), None);
+
+        assert_eq!(
+            refused,
+            Err(DecideError::NotOffered {
+                action: "modify".into(),
+                options: vec![Action::Confirm, Action::Cancel]
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_chat_message_supersedes_a_paused_run_but_not_a_streaming_one() {
+        let manager = ConfirmationManager::new();
+        let old = manager.begin_run("s").unwrap();
+        assert_eq!(manager.begin_run("s").err(), Some(BeginError::SessionBusy));
+        let pending = pause(&old, "c1", 1);
+
+        let new = manager.begin_run("s").unwrap();
+
+        assert_eq!(
+            old.wait(pending, LONG, pending_reason()).await,
+            Decision::Cancel(CancelReason::Superseded)
+        );
+        drop(old);
+        assert_eq!(
+            manager.active_runs(),
+            1,
+            "the old run must not free the new run's entry"
+        );
+        drop(new);
+        assert_eq!(manager.active_runs(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_decided_but_not_yet_resumed_run_is_busy_not_superseded() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run("s").unwrap();
+        let pending = pause(&slot, "c1", 1);
+        manager.decide("s", &reply("confirm", None), None).unwrap();
+
+        assert_eq!(manager.begin_run("s").err(), Some(BeginError::SessionBusy));
+        assert_eq!(
+            slot.wait(pending, LONG, pending_reason()).await,
+            Decision::Confirm
+        );
+    }
+
+    #[tokio::test]
+    async fn every_ending_frees_the_registry() {
+        let manager = ConfirmationManager::new();
+        for (i, stop) in [CancelReason::ClientGone, CancelReason::Shutdown]
+            .into_iter()
+            .enumerate()
+        {
+            let slot = manager.begin_run(&format!("s{i}")).unwrap();
+            let pending = pause(&slot, "c", 1);
+            slot.wait(pending, LONG, async move { stop }).await;
+            drop(slot);
+        }
+        let slot = manager.begin_run("done").unwrap();
+        drop(slot);
+
+        assert_eq!(manager.active_runs(), 0);
+        tokio::time::timeout(Duration::from_secs(1), manager.wait_until_empty())
+            .await
+            .expect("an empty registry resolves at once");
+    }
+
+    #[tokio::test]
+    async fn wait_until_empty_wakes_when_the_last_run_ends() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run("s").unwrap();
+        let waiter = tokio::spawn({
+            let manager = manager.clone();
+            async move { manager.wait_until_empty().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+
+        drop(slot);
+
+        tokio::time::timeout(Duration::from_secs(1), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
+    }
+
+    fn pending_reason() -> impl Future<Output = CancelReason> {
+        pending()
+    }
+}

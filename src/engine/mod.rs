@@ -1,0 +1,314 @@
+//! The seam between the service and whatever produces the answer.
+//!
+//! An [`Engine`] gets a [`RunContext`] and drives one run: it streams chunks
+//! (token by token if it likes), asks for confirmation as many times as it
+//! needs with [`RunContext::confirm`], and returns how the run ended. It knows
+//! nothing of HTTP; the context knows nothing of a particular engine.
+//!
+//! Conversation state across runs belongs to the engine: it is keyed by
+//! [`RunContext::session_id`], which is stable across a session's runs.
+
+pub mod planner;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures_util::future::BoxFuture;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::confirmation::{Decision, RunSlot};
+use crate::protocol::{
+    Action, CancelReason, Chunk, ChunkType, ConfirmationData, ErrorType, RiskLevel, TaskSpec,
+};
+
+/// A chat engine. One instance serves every run; it is shared across threads.
+pub trait Engine: Send + Sync + 'static {
+    /// Drives one run to its end. Returning is the only way to end a run: the
+    /// caller turns the result into the stream's final chunk.
+    fn run<'a>(&'a self, ctx: &'a mut RunContext) -> BoxFuture<'a, Result<Completion, RunError>>;
+}
+
+/// How a successful run ends: the text and metadata of the `completion` chunk.
+#[derive(Debug, Clone, Default)]
+pub struct Completion {
+    pub text: String,
+    pub metadata: Map<String, Value>,
+}
+
+/// How an unsuccessful run ends.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RunError {
+    /// Ends with a `cancelled` chunk. Returned by [`RunContext`] methods when
+    /// the run must stop; engines pass it on with `?`.
+    #[error("run cancelled: {}", .0.as_str())]
+    Cancelled(CancelReason),
+    /// Ends with an `error` chunk carrying `error_type`.
+    #[error("{message}")]
+    Failed {
+        error_type: ErrorType,
+        message: String,
+    },
+}
+
+/// A plan put to the user.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The `chunk` text of the confirmation request.
+    pub summary: String,
+    pub tasks: Vec<TaskSpec>,
+    pub risk_level: RiskLevel,
+}
+
+/// What the user answered to a plan (cancel arrives as `RunError::Cancelled`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Approval {
+    Confirm,
+    Modify(String),
+}
+
+/// Per-run knobs, from the server's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct RunSettings {
+    pub confirm_timeout: Duration,
+    pub max_rounds: u32,
+    pub step_delay: Duration,
+}
+
+/// Everything an engine may do during a run.
+pub struct RunContext {
+    message: String,
+    slot: RunSlot,
+    settings: RunSettings,
+    chunk_tx: mpsc::Sender<Chunk>,
+    sequence: u64,
+    round: u32,
+    client_gone: CancellationToken,
+    shutdown: CancellationToken,
+}
+
+impl RunContext {
+    pub(crate) fn new(
+        message: String,
+        slot: RunSlot,
+        settings: RunSettings,
+        chunk_tx: mpsc::Sender<Chunk>,
+        client_gone: CancellationToken,
+        shutdown: CancellationToken,
+    ) -> RunContext {
+        RunContext {
+            message,
+            slot,
+            settings,
+            chunk_tx,
+            sequence: 0,
+            round: 0,
+            client_gone,
+            shutdown,
+        }
+    }
+
+    /// The user's chat message that started this run.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub fn session_id(&self) -> &str {
+        self.slot.session_id()
+    }
+
+    pub fn settings(&self) -> &RunSettings {
+        &self.settings
+    }
+
+    /// A chunk stamped with this run's session and next sequence number.
+    pub fn chunk(&mut self, chunk_type: ChunkType, text: impl Into<String>) -> Chunk {
+        self.sequence += 1;
+        Chunk::new(chunk_type, text, self.slot.session_id(), self.sequence)
+    }
+
+    /// Sends a chunk to the client. Fails with `Cancelled` when the run must stop.
+    pub async fn send(&mut self, chunk: Chunk) -> Result<(), RunError> {
+        if let Some(reason) = self.stop_reason() {
+            return Err(RunError::Cancelled(reason));
+        }
+        tokio::select! {
+            sent = self.chunk_tx.send(chunk) => {
+                sent.map_err(|_| RunError::Cancelled(CancelReason::ClientGone))
+            }
+            reason = stop_signal(&self.client_gone, &self.shutdown) => Err(RunError::Cancelled(reason)),
+        }
+    }
+
+    /// Sends a chunk of `chunk_type` with `text` and no metadata.
+    pub async fn emit(
+        &mut self,
+        chunk_type: ChunkType,
+        text: impl Into<String>,
+    ) -> Result<(), RunError> {
+        let chunk = self.chunk(chunk_type, text);
+        self.send(chunk).await
+    }
+
+    /// Waits `duration`, or less if the run must stop.
+    pub async fn sleep(&self, duration: Duration) -> Result<(), RunError> {
+        tokio::select! {
+            () = tokio::time::sleep(duration) => Ok(()),
+            reason = stop_signal(&self.client_gone, &self.shutdown) => Err(RunError::Cancelled(reason)),
+        }
+    }
+
+    /// Puts `plan` to the user and waits for the answer: sends the
+    /// `confirmation_request` chunk, pauses, and on a decision sends a
+    /// `confirmation_received` chunk. Cancel, timeout, too many rounds and
+    /// every other stop come back as `Err(Cancelled(reason))`.
+    pub async fn confirm(&mut self, plan: Plan) -> Result<Approval, RunError> {
+        if self.round >= self.settings.max_rounds {
+            return Err(RunError::Cancelled(CancelReason::MaxRounds));
+        }
+        self.round += 1;
+        let round = self.round;
+        let confirmation_id = uuid::Uuid::new_v4().to_string();
+        let timeout = self.settings.confirm_timeout;
+        let options = Action::ALL.to_vec();
+
+        let pending = self
+            .slot
+            .pause(confirmation_id.clone(), round, options.clone())
+            .map_err(RunError::Cancelled)?;
+        let total_tasks = plan.tasks.len();
+        let data = ConfirmationData {
+            confirmation_id: confirmation_id.clone(),
+            confirmation_round: round,
+            tasks: plan.tasks,
+            options,
+            timeout_seconds: timeout.as_secs(),
+            expires_at: humantime::format_rfc3339_seconds(SystemTime::now() + timeout).to_string(),
+            risk_level: plan.risk_level,
+        };
+        let mut chunk = self
+            .chunk(ChunkType::ConfirmationRequest, plan.summary)
+            .with_meta("total_tasks", total_tasks)
+            .with_meta("risk_level", serde_json::to_value(data.risk_level).ok())
+            .with_meta("timeout_seconds", data.timeout_seconds)
+            .with_meta("confirmation_round", round)
+            .with_meta("confirmation_id", confirmation_id.as_str());
+        chunk.confirmation_data = Some(data);
+        chunk.requires_response = true;
+        chunk.stream_paused = true;
+
+        // The pause is registered before the chunk leaves, so a client that
+        // answers the instant it reads the chunk always finds it pending.
+        let sent = self.send(chunk).await;
+        let stop = {
+            let (client_gone, shutdown) = (self.client_gone.clone(), self.shutdown.clone());
+            async move {
+                match sent {
+                    // Sending failed: the pause must still be settled, at once.
+                    Err(RunError::Cancelled(reason)) => reason,
+                    _ => stop_signal(&client_gone, &shutdown).await,
+                }
+            }
+        };
+        let decision = self.slot.wait(pending, timeout, stop).await;
+
+        let action = match &decision {
+            Decision::Confirm => Action::Confirm,
+            Decision::Modify(_) => Action::Modify,
+            Decision::Cancel(CancelReason::User) => Action::Cancel,
+            Decision::Cancel(reason) => return Err(RunError::Cancelled(*reason)),
+        };
+        let received = self
+            .chunk(
+                ChunkType::ConfirmationReceived,
+                format!("Received {} for round {round}", action.as_str()),
+            )
+            .with_meta("action", action.as_str())
+            .with_meta("confirmation_id", confirmation_id)
+            .with_meta("confirmation_round", round);
+        self.send(received).await?;
+        match decision {
+            Decision::Confirm => Ok(Approval::Confirm),
+            Decision::Modify(text) => Ok(Approval::Modify(text)),
+            Decision::Cancel(reason) => Err(RunError::Cancelled(reason)),
+        }
+    }
+
+    fn stop_reason(&self) -> Option<CancelReason> {
+        if self.shutdown.is_cancelled() {
+            Some(CancelReason::Shutdown)
+        } else if self.client_gone.is_cancelled() {
+            Some(CancelReason::ClientGone)
+        } else {
+            None
+        }
+    }
+
+    /// Turns the engine's result into the final chunk, frees the session,
+    /// and returns the chunk for the caller to send.
+    ///
+    /// The session is freed *before* the final chunk is sent: a client that
+    /// sends its next message the instant it reads the final chunk must not be
+    /// told `session_busy` by a run that is already over.
+    pub(crate) fn finish(
+        self,
+        result: Result<Completion, RunError>,
+    ) -> (Chunk, mpsc::Sender<Chunk>) {
+        let mut this = self;
+        let chunk = match result {
+            Ok(completion) => {
+                let mut chunk = this.chunk(ChunkType::Completion, completion.text);
+                chunk.metadata = completion.metadata;
+                chunk
+            }
+            Err(RunError::Cancelled(reason)) => this
+                .chunk(ChunkType::Cancelled, cancel_text(reason))
+                .with_meta("reason", reason.as_str()),
+            Err(RunError::Failed {
+                error_type,
+                message,
+            }) => this
+                .chunk(ChunkType::Error, message)
+                .with_meta("error_type", error_type.as_str()),
+        };
+        let RunContext { slot, chunk_tx, .. } = this;
+        drop(slot);
+        (chunk.finished(), chunk_tx)
+    }
+}
+
+/// Resolves with the reason once the run has to stop. Shutdown wins a tie.
+async fn stop_signal(
+    client_gone: &CancellationToken,
+    shutdown: &CancellationToken,
+) -> CancelReason {
+    tokio::select! {
+        biased;
+        () = shutdown.cancelled() => CancelReason::Shutdown,
+        () = client_gone.cancelled() => CancelReason::ClientGone,
+    }
+}
+
+/// The human text of a `cancelled` chunk.
+fn cancel_text(reason: CancelReason) -> &'static str {
+    match reason {
+        CancelReason::User => "Cancelled by the user; nothing was executed.",
+        CancelReason::Timeout => "No answer before the confirmation expired; nothing was executed.",
+        CancelReason::MaxRounds => "Too many modify rounds; nothing was executed.",
+        CancelReason::Superseded => "Superseded by a new message on this session.",
+        CancelReason::ClientGone => "The client went away.",
+        CancelReason::Shutdown => "The server is shutting down.",
+    }
+}
+
+/// Which engines the binary can run, by `--engine` name.
+pub fn by_name(name: &str) -> Option<Arc<dyn Engine>> {
+    match name {
+        "planner" => Some(Arc::new(planner::PlannerEngine)),
+        _ => None,
+    }
+}
+
+/// The names accepted by [`by_name`].
+pub const ENGINE_NAMES: &[&str] = &["planner"];

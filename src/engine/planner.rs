@@ -1,0 +1,262 @@
+//! `planner`: the embedded, deterministic default engine.
+//!
+//! - A message ending in `?` is a question: the answer streams as `content`
+//!   chunks (one per word), then `completion`. No confirmation.
+//! - Anything else is a task: `task_init`, a plan (the message split into
+//!   steps), a confirmation; on confirm every step gives a `status` and a
+//!   `tool_output` chunk, then `completion`. On modify the plan gains the step
+//!   `Apply feedback: <text>` and is put to the user again.
+//! - A step that mentions delete/remove/drop/rm makes the plan `high` risk.
+//! - A step containing the word `fail` fails, and the run ends with an
+//!   `error` chunk of type `task_failed`.
+//!
+//! It keeps no state between runs.
+
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use serde_json::{json, Map, Value};
+
+use super::{Approval, Completion, Engine, Plan, RunContext, RunError};
+use crate::protocol::{ChunkType, ErrorType, RiskLevel, TaskSpec};
+
+/// The planner engine; stateless, so one value serves every run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlannerEngine;
+
+impl Engine for PlannerEngine {
+    fn run<'a>(&'a self, ctx: &'a mut RunContext) -> BoxFuture<'a, Result<Completion, RunError>> {
+        async move {
+            let message = ctx.message().trim().to_owned();
+            if message.ends_with('?') {
+                answer(ctx, &message).await
+            } else {
+                carry_out(ctx, &message).await
+            }
+        }
+        .boxed()
+    }
+}
+
+async fn answer(ctx: &mut RunContext, question: &str) -> Result<Completion, RunError> {
+    let text = format!(
+        "You asked: \"{question}\". I am chatgate's built-in planner: I answer questions \
+         directly and ask for your confirmation before carrying out any task. Send a task, \
+         such as \"create a report; then email it\", to see a plan."
+    );
+    // Token-by-token, the way a model streams; a tenth of the step delay apart.
+    let token_delay = ctx.settings().step_delay / 10;
+    for (i, word) in text.split_inclusive(' ').enumerate() {
+        if i > 0 && !token_delay.is_zero() {
+            ctx.sleep(token_delay).await?;
+        }
+        ctx.emit(ChunkType::Content, word).await?;
+    }
+    Ok(Completion {
+        text: "Answered.".to_owned(),
+        metadata: Map::new(),
+    })
+}
+
+async fn carry_out(ctx: &mut RunContext, message: &str) -> Result<Completion, RunError> {
+    let mut steps = plan_steps(message);
+    let init = ctx
+        .chunk(
+            ChunkType::TaskInit,
+            format!("Planning {} step(s)", steps.len()),
+        )
+        .with_meta("total_tasks", steps.len());
+    ctx.send(init).await?;
+
+    loop {
+        match ctx.confirm(plan(&steps)).await? {
+            Approval::Confirm => break,
+            Approval::Modify(feedback) => {
+                steps.push(format!("Apply feedback: {}", feedback.trim()));
+                ctx.emit(ChunkType::Status, "Re-planning with your feedback")
+                    .await?;
+            }
+        }
+    }
+
+    let total = steps.len();
+    for (i, step) in steps.iter().enumerate() {
+        let index = i + 1;
+        let status = ctx
+            .chunk(ChunkType::Status, format!("Step {index}/{total}: {step}"))
+            .with_meta("step", index)
+            .with_meta("total_tasks", total);
+        ctx.send(status).await?;
+        ctx.sleep(ctx.settings().step_delay).await?;
+
+        let failed = has_word(step, |w| w == "fail");
+        let text = if failed {
+            format!("Step {index} failed: {step}")
+        } else {
+            format!("Step {index} done: {step}")
+        };
+        let output = ctx
+            .chunk(ChunkType::ToolOutput, text.clone())
+            .with_meta("step", index)
+            .with_meta("tool", tool_for(step))
+            .with_meta("ok", !failed);
+        ctx.send(output).await?;
+        if failed {
+            return Err(RunError::Failed {
+                error_type: ErrorType::TaskFailed,
+                message: text,
+            });
+        }
+    }
+    let mut metadata = Map::new();
+    metadata.insert("tasks_completed".to_owned(), Value::from(total));
+    Ok(Completion {
+        text: format!("Completed {total} task(s)."),
+        metadata,
+    })
+}
+
+fn plan(steps: &[String]) -> Plan {
+    let risky = steps.iter().any(|step| {
+        has_word(step, |w| {
+            ["delet", "remov", "drop"].iter().any(|p| w.starts_with(p)) || w == "rm"
+        })
+    });
+    let tasks = steps
+        .iter()
+        .enumerate()
+        .map(|(i, step)| TaskSpec {
+            index: i + 1,
+            description: step.clone(),
+            tool: tool_for(step),
+            args: Some(json!({ "step": step })),
+        })
+        .collect();
+    Plan {
+        summary: format!("Confirm the plan of {} task(s)?", steps.len()),
+        tasks,
+        risk_level: if risky {
+            RiskLevel::High
+        } else {
+            RiskLevel::Low
+        },
+    }
+}
+
+/// Splits a task message into steps: on newlines, `;` and ` then `, with list
+/// markers (`1.`, `2)`, `-`, `*`, `+`) stripped and empty steps dropped. A
+/// message with no step left is one step: the message itself.
+pub fn plan_steps(message: &str) -> Vec<String> {
+    let steps: Vec<String> = message
+        .split(['\n', ';'])
+        .flat_map(split_on_then)
+        .map(strip_list_marker)
+        .filter(|step| !step.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if steps.is_empty() {
+        vec![message.trim().to_owned()]
+    } else {
+        steps
+    }
+}
+
+/// Splits on the word `then` between spaces, in any letter case.
+fn split_on_then(line: &str) -> Vec<&str> {
+    let lower = line.to_ascii_lowercase();
+    let mut parts = Vec::new();
+    let mut start = 0;
+    // ASCII lower-casing keeps byte offsets, so indexes into `lower` fit `line`.
+    while let Some(found) = lower[start..].find(" then ") {
+        parts.push(&line[start..start + found]);
+        start += found + " then ".len();
+    }
+    parts.push(&line[start..]);
+    parts
+}
+
+fn strip_list_marker(step: &str) -> &str {
+    let step = step.trim();
+    let digits = step.bytes().take_while(u8::is_ascii_digit).count();
+    let rest = if digits > 0 && step[digits..].starts_with(['.', ')']) {
+        &step[digits + 1..]
+    } else if step.starts_with(['-', '*', '+']) {
+        &step[1..]
+    } else {
+        return step;
+    };
+    // Only a marker when followed by a space or nothing ("-rf" is not a marker).
+    if rest.is_empty() || rest.starts_with(char::is_whitespace) {
+        rest.trim()
+    } else {
+        step
+    }
+}
+
+fn has_word(text: &str, matches: impl Fn(&str) -> bool) -> bool {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .any(|w| matches(&w.to_lowercase()))
+}
+
+/// The step's first word, lower-cased, as the tool name (`task` if none).
+fn tool_for(step: &str) -> String {
+    step.split(|c: char| !c.is_alphanumeric())
+        .find(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .unwrap_or_else(|| "task".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_split_on_newlines_semicolons_and_then() {
+        assert_eq!(
+            plan_steps("create a file; write notes\nthen nothing Then email it"),
+            ["create a file", "write notes", "then nothing", "email it"]
+        );
+    }
+
+    #[test]
+    fn list_markers_are_stripped() {
+        assert_eq!(
+            plan_steps("1. build\n2) test\n- ship\n* tell\n+ rest\n-rf stays"),
+            ["build", "test", "ship", "tell", "rest", "-rf stays"]
+        );
+    }
+
+    #[test]
+    fn empty_steps_are_dropped_and_a_planless_message_is_one_step() {
+        assert_eq!(plan_steps("a;;\n\n b ;"), ["a", "b"]);
+        assert_eq!(plan_steps(";;;"), [";;;"]);
+    }
+
+    #[test]
+    fn risk_is_high_only_when_a_step_mentions_removal() {
+        let risk = |m: &str| plan(&plan_steps(m)).risk_level;
+        assert_eq!(risk("create a file; email it"), RiskLevel::Low);
+        assert_eq!(risk("back up; Delete old logs"), RiskLevel::High);
+        assert_eq!(risk("rm -rf build"), RiskLevel::High);
+        assert_eq!(risk("drop the table"), RiskLevel::High);
+        assert_eq!(risk("removing cache"), RiskLevel::High);
+        assert_eq!(risk("confirm the form"), RiskLevel::Low);
+    }
+
+    #[test]
+    fn tasks_carry_index_tool_and_args() {
+        let plan = plan(&plan_steps("Create a file; then email it"));
+        assert_eq!(plan.tasks.len(), 2);
+        assert_eq!(plan.tasks[1].index, 2);
+        assert_eq!(plan.tasks[1].description, "email it");
+        assert_eq!(plan.tasks[1].tool, "email");
+        assert_eq!(plan.tasks[0].tool, "create");
+        assert_eq!(plan.tasks[0].args, Some(json!({"step": "Create a file"})));
+    }
+
+    #[test]
+    fn only_the_word_fail_fails() {
+        assert!(has_word("this will FAIL now", |w| w == "fail"));
+        assert!(!has_word("failover test", |w| w == "fail"));
+    }
+}

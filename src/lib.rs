@@ -1,0 +1,28 @@
+//! chatgate: a chat-stream service whose engine pauses for in-band human
+//! confirmation before it acts.
+//!
+//! One endpoint, `POST /api/v1/chat/stream`, streams Server-Sent Events. When
+//! the engine has a plan, it sends a `confirmation_request` chunk and pauses;
+//! a `CONFIRM_ACTION:<confirm|modify|cancel>` message on the same endpoint and
+//! session decides, and the original stream resumes. See `docs/protocol.md`.
+//!
+//! # Layout
+//! - [`protocol`]: wire types, names and the `CONFIRM_ACTION` parser (no I/O).
+//! - [`confirmation`]: [`confirmation::ConfirmationManager`], the run registry
+//!   and the pause/decide handshake (no HTTP).
+//! - [`engine`]: the [`engine::Engine`] trait, the [`engine::RunContext`]
+//!   engines drive, and the built-in [`engine::planner`] (no HTTP).
+//! - [`sse`]: SSE framing and the streaming response body.
+//! - [`run`]: starts a run's task and ties it to its response.
+//! - [`routes`] and [`error`]: the HTTP handlers and the error-to-wire mapping.
+//! - [`config`] and [`startup`]: settings, binding, serving, shutdown.
+
+pub mod config;
+pub mod confirmation;
+pub mod engine;
+pub mod error;
+pub mod protocol;
+pub mod routes;
+pub mod run;
+pub mod sse;
+pub mod startup;

@@ -1,0 +1,128 @@
+//! HTTP handlers: extract, validate, call the manager or start a run, respond.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, HttpRequest, HttpResponse};
+use futures_util::StreamExt;
+
+use crate::error::ChatError;
+use crate::protocol::{
+    is_valid_session_id, parse_reply, ChatRequest, Chunk, ChunkType, MAX_BODY_BYTES,
+    MAX_MESSAGE_BYTES,
+};
+use crate::startup::AppState;
+use crate::{run, sse};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/api/v1/chat/stream", web::post().to(chat_stream))
+        .route("/healthz", web::get().to(health))
+        .route("/health", web::get().to(health));
+}
+
+async fn health() -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+}
+
+/// `POST /api/v1/chat/stream`: a chat message starts a run; a
+/// `CONFIRM_ACTION` message decides the pause of the session's run.
+async fn chat_stream(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let request = match read_request(&req, payload).await {
+        Ok(request) => request,
+        Err(err) => return err.to_response(""),
+    };
+    let session_id = match request.session_id.clone() {
+        Some(id) if is_valid_session_id(&id) => id,
+        Some(_) => {
+            return ChatError::InvalidRequest(
+                "session_id must be 1-128 characters of A-Z a-z 0-9 . _ : -".to_owned(),
+            )
+            .to_response("")
+        }
+        None => uuid::Uuid::new_v4().to_string(),
+    };
+    handle(request, &session_id, &state).unwrap_or_else(|err| err.to_response(&session_id))
+}
+
+fn handle(
+    request: ChatRequest,
+    session_id: &str,
+    state: &AppState,
+) -> Result<HttpResponse, ChatError> {
+    let message = request
+        .message
+        .ok_or_else(|| ChatError::InvalidRequest("message is required".to_owned()))?;
+    if message.trim().is_empty() {
+        return Err(ChatError::InvalidRequest(
+            "message must not be empty".to_owned(),
+        ));
+    }
+    if message.len() > MAX_MESSAGE_BYTES {
+        return Err(ChatError::InvalidRequest(format!(
+            "message is longer than {MAX_MESSAGE_BYTES} bytes"
+        )));
+    }
+
+    if let Some(reply) = parse_reply(&message) {
+        let reply = reply?;
+        let accepted =
+            state
+                .manager
+                .decide(session_id, &reply, request.confirmation_id.as_deref())?;
+        let chunk = Chunk::new(
+            ChunkType::ConfirmationReceived,
+            format!("Received {}", accepted.action.as_str()),
+            session_id,
+            1,
+        )
+        .with_meta("action", accepted.action.as_str())
+        .with_meta("confirmation_id", accepted.confirmation_id)
+        .with_meta("confirmation_round", accepted.confirmation_round)
+        .finished();
+        return Ok(sse::single_chunk(StatusCode::OK, &chunk));
+    }
+
+    if state.shutdown.is_cancelled() {
+        return Err(ChatError::ShuttingDown);
+    }
+    let slot = state.manager.begin_run(session_id)?;
+    Ok(run::start(state, slot, message))
+}
+
+/// Reads and decodes the body: JSON only, at most [`MAX_BODY_BYTES`].
+async fn read_request(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+) -> Result<ChatRequest, ChatError> {
+    let is_json = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return Err(ChatError::UnsupportedMediaType);
+    }
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > MAX_BODY_BYTES) {
+        return Err(ChatError::PayloadTooLarge);
+    }
+    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(1024).min(MAX_BODY_BYTES));
+    while let Some(piece) = payload.next().await {
+        let piece =
+            piece.map_err(|err| ChatError::InvalidRequest(format!("unreadable body: {err}")))?;
+        if body.len() + piece.len() > MAX_BODY_BYTES {
+            return Err(ChatError::PayloadTooLarge);
+        }
+        body.extend_from_slice(&piece);
+    }
+    serde_json::from_slice(&body).map_err(|err| {
+        ChatError::InvalidRequest(format!("body is not a valid chat request: {err}"))
+    })
+}

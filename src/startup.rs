@@ -1,0 +1,170 @@
+//! Build then run: [`Application::build`] binds and wires everything and
+//! reports the real port; [`Application::run_until_stopped`] serves until a
+//! signal (or [`Application::shutdown_token`]) asks it to stop, then drains.
+//! Tests and the binary start the server the same way.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::Server;
+use actix_web::middleware::Logger;
+use actix_web::{web, App, HttpServer};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+use crate::confirmation::ConfirmationManager;
+use crate::engine::{self, Engine, RunSettings, ENGINE_NAMES};
+use crate::routes;
+
+/// What every handler shares. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub manager: ConfirmationManager,
+    pub engine: Arc<dyn Engine>,
+    pub run_settings: RunSettings,
+    pub keep_alive: Duration,
+    /// Cancelled once, when shutdown starts; every run watches it.
+    pub shutdown: CancellationToken,
+}
+
+pub struct Application {
+    address: SocketAddr,
+    server: Server,
+    state: AppState,
+    shutdown_timeout: Duration,
+}
+
+impl Application {
+    /// Binds `settings.bind` and prepares the server; nothing is served until
+    /// [`Application::run_until_stopped`].
+    pub fn build(settings: Settings) -> std::io::Result<Application> {
+        let engine = engine::by_name(&settings.engine).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "unknown engine `{}`; known: {}",
+                    settings.engine,
+                    ENGINE_NAMES.join(", ")
+                ),
+            )
+        })?;
+        Application::build_with_engine(settings, engine)
+    }
+
+    /// Like [`Application::build`], with an engine supplied by the caller.
+    pub fn build_with_engine(
+        settings: Settings,
+        engine: Arc<dyn Engine>,
+    ) -> std::io::Result<Application> {
+        let listener = TcpListener::bind(&settings.bind)?;
+        let address = listener.local_addr()?;
+        let shutdown_timeout = Duration::from_secs(settings.shutdown_timeout_secs);
+        let state = AppState {
+            manager: ConfirmationManager::new(),
+            engine,
+            run_settings: settings.run_settings(),
+            keep_alive: Duration::from_secs(settings.keep_alive_secs),
+            shutdown: CancellationToken::new(),
+        };
+        let data = web::Data::new(state.clone());
+        let mut server = HttpServer::new(move || {
+            App::new()
+                // One line per request; the body (and so the message) is never logged.
+                .wrap(Logger::new(r#"%a "%r" %s %b %Dms"#))
+                .app_data(data.clone())
+                .configure(routes::configure)
+        })
+        // Signals are ours (see run_until_stopped): streams must get their
+        // final chunk before actix stops the workers.
+        .disable_signals()
+        .shutdown_timeout(settings.shutdown_timeout_secs);
+        if let Some(workers) = settings.workers {
+            server = server.workers(workers);
+        }
+        let server = server.listen(listener)?.run();
+        Ok(Application {
+            address,
+            server,
+            state,
+            shutdown_timeout,
+        })
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    pub fn port(&self) -> u16 {
+        self.address.port()
+    }
+
+    /// The run registry, for inspection (tests, metrics).
+    pub fn manager(&self) -> ConfirmationManager {
+        self.state.manager.clone()
+    }
+
+    /// Cancelling this token shuts the server down exactly like SIGTERM.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.state.shutdown.clone()
+    }
+
+    /// Serves until SIGINT, SIGTERM or the shutdown token; then every open
+    /// stream gets its final `cancelled` chunk (reason `shutdown`), and the
+    /// server stops once they are sent or `--shutdown-timeout-secs` passes.
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let Application {
+            mut server,
+            state,
+            shutdown_timeout,
+            ..
+        } = self;
+        let handle = server.handle();
+        tokio::select! {
+            served = &mut server => return served,
+            () = stop_requested(&state.shutdown) => {}
+        }
+        log::info!(
+            "shutting down: ending {} open run(s)",
+            state.manager.active_runs()
+        );
+        state.shutdown.cancel();
+        if tokio::time::timeout(shutdown_timeout, state.manager.wait_until_empty())
+            .await
+            .is_err()
+        {
+            log::warn!(
+                "shutdown timeout: {} run(s) still open",
+                state.manager.active_runs()
+            );
+        }
+        // Graceful: connections finish writing what the runs sent.
+        let (_, served) = tokio::join!(handle.stop(true), server);
+        log::info!("stopped");
+        served
+    }
+}
+
+/// Resolves on SIGINT, SIGTERM, or when `token` is cancelled.
+async fn stop_requested(token: &CancellationToken) {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                log::error!("cannot listen for SIGTERM: {err}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => log::info!("SIGINT received"),
+        () = terminate => log::info!("SIGTERM received"),
+        () = token.cancelled() => {}
+    }
+}
