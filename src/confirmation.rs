@@ -94,8 +94,10 @@ struct Pause {
     confirmation_id: String,
     round: u32,
     options: Vec<Action>,
-    /// `None` once someone has decided; the entry stays paused until the run
-    /// has taken the decision, so late replies see `AlreadyDecided`.
+    /// `None` once someone has decided. A decided pause stays in the entry
+    /// until the run pauses again or ends, so a second reply to it is told
+    /// `AlreadyDecided` (and a new chat message `SessionBusy`) rather than
+    /// depending on how fast the run resumed.
     decide_tx: Option<oneshot::Sender<Decision>>,
 }
 
@@ -194,9 +196,12 @@ impl ConfirmationManager {
         self.lock().len()
     }
 
-    /// Number of runs paused on a confirmation (decided or not).
+    /// Number of runs paused on a confirmation nobody has decided yet.
     pub fn paused_runs(&self) -> usize {
-        self.lock().values().filter(|e| e.pause.is_some()).count()
+        self.lock()
+            .values()
+            .filter(|e| e.pause.as_ref().is_some_and(|p| p.decide_tx.is_some()))
+            .count()
     }
 
     /// Resolves once no run is registered (used to drain on shutdown).
@@ -259,8 +264,9 @@ impl RunSlot {
 
     /// Waits for the decision of `pending`, deciding it ourselves if `timeout`
     /// passes first (`Cancel(Timeout)`) or `stop` resolves first
-    /// (`Cancel(<its reason>)`). Whatever wins, the pause is cleared before
-    /// this returns, so later replies get `NoPending`.
+    /// (`Cancel(<its reason>)`). Whatever wins, the pause is decided when this
+    /// returns; later replies get `AlreadyDecided` while the run lives, and
+    /// `NoPending` once it has ended.
     pub async fn wait(
         &self,
         pending: PendingDecision,
@@ -270,9 +276,8 @@ impl RunSlot {
         let mut decide_rx = pending.decide_rx;
         let fallback = tokio::select! {
             decided = &mut decide_rx => {
-                let decision = decided.unwrap_or(Decision::Cancel(CancelReason::Superseded));
-                self.clear_pause();
-                return decision;
+                // Only a superseding run drops a sender unsent... and it sends.
+                return decided.unwrap_or(Decision::Cancel(CancelReason::Superseded));
             }
             () = tokio::time::sleep(timeout) => CancelReason::Timeout,
             reason = stop => reason,
@@ -299,21 +304,15 @@ impl RunSlot {
                 .try_recv()
                 .unwrap_or(Decision::Cancel(CancelReason::Superseded));
         };
-        let pause = entry.pause.take();
-        match pause.and_then(|mut pause| pause.decide_tx.take()) {
+        match entry
+            .pause
+            .as_mut()
+            .and_then(|pause| pause.decide_tx.take())
+        {
             // Nobody decided yet: we do, by dropping the only sender.
             Some(_decide_tx) => Decision::Cancel(fallback),
             // Somebody decided under the lock, so the value is in the channel.
             None => decide_rx.try_recv().unwrap_or(Decision::Cancel(fallback)),
-        }
-    }
-
-    fn clear_pause(&self) {
-        let mut sessions = self.manager.lock();
-        if let Some(entry) = sessions.get_mut(&self.session_id) {
-            if entry.run_id == self.run_id {
-                entry.pause = None;
-            }
         }
     }
 }
@@ -398,6 +397,8 @@ mod tests {
             .await;
 
         assert_eq!(decision, Decision::Cancel(CancelReason::Timeout));
+        assert_eq!(manager.paused_runs(), 0);
+        drop(slot); // the run ends
         assert_eq!(
             manager.decide("s", &reply("confirm", None), None),
             Err(DecideError::NoPending)
@@ -451,8 +452,33 @@ mod tests {
         assert_eq!(decision, Decision::Cancel(CancelReason::ClientGone));
         assert_eq!(
             manager.decide("s", &reply("confirm", None), None),
+            Err(DecideError::AlreadyDecided),
+            "the stop was the decision"
+        );
+        drop(slot);
+        assert_eq!(
+            manager.decide("s", &reply("confirm", None), None),
             Err(DecideError::NoPending)
         );
+    }
+
+    #[tokio::test]
+    async fn a_second_reply_after_the_run_resumed_is_already_decided() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run("s").unwrap();
+        let pending = pause(&slot, "c1", 1);
+        manager.decide("s", &reply("confirm", None), None).unwrap();
+        assert_eq!(
+            slot.wait(pending, LONG, pending_reason()).await,
+            Decision::Confirm
+        );
+
+        // The run is executing now; the pause it came from is decided.
+        let second = manager.decide("s", &reply("confirm", None), Some("c1"));
+
+        assert_eq!(second, Err(DecideError::AlreadyDecided));
+        assert_eq!(manager.paused_runs(), 0);
+        assert_eq!(manager.active_runs(), 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,183 @@
+//! How runs end: timeout, max rounds, supersede, busy, client gone, shutdown.
+
+use std::time::Duration;
+
+use chatgate::protocol::ChunkType;
+
+use crate::helpers::{error_type, reason, spawn_app, spawn_app_with, EventStream, WAIT};
+
+#[tokio::test]
+async fn silence_times_out_the_pause_and_later_replies_get_404() {
+    let app = spawn_app_with(|s| s.confirm_timeout_secs = 1).await;
+    let (mut stream, request) = app.open_paused("t", "wait for me").await;
+    assert_eq!(
+        request.confirmation_data.as_ref().unwrap().timeout_seconds,
+        1
+    );
+
+    let last = stream.finish().await;
+    let (status, chunk) = app.reply("t", "CONFIRM_ACTION:confirm").await;
+
+    assert_eq!(reason(&last), "timeout");
+    assert!(!stream.types().contains(&ChunkType::ToolOutput));
+    assert_eq!(status, 404);
+    assert_eq!(error_type(&chunk), "no_pending_confirmation");
+    app.registry_drains().await;
+}
+
+#[tokio::test]
+async fn more_modify_rounds_than_allowed_cancel_with_max_rounds() {
+    let app = spawn_app_with(|s| s.max_rounds = 2).await;
+    let (mut stream, _) = app.open_paused("r", "draft").await;
+
+    app.reply("r", "CONFIRM_ACTION:modify:one").await;
+    let second = stream.until(ChunkType::ConfirmationRequest).await;
+    app.reply("r", "CONFIRM_ACTION:modify:two").await;
+    let last = stream.finish().await;
+
+    assert_eq!(second.metadata["confirmation_round"], 2);
+    assert_eq!(reason(&last), "max_rounds");
+    let requests = stream
+        .types()
+        .iter()
+        .filter(|t| **t == ChunkType::ConfirmationRequest)
+        .count();
+    assert_eq!(requests, 2);
+    assert!(!stream.types().contains(&ChunkType::ToolOutput));
+    app.registry_drains().await;
+}
+
+#[tokio::test]
+async fn a_new_message_supersedes_a_paused_run() {
+    let app = spawn_app().await;
+    let (mut old, _) = app.open_paused("sup", "old plan").await;
+
+    let (mut new, request) = app.open_paused("sup", "new plan").await;
+    let last = old.finish().await;
+
+    assert_eq!(reason(&last), "superseded");
+    assert!(!old.types().contains(&ChunkType::ToolOutput));
+    assert_eq!(request.sequence, 2, "the new run numbers from 1");
+    let (status, _) = app.reply("sup", "CONFIRM_ACTION:confirm").await;
+    assert_eq!(status, 200);
+    let done = new.finish().await;
+    assert_eq!(done.chunk_type, ChunkType::Completion);
+    assert!(done.chunk.contains('1'), "the new plan ran: {done:?}");
+    app.registry_drains().await;
+}
+
+#[tokio::test]
+async fn a_new_message_while_a_run_streams_gets_409_session_busy() {
+    let app = spawn_app_with(|s| s.step_delay_ms = 10_000).await;
+    let mut running = app.open("busy", "why?").await;
+    running.next_chunk().await.unwrap();
+
+    let (status, chunk) = crate::helpers::one_chunk(app.chat("busy", "another").await).await;
+
+    assert_eq!(status, 409);
+    assert_eq!(error_type(&chunk), "session_busy");
+    assert_eq!(
+        app.manager.active_runs(),
+        1,
+        "the streaming run is untouched"
+    );
+}
+
+#[tokio::test]
+async fn a_new_message_right_after_the_final_chunk_starts_a_new_run() {
+    let app = spawn_app().await;
+    for i in 0..20 {
+        let mut stream = app.open("again", &format!("question {i}?")).await;
+        assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_during_a_pause_frees_its_session() {
+    let app = spawn_app_with(|s| s.keep_alive_secs = 1).await;
+    let (stream, _) = app.open_paused("gone", "wait").await;
+    assert_eq!(app.manager.paused_runs(), 1);
+
+    drop(stream);
+    app.registry_drains().await;
+    let (status, chunk) = app.reply("gone", "CONFIRM_ACTION:confirm").await;
+
+    assert_eq!(status, 404);
+    assert_eq!(error_type(&chunk), "no_pending_confirmation");
+    assert_eq!(app.manager.paused_runs(), 0);
+}
+
+#[tokio::test]
+async fn shutdown_ends_every_open_stream_with_a_final_chunk() {
+    let app = spawn_app_with(|s| s.step_delay_ms = 10_000).await;
+    let (mut paused, _) = app.open_paused("p", "wait here").await;
+    let mut streaming = app.open("s", "tell me more?").await;
+    streaming.next_chunk().await.unwrap();
+
+    app.shutdown.cancel();
+    let paused_last = paused.finish().await;
+    let streaming_last = streaming.finish().await;
+
+    assert_eq!(reason(&paused_last), "shutdown");
+    assert_eq!(reason(&streaming_last), "shutdown");
+    let served = tokio::time::timeout(WAIT, app.server)
+        .await
+        .expect("server stops");
+    served.unwrap().unwrap();
+    assert_eq!(app.manager.active_runs(), 0);
+}
+
+#[tokio::test]
+async fn sigterm_to_the_binary_ends_streams_with_shutdown_and_exits() {
+    let (mut child, address) = start_binary();
+    let client = reqwest::Client::new();
+    let url = format!("http://{address}/api/v1/chat/stream");
+    let response = client
+        .post(&url)
+        .json(&serde_json::json!({"message": "hold on", "session_id": "bin"}))
+        .send()
+        .await
+        .unwrap();
+    let mut stream = EventStream::new(response);
+    stream.until(ChunkType::ConfirmationRequest).await;
+
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let last = stream.finish().await;
+
+    assert_eq!(reason(&last), "shutdown");
+    let deadline = std::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "exits after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "{status:?}");
+}
+
+/// Starts the real `chatgate` binary on a free port; returns it and its address.
+fn start_binary() -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_chatgate"))
+        .args(["--bind", "127.0.0.1:0", "--workers", "1"])
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("binary starts");
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let address = loop {
+        let line = lines.next().expect("the binary logs its address").unwrap();
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    // Keep draining stderr so the child never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, address)
+}

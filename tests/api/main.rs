@@ -1,0 +1,7 @@
+//! HTTP integration tests: each starts a real server on a free port.
+
+mod confirm;
+mod errors;
+mod helpers;
+mod lifecycle;
+mod stream;

@@ -1,0 +1,140 @@
+//! Plain streaming: answers, framing, keep-alive, the first chunk.
+
+use std::time::Duration;
+
+use chatgate::protocol::ChunkType;
+use serde_json::json;
+
+use crate::helpers::{error_type, spawn_app, spawn_app_with, Event, EventStream};
+
+#[tokio::test]
+async fn a_question_streams_content_then_completion_without_confirmation() {
+    let app = spawn_app().await;
+
+    let mut stream = app.open("q1", "What can you do?").await;
+    let last = stream.finish().await;
+
+    assert_eq!(last.chunk_type, ChunkType::Completion);
+    let types = stream.types();
+    assert!(types.len() > 2, "{types:?}");
+    assert!(types[..types.len() - 1]
+        .iter()
+        .all(|t| *t == ChunkType::Content));
+    let text: String = stream.chunks[..types.len() - 1]
+        .iter()
+        .map(|c| c.chunk.as_str())
+        .collect();
+    assert!(text.contains("What can you do?"), "{text}");
+    assert!(stream.chunks.iter().all(|c| c.session_id == "q1"));
+    app.registry_drains().await;
+}
+
+#[tokio::test]
+async fn a_missing_session_id_is_made_by_the_server_and_carried_by_every_chunk() {
+    let app = spawn_app().await;
+
+    let response = app.post_json(&json!({ "message": "hello?" })).await;
+    let mut stream = EventStream::new(response);
+    stream.finish().await;
+
+    let session = stream.chunks[0].session_id.clone();
+    assert!(uuid::Uuid::parse_str(&session).is_ok(), "{session}");
+    assert!(stream.chunks.iter().all(|c| c.session_id == session));
+}
+
+#[tokio::test]
+async fn unknown_fields_are_ignored() {
+    let app = spawn_app().await;
+
+    let response = app
+        .post_json(
+            &json!({ "message": "hi?", "session_id": "u", "stream": true, "extra": {"a": 1} }),
+        )
+        .await;
+
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        EventStream::new(response).finish().await.chunk_type,
+        ChunkType::Completion
+    );
+}
+
+#[tokio::test]
+async fn the_first_chunk_is_written_before_the_engine_s_first_delay() {
+    // Each planner step waits a minute; the first chunk must not.
+    let app = spawn_app_with(|s| s.step_delay_ms = 60_000).await;
+
+    let mut stream = app.open("first", "build it").await;
+    let first = tokio::time::timeout(Duration::from_secs(10), stream.next_chunk())
+        .await
+        .expect("first chunk at once")
+        .unwrap();
+
+    assert_eq!(first.chunk_type, ChunkType::TaskInit);
+    assert_eq!(first.sequence, 1);
+}
+
+#[tokio::test]
+async fn keep_alive_comments_appear_while_paused() {
+    let app = spawn_app_with(|s| s.keep_alive_secs = 1).await;
+    let (mut stream, _) = app.open_paused("ka", "do the thing").await;
+
+    let event = stream.next_event().await.expect("stream still open");
+
+    assert_eq!(event, Event::Comment("keep-alive".to_owned()));
+    // And the paused run is still there to be confirmed after the comment.
+    let (status, _) = app.reply("ka", "CONFIRM_ACTION:confirm").await;
+    assert_eq!(status, 200);
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+}
+
+#[tokio::test]
+async fn sse_sequences_in_the_message_come_out_escaped_inside_one_event() {
+    let app = spawn_app().await;
+    let hostile = "a\n\ndata: {\"finished\":true}\r\n\r\nid: 99\n: x\u{0}\u{7}?";
+
+    let mut stream = app.open("inj", hostile).await;
+    let last = stream.finish().await;
+
+    // The reader asserts two lines per event and consecutive ids; the text
+    // survives intact inside a JSON string.
+    assert_eq!(last.chunk_type, ChunkType::Completion);
+    let text: String = stream.chunks.iter().map(|c| c.chunk.as_str()).collect();
+    assert!(text.contains(hostile), "{text:?}");
+}
+
+#[tokio::test]
+async fn a_step_with_the_word_fail_ends_the_run_with_task_failed() {
+    let app = spawn_app().await;
+    let (mut stream, _) = app
+        .open_paused("f", "prepare; this step will fail; never reached")
+        .await;
+
+    app.reply("f", "CONFIRM_ACTION:confirm").await;
+    let last = stream.finish().await;
+
+    assert_eq!(error_type(&last), "task_failed");
+    let outputs: Vec<_> = stream
+        .chunks
+        .iter()
+        .filter(|c| c.chunk_type == ChunkType::ToolOutput)
+        .collect();
+    assert_eq!(outputs.len(), 2, "the third step never runs");
+    assert_eq!(outputs[0].metadata["ok"], true);
+    assert_eq!(outputs[1].metadata["ok"], false);
+    app.registry_drains().await;
+}
+
+#[tokio::test]
+async fn health_endpoints_answer_200() {
+    let app = spawn_app().await;
+    for path in ["/healthz", "/health"] {
+        let response = app
+            .client
+            .get(format!("{}{path}", app.address))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+    }
+}
