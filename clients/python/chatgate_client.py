@@ -1,0 +1,460 @@
+#!/usr/bin/env python3
+"""chatgate client: stream a chat message and answer confirmation requests.
+
+Standard library only, Python 3.9+. Use it as a module::
+
+    from chatgate_client import ChatGateClient
+
+    client = ChatGateClient("http://127.0.0.1:8080")
+    result = client.run("create a report; then email it",
+                        on_chunk=print,
+                        on_confirmation=lambda chunk: "confirm")
+    print(result.outcome, result.final["chunk"])
+
+or as a command line (see ``--help``)::
+
+    python3 chatgate_client.py --url http://127.0.0.1:8080 --reply confirm "create a report"
+
+Exit codes of the command line: 0 completed, 2 cancelled (user, timeout,
+superseded, ...), 1 error (an HTTP error chunk, a failed task, a connection
+failure). A one-line reason goes to stderr.
+"""
+
+import argparse
+import codecs
+import datetime
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+
+__all__ = [
+    "ChatGateClient",
+    "ChatGateError",
+    "ChunkStream",
+    "RunResult",
+    "SSEParser",
+    "Event",
+    "parse_reply",
+]
+
+STREAM_PATH = "/api/v1/chat/stream"
+CONFIRM_PREFIX = "CONFIRM_ACTION"
+#: Seconds without any byte (chunk or keep-alive comment) before a stream is
+#: considered dead. The server writes a keep-alive every 15 s by default.
+DEFAULT_READ_TIMEOUT = 90.0
+
+
+class Event:
+    """One Server-Sent Event: ``data`` joined by newlines, ``id``, ``event``."""
+
+    __slots__ = ("data", "id", "event")
+
+    def __init__(self, data, id=None, event="message"):
+        self.data = data
+        self.id = id
+        self.event = event
+
+    def __repr__(self):
+        return "Event(data=%r, id=%r, event=%r)" % (self.data, self.id, self.event)
+
+
+class SSEParser:
+    """Incremental SSE parser following the WHATWG rules.
+
+    Feed it bytes as they arrive, in pieces of any size; it yields complete
+    events. It decodes UTF-8 itself (a character split across reads is kept
+    until complete), accepts LF, CRLF and CR line ends (a CR at the end of one
+    read and an LF at the start of the next are one line end), joins multiple
+    ``data:`` lines with newlines, and skips comments (lines starting ``:``).
+    """
+
+    def __init__(self):
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""  # text not yet ending in a line end
+        self._skip_lf = False  # the previous piece ended in CR
+        self._data = []
+        self._id = None
+        self._event = ""
+        self.last_event_id = None
+        self._first = True
+
+    def feed(self, raw):
+        """Consume ``raw`` bytes; return the list of events they completed."""
+        text = self._decoder.decode(raw)
+        if self._first and text:
+            self._first = False
+            if text.startswith("\ufeff"):
+                text = text[1:]
+        if self._skip_lf and text.startswith("\n"):
+            text = text[1:]
+        self._skip_lf = False
+        events = []
+        buf = self._pending + text
+        start = 0
+        i = 0
+        n = len(buf)
+        while i < n:
+            ch = buf[i]
+            if ch == "\n" or ch == "\r":
+                line = buf[start:i]
+                if ch == "\r":
+                    if i + 1 < n:
+                        if buf[i + 1] == "\n":
+                            i += 1
+                    else:
+                        self._skip_lf = True
+                event = self._line(line)
+                if event is not None:
+                    events.append(event)
+                start = i + 1
+            i += 1
+        self._pending = buf[start:]
+        return events
+
+    def _line(self, line):
+        if line == "":
+            return self._dispatch()
+        if line.startswith(":"):
+            return None
+        field, sep, value = line.partition(":")
+        if sep and value.startswith(" "):
+            value = value[1:]
+        if field == "data":
+            self._data.append(value)
+        elif field == "id":
+            if "\0" not in value:
+                self._id = value
+        elif field == "event":
+            self._event = value
+        # "retry" and unknown fields are ignored.
+        return None
+
+    def _dispatch(self):
+        if self._id is not None:
+            self.last_event_id = self._id
+        if not self._data:
+            self._event = ""
+            self._id = None
+            return None
+        event = Event("\n".join(self._data), self._id, self._event or "message")
+        self._data = []
+        self._event = ""
+        self._id = None
+        return event
+
+
+class ChatGateError(Exception):
+    """A request failed before or outside the stream (connection, bad response)."""
+
+
+class RunResult:
+    """How a run ended: ``outcome`` is ``completed``, ``cancelled`` or ``error``."""
+
+    def __init__(self, final, chunks, status, session_id):
+        self.final = final
+        self.chunks = chunks
+        self.status = status
+        self.session_id = session_id
+
+    @property
+    def outcome(self):
+        kind = self.final.get("chunk_type") if self.final else None
+        if kind == "completion":
+            return "completed"
+        if kind == "cancelled":
+            return "cancelled"
+        return "error"
+
+    @property
+    def reason(self):
+        """The cancel reason or error_type, when there is one."""
+        meta = (self.final or {}).get("metadata") or {}
+        return meta.get("reason") or meta.get("error_type")
+
+    @property
+    def exit_code(self):
+        return {"completed": 0, "cancelled": 2}.get(self.outcome, 1)
+
+
+def parse_reply(reply):
+    """Normalise a reply to ``(action, text)``.
+
+    Accepts ``"confirm"``, ``"cancel"``, ``"modify:<text>"``, a tuple
+    ``("modify", text)``, or ``None`` (stay silent).
+    """
+    if reply is None:
+        return None
+    if isinstance(reply, (tuple, list)):
+        action, text = (list(reply) + [None])[:2]
+    else:
+        action, _, text = str(reply).partition(":")
+        text = text if _ else None
+    return action.strip().lower(), text
+
+
+class ChunkStream:
+    """The chunks (dicts) of one response, read as they arrive.
+
+    ``status`` is the HTTP status. Iteration ends after the chunk with
+    ``finished: true``; a stream that closes before it raises
+    :class:`ChatGateError`. Use it as a context manager, or call ``close()``.
+    """
+
+    def __init__(self, response):
+        self._response = response
+        self.status = getattr(response, "status", None) or getattr(response, "code", None)
+        self.headers = response.headers
+
+    def __iter__(self):
+        parser = SSEParser()
+        try:
+            while True:
+                try:
+                    raw = self._response.read1(65536)
+                except OSError as err:
+                    raise ChatGateError("stream broke: %s" % err) from None
+                if not raw:
+                    raise ChatGateError("stream closed before its final chunk")
+                for event in parser.feed(raw):
+                    try:
+                        chunk = json.loads(event.data)
+                    except ValueError:
+                        raise ChatGateError("not a JSON chunk: %r" % event.data[:200]) from None
+                    yield chunk
+                    if chunk.get("finished"):
+                        return
+        finally:
+            self.close()
+
+    def close(self):
+        self._response.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class ChatGateClient:
+    """A client for ``POST /api/v1/chat/stream``."""
+
+    def __init__(self, base_url, api_key=None, read_timeout=DEFAULT_READ_TIMEOUT):
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.read_timeout = read_timeout
+
+    # -- low level -----------------------------------------------------------
+
+    def _open(self, body):
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+        }
+        if self.api_key:
+            headers["Authorization"] = "Bearer " + self.api_key
+        request = urllib.request.Request(
+            self.base_url + STREAM_PATH,
+            data=json.dumps(body).encode("utf-8"),
+            headers=headers,
+            method="POST",
+        )
+        try:
+            return urllib.request.urlopen(request, timeout=self.read_timeout)
+        except urllib.error.HTTPError as err:
+            # Error answers are SSE streams too: read them like any other.
+            return err
+        except (urllib.error.URLError, OSError) as err:
+            reason = getattr(err, "reason", err)
+            raise ChatGateError("cannot reach %s: %s" % (self.base_url, reason)) from None
+
+    def stream(self, message, session_id=None, confirmation_id=None):
+        """Send ``message``; return a :class:`ChunkStream` to iterate over.
+
+        Error answers (4xx/5xx) are streams of a single ``error`` chunk; the
+        HTTP status is ``ChunkStream.status``.
+        """
+        body = {"message": message}
+        if session_id is not None:
+            body["session_id"] = session_id
+        if confirmation_id is not None:
+            body["confirmation_id"] = confirmation_id
+        return ChunkStream(self._open(body))
+
+    def reply(self, session_id, action, text=None, confirmation_id=None):
+        """Answer the pending confirmation of ``session_id``.
+
+        Returns the single chunk of the answer: ``confirmation_received`` when
+        accepted, an ``error`` chunk (with ``metadata.error_type``) when not.
+        """
+        message = "%s:%s" % (CONFIRM_PREFIX, action)
+        if text is not None:
+            message += ":" + text
+        with self.stream(message, session_id, confirmation_id) as chunks:
+            for chunk in chunks:
+                return chunk
+        raise ChatGateError("empty answer to a reply")
+
+    # -- high level ----------------------------------------------------------
+
+    def run(self, message, session_id=None, on_chunk=None, on_confirmation=None):
+        """Drive one run to its end and return a :class:`RunResult`.
+
+        ``on_chunk(chunk)`` sees every chunk. ``on_confirmation(chunk)`` is
+        called for each ``confirmation_request`` and returns the reply:
+        ``"confirm"``, ``"cancel"``, ``"modify:<text>"``, ``("modify", text)``
+        or ``None`` to stay silent (the server's timeout then decides). A
+        refused reply is passed to ``on_chunk`` and the run goes on.
+        """
+        chunks = []
+        final = None
+        with self.stream(message, session_id) as stream:
+            for chunk in stream:
+                chunks.append(chunk)
+                session_id = chunk.get("session_id") or session_id
+                if on_chunk:
+                    on_chunk(chunk)
+                if chunk.get("finished"):
+                    final = chunk
+                    break
+                if chunk.get("chunk_type") == "confirmation_request" and on_confirmation:
+                    answer = parse_reply(on_confirmation(chunk))
+                    if answer is not None:
+                        data = chunk.get("confirmation_data") or {}
+                        ack = self.reply(session_id, answer[0], answer[1], data.get("confirmation_id"))
+                        if ack.get("chunk_type") == "error" and on_chunk:
+                            on_chunk(ack)
+        return RunResult(final, chunks, stream.status, session_id)
+
+
+# -- command line ------------------------------------------------------------
+
+def _seconds_left(expires_at):
+    try:
+        when = datetime.datetime.strptime(expires_at, "%Y-%m-%dT%H:%M:%SZ")
+    except (TypeError, ValueError):
+        return None
+    when = when.replace(tzinfo=datetime.timezone.utc)
+    return int((when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
+
+
+def format_chunk(chunk):
+    """One chunk as readable text (several lines for a confirmation request)."""
+    kind = chunk.get("chunk_type", "?")
+    text = chunk.get("chunk", "")
+    if kind == "content":
+        return text
+    lines = ["[%s] %s" % (kind, text)]
+    data = chunk.get("confirmation_data")
+    if kind == "confirmation_request" and data:
+        for task in data.get("tasks", []):
+            lines.append("  %s. %s  (%s)" % (task.get("index"), task.get("description"), task.get("tool")))
+        left = _seconds_left(data.get("expires_at"))
+        lines.append(
+            "  risk: %s · round %s · expires %s%s"
+            % (
+                data.get("risk_level"),
+                data.get("confirmation_round"),
+                data.get("expires_at"),
+                "" if left is None else " (in %ss)" % max(left, 0),
+            )
+        )
+    meta = chunk.get("metadata") or {}
+    if kind in ("cancelled", "error") and (meta.get("reason") or meta.get("error_type")):
+        lines[0] += "  (%s)" % (meta.get("reason") or meta.get("error_type"))
+    return "\n".join(lines)
+
+
+def _prompt(chunk, ask, out):
+    """Ask a person on the terminal; returns a reply."""
+    while True:
+        out.write("confirm / modify / cancel? ")
+        out.flush()
+        answer = ask()
+        if answer is None:
+            return None
+        answer = answer.strip().lower()
+        if answer in ("confirm", "c", "y", "yes"):
+            return "confirm"
+        if answer in ("cancel", "n", "no", "x"):
+            return "cancel"
+        if answer in ("modify", "m"):
+            out.write("what should change? ")
+            out.flush()
+            text = ask()
+            if text and text.strip():
+                return ("modify", text.strip())
+        out.write("please answer confirm, modify or cancel\n")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Stream a message to chatgate and answer its confirmation requests."
+    )
+    parser.add_argument("message", help="the chat message or task")
+    parser.add_argument("--url", default=os.environ.get("CHATGATE_URL", "http://127.0.0.1:8080"),
+                        help="server base URL (default: $CHATGATE_URL or http://127.0.0.1:8080)")
+    parser.add_argument("--session", help="session id (default: the server makes one)")
+    parser.add_argument("--api-key", default=os.environ.get("CHATGATE_API_KEY"),
+                        help="bearer token (default: $CHATGATE_API_KEY)")
+    parser.add_argument("--reply", action="append", default=[],
+                        help="scripted reply, one per round, in order: confirm, cancel, modify:<text>")
+    parser.add_argument("--auto-confirm", action="store_true",
+                        help="confirm every round once the scripted replies are used up")
+    parser.add_argument("--json", action="store_true", help="print raw chunks, one JSON per line")
+    args = parser.parse_args(argv)
+
+    out = sys.stdout
+    replies = list(args.reply)
+    interactive = sys.stdin.isatty()
+    in_content = [False]  # mid-way through streamed text, no newline yet
+
+    def on_chunk(chunk):
+        if args.json:
+            out.write(json.dumps(chunk, ensure_ascii=False) + "\n")
+        elif chunk.get("chunk_type") == "content":
+            out.write(chunk.get("chunk", ""))
+            in_content[0] = True
+        else:
+            if in_content[0]:
+                out.write("\n")
+                in_content[0] = False
+            out.write(format_chunk(chunk) + "\n")
+        out.flush()
+
+    def on_confirmation(chunk):
+        if replies:
+            return replies.pop(0)
+        if args.auto_confirm:
+            return "confirm"
+        if interactive:
+            def ask():
+                line = sys.stdin.readline()
+                return line if line else None
+            return _prompt(chunk, ask, sys.stderr if args.json else out)
+        return None  # silent: the server's timeout decides
+
+    client = ChatGateClient(args.url, api_key=args.api_key)
+    try:
+        result = client.run(args.message, args.session, on_chunk, on_confirmation)
+    except ChatGateError as err:
+        sys.stderr.write("error: %s\n" % err)
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 2
+    except BrokenPipeError:
+        # The reader of our output went away (e.g. `| head`); say nothing more.
+        sys.stderr.close()
+        return 1
+    if result.outcome == "completed":
+        return 0
+    kind = "cancelled" if result.outcome == "cancelled" else "error"
+    sys.stderr.write("%s: %s: %s\n" % (kind, result.reason, (result.final or {}).get("chunk", "")))
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

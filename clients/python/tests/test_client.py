@@ -1,0 +1,243 @@
+"""Tests of the Python client: the SSE parser offline, everything else
+against a real chatgate server whose URL is in $CHATGATE_URL (cargo test
+starts one with --confirm-timeout-secs 2 and runs this suite)."""
+
+import json
+import os
+import subprocess
+import sys
+import unittest
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLIENT_DIR = os.path.dirname(HERE)
+sys.path.insert(0, CLIENT_DIR)
+
+from chatgate_client import ChatGateClient, SSEParser, parse_reply  # noqa: E402
+
+CLI = os.path.join(CLIENT_DIR, "chatgate_client.py")
+
+
+def server_url():
+    url = os.environ.get("CHATGATE_URL")
+    if not url:
+        raise RuntimeError(
+            "CHATGATE_URL is not set: run these tests through `cargo test` "
+            "(tests/clients.rs starts a server), or start one and export its URL"
+        )
+    return url
+
+
+def session():
+    return "py-" + uuid.uuid4().hex[:12]
+
+
+def parse_all(pieces):
+    parser = SSEParser()
+    events = []
+    for piece in pieces:
+        events.extend(parser.feed(piece))
+    return events, parser
+
+
+SAMPLE = (
+    ": comment first\r\n"
+    "id: 1\r\n"
+    "data: {\"chunk\":\"héllo 👋\"}\r\n"
+    "\r\n"
+    "event: custom\n"
+    "data: line one\n"
+    "data:line two\n"
+    "data\n"
+    "id: 2\n"
+    "\n"
+    ": keep-alive\n\n"
+    "id: 3\r"
+    "data: cr only\r"
+    "\r"
+).encode("utf-8")
+
+EXPECTED = [
+    ("{\"chunk\":\"héllo 👋\"}", "1", "message"),
+    ("line one\nline two\n", "2", "custom"),
+    ("cr only", "3", "message"),
+]
+
+
+class ParserTests(unittest.TestCase):
+    def check(self, events):
+        self.assertEqual([(e.data, e.id, e.event) for e in events], EXPECTED)
+
+    def test_whole_stream(self):
+        events, parser = parse_all([SAMPLE])
+        self.check(events)
+        self.assertEqual(parser.last_event_id, "3")
+
+    def test_split_at_every_byte_boundary(self):
+        for cut in range(len(SAMPLE) + 1):
+            with self.subTest(cut=cut):
+                events, _ = parse_all([SAMPLE[:cut], SAMPLE[cut:]])
+                self.check(events)
+
+    def test_one_byte_at_a_time(self):
+        events, _ = parse_all([SAMPLE[i:i + 1] for i in range(len(SAMPLE))])
+        self.check(events)
+
+    def test_comments_alone_yield_nothing(self):
+        events, _ = parse_all([b": keep-alive\n\n: another\n\n"])
+        self.assertEqual(events, [])
+
+    def test_leading_bom_is_ignored(self):
+        events, _ = parse_all([b"\xef\xbb\xbfdata: x\n\n"])
+        self.assertEqual([e.data for e in events], ["x"])
+
+    def test_incomplete_event_is_held_back(self):
+        events, parser = parse_all([b"data: partial\n"])
+        self.assertEqual(events, [])
+        self.assertEqual([e.data for e in parser.feed(b"\n")], ["partial"])
+
+    def test_reply_shapes(self):
+        self.assertEqual(parse_reply("confirm"), ("confirm", None))
+        self.assertEqual(parse_reply(" Cancel"), ("cancel", None))
+        self.assertEqual(parse_reply("modify:a: b"), ("modify", "a: b"))
+        self.assertEqual(parse_reply(("modify", "x")), ("modify", "x"))
+        self.assertIsNone(parse_reply(None))
+
+
+class LibraryTests(unittest.TestCase):
+    def setUp(self):
+        self.client = ChatGateClient(server_url())
+
+    def test_confirm_completes(self):
+        seen = []
+        result = self.client.run(
+            "create a report; then email it",
+            session(),
+            on_chunk=seen.append,
+            on_confirmation=lambda chunk: "confirm",
+        )
+        self.assertEqual(result.outcome, "completed", result.final)
+        self.assertEqual(result.exit_code, 0)
+        kinds = [c["chunk_type"] for c in seen]
+        self.assertEqual(kinds.count("tool_output"), 2)
+        self.assertEqual(kinds[-1], "completion")
+
+    def test_modify_then_confirm_runs_round_two(self):
+        replies = ["modify:add logging", "confirm"]
+        rounds = []
+
+        def answer(chunk):
+            rounds.append(chunk["confirmation_data"]["confirmation_round"])
+            return replies.pop(0)
+
+        result = self.client.run("write notes", session(), on_confirmation=answer)
+        self.assertEqual(result.outcome, "completed")
+        self.assertEqual(rounds, [1, 2])
+        outputs = [c["chunk"] for c in result.chunks if c["chunk_type"] == "tool_output"]
+        self.assertTrue(outputs[-1].endswith("Apply feedback: add logging"), outputs)
+
+    def test_cancel_is_cancelled_by_the_user(self):
+        result = self.client.run("delete everything", session(), on_confirmation=lambda c: "cancel")
+        self.assertEqual((result.outcome, result.reason, result.exit_code), ("cancelled", "user", 2))
+        self.assertNotIn("tool_output", [c["chunk_type"] for c in result.chunks])
+
+    def test_silence_times_out(self):
+        result = self.client.run("wait", session(), on_confirmation=lambda c: None)
+        self.assertEqual((result.outcome, result.reason), ("cancelled", "timeout"))
+
+    def test_an_http_error_is_one_error_chunk_with_its_status(self):
+        with self.client.stream("CONFIRM_ACTION:confirm", session()) as stream:
+            chunks = list(stream)
+        self.assertEqual(stream.status, 404)
+        self.assertEqual(len(chunks), 1)
+        self.assertEqual(chunks[0]["metadata"]["error_type"], "no_pending_confirmation")
+        self.assertTrue(chunks[0]["finished"])
+
+    def test_a_refused_reply_returns_the_error_and_the_pause_goes_on(self):
+        sid = session()
+        refused = []
+
+        def answer(chunk):
+            if not refused:
+                refused.append(self.client.reply(sid, "approve"))
+            return "confirm"
+
+        result = self.client.run("tidy up", sid, on_confirmation=answer)
+        self.assertEqual(refused[0]["metadata"]["error_type"], "invalid_confirm_action")
+        self.assertEqual(refused[0]["metadata"]["options"], ["confirm", "modify", "cancel"])
+        self.assertEqual(result.outcome, "completed")
+
+    def test_non_ascii_round_trips(self):
+        result = self.client.run(
+            "建立报告; envoyer le résumé 📨",
+            session(),
+            on_confirmation=lambda c: ("modify", "añadir — ✅") if c["confirmation_data"]["confirmation_round"] == 1 else "confirm",
+        )
+        outputs = [c["chunk"] for c in result.chunks if c["chunk_type"] == "tool_output"]
+        self.assertIn("Step 1 done: 建立报告", outputs)
+        self.assertIn("Step 3 done: Apply feedback: añadir — ✅", outputs)
+
+    def test_a_question_streams_content(self):
+        result = self.client.run("what is this?", session())
+        text = "".join(c["chunk"] for c in result.chunks if c["chunk_type"] == "content")
+        self.assertIn("what is this?", text)
+        self.assertEqual(result.outcome, "completed")
+
+
+class CommandLineTests(unittest.TestCase):
+    def cli(self, *args, url=None):
+        return subprocess.run(
+            [sys.executable, CLI, "--url", url or server_url(), *args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def test_scripted_confirm_exits_0(self):
+        done = self.cli("--reply", "confirm", "build; ship")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("[completion]", done.stdout)
+        self.assertIn("1. build", done.stdout)
+
+    def test_scripted_modify_then_confirm_exits_0(self):
+        done = self.cli("--reply", "modify:add logging", "--reply", "confirm", "build")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("Apply feedback: add logging", done.stdout)
+        self.assertIn("round 2", done.stdout)
+
+    def test_scripted_cancel_exits_2_with_a_reason(self):
+        done = self.cli("--reply", "cancel", "build")
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("user", done.stderr)
+
+    def test_replies_used_up_without_a_terminal_let_the_timeout_decide(self):
+        done = self.cli("--reply", "modify:more", "build")
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("timeout", done.stderr)
+
+    def test_auto_confirm_and_a_failing_task_exits_1(self):
+        done = self.cli("--auto-confirm", "prepare; this will fail")
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("task_failed", done.stderr)
+
+    def test_an_http_error_exits_1(self):
+        done = self.cli("--session", session(), "CONFIRM_ACTION:confirm")
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("no_pending_confirmation", done.stderr)
+
+    def test_a_connection_failure_exits_1(self):
+        done = self.cli("hello?", url="http://127.0.0.1:9")
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("cannot reach", done.stderr)
+
+    def test_json_prints_one_chunk_per_line(self):
+        done = self.cli("--json", "--auto-confirm", "one; two")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        chunks = [json.loads(line) for line in done.stdout.splitlines()]
+        self.assertEqual([c["sequence"] for c in chunks], list(range(1, len(chunks) + 1)))
+        self.assertTrue(chunks[-1]["finished"])
+
+
+if __name__ == "__main__":
+    unittest.main()
