@@ -1,0 +1,265 @@
+// chatgate client: a zero-dependency ES module for Node 18+ and browsers.
+//
+//   import { ChatGateClient } from './chatgate-client.mjs';
+//   const client = new ChatGateClient('http://127.0.0.1:8080');
+//   const result = await client.run('create a report; then email it', {
+//     onChunk: (chunk) => console.log(chunk.chunk_type, chunk.chunk),
+//     onConfirmation: async (chunk) => 'confirm', // or 'cancel', 'modify:<text>', ['modify', text], null
+//   });
+//   console.log(result.outcome, result.final.chunk);
+//
+// It uses fetch, ReadableStream and TextDecoder only, with its own SSE parser.
+
+export const STREAM_PATH = '/api/v1/chat/stream';
+export const CONFIRM_PREFIX = 'CONFIRM_ACTION';
+
+/**
+ * Incremental SSE parser following the WHATWG rules. Feed it bytes
+ * (Uint8Array) or strings in pieces of any size; it returns the events each
+ * piece completed. UTF-8 is decoded in streaming mode (a character split
+ * across reads waits for its last byte); LF, CRLF and CR end lines (a CR at
+ * the end of one piece and an LF at the start of the next are one line end);
+ * several `data:` lines join with "\n"; comments (`:` lines) are skipped.
+ */
+export class SSEParser {
+  constructor() {
+    this.decoder = new TextDecoder('utf-8');
+    this.pending = '';
+    this.skipLF = false;
+    this.first = true;
+    this.data = [];
+    this.id = null;
+    this.event = '';
+    this.lastEventId = null;
+  }
+
+  /** @returns {{data: string, id: string|null, event: string}[]} */
+  feed(piece) {
+    let text = typeof piece === 'string' ? piece : this.decoder.decode(piece, { stream: true });
+    if (this.first && text.length > 0) {
+      this.first = false;
+      if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
+    }
+    if (this.skipLF && text.startsWith('\n')) text = text.slice(1);
+    this.skipLF = false;
+    const events = [];
+    const buf = this.pending + text;
+    let start = 0;
+    for (let i = 0; i < buf.length; i++) {
+      const ch = buf[i];
+      if (ch !== '\n' && ch !== '\r') continue;
+      const line = buf.slice(start, i);
+      if (ch === '\r') {
+        if (i + 1 < buf.length) {
+          if (buf[i + 1] === '\n') i++;
+        } else {
+          this.skipLF = true;
+        }
+      }
+      const event = this.line(line);
+      if (event) events.push(event);
+      start = i + 1;
+    }
+    this.pending = buf.slice(start);
+    return events;
+  }
+
+  line(line) {
+    if (line === '') return this.dispatch();
+    if (line.startsWith(':')) return null;
+    const colon = line.indexOf(':');
+    const field = colon === -1 ? line : line.slice(0, colon);
+    let value = colon === -1 ? '' : line.slice(colon + 1);
+    if (value.startsWith(' ')) value = value.slice(1);
+    if (field === 'data') this.data.push(value);
+    else if (field === 'id') {
+      if (!value.includes('\0')) this.id = value;
+    } else if (field === 'event') this.event = value;
+    return null;
+  }
+
+  dispatch() {
+    if (this.id !== null) this.lastEventId = this.id;
+    let event = null;
+    if (this.data.length > 0) {
+      event = { data: this.data.join('\n'), id: this.id, event: this.event || 'message' };
+    }
+    this.data = [];
+    this.event = '';
+    this.id = null;
+    return event;
+  }
+}
+
+export class ChatGateError extends Error {}
+
+/** Normalises a reply to [action, text|null], or null for silence. */
+export function parseReply(reply) {
+  if (reply === null || reply === undefined) return null;
+  if (Array.isArray(reply)) return [String(reply[0]).trim().toLowerCase(), reply[1] ?? null];
+  const text = String(reply);
+  const colon = text.indexOf(':');
+  if (colon === -1) return [text.trim().toLowerCase(), null];
+  return [text.slice(0, colon).trim().toLowerCase(), text.slice(colon + 1)];
+}
+
+/** How a run ended. */
+export class RunResult {
+  constructor(final, chunks, status, sessionId) {
+    this.final = final;
+    this.chunks = chunks;
+    this.status = status;
+    this.sessionId = sessionId;
+  }
+
+  /** 'completed', 'cancelled' or 'error'. */
+  get outcome() {
+    const kind = this.final?.chunk_type;
+    if (kind === 'completion') return 'completed';
+    if (kind === 'cancelled') return 'cancelled';
+    return 'error';
+  }
+
+  /** The cancel reason or error_type, when there is one. */
+  get reason() {
+    const meta = this.final?.metadata ?? {};
+    return meta.reason ?? meta.error_type ?? null;
+  }
+
+  get exitCode() {
+    return { completed: 0, cancelled: 2 }[this.outcome] ?? 1;
+  }
+}
+
+export class ChatGateClient {
+  /**
+   * @param {string} baseUrl  e.g. 'http://127.0.0.1:8080', or '' for the page's own origin
+   * @param {{apiKey?: string, fetch?: typeof fetch}} [options]
+   */
+  constructor(baseUrl = '', { apiKey, fetch: fetchImpl } = {}) {
+    this.baseUrl = baseUrl.replace(/\/+$/, '');
+    this.apiKey = apiKey;
+    this.fetch = fetchImpl ?? globalThis.fetch.bind(globalThis);
+  }
+
+  /**
+   * Sends `message` and returns `{status, chunks}`, where `chunks` is an async
+   * iterator of chunk objects that ends after the chunk with `finished: true`.
+   * Error answers (4xx/5xx) are one `error` chunk. A stream that closes early
+   * throws ChatGateError.
+   */
+  async stream(message, { sessionId, confirmationId, signal } = {}) {
+    const body = { message };
+    if (sessionId !== undefined && sessionId !== null) body.session_id = sessionId;
+    if (confirmationId !== undefined && confirmationId !== null) body.confirmation_id = confirmationId;
+    const headers = { 'Content-Type': 'application/json', Accept: 'text/event-stream' };
+    if (this.apiKey) headers.Authorization = `Bearer ${this.apiKey}`;
+    let response;
+    try {
+      response = await this.fetch(this.baseUrl + STREAM_PATH, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify(body),
+        signal,
+      });
+    } catch (err) {
+      if (err?.name === 'AbortError') throw err;
+      const cause = err?.cause;
+      const why = cause?.code ?? cause?.errors?.[0]?.code ?? cause?.message ?? err.message;
+      throw new ChatGateError(`cannot reach ${this.baseUrl || 'the server'}: ${why}`);
+    }
+    return { status: response.status, chunks: readChunks(response) };
+  }
+
+  /**
+   * Answers the pending confirmation of `sessionId`. Resolves to the single
+   * chunk of the answer: `confirmation_received`, or an `error` chunk.
+   */
+  async reply(sessionId, action, text = null, { confirmationId } = {}) {
+    let message = `${CONFIRM_PREFIX}:${action}`;
+    if (text !== null && text !== undefined) message += `:${text}`;
+    const { chunks } = await this.stream(message, { sessionId, confirmationId });
+    for await (const chunk of chunks) return chunk;
+    throw new ChatGateError('empty answer to a reply');
+  }
+
+  /**
+   * Drives one run to its end. `onChunk(chunk)` sees every chunk;
+   * `onConfirmation(chunk)` returns (or resolves to) the reply for each
+   * confirmation request: 'confirm', 'cancel', 'modify:<text>',
+   * ['modify', text], or null to stay silent (the server's timeout decides).
+   * A refused reply is passed to `onChunk` and the run goes on.
+   */
+  async run(message, { sessionId, onChunk, onConfirmation, signal } = {}) {
+    const { status, chunks } = await this.stream(message, { sessionId, signal });
+    const seen = [];
+    let final = null;
+    for await (const chunk of chunks) {
+      seen.push(chunk);
+      sessionId = chunk.session_id || sessionId;
+      if (onChunk) await onChunk(chunk);
+      if (chunk.finished) {
+        final = chunk;
+        break;
+      }
+      if (chunk.chunk_type === 'confirmation_request' && onConfirmation) {
+        const answer = parseReply(await onConfirmation(chunk));
+        if (answer) {
+          const confirmationId = chunk.confirmation_data?.confirmation_id;
+          const ack = await this.reply(sessionId, answer[0], answer[1], { confirmationId });
+          if (ack.chunk_type === 'error' && onChunk) await onChunk(ack);
+        }
+      }
+    }
+    return new RunResult(final, seen, status, sessionId);
+  }
+}
+
+async function* readChunks(response) {
+  if (!response.body) throw new ChatGateError('response has no body');
+  const reader = response.body.getReader();
+  const parser = new SSEParser();
+  try {
+    for (;;) {
+      let read;
+      try {
+        read = await reader.read();
+      } catch (err) {
+        if (err?.name === 'AbortError') throw err;
+        throw new ChatGateError(`stream broke: ${err.message}`);
+      }
+      if (read.done) throw new ChatGateError('stream closed before its final chunk');
+      for (const event of parser.feed(read.value)) {
+        let chunk;
+        try {
+          chunk = JSON.parse(event.data);
+        } catch {
+          throw new ChatGateError(`not a JSON chunk: ${event.data.slice(0, 200)}`);
+        }
+        yield chunk;
+        if (chunk.finished) return;
+      }
+    }
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+}
+
+/** One chunk as readable text (several lines for a confirmation request). */
+export function formatChunk(chunk, now = Date.now()) {
+  const kind = chunk.chunk_type ?? '?';
+  if (kind === 'content') return chunk.chunk;
+  const lines = [`[${kind}] ${chunk.chunk ?? ''}`];
+  const data = chunk.confirmation_data;
+  if (kind === 'confirmation_request' && data) {
+    for (const task of data.tasks ?? []) lines.push(`  ${task.index}. ${task.description}  (${task.tool})`);
+    const left = Math.max(0, Math.round((Date.parse(data.expires_at) - now) / 1000));
+    lines.push(`  risk: ${data.risk_level} · round ${data.confirmation_round} · expires ${data.expires_at}` +
+      (Number.isFinite(left) ? ` (in ${left}s)` : ''));
+  }
+  const meta = chunk.metadata ?? {};
+  if ((kind === 'cancelled' || kind === 'error') && (meta.reason || meta.error_type)) {
+    lines[0] += `  (${meta.reason ?? meta.error_type})`;
+  }
+  return lines.join('\n');
+}

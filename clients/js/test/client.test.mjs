@@ -1,0 +1,225 @@
+// Tests of the JS client: the SSE parser offline, everything else against a
+// real chatgate server whose URL is in $CHATGATE_URL (cargo test starts one
+// with --confirm-timeout-secs 2 and runs this suite).
+
+import { test, describe } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { dirname, join } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { ChatGateClient, SSEParser, parseReply } from '../chatgate-client.mjs';
+
+const CLI = join(dirname(fileURLToPath(import.meta.url)), '..', 'cli.mjs');
+
+function serverUrl() {
+  const url = process.env.CHATGATE_URL;
+  if (!url) {
+    throw new Error('CHATGATE_URL is not set: run these tests through `cargo test` ' +
+      '(tests/clients.rs starts a server), or start one and export its URL');
+  }
+  return url;
+}
+
+const session = () => `js-${randomUUID().slice(0, 12)}`;
+
+const SAMPLE = new TextEncoder().encode(
+  ': comment first\r\n' +
+  'id: 1\r\n' +
+  'data: {"chunk":"héllo 👋"}\r\n' +
+  '\r\n' +
+  'event: custom\n' +
+  'data: line one\n' +
+  'data:line two\n' +
+  'data\n' +
+  'id: 2\n' +
+  '\n' +
+  ': keep-alive\n\n' +
+  'id: 3\r' +
+  'data: cr only\r' +
+  '\r',
+);
+
+const EXPECTED = [
+  { data: '{"chunk":"héllo 👋"}', id: '1', event: 'message' },
+  { data: 'line one\nline two\n', id: '2', event: 'custom' },
+  { data: 'cr only', id: '3', event: 'message' },
+];
+
+function parseAll(pieces) {
+  const parser = new SSEParser();
+  return [pieces.flatMap((piece) => parser.feed(piece)), parser];
+}
+
+describe('SSE parser', () => {
+  test('parses a whole stream', () => {
+    const [events, parser] = parseAll([SAMPLE]);
+    assert.deepEqual(events, EXPECTED);
+    assert.equal(parser.lastEventId, '3');
+  });
+
+  test('gives the same events when split at every byte boundary', () => {
+    for (let cut = 0; cut <= SAMPLE.length; cut++) {
+      const [events] = parseAll([SAMPLE.slice(0, cut), SAMPLE.slice(cut)]);
+      assert.deepEqual(events, EXPECTED, `cut at ${cut}`);
+    }
+  });
+
+  test('gives the same events one byte at a time', () => {
+    const pieces = Array.from(SAMPLE, (_, i) => SAMPLE.slice(i, i + 1));
+    assert.deepEqual(parseAll(pieces)[0], EXPECTED);
+  });
+
+  test('yields nothing for comments alone and ignores a BOM', () => {
+    assert.deepEqual(parseAll([new TextEncoder().encode(': keep-alive\n\n')])[0], []);
+    const bom = new Uint8Array([0xef, 0xbb, 0xbf, ...new TextEncoder().encode('data: x\n\n')]);
+    assert.deepEqual(parseAll([bom])[0].map((e) => e.data), ['x']);
+  });
+
+  test('normalises replies', () => {
+    assert.deepEqual(parseReply('confirm'), ['confirm', null]);
+    assert.deepEqual(parseReply('modify:a: b'), ['modify', 'a: b']);
+    assert.deepEqual(parseReply(['modify', 'x']), ['modify', 'x']);
+    assert.equal(parseReply(null), null);
+  });
+});
+
+describe('library against a server', () => {
+  const client = () => new ChatGateClient(serverUrl());
+
+  test('confirm completes', async () => {
+    const seen = [];
+    const result = await client().run('create a report; then email it', {
+      sessionId: session(),
+      onChunk: (c) => seen.push(c),
+      onConfirmation: () => 'confirm',
+    });
+    assert.equal(result.outcome, 'completed');
+    assert.equal(seen.filter((c) => c.chunk_type === 'tool_output').length, 2);
+    assert.equal(seen.at(-1).chunk_type, 'completion');
+  });
+
+  test('modify goes to round 2, then confirm runs the feedback', async () => {
+    const replies = ['modify:add logging', 'confirm'];
+    const rounds = [];
+    const result = await client().run('write notes', {
+      sessionId: session(),
+      onConfirmation: (c) => {
+        rounds.push(c.confirmation_data.confirmation_round);
+        return replies.shift();
+      },
+    });
+    assert.equal(result.outcome, 'completed');
+    assert.deepEqual(rounds, [1, 2]);
+    const outputs = result.chunks.filter((c) => c.chunk_type === 'tool_output').map((c) => c.chunk);
+    assert.match(outputs.at(-1), /Apply feedback: add logging$/);
+  });
+
+  test('cancel is cancelled by the user', async () => {
+    const result = await client().run('delete everything', { sessionId: session(), onConfirmation: () => 'cancel' });
+    assert.deepEqual([result.outcome, result.reason, result.exitCode], ['cancelled', 'user', 2]);
+    assert.ok(!result.chunks.some((c) => c.chunk_type === 'tool_output'));
+  });
+
+  test('silence times out', async () => {
+    const result = await client().run('wait', { sessionId: session(), onConfirmation: () => null });
+    assert.deepEqual([result.outcome, result.reason], ['cancelled', 'timeout']);
+  });
+
+  test('an HTTP error is one error chunk with its status', async () => {
+    const { status, chunks } = await client().stream('CONFIRM_ACTION:confirm', { sessionId: session() });
+    const all = [];
+    for await (const chunk of chunks) all.push(chunk);
+    assert.equal(status, 404);
+    assert.equal(all.length, 1);
+    assert.equal(all[0].metadata.error_type, 'no_pending_confirmation');
+    assert.equal(all[0].finished, true);
+  });
+
+  test('a refused reply returns the error and the pause goes on', async () => {
+    const sid = session();
+    const c = client();
+    let refused = null;
+    const result = await c.run('tidy up', {
+      sessionId: sid,
+      onConfirmation: async () => {
+        refused ??= await c.reply(sid, 'approve');
+        return 'confirm';
+      },
+    });
+    assert.equal(refused.metadata.error_type, 'invalid_confirm_action');
+    assert.deepEqual(refused.metadata.options, ['confirm', 'modify', 'cancel']);
+    assert.equal(result.outcome, 'completed');
+  });
+
+  test('non-ASCII text round-trips', async () => {
+    const result = await client().run('建立报告; envoyer le résumé 📨', {
+      sessionId: session(),
+      onConfirmation: (c) => (c.confirmation_data.confirmation_round === 1 ? ['modify', 'añadir — ✅'] : 'confirm'),
+    });
+    const outputs = result.chunks.filter((c) => c.chunk_type === 'tool_output').map((c) => c.chunk);
+    assert.ok(outputs.includes('Step 1 done: 建立报告'), outputs.join('|'));
+    assert.ok(outputs.includes('Step 3 done: Apply feedback: añadir — ✅'), outputs.join('|'));
+  });
+});
+
+describe('command line', () => {
+  const cli = (args, url = serverUrl()) =>
+    spawnSync(process.execPath, [CLI, '--url', url, ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      encoding: 'utf-8',
+      timeout: 60_000,
+    });
+
+  test('scripted confirm exits 0', () => {
+    const done = cli(['--reply', 'confirm', 'build; ship']);
+    assert.equal(done.status, 0, done.stderr);
+    assert.match(done.stdout, /\[completion\]/);
+    assert.match(done.stdout, /1\. build/);
+  });
+
+  test('scripted modify then confirm exits 0', () => {
+    const done = cli(['--reply', 'modify:add logging', '--reply', 'confirm', 'build']);
+    assert.equal(done.status, 0, done.stderr);
+    assert.match(done.stdout, /Apply feedback: add logging/);
+    assert.match(done.stdout, /round 2/);
+  });
+
+  test('scripted cancel exits 2 with a reason', () => {
+    const done = cli(['--reply', 'cancel', 'build']);
+    assert.equal(done.status, 2);
+    assert.match(done.stderr, /user/);
+  });
+
+  test('replies used up without a terminal let the timeout decide', () => {
+    const done = cli(['--reply', 'modify:more', 'build']);
+    assert.equal(done.status, 2);
+    assert.match(done.stderr, /timeout/);
+  });
+
+  test('a failing task exits 1', () => {
+    const done = cli(['--auto-confirm', 'prepare; this will fail']);
+    assert.equal(done.status, 1);
+    assert.match(done.stderr, /task_failed/);
+  });
+
+  test('an HTTP error exits 1', () => {
+    const done = cli(['--session', session(), 'CONFIRM_ACTION:confirm']);
+    assert.equal(done.status, 1);
+    assert.match(done.stderr, /no_pending_confirmation/);
+  });
+
+  test('a connection failure exits 1', () => {
+    const done = cli(['hello?'], 'http://127.0.0.1:9');
+    assert.equal(done.status, 1);
+    assert.match(done.stderr, /cannot reach/);
+  });
+
+  test('--json prints one chunk per line', () => {
+    const done = cli(['--json', '--auto-confirm', 'one; two']);
+    assert.equal(done.status, 0, done.stderr);
+    const chunks = done.stdout.trim().split('\n').map((line) => JSON.parse(line));
+    assert.deepEqual(chunks.map((c) => c.sequence), chunks.map((_, i) => i + 1));
+    assert.equal(chunks.at(-1).finished, true);
+  });
+});

@@ -1,0 +1,58 @@
+//! Runs the Python and JavaScript client suites against a real server, so
+//! `cargo test` proves the sample clients. Missing interpreters fail loudly.
+
+use std::process::Command;
+
+use chatgate::config::Settings;
+use chatgate::startup::Application;
+
+/// Starts a server for the suites: no step delay, 2 s confirmation timeout
+/// (the suites' timeout cases wait for it).
+fn start_server() -> String {
+    let mut settings = Settings::for_bind("127.0.0.1:0");
+    settings.step_delay_ms = 0;
+    settings.confirm_timeout_secs = 2;
+    settings.workers = Some(2);
+    let app = Application::build(settings).expect("server builds");
+    let url = format!("http://{}", app.address());
+    tokio::spawn(app.run_until_stopped());
+    url
+}
+
+async fn run_suite(program: &'static str, args: &'static [&'static str]) {
+    let url = start_server();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(program)
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("CHATGATE_URL", url)
+            .output()
+            .unwrap_or_else(|err| {
+                panic!("`{program}` is required to test the sample clients and could not be run: {err}")
+            })
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{program} suite failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    println!("{stdout}\n{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_client_suite_passes() {
+    run_suite(
+        "python3",
+        &["-m", "unittest", "discover", "-s", "clients/python/tests", "-v"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_client_suite_passes() {
+    run_suite("node", &["--test", "clients/js/test/"]).await;
+}
