@@ -12,10 +12,38 @@ use crate::protocol::{
 use crate::startup::AppState;
 use crate::{run, sse};
 
+/// The browser chat page, embedded at build time.
+const INDEX_HTML: &str = include_str!("../clients/web/index.html");
+/// The JS client module the page imports, served at a stable path.
+const CLIENT_MJS: &str = include_str!("../clients/js/chatgate-client.mjs");
+/// The page runs its own inline module and talks to its own origin only.
+const PAGE_CSP: &str = "default-src 'none'; script-src 'self' 'unsafe-inline'; \
+                        style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; \
+                        form-action 'none'; frame-ancestors 'none'";
+
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/api/v1/chat/stream", web::post().to(chat_stream))
         .route("/healthz", web::get().to(health))
-        .route("/health", web::get().to(health));
+        .route("/health", web::get().to(health))
+        .route("/", web::get().to(index))
+        .route("/chatgate-client.mjs", web::get().to(client_module));
+}
+
+async fn index() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header((header::CONTENT_SECURITY_POLICY, PAGE_CSP))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .body(INDEX_HTML)
+}
+
+async fn client_module() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .body(CLIENT_MJS)
 }
 
 async fn health() -> HttpResponse {

@@ -47,7 +47,14 @@ async fn run_suite(program: &'static str, args: &'static [&'static str]) {
 async fn python_client_suite_passes() {
     run_suite(
         "python3",
-        &["-m", "unittest", "discover", "-s", "clients/python/tests", "-v"],
+        &[
+            "-m",
+            "unittest",
+            "discover",
+            "-s",
+            "clients/python/tests",
+            "-v",
+        ],
     )
     .await;
 }

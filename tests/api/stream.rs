@@ -138,3 +138,33 @@ async fn health_endpoints_answer_200() {
         assert_eq!(response.status(), 200, "{path}");
     }
 }
+
+#[tokio::test]
+async fn the_chat_page_and_its_client_module_are_served() {
+    let app = spawn_app().await;
+
+    let page = app
+        .client
+        .get(format!("{}/", app.address))
+        .send()
+        .await
+        .unwrap();
+    let page_type = page.headers()["content-type"].to_str().unwrap().to_owned();
+    let html = page.text().await.unwrap();
+    let module = app
+        .client
+        .get(format!("{}/chatgate-client.mjs", app.address))
+        .send()
+        .await
+        .unwrap();
+    let module_type = module.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let js = module.text().await.unwrap();
+
+    assert_eq!(page_type, "text/html; charset=utf-8");
+    assert!(html.contains("./chatgate-client.mjs"));
+    assert_eq!(module_type, "text/javascript; charset=utf-8");
+    assert!(js.contains("export class ChatGateClient"));
+}
