@@ -60,7 +60,7 @@ async fn drive(engine: Arc<dyn Engine>, mut ctx: RunContext, client_gone: Cancel
         final_chunk.chunk_type
     );
     tokio::select! {
-        _ = chunk_tx.send(final_chunk) => {}
+        _ = chunk_tx.send(Box::new(final_chunk)) => {}
         () = client_gone.cancelled() => {}
     }
 }

@@ -51,11 +51,13 @@ pub fn single_chunk(status: StatusCode, chunk: &Chunk) -> HttpResponse {
     builder(status).body(encode(chunk))
 }
 
-/// A live stream fed by a run. The stream ends when the run drops its sender
+/// A live stream fed by a run. Chunks travel boxed: a tokio channel
+/// allocates its slots 32 at a time, so a slot the size of a pointer keeps
+/// an idle (paused) stream's channel small. The stream ends when the run drops its sender
 /// (right after the final chunk). When actix drops the stream because the
 /// client is gone, `on_drop` fires and tells the run.
 pub fn event_stream(
-    chunk_rx: mpsc::Receiver<Chunk>,
+    chunk_rx: mpsc::Receiver<Box<Chunk>>,
     keep_alive: Duration,
     on_drop: DropGuard,
 ) -> HttpResponse {
@@ -71,7 +73,7 @@ pub fn event_stream(
 /// Writing the comment is also how a vanished client is noticed: the write
 /// fails and actix drops this stream.
 struct ChunkStream {
-    chunk_rx: mpsc::Receiver<Chunk>,
+    chunk_rx: mpsc::Receiver<Box<Chunk>>,
     keep_alive: Duration,
     idle: Pin<Box<Sleep>>,
     _on_drop: DropGuard,

@@ -75,6 +75,16 @@ impl Application {
                 .app_data(data.clone())
                 .configure(routes::configure)
         })
+        // Chunks are small writes that must leave at once: without
+        // TCP_NODELAY, Nagle holds the first chunk behind the response head
+        // until the client's delayed ACK (~40 ms on Linux).
+        .on_connect(|connection, _| {
+            if let Some(tcp) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
+                if let Err(err) = tcp.set_nodelay(true) {
+                    log::debug!("cannot set TCP_NODELAY: {err}");
+                }
+            }
+        })
         // Signals are ours (see run_until_stopped): streams must get their
         // final chunk before actix stops the workers.
         .disable_signals()

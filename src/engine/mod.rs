@@ -81,7 +81,7 @@ pub struct RunContext {
     message: String,
     slot: RunSlot,
     settings: RunSettings,
-    chunk_tx: mpsc::Sender<Chunk>,
+    chunk_tx: mpsc::Sender<Box<Chunk>>,
     sequence: u64,
     round: u32,
     client_gone: CancellationToken,
@@ -93,7 +93,7 @@ impl RunContext {
         message: String,
         slot: RunSlot,
         settings: RunSettings,
-        chunk_tx: mpsc::Sender<Chunk>,
+        chunk_tx: mpsc::Sender<Box<Chunk>>,
         client_gone: CancellationToken,
         shutdown: CancellationToken,
     ) -> RunContext {
@@ -134,7 +134,7 @@ impl RunContext {
             return Err(RunError::Cancelled(reason));
         }
         tokio::select! {
-            sent = self.chunk_tx.send(chunk) => {
+            sent = self.chunk_tx.send(Box::new(chunk)) => {
                 sent.map_err(|_| RunError::Cancelled(CancelReason::ClientGone))
             }
             reason = stop_signal(&self.client_gone, &self.shutdown) => Err(RunError::Cancelled(reason)),
@@ -153,6 +153,13 @@ impl RunContext {
 
     /// Waits `duration`, or less if the run must stop.
     pub async fn sleep(&self, duration: Duration) -> Result<(), RunError> {
+        if duration.is_zero() {
+            // tokio rounds a zero sleep up to the next 1 ms timer tick.
+            return match self.stop_reason() {
+                Some(reason) => Err(RunError::Cancelled(reason)),
+                None => Ok(()),
+            };
+        }
         tokio::select! {
             () = tokio::time::sleep(duration) => Ok(()),
             reason = stop_signal(&self.client_gone, &self.shutdown) => Err(RunError::Cancelled(reason)),
@@ -254,7 +261,7 @@ impl RunContext {
     pub(crate) fn finish(
         self,
         result: Result<Completion, RunError>,
-    ) -> (Chunk, mpsc::Sender<Chunk>) {
+    ) -> (Chunk, mpsc::Sender<Box<Chunk>>) {
         let mut this = self;
         let chunk = match result {
             Ok(completion) => {

@@ -1,0 +1,495 @@
+//! chatgate-bench: measures a running chatgate server from outside, like a
+//! user would, over raw HTTP/1.1 on loopback. Start the server with
+//! `--step-delay-ms 0`. See docs/benchmarks.md for the commands and results.
+
+mod http;
+mod stats;
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+
+use http::{Conn, Kind};
+use stats::Samples;
+
+#[derive(Parser)]
+#[command(about = "Load generator for chatgate (loopback only)")]
+struct Cli {
+    /// Server address; must be on loopback.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: String,
+    /// Client runtime threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Subcommand)]
+enum Scenario {
+    /// Sequential GET /healthz round trips on one connection.
+    Floor {
+        #[arg(long, default_value_t = 5000)]
+        n: usize,
+    },
+    /// Sequential full confirm flows; with --paused K, K other runs stay paused meanwhile.
+    Rtt {
+        #[arg(long, default_value_t = 2000)]
+        n: usize,
+        #[arg(long, default_value_t = 0)]
+        paused: usize,
+    },
+    /// Open K paused runs, sample server RSS, then confirm them all.
+    Paused {
+        #[arg(long, default_value_t = 10000)]
+        k: usize,
+        /// Server pid, to read its RSS from /proc.
+        #[arg(long)]
+        server_pid: Option<u32>,
+        /// Concurrent openers / confirmers.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+    },
+    /// C concurrent clients doing full flows for T seconds.
+    Throughput {
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
+    /// C concurrent clients streaming plain answers for T seconds.
+    Chat {
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
+    /// Every scenario in turn (floor, rtt, rtt with 10k paused, throughput, chat, paused 1k..15k).
+    All {
+        #[arg(long)]
+        server_pid: Option<u32>,
+    },
+}
+
+fn main() -> io::Result<()> {
+    let cli = Cli::parse();
+    let ip = cli.addr.rsplit_once(':').map(|(h, _)| h).unwrap_or("");
+    if !(ip.starts_with("127.") || ip == "localhost" || ip == "[::1]") {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "chatgate-bench only talks to loopback",
+        ));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cli.threads.max(1))
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let addr: Arc<str> = cli.addr.into();
+        match cli.scenario {
+            Scenario::Floor { n } => floor(&addr, n).await.map(drop),
+            Scenario::Rtt { n, paused } => rtt(&addr, n, paused).await,
+            Scenario::Paused {
+                k,
+                server_pid,
+                concurrency,
+            } => paused(&addr, k, server_pid, concurrency).await,
+            Scenario::Throughput { clients, seconds } => throughput(&addr, clients, seconds).await,
+            Scenario::Chat { clients, seconds } => chat(&addr, clients, seconds).await,
+            Scenario::All { server_pid } => {
+                floor(&addr, 5000).await?;
+                rtt(&addr, 2000, 0).await?;
+                rtt(&addr, 2000, 10_000).await?;
+                throughput(&addr, 32, 10).await?;
+                chat(&addr, 32, 10).await?;
+                for k in [1000, 5000, 10_000, 15_000] {
+                    paused(&addr, k, server_pid, 64).await?;
+                }
+                Ok(())
+            }
+        }
+    })
+}
+
+fn err(msg: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.to_owned())
+}
+
+/// A unique session id per flow.
+fn session_json(buf: &mut Vec<u8>, prefix: &str, n: usize, message: &str) {
+    buf.clear();
+    buf.extend_from_slice(b"{\"message\":\"");
+    buf.extend_from_slice(message.as_bytes());
+    buf.extend_from_slice(b"\",\"session_id\":\"");
+    buf.extend_from_slice(prefix.as_bytes());
+    buf.extend_from_slice(n.to_string().as_bytes());
+    buf.extend_from_slice(b"\"}");
+}
+
+fn reply_json(buf: &mut Vec<u8>, prefix: &str, n: usize, confirmation_id: &[u8; 36]) {
+    buf.clear();
+    buf.extend_from_slice(b"{\"message\":\"CONFIRM_ACTION:confirm\",\"session_id\":\"");
+    buf.extend_from_slice(prefix.as_bytes());
+    buf.extend_from_slice(n.to_string().as_bytes());
+    buf.extend_from_slice(b"\",\"confirmation_id\":\"");
+    buf.extend_from_slice(confirmation_id);
+    buf.extend_from_slice(b"\"}");
+}
+
+async fn floor(addr: &str, n: usize) -> io::Result<stats::Summary> {
+    let mut conn = Conn::connect(addr).await?;
+    for _ in 0..200 {
+        conn.get("/healthz").await?;
+    }
+    let mut samples = Samples::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        if conn.get("/healthz").await? != 200 {
+            return Err(err("healthz not 200"));
+        }
+        samples.push(start.elapsed());
+    }
+    let summary = samples.summary();
+    println!("floor       GET /healthz         {summary}");
+    Ok(summary)
+}
+
+/// Timings of one full flow.
+struct Flow {
+    first_chunk: Duration,
+    resume: Duration,
+    ack: Duration,
+    total: Duration,
+}
+
+/// One flow on a pair of persistent connections: start a task on `stream`,
+/// confirm on `reply`, read the stream to its final chunk.
+async fn flow(
+    stream: &mut Conn,
+    reply: &mut Conn,
+    buf: &mut Vec<u8>,
+    prefix: &str,
+    n: usize,
+) -> io::Result<Flow> {
+    session_json(buf, prefix, n, "step one; step two");
+    let start = Instant::now();
+    if stream.post_chat(buf).await? != 200 {
+        return Err(err("start not 200"));
+    }
+    let mut first_chunk = None;
+    let confirmation_id = loop {
+        let event = stream
+            .next_event()
+            .await?
+            .ok_or_else(|| err("ended before pause"))?;
+        if event.comment {
+            continue;
+        }
+        first_chunk.get_or_insert_with(|| start.elapsed());
+        if event.kind == Kind::ConfirmationRequest {
+            break event
+                .confirmation_id
+                .ok_or_else(|| err("no confirmation id"))?;
+        }
+        if event.finished {
+            return Err(err("finished before pause"));
+        }
+    };
+    reply_json(buf, prefix, n, &confirmation_id);
+    let sent = Instant::now();
+    // The acknowledgement and the resumed stream race; time each on arrival.
+    let acknowledged = async {
+        if reply.post_chat(buf).await? != 200 {
+            return Err(err("reply not 200"));
+        }
+        let (_, ack_event) = reply.read_to_end().await?;
+        if ack_event.kind != Kind::ConfirmationReceived {
+            return Err(err("reply not acknowledged"));
+        }
+        Ok(sent.elapsed())
+    };
+    let resumed = async {
+        let resumed = loop {
+            let event = stream
+                .next_event()
+                .await?
+                .ok_or_else(|| err("ended before resume"))?;
+            if !event.comment {
+                break event;
+            }
+        };
+        if resumed.kind != Kind::ConfirmationReceived {
+            return Err(err("stream did not resume with confirmation_received"));
+        }
+        Ok(sent.elapsed())
+    };
+    let (ack, resume) = tokio::try_join!(acknowledged, resumed)?;
+    let (_, last) = stream.read_to_end().await?;
+    if last.kind != Kind::Completion {
+        return Err(err("flow did not complete"));
+    }
+    Ok(Flow {
+        first_chunk: first_chunk.unwrap_or_default(),
+        resume,
+        ack,
+        total: start.elapsed(),
+    })
+}
+
+async fn rtt(addr: &str, n: usize, background_paused: usize) -> io::Result<()> {
+    let held = if background_paused > 0 {
+        Some(open_paused(addr, background_paused, 64, "bg").await?)
+    } else {
+        None
+    };
+    let floor = floor(addr, 2000).await?;
+    let (mut stream, mut reply) = (Conn::connect(addr).await?, Conn::connect(addr).await?);
+    let mut buf = Vec::with_capacity(256);
+    for i in 0..200 {
+        flow(&mut stream, &mut reply, &mut buf, "warm", i).await?;
+    }
+    let (mut ttfc, mut resume, mut ack, mut total) = (
+        Samples::with_capacity(n),
+        Samples::with_capacity(n),
+        Samples::with_capacity(n),
+        Samples::with_capacity(n),
+    );
+    for i in 0..n {
+        let f = flow(&mut stream, &mut reply, &mut buf, "rtt", i).await?;
+        ttfc.push(f.first_chunk);
+        resume.push(f.resume);
+        ack.push(f.ack);
+        total.push(f.total);
+    }
+    let label = format!("rtt ({background_paused} other runs paused)");
+    let resume_s = resume.summary();
+    let total_s = total.summary();
+    println!("{label}");
+    println!("  first chunk      {}", ttfc.summary());
+    println!("  confirm→resume   {resume_s}");
+    println!("  reply ack        {}", ack.summary());
+    println!("  whole flow       {total_s}");
+    println!(
+        "  ratios to floor p50 ({} µs): resume {:.2}x, flow {:.2}x",
+        floor.p50,
+        resume_s.p50 as f64 / floor.p50.max(1) as f64,
+        total_s.p50 as f64 / floor.p50.max(1) as f64
+    );
+    if let Some(held) = held {
+        release(addr, held, 64, "bg").await?;
+    }
+    Ok(())
+}
+
+/// Paused runs, each with its stream connection and confirmation id.
+type Held = Vec<(usize, Conn, [u8; 36])>;
+
+async fn open_paused(
+    addr: &str,
+    k: usize,
+    concurrency: usize,
+    prefix: &'static str,
+) -> io::Result<Held> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency.min(k) {
+        let (next, addr) = (next.clone(), addr.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut held = Vec::new();
+            let mut buf = Vec::with_capacity(128);
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= k {
+                    return Ok::<_, io::Error>(held);
+                }
+                let mut conn = Conn::connect(&addr).await?;
+                session_json(&mut buf, prefix, i, "hold this");
+                if conn.post_chat(&buf).await? != 200 {
+                    return Err(err("open not 200"));
+                }
+                let id = loop {
+                    let event = conn
+                        .next_event()
+                        .await?
+                        .ok_or_else(|| err("ended before pause"))?;
+                    if event.kind == Kind::ConfirmationRequest {
+                        break event.confirmation_id.ok_or_else(|| err("no id"))?;
+                    }
+                };
+                held.push((i, conn, id));
+            }
+        }));
+    }
+    let mut all = Vec::with_capacity(k);
+    for task in tasks {
+        all.extend(task.await.map_err(|e| err(&e.to_string()))??);
+    }
+    Ok(all)
+}
+
+/// Confirms every held run and reads each stream to completion.
+/// Returns the number of failures.
+async fn release(
+    addr: &str,
+    held: Held,
+    concurrency: usize,
+    prefix: &'static str,
+) -> io::Result<usize> {
+    let queue = Arc::new(std::sync::Mutex::new(held));
+    let failures = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (queue, failures, addr) = (queue.clone(), failures.clone(), addr.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut reply = Conn::connect(&addr).await?;
+            let mut buf = Vec::with_capacity(160);
+            let mut streams = Vec::new();
+            loop {
+                let Some((i, conn, id)) = queue.lock().unwrap().pop() else {
+                    break;
+                };
+                reply_json(&mut buf, prefix, i, &id);
+                let ok = reply.post_chat(&buf).await? == 200;
+                reply.read_to_end().await?;
+                if !ok {
+                    failures.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                streams.push(conn);
+            }
+            for mut conn in streams {
+                match conn.read_to_end().await {
+                    Ok((_, last)) if last.kind == Kind::Completion => {}
+                    _ => {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Ok::<_, io::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await.map_err(|e| err(&e.to_string()))??;
+    }
+    Ok(failures.load(Ordering::Relaxed))
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+async fn paused(
+    addr: &str,
+    k: usize,
+    server_pid: Option<u32>,
+    concurrency: usize,
+) -> io::Result<()> {
+    let before = server_pid.and_then(rss_kib);
+    let start = Instant::now();
+    let held = open_paused(addr, k, concurrency, "paused").await?;
+    let open = start.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let during = server_pid.and_then(rss_kib);
+    let start = Instant::now();
+    let failures = release(addr, held, concurrency, "paused").await?;
+    let resume = start.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = server_pid.and_then(rss_kib);
+    let per_run = match (before, during) {
+        (Some(b), Some(d)) => format!("{:.2} KiB/run", (d.saturating_sub(b)) as f64 / k as f64),
+        _ => "n/a (pass --server-pid)".to_owned(),
+    };
+    println!(
+        "paused k={k:<6} open {:>7.1} ms  resume+complete {:>7.1} ms  failures {failures}  RSS before {} KiB, paused {} KiB, after {} KiB  => {per_run}",
+        open.as_secs_f64() * 1e3,
+        resume.as_secs_f64() * 1e3,
+        before.map_or("?".into(), |v| v.to_string()),
+        during.map_or("?".into(), |v| v.to_string()),
+        after.map_or("?".into(), |v| v.to_string()),
+    );
+    Ok(())
+}
+
+async fn throughput(addr: &str, clients: usize, seconds: u64) -> io::Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (stop, addr) = (stop.clone(), addr.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let (mut stream, mut reply) =
+                (Conn::connect(&addr).await?, Conn::connect(&addr).await?);
+            let mut buf = Vec::with_capacity(256);
+            let mut samples = Samples::with_capacity(1 << 16);
+            let prefix = format!("tp{c}-");
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let f = flow(&mut stream, &mut reply, &mut buf, &prefix, i).await?;
+                samples.push(f.total);
+                i += 1;
+            }
+            Ok::<_, io::Error>(samples)
+        }));
+    }
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Samples::default();
+    for task in tasks {
+        all.extend(task.await.map_err(|e| err(&e.to_string()))??);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    println!(
+        "throughput  {clients} clients {seconds}s: {:.0} flows/s  flow {}",
+        all.len() as f64 / elapsed,
+        all.summary()
+    );
+    Ok(())
+}
+
+async fn chat(addr: &str, clients: usize, seconds: u64) -> io::Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (stop, addr) = (stop.clone(), addr.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut conn = Conn::connect(&addr).await?;
+            let mut buf = Vec::with_capacity(128);
+            let prefix = format!("chat{c}-");
+            let (mut chunks, mut answers) = (0usize, 0usize);
+            while !stop.load(Ordering::Relaxed) {
+                session_json(&mut buf, &prefix, answers, "what can you do?");
+                if conn.post_chat(&buf).await? != 200 {
+                    return Err(err("chat not 200"));
+                }
+                let (n, last) = conn.read_to_end().await?;
+                if last.kind != Kind::Completion {
+                    return Err(err("answer did not complete"));
+                }
+                chunks += n;
+                answers += 1;
+            }
+            Ok::<_, io::Error>((chunks, answers))
+        }));
+    }
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut chunks, mut answers) = (0, 0);
+    for task in tasks {
+        let (c, a) = task.await.map_err(|e| err(&e.to_string()))??;
+        chunks += c;
+        answers += a;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    println!(
+        "chat        {clients} clients {seconds}s: {:.0} chunks/s, {:.0} answers/s",
+        chunks as f64 / elapsed,
+        answers as f64 / elapsed
+    );
+    Ok(())
+}
