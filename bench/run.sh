@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs every benchmark scenario against a fresh release server on loopback,
+# ROUNDS times (default 3), and prints the raw results; docs/benchmarks.md
+# holds the medians. Usage: bench/run.sh [ROUNDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+port=18190
+addr=127.0.0.1:$port
+ulimit -n 20000
+
+cargo build --release -q -p chatgate -p chatgate-bench
+bench=target/release/chatgate-bench
+
+start_server() {
+  target/release/chatgate --bind "$addr" --step-delay-ms 0 >/dev/null 2>&1 &
+  server=$!
+  for _ in $(seq 100); do
+    curl -fs "http://$addr/healthz" >/dev/null 2>&1 && return
+    sleep 0.05
+  done
+  echo "server did not start" >&2; exit 1
+}
+stop_server() { kill -TERM "$server"; wait "$server" || true; }
+trap 'kill $server 2>/dev/null || true' EXIT
+
+for round in $(seq "$rounds"); do
+  echo "### round $round"
+  start_server
+  "$bench" --addr "$addr" floor
+  "$bench" --addr "$addr" rtt --n 3000
+  "$bench" --addr "$addr" rtt --n 3000 --paused 10000
+  "$bench" --addr "$addr" throughput --clients 32 --seconds 10
+  "$bench" --addr "$addr" chat --clients 32 --seconds 5
+  stop_server
+  for k in 1000 5000 10000 15000; do
+    start_server
+    "$bench" --addr "$addr" paused --k "$k" --server-pid "$server"
+    stop_server
+  done
+done
