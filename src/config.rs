@@ -16,6 +16,8 @@ pub const STEP_DELAY_MS: u64 = 100;
 pub const MAX_ROUNDS: u32 = 5;
 /// Default of `--shutdown-timeout-secs`: how long shutdown waits for streams to end.
 pub const SHUTDOWN_TIMEOUT_SECS: u64 = 10;
+/// Default of `--max-runs`: runs held at once (the open-files limit is 20,000).
+pub const MAX_RUNS: usize = 20_000;
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -48,6 +50,9 @@ pub struct Settings {
     /// HTTP worker threads (default: one per CPU core).
     #[arg(long, env = "CHATGATE_WORKERS")]
     pub workers: Option<usize>,
+    /// Runs held at once; beyond it new runs get 503 `overloaded` with Retry-After.
+    #[arg(long, env = "CHATGATE_MAX_RUNS", default_value_t = MAX_RUNS)]
+    pub max_runs: usize,
     /// Seconds shutdown waits for open streams to send their final chunk.
     #[arg(long, env = "CHATGATE_SHUTDOWN_TIMEOUT_SECS", default_value_t = SHUTDOWN_TIMEOUT_SECS)]
     pub shutdown_timeout_secs: u64,

@@ -43,6 +43,15 @@ pub enum Decision {
 pub enum BeginError {
     #[error("a run on this session is streaming; wait for it to finish or pause")]
     SessionBusy,
+    #[error("the server holds its maximum number of runs; retry later")]
+    Overloaded,
+}
+
+/// A snapshot of the registry, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunCounts {
+    pub active: usize,
+    pub paused: usize,
 }
 
 /// Why a reply was refused. The variants are listed in the order they are checked.
@@ -118,10 +127,14 @@ impl ConfirmationManager {
     /// Registers a new run on `session_id`. A run that is paused and not yet
     /// decided is superseded (its pause is decided as `Cancel(Superseded)`);
     /// a run that is streaming, or whose decision is on its way, keeps the
-    /// session and the new run is refused.
-    pub fn begin_run(&self, session_id: &str) -> Result<RunSlot, BeginError> {
+    /// session and the new run is refused. A new session is refused when
+    /// `max_runs` runs are registered already.
+    pub fn begin_run(&self, session_id: &str, max_runs: usize) -> Result<RunSlot, BeginError> {
         let run_id = self.shared.next_run_id.fetch_add(1, Ordering::Relaxed);
         let mut sessions = self.lock();
+        if !sessions.contains_key(session_id) && sessions.len() >= max_runs {
+            return Err(BeginError::Overloaded);
+        }
         if let Some(entry) = sessions.get_mut(session_id) {
             let decide_tx = entry
                 .pause
@@ -198,10 +211,19 @@ impl ConfirmationManager {
 
     /// Number of runs paused on a confirmation nobody has decided yet.
     pub fn paused_runs(&self) -> usize {
-        self.lock()
-            .values()
-            .filter(|e| e.pause.as_ref().is_some_and(|p| p.decide_tx.is_some()))
-            .count()
+        self.counts().paused
+    }
+
+    /// Active and paused runs, read under one lock.
+    pub fn counts(&self) -> RunCounts {
+        let sessions = self.lock();
+        RunCounts {
+            active: sessions.len(),
+            paused: sessions
+                .values()
+                .filter(|e| e.pause.as_ref().is_some_and(|p| p.decide_tx.is_some()))
+                .count(),
+        }
     }
 
     /// Resolves once no run is registered (used to drain on shutdown).
@@ -354,7 +376,7 @@ mod tests {
     #[tokio::test]
     async fn a_reply_that_lands_before_the_wait_is_not_lost() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s").unwrap();
+        let slot = manager.begin_run("s", usize::MAX).unwrap();
         let pending = pause(&slot, "c1", 1);
         manager.decide("s", &reply("confirm", None), None).unwrap();
 
@@ -367,7 +389,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_decision_does_not_leak_into_the_next_round() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s").unwrap();
+        let slot = manager.begin_run("s", usize::MAX).unwrap();
         let first = pause(&slot, "c1", 1);
         manager
             .decide("s", &reply("modify", Some("more")), None)
@@ -389,7 +411,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn timeout_cancels_and_later_replies_find_nothing_pending() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s").unwrap();
+        let slot = manager.begin_run("s", usize::MAX).unwrap();
         let pending = pause(&slot, "c1", 1);
 
         let decision = slot
@@ -408,7 +430,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_reply_just_before_the_deadline_wins() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s").unwrap();
+        let slot = manager.begin_run("s", usize::MAX).unwrap();
         let pending = pause(&slot, "c1", 1);
         let replier = {
             let manager = manager.clone();
@@ -429,7 +451,7 @@ mod tests {
     #[tokio::test]
     async fn a_decision_already_sent_stands_against_a_stop() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s").unwrap();
+        let slot = manager.begin_run("s", usize::MAX).unwrap();
         let pending = pause(&slot, "c1", 1);
         manager.decide("s", &reply("confirm", None), None).unwrap();
 
@@ -442,7 +464,7 @@ mod tests {
     #[tokio::test]
     async fn a_stop_decides_an_undecided_pause_and_refuses_later_replies() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s").unwrap();
+        let slot = manager.begin_run("s", usize::MAX).unwrap();
         let pending = pause(&slot, "c1", 1);
 
         let decision = slot
@@ -465,7 +487,7 @@ mod tests {
     #[tokio::test]
     async fn a_second_reply_after_the_run_resumed_is_already_decided() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s").unwrap();
+        let slot = manager.begin_run("s", usize::MAX).unwrap();
         let pending = pause(&slot, "c1", 1);
         manager.decide("s", &reply("confirm", None), None).unwrap();
         assert_eq!(
@@ -485,7 +507,7 @@ mod tests {
     async fn concurrent_replies_yield_exactly_one_decision() {
         for round in 0..200 {
             let manager = ConfirmationManager::new();
-            let slot = manager.begin_run("s").unwrap();
+            let slot = manager.begin_run("s", usize::MAX).unwrap();
             let pending = pause(&slot, "c1", 1);
             let barrier = Arc::new(tokio::sync::Barrier::new(16));
             let replies: Vec<_> = (0..16)
@@ -524,7 +546,7 @@ mod tests {
             manager.decide("s", &reply("confirm", None), None),
             Err(DecideError::NoPending)
         );
-        let slot = manager.begin_run("s").unwrap();
+        let slot = manager.begin_run("s", usize::MAX).unwrap();
         assert_eq!(
             manager.decide("s", &reply("launch", None), Some("wrong")),
             Err(DecideError::NoPending),
@@ -565,7 +587,7 @@ mod tests {
     #[tokio::test]
     async fn only_the_offered_options_are_accepted() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s").unwrap();
+        let slot = manager.begin_run("s", usize::MAX).unwrap();
         let _pending = slot
             .pause("c1".into(), 1, vec![Action::Confirm, Action::Cancel])
             .unwrap_or_else(|_| panic!("slot owns its session"));
@@ -584,11 +606,14 @@ mod tests {
     #[tokio::test]
     async fn a_chat_message_supersedes_a_paused_run_but_not_a_streaming_one() {
         let manager = ConfirmationManager::new();
-        let old = manager.begin_run("s").unwrap();
-        assert_eq!(manager.begin_run("s").err(), Some(BeginError::SessionBusy));
+        let old = manager.begin_run("s", usize::MAX).unwrap();
+        assert_eq!(
+            manager.begin_run("s", usize::MAX).err(),
+            Some(BeginError::SessionBusy)
+        );
         let pending = pause(&old, "c1", 1);
 
-        let new = manager.begin_run("s").unwrap();
+        let new = manager.begin_run("s", usize::MAX).unwrap();
 
         assert_eq!(
             old.wait(pending, LONG, pending_reason()).await,
@@ -607,11 +632,14 @@ mod tests {
     #[tokio::test]
     async fn a_decided_but_not_yet_resumed_run_is_busy_not_superseded() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s").unwrap();
+        let slot = manager.begin_run("s", usize::MAX).unwrap();
         let pending = pause(&slot, "c1", 1);
         manager.decide("s", &reply("confirm", None), None).unwrap();
 
-        assert_eq!(manager.begin_run("s").err(), Some(BeginError::SessionBusy));
+        assert_eq!(
+            manager.begin_run("s", usize::MAX).err(),
+            Some(BeginError::SessionBusy)
+        );
         assert_eq!(
             slot.wait(pending, LONG, pending_reason()).await,
             Decision::Confirm
@@ -625,12 +653,12 @@ mod tests {
             .into_iter()
             .enumerate()
         {
-            let slot = manager.begin_run(&format!("s{i}")).unwrap();
+            let slot = manager.begin_run(&format!("s{i}"), usize::MAX).unwrap();
             let pending = pause(&slot, "c", 1);
             slot.wait(pending, LONG, async move { stop }).await;
             drop(slot);
         }
-        let slot = manager.begin_run("done").unwrap();
+        let slot = manager.begin_run("done", usize::MAX).unwrap();
         drop(slot);
 
         assert_eq!(manager.active_runs(), 0);
@@ -642,7 +670,7 @@ mod tests {
     #[tokio::test]
     async fn wait_until_empty_wakes_when_the_last_run_ends() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s").unwrap();
+        let slot = manager.begin_run("s", usize::MAX).unwrap();
         let waiter = tokio::spawn({
             let manager = manager.clone();
             async move { manager.wait_until_empty().await }
@@ -656,6 +684,22 @@ mod tests {
             .await
             .expect("woken")
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_full_registry_refuses_new_sessions_but_still_supersedes() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run("a", 1).unwrap();
+        let _pending = pause(&slot, "c1", 1);
+
+        assert_eq!(
+            manager.begin_run("b", 1).err(),
+            Some(BeginError::Overloaded)
+        );
+        assert!(
+            manager.begin_run("a", 1).is_ok(),
+            "a supersede does not grow the registry"
+        );
     }
 
     fn pending_reason() -> impl Future<Output = CancelReason> {

@@ -42,7 +42,9 @@ impl ChatError {
                 DecideError::Stale | DecideError::AlreadyDecided => StatusCode::CONFLICT,
             },
             ChatError::Begin(BeginError::SessionBusy) => StatusCode::CONFLICT,
-            ChatError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ChatError::Begin(BeginError::Overloaded) | ChatError::ShuttingDown => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -61,6 +63,7 @@ impl ChatError {
                 DecideError::AlreadyDecided => ErrorType::AlreadyDecided,
             },
             ChatError::Begin(BeginError::SessionBusy) => ErrorType::SessionBusy,
+            ChatError::Begin(BeginError::Overloaded) => ErrorType::Overloaded,
             ChatError::ShuttingDown => ErrorType::ShuttingDown,
         }
     }

@@ -15,12 +15,14 @@
 //! - [`sse`]: SSE framing and the streaming response body.
 //! - [`run`]: starts a run's task and ties it to its response.
 //! - [`routes`] and [`error`]: the HTTP handlers and the error-to-wire mapping.
+//! - [`metrics`]: the Prometheus metrics behind `GET /metrics`.
 //! - [`config`] and [`startup`]: settings, binding, serving, shutdown.
 
 pub mod config;
 pub mod confirmation;
 pub mod engine;
 pub mod error;
+pub mod metrics;
 pub mod protocol;
 pub mod routes;
 pub mod run;

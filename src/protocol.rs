@@ -84,6 +84,7 @@ pub enum ErrorType {
     InvalidConfirmAction,
     TaskFailed,
     ShuttingDown,
+    Overloaded,
     Internal,
 }
 
@@ -100,6 +101,7 @@ impl ErrorType {
             ErrorType::InvalidConfirmAction => "invalid_confirm_action",
             ErrorType::TaskFailed => "task_failed",
             ErrorType::ShuttingDown => "shutting_down",
+            ErrorType::Overloaded => "overloaded",
             ErrorType::Internal => "internal",
         }
     }

@@ -25,6 +25,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/api/v1/chat/stream", web::post().to(chat_stream))
         .route("/healthz", web::get().to(health))
         .route("/health", web::get().to(health))
+        .route("/readyz", web::get().to(ready))
+        .route("/metrics", web::get().to(metrics))
         .route("/", web::get().to(index))
         .route("/chatgate-client.mjs", web::get().to(client_module));
 }
@@ -46,8 +48,24 @@ async fn client_module() -> HttpResponse {
         .body(CLIENT_MJS)
 }
 
+/// Alive: answers as long as the process serves HTTP.
 async fn health() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+}
+
+/// Ready for new runs: 503 from the moment shutdown starts.
+async fn ready(state: web::Data<AppState>) -> HttpResponse {
+    if state.shutdown.is_cancelled() {
+        HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "shutting_down" }))
+    } else {
+        HttpResponse::Ok().json(serde_json::json!({ "status": "ready" }))
+    }
+}
+
+async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
+        .body(state.metrics.render(&state.manager))
 }
 
 /// `POST /api/v1/chat/stream`: a chat message starts a run; a
@@ -59,19 +77,28 @@ async fn chat_stream(
 ) -> HttpResponse {
     let request = match read_request(&req, payload).await {
         Ok(request) => request,
-        Err(err) => return err.to_response(""),
+        Err(err) => return refuse(&state, &err, ""),
     };
     let session_id = match request.session_id.clone() {
         Some(id) if is_valid_session_id(&id) => id,
         Some(_) => {
-            return ChatError::InvalidRequest(
+            let err = ChatError::InvalidRequest(
                 "session_id must be 1-128 characters of A-Z a-z 0-9 . _ : -".to_owned(),
-            )
-            .to_response("")
+            );
+            return refuse(&state, &err, "");
         }
         None => uuid::Uuid::new_v4().to_string(),
     };
-    handle(request, &session_id, &state).unwrap_or_else(|err| err.to_response(&session_id))
+    handle(request, &session_id, &state).unwrap_or_else(|err| refuse(&state, &err, &session_id))
+}
+
+/// Counts and answers a refused request.
+fn refuse(state: &AppState, err: &ChatError, session_id: &str) -> HttpResponse {
+    state.metrics.error(err.error_type());
+    if matches!(err, ChatError::MalformedReply(_) | ChatError::Decide(_)) {
+        state.metrics.decision("reply", "refused");
+    }
+    err.to_response(session_id)
 }
 
 fn handle(
@@ -115,7 +142,7 @@ fn handle(
     if state.shutdown.is_cancelled() {
         return Err(ChatError::ShuttingDown);
     }
-    let slot = state.manager.begin_run(session_id)?;
+    let slot = state.manager.begin_run(session_id, state.max_runs)?;
     Ok(run::start(state, slot, message))
 }
 

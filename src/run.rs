@@ -26,7 +26,12 @@ const RUN_CHANNEL_CAPACITY: usize = 16;
 pub fn start(state: &AppState, slot: RunSlot, message: String) -> HttpResponse {
     let (chunk_tx, chunk_rx) = mpsc::channel(RUN_CHANNEL_CAPACITY);
     let client_gone = CancellationToken::new();
-    let response = sse::event_stream(chunk_rx, state.keep_alive, client_gone.clone().drop_guard());
+    let response = sse::event_stream(
+        chunk_rx,
+        state.keep_alive,
+        client_gone.clone().drop_guard(),
+        state.metrics.clone(),
+    );
     let ctx = RunContext::new(
         message,
         slot,
@@ -34,6 +39,7 @@ pub fn start(state: &AppState, slot: RunSlot, message: String) -> HttpResponse {
         chunk_tx,
         client_gone.clone(),
         state.shutdown.clone(),
+        state.metrics.clone(),
     );
     tokio::spawn(drive(state.engine.clone(), ctx, client_gone));
     response

@@ -8,6 +8,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::io::Write;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::DropGuard;
 
+use crate::metrics::Metrics;
 use crate::protocol::Chunk;
 
 /// The SSE comment written while a stream is idle.
@@ -60,12 +62,16 @@ pub fn event_stream(
     chunk_rx: mpsc::Receiver<Box<Chunk>>,
     keep_alive: Duration,
     on_drop: DropGuard,
+    metrics: Arc<Metrics>,
 ) -> HttpResponse {
+    metrics.open_streams.inc();
     builder(StatusCode::OK).streaming(ChunkStream {
         chunk_rx,
         keep_alive,
         idle: Box::pin(tokio::time::sleep(keep_alive)),
         _on_drop: on_drop,
+        opened: Some(std::time::Instant::now()),
+        metrics,
     })
 }
 
@@ -77,6 +83,15 @@ struct ChunkStream {
     keep_alive: Duration,
     idle: Pin<Box<Sleep>>,
     _on_drop: DropGuard,
+    /// Set until the first chunk is written, for the time-to-first-chunk metric.
+    opened: Option<std::time::Instant>,
+    metrics: Arc<Metrics>,
+}
+
+impl Drop for ChunkStream {
+    fn drop(&mut self) {
+        self.metrics.open_streams.dec();
+    }
 }
 
 impl Stream for ChunkStream {
@@ -86,6 +101,9 @@ impl Stream for ChunkStream {
         let this = &mut *self;
         match this.chunk_rx.poll_recv(cx) {
             Poll::Ready(Some(chunk)) => {
+                if let Some(opened) = this.opened.take() {
+                    this.metrics.first_chunk_after(opened.elapsed());
+                }
                 this.idle.as_mut().reset(Instant::now() + this.keep_alive);
                 Poll::Ready(Some(Ok(encode(&chunk))))
             }

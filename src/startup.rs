@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Settings;
 use crate::confirmation::ConfirmationManager;
 use crate::engine::{self, Engine, RunSettings, ENGINE_NAMES};
+use crate::metrics::Metrics;
 use crate::routes;
 
 /// What every handler shares. Cheap to clone.
@@ -24,6 +25,9 @@ pub struct AppState {
     pub engine: Arc<dyn Engine>,
     pub run_settings: RunSettings,
     pub keep_alive: Duration,
+    /// Runs the registry may hold; new sessions beyond it get 503 `overloaded`.
+    pub max_runs: usize,
+    pub metrics: Arc<Metrics>,
     /// Cancelled once, when shutdown starts; every run watches it.
     pub shutdown: CancellationToken,
 }
@@ -65,6 +69,8 @@ impl Application {
             engine,
             run_settings: settings.run_settings(),
             keep_alive: Duration::from_secs(settings.keep_alive_secs),
+            max_runs: settings.max_runs,
+            metrics: Arc::new(Metrics::new()),
             shutdown: CancellationToken::new(),
         };
         let data = web::Data::new(state.clone());
@@ -112,6 +118,10 @@ impl Application {
     /// The run registry, for inspection (tests, metrics).
     pub fn manager(&self) -> ConfirmationManager {
         self.state.manager.clone()
+    }
+
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.state.metrics.clone()
     }
 
     /// Cancelling this token shuts the server down exactly like SIGTERM.

@@ -11,7 +11,7 @@
 pub mod planner;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value};
@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::confirmation::{Decision, RunSlot};
+use crate::metrics::Metrics;
 use crate::protocol::{
     Action, CancelReason, Chunk, ChunkType, ConfirmationData, ErrorType, RiskLevel, TaskSpec,
 };
@@ -86,6 +87,7 @@ pub struct RunContext {
     round: u32,
     client_gone: CancellationToken,
     shutdown: CancellationToken,
+    metrics: Arc<Metrics>,
 }
 
 impl RunContext {
@@ -96,6 +98,7 @@ impl RunContext {
         chunk_tx: mpsc::Sender<Box<Chunk>>,
         client_gone: CancellationToken,
         shutdown: CancellationToken,
+        metrics: Arc<Metrics>,
     ) -> RunContext {
         RunContext {
             message,
@@ -106,6 +109,7 @@ impl RunContext {
             round: 0,
             client_gone,
             shutdown,
+            metrics,
         }
     }
 
@@ -218,7 +222,16 @@ impl RunContext {
                 }
             }
         };
+        let paused_at = Instant::now();
         let decision = self.slot.wait(pending, timeout, stop).await;
+        self.metrics.confirmation_waited(paused_at.elapsed());
+        let decided_by = match &decision {
+            Decision::Confirm => "confirm",
+            Decision::Modify(_) => "modify",
+            Decision::Cancel(CancelReason::User) => "cancel",
+            Decision::Cancel(reason) => reason.as_str(),
+        };
+        self.metrics.decision(decided_by, "accepted");
 
         let action = match &decision {
             Decision::Confirm => Action::Confirm,
@@ -275,9 +288,11 @@ impl RunContext {
             Err(RunError::Failed {
                 error_type,
                 message,
-            }) => this
-                .chunk(ChunkType::Error, message)
-                .with_meta("error_type", error_type.as_str()),
+            }) => {
+                this.metrics.error(error_type);
+                this.chunk(ChunkType::Error, message)
+                    .with_meta("error_type", error_type.as_str())
+            }
         };
         let RunContext { slot, chunk_tx, .. } = this;
         drop(slot);

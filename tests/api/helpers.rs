@@ -1,10 +1,13 @@
 //! A real server on a free port, and small typed helpers to talk to it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use chatgate::config::Settings;
 use chatgate::confirmation::ConfirmationManager;
+use chatgate::engine::planner::PlannerEngine;
+use chatgate::engine::Engine;
 use chatgate::protocol::{Chunk, ChunkType};
 use chatgate::startup::Application;
 use futures_util::StreamExt;
@@ -32,11 +35,19 @@ pub async fn spawn_app() -> TestApp {
 
 /// Starts a server with the defaults adjusted by `configure`.
 pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn_app_with_engine(configure, Arc::new(PlannerEngine)).await
+}
+
+/// Starts a server with a given engine.
+pub async fn spawn_app_with_engine(
+    configure: impl FnOnce(&mut Settings),
+    engine: Arc<dyn Engine>,
+) -> TestApp {
     let mut settings = Settings::for_bind("127.0.0.1:0");
     settings.step_delay_ms = 0;
     settings.workers = Some(2);
     configure(&mut settings);
-    let app = Application::build(settings).expect("server builds");
+    let app = Application::build_with_engine(settings, engine).expect("server builds");
     let test_app = TestApp {
         address: format!("http://{}", app.address()),
         client: reqwest::Client::new(),

@@ -4,4 +4,5 @@ mod confirm;
 mod errors;
 mod helpers;
 mod lifecycle;
+mod operations;
 mod stream;

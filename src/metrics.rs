@@ -1,0 +1,123 @@
+//! Process metrics, exposed at `GET /metrics` in the Prometheus/OpenMetrics
+//! text format. No session id is ever a label: label values come from small
+//! fixed sets (actions, outcomes, error types).
+
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::confirmation::ConfirmationManager;
+use crate::protocol::ErrorType;
+
+type Labels = [(&'static str, &'static str); 2];
+
+/// Every metric of the process. Cheap to share behind an `Arc`.
+pub struct Metrics {
+    registry: Registry,
+    /// SSE streams of live runs currently open (attached to a client).
+    pub open_streams: Gauge,
+    paused_runs: Gauge,
+    active_runs: Gauge,
+    decisions: Family<Labels, Counter>,
+    errors: Family<[(&'static str, &'static str); 1], Counter>,
+    confirmation_wait: Histogram,
+    first_chunk: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("chatgate");
+        let open_streams = Gauge::default();
+        let paused_runs = Gauge::default();
+        let active_runs = Gauge::default();
+        let decisions = Family::<Labels, Counter>::default();
+        let errors = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        // 10 ms .. ~1.4 h: a pause lasts from a scripted instant to a human's hour.
+        let confirmation_wait = Histogram::new(exponential_buckets(0.01, 4.0, 10));
+        // 50 µs .. ~13 s.
+        let first_chunk = Histogram::new(exponential_buckets(0.000_05, 4.0, 10));
+        registry.register(
+            "open_streams",
+            "Open SSE streams of live runs",
+            open_streams.clone(),
+        );
+        registry.register(
+            "active_runs",
+            "Runs registered (streaming, paused or detached)",
+            active_runs.clone(),
+        );
+        registry.register(
+            "paused_runs",
+            "Runs paused on an undecided confirmation",
+            paused_runs.clone(),
+        );
+        registry.register(
+            "confirmation_decisions",
+            "Decisions on confirmations by action (confirm, modify, cancel, timeout, superseded, client_gone, shutdown) and outcome (accepted, refused)",
+            decisions.clone(),
+        );
+        registry.register("errors", "Error chunks sent, by error_type", errors.clone());
+        registry.register(
+            "confirmation_wait_seconds",
+            "Time from a confirmation request to its decision",
+            confirmation_wait.clone(),
+        );
+        registry.register(
+            "time_to_first_chunk_seconds",
+            "Time from accepting a run to writing its first chunk",
+            first_chunk.clone(),
+        );
+        Metrics {
+            registry,
+            open_streams,
+            paused_runs,
+            active_runs,
+            decisions,
+            errors,
+            confirmation_wait,
+            first_chunk,
+        }
+    }
+
+    pub fn decision(&self, action: &'static str, outcome: &'static str) {
+        self.decisions
+            .get_or_create(&[("action", action), ("outcome", outcome)])
+            .inc();
+    }
+
+    pub fn error(&self, error_type: ErrorType) {
+        self.errors
+            .get_or_create(&[("error_type", error_type.as_str())])
+            .inc();
+    }
+
+    pub fn confirmation_waited(&self, waited: Duration) {
+        self.confirmation_wait.observe(waited.as_secs_f64());
+    }
+
+    pub fn first_chunk_after(&self, elapsed: Duration) {
+        self.first_chunk.observe(elapsed.as_secs_f64());
+    }
+
+    /// The text exposition, with the registry gauges read fresh.
+    pub fn render(&self, manager: &ConfirmationManager) -> String {
+        let counts = manager.counts();
+        self.active_runs.set(counts.active as i64);
+        self.paused_runs.set(counts.paused as i64);
+        let mut out = String::with_capacity(4096);
+        // Writing into a String cannot fail.
+        encode(&mut out, &self.registry).expect("encode metrics into a String");
+        out
+    }
+}

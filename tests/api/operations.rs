@@ -1,0 +1,119 @@
+//! Operations: readiness, metrics, limits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatgate::engine::{Completion, Engine, RunContext, RunError};
+use chatgate::protocol::ChunkType;
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+
+use crate::helpers::{error_type, one_chunk, spawn_app_with, spawn_app_with_engine};
+
+async fn get(app: &crate::helpers::TestApp, path: &str) -> (u16, String) {
+    let response = app
+        .client
+        .get(format!("{}{path}", app.address))
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+/// Streams one chunk, then works for two seconds without watching for
+/// shutdown: it keeps the server draining long enough to be observed.
+struct SlowToStopEngine;
+
+impl Engine for SlowToStopEngine {
+    fn run<'a>(&'a self, ctx: &'a mut RunContext) -> BoxFuture<'a, Result<Completion, RunError>> {
+        async move {
+            ctx.emit(ChunkType::Status, "working").await?;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            Ok(Completion::default())
+        }
+        .boxed()
+    }
+}
+
+#[tokio::test]
+async fn readyz_turns_503_at_once_on_shutdown_and_new_runs_are_refused() {
+    let app = spawn_app_with_engine(|_| {}, Arc::new(SlowToStopEngine)).await;
+    let mut draining = app.open("held", "keep me busy").await;
+    draining.next_chunk().await.unwrap();
+    assert_eq!(get(&app, "/readyz").await.0, 200);
+
+    app.shutdown.cancel();
+    let (ready, _) = get(&app, "/readyz").await;
+    let (alive, _) = get(&app, "/healthz").await;
+    let response = app.chat("late", "hello?").await;
+    let retry_after = response.headers().get("retry-after").cloned();
+    let (status, chunk) = one_chunk(response).await;
+
+    assert_eq!(ready, 503);
+    assert_eq!(alive, 200, "alive while draining");
+    assert_eq!(status, 503);
+    assert_eq!(error_type(&chunk), "shutting_down");
+    assert!(retry_after.is_some());
+    assert!(draining.finish().await.finished);
+}
+
+#[tokio::test]
+async fn metrics_count_decisions_errors_and_runs_without_session_ids() {
+    let app = spawn_app_with(|s| s.confirm_timeout_secs = 1).await;
+    let (mut confirmed, _) = app.open_paused("secret-session-1", "do a").await;
+    app.reply("secret-session-1", "CONFIRM_ACTION:nope").await;
+    app.reply("secret-session-1", "CONFIRM_ACTION:confirm")
+        .await;
+    confirmed.finish().await;
+    let (mut timed_out, _) = app.open_paused("secret-session-2", "do b").await;
+    timed_out.finish().await;
+    let (_held, _) = app.open_paused("secret-session-3", "do c").await;
+
+    let (status, text) = get(&app, "/metrics").await;
+
+    assert_eq!(status, 200);
+    for line in [
+        r#"chatgate_confirmation_decisions_total{action="confirm",outcome="accepted"} 1"#,
+        r#"chatgate_confirmation_decisions_total{action="timeout",outcome="accepted"} 1"#,
+        r#"chatgate_confirmation_decisions_total{action="reply",outcome="refused"} 1"#,
+        r#"chatgate_errors_total{error_type="invalid_confirm_action"} 1"#,
+        "chatgate_paused_runs 1",
+        "chatgate_active_runs 1",
+        "chatgate_open_streams 1",
+        "chatgate_confirmation_wait_seconds_count 2",
+        "chatgate_time_to_first_chunk_seconds_count 3",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+    assert!(!text.contains("secret-session"), "no session id in metrics");
+}
+
+#[tokio::test]
+async fn beyond_max_runs_new_sessions_get_503_overloaded_and_existing_runs_go_on() {
+    let app = spawn_app_with(|s| s.max_runs = 2).await;
+    let (mut a, _) = app.open_paused("a", "one").await;
+    let (mut b, _) = app.open_paused("b", "two").await;
+
+    let response = app.chat("c", "three").await;
+    let retry_after = response.headers().get("retry-after").cloned();
+    let (status, chunk) = one_chunk(response).await;
+
+    assert_eq!(status, 503);
+    assert_eq!(error_type(&chunk), "overloaded");
+    assert!(
+        retry_after.is_some(),
+        "Retry-After tells clients when to come back"
+    );
+    for (session, stream) in [("a", &mut a), ("b", &mut b)] {
+        let (status, _) = app.reply(session, "CONFIRM_ACTION:confirm").await;
+        assert_eq!(status, 200);
+        assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    }
+    app.registry_drains().await;
+    let (mut c, _) = app.open_paused("c", "three").await;
+    app.reply("c", "CONFIRM_ACTION:cancel").await;
+    assert_eq!(c.finish().await.chunk_type, ChunkType::Cancelled);
+}
