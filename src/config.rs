@@ -16,6 +16,8 @@ pub const STEP_DELAY_MS: u64 = 100;
 pub const MAX_ROUNDS: u32 = 5;
 /// Default of `--shutdown-timeout-secs`: how long shutdown waits for streams to end.
 pub const SHUTDOWN_TIMEOUT_SECS: u64 = 10;
+/// Default of `--request-timeout-secs`: time allowed for request headers, and for the body.
+pub const REQUEST_TIMEOUT_SECS: u64 = 5;
 /// Default of `--max-runs`: runs held at once (the open-files limit is 20,000).
 pub const MAX_RUNS: usize = 20_000;
 
@@ -53,6 +55,29 @@ pub struct Settings {
     /// Runs held at once; beyond it new runs get 503 `overloaded` with Retry-After.
     #[arg(long, env = "CHATGATE_MAX_RUNS", default_value_t = MAX_RUNS)]
     pub max_runs: usize,
+    /// API key clients must send as `Authorization: Bearer KEY` (repeatable;
+    /// in the env var, comma-separated). Without keys the chat endpoint is open.
+    #[arg(
+        long = "api-key",
+        env = "CHATGATE_API_KEY",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys: Vec<String>,
+    /// File of API keys, one per line (`#` comments allowed).
+    #[arg(long, env = "CHATGATE_API_KEYS_FILE")]
+    pub api_keys_file: Option<std::path::PathBuf>,
+    /// Browser origin allowed to call the API cross-site (repeatable; none by default).
+    #[arg(
+        long = "cors-origin",
+        env = "CHATGATE_CORS_ORIGIN",
+        value_delimiter = ','
+    )]
+    pub cors_origins: Vec<String>,
+    /// Seconds a client may take to send request headers, and again its body.
+    #[arg(long, env = "CHATGATE_REQUEST_TIMEOUT_SECS", default_value_t = REQUEST_TIMEOUT_SECS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout_secs: u64,
     /// Seconds shutdown waits for open streams to send their final chunk.
     #[arg(long, env = "CHATGATE_SHUTDOWN_TIMEOUT_SECS", default_value_t = SHUTDOWN_TIMEOUT_SECS)]
     pub shutdown_timeout_secs: u64,

@@ -47,6 +47,24 @@ pub enum BeginError {
     Overloaded,
 }
 
+/// Identifies a session in the registry: the session id within the
+/// namespace of the API key that started it (`None` when keys are off).
+/// Runs of one key are invisible to every other key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionKey {
+    pub owner: Option<u32>,
+    pub session_id: String,
+}
+
+impl SessionKey {
+    pub fn new(owner: Option<u32>, session_id: &str) -> SessionKey {
+        SessionKey {
+            owner,
+            session_id: session_id.to_owned(),
+        }
+    }
+}
+
 /// A snapshot of the registry, for metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunCounts {
@@ -88,7 +106,7 @@ pub struct ConfirmationManager {
 
 #[derive(Default)]
 struct Shared {
-    sessions: Mutex<HashMap<String, Entry>>,
+    sessions: Mutex<HashMap<SessionKey, Entry>>,
     next_run_id: AtomicU64,
     /// Woken whenever an entry is removed; see [`ConfirmationManager::wait_until_empty`].
     entry_removed: Notify,
@@ -115,7 +133,7 @@ impl ConfirmationManager {
         ConfirmationManager::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<SessionKey, Entry>> {
         // A panic while holding this lock leaves plain data behind (no
         // invariant spans two fields), so a poisoned lock is still usable.
         self.shared
@@ -129,13 +147,13 @@ impl ConfirmationManager {
     /// a run that is streaming, or whose decision is on its way, keeps the
     /// session and the new run is refused. A new session is refused when
     /// `max_runs` runs are registered already.
-    pub fn begin_run(&self, session_id: &str, max_runs: usize) -> Result<RunSlot, BeginError> {
+    pub fn begin_run(&self, key: SessionKey, max_runs: usize) -> Result<RunSlot, BeginError> {
         let run_id = self.shared.next_run_id.fetch_add(1, Ordering::Relaxed);
         let mut sessions = self.lock();
-        if !sessions.contains_key(session_id) && sessions.len() >= max_runs {
+        if !sessions.contains_key(&key) && sessions.len() >= max_runs {
             return Err(BeginError::Overloaded);
         }
-        if let Some(entry) = sessions.get_mut(session_id) {
+        if let Some(entry) = sessions.get_mut(&key) {
             let decide_tx = entry
                 .pause
                 .as_mut()
@@ -146,7 +164,7 @@ impl ConfirmationManager {
             let _ = decide_tx.send(Decision::Cancel(CancelReason::Superseded));
         }
         sessions.insert(
-            session_id.to_owned(),
+            key.clone(),
             Entry {
                 run_id,
                 pause: None,
@@ -154,7 +172,7 @@ impl ConfirmationManager {
         );
         Ok(RunSlot {
             manager: self.clone(),
-            session_id: session_id.to_owned(),
+            key,
             run_id,
         })
     }
@@ -163,13 +181,13 @@ impl ConfirmationManager {
     /// A refused reply leaves the pause exactly as it was.
     pub fn decide(
         &self,
-        session_id: &str,
+        key: &SessionKey,
         reply: &ReplyMessage,
         confirmation_id: Option<&str>,
     ) -> Result<Accepted, DecideError> {
         let mut sessions = self.lock();
         let pause = sessions
-            .get_mut(session_id)
+            .get_mut(key)
             .and_then(|entry| entry.pause.as_mut())
             .ok_or(DecideError::NoPending)?;
         let action = Action::from_word(&reply.action)
@@ -245,7 +263,7 @@ impl ConfirmationManager {
 /// Dropping it frees the entry.
 pub struct RunSlot {
     manager: ConfirmationManager,
-    session_id: String,
+    key: SessionKey,
     run_id: u64,
 }
 
@@ -256,7 +274,7 @@ pub struct PendingDecision {
 
 impl RunSlot {
     pub fn session_id(&self) -> &str {
-        &self.session_id
+        &self.key.session_id
     }
 
     /// Registers a pause. Replies are accepted from this moment on, so call it
@@ -269,7 +287,7 @@ impl RunSlot {
     ) -> Result<PendingDecision, CancelReason> {
         let (decide_tx, decide_rx) = oneshot::channel();
         let mut sessions = self.manager.lock();
-        match sessions.get_mut(&self.session_id) {
+        match sessions.get_mut(&self.key) {
             Some(entry) if entry.run_id == self.run_id => {
                 entry.pause = Some(Pause {
                     confirmation_id,
@@ -317,7 +335,7 @@ impl RunSlot {
     ) -> Decision {
         let mut sessions = self.manager.lock();
         let entry = sessions
-            .get_mut(&self.session_id)
+            .get_mut(&self.key)
             .filter(|entry| entry.run_id == self.run_id);
         let Some(entry) = entry else {
             // Superseded: the superseding run sent the decision before replacing us.
@@ -343,10 +361,10 @@ impl Drop for RunSlot {
     fn drop(&mut self) {
         let mut sessions = self.manager.lock();
         if sessions
-            .get(&self.session_id)
+            .get(&self.key)
             .is_some_and(|entry| entry.run_id == self.run_id)
         {
-            sessions.remove(&self.session_id);
+            sessions.remove(&self.key);
         }
         drop(sessions);
         // Woken after the lock is released.
@@ -358,6 +376,30 @@ impl Drop for RunSlot {
 mod tests {
     use super::*;
     use std::future::pending;
+
+    fn key(session_id: &str) -> SessionKey {
+        SessionKey::new(None, session_id)
+    }
+
+    #[tokio::test]
+    async fn sessions_of_different_owners_never_meet() {
+        let manager = ConfirmationManager::new();
+        let mine = manager
+            .begin_run(SessionKey::new(Some(1), "s"), usize::MAX)
+            .unwrap();
+        let _pending = pause(&mine, "c1", 1);
+
+        let theirs = manager.decide(
+            &SessionKey::new(Some(2), "s"),
+            &reply("confirm", None),
+            None,
+        );
+        let their_run = manager.begin_run(SessionKey::new(Some(2), "s"), usize::MAX);
+
+        assert_eq!(theirs, Err(DecideError::NoPending));
+        assert!(their_run.is_ok(), "another owner's run lives beside mine");
+        assert_eq!(manager.paused_runs(), 1, "mine is untouched");
+    }
 
     fn reply(action: &str, text: Option<&str>) -> ReplyMessage {
         ReplyMessage {
@@ -376,9 +418,11 @@ mod tests {
     #[tokio::test]
     async fn a_reply_that_lands_before_the_wait_is_not_lost() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s", usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
         let pending = pause(&slot, "c1", 1);
-        manager.decide("s", &reply("confirm", None), None).unwrap();
+        manager
+            .decide(&key("s"), &reply("confirm", None), None)
+            .unwrap();
 
         let decision = slot.wait(pending, LONG, pending_reason()).await;
 
@@ -389,10 +433,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_decision_does_not_leak_into_the_next_round() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s", usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
         let first = pause(&slot, "c1", 1);
         manager
-            .decide("s", &reply("modify", Some("more")), None)
+            .decide(&key("s"), &reply("modify", Some("more")), None)
             .unwrap();
         assert_eq!(
             slot.wait(first, LONG, pending_reason()).await,
@@ -411,7 +455,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn timeout_cancels_and_later_replies_find_nothing_pending() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s", usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
         let pending = pause(&slot, "c1", 1);
 
         let decision = slot
@@ -422,7 +466,7 @@ mod tests {
         assert_eq!(manager.paused_runs(), 0);
         drop(slot); // the run ends
         assert_eq!(
-            manager.decide("s", &reply("confirm", None), None),
+            manager.decide(&key("s"), &reply("confirm", None), None),
             Err(DecideError::NoPending)
         );
     }
@@ -430,13 +474,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_reply_just_before_the_deadline_wins() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s", usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
         let pending = pause(&slot, "c1", 1);
         let replier = {
             let manager = manager.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(9_999)).await;
-                manager.decide("s", &reply("confirm", None), None)
+                manager.decide(&key("s"), &reply("confirm", None), None)
             })
         };
 
@@ -451,9 +495,11 @@ mod tests {
     #[tokio::test]
     async fn a_decision_already_sent_stands_against_a_stop() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s", usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
         let pending = pause(&slot, "c1", 1);
-        manager.decide("s", &reply("confirm", None), None).unwrap();
+        manager
+            .decide(&key("s"), &reply("confirm", None), None)
+            .unwrap();
 
         // settle() is what runs when stop or timeout fires first in select!.
         let decision = slot.settle(pending.decide_rx, CancelReason::Shutdown);
@@ -464,7 +510,7 @@ mod tests {
     #[tokio::test]
     async fn a_stop_decides_an_undecided_pause_and_refuses_later_replies() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s", usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
         let pending = pause(&slot, "c1", 1);
 
         let decision = slot
@@ -473,13 +519,13 @@ mod tests {
 
         assert_eq!(decision, Decision::Cancel(CancelReason::ClientGone));
         assert_eq!(
-            manager.decide("s", &reply("confirm", None), None),
+            manager.decide(&key("s"), &reply("confirm", None), None),
             Err(DecideError::AlreadyDecided),
             "the stop was the decision"
         );
         drop(slot);
         assert_eq!(
-            manager.decide("s", &reply("confirm", None), None),
+            manager.decide(&key("s"), &reply("confirm", None), None),
             Err(DecideError::NoPending)
         );
     }
@@ -487,16 +533,18 @@ mod tests {
     #[tokio::test]
     async fn a_second_reply_after_the_run_resumed_is_already_decided() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s", usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
         let pending = pause(&slot, "c1", 1);
-        manager.decide("s", &reply("confirm", None), None).unwrap();
+        manager
+            .decide(&key("s"), &reply("confirm", None), None)
+            .unwrap();
         assert_eq!(
             slot.wait(pending, LONG, pending_reason()).await,
             Decision::Confirm
         );
 
         // The run is executing now; the pause it came from is decided.
-        let second = manager.decide("s", &reply("confirm", None), Some("c1"));
+        let second = manager.decide(&key("s"), &reply("confirm", None), Some("c1"));
 
         assert_eq!(second, Err(DecideError::AlreadyDecided));
         assert_eq!(manager.paused_runs(), 0);
@@ -507,7 +555,7 @@ mod tests {
     async fn concurrent_replies_yield_exactly_one_decision() {
         for round in 0..200 {
             let manager = ConfirmationManager::new();
-            let slot = manager.begin_run("s", usize::MAX).unwrap();
+            let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
             let pending = pause(&slot, "c1", 1);
             let barrier = Arc::new(tokio::sync::Barrier::new(16));
             let replies: Vec<_> = (0..16)
@@ -516,7 +564,7 @@ mod tests {
                     let action = ["confirm", "cancel"][i % 2];
                     tokio::spawn(async move {
                         barrier.wait().await;
-                        manager.decide("s", &reply(action, None), None)
+                        manager.decide(&key("s"), &reply(action, None), None)
                     })
                 })
                 .collect();
@@ -543,39 +591,39 @@ mod tests {
     async fn refused_replies_are_checked_in_the_documented_order_and_change_nothing() {
         let manager = ConfirmationManager::new();
         assert_eq!(
-            manager.decide("s", &reply("confirm", None), None),
+            manager.decide(&key("s"), &reply("confirm", None), None),
             Err(DecideError::NoPending)
         );
-        let slot = manager.begin_run("s", usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
         assert_eq!(
-            manager.decide("s", &reply("launch", None), Some("wrong")),
+            manager.decide(&key("s"), &reply("launch", None), Some("wrong")),
             Err(DecideError::NoPending),
             "a streaming run has nothing pending"
         );
         let pending = pause(&slot, "c1", 1);
 
         assert!(matches!(
-            manager.decide("s", &reply("launch", None), Some("wrong")),
+            manager.decide(&key("s"), &reply("launch", None), Some("wrong")),
             Err(DecideError::NotOffered { .. })
         ));
         assert!(matches!(
-            manager.decide("s", &reply("modify", Some("  ")), Some("wrong")),
+            manager.decide(&key("s"), &reply("modify", Some("  ")), Some("wrong")),
             Err(DecideError::ModifyWithoutText { .. })
         ));
         assert_eq!(
-            manager.decide("s", &reply("confirm", None), Some("wrong")),
+            manager.decide(&key("s"), &reply("confirm", None), Some("wrong")),
             Err(DecideError::Stale)
         );
         let accepted = manager
-            .decide("s", &reply("confirm", None), Some("c1"))
+            .decide(&key("s"), &reply("confirm", None), Some("c1"))
             .unwrap();
         assert_eq!(accepted.confirmation_round, 1);
         assert_eq!(
-            manager.decide("s", &reply("confirm", None), Some("wrong")),
+            manager.decide(&key("s"), &reply("confirm", None), Some("wrong")),
             Err(DecideError::Stale)
         );
         assert_eq!(
-            manager.decide("s", &reply("cancel", None), None),
+            manager.decide(&key("s"), &reply("cancel", None), None),
             Err(DecideError::AlreadyDecided)
         );
         assert_eq!(
@@ -587,12 +635,12 @@ mod tests {
     #[tokio::test]
     async fn only_the_offered_options_are_accepted() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s", usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
         let _pending = slot
             .pause("c1".into(), 1, vec![Action::Confirm, Action::Cancel])
             .unwrap_or_else(|_| panic!("slot owns its session"));
 
-        let refused = manager.decide("s", &reply("modify", Some("x")), None);
+        let refused = manager.decide(&key("s"), &reply("modify", Some("x")), None);
 
         assert_eq!(
             refused,
@@ -606,14 +654,14 @@ mod tests {
     #[tokio::test]
     async fn a_chat_message_supersedes_a_paused_run_but_not_a_streaming_one() {
         let manager = ConfirmationManager::new();
-        let old = manager.begin_run("s", usize::MAX).unwrap();
+        let old = manager.begin_run(key("s"), usize::MAX).unwrap();
         assert_eq!(
-            manager.begin_run("s", usize::MAX).err(),
+            manager.begin_run(key("s"), usize::MAX).err(),
             Some(BeginError::SessionBusy)
         );
         let pending = pause(&old, "c1", 1);
 
-        let new = manager.begin_run("s", usize::MAX).unwrap();
+        let new = manager.begin_run(key("s"), usize::MAX).unwrap();
 
         assert_eq!(
             old.wait(pending, LONG, pending_reason()).await,
@@ -632,12 +680,14 @@ mod tests {
     #[tokio::test]
     async fn a_decided_but_not_yet_resumed_run_is_busy_not_superseded() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s", usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
         let pending = pause(&slot, "c1", 1);
-        manager.decide("s", &reply("confirm", None), None).unwrap();
+        manager
+            .decide(&key("s"), &reply("confirm", None), None)
+            .unwrap();
 
         assert_eq!(
-            manager.begin_run("s", usize::MAX).err(),
+            manager.begin_run(key("s"), usize::MAX).err(),
             Some(BeginError::SessionBusy)
         );
         assert_eq!(
@@ -653,12 +703,14 @@ mod tests {
             .into_iter()
             .enumerate()
         {
-            let slot = manager.begin_run(&format!("s{i}"), usize::MAX).unwrap();
+            let slot = manager
+                .begin_run(key(&format!("s{i}")), usize::MAX)
+                .unwrap();
             let pending = pause(&slot, "c", 1);
             slot.wait(pending, LONG, async move { stop }).await;
             drop(slot);
         }
-        let slot = manager.begin_run("done", usize::MAX).unwrap();
+        let slot = manager.begin_run(key("done"), usize::MAX).unwrap();
         drop(slot);
 
         assert_eq!(manager.active_runs(), 0);
@@ -670,7 +722,7 @@ mod tests {
     #[tokio::test]
     async fn wait_until_empty_wakes_when_the_last_run_ends() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("s", usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
         let waiter = tokio::spawn({
             let manager = manager.clone();
             async move { manager.wait_until_empty().await }
@@ -689,15 +741,15 @@ mod tests {
     #[tokio::test]
     async fn a_full_registry_refuses_new_sessions_but_still_supersedes() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run("a", 1).unwrap();
+        let slot = manager.begin_run(key("a"), 1).unwrap();
         let _pending = pause(&slot, "c1", 1);
 
         assert_eq!(
-            manager.begin_run("b", 1).err(),
+            manager.begin_run(key("b"), 1).err(),
             Some(BeginError::Overloaded)
         );
         assert!(
-            manager.begin_run("a", 1).is_ok(),
+            manager.begin_run(key("a"), 1).is_ok(),
             "a supersede does not grow the registry"
         );
     }

@@ -1,6 +1,7 @@
 //! Every way a request can be refused, and its status and `error_type`.
 //! This is the one place that maps errors to the wire.
 
+use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::HttpResponse;
 use serde_json::Value;
@@ -25,6 +26,12 @@ pub enum ChatError {
     Begin(#[from] BeginError),
     #[error("the server is shutting down; retry on another replica or later")]
     ShuttingDown,
+    #[error("missing or unknown API key: send `Authorization: Bearer <key>`")]
+    Unauthorized,
+    #[error("cross-site requests from this origin are not allowed")]
+    ForbiddenOrigin,
+    #[error("the request body did not arrive in time")]
+    RequestTimeout,
 }
 
 impl ChatError {
@@ -45,6 +52,9 @@ impl ChatError {
             ChatError::Begin(BeginError::Overloaded) | ChatError::ShuttingDown => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
+            ChatError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ChatError::ForbiddenOrigin => StatusCode::FORBIDDEN,
+            ChatError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -65,6 +75,9 @@ impl ChatError {
             ChatError::Begin(BeginError::SessionBusy) => ErrorType::SessionBusy,
             ChatError::Begin(BeginError::Overloaded) => ErrorType::Overloaded,
             ChatError::ShuttingDown => ErrorType::ShuttingDown,
+            ChatError::Unauthorized => ErrorType::Unauthorized,
+            ChatError::ForbiddenOrigin => ErrorType::ForbiddenOrigin,
+            ChatError::RequestTimeout => ErrorType::RequestTimeout,
         }
     }
 
@@ -90,14 +103,14 @@ impl ChatError {
             let names: Vec<Value> = options.iter().map(|a| Value::from(a.as_str())).collect();
             chunk = chunk.with_meta("options", names);
         }
+        let mut response = sse::single_chunk(self.status(), &chunk);
+        let headers = response.headers_mut();
         if self.status() == StatusCode::SERVICE_UNAVAILABLE {
-            let mut response = sse::single_chunk(self.status(), &chunk);
-            response.headers_mut().insert(
-                actix_web::http::header::RETRY_AFTER,
-                actix_web::http::header::HeaderValue::from_static("1"),
-            );
-            return response;
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
-        sse::single_chunk(self.status(), &chunk)
+        if matches!(self, ChatError::Unauthorized) {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
     }
 }

@@ -15,9 +15,11 @@
 //! - [`sse`]: SSE framing and the streaming response body.
 //! - [`run`]: starts a run's task and ties it to its response.
 //! - [`routes`] and [`error`]: the HTTP handlers and the error-to-wire mapping.
+//! - [`access`]: API keys, run ownership and allowed browser origins.
 //! - [`metrics`]: the Prometheus metrics behind `GET /metrics`.
 //! - [`config`] and [`startup`]: settings, binding, serving, shutdown.
 
+pub mod access;
 pub mod config;
 pub mod confirmation;
 pub mod engine;

@@ -85,6 +85,9 @@ pub enum ErrorType {
     TaskFailed,
     ShuttingDown,
     Overloaded,
+    Unauthorized,
+    ForbiddenOrigin,
+    RequestTimeout,
     Internal,
 }
 
@@ -102,6 +105,9 @@ impl ErrorType {
             ErrorType::TaskFailed => "task_failed",
             ErrorType::ShuttingDown => "shutting_down",
             ErrorType::Overloaded => "overloaded",
+            ErrorType::Unauthorized => "unauthorized",
+            ErrorType::ForbiddenOrigin => "forbidden_origin",
+            ErrorType::RequestTimeout => "request_timeout",
             ErrorType::Internal => "internal",
         }
     }

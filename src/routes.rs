@@ -1,9 +1,10 @@
 //! HTTP handlers: extract, validate, call the manager or start a run, respond.
 
-use actix_web::http::{header, StatusCode};
+use actix_web::http::{header, Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use futures_util::StreamExt;
 
+use crate::confirmation::SessionKey;
 use crate::error::ChatError;
 use crate::protocol::{
     is_valid_session_id, parse_reply, ChatRequest, Chunk, ChunkType, MAX_BODY_BYTES,
@@ -23,6 +24,10 @@ const PAGE_CSP: &str = "default-src 'none'; script-src 'self' 'unsafe-inline'; \
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/api/v1/chat/stream", web::post().to(chat_stream))
+        .route(
+            "/api/v1/chat/stream",
+            web::method(Method::OPTIONS).to(preflight),
+        )
         .route("/healthz", web::get().to(health))
         .route("/health", web::get().to(health))
         .route("/readyz", web::get().to(ready))
@@ -75,21 +80,66 @@ async fn chat_stream(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    let request = match read_request(&req, payload).await {
-        Ok(request) => request,
-        Err(err) => return refuse(&state, &err, ""),
+    let mut response = chat_response(&req, payload, &state).await;
+    allow_origin(&req, &state, &mut response);
+    response
+}
+
+/// CORS preflight: allowed origins may POST JSON with a bearer key.
+async fn preflight(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    let mut response = match state.access.allowed_origin(req.headers()) {
+        Some(_) => HttpResponse::NoContent()
+            .insert_header((header::ACCESS_CONTROL_ALLOW_METHODS, "POST"))
+            .insert_header((
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                "Content-Type, Authorization, Last-Event-ID",
+            ))
+            .insert_header((header::ACCESS_CONTROL_MAX_AGE, "600"))
+            .finish(),
+        None => HttpResponse::Forbidden().finish(),
     };
+    allow_origin(&req, &state, &mut response);
+    response
+}
+
+/// Names an allowed origin in the response (never `*`).
+fn allow_origin(req: &HttpRequest, state: &AppState, response: &mut HttpResponse) {
+    if let Some(origin) = state.access.allowed_origin(req.headers()) {
+        if let Ok(value) = header::HeaderValue::from_str(origin) {
+            let headers = response.headers_mut();
+            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, value);
+            headers.insert(header::VARY, header::HeaderValue::from_static("Origin"));
+        }
+    }
+}
+
+async fn chat_response(req: &HttpRequest, payload: web::Payload, state: &AppState) -> HttpResponse {
+    let owner = match state
+        .access
+        .check_origin(req.headers())
+        .and_then(|()| state.access.owner(req.headers()))
+    {
+        Ok(owner) => owner,
+        Err(err) => return refuse(state, &err, ""),
+    };
+    let request =
+        match tokio::time::timeout(state.request_timeout, read_request(req, payload)).await {
+            Ok(Ok(request)) => request,
+            Ok(Err(err)) => return refuse(state, &err, ""),
+            Err(_) => return refuse(state, &ChatError::RequestTimeout, ""),
+        };
     let session_id = match request.session_id.clone() {
         Some(id) if is_valid_session_id(&id) => id,
         Some(_) => {
             let err = ChatError::InvalidRequest(
                 "session_id must be 1-128 characters of A-Z a-z 0-9 . _ : -".to_owned(),
             );
-            return refuse(&state, &err, "");
+            return refuse(state, &err, "");
         }
         None => uuid::Uuid::new_v4().to_string(),
     };
-    handle(request, &session_id, &state).unwrap_or_else(|err| refuse(&state, &err, &session_id))
+    let key = SessionKey::new(owner, &session_id);
+    handle(request, key, state).unwrap_or_else(|err| refuse(state, &err, &session_id))
 }
 
 /// Counts and answers a refused request.
@@ -103,9 +153,10 @@ fn refuse(state: &AppState, err: &ChatError, session_id: &str) -> HttpResponse {
 
 fn handle(
     request: ChatRequest,
-    session_id: &str,
+    key: SessionKey,
     state: &AppState,
 ) -> Result<HttpResponse, ChatError> {
+    let session_id = key.session_id.as_str();
     let message = request
         .message
         .ok_or_else(|| ChatError::InvalidRequest("message is required".to_owned()))?;
@@ -122,10 +173,9 @@ fn handle(
 
     if let Some(reply) = parse_reply(&message) {
         let reply = reply?;
-        let accepted =
-            state
-                .manager
-                .decide(session_id, &reply, request.confirmation_id.as_deref())?;
+        let accepted = state
+            .manager
+            .decide(&key, &reply, request.confirmation_id.as_deref())?;
         let chunk = Chunk::new(
             ChunkType::ConfirmationReceived,
             format!("Received {}", accepted.action.as_str()),
@@ -142,7 +192,7 @@ fn handle(
     if state.shutdown.is_cancelled() {
         return Err(ChatError::ShuttingDown);
     }
-    let slot = state.manager.begin_run(session_id, state.max_runs)?;
+    let slot = state.manager.begin_run(key.clone(), state.max_runs)?;
     Ok(run::start(state, slot, message))
 }
 

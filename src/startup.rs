@@ -12,6 +12,7 @@ use actix_web::middleware::Logger;
 use actix_web::{web, App, HttpServer};
 use tokio_util::sync::CancellationToken;
 
+use crate::access::{read_keys_file, AccessPolicy};
 use crate::config::Settings;
 use crate::confirmation::ConfirmationManager;
 use crate::engine::{self, Engine, RunSettings, ENGINE_NAMES};
@@ -27,6 +28,9 @@ pub struct AppState {
     pub keep_alive: Duration,
     /// Runs the registry may hold; new sessions beyond it get 503 `overloaded`.
     pub max_runs: usize,
+    /// Time allowed to receive a request body.
+    pub request_timeout: Duration,
+    pub access: AccessPolicy,
     pub metrics: Arc<Metrics>,
     /// Cancelled once, when shutdown starts; every run watches it.
     pub shutdown: CancellationToken,
@@ -61,8 +65,21 @@ impl Application {
         settings: Settings,
         engine: Arc<dyn Engine>,
     ) -> std::io::Result<Application> {
+        let mut keys = settings.api_keys.clone();
+        if let Some(path) = &settings.api_keys_file {
+            keys.extend(read_keys_file(path).map_err(|err| {
+                std::io::Error::new(err.kind(), format!("cannot read {}: {err}", path.display()))
+            })?);
+        }
+        let access = AccessPolicy::new(keys, settings.cors_origins.clone());
         let listener = TcpListener::bind(&settings.bind)?;
         let address = listener.local_addr()?;
+        if !access.requires_keys() && !address.ip().is_loopback() {
+            log::warn!(
+                "listening on {address} without API keys: anyone who can reach this address can \
+                 start and decide runs; set --api-key or --api-keys-file, or bind 127.0.0.1"
+            );
+        }
         let shutdown_timeout = Duration::from_secs(settings.shutdown_timeout_secs);
         let state = AppState {
             manager: ConfirmationManager::new(),
@@ -70,6 +87,8 @@ impl Application {
             run_settings: settings.run_settings(),
             keep_alive: Duration::from_secs(settings.keep_alive_secs),
             max_runs: settings.max_runs,
+            request_timeout: Duration::from_secs(settings.request_timeout_secs),
+            access,
             metrics: Arc::new(Metrics::new()),
             shutdown: CancellationToken::new(),
         };
@@ -94,6 +113,9 @@ impl Application {
         // Signals are ours (see run_until_stopped): streams must get their
         // final chunk before actix stops the workers.
         .disable_signals()
+        // Slow or partial request heads are cut (no slowloris); bodies have
+        // the same budget in the handler.
+        .client_request_timeout(Duration::from_secs(settings.request_timeout_secs))
         .shutdown_timeout(settings.shutdown_timeout_secs);
         if let Some(workers) = settings.workers {
             server = server.workers(workers);

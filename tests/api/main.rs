@@ -1,5 +1,6 @@
 //! HTTP integration tests: each starts a real server on a free port.
 
+mod access;
 mod confirm;
 mod errors;
 mod helpers;
