@@ -18,6 +18,10 @@ pub const MAX_ROUNDS: u32 = 5;
 pub const SHUTDOWN_TIMEOUT_SECS: u64 = 10;
 /// Default of `--request-timeout-secs`: time allowed for request headers, and for the body.
 pub const REQUEST_TIMEOUT_SECS: u64 = 5;
+/// Default of `--detach-grace-secs`: how long a run outlives its vanished client.
+pub const DETACH_GRACE_SECS: u64 = 60;
+/// Default of `--replay-buffer`: chunks kept per run for re-attach.
+pub const REPLAY_BUFFER: usize = 1024;
 /// Default of `--max-runs`: runs held at once (the open-files limit is 20,000).
 pub const MAX_RUNS: usize = 20_000;
 
@@ -52,6 +56,15 @@ pub struct Settings {
     /// HTTP worker threads (default: one per CPU core).
     #[arg(long, env = "CHATGATE_WORKERS")]
     pub workers: Option<usize>,
+    /// Seconds a run whose client vanished stays re-attachable (and a paused one
+    /// decidable) before it is cancelled with reason `client_gone`. 0: at once.
+    #[arg(long, env = "CHATGATE_DETACH_GRACE_SECS", default_value_t = DETACH_GRACE_SECS)]
+    pub detach_grace_secs: u64,
+    /// Chunks kept per run for re-attach; an attached client that falls this far
+    /// behind stops the run (reason `slow_consumer`).
+    #[arg(long, env = "CHATGATE_REPLAY_BUFFER", default_value_t = REPLAY_BUFFER,
+          value_parser = parse_positive)]
+    pub replay_buffer: usize,
     /// Runs held at once; beyond it new runs get 503 `overloaded` with Retry-After.
     #[arg(long, env = "CHATGATE_MAX_RUNS", default_value_t = MAX_RUNS)]
     pub max_runs: usize,
@@ -95,5 +108,13 @@ impl Settings {
             max_rounds: self.max_rounds,
             step_delay: Duration::from_millis(self.step_delay_ms),
         }
+    }
+}
+
+/// A whole number of at least 1.
+fn parse_positive(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("`{text}` is not a whole number of at least 1")),
     }
 }

@@ -32,6 +32,8 @@ pub enum ChatError {
     ForbiddenOrigin,
     #[error("the request body did not arrive in time")]
     RequestTimeout,
+    #[error("no run to re-attach to on this session")]
+    NoSuchRun,
 }
 
 impl ChatError {
@@ -55,6 +57,7 @@ impl ChatError {
             ChatError::Unauthorized => StatusCode::UNAUTHORIZED,
             ChatError::ForbiddenOrigin => StatusCode::FORBIDDEN,
             ChatError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            ChatError::NoSuchRun => StatusCode::NOT_FOUND,
         }
     }
 
@@ -78,6 +81,7 @@ impl ChatError {
             ChatError::Unauthorized => ErrorType::Unauthorized,
             ChatError::ForbiddenOrigin => ErrorType::ForbiddenOrigin,
             ChatError::RequestTimeout => ErrorType::RequestTimeout,
+            ChatError::NoSuchRun => ErrorType::NoSuchRun,
         }
     }
 

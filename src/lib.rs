@@ -12,7 +12,9 @@
 //!   and the pause/decide handshake (no HTTP).
 //! - [`engine`]: the [`engine::Engine`] trait, the [`engine::RunContext`]
 //!   engines drive, and the built-in [`engine::planner`] (no HTTP).
-//! - [`sse`]: SSE framing and the streaming response body.
+//! - [`sse`]: SSE framing.
+//! - [`replay`]: a run's bounded replay log, client streams (keep-alive,
+//!   detach, re-attach, slow clients).
 //! - [`run`]: starts a run's task and ties it to its response.
 //! - [`routes`] and [`error`]: the HTTP handlers and the error-to-wire mapping.
 //! - [`access`]: API keys, run ownership and allowed browser origins.
@@ -26,6 +28,7 @@ pub mod engine;
 pub mod error;
 pub mod metrics;
 pub mod protocol;
+pub mod replay;
 pub mod routes;
 pub mod run;
 pub mod sse;

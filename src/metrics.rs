@@ -13,6 +13,7 @@ use prometheus_client::registry::Registry;
 
 use crate::confirmation::ConfirmationManager;
 use crate::protocol::ErrorType;
+use crate::replay::LogRegistry;
 
 type Labels = [(&'static str, &'static str); 2];
 
@@ -23,6 +24,7 @@ pub struct Metrics {
     pub open_streams: Gauge,
     paused_runs: Gauge,
     active_runs: Gauge,
+    detached_runs: Gauge,
     decisions: Family<Labels, Counter>,
     errors: Family<[(&'static str, &'static str); 1], Counter>,
     confirmation_wait: Histogram,
@@ -41,6 +43,7 @@ impl Metrics {
         let open_streams = Gauge::default();
         let paused_runs = Gauge::default();
         let active_runs = Gauge::default();
+        let detached_runs = Gauge::default();
         let decisions = Family::<Labels, Counter>::default();
         let errors = Family::<[(&'static str, &'static str); 1], Counter>::default();
         // 10 ms .. ~1.4 h: a pause lasts from a scripted instant to a human's hour.
@@ -67,6 +70,11 @@ impl Metrics {
             "Decisions on confirmations by action (confirm, modify, cancel, timeout, superseded, client_gone, shutdown) and outcome (accepted, refused)",
             decisions.clone(),
         );
+        registry.register(
+            "detached_runs",
+            "Runs whose client went away, kept for re-attach during the grace",
+            detached_runs.clone(),
+        );
         registry.register("errors", "Error chunks sent, by error_type", errors.clone());
         registry.register(
             "confirmation_wait_seconds",
@@ -83,6 +91,7 @@ impl Metrics {
             open_streams,
             paused_runs,
             active_runs,
+            detached_runs,
             decisions,
             errors,
             confirmation_wait,
@@ -111,10 +120,11 @@ impl Metrics {
     }
 
     /// The text exposition, with the registry gauges read fresh.
-    pub fn render(&self, manager: &ConfirmationManager) -> String {
+    pub fn render(&self, manager: &ConfirmationManager, logs: &LogRegistry) -> String {
         let counts = manager.counts();
         self.active_runs.set(counts.active as i64);
         self.paused_runs.set(counts.paused as i64);
+        self.detached_runs.set(logs.detached() as i64);
         let mut out = String::with_capacity(4096);
         // Writing into a String cannot fail.
         encode(&mut out, &self.registry).expect("encode metrics into a String");

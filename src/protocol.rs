@@ -55,6 +55,8 @@ pub enum CancelReason {
     ClientGone,
     /// The server is shutting down.
     Shutdown,
+    /// The attached client read so slowly that the replay buffer overflowed.
+    SlowConsumer,
 }
 
 impl CancelReason {
@@ -66,6 +68,7 @@ impl CancelReason {
             CancelReason::Superseded => "superseded",
             CancelReason::ClientGone => "client_gone",
             CancelReason::Shutdown => "shutdown",
+            CancelReason::SlowConsumer => "slow_consumer",
         }
     }
 }
@@ -88,6 +91,7 @@ pub enum ErrorType {
     Unauthorized,
     ForbiddenOrigin,
     RequestTimeout,
+    NoSuchRun,
     Internal,
 }
 
@@ -108,6 +112,7 @@ impl ErrorType {
             ErrorType::Unauthorized => "unauthorized",
             ErrorType::ForbiddenOrigin => "forbidden_origin",
             ErrorType::RequestTimeout => "request_timeout",
+            ErrorType::NoSuchRun => "no_such_run",
             ErrorType::Internal => "internal",
         }
     }
@@ -345,6 +350,7 @@ mod tests {
             CancelReason::Superseded,
             CancelReason::ClientGone,
             CancelReason::Shutdown,
+            CancelReason::SlowConsumer,
         ] {
             assert_eq!(
                 serde_json::to_value(reason).unwrap(),

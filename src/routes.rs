@@ -70,7 +70,7 @@ async fn ready(state: web::Data<AppState>) -> HttpResponse {
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
-        .body(state.metrics.render(&state.manager))
+        .body(state.metrics.render(&state.manager, &state.logs))
 }
 
 /// `POST /api/v1/chat/stream`: a chat message starts a run; a
@@ -139,7 +139,28 @@ async fn chat_response(req: &HttpRequest, payload: web::Payload, state: &AppStat
         None => uuid::Uuid::new_v4().to_string(),
     };
     let key = SessionKey::new(owner, &session_id);
-    handle(request, key, state).unwrap_or_else(|err| refuse(state, &err, &session_id))
+    let result = match last_event_id(req) {
+        Some(Ok(last_seen)) => run::reattach(state, key, last_seen),
+        Some(Err(err)) => Err(err),
+        None => handle(request, key, state),
+    };
+    result.unwrap_or_else(|err| refuse(state, &err, &session_id))
+}
+
+/// The `Last-Event-ID` header, which turns a request into a re-attach.
+fn last_event_id(req: &HttpRequest) -> Option<Result<u64, ChatError>> {
+    let value = req.headers().get("last-event-id")?;
+    Some(
+        value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| {
+                ChatError::InvalidRequest(
+                    "Last-Event-ID must be a chunk sequence number".to_owned(),
+                )
+            }),
+    )
 }
 
 /// Counts and answers a refused request.
@@ -193,7 +214,7 @@ fn handle(
         return Err(ChatError::ShuttingDown);
     }
     let slot = state.manager.begin_run(key.clone(), state.max_runs)?;
-    Ok(run::start(state, slot, message))
+    Ok(run::start(state, slot, key, message))
 }
 
 /// Reads and decodes the body: JSON only, at most [`MAX_BODY_BYTES`].

@@ -1,52 +1,57 @@
-//! Starting a run: wires an engine, a registry slot and an SSE response
-//! together and drives the engine on its own task.
+//! Starting a run, and re-attaching to one: wires an engine, a registry slot,
+//! a replay log and an SSE response together, and drives the engine on its
+//! own task.
 //!
-//! The run task outlives no one: it ends when the engine returns, and the
-//! engine returns promptly when the client goes away (the response stream's
-//! drop guard cancels `client_gone`) or the server shuts down.
+//! The run task ends when the engine returns. The engine returns promptly
+//! when the run is stopped: by shutdown, by a slow client, or when a detached
+//! run's grace ends (see [`crate::replay`]).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use actix_web::HttpResponse;
 use futures_util::FutureExt;
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
-use crate::confirmation::RunSlot;
+use crate::confirmation::{RunSlot, SessionKey};
 use crate::engine::{Engine, RunContext, RunError};
+use crate::error::ChatError;
 use crate::protocol::ErrorType;
+use crate::replay::{RunLog, RunStop, Subscription};
 use crate::sse;
 use crate::startup::AppState;
 
-/// Chunks a run may have in flight towards a slow client before `send` waits.
-const RUN_CHANNEL_CAPACITY: usize = 16;
-
 /// Starts the run for `slot` and returns its streaming response.
-pub fn start(state: &AppState, slot: RunSlot, message: String) -> HttpResponse {
-    let (chunk_tx, chunk_rx) = mpsc::channel(RUN_CHANNEL_CAPACITY);
-    let client_gone = CancellationToken::new();
-    let response = sse::event_stream(
-        chunk_rx,
-        state.keep_alive,
-        client_gone.clone().drop_guard(),
-        state.metrics.clone(),
-    );
+pub fn start(state: &AppState, slot: RunSlot, key: SessionKey, message: String) -> HttpResponse {
+    let stop = RunStop::default();
+    let log = RunLog::new(state.replay_buffer, stop.clone());
+    state.logs.publish(key.clone(), log.clone());
+    let subscription = Subscription::attach(log.clone(), key, 0, state.stream_settings());
     let ctx = RunContext::new(
         message,
         slot,
         state.run_settings,
-        chunk_tx,
-        client_gone.clone(),
+        log,
+        stop,
         state.shutdown.clone(),
         state.metrics.clone(),
     );
-    tokio::spawn(drive(state.engine.clone(), ctx, client_gone));
-    response
+    tokio::spawn(drive(state.engine.clone(), ctx));
+    sse::stream_response(subscription)
+}
+
+/// Re-attaches to the run of `key`, replaying every chunk after `last_seen`.
+pub fn reattach(
+    state: &AppState,
+    key: SessionKey,
+    last_seen: u64,
+) -> Result<HttpResponse, ChatError> {
+    let log = state.logs.find(&key).ok_or(ChatError::NoSuchRun)?;
+    let subscription = Subscription::attach(log, key, last_seen, state.stream_settings());
+    Ok(sse::stream_response(subscription))
 }
 
 /// Runs the engine to its end and sends exactly one final chunk.
-async fn drive(engine: Arc<dyn Engine>, mut ctx: RunContext, client_gone: CancellationToken) {
+async fn drive(engine: Arc<dyn Engine>, mut ctx: RunContext) {
     // A panicking engine must still end its stream with a final chunk and
     // free its session; the panic itself is logged, never sent.
     let result = AssertUnwindSafe(engine.run(&mut ctx))
@@ -59,14 +64,6 @@ async fn drive(engine: Arc<dyn Engine>, mut ctx: RunContext, client_gone: Cancel
                 message: "internal error".to_owned(),
             })
         });
-    let (final_chunk, chunk_tx) = ctx.finish(result);
-    log::debug!(
-        "run on session {} ended: {:?}",
-        final_chunk.session_id,
-        final_chunk.chunk_type
-    );
-    tokio::select! {
-        _ = chunk_tx.send(Box::new(final_chunk)) => {}
-        () = client_gone.cancelled() => {}
-    }
+    let ended = ctx.finish(result);
+    log::debug!("run ended with {ended:?}");
 }

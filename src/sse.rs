@@ -1,26 +1,17 @@
 //! Server-Sent-Events framing: the only place that writes `id:`/`data:` lines.
 //!
 //! Every response of the chat endpoint, success or error, goes through
-//! [`event_stream`] (a live run) or [`single_chunk`] (a one-chunk answer), so
-//! both carry the same headers and framing.
+//! [`stream_response`] (a live run) or [`single_chunk`] (a one-chunk answer),
+//! so both carry the same headers and framing.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::io::Write;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::Duration;
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, HttpResponseBuilder};
 use bytes::Bytes;
 use futures_util::Stream;
-use tokio::sync::mpsc;
-use tokio::time::{Instant, Sleep};
-use tokio_util::sync::DropGuard;
 
-use crate::metrics::Metrics;
 use crate::protocol::Chunk;
 
 /// The SSE comment written while a stream is idle.
@@ -53,70 +44,12 @@ pub fn single_chunk(status: StatusCode, chunk: &Chunk) -> HttpResponse {
     builder(status).body(encode(chunk))
 }
 
-/// A live stream fed by a run. Chunks travel boxed: a tokio channel
-/// allocates its slots 32 at a time, so a slot the size of a pointer keeps
-/// an idle (paused) stream's channel small. The stream ends when the run drops its sender
-/// (right after the final chunk). When actix drops the stream because the
-/// client is gone, `on_drop` fires and tells the run.
-pub fn event_stream(
-    chunk_rx: mpsc::Receiver<Box<Chunk>>,
-    keep_alive: Duration,
-    on_drop: DropGuard,
-    metrics: Arc<Metrics>,
-) -> HttpResponse {
-    metrics.open_streams.inc();
-    builder(StatusCode::OK).streaming(ChunkStream {
-        chunk_rx,
-        keep_alive,
-        idle: Box::pin(tokio::time::sleep(keep_alive)),
-        _on_drop: on_drop,
-        opened: Some(std::time::Instant::now()),
-        metrics,
-    })
-}
-
-/// Chunks from the run, with a keep-alive comment after `keep_alive` of silence.
-/// Writing the comment is also how a vanished client is noticed: the write
-/// fails and actix drops this stream.
-struct ChunkStream {
-    chunk_rx: mpsc::Receiver<Box<Chunk>>,
-    keep_alive: Duration,
-    idle: Pin<Box<Sleep>>,
-    _on_drop: DropGuard,
-    /// Set until the first chunk is written, for the time-to-first-chunk metric.
-    opened: Option<std::time::Instant>,
-    metrics: Arc<Metrics>,
-}
-
-impl Drop for ChunkStream {
-    fn drop(&mut self) {
-        self.metrics.open_streams.dec();
-    }
-}
-
-impl Stream for ChunkStream {
-    type Item = Result<Bytes, Infallible>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
-        match this.chunk_rx.poll_recv(cx) {
-            Poll::Ready(Some(chunk)) => {
-                if let Some(opened) = this.opened.take() {
-                    this.metrics.first_chunk_after(opened.elapsed());
-                }
-                this.idle.as_mut().reset(Instant::now() + this.keep_alive);
-                Poll::Ready(Some(Ok(encode(&chunk))))
-            }
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => match this.idle.as_mut().poll(cx) {
-                Poll::Ready(()) => {
-                    this.idle.as_mut().reset(Instant::now() + this.keep_alive);
-                    Poll::Ready(Some(Ok(Bytes::from_static(KEEP_ALIVE_COMMENT))))
-                }
-                Poll::Pending => Poll::Pending,
-            },
-        }
-    }
+/// A live stream: the body is a run's [`crate::replay::Subscription`].
+pub fn stream_response<S>(body: S) -> HttpResponse
+where
+    S: Stream<Item = Result<Bytes, Infallible>> + 'static,
+{
+    builder(StatusCode::OK).streaming(body)
 }
 
 #[cfg(test)]

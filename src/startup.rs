@@ -17,6 +17,7 @@ use crate::config::Settings;
 use crate::confirmation::ConfirmationManager;
 use crate::engine::{self, Engine, RunSettings, ENGINE_NAMES};
 use crate::metrics::Metrics;
+use crate::replay::{LogRegistry, StreamSettings};
 use crate::routes;
 
 /// What every handler shares. Cheap to clone.
@@ -26,6 +27,10 @@ pub struct AppState {
     pub engine: Arc<dyn Engine>,
     pub run_settings: RunSettings,
     pub keep_alive: Duration,
+    pub detach_grace: Duration,
+    pub replay_buffer: usize,
+    /// Runs' replay logs, for re-attach.
+    pub logs: LogRegistry,
     /// Runs the registry may hold; new sessions beyond it get 503 `overloaded`.
     pub max_runs: usize,
     /// Time allowed to receive a request body.
@@ -34,6 +39,18 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Cancelled once, when shutdown starts; every run watches it.
     pub shutdown: CancellationToken,
+}
+
+impl AppState {
+    /// How a client stream of a run behaves.
+    pub fn stream_settings(&self) -> StreamSettings {
+        StreamSettings {
+            keep_alive: self.keep_alive,
+            detach_grace: self.detach_grace,
+            metrics: self.metrics.clone(),
+            registry: self.logs.clone(),
+        }
+    }
 }
 
 pub struct Application {
@@ -86,6 +103,9 @@ impl Application {
             engine,
             run_settings: settings.run_settings(),
             keep_alive: Duration::from_secs(settings.keep_alive_secs),
+            detach_grace: Duration::from_secs(settings.detach_grace_secs),
+            replay_buffer: settings.replay_buffer,
+            logs: LogRegistry::default(),
             max_runs: settings.max_runs,
             request_timeout: Duration::from_secs(settings.request_timeout_secs),
             access,
@@ -144,6 +164,11 @@ impl Application {
 
     pub fn metrics(&self) -> Arc<Metrics> {
         self.state.metrics.clone()
+    }
+
+    /// The runs' replay logs, for inspection (tests).
+    pub fn logs(&self) -> LogRegistry {
+        self.state.logs.clone()
     }
 
     /// Cancelling this token shuts the server down exactly like SIGTERM.

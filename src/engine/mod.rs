@@ -15,7 +15,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::confirmation::{Decision, RunSlot};
@@ -23,6 +22,7 @@ use crate::metrics::Metrics;
 use crate::protocol::{
     Action, CancelReason, Chunk, ChunkType, ConfirmationData, ErrorType, RiskLevel, TaskSpec,
 };
+use crate::replay::{RunLog, RunStop};
 
 /// A chat engine. One instance serves every run; it is shared across threads.
 pub trait Engine: Send + Sync + 'static {
@@ -82,10 +82,9 @@ pub struct RunContext {
     message: String,
     slot: RunSlot,
     settings: RunSettings,
-    chunk_tx: mpsc::Sender<Box<Chunk>>,
-    sequence: u64,
+    log: Arc<RunLog>,
     round: u32,
-    client_gone: CancellationToken,
+    stop: RunStop,
     shutdown: CancellationToken,
     metrics: Arc<Metrics>,
 }
@@ -95,8 +94,8 @@ impl RunContext {
         message: String,
         slot: RunSlot,
         settings: RunSettings,
-        chunk_tx: mpsc::Sender<Box<Chunk>>,
-        client_gone: CancellationToken,
+        log: Arc<RunLog>,
+        stop: RunStop,
         shutdown: CancellationToken,
         metrics: Arc<Metrics>,
     ) -> RunContext {
@@ -104,10 +103,9 @@ impl RunContext {
             message,
             slot,
             settings,
-            chunk_tx,
-            sequence: 0,
+            log,
             round: 0,
-            client_gone,
+            stop,
             shutdown,
             metrics,
         }
@@ -126,23 +124,20 @@ impl RunContext {
         &self.settings
     }
 
-    /// A chunk stamped with this run's session and next sequence number.
-    pub fn chunk(&mut self, chunk_type: ChunkType, text: impl Into<String>) -> Chunk {
-        self.sequence += 1;
-        Chunk::new(chunk_type, text, self.slot.session_id(), self.sequence)
+    /// A chunk stamped with this run's session; its sequence number is given
+    /// when it is sent.
+    pub fn chunk(&self, chunk_type: ChunkType, text: impl Into<String>) -> Chunk {
+        Chunk::new(chunk_type, text, self.slot.session_id(), 0)
     }
 
-    /// Sends a chunk to the client. Fails with `Cancelled` when the run must stop.
+    /// Sends a chunk to the client (into the run's replay log; the run never
+    /// waits for a slow client). Fails with `Cancelled` when the run must stop.
     pub async fn send(&mut self, chunk: Chunk) -> Result<(), RunError> {
         if let Some(reason) = self.stop_reason() {
             return Err(RunError::Cancelled(reason));
         }
-        tokio::select! {
-            sent = self.chunk_tx.send(Box::new(chunk)) => {
-                sent.map_err(|_| RunError::Cancelled(CancelReason::ClientGone))
-            }
-            reason = stop_signal(&self.client_gone, &self.shutdown) => Err(RunError::Cancelled(reason)),
-        }
+        self.log.push(chunk);
+        Ok(())
     }
 
     /// Sends a chunk of `chunk_type` with `text` and no metadata.
@@ -166,7 +161,7 @@ impl RunContext {
         }
         tokio::select! {
             () = tokio::time::sleep(duration) => Ok(()),
-            reason = stop_signal(&self.client_gone, &self.shutdown) => Err(RunError::Cancelled(reason)),
+            reason = stop_signal(&self.stop, &self.shutdown) => Err(RunError::Cancelled(reason)),
         }
     }
 
@@ -213,12 +208,12 @@ impl RunContext {
         // answers the instant it reads the chunk always finds it pending.
         let sent = self.send(chunk).await;
         let stop = {
-            let (client_gone, shutdown) = (self.client_gone.clone(), self.shutdown.clone());
+            let (run_stop, shutdown) = (self.stop.clone(), self.shutdown.clone());
             async move {
                 match sent {
                     // Sending failed: the pause must still be settled, at once.
                     Err(RunError::Cancelled(reason)) => reason,
-                    _ => stop_signal(&client_gone, &shutdown).await,
+                    _ => stop_signal(&run_stop, &shutdown).await,
                 }
             }
         };
@@ -258,24 +253,19 @@ impl RunContext {
     fn stop_reason(&self) -> Option<CancelReason> {
         if self.shutdown.is_cancelled() {
             Some(CancelReason::Shutdown)
-        } else if self.client_gone.is_cancelled() {
-            Some(CancelReason::ClientGone)
         } else {
-            None
+            self.stop.reason()
         }
     }
 
     /// Turns the engine's result into the final chunk, frees the session,
-    /// and returns the chunk for the caller to send.
+    /// then sends the final chunk. Returns its type.
     ///
     /// The session is freed *before* the final chunk is sent: a client that
     /// sends its next message the instant it reads the final chunk must not be
     /// told `session_busy` by a run that is already over.
-    pub(crate) fn finish(
-        self,
-        result: Result<Completion, RunError>,
-    ) -> (Chunk, mpsc::Sender<Box<Chunk>>) {
-        let mut this = self;
+    pub(crate) fn finish(self, result: Result<Completion, RunError>) -> ChunkType {
+        let this = self;
         let chunk = match result {
             Ok(completion) => {
                 let mut chunk = this.chunk(ChunkType::Completion, completion.text);
@@ -294,21 +284,20 @@ impl RunContext {
                     .with_meta("error_type", error_type.as_str())
             }
         };
-        let RunContext { slot, chunk_tx, .. } = this;
+        let RunContext { slot, log, .. } = this;
         drop(slot);
-        (chunk.finished(), chunk_tx)
+        let chunk_type = chunk.chunk_type;
+        log.push(chunk.finished());
+        chunk_type
     }
 }
 
 /// Resolves with the reason once the run has to stop. Shutdown wins a tie.
-async fn stop_signal(
-    client_gone: &CancellationToken,
-    shutdown: &CancellationToken,
-) -> CancelReason {
+async fn stop_signal(stop: &RunStop, shutdown: &CancellationToken) -> CancelReason {
     tokio::select! {
         biased;
         () = shutdown.cancelled() => CancelReason::Shutdown,
-        () = client_gone.cancelled() => CancelReason::ClientGone,
+        reason = stop.stopped() => reason,
     }
 }
 
@@ -321,6 +310,7 @@ fn cancel_text(reason: CancelReason) -> &'static str {
         CancelReason::Superseded => "Superseded by a new message on this session.",
         CancelReason::ClientGone => "The client went away.",
         CancelReason::Shutdown => "The server is shutting down.",
+        CancelReason::SlowConsumer => "The client read too slowly; the run was stopped.",
     }
 }
 

@@ -94,7 +94,11 @@ async fn a_new_message_right_after_the_final_chunk_starts_a_new_run() {
 
 #[tokio::test]
 async fn a_client_that_goes_away_during_a_pause_frees_its_session() {
-    let app = spawn_app_with(|s| s.keep_alive_secs = 1).await;
+    let app = spawn_app_with(|s| {
+        s.keep_alive_secs = 1;
+        s.detach_grace_secs = 0;
+    })
+    .await;
     let (stream, _) = app.open_paused("gone", "wait").await;
     assert_eq!(app.manager.paused_runs(), 1);
 
