@@ -9,6 +9,7 @@ use chatgate::confirmation::ConfirmationManager;
 use chatgate::engine::planner::PlannerEngine;
 use chatgate::engine::Engine;
 use chatgate::protocol::{Chunk, ChunkType};
+use chatgate::replay::LogRegistry;
 use chatgate::startup::Application;
 use futures_util::StreamExt;
 use reqwest::{Response, StatusCode};
@@ -24,6 +25,7 @@ pub struct TestApp {
     pub address: String,
     pub client: reqwest::Client,
     pub manager: ConfirmationManager,
+    pub logs: LogRegistry,
     pub shutdown: CancellationToken,
     pub server: JoinHandle<std::io::Result<()>>,
 }
@@ -52,6 +54,7 @@ pub async fn spawn_app_with_engine(
         address: format!("http://{}", app.address()),
         client: reqwest::Client::new(),
         manager: app.manager(),
+        logs: app.logs(),
         shutdown: app.shutdown_token(),
         server: tokio::spawn(app.run_until_stopped()),
     };
@@ -97,6 +100,29 @@ impl TestApp {
     pub async fn reply(&self, session: &str, message: &str) -> (StatusCode, Chunk) {
         let response = self.chat(session, message).await;
         one_chunk(response).await
+    }
+
+    /// Re-attaches to `session` after chunk `last_seen`.
+    pub async fn reattach(&self, session: &str, last_seen: u64) -> Response {
+        self.client
+            .post(self.url())
+            .header("Last-Event-ID", last_seen.to_string())
+            .json(&json!({ "session_id": session }))
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    /// Waits until `check` holds, polling (for state with no event to await).
+    pub async fn eventually(&self, what: &str, check: impl Fn(&TestApp) -> bool) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !check(self) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for: {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Polls the registry until it is empty (or fails after [`WAIT`]).
@@ -161,6 +187,8 @@ pub struct EventStream {
     /// Every chunk read so far, in order.
     pub chunks: Vec<Chunk>,
     ended: bool,
+    /// The sequence the first chunk must have (1, or after Last-Event-ID).
+    first_sequence: u64,
 }
 
 impl EventStream {
@@ -171,7 +199,15 @@ impl EventStream {
             buffer: BytesMut::new(),
             chunks: Vec::new(),
             ended: false,
+            first_sequence: 1,
         }
+    }
+
+    /// A re-attached stream, which starts after `last_seen`.
+    pub fn resumed(response: Response, last_seen: u64) -> EventStream {
+        let mut stream = EventStream::new(response);
+        stream.first_sequence = last_seen + 1;
+        stream
     }
 
     /// The next event, or `None` once the server closed the stream.
@@ -218,8 +254,15 @@ impl EventStream {
         let json = data_line.strip_prefix("data: ").expect("data: line second");
         let chunk: Chunk = serde_json::from_str(json).expect("chunk JSON");
         assert_eq!(chunk.sequence, id, "id equals sequence");
-        let expected = self.chunks.last().map_or(1, |last| last.sequence + 1);
-        assert_eq!(chunk.sequence, expected, "sequence increases by one");
+        let expected = self
+            .chunks
+            .last()
+            .map_or(self.first_sequence, |last| last.sequence + 1);
+        if chunk.metadata.get("gap") == Some(&Value::Bool(true)) {
+            assert!(chunk.sequence > expected, "a gap skips sequences");
+        } else {
+            assert_eq!(chunk.sequence, expected, "sequence increases by one");
+        }
         assert!(
             !self.chunks.last().is_some_and(|last| last.finished),
             "nothing after a finished chunk"

@@ -6,4 +6,5 @@ mod errors;
 mod helpers;
 mod lifecycle;
 mod operations;
+mod reattach;
 mod stream;

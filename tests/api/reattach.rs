@@ -1,0 +1,202 @@
+//! Re-attach after a dropped connection, detach grace, slow consumers.
+
+use std::sync::Arc;
+
+use chatgate::engine::{Completion, Engine, RunContext, RunError};
+use chatgate::protocol::ChunkType;
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+
+use crate::helpers::{
+    error_type, one_chunk, reason, spawn_app_with, spawn_app_with_engine, EventStream,
+};
+
+/// Keep-alive every second (how a vanished client is noticed), long grace.
+fn detaching(s: &mut chatgate::config::Settings) {
+    s.keep_alive_secs = 1;
+    s.detach_grace_secs = 60;
+}
+
+#[tokio::test]
+async fn a_detached_paused_run_can_be_confirmed_and_re_attached() {
+    let app = spawn_app_with(detaching).await;
+    let (stream, request) = app.open_paused("re", "first; second").await;
+    drop(stream);
+    app.eventually("the run is detached", |app| app.logs.detached() == 1)
+        .await;
+
+    let (status, _) = app.reply("re", "CONFIRM_ACTION:confirm").await;
+    let mut resumed =
+        EventStream::resumed(app.reattach("re", request.sequence).await, request.sequence);
+    let last = resumed.finish().await;
+
+    assert_eq!(status, 200, "a detached pause is still decidable");
+    assert_eq!(
+        resumed.chunks[0].chunk_type,
+        ChunkType::ConfirmationReceived
+    );
+    assert_eq!(resumed.chunks[0].sequence, request.sequence + 1);
+    assert_eq!(last.chunk_type, ChunkType::Completion);
+    app.registry_drains().await;
+    app.eventually("the delivered log is forgotten", |app| app.logs.is_empty())
+        .await;
+}
+
+#[tokio::test]
+async fn a_re_attach_to_a_run_that_finished_meanwhile_replays_its_tail() {
+    let app = spawn_app_with(detaching).await;
+    let (stream, request) = app.open_paused("tail", "only step").await;
+    drop(stream);
+    app.eventually("the run is detached", |app| app.logs.detached() == 1)
+        .await;
+    app.reply("tail", "CONFIRM_ACTION:confirm").await;
+    app.registry_drains().await;
+
+    let mut resumed = EventStream::resumed(
+        app.reattach("tail", request.sequence).await,
+        request.sequence,
+    );
+    let last = resumed.finish().await;
+    let (status, chunk) = one_chunk(app.reattach("tail", last.sequence).await).await;
+
+    assert_eq!(last.chunk_type, ChunkType::Completion);
+    assert_eq!(
+        resumed.chunks.len(),
+        4,
+        "received, status, tool_output, completion"
+    );
+    assert_eq!(status, 404, "delivered once, then forgotten");
+    assert_eq!(error_type(&chunk), "no_such_run");
+}
+
+#[tokio::test]
+async fn a_hole_in_the_replay_is_announced_with_gap() {
+    let app = spawn_app_with(|s| {
+        detaching(s);
+        s.replay_buffer = 2;
+    })
+    .await;
+    let (stream, _) = app.open_paused("gap", "one; two; three").await;
+    drop(stream);
+    app.eventually("the run is detached", |app| app.logs.detached() == 1)
+        .await;
+    app.reply("gap", "CONFIRM_ACTION:confirm").await;
+    app.registry_drains().await;
+
+    let mut resumed = EventStream::resumed(app.reattach("gap", 0).await, 0);
+    let last = resumed.finish().await;
+
+    assert_eq!(
+        resumed.chunks.len(),
+        2,
+        "only the buffer's two chunks remain"
+    );
+    assert_eq!(resumed.chunks[0].metadata["gap"], true);
+    assert!(resumed.chunks[0].sequence > 1);
+    assert_eq!(last.chunk_type, ChunkType::Completion);
+}
+
+#[tokio::test]
+async fn a_re_attach_with_nothing_to_attach_to_gets_404_no_such_run() {
+    let app = spawn_app_with(detaching).await;
+
+    let (status, chunk) = one_chunk(app.reattach("nothing", 3).await).await;
+
+    assert_eq!(status, 404);
+    assert_eq!(error_type(&chunk), "no_such_run");
+}
+
+#[tokio::test]
+async fn a_bad_last_event_id_is_400() {
+    let app = spawn_app_with(detaching).await;
+    let response = app
+        .client
+        .post(app.url())
+        .header("Last-Event-ID", "abc")
+        .json(&serde_json::json!({ "session_id": "x" }))
+        .send()
+        .await
+        .unwrap();
+
+    let (status, chunk) = one_chunk(response).await;
+
+    assert_eq!(status, 400);
+    assert_eq!(error_type(&chunk), "invalid_request");
+}
+
+#[tokio::test]
+async fn after_the_grace_a_detached_run_is_cancelled_and_freed() {
+    let app = spawn_app_with(|s| {
+        s.keep_alive_secs = 1;
+        s.detach_grace_secs = 1;
+    })
+    .await;
+    let (stream, _) = app.open_paused("late", "wait").await;
+    drop(stream);
+
+    app.registry_drains().await;
+    app.eventually("the log is forgotten", |app| app.logs.is_empty())
+        .await;
+    let (status, _) = app.reply("late", "CONFIRM_ACTION:confirm").await;
+    let (reattach, chunk) = one_chunk(app.reattach("late", 2).await).await;
+
+    assert_eq!(status, 404);
+    assert_eq!(reattach, 404);
+    assert_eq!(error_type(&chunk), "no_such_run");
+}
+
+#[tokio::test]
+async fn a_second_client_re_attaching_takes_over_the_stream() {
+    let app = spawn_app_with(detaching).await;
+    let (mut first, request) = app.open_paused("two", "step").await;
+
+    let mut second = EventStream::resumed(
+        app.reattach("two", request.sequence).await,
+        request.sequence,
+    );
+    app.reply("two", "CONFIRM_ACTION:confirm").await;
+    let last = second.finish().await;
+
+    assert_eq!(last.chunk_type, ChunkType::Completion);
+    assert_eq!(
+        first.next_chunk().await,
+        None,
+        "the first stream ends without more chunks"
+    );
+}
+
+/// Streams 1 KiB chunks as fast as it can, forever, until told to stop.
+struct FirehoseEngine;
+
+impl Engine for FirehoseEngine {
+    fn run<'a>(&'a self, ctx: &'a mut RunContext) -> BoxFuture<'a, Result<Completion, RunError>> {
+        async move {
+            let block = "x".repeat(1024);
+            loop {
+                ctx.emit(ChunkType::Content, block.as_str()).await?;
+                tokio::task::yield_now().await;
+            }
+        }
+        .boxed()
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_stops_the_run_as_slow_consumer() {
+    let app = spawn_app_with_engine(|s| s.replay_buffer = 64, Arc::new(FirehoseEngine)).await;
+
+    // The headers arrive; the body is never read while the run floods it.
+    let response = app.chat("slow", "flood me").await;
+    app.registry_drains().await;
+    let mut stream = EventStream::new(response);
+    let last = stream.finish().await;
+
+    assert_eq!(reason(&last), "slow_consumer");
+    assert!(
+        stream
+            .chunks
+            .iter()
+            .any(|c| c.metadata.get("gap").is_some()),
+        "the skipped chunks are announced"
+    );
+}
