@@ -6,5 +6,6 @@ mod errors;
 mod helpers;
 mod lifecycle;
 mod operations;
+mod races;
 mod reattach;
 mod stream;
