@@ -1,6 +1,7 @@
 //! HTTP integration tests: each starts a real server on a free port.
 
 mod access;
+mod barrage;
 mod confirm;
 mod errors;
 mod helpers;
