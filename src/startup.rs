@@ -195,8 +195,11 @@ impl Application {
             "shutting down: ending {} open run(s)",
             state.manager.active_runs()
         );
+        // One deadline for everything: runs send their final chunks, then
+        // connections finish writing them; whatever is left then is cut.
+        let deadline = tokio::time::Instant::now() + shutdown_timeout;
         state.shutdown.cancel();
-        if tokio::time::timeout(shutdown_timeout, state.manager.wait_until_empty())
+        if tokio::time::timeout_at(deadline, state.manager.wait_until_empty())
             .await
             .is_err()
         {
@@ -205,8 +208,15 @@ impl Application {
                 state.manager.active_runs()
             );
         }
-        // Graceful: connections finish writing what the runs sent.
-        let (_, served) = tokio::join!(handle.stop(true), server);
+        // The stop only completes while the server future is polled: join them.
+        let graceful = async { tokio::join!(handle.stop(true), &mut server).1 };
+        let served = match tokio::time::timeout_at(deadline, graceful).await {
+            Ok(served) => served,
+            Err(_) => {
+                log::warn!("shutdown timeout: closing the remaining connections");
+                tokio::join!(handle.stop(false), server).1
+            }
+        };
         log::info!("stopped");
         served
     }

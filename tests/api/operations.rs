@@ -117,3 +117,38 @@ async fn beyond_max_runs_new_sessions_get_503_overloaded_and_existing_runs_go_on
     app.reply("c", "CONFIRM_ACTION:cancel").await;
     assert_eq!(c.finish().await.chunk_type, ChunkType::Cancelled);
 }
+
+/// Never ends on its own and ignores shutdown.
+struct StubbornEngine;
+
+impl Engine for StubbornEngine {
+    fn run<'a>(&'a self, ctx: &'a mut RunContext) -> BoxFuture<'a, Result<Completion, RunError>> {
+        async move {
+            ctx.emit(ChunkType::Status, "never stopping").await?;
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(Completion::default())
+        }
+        .boxed()
+    }
+}
+
+#[tokio::test]
+async fn shutdown_finishes_within_the_shutdown_timeout_even_if_a_run_does_not() {
+    let app =
+        spawn_app_with_engine(|s| s.shutdown_timeout_secs = 1, Arc::new(StubbornEngine)).await;
+    let mut stuck = app.open("stuck", "forever").await;
+    stuck.next_chunk().await.unwrap();
+
+    let started = std::time::Instant::now();
+    app.shutdown.cancel();
+    let served = tokio::time::timeout(Duration::from_secs(10), app.server)
+        .await
+        .expect("the server stops by itself");
+
+    served.unwrap().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "stopped after {:?}",
+        started.elapsed()
+    );
+}
