@@ -149,10 +149,14 @@ export class ChatGateClient {
    * throws ChatGateError.
    */
   async stream(message, { sessionId, confirmationId, signal } = {}) {
+    // The client names the session (a fresh UUID unless given), so every
+    // request of it can be routed to the same replica (docs/operations.md).
+    sessionId ??= globalThis.crypto?.randomUUID?.();
     const body = { message };
     if (sessionId !== undefined && sessionId !== null) body.session_id = sessionId;
     if (confirmationId !== undefined && confirmationId !== null) body.confirmation_id = confirmationId;
     const headers = { 'Content-Type': 'application/json', Accept: 'text/event-stream' };
+    if (body.session_id) headers['X-Chatgate-Session'] = body.session_id;
     if (this.apiKey) headers.Authorization = `Bearer ${this.apiKey}`;
     let response;
     try {

@@ -28,6 +28,7 @@ import os
 import sys
 import urllib.error
 import urllib.request
+import uuid
 
 __all__ = [
     "ChatGateClient",
@@ -252,6 +253,9 @@ class ChatGateClient:
         headers = {
             "Content-Type": "application/json",
             "Accept": "text/event-stream",
+            # Lets a load balancer keep a session on one replica without
+            # reading bodies (docs/operations.md).
+            "X-Chatgate-Session": body["session_id"],
         }
         if self.api_key:
             headers["Authorization"] = "Bearer " + self.api_key
@@ -276,9 +280,9 @@ class ChatGateClient:
         Error answers (4xx/5xx) are streams of a single ``error`` chunk; the
         HTTP status is ``ChunkStream.status``.
         """
-        body = {"message": message}
-        if session_id is not None:
-            body["session_id"] = session_id
+        # The client names the session (a fresh UUID unless given), so every
+        # request of it can be routed to the same replica.
+        body = {"message": message, "session_id": session_id or str(uuid.uuid4())}
         if confirmation_id is not None:
             body["confirmation_id"] = confirmation_id
         return ChunkStream(self._open(body))

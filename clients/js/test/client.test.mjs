@@ -84,6 +84,35 @@ describe('SSE parser', () => {
   });
 });
 
+describe('routing header', () => {
+  test('the client names the session and sends it as X-Chatgate-Session', async () => {
+    const { createServer } = await import('node:http');
+    const seen = [];
+    const server = createServer((req, res) => {
+      let raw = '';
+      req.on('data', (d) => (raw += d));
+      req.on('end', () => {
+        const body = JSON.parse(raw);
+        seen.push([req.headers['x-chatgate-session'], body.session_id]);
+        const chunk = { chunk: '', session_id: body.session_id, finished: true, chunk_type: 'completion', metadata: {}, sequence: 1 };
+        res.writeHead(200, { 'Content-Type': 'text/event-stream; charset=utf-8' });
+        res.end(`id: 1\ndata: ${JSON.stringify(chunk)}\n\n`);
+      });
+    });
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const client = new ChatGateClient(`http://127.0.0.1:${server.address().port}`);
+      await client.run('hello?');
+      await client.run('hello?', { sessionId: 'given-id' });
+    } finally {
+      server.close();
+    }
+    assert.equal(seen[0][0], seen[0][1]);
+    assert.match(seen[0][1], /^[0-9a-f-]{36}$/);
+    assert.deepEqual(seen[1], ['given-id', 'given-id']);
+  });
+});
+
 describe('library against a server', () => {
   const client = () => new ChatGateClient(serverUrl());
 

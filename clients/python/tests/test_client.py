@@ -104,6 +104,46 @@ class ParserTests(unittest.TestCase):
         self.assertIsNone(parse_reply(None))
 
 
+class RoutingHeaderTests(unittest.TestCase):
+    """The client names the session and repeats it in X-Chatgate-Session,
+    for load balancers (checked against a recording stub, not chatgate)."""
+
+    def test_the_session_is_named_by_the_client_and_sent_as_a_header(self):
+        import http.server
+        import threading
+
+        seen = []
+
+        class Recorder(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                seen.append((self.headers.get("X-Chatgate-Session"), body.get("session_id")))
+                chunk = {"chunk": "", "session_id": body["session_id"], "finished": True,
+                         "chunk_type": "completion", "metadata": {}, "sequence": 1}
+                payload = ("id: 1\ndata: %s\n\n" % json.dumps(chunk)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.HTTPServer(("127.0.0.1", 0), Recorder)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            client = ChatGateClient("http://127.0.0.1:%d" % server.server_port)
+            client.run("hello?")
+            client.run("hello?", session_id="given-id")
+        finally:
+            server.shutdown()
+        (header1, body1), (header2, body2) = seen
+        self.assertEqual(header1, body1)
+        uuid.UUID(body1)  # a fresh UUID when none is given
+        self.assertEqual((header2, body2), ("given-id", "given-id"))
+
+
 class LibraryTests(unittest.TestCase):
     def setUp(self):
         self.client = ChatGateClient(server_url())
