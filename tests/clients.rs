@@ -6,12 +6,12 @@ use std::process::Command;
 use chatgate::config::Settings;
 use chatgate::startup::Application;
 
-/// Starts a server for the suites: no step delay, 2 s confirmation timeout
+/// Starts a server for the suites: no step delay, 3 s confirmation timeout
 /// (the suites' timeout cases wait for it).
 fn start_server() -> String {
     let mut settings = Settings::for_bind("127.0.0.1:0");
     settings.step_delay_ms = 0;
-    settings.confirm_timeout_secs = 2;
+    settings.confirm_timeout_secs = 3;
     settings.workers = Some(2);
     let app = Application::build(settings).expect("server builds");
     let url = format!("http://{}", app.address());

@@ -133,7 +133,7 @@ async fn shutdown_ends_every_open_stream_with_a_final_chunk() {
 
 #[tokio::test]
 async fn sigterm_to_the_binary_ends_streams_with_shutdown_and_exits() {
-    let (mut child, address) = start_binary();
+    let (mut child, address, _) = start_binary(&["--bind", "127.0.0.1:0"]);
     let client = reqwest::Client::new();
     let url = format!("http://{address}/api/v1/chat/stream");
     let response = client
@@ -164,24 +164,48 @@ async fn sigterm_to_the_binary_ends_streams_with_shutdown_and_exits() {
     assert!(status.success(), "{status:?}");
 }
 
-/// Starts the real `chatgate` binary on a free port; returns it and its address.
-fn start_binary() -> (std::process::Child, String) {
+#[tokio::test]
+async fn binding_beyond_loopback_without_keys_logs_a_warning() {
+    // Only binds; no traffic goes anywhere but the process itself.
+    let (mut open, _, open_log) = start_binary(&["--bind", "0.0.0.0:0"]);
+    let (mut keyed, _, keyed_log) = start_binary(&["--bind", "0.0.0.0:0", "--api-key", "k"]);
+    let (mut local, _, local_log) = start_binary(&["--bind", "127.0.0.1:0"]);
+    for child in [&mut open, &mut keyed, &mut local] {
+        child.kill().ok();
+        child.wait().ok();
+    }
+
+    let warned = |log: &[String]| {
+        log.iter()
+            .any(|l| l.contains("WARN") && l.contains("without API keys"))
+    };
+    assert!(warned(&open_log), "{open_log:#?}");
+    assert!(!warned(&keyed_log), "{keyed_log:#?}");
+    assert!(!warned(&local_log), "{local_log:#?}");
+}
+
+/// Starts the real `chatgate` binary with `args`; returns it, its address,
+/// and the log lines up to the one that names the address.
+fn start_binary(args: &[&str]) -> (std::process::Child, String, Vec<String>) {
     use std::io::{BufRead, BufReader};
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_chatgate"))
-        .args(["--bind", "127.0.0.1:0", "--workers", "1"])
+        .args(args)
+        .args(["--workers", "1"])
         .env("RUST_LOG", "info")
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("binary starts");
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
     let address = loop {
         let line = lines.next().expect("the binary logs its address").unwrap();
         if let Some(rest) = line.split("listening on http://").nth(1) {
             break rest.split_whitespace().next().unwrap().to_owned();
         }
+        seen.push(line);
     };
     // Keep draining stderr so the child never blocks on a full pipe.
     std::thread::spawn(move || lines.for_each(drop));
-    (child, address)
+    (child, address, seen)
 }

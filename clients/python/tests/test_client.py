@@ -1,6 +1,6 @@
 """Tests of the Python client: the SSE parser offline, everything else
 against a real chatgate server whose URL is in $CHATGATE_URL (cargo test
-starts one with --confirm-timeout-secs 2 and runs this suite)."""
+starts one with --confirm-timeout-secs 3 and runs this suite)."""
 
 import json
 import os
@@ -277,6 +277,58 @@ class CommandLineTests(unittest.TestCase):
         chunks = [json.loads(line) for line in done.stdout.splitlines()]
         self.assertEqual([c["sequence"] for c in chunks], list(range(1, len(chunks) + 1)))
         self.assertTrue(chunks[-1]["finished"])
+
+
+class TerminalTests(unittest.TestCase):
+    """A person at a terminal: both CLIs prompt, accept modify with a text,
+    then confirm. Driven through a pseudo-terminal."""
+
+    def drive(self, argv):
+        import pty
+        import select
+        import time
+
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the CLI, with the pty as its terminal
+            os.execvp(argv[0], argv)
+        output = b""
+
+        def expect(text, timeout=30):
+            nonlocal output
+            deadline = time.monotonic() + timeout
+            while text.encode() not in output:
+                left = deadline - time.monotonic()
+                self.assertGreater(left, 0, "waiting for %r in %r" % (text, output[-500:]))
+                ready, _, _ = select.select([fd], [], [], left)
+                if ready:
+                    try:
+                        output += os.read(fd, 4096)
+                    except OSError:
+                        break
+            self.assertIn(text.encode(), output)
+            output = output[output.index(text.encode()) + len(text):]
+
+        expect("1. write the notes")
+        expect("confirm / modify / cancel?")
+        os.write(fd, b"m\n")
+        expect("what should change?")
+        os.write(fd, b"add a title\n")
+        expect("Apply feedback: add a title")
+        expect("confirm / modify / cancel?")
+        os.write(fd, b"confirm\n")
+        expect("[completion]")
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+        return os.waitstatus_to_exitcode(status)
+
+    def test_python_cli_prompts_on_a_terminal(self):
+        code = self.drive([sys.executable, CLI, "--url", server_url(), "write the notes"])
+        self.assertEqual(code, 0)
+
+    def test_js_cli_prompts_on_a_terminal(self):
+        js_cli = os.path.join(os.path.dirname(CLIENT_DIR), "js", "cli.mjs")
+        code = self.drive(["node", js_cli, "--url", server_url(), "write the notes"])
+        self.assertEqual(code, 0)
 
 
 if __name__ == "__main__":
