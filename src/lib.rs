@@ -18,10 +18,12 @@
 //! - [`run`]: starts a run's task and ties it to its response.
 //! - [`routes`] and [`error`]: the HTTP handlers and the error-to-wire mapping.
 //! - [`access`]: API keys, run ownership and allowed browser origins.
+//! - [`access_log`]: one log line per request.
 //! - [`metrics`]: the Prometheus metrics behind `GET /metrics`.
 //! - [`config`] and [`startup`]: settings, binding, serving, shutdown.
 
 pub mod access;
+pub mod access_log;
 pub mod config;
 pub mod confirmation;
 pub mod engine;

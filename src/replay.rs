@@ -35,6 +35,10 @@ use crate::protocol::{CancelReason, Chunk};
 use crate::sse;
 
 /// Tells a run to stop, and why. The first reason given wins.
+///
+/// A run's stop is a child of the server's shutdown token, so a run waits on
+/// one token for every reason to stop; a stop that comes from shutdown
+/// carries no reason of its own and reads as `Shutdown`.
 #[derive(Clone, Default)]
 pub struct RunStop {
     token: CancellationToken,
@@ -42,25 +46,34 @@ pub struct RunStop {
 }
 
 impl RunStop {
+    /// A stop that also fires when `shutdown` is cancelled.
+    pub fn under(shutdown: &CancellationToken) -> RunStop {
+        RunStop {
+            token: shutdown.child_token(),
+            reason: Arc::default(),
+        }
+    }
+
     pub fn stop(&self, reason: CancelReason) {
-        let _ = self.reason.set(reason);
+        // Once stopped (by shutdown, say) a later reason must not rename it.
+        if !self.token.is_cancelled() {
+            let _ = self.reason.set(reason);
+        }
         self.token.cancel();
     }
 
     pub fn reason(&self) -> Option<CancelReason> {
-        self.token
-            .is_cancelled()
-            .then(|| self.reason.get().copied())
-            .flatten()
+        self.token.is_cancelled().then(|| self.reason_given())
     }
 
     /// Resolves with the reason once the run is told to stop.
     pub async fn stopped(&self) -> CancelReason {
         self.token.cancelled().await;
-        self.reason
-            .get()
-            .copied()
-            .unwrap_or(CancelReason::ClientGone)
+        self.reason_given()
+    }
+
+    fn reason_given(&self) -> CancelReason {
+        self.reason.get().copied().unwrap_or(CancelReason::Shutdown)
     }
 }
 
@@ -405,6 +418,27 @@ mod tests {
         let text = std::str::from_utf8(&frame).unwrap();
         let json = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
         serde_json::from_str(json).unwrap()
+    }
+
+    #[tokio::test]
+    async fn shutdown_stops_every_run_and_its_reason_is_not_renamed_later() {
+        let shutdown = CancellationToken::new();
+        let stop = RunStop::under(&shutdown);
+        assert_eq!(stop.reason(), None);
+
+        shutdown.cancel();
+        stop.stop(CancelReason::ClientGone);
+
+        assert_eq!(stop.stopped().await, CancelReason::Shutdown);
+        assert_eq!(stop.reason(), Some(CancelReason::Shutdown));
+    }
+
+    #[tokio::test]
+    async fn the_first_reason_given_wins() {
+        let stop = RunStop::under(&CancellationToken::new());
+        stop.stop(CancelReason::SlowConsumer);
+        stop.stop(CancelReason::ClientGone);
+        assert_eq!(stop.reason(), Some(CancelReason::SlowConsumer));
     }
 
     #[tokio::test]

@@ -22,7 +22,7 @@ use crate::startup::AppState;
 
 /// Starts the run for `slot` and returns its streaming response.
 pub fn start(state: &AppState, slot: RunSlot, key: SessionKey, message: String) -> HttpResponse {
-    let stop = RunStop::default();
+    let stop = RunStop::under(&state.shutdown);
     let log = RunLog::new(state.replay_buffer, stop.clone());
     state.logs.publish(key.clone(), log.clone());
     let subscription = Subscription::attach(log.clone(), key, 0, state.stream_settings());
@@ -32,7 +32,6 @@ pub fn start(state: &AppState, slot: RunSlot, key: SessionKey, message: String) 
         state.run_settings,
         log,
         stop,
-        state.shutdown.clone(),
         state.metrics.clone(),
     );
     tokio::spawn(drive(state.engine.clone(), ctx));

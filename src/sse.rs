@@ -4,6 +4,7 @@
 //! [`stream_response`] (a live run) or [`single_chunk`] (a one-chunk answer),
 //! so both carry the same headers and framing.
 
+use std::cell::RefCell;
 use std::convert::Infallible;
 use std::io::Write;
 
@@ -20,15 +21,32 @@ pub const KEEP_ALIVE_COMMENT: &[u8] = b": keep-alive\n\n";
 /// Frames one chunk as `id: <sequence>\ndata: <json>\n\n`. serde_json escapes
 /// every control character inside strings, so the JSON is always one line and
 /// no message text can forge an extra event.
+///
+/// The frame is built in a per-thread scratch buffer and copied out at its
+/// exact size: a run's replay log holds its frames for the whole pause, so a
+/// frame must not carry the spare capacity of a growing `Vec`.
 pub fn encode(chunk: &Chunk) -> Bytes {
-    let mut buf = Vec::with_capacity(256 + chunk.chunk.len());
-    // Writing into a Vec cannot fail, and a Chunk (string keys, plain values)
-    // always serializes.
-    write!(buf, "id: {}\ndata: ", chunk.sequence).expect("write to Vec");
-    serde_json::to_writer(&mut buf, chunk).expect("Chunk serializes");
-    buf.extend_from_slice(b"\n\n");
-    Bytes::from(buf)
+    thread_local! {
+        static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(4096));
+    }
+    SCRATCH.with_borrow_mut(|buf| {
+        buf.clear();
+        // Writing into a Vec cannot fail, and a Chunk (string keys, plain
+        // values) always serializes.
+        write!(buf, "id: {}\ndata: ", chunk.sequence).expect("write to Vec");
+        serde_json::to_writer(&mut *buf, chunk).expect("Chunk serializes");
+        buf.extend_from_slice(b"\n\n");
+        let frame = Bytes::copy_from_slice(buf);
+        // One huge chunk must not pin its capacity to this thread for good.
+        if buf.capacity() > MAX_SCRATCH_CAPACITY {
+            *buf = Vec::with_capacity(4096);
+        }
+        frame
+    })
 }
+
+/// Scratch capacity a thread keeps between frames.
+const MAX_SCRATCH_CAPACITY: usize = 64 * 1024;
 
 fn builder(status: StatusCode) -> HttpResponseBuilder {
     let mut builder = HttpResponse::build(status);

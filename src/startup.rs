@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
-use actix_web::middleware::Logger;
+use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer};
 use tokio_util::sync::CancellationToken;
 
@@ -18,7 +18,7 @@ use crate::confirmation::ConfirmationManager;
 use crate::engine::{self, Engine, RunSettings, ENGINE_NAMES};
 use crate::metrics::Metrics;
 use crate::replay::{LogRegistry, StreamSettings};
-use crate::routes;
+use crate::{access_log, routes};
 
 /// What every handler shares. Cheap to clone.
 #[derive(Clone)]
@@ -115,21 +115,14 @@ impl Application {
         let data = web::Data::new(state.clone());
         let mut server = HttpServer::new(move || {
             App::new()
-                // One line per request; the body (and so the message) is never logged.
-                .wrap(Logger::new(r#"%a "%r" %s %b %Dms"#))
+                .wrap(from_fn(access_log::log_request))
                 .app_data(data.clone())
                 .configure(routes::configure)
         })
         // Chunks are small writes that must leave at once: without
         // TCP_NODELAY, Nagle holds the first chunk behind the response head
         // until the client's delayed ACK (~40 ms on Linux).
-        .on_connect(|connection, _| {
-            if let Some(tcp) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
-                if let Err(err) = tcp.set_nodelay(true) {
-                    log::debug!("cannot set TCP_NODELAY: {err}");
-                }
-            }
-        })
+        .tcp_nodelay(true)
         // Signals are ours (see run_until_stopped): streams must get their
         // final chunk before actix stops the workers.
         .disable_signals()

@@ -15,9 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value};
-use tokio_util::sync::CancellationToken;
 
-use crate::confirmation::{Decision, RunSlot};
+use crate::confirmation::{Decision, PendingDecision, RunSlot};
 use crate::metrics::Metrics;
 use crate::protocol::{
     Action, CancelReason, Chunk, ChunkType, ConfirmationData, ErrorType, RiskLevel, TaskSpec,
@@ -77,6 +76,15 @@ pub struct RunSettings {
     pub step_delay: Duration,
 }
 
+/// A confirmation request on its way to a decision.
+struct Asked {
+    confirmation_id: String,
+    round: u32,
+    paused_at: Instant,
+    /// Why the request could not be sent, if it could not.
+    sent: Option<CancelReason>,
+}
+
 /// Everything an engine may do during a run.
 pub struct RunContext {
     message: String,
@@ -84,8 +92,8 @@ pub struct RunContext {
     settings: RunSettings,
     log: Arc<RunLog>,
     round: u32,
+    /// Fires on every reason to stop, server shutdown included.
     stop: RunStop,
-    shutdown: CancellationToken,
     metrics: Arc<Metrics>,
 }
 
@@ -96,7 +104,6 @@ impl RunContext {
         settings: RunSettings,
         log: Arc<RunLog>,
         stop: RunStop,
-        shutdown: CancellationToken,
         metrics: Arc<Metrics>,
     ) -> RunContext {
         RunContext {
@@ -106,7 +113,6 @@ impl RunContext {
             log,
             round: 0,
             stop,
-            shutdown,
             metrics,
         }
     }
@@ -133,7 +139,11 @@ impl RunContext {
     /// Sends a chunk to the client (into the run's replay log; the run never
     /// waits for a slow client). Fails with `Cancelled` when the run must stop.
     pub async fn send(&mut self, chunk: Chunk) -> Result<(), RunError> {
-        if let Some(reason) = self.stop_reason() {
+        self.push(chunk)
+    }
+
+    fn push(&self, chunk: Chunk) -> Result<(), RunError> {
+        if let Some(reason) = self.stop.reason() {
             return Err(RunError::Cancelled(reason));
         }
         self.log.push(chunk);
@@ -154,14 +164,14 @@ impl RunContext {
     pub async fn sleep(&self, duration: Duration) -> Result<(), RunError> {
         if duration.is_zero() {
             // tokio rounds a zero sleep up to the next 1 ms timer tick.
-            return match self.stop_reason() {
+            return match self.stop.reason() {
                 Some(reason) => Err(RunError::Cancelled(reason)),
                 None => Ok(()),
             };
         }
         tokio::select! {
             () = tokio::time::sleep(duration) => Ok(()),
-            reason = stop_signal(&self.stop, &self.shutdown) => Err(RunError::Cancelled(reason)),
+            reason = self.stop.stopped() => Err(RunError::Cancelled(reason)),
         }
     }
 
@@ -170,6 +180,24 @@ impl RunContext {
     /// `confirmation_received` chunk. Cancel, timeout, too many rounds and
     /// every other stop come back as `Err(Cancelled(reason))`.
     pub async fn confirm(&mut self, plan: Plan) -> Result<Approval, RunError> {
+        // Everything but the wait happens in plain functions: this future is
+        // what a paused run holds in memory for the whole pause, so it keeps
+        // only what the wait needs.
+        let (pending, asked) = self.ask(plan)?;
+        let timeout = self.settings.confirm_timeout;
+        let stop = async {
+            match asked.sent {
+                // Sending failed: the pause must still be settled, at once.
+                Some(reason) => reason,
+                None => self.stop.stopped().await,
+            }
+        };
+        let decision = self.slot.wait(pending, timeout, stop).await;
+        self.answered(decision, asked)
+    }
+
+    /// Registers the pause and sends the `confirmation_request` chunk.
+    fn ask(&mut self, plan: Plan) -> Result<(PendingDecision, Asked), RunError> {
         if self.round >= self.settings.max_rounds {
             return Err(RunError::Cancelled(CancelReason::MaxRounds));
         }
@@ -206,55 +234,46 @@ impl RunContext {
 
         // The pause is registered before the chunk leaves, so a client that
         // answers the instant it reads the chunk always finds it pending.
-        let sent = self.send(chunk).await;
-        let stop = {
-            let (run_stop, shutdown) = (self.stop.clone(), self.shutdown.clone());
-            async move {
-                match sent {
-                    // Sending failed: the pause must still be settled, at once.
-                    Err(RunError::Cancelled(reason)) => reason,
-                    _ => stop_signal(&run_stop, &shutdown).await,
-                }
+        let sent = match self.push(chunk) {
+            Err(RunError::Cancelled(reason)) => Some(reason),
+            _ => None,
+        };
+        let asked = Asked {
+            confirmation_id,
+            round,
+            paused_at: Instant::now(),
+            sent,
+        };
+        Ok((pending, asked))
+    }
+
+    /// Counts the decision and, for a user's answer, sends `confirmation_received`.
+    fn answered(&mut self, decision: Decision, asked: Asked) -> Result<Approval, RunError> {
+        self.metrics.confirmation_waited(asked.paused_at.elapsed());
+        let (action, decided_by) = match &decision {
+            Decision::Confirm => (Action::Confirm, "confirm"),
+            Decision::Modify(_) => (Action::Modify, "modify"),
+            Decision::Cancel(CancelReason::User) => (Action::Cancel, "cancel"),
+            Decision::Cancel(reason) => {
+                self.metrics.decision(reason.as_str(), "accepted");
+                return Err(RunError::Cancelled(*reason));
             }
         };
-        let paused_at = Instant::now();
-        let decision = self.slot.wait(pending, timeout, stop).await;
-        self.metrics.confirmation_waited(paused_at.elapsed());
-        let decided_by = match &decision {
-            Decision::Confirm => "confirm",
-            Decision::Modify(_) => "modify",
-            Decision::Cancel(CancelReason::User) => "cancel",
-            Decision::Cancel(reason) => reason.as_str(),
-        };
         self.metrics.decision(decided_by, "accepted");
-
-        let action = match &decision {
-            Decision::Confirm => Action::Confirm,
-            Decision::Modify(_) => Action::Modify,
-            Decision::Cancel(CancelReason::User) => Action::Cancel,
-            Decision::Cancel(reason) => return Err(RunError::Cancelled(*reason)),
-        };
+        let round = asked.round;
         let received = self
             .chunk(
                 ChunkType::ConfirmationReceived,
                 format!("Received {} for round {round}", action.as_str()),
             )
             .with_meta("action", action.as_str())
-            .with_meta("confirmation_id", confirmation_id)
+            .with_meta("confirmation_id", asked.confirmation_id)
             .with_meta("confirmation_round", round);
-        self.send(received).await?;
+        self.push(received)?;
         match decision {
             Decision::Confirm => Ok(Approval::Confirm),
             Decision::Modify(text) => Ok(Approval::Modify(text)),
             Decision::Cancel(reason) => Err(RunError::Cancelled(reason)),
-        }
-    }
-
-    fn stop_reason(&self) -> Option<CancelReason> {
-        if self.shutdown.is_cancelled() {
-            Some(CancelReason::Shutdown)
-        } else {
-            self.stop.reason()
         }
     }
 
@@ -292,15 +311,6 @@ impl RunContext {
     }
 }
 
-/// Resolves with the reason once the run has to stop. Shutdown wins a tie.
-async fn stop_signal(stop: &RunStop, shutdown: &CancellationToken) -> CancelReason {
-    tokio::select! {
-        biased;
-        () = shutdown.cancelled() => CancelReason::Shutdown,
-        reason = stop.stopped() => reason,
-    }
-}
-
 /// The human text of a `cancelled` chunk.
 fn cancel_text(reason: CancelReason) -> &'static str {
     match reason {
@@ -324,3 +334,35 @@ pub fn by_name(name: &str) -> Option<Arc<dyn Engine>> {
 
 /// The names accepted by [`by_name`].
 pub const ENGINE_NAMES: &[&str] = &["planner"];
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::confirmation::{ConfirmationManager, SessionKey};
+
+    /// A paused run holds its `confirm` future for the whole pause, once per
+    /// paused run: it must stay small (it was 1,184 bytes when the request
+    /// was built inside it; docs/benchmarks.md has what that cost).
+    #[tokio::test]
+    async fn the_future_a_paused_run_holds_stays_small() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run(SessionKey::new(None, "s"), 1).unwrap();
+        let stop = RunStop::default();
+        let settings = RunSettings {
+            confirm_timeout: Duration::from_secs(1),
+            max_rounds: 1,
+            step_delay: Duration::ZERO,
+        };
+        let log = RunLog::new(8, stop.clone());
+        let mut ctx = RunContext::new("a".into(), slot, settings, log, stop, Arc::default());
+        let plan = Plan {
+            summary: String::new(),
+            tasks: Vec::new(),
+            risk_level: RiskLevel::Low,
+        };
+
+        let paused = ctx.confirm(plan);
+
+        let size = std::mem::size_of_val(&paused);
+        assert!(size <= 768, "confirm() future is {size} bytes");
+    }
+}
