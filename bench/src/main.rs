@@ -52,6 +52,10 @@ enum Scenario {
         /// Concurrent openers / confirmers.
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
+        /// Open and measure only; never confirm (for `actix-floor`, which
+        /// cannot resume).
+        #[arg(long)]
+        hold_only: bool,
     },
     /// C concurrent clients doing full flows for T seconds.
     Throughput {
@@ -96,7 +100,8 @@ fn main() -> io::Result<()> {
                 k,
                 server_pid,
                 concurrency,
-            } => paused(&addr, k, server_pid, concurrency).await,
+                hold_only,
+            } => paused(&addr, k, server_pid, concurrency, hold_only).await,
             Scenario::Throughput { clients, seconds } => throughput(&addr, clients, seconds).await,
             Scenario::Chat { clients, seconds } => chat(&addr, clients, seconds).await,
             Scenario::All { server_pid } => {
@@ -106,7 +111,7 @@ fn main() -> io::Result<()> {
                 throughput(&addr, 32, 10).await?;
                 chat(&addr, 32, 10).await?;
                 for k in [1000, 5000, 10_000, 15_000] {
-                    paused(&addr, k, server_pid, 64).await?;
+                    paused(&addr, k, server_pid, 64, false).await?;
                 }
                 Ok(())
             }
@@ -388,6 +393,7 @@ async fn paused(
     k: usize,
     server_pid: Option<u32>,
     concurrency: usize,
+    hold_only: bool,
 ) -> io::Result<()> {
     let before = server_pid.and_then(rss_kib);
     let start = Instant::now();
@@ -395,15 +401,24 @@ async fn paused(
     let open = start.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let during = server_pid.and_then(rss_kib);
+    let per_run = match (before, during) {
+        (Some(b), Some(d)) => format!("{:.2} KiB/run", (d.saturating_sub(b)) as f64 / k as f64),
+        _ => "n/a (pass --server-pid)".to_owned(),
+    };
+    if hold_only {
+        println!(
+            "held k={k:<6} open {:>7.1} ms  RSS before {} KiB, held {} KiB  => {per_run}",
+            open.as_secs_f64() * 1e3,
+            before.map_or("?".into(), |v| v.to_string()),
+            during.map_or("?".into(), |v| v.to_string()),
+        );
+        return Ok(());
+    }
     let start = Instant::now();
     let failures = release(addr, held, concurrency, "paused").await?;
     let resume = start.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = server_pid.and_then(rss_kib);
-    let per_run = match (before, during) {
-        (Some(b), Some(d)) => format!("{:.2} KiB/run", (d.saturating_sub(b)) as f64 / k as f64),
-        _ => "n/a (pass --server-pid)".to_owned(),
-    };
     println!(
         "paused k={k:<6} open {:>7.1} ms  resume+complete {:>7.1} ms  failures {failures}  RSS before {} KiB, paused {} KiB, after {} KiB  => {per_run}",
         open.as_secs_f64() * 1e3,
