@@ -9,11 +9,13 @@ port=18190
 addr=127.0.0.1:$port
 ulimit -n 20000
 
-cargo build --release -q -p chatgate -p chatgate-bench
+cargo build --release -q -p chatgate -p chatgate-bench --bins
 bench=target/release/chatgate-bench
 
+# start_server [COMMAND...]: chatgate by default.
 start_server() {
-  target/release/chatgate --bind "$addr" --step-delay-ms 0 >/dev/null 2>&1 &
+  if [ $# -eq 0 ]; then set -- target/release/chatgate --bind "$addr" --step-delay-ms 0; fi
+  "$@" >/dev/null 2>&1 &
   server=$!
   for _ in $(seq 100); do
     curl -fs "http://$addr/healthz" >/dev/null 2>&1 && return
@@ -38,4 +40,8 @@ for round in $(seq "$rounds"); do
     "$bench" --addr "$addr" paused --k "$k" --server-pid "$server"
     stop_server
   done
+  # What actix-web alone spends per held stream: the floor under `paused`.
+  start_server target/release/actix-floor --bind "$addr"
+  "$bench" --addr "$addr" paused --k 10000 --hold-only --server-pid "$server"
+  stop_server
 done
