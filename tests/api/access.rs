@@ -76,6 +76,34 @@ async fn another_key_cannot_see_decide_or_supersede_a_run() {
 }
 
 #[tokio::test]
+async fn another_key_cannot_re_attach_to_a_run() {
+    let app = spawn_app_with(|s| s.api_keys = vec!["alice".into(), "bob".into()]).await;
+    let mut alice_run =
+        EventStream::new(post_as(&app, Some("alice"), "mine", "pay the bill").await);
+    alice_run.until(ChunkType::ConfirmationRequest).await;
+
+    let reattach_as = |key: &'static str, session: &'static str| {
+        app.client
+            .post(app.url())
+            .bearer_auth(key)
+            .header("Last-Event-ID", "0")
+            .json(&json!({ "session_id": session }))
+            .send()
+    };
+    let (theirs, their_chunk) = one_chunk(reattach_as("bob", "mine").await.unwrap()).await;
+    let (unknown, unknown_chunk) = one_chunk(reattach_as("bob", "nobody").await.unwrap()).await;
+
+    assert_eq!((theirs.as_u16(), unknown.as_u16()), (404, 404));
+    assert_eq!(error_type(&their_chunk), "no_such_run");
+    assert_eq!(their_chunk.chunk, unknown_chunk.chunk, "no oracle");
+    assert_eq!(app.manager.paused_runs(), 1, "alice's run is untouched");
+    let (status, _) =
+        one_chunk(post_as(&app, Some("alice"), "mine", "CONFIRM_ACTION:confirm").await).await;
+    assert_eq!(status, 200);
+    assert_eq!(alice_run.finish().await.chunk_type, ChunkType::Completion);
+}
+
+#[tokio::test]
 async fn keys_can_come_from_a_file() {
     let path = std::env::temp_dir().join(format!("chatgate-keys-{}", std::process::id()));
     std::fs::write(&path, "# team keys\n\nfrom-file\n").unwrap();
