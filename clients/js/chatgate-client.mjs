@@ -93,6 +93,17 @@ export class SSEParser {
 
 export class ChatGateError extends Error {}
 
+/**
+ * A stream ended before its final chunk: the connection broke or closed. The
+ * run itself may live on; it can be re-attached.
+ */
+export class StreamBroken extends ChatGateError {}
+
+/** Times `run()` re-attaches a broken stream without a chunk in between. */
+export const DEFAULT_REATTACH_ATTEMPTS = 3;
+/** Milliseconds before the first re-attach; the n-th waits n times this. */
+export const REATTACH_BACKOFF_MS = 200;
+
 /** Normalises a reply to [action, text|null], or null for silence. */
 export function parseReply(reply) {
   if (reply === null || reply === undefined) return null;
@@ -134,12 +145,13 @@ export class RunResult {
 export class ChatGateClient {
   /**
    * @param {string} baseUrl  e.g. 'http://127.0.0.1:8080', or '' for the page's own origin
-   * @param {{apiKey?: string, fetch?: typeof fetch}} [options]
+   * @param {{apiKey?: string, fetch?: typeof fetch, reattachAttempts?: number}} [options]
    */
-  constructor(baseUrl = '', { apiKey, fetch: fetchImpl } = {}) {
+  constructor(baseUrl = '', { apiKey, fetch: fetchImpl, reattachAttempts = DEFAULT_REATTACH_ATTEMPTS } = {}) {
     this.baseUrl = baseUrl.replace(/\/+$/, '');
     this.apiKey = apiKey;
     this.fetch = fetchImpl ?? globalThis.fetch.bind(globalThis);
+    this.reattachAttempts = reattachAttempts;
   }
 
   /**
@@ -148,16 +160,17 @@ export class ChatGateClient {
    * Error answers (4xx/5xx) are one `error` chunk. A stream that closes early
    * throws ChatGateError.
    */
-  async stream(message, { sessionId, confirmationId, signal } = {}) {
+  async stream(message, { sessionId, confirmationId, signal, lastEventId } = {}) {
     // The client names the session (a fresh UUID unless given), so every
     // request of it can be routed to the same replica (docs/operations.md).
     sessionId ??= globalThis.crypto?.randomUUID?.();
-    const body = { message };
+    const body = message === undefined ? {} : { message };
     if (sessionId !== undefined && sessionId !== null) body.session_id = sessionId;
     if (confirmationId !== undefined && confirmationId !== null) body.confirmation_id = confirmationId;
     const headers = { 'Content-Type': 'application/json', Accept: 'text/event-stream' };
     if (body.session_id) headers['X-Chatgate-Session'] = body.session_id;
     if (this.apiKey) headers.Authorization = `Bearer ${this.apiKey}`;
+    if (lastEventId !== undefined && lastEventId !== null) headers['Last-Event-ID'] = String(lastEventId);
     let response;
     try {
       response = await this.fetch(this.baseUrl + STREAM_PATH, {
@@ -173,6 +186,18 @@ export class ChatGateClient {
       throw new ChatGateError(`cannot reach ${this.baseUrl || 'the server'}: ${why}`);
     }
     return { status: response.status, chunks: readChunks(response) };
+  }
+
+  /**
+   * Re-attaches to the run of `sessionId` after its stream broke: the server
+   * replays every chunk after `lastEventId` (the `sequence` of the last chunk
+   * received; 0 for all) that it still holds, then goes on live. A first
+   * chunk with `metadata.gap` true means chunks in between were lost. With no
+   * run to re-attach to, the stream is one `error` chunk (`no_such_run`).
+   * Resolves to `{status, chunks}` like `stream()`.
+   */
+  attach(sessionId, lastEventId = 0, { signal } = {}) {
+    return this.stream(undefined, { sessionId, lastEventId, signal });
   }
 
   /**
@@ -193,29 +218,60 @@ export class ChatGateClient {
    * confirmation request: 'confirm', 'cancel', 'modify:<text>',
    * ['modify', text], or null to stay silent (the server's timeout decides).
    * A refused reply is passed to `onChunk` and the run goes on.
+   *
+   * If the stream breaks before its final chunk, the run is re-attached
+   * (`Last-Event-ID`) up to `reattachAttempts` times in a row and goes on
+   * where it broke; every chunk is still seen exactly once.
    */
   async run(message, { sessionId, onChunk, onConfirmation, signal } = {}) {
-    const { status, chunks } = await this.stream(message, { sessionId, signal });
+    // Named here, not by the server, so a broken stream can be re-attached.
+    sessionId ??= globalThis.crypto?.randomUUID?.();
+    let { status, chunks } = await this.stream(message, { sessionId, signal });
     const seen = [];
     let final = null;
-    for await (const chunk of chunks) {
-      seen.push(chunk);
-      sessionId = chunk.session_id || sessionId;
-      if (onChunk) await onChunk(chunk);
-      if (chunk.finished) {
-        final = chunk;
-        break;
-      }
-      if (chunk.chunk_type === 'confirmation_request' && onConfirmation) {
-        const answer = parseReply(await onConfirmation(chunk));
-        if (answer) {
-          const confirmationId = chunk.confirmation_data?.confirmation_id;
-          const ack = await this.reply(sessionId, answer[0], answer[1], { confirmationId });
-          if (ack.chunk_type === 'error' && onChunk) await onChunk(ack);
+    let lastSeen = 0;
+    let failures = 0;
+    while (final === null) {
+      try {
+        for await (const chunk of chunks) {
+          failures = 0;
+          if (Number.isInteger(chunk.sequence)) {
+            if (chunk.sequence <= lastSeen) continue; // seen before the break
+            lastSeen = chunk.sequence;
+          }
+          seen.push(chunk);
+          sessionId = chunk.session_id || sessionId;
+          if (onChunk) await onChunk(chunk);
+          if (chunk.finished) {
+            final = chunk;
+            break;
+          }
+          if (chunk.chunk_type === 'confirmation_request' && onConfirmation) {
+            await this.#answer(chunk, sessionId, onChunk, onConfirmation);
+          }
         }
+      } catch (err) {
+        failures += 1;
+        if (!(err instanceof StreamBroken) || status !== 200 || failures > this.reattachAttempts) throw err;
+        await new Promise((resolve) => setTimeout(resolve, REATTACH_BACKOFF_MS * failures));
+        const again = await this.attach(sessionId, lastSeen, { signal });
+        if (again.status !== 200) {
+          let why = again.status;
+          for await (const gone of again.chunks) why = gone.metadata?.error_type ?? why;
+          throw new StreamBroken(`${err.message}; re-attach refused (${why})`);
+        }
+        chunks = again.chunks;
       }
     }
     return new RunResult(final, seen, status, sessionId);
+  }
+
+  async #answer(chunk, sessionId, onChunk, onConfirmation) {
+    const answer = parseReply(await onConfirmation(chunk));
+    if (!answer) return;
+    const confirmationId = chunk.confirmation_data?.confirmation_id;
+    const ack = await this.reply(sessionId, answer[0], answer[1], { confirmationId });
+    if (ack.chunk_type === 'error' && onChunk) await onChunk(ack);
   }
 }
 
@@ -230,9 +286,9 @@ async function* readChunks(response) {
         read = await reader.read();
       } catch (err) {
         if (err?.name === 'AbortError') throw err;
-        throw new ChatGateError(`stream broke: ${err.message}`);
+        throw new StreamBroken(`stream broke: ${err.message}`);
       }
-      if (read.done) throw new ChatGateError('stream closed before its final chunk');
+      if (read.done) throw new StreamBroken('stream closed before its final chunk');
       for (const event of parser.feed(read.value)) {
         let chunk;
         try {

@@ -23,9 +23,11 @@ failure). A one-line reason goes to stderr.
 import argparse
 import codecs
 import datetime
+import http.client
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -33,6 +35,7 @@ import uuid
 __all__ = [
     "ChatGateClient",
     "ChatGateError",
+    "StreamBroken",
     "ChunkStream",
     "RunResult",
     "SSEParser",
@@ -45,6 +48,11 @@ CONFIRM_PREFIX = "CONFIRM_ACTION"
 #: Seconds without any byte (chunk or keep-alive comment) before a stream is
 #: considered dead. The server writes a keep-alive every 15 s by default.
 DEFAULT_READ_TIMEOUT = 90.0
+#: Seconds before the first re-attach; the n-th waits n times this.
+REATTACH_BACKOFF = 0.2
+#: Times :meth:`ChatGateClient.run` re-attaches to a run whose stream broke
+#: before its final chunk, without a chunk arriving in between.
+DEFAULT_REATTACH_ATTEMPTS = 3
 
 
 class Event:
@@ -150,6 +158,11 @@ class ChatGateError(Exception):
     """A request failed before or outside the stream (connection, bad response)."""
 
 
+class StreamBroken(ChatGateError):
+    """A stream ended before its final chunk: the connection broke, closed or
+    went silent. The run itself may live on; it can be re-attached."""
+
+
 class RunResult:
     """How a run ended: ``outcome`` is ``completed``, ``cancelled`` or ``error``."""
 
@@ -214,10 +227,11 @@ class ChunkStream:
             while True:
                 try:
                     raw = self._response.read1(65536)
-                except OSError as err:
-                    raise ChatGateError("stream broke: %s" % err) from None
+                except (OSError, http.client.HTTPException) as err:
+                    # A cut chunked body surfaces as http.client.IncompleteRead.
+                    raise StreamBroken("stream broke: %r" % err) from None
                 if not raw:
-                    raise ChatGateError("stream closed before its final chunk")
+                    raise StreamBroken("stream closed before its final chunk")
                 for event in parser.feed(raw):
                     try:
                         chunk = json.loads(event.data)
@@ -242,14 +256,16 @@ class ChunkStream:
 class ChatGateClient:
     """A client for ``POST /api/v1/chat/stream``."""
 
-    def __init__(self, base_url, api_key=None, read_timeout=DEFAULT_READ_TIMEOUT):
+    def __init__(self, base_url, api_key=None, read_timeout=DEFAULT_READ_TIMEOUT,
+                 reattach_attempts=DEFAULT_REATTACH_ATTEMPTS):
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.read_timeout = read_timeout
+        self.reattach_attempts = reattach_attempts
 
     # -- low level -----------------------------------------------------------
 
-    def _open(self, body):
+    def _open(self, body, last_event_id=None):
         headers = {
             "Content-Type": "application/json",
             "Accept": "text/event-stream",
@@ -259,6 +275,8 @@ class ChatGateClient:
         }
         if self.api_key:
             headers["Authorization"] = "Bearer " + self.api_key
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = str(last_event_id)
         request = urllib.request.Request(
             self.base_url + STREAM_PATH,
             data=json.dumps(body).encode("utf-8"),
@@ -287,6 +305,17 @@ class ChatGateClient:
             body["confirmation_id"] = confirmation_id
         return ChunkStream(self._open(body))
 
+    def attach(self, session_id, last_event_id=0):
+        """Re-attach to the run of ``session_id`` after its stream broke.
+
+        The server replays every chunk after ``last_event_id`` (the
+        ``sequence`` of the last chunk received; 0 for all) that it still
+        holds, then goes on live. A first chunk with ``metadata.gap`` true
+        means some chunks in between were lost. With no run to re-attach to
+        the stream is one ``error`` chunk, ``error_type`` ``no_such_run``.
+        """
+        return ChunkStream(self._open({"session_id": session_id}, last_event_id))
+
     def reply(self, session_id, action, text=None, confirmation_id=None):
         """Answer the pending confirmation of ``session_id``.
 
@@ -311,26 +340,58 @@ class ChatGateClient:
         ``"confirm"``, ``"cancel"``, ``"modify:<text>"``, ``("modify", text)``
         or ``None`` to stay silent (the server's timeout then decides). A
         refused reply is passed to ``on_chunk`` and the run goes on.
+
+        If the stream breaks before its final chunk, the run is re-attached
+        (``Last-Event-ID``) up to ``reattach_attempts`` times in a row, and
+        goes on where it broke; every chunk is still seen exactly once.
         """
+        # Named here, not by the server, so a broken stream can be re-attached.
+        session_id = session_id or str(uuid.uuid4())
         chunks = []
         final = None
-        with self.stream(message, session_id) as stream:
-            for chunk in stream:
-                chunks.append(chunk)
-                session_id = chunk.get("session_id") or session_id
-                if on_chunk:
-                    on_chunk(chunk)
-                if chunk.get("finished"):
-                    final = chunk
-                    break
-                if chunk.get("chunk_type") == "confirmation_request" and on_confirmation:
-                    answer = parse_reply(on_confirmation(chunk))
-                    if answer is not None:
-                        data = chunk.get("confirmation_data") or {}
-                        ack = self.reply(session_id, answer[0], answer[1], data.get("confirmation_id"))
-                        if ack.get("chunk_type") == "error" and on_chunk:
-                            on_chunk(ack)
-        return RunResult(final, chunks, stream.status, session_id)
+        last_seen = 0
+        failures = 0
+        stream = self.stream(message, session_id)
+        status = stream.status
+        while final is None:
+            try:
+                with stream:
+                    for chunk in stream:
+                        failures = 0
+                        sequence = chunk.get("sequence")
+                        if isinstance(sequence, int):
+                            if sequence <= last_seen:
+                                continue  # already seen before the break
+                            last_seen = sequence
+                        chunks.append(chunk)
+                        session_id = chunk.get("session_id") or session_id
+                        if on_chunk:
+                            on_chunk(chunk)
+                        if chunk.get("finished"):
+                            final = chunk
+                            break
+                        if chunk.get("chunk_type") == "confirmation_request" and on_confirmation:
+                            self._answer(chunk, session_id, on_chunk, on_confirmation)
+            except StreamBroken as broken:
+                failures += 1
+                if status != 200 or failures > self.reattach_attempts:
+                    raise
+                time.sleep(REATTACH_BACKOFF * failures)
+                stream = self.attach(session_id, last_seen)
+                if stream.status != 200:
+                    gone = next(iter(stream), {})
+                    why = (gone.get("metadata") or {}).get("error_type") or stream.status
+                    raise StreamBroken("%s; re-attach refused (%s)" % (broken, why)) from None
+        return RunResult(final, chunks, status, session_id)
+
+    def _answer(self, chunk, session_id, on_chunk, on_confirmation):
+        answer = parse_reply(on_confirmation(chunk))
+        if answer is None:
+            return
+        data = chunk.get("confirmation_data") or {}
+        ack = self.reply(session_id, answer[0], answer[1], data.get("confirmation_id"))
+        if ack.get("chunk_type") == "error" and on_chunk:
+            on_chunk(ack)
 
 
 # -- command line ------------------------------------------------------------

@@ -8,7 +8,8 @@ import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { ChatGateClient, SSEParser, parseReply } from '../chatgate-client.mjs';
+import net from 'node:net';
+import { ChatGateClient, SSEParser, StreamBroken, parseReply } from '../chatgate-client.mjs';
 
 const CLI = join(dirname(fileURLToPath(import.meta.url)), '..', 'cli.mjs');
 
@@ -250,5 +251,99 @@ describe('command line', () => {
     const chunks = done.stdout.trim().split('\n').map((line) => JSON.parse(line));
     assert.deepEqual(chunks.map((c) => c.sequence), chunks.map((_, i) => i + 1));
     assert.equal(chunks.at(-1).finished, true);
+  });
+});
+
+/**
+ * A loopback TCP proxy in front of the test server that cuts the first `cuts`
+ * connections carrying a chat message (not a reply, not a re-attach) a few
+ * bytes after the end of the event holding `marker`: the client is left with
+ * a broken stream mid-event, the way a dropped network leaves it.
+ */
+async function cuttingProxy(targetUrl, { marker = '"task_init"', cuts = 1 } = {}) {
+  const target = new URL(targetUrl);
+  const state = { cut: 0, cutsLeft: cuts };
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port), target.hostname);
+    let decided = false;
+    let cut = false;
+    let seen = Buffer.alloc(0);
+    const close = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('data', (data) => {
+      if (!decided) {
+        decided = true;
+        const head = data.toString('latin1');
+        if (!head.includes('CONFIRM_ACTION') && !/last-event-id/i.test(head) && state.cutsLeft > 0) {
+          state.cutsLeft -= 1;
+          cut = true;
+        }
+      }
+      upstream.write(data);
+    });
+    upstream.on('data', (data) => {
+      if (!cut) {
+        client.write(data);
+        return;
+      }
+      seen = Buffer.concat([seen, data]);
+      const at = seen.indexOf(marker);
+      const end = at >= 0 ? seen.indexOf('\n\n', at) : -1;
+      if (end >= 0 && seen.length >= end + 40) {
+        state.cut += 1;
+        client.end(seen.subarray(0, end + 40), close);
+        cut = false;
+        upstream.removeAllListeners('data');
+      }
+    });
+    client.on('error', close);
+    upstream.on('error', close);
+    client.on('close', close);
+    upstream.on('end', () => client.end());
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${server.address().port}`, state, close: () => server.close() };
+}
+
+describe('re-attach after a broken stream', () => {
+  test('a broken stream is re-attached and the run completes', async (t) => {
+    const proxy = await cuttingProxy(serverUrl());
+    t.after(proxy.close);
+    const seen = [];
+
+    const result = await new ChatGateClient(proxy.url).run('first; second', {
+      onChunk: (c) => seen.push(c),
+      onConfirmation: () => 'confirm',
+    });
+
+    assert.equal(proxy.state.cut, 1, 'the proxy cut the first stream');
+    assert.equal(result.outcome, 'completed');
+    const sequences = seen.filter((c) => c.chunk_type !== 'error').map((c) => c.sequence);
+    assert.deepEqual(sequences, sequences.map((_, i) => i + 1));
+    assert.equal(seen.filter((c) => c.chunk_type === 'confirmation_request').length, 1);
+    assert.equal(seen.filter((c) => c.chunk_type === 'tool_output').length, 2);
+  });
+
+  test('a run that cannot be re-attached is an error', async (t) => {
+    const proxy = await cuttingProxy(serverUrl(), { cuts: 100 });
+    t.after(proxy.close);
+    const client = new ChatGateClient(proxy.url, { reattachAttempts: 0 });
+
+    await assert.rejects(
+      client.run('first; second', { onConfirmation: () => 'confirm' }),
+      (err) => err instanceof StreamBroken,
+    );
+  });
+
+  test('attach to an unknown session is no_such_run', async () => {
+    const { status, chunks } = await new ChatGateClient(serverUrl()).attach(session(), 0);
+    const all = [];
+    for await (const chunk of chunks) all.push(chunk);
+
+    assert.equal(status, 404);
+    assert.equal(all.length, 1);
+    assert.equal(all[0].metadata.error_type, 'no_such_run');
   });
 });

@@ -13,7 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENT_DIR = os.path.dirname(HERE)
 sys.path.insert(0, CLIENT_DIR)
 
-from chatgate_client import ChatGateClient, SSEParser, parse_reply  # noqa: E402
+from chatgate_client import ChatGateClient, ChatGateError, SSEParser, parse_reply  # noqa: E402
 
 CLI = os.path.join(CLIENT_DIR, "chatgate_client.py")
 
@@ -222,6 +222,128 @@ class LibraryTests(unittest.TestCase):
         text = "".join(c["chunk"] for c in result.chunks if c["chunk_type"] == "content")
         self.assertIn("what is this?", text)
         self.assertEqual(result.outcome, "completed")
+
+
+class CuttingProxy:
+    """A loopback TCP proxy in front of the test server that cuts the first
+    ``cuts`` connections carrying a chat message (not a reply) a few bytes
+    after the end of the event holding ``marker``: the client is left with a
+    broken stream mid-event, the way a dropped network leaves it."""
+
+    def __init__(self, target_url, marker=b'"task_init"', cuts=1):
+        import socket
+        import threading
+        from urllib.parse import urlparse
+
+        parsed = urlparse(target_url)
+        self.target = (parsed.hostname, parsed.port)
+        self.marker = marker
+        self.cuts_left = cuts
+        self.cut = 0
+        self.lock = threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client):
+        import socket
+        import threading
+
+        upstream = socket.create_connection(self.target)
+        head = client.recv(65536)
+        cut = False
+        if b"CONFIRM_ACTION" not in head and b"last-event-id" not in head.lower():
+            with self.lock:
+                if self.cuts_left > 0:
+                    self.cuts_left -= 1
+                    cut = True
+        upstream.sendall(head)
+
+        def pump_up():
+            try:
+                while True:
+                    data = client.recv(65536)
+                    if not data:
+                        break
+                    upstream.sendall(data)
+            except OSError:
+                pass
+
+        threading.Thread(target=pump_up, daemon=True).start()
+        seen = b""
+        try:
+            while True:
+                data = upstream.recv(65536)
+                if not data:
+                    break
+                if not cut:
+                    client.sendall(data)
+                    continue
+                seen += data
+                at = seen.find(self.marker)
+                end = seen.find(b"\n\n", at) if at >= 0 else -1
+                if end >= 0 and len(seen) >= end + 40:
+                    client.sendall(seen[: end + 40])
+                    with self.lock:
+                        self.cut += 1
+                    break
+        except OSError:
+            pass
+        for sock in (client, upstream):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self):
+        self.listener.close()
+
+
+class ReattachTests(unittest.TestCase):
+    """A stream that breaks mid-run is re-attached with Last-Event-ID and the
+    run goes on: every chunk seen once, in order, the decision not lost."""
+
+    def test_a_broken_stream_is_re_attached_and_the_run_completes(self):
+        proxy = CuttingProxy(server_url())
+        self.addCleanup(proxy.close)
+        seen = []
+
+        result = ChatGateClient(proxy.url).run(
+            "first; second", on_chunk=seen.append, on_confirmation=lambda c: "confirm"
+        )
+
+        self.assertEqual(proxy.cut, 1, "the proxy cut the first stream")
+        self.assertEqual(result.outcome, "completed")
+        sequences = [c["sequence"] for c in seen if c["chunk_type"] != "error"]
+        self.assertEqual(sequences, list(range(1, len(sequences) + 1)))
+        kinds = [c["chunk_type"] for c in seen]
+        self.assertEqual(kinds.count("confirmation_request"), 1)
+        self.assertEqual(kinds.count("tool_output"), 2)
+
+    def test_a_run_that_cannot_be_re_attached_is_an_error(self):
+        proxy = CuttingProxy(server_url(), cuts=100)
+        self.addCleanup(proxy.close)
+        client = ChatGateClient(proxy.url, reattach_attempts=0)
+
+        with self.assertRaises(ChatGateError):
+            client.run("first; second", on_confirmation=lambda c: "confirm")
+
+    def test_attach_to_an_unknown_session_is_no_such_run(self):
+        chunks = list(ChatGateClient(server_url()).attach(session(), 0))
+
+        self.assertEqual(len(chunks), 1)
+        self.assertEqual(chunks[0]["metadata"]["error_type"], "no_such_run")
 
 
 class CommandLineTests(unittest.TestCase):
