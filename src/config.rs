@@ -1,10 +1,13 @@
 //! Settings of the server: command-line flags, each also read from `CHATGATE_<NAME>`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
 
-use crate::engine::RunSettings;
+use crate::engine::openai::{OpenAiConfig, OpenAiEngine};
+use crate::engine::planner::PlannerEngine;
+use crate::engine::{Engine, RunSettings, ENGINE_NAMES};
 
 /// Default of `--confirm-timeout-secs`: how long a pause waits for an answer.
 pub const CONFIRM_TIMEOUT_SECS: u64 = 300;
@@ -24,6 +27,10 @@ pub const DETACH_GRACE_SECS: u64 = 60;
 pub const REPLAY_BUFFER: usize = 1024;
 /// Default of `--max-runs`: runs held at once (the open-files limit is 20,000).
 pub const MAX_RUNS: usize = 20_000;
+/// Default of `--llm-url`: Ollama's OpenAI-compatible API on this machine.
+pub const LLM_URL: &str = "http://127.0.0.1:11434/v1";
+/// Default of `--llm-timeout-secs`.
+pub const LLM_TIMEOUT_SECS: u64 = 60;
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -94,12 +101,52 @@ pub struct Settings {
     /// Seconds shutdown waits for open streams to send their final chunk.
     #[arg(long, env = "CHATGATE_SHUTDOWN_TIMEOUT_SECS", default_value_t = SHUTDOWN_TIMEOUT_SECS)]
     pub shutdown_timeout_secs: u64,
+    /// `--engine openai`: base URL of an OpenAI-compatible API, up to `/v1`
+    /// (Ollama: http://127.0.0.1:11434/v1).
+    #[arg(long, env = "CHATGATE_LLM_URL", default_value = LLM_URL)]
+    pub llm_url: String,
+    /// `--engine openai`: the model to ask (required with that engine).
+    #[arg(long, env = "CHATGATE_LLM_MODEL")]
+    pub llm_model: Option<String>,
+    /// `--engine openai`: bearer key for the model server, if it needs one.
+    #[arg(long, env = "CHATGATE_LLM_API_KEY", hide_env_values = true)]
+    pub llm_api_key: Option<String>,
+    /// `--engine openai`: longest silence from the model server, connecting or streaming.
+    #[arg(long, env = "CHATGATE_LLM_TIMEOUT_SECS", default_value_t = LLM_TIMEOUT_SECS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub llm_timeout_secs: u64,
 }
 
 impl Settings {
     /// The defaults, with `bind` replaced (tests use `127.0.0.1:0`).
     pub fn for_bind(bind: &str) -> Settings {
         Settings::parse_from(["chatgate", "--bind", bind])
+    }
+
+    /// The engine named by `--engine`, configured by the other flags.
+    pub fn build_engine(&self) -> Result<Arc<dyn Engine>, String> {
+        match self.engine.as_str() {
+            "planner" => Ok(Arc::new(PlannerEngine)),
+            "openai" => {
+                let model = self
+                    .llm_model
+                    .clone()
+                    .ok_or("--engine openai needs --llm-model (or CHATGATE_LLM_MODEL)")?;
+                let config = OpenAiConfig {
+                    base_url: self.llm_url.clone(),
+                    model,
+                    api_key: self.llm_api_key.clone(),
+                    timeout: Duration::from_secs(self.llm_timeout_secs),
+                };
+                let engine = OpenAiEngine::new(config)
+                    .map_err(|err| format!("cannot set up the model client: {err}"))?;
+                Ok(Arc::new(engine))
+            }
+            other => Err(format!(
+                "unknown engine `{other}`; known: {}",
+                ENGINE_NAMES.join(", ")
+            )),
+        }
     }
 
     pub fn run_settings(&self) -> RunSettings {
@@ -116,5 +163,26 @@ fn parse_positive(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err(format!("`{text}` is not a whole number of at least 1")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(args: &[&str]) -> Settings {
+        Settings::parse_from(std::iter::once("chatgate").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn engines_are_built_by_name_and_openai_needs_a_model() {
+        assert!(settings(&[]).build_engine().is_ok(), "planner by default");
+        let without_model = settings(&["--engine", "openai"]).build_engine();
+        assert!(without_model.err().unwrap().contains("--llm-model"));
+        assert!(settings(&["--engine", "openai", "--llm-model", "m"])
+            .build_engine()
+            .is_ok());
+        let unknown = settings(&["--engine", "gpt"]).build_engine();
+        assert!(unknown.err().unwrap().contains("planner, openai"));
     }
 }

@@ -277,6 +277,10 @@ impl RunSlot {
         &self.key.session_id
     }
 
+    pub fn key(&self) -> &SessionKey {
+        &self.key
+    }
+
     /// Registers a pause. Replies are accepted from this moment on, so call it
     /// before telling the client about the confirmation request.
     pub fn pause(

@@ -11,7 +11,8 @@
 //! - [`confirmation`]: [`confirmation::ConfirmationManager`], the run registry
 //!   and the pause/decide handshake (no HTTP).
 //! - [`engine`]: the [`engine::Engine`] trait, the [`engine::RunContext`]
-//!   engines drive, and the built-in [`engine::planner`] (no HTTP).
+//!   engines drive, the built-in [`engine::planner`] and [`engine::openai`],
+//!   a real model behind an OpenAI-compatible server (no HTTP serving).
 //! - [`sse`]: SSE framing.
 //! - [`replay`]: a run's bounded replay log, client streams (keep-alive,
 //!   detach, re-attach, slow clients).

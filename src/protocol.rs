@@ -92,6 +92,8 @@ pub enum ErrorType {
     ForbiddenOrigin,
     RequestTimeout,
     NoSuchRun,
+    /// The engine's model server could not be reached or failed.
+    EngineUnavailable,
     Internal,
 }
 
@@ -113,6 +115,7 @@ impl ErrorType {
             ErrorType::ForbiddenOrigin => "forbidden_origin",
             ErrorType::RequestTimeout => "request_timeout",
             ErrorType::NoSuchRun => "no_such_run",
+            ErrorType::EngineUnavailable => "engine_unavailable",
             ErrorType::Internal => "internal",
         }
     }

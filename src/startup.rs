@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::access::{read_keys_file, AccessPolicy};
 use crate::config::Settings;
 use crate::confirmation::ConfirmationManager;
-use crate::engine::{self, Engine, RunSettings, ENGINE_NAMES};
+use crate::engine::{Engine, RunSettings};
 use crate::metrics::Metrics;
 use crate::replay::{LogRegistry, StreamSettings};
 use crate::{access_log, routes};
@@ -64,16 +64,9 @@ impl Application {
     /// Binds `settings.bind` and prepares the server; nothing is served until
     /// [`Application::run_until_stopped`].
     pub fn build(settings: Settings) -> std::io::Result<Application> {
-        let engine = engine::by_name(&settings.engine).ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!(
-                    "unknown engine `{}`; known: {}",
-                    settings.engine,
-                    ENGINE_NAMES.join(", ")
-                ),
-            )
-        })?;
+        let engine = settings
+            .build_engine()
+            .map_err(|why| std::io::Error::new(std::io::ErrorKind::InvalidInput, why))?;
         Application::build_with_engine(settings, engine)
     }
 

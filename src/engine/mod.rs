@@ -6,17 +6,22 @@
 //! nothing of HTTP; the context knows nothing of a particular engine.
 //!
 //! Conversation state across runs belongs to the engine: it is keyed by
-//! [`RunContext::session_id`], which is stable across a session's runs.
+//! [`RunContext::session_key`], which is stable across a session's runs.
+//!
+//! Engines: [`planner`] (deterministic, built in, the default) and
+//! [`openai`] (a real model behind any OpenAI-compatible server).
 
+pub mod openai;
 pub mod planner;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value};
 
-use crate::confirmation::{Decision, PendingDecision, RunSlot};
+use crate::confirmation::{Decision, PendingDecision, RunSlot, SessionKey};
 use crate::metrics::Metrics;
 use crate::protocol::{
     Action, CancelReason, Chunk, ChunkType, ConfirmationData, ErrorType, RiskLevel, TaskSpec,
@@ -126,6 +131,12 @@ impl RunContext {
         self.slot.session_id()
     }
 
+    /// The session within its API key's namespace: what conversation state
+    /// must be keyed by, so two keys using the same session id never share it.
+    pub fn session_key(&self) -> &SessionKey {
+        self.slot.key()
+    }
+
     pub fn settings(&self) -> &RunSettings {
         &self.settings
     }
@@ -171,6 +182,18 @@ impl RunContext {
         }
         tokio::select! {
             () = tokio::time::sleep(duration) => Ok(()),
+            reason = self.stop.stopped() => Err(RunError::Cancelled(reason)),
+        }
+    }
+
+    /// Awaits `work` unless the run must stop first (then `Cancelled`): for
+    /// engines waiting on something slow, such as a model's next token.
+    pub async fn until_stopped<F: Future>(&self, work: F) -> Result<F::Output, RunError> {
+        if let Some(reason) = self.stop.reason() {
+            return Err(RunError::Cancelled(reason));
+        }
+        tokio::select! {
+            output = work => Ok(output),
             reason = self.stop.stopped() => Err(RunError::Cancelled(reason)),
         }
     }
@@ -324,16 +347,10 @@ fn cancel_text(reason: CancelReason) -> &'static str {
     }
 }
 
-/// Which engines the binary can run, by `--engine` name.
-pub fn by_name(name: &str) -> Option<Arc<dyn Engine>> {
-    match name {
-        "planner" => Some(Arc::new(planner::PlannerEngine)),
-        _ => None,
-    }
-}
+/// The engines the binary can run, by `--engine` name; see
+/// [`crate::config::Settings::build_engine`].
+pub const ENGINE_NAMES: &[&str] = &["planner", "openai"];
 
-/// The names accepted by [`by_name`].
-pub const ENGINE_NAMES: &[&str] = &["planner"];
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,7 @@ mod confirm;
 mod errors;
 mod helpers;
 mod lifecycle;
+mod openai;
 mod operations;
 mod races;
 mod reattach;
