@@ -180,10 +180,7 @@ impl RunContext {
                 None => Ok(()),
             };
         }
-        tokio::select! {
-            () = tokio::time::sleep(duration) => Ok(()),
-            reason = self.stop.stopped() => Err(RunError::Cancelled(reason)),
-        }
+        self.until_stopped(tokio::time::sleep(duration)).await
     }
 
     /// Awaits `work` unless the run must stop first (then `Cancelled`): for
