@@ -81,7 +81,11 @@ async fn a_hole_in_the_replay_is_announced_with_gap() {
     app.eventually("the run is detached", |app| app.logs.detached() == 1)
         .await;
     app.reply("gap", "CONFIRM_ACTION:confirm").await;
+    // The session is freed just before the final chunk is logged: wait for
+    // the chunk itself, or it may arrive live after the re-attach.
     app.registry_drains().await;
+    app.eventually("the final chunk is logged", |app| app.logs.detached() == 0)
+        .await;
 
     let mut resumed = EventStream::resumed(app.reattach("gap", 0).await, 0);
     let last = resumed.finish().await;
