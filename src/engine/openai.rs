@@ -85,12 +85,12 @@ impl OpenAiEngine {
         ctx: &mut RunContext,
         messages: &mut Vec<Value>,
     ) -> Result<Completion, RunError> {
-        let mut rounds = 0;
+        let mut confirmed = false;
         for _ in 0..MAX_MODEL_CALLS {
             let reply = self.call_model(ctx, messages).await?;
             messages.push(reply.as_message());
             let Some(call) = reply.tool_calls.first() else {
-                let text = if rounds > 0 {
+                let text = if confirmed {
                     "Plan carried out."
                 } else {
                     "Answered."
@@ -117,9 +117,9 @@ impl OpenAiEngine {
                 }
             };
             let total = plan.tasks.len();
-            rounds += 1;
             match ctx.confirm(plan).await {
                 Ok(Approval::Confirm) => {
+                    confirmed = true;
                     messages.push(tool_result(
                         &call.id,
                         "The user confirmed the plan. Carry it out now and report the result \

@@ -210,6 +210,7 @@ async fn a_plan_pauses_and_only_after_confirm_is_the_model_told_to_carry_it_out(
     assert_eq!(asked_before_the_answer, 1, "nothing more while paused");
     assert_eq!(status, 200);
     assert_eq!(last.chunk_type, ChunkType::Completion);
+    assert_eq!(last.chunk, "Plan carried out.");
     let requests = model.requests();
     assert_eq!(requests.len(), 2);
     let answer = last_message(&requests[1]);
