@@ -191,10 +191,7 @@ impl OpenAiEngine {
                 .await?
                 .unwrap_or_default();
             log::warn!("model server {url} answered {status}: {detail:.500}");
-            return Err(RunError::Failed {
-                error_type: ErrorType::EngineUnavailable,
-                message: format!("the model server answered {status}"),
-            });
+            return Err(failed(&format!("the model server answered {status}")));
         }
 
         let mut events = response.bytes_stream().eventsource();
@@ -205,10 +202,7 @@ impl OpenAiEngine {
                 Some(Ok(event)) => event,
                 Some(Err(err)) => {
                     log::warn!("model stream from {url} broke: {err}");
-                    return Err(RunError::Failed {
-                        error_type: ErrorType::EngineUnavailable,
-                        message: "the model's stream broke".to_owned(),
-                    });
+                    return Err(failed("the model's stream broke"));
                 }
             };
             if event.data.trim() == "[DONE]" {
@@ -488,12 +482,11 @@ fn tool_result(call_id: &str, text: &str) -> Value {
 
 fn unavailable(url: &str, err: &reqwest::Error) -> RunError {
     log::warn!("cannot reach the model server {url}: {err}");
-    RunError::Failed {
-        error_type: ErrorType::EngineUnavailable,
-        message: "cannot reach the model server".to_owned(),
-    }
+    failed("cannot reach the model server")
 }
 
+/// Ends the run with `engine_unavailable`; `message` is for the user, the
+/// details were logged.
 fn failed(message: &str) -> RunError {
     RunError::Failed {
         error_type: ErrorType::EngineUnavailable,
