@@ -27,7 +27,7 @@ pub const KEEP_ALIVE_COMMENT: &[u8] = b": keep-alive\n\n";
 /// frame must not carry the spare capacity of a growing `Vec`.
 pub fn encode(chunk: &Chunk) -> Bytes {
     thread_local! {
-        static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(4096));
+        static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(SCRATCH_CAPACITY));
     }
     SCRATCH.with_borrow_mut(|buf| {
         buf.clear();
@@ -39,12 +39,14 @@ pub fn encode(chunk: &Chunk) -> Bytes {
         let frame = Bytes::copy_from_slice(buf);
         // One huge chunk must not pin its capacity to this thread for good.
         if buf.capacity() > MAX_SCRATCH_CAPACITY {
-            *buf = Vec::with_capacity(4096);
+            *buf = Vec::with_capacity(SCRATCH_CAPACITY);
         }
         frame
     })
 }
 
+/// Scratch capacity a thread starts with, enough for most frames.
+const SCRATCH_CAPACITY: usize = 4096;
 /// Scratch capacity a thread keeps between frames.
 const MAX_SCRATCH_CAPACITY: usize = 64 * 1024;
 
