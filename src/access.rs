@@ -8,48 +8,112 @@
 //! - Browsers: a request the browser marks `Sec-Fetch-Site: cross-site` is
 //!   refused unless its `Origin` is on the `--cors-origin` allowlist; allowed
 //!   origins get `Access-Control-Allow-Origin` (never `*`).
+//! - DNS rebinding: without keys, the `Host` header must name loopback
+//!   (`localhost`, `*.localhost`, a loopback IP), the bound address, or an
+//!   `--allowed-host`. A page whose own name an attacker points at 127.0.0.1
+//!   sends its own name as Host, so it is refused. (With keys, the key is
+//!   what a page on another name cannot have.)
 
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 use actix_web::http::header::{self, HeaderMap};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
+use crate::config::Secret;
 use crate::error::ChatError;
 
-#[derive(Debug, Clone, Default)]
+/// SHA-256 of a key: what the policy keeps and compares, so comparisons
+/// take the same time whatever the lengths, and no key sits in memory as text.
+type KeyDigest = [u8; 32];
+
+#[derive(Debug, Clone)]
 pub struct AccessPolicy {
-    keys: Vec<String>,
+    key_digests: Vec<KeyDigest>,
     cors_origins: Vec<String>,
+    /// Lower-cased host names accepted besides loopback and the bound address.
+    allowed_hosts: Vec<String>,
+    bound: IpAddr,
 }
 
 impl AccessPolicy {
-    pub fn new(keys: Vec<String>, cors_origins: Vec<String>) -> AccessPolicy {
+    pub fn new(keys: &[Secret], cors_origins: Vec<String>) -> AccessPolicy {
         AccessPolicy {
-            keys: keys.into_iter().filter(|k| !k.is_empty()).collect(),
+            key_digests: keys
+                .iter()
+                .map(Secret::expose)
+                .filter(|k| !k.is_empty())
+                .map(digest)
+                .collect(),
             cors_origins,
+            allowed_hosts: Vec::new(),
+            bound: IpAddr::from([127, 0, 0, 1]),
         }
     }
 
+    /// Accepts `Host` values naming `bound` (the listening address) or one
+    /// of `allowed_hosts`, besides loopback names.
+    pub fn with_hosts(mut self, bound: SocketAddr, allowed_hosts: &[String]) -> AccessPolicy {
+        self.bound = bound.ip();
+        self.allowed_hosts = allowed_hosts
+            .iter()
+            .map(|host| normalize_host(host).to_owned())
+            .filter(|host| !host.is_empty())
+            .collect();
+        self
+    }
+
     pub fn requires_keys(&self) -> bool {
-        !self.keys.is_empty()
+        !self.key_digests.is_empty()
+    }
+
+    /// Without keys, refuses a `Host` that could be a rebound DNS name (see
+    /// the module docs). A request without `Host` (HTTP/1.0) is not a
+    /// browser's and passes.
+    pub fn check_host(&self, headers: &HeaderMap) -> Result<(), ChatError> {
+        if self.requires_keys() {
+            return Ok(());
+        }
+        let Some(value) = headers.get(header::HOST) else {
+            return Ok(());
+        };
+        let host = value.to_str().map(normalize_host).unwrap_or_default();
+        let allowed = match host.parse::<IpAddr>() {
+            // A literal address can only reach us if it is one of ours:
+            // rebinding needs a name.
+            Ok(ip) => ip.is_loopback() || ip == self.bound || self.bound.is_unspecified(),
+            Err(_) => {
+                host == "localhost"
+                    || host.ends_with(".localhost")
+                    || self.allowed_hosts.contains(&host)
+            }
+        };
+        if allowed {
+            Ok(())
+        } else {
+            Err(ChatError::ForbiddenHost)
+        }
     }
 
     /// The owner of the request: `None` when keys are off, else the index of
     /// the presented key. A missing or unknown key is `Unauthorized`.
     pub fn owner(&self, headers: &HeaderMap) -> Result<Option<u32>, ChatError> {
-        if self.keys.is_empty() {
+        if self.key_digests.is_empty() {
             return Ok(None);
         }
         let presented = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
+            .and_then(bearer_token)
             .ok_or(ChatError::Unauthorized)?;
-        // Every key is compared, each in constant time, so the time taken
-        // says nothing about which key came close.
+        // Digests have one length, and every key is compared in constant
+        // time, so the time taken says nothing about which key came close,
+        // nor how long it is.
+        let presented = digest(presented);
         let mut found = None;
-        for (i, key) in self.keys.iter().enumerate() {
-            if constant_time_eq(key.as_bytes(), presented.as_bytes()) {
+        for (i, key) in self.key_digests.iter().enumerate() {
+            if bool::from(key.ct_eq(&presented)) {
                 found = Some(i as u32);
             }
         }
@@ -77,11 +141,30 @@ impl AccessPolicy {
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+fn digest(key: &str) -> KeyDigest {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// The token of `Bearer <token>`; the scheme in any letter case (RFC 7235).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The host name of a `Host` value: the port and a trailing dot removed,
+/// brackets of an IPv6 literal removed, lower-cased.
+fn normalize_host(value: &str) -> String {
+    let value = value.trim();
+    let name = if let Some(rest) = value.strip_prefix('[') {
+        rest.split(']').next().unwrap_or_default()
+    } else {
+        match value.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => value,
+        }
+    };
+    name.trim_end_matches('.').to_ascii_lowercase()
 }
 
 /// Reads API keys from a file: one per line; blank lines and `#` comments skipped.
@@ -110,26 +193,30 @@ mod tests {
         map
     }
 
+    fn keys(keys: &[&str]) -> Vec<Secret> {
+        keys.iter().map(|k| Secret::new(*k)).collect()
+    }
+
     #[test]
     fn without_keys_everyone_is_the_same_anonymous_owner() {
-        let policy = AccessPolicy::new(vec![], vec![]);
+        let policy = AccessPolicy::new(&[], vec![]);
         assert_eq!(policy.owner(&headers(&[])).unwrap(), None);
     }
 
     #[test]
     fn with_keys_the_key_s_position_is_the_owner() {
-        let policy = AccessPolicy::new(vec!["alpha".into(), "beta".into()], vec![]);
-        assert_eq!(
-            policy
-                .owner(&headers(&[("authorization", "Bearer beta")]))
-                .unwrap(),
-            Some(1)
-        );
+        let policy = AccessPolicy::new(&keys(&["alpha", "beta"]), vec![]);
+        for good in ["Bearer beta", "bearer beta", "BEARER  beta "] {
+            let owner = policy.owner(&headers(&[("authorization", good)])).unwrap();
+            assert_eq!(owner, Some(1), "{good:?}");
+        }
         for bad in [
             &[][..],
             &[("authorization", "Bearer gamma")][..],
+            &[("authorization", "Bearer betabeta")][..],
             &[("authorization", "beta")][..],
             &[("authorization", "Bearer ")][..],
+            &[("authorization", "Basic beta")][..],
         ] {
             assert!(matches!(
                 policy.owner(&headers(bad)),
@@ -140,7 +227,7 @@ mod tests {
 
     #[test]
     fn cross_site_requests_need_an_allowed_origin() {
-        let policy = AccessPolicy::new(vec![], vec!["https://app.example".into()]);
+        let policy = AccessPolicy::new(&[], vec!["https://app.example".into()]);
         assert!(policy.check_origin(&headers(&[])).is_ok());
         assert!(policy
             .check_origin(&headers(&[("sec-fetch-site", "same-origin")]))
@@ -158,5 +245,42 @@ mod tests {
             ])),
             Err(ChatError::ForbiddenOrigin)
         ));
+    }
+
+    #[test]
+    fn without_keys_only_loopback_the_bound_address_and_allowed_hosts_pass() {
+        let bound: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let policy =
+            AccessPolicy::new(&[], vec![]).with_hosts(bound, &["Chat.Example.com".to_owned()]);
+        let host = |value: &'static str| policy.check_host(&headers(&[("host", value)]));
+        for good in [
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "LOCALHOST",
+            "app.localhost:3000",
+            "[::1]:8080",
+            "127.0.0.2",
+            "chat.example.com",
+            "chat.example.com.:443",
+        ] {
+            assert!(host(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "rebind.attacker.example:8080",
+            "10.0.0.5:8080",
+            "localhost.evil",
+            "",
+        ] {
+            assert!(matches!(host(bad), Err(ChatError::ForbiddenHost)), "{bad}");
+        }
+        assert!(
+            policy.check_host(&headers(&[])).is_ok(),
+            "no Host: not a browser"
+        );
+
+        let keyed = AccessPolicy::new(&keys(&["k"]), vec![]).with_hosts(bound, &[]);
+        assert!(keyed
+            .check_host(&headers(&[("host", "rebind.attacker.example")]))
+            .is_ok());
     }
 }

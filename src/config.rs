@@ -1,89 +1,205 @@
 //! Settings of the server: command-line flags, each also read from `CHATGATE_<NAME>`.
+//!
+//! Timing flags take durations (`300s`, `500ms`, `1h 30m`); a bare number is
+//! read in the unit of the flag's old `*-secs` / `*-ms` spelling, which is
+//! still accepted as an alias, as are the old environment variables (see
+//! [`apply_legacy_env`]). Every flag's range is checked at start.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::builder::TypedValueParser;
+use clap::{Parser, ValueEnum};
 
 use crate::engine::openai::{OpenAiConfig, OpenAiEngine};
 use crate::engine::planner::PlannerEngine;
-use crate::engine::{Engine, RunSettings, ENGINE_NAMES};
+use crate::engine::{Engine, RunSettings};
 
-/// Default of `--confirm-timeout-secs`: how long a pause waits for an answer.
-pub const CONFIRM_TIMEOUT_SECS: u64 = 300;
-/// Default of `--keep-alive-secs`: silence before a `: keep-alive` comment.
-pub const KEEP_ALIVE_SECS: u64 = 15;
-/// Default of `--step-delay-ms`: the planner's simulated work per step.
-pub const STEP_DELAY_MS: u64 = 100;
+/// Default of `--confirm-timeout`: how long a pause waits for an answer.
+pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest `--confirm-timeout`: 30 days (an expiry must stay a valid date).
+pub const MAX_CONFIRM_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Default of `--keep-alive`: silence before a `: keep-alive` comment.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Default of `--step-delay`: the planner's simulated work per step.
+pub const STEP_DELAY: Duration = Duration::from_millis(100);
 /// Default of `--max-rounds`: confirmation rounds one run may use.
 pub const MAX_ROUNDS: u32 = 5;
-/// Default of `--shutdown-timeout-secs`: how long shutdown waits for streams to end.
-pub const SHUTDOWN_TIMEOUT_SECS: u64 = 10;
-/// Default of `--request-timeout-secs`: time allowed for request headers, and for the body.
-pub const REQUEST_TIMEOUT_SECS: u64 = 5;
-/// Default of `--detach-grace-secs`: how long a run outlives its vanished client.
-pub const DETACH_GRACE_SECS: u64 = 60;
+/// Default of `--shutdown-timeout`: how long shutdown waits for streams to end.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default of `--request-timeout`: time allowed for a request head, and for its body.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default of `--detach-grace`: how long a run outlives its vanished client.
+pub const DETACH_GRACE: Duration = Duration::from_secs(60);
 /// Default of `--replay-buffer`: chunks kept per run for re-attach.
 pub const REPLAY_BUFFER: usize = 1024;
+/// Default of `--replay-buffer-bytes`: bytes of chunks kept per run.
+pub const REPLAY_BUFFER_BYTES: usize = 1024 * 1024;
 /// Default of `--max-runs`: runs held at once (the open-files limit is 20,000).
 pub const MAX_RUNS: usize = 20_000;
+/// With API keys on and no `--max-runs-per-key`, one key may hold this
+/// fraction of `--max-runs` (1/4), so one key cannot lock the others out.
+pub const RUNS_PER_KEY_DIVISOR: usize = 4;
 /// Default of `--llm-url`: Ollama's OpenAI-compatible API on this machine.
 pub const LLM_URL: &str = "http://127.0.0.1:11434/v1";
-/// Default of `--llm-timeout-secs`.
-pub const LLM_TIMEOUT_SECS: u64 = 60;
+/// Default of `--llm-timeout`: longest silence from the model server.
+pub const LLM_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default of `--llm-max-time`: longest a single model call may take in all.
+pub const LLM_MAX_TIME: Duration = Duration::from_secs(300);
+/// Default of `--conversation-ttl`: an idle conversation is forgotten after it.
+pub const CONVERSATION_TTL: Duration = Duration::from_secs(3600);
+/// Default of `--conversation-memory`: bytes of history kept for all sessions.
+pub const CONVERSATION_MEMORY: usize = 64 * 1024 * 1024;
+
+/// Old environment variables and the ones that replaced them. A bare number
+/// means the same thing in both (seconds, or milliseconds for the step delay).
+pub const LEGACY_ENV: &[(&str, &str)] = &[
+    ("CHATGATE_CONFIRM_TIMEOUT_SECS", "CHATGATE_CONFIRM_TIMEOUT"),
+    ("CHATGATE_KEEP_ALIVE_SECS", "CHATGATE_KEEP_ALIVE"),
+    ("CHATGATE_STEP_DELAY_MS", "CHATGATE_STEP_DELAY"),
+    ("CHATGATE_DETACH_GRACE_SECS", "CHATGATE_DETACH_GRACE"),
+    ("CHATGATE_REQUEST_TIMEOUT_SECS", "CHATGATE_REQUEST_TIMEOUT"),
+    (
+        "CHATGATE_SHUTDOWN_TIMEOUT_SECS",
+        "CHATGATE_SHUTDOWN_TIMEOUT",
+    ),
+    ("CHATGATE_LLM_TIMEOUT_SECS", "CHATGATE_LLM_TIMEOUT"),
+    ("CHATGATE_LLM_MAX_SECS", "CHATGATE_LLM_MAX_TIME"),
+];
+
+/// Copies each old environment variable to its new name, unless the new one
+/// is set. Call it first thing in `main`, while the process has one thread.
+pub fn apply_legacy_env() {
+    for (old, new) in LEGACY_ENV {
+        if std::env::var_os(new).is_none() {
+            if let Some(value) = std::env::var_os(old) {
+                std::env::set_var(new, value);
+            }
+        }
+    }
+}
+
+/// The engines `--engine` can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EngineKind {
+    /// Built in and deterministic: splits a task into steps and asks before "running" them.
+    Planner,
+    /// A real model behind any OpenAI-compatible chat-completions server.
+    Openai,
+}
+
+impl fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self
+            .to_possible_value()
+            .map(|value| value.get_name().to_owned())
+            .unwrap_or_default();
+        f.write_str(&name)
+    }
+}
+
+/// A secret from the command line or the environment: `{:?}` never prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The secret itself, for the one place that must send or compare it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(redacted)")
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(value: &str) -> Secret {
+        Secret(value.to_owned())
+    }
+}
+
+impl From<String> for Secret {
+    fn from(value: String) -> Secret {
+        Secret(value)
+    }
+}
 
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "chatgate",
     version,
-    about = "A chat-stream service that pauses for in-band confirmation"
+    about = "A chat-stream service that pauses for in-band confirmation",
+    after_help = "Durations: 300s, 500ms, 5m, 1h 30m; a bare number is read in the unit of \
+                  the flag's old spelling (seconds; milliseconds for --step-delay). The old \
+                  spellings (--confirm-timeout-secs, --step-delay-ms, ...) still work."
 )]
 pub struct Settings {
-    /// Address to listen on (port 0 picks a free port).
+    /// Address to listen on, HOST:PORT (port 0 picks a free port).
     #[arg(long, env = "CHATGATE_BIND", default_value = "127.0.0.1:8080")]
     pub bind: String,
     /// Engine behind the stream.
-    #[arg(long, env = "CHATGATE_ENGINE", default_value = "planner")]
-    pub engine: String,
-    /// Seconds a confirmation waits before the run is cancelled (reason `timeout`).
-    #[arg(long, env = "CHATGATE_CONFIRM_TIMEOUT_SECS", default_value_t = CONFIRM_TIMEOUT_SECS,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub confirm_timeout_secs: u64,
-    /// Seconds of silence before a `: keep-alive` comment is written.
-    #[arg(long, env = "CHATGATE_KEEP_ALIVE_SECS", default_value_t = KEEP_ALIVE_SECS,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub keep_alive_secs: u64,
-    /// Milliseconds the planner spends on each step (0 for benchmarks).
-    #[arg(long, env = "CHATGATE_STEP_DELAY_MS", default_value_t = STEP_DELAY_MS)]
-    pub step_delay_ms: u64,
+    #[arg(long, env = "CHATGATE_ENGINE", value_enum, default_value_t = EngineKind::Planner)]
+    pub engine: EngineKind,
+    /// How long a confirmation waits before the run is cancelled (reason `timeout`); 1s to 30 days.
+    #[arg(long, alias = "confirm-timeout-secs", env = "CHATGATE_CONFIRM_TIMEOUT",
+          default_value = "300s", value_parser = DurationArg::secs(Duration::from_secs(1), MAX_CONFIRM_TIMEOUT))]
+    pub confirm_timeout: Duration,
+    /// Silence before a `: keep-alive` comment is written; 10ms to 1h.
+    #[arg(long, alias = "keep-alive-secs", env = "CHATGATE_KEEP_ALIVE",
+          default_value = "15s", value_parser = DurationArg::secs(Duration::from_millis(10), HOUR))]
+    pub keep_alive: Duration,
+    /// Time the planner spends on each step (0 for benchmarks); up to 1h.
+    #[arg(long, alias = "step-delay-ms", env = "CHATGATE_STEP_DELAY",
+          default_value = "100ms", value_parser = DurationArg::millis(Duration::ZERO, HOUR))]
+    pub step_delay: Duration,
     /// Confirmation rounds a run may use; one more modify cancels it (reason `max_rounds`).
     #[arg(long, env = "CHATGATE_MAX_ROUNDS", default_value_t = MAX_ROUNDS,
-          value_parser = clap::value_parser!(u32).range(1..))]
+          value_parser = clap::value_parser!(u32).range(1..=100))]
     pub max_rounds: u32,
     /// HTTP worker threads (default: one per CPU core).
-    #[arg(long, env = "CHATGATE_WORKERS")]
+    #[arg(long, env = "CHATGATE_WORKERS", value_parser = parse_count(1, 1024))]
     pub workers: Option<usize>,
-    /// Seconds a run whose client vanished stays re-attachable (and a paused one
-    /// decidable) before it is cancelled with reason `client_gone`. 0: at once.
-    #[arg(long, env = "CHATGATE_DETACH_GRACE_SECS", default_value_t = DETACH_GRACE_SECS)]
-    pub detach_grace_secs: u64,
+    /// How long a run whose client vanished stays re-attachable (and a paused
+    /// one decidable) before it is cancelled with reason `client_gone`. 0: at once.
+    #[arg(long, alias = "detach-grace-secs", env = "CHATGATE_DETACH_GRACE",
+          default_value = "60s", value_parser = DurationArg::secs(Duration::ZERO, DAY))]
+    pub detach_grace: Duration,
     /// Chunks kept per run for re-attach; an attached client that falls this far
     /// behind stops the run (reason `slow_consumer`).
     #[arg(long, env = "CHATGATE_REPLAY_BUFFER", default_value_t = REPLAY_BUFFER,
-          value_parser = parse_positive)]
+          value_parser = parse_count(1, 1 << 20))]
     pub replay_buffer: usize,
+    /// Bytes of chunks kept per run for re-attach (the newest chunk is always
+    /// kept); the same slow-client rule applies. 4 KiB to 1 GiB.
+    #[arg(long, env = "CHATGATE_REPLAY_BUFFER_BYTES", default_value_t = REPLAY_BUFFER_BYTES,
+          value_parser = parse_count(4096, 1 << 30))]
+    pub replay_buffer_bytes: usize,
     /// Runs held at once; beyond it new runs get 503 `overloaded` with Retry-After.
-    #[arg(long, env = "CHATGATE_MAX_RUNS", default_value_t = MAX_RUNS)]
+    #[arg(long, env = "CHATGATE_MAX_RUNS", default_value_t = MAX_RUNS,
+          value_parser = parse_count(1, 10_000_000))]
     pub max_runs: usize,
+    /// Runs one API key may hold at once (default with keys: a quarter of
+    /// --max-runs; without keys the one anonymous namespace may use all of it).
+    #[arg(long, env = "CHATGATE_MAX_RUNS_PER_KEY", value_parser = parse_count(1, 10_000_000))]
+    pub max_runs_per_key: Option<usize>,
     /// API key clients must send as `Authorization: Bearer KEY` (repeatable;
     /// in the env var, comma-separated). Without keys the chat endpoint is open.
     #[arg(
         long = "api-key",
         env = "CHATGATE_API_KEY",
         value_delimiter = ',',
-        hide_env_values = true
+        hide_env_values = true,
+        value_parser = clap::builder::StringValueParser::new().map(Secret::from)
     )]
-    pub api_keys: Vec<String>,
+    pub api_keys: Vec<Secret>,
     /// File of API keys, one per line (`#` comments allowed).
     #[arg(long, env = "CHATGATE_API_KEYS_FILE")]
     pub api_keys_file: Option<std::path::PathBuf>,
@@ -94,13 +210,22 @@ pub struct Settings {
         value_delimiter = ','
     )]
     pub cors_origins: Vec<String>,
-    /// Seconds a client may take to send request headers, and again its body.
-    #[arg(long, env = "CHATGATE_REQUEST_TIMEOUT_SECS", default_value_t = REQUEST_TIMEOUT_SECS,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub request_timeout_secs: u64,
-    /// Seconds shutdown waits for open streams to send their final chunk.
-    #[arg(long, env = "CHATGATE_SHUTDOWN_TIMEOUT_SECS", default_value_t = SHUTDOWN_TIMEOUT_SECS)]
-    pub shutdown_timeout_secs: u64,
+    /// Without API keys, a Host name accepted besides loopback names and the
+    /// bound address (repeatable), e.g. the name a proxy forwards.
+    #[arg(
+        long = "allowed-host",
+        env = "CHATGATE_ALLOWED_HOST",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
+    /// Time a client may take to send a request head, and again its body; 100ms to 1h.
+    #[arg(long, alias = "request-timeout-secs", env = "CHATGATE_REQUEST_TIMEOUT",
+          default_value = "5s", value_parser = DurationArg::secs(Duration::from_millis(100), HOUR))]
+    pub request_timeout: Duration,
+    /// How long shutdown waits for open streams to send their final chunk; up to 1h.
+    #[arg(long, alias = "shutdown-timeout-secs", env = "CHATGATE_SHUTDOWN_TIMEOUT",
+          default_value = "10s", value_parser = DurationArg::secs(Duration::ZERO, HOUR))]
+    pub shutdown_timeout: Duration,
     /// `--engine openai`: base URL of an OpenAI-compatible API, up to `/v1`
     /// (Ollama: http://127.0.0.1:11434/v1).
     #[arg(long, env = "CHATGATE_LLM_URL", default_value = LLM_URL)]
@@ -109,13 +234,31 @@ pub struct Settings {
     #[arg(long, env = "CHATGATE_LLM_MODEL")]
     pub llm_model: Option<String>,
     /// `--engine openai`: bearer key for the model server, if it needs one.
-    #[arg(long, env = "CHATGATE_LLM_API_KEY", hide_env_values = true)]
-    pub llm_api_key: Option<String>,
-    /// `--engine openai`: longest silence from the model server, connecting or streaming.
-    #[arg(long, env = "CHATGATE_LLM_TIMEOUT_SECS", default_value_t = LLM_TIMEOUT_SECS,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub llm_timeout_secs: u64,
+    #[arg(long, env = "CHATGATE_LLM_API_KEY", hide_env_values = true,
+          value_parser = clap::builder::StringValueParser::new().map(Secret::from))]
+    pub llm_api_key: Option<Secret>,
+    /// `--engine openai`: longest silence from the model server, connecting or streaming; 100ms to 1h.
+    #[arg(long, alias = "llm-timeout-secs", env = "CHATGATE_LLM_TIMEOUT",
+          default_value = "60s", value_parser = DurationArg::secs(Duration::from_millis(100), HOUR))]
+    pub llm_timeout: Duration,
+    /// `--engine openai`: longest one model call may take in all, however
+    /// often the server sends something; 1s to 1 day.
+    #[arg(long, alias = "llm-max-secs", env = "CHATGATE_LLM_MAX_TIME",
+          default_value = "300s", value_parser = DurationArg::secs(Duration::from_secs(1), DAY))]
+    pub llm_max_time: Duration,
+    /// `--engine openai`: a conversation nobody used for this long is forgotten; 1s to 30 days.
+    #[arg(long, env = "CHATGATE_CONVERSATION_TTL", default_value = "1h",
+          value_parser = DurationArg::secs(Duration::from_secs(1), MAX_CONFIRM_TIMEOUT))]
+    pub conversation_ttl: Duration,
+    /// `--engine openai`: bytes of conversation history kept for all sessions
+    /// together; the least recently used go first. 1 MiB to 16 GiB.
+    #[arg(long, env = "CHATGATE_CONVERSATION_MEMORY", default_value_t = CONVERSATION_MEMORY,
+          value_parser = parse_count(1 << 20, 16 << 30))]
+    pub conversation_memory: usize,
 }
+
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(24 * 3600);
 
 impl Settings {
     /// The defaults, with `bind` replaced (tests use `127.0.0.1:0`).
@@ -125,9 +268,9 @@ impl Settings {
 
     /// The engine named by `--engine`, configured by the other flags.
     pub fn build_engine(&self) -> Result<Arc<dyn Engine>, String> {
-        match self.engine.as_str() {
-            "planner" => Ok(Arc::new(PlannerEngine)),
-            "openai" => {
+        match self.engine {
+            EngineKind::Planner => Ok(Arc::new(PlannerEngine)),
+            EngineKind::Openai => {
                 let model = self
                     .llm_model
                     .clone()
@@ -136,53 +279,200 @@ impl Settings {
                     base_url: self.llm_url.clone(),
                     model,
                     api_key: self.llm_api_key.clone(),
-                    timeout: Duration::from_secs(self.llm_timeout_secs),
+                    timeout: self.llm_timeout,
+                    max_time: self.llm_max_time,
+                    conversation_ttl: self.conversation_ttl,
+                    conversation_memory: self.conversation_memory,
                 };
                 let engine = OpenAiEngine::new(config)
                     .map_err(|err| format!("cannot set up the model client: {err}"))?;
                 Ok(Arc::new(engine))
             }
-            other => Err(format!(
-                "unknown engine `{other}`; known: {}",
-                ENGINE_NAMES.join(", ")
-            )),
         }
     }
 
     pub fn run_settings(&self) -> RunSettings {
         RunSettings {
-            confirm_timeout: Duration::from_secs(self.confirm_timeout_secs),
+            confirm_timeout: self.confirm_timeout,
             max_rounds: self.max_rounds,
-            step_delay: Duration::from_millis(self.step_delay_ms),
+            step_delay: self.step_delay,
+        }
+    }
+
+    /// Runs one API key may hold: `--max-runs-per-key`, or with keys on a
+    /// quarter of `--max-runs`; without keys, all of `--max-runs`.
+    pub fn runs_per_key(&self, keys_on: bool) -> usize {
+        match (keys_on, self.max_runs_per_key) {
+            (false, _) => self.max_runs,
+            (true, Some(limit)) => limit.min(self.max_runs),
+            (true, None) => (self.max_runs / RUNS_PER_KEY_DIVISOR).max(1),
         }
     }
 }
 
-/// A whole number of at least 1.
-fn parse_positive(text: &str) -> Result<usize, String> {
-    match text.parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("`{text}` is not a whole number of at least 1")),
+/// A duration flag: humantime text (`300s`, `1h 30m`, `500ms`), or a bare
+/// number in the flag's old unit; refused outside `min..=max`.
+#[derive(Debug, Clone, Copy)]
+pub struct DurationArg {
+    bare_unit: Duration,
+    min: Duration,
+    max: Duration,
+}
+
+impl DurationArg {
+    /// A bare number is seconds.
+    pub const fn secs(min: Duration, max: Duration) -> DurationArg {
+        DurationArg {
+            bare_unit: Duration::from_secs(1),
+            min,
+            max,
+        }
     }
+
+    /// A bare number is milliseconds.
+    pub const fn millis(min: Duration, max: Duration) -> DurationArg {
+        DurationArg {
+            bare_unit: Duration::from_millis(1),
+            min,
+            max,
+        }
+    }
+
+    pub fn parse(&self, text: &str) -> Result<Duration, String> {
+        let text = text.trim();
+        let value = match text.parse::<u64>() {
+            Ok(n) => u32::try_from(n)
+                .ok()
+                .and_then(|n| self.bare_unit.checked_mul(n))
+                .ok_or_else(|| format!("`{text}` is too large"))?,
+            Err(_) => humantime::parse_duration(text).map_err(|err| {
+                format!("`{text}` is not a duration ({err}); write e.g. 300s, 500ms or 5m")
+            })?,
+        };
+        if value < self.min || value > self.max {
+            return Err(format!(
+                "`{text}` is out of range: from {} to {}",
+                humantime::format_duration(self.min),
+                humantime::format_duration(self.max)
+            ));
+        }
+        Ok(value)
+    }
+}
+
+impl TypedValueParser for DurationArg {
+    type Value = Duration;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Duration, clap::Error> {
+        let text = value.to_str().ok_or_else(|| {
+            clap::Error::raw(clap::error::ErrorKind::InvalidUtf8, "not UTF-8\n").with_cmd(cmd)
+        })?;
+        self.parse(text)
+            .map_err(|why| invalid_value(cmd, arg, &why))
+    }
+}
+
+/// A whole number in `min..=max`.
+fn parse_count(min: usize, max: usize) -> impl Fn(&str) -> Result<usize, String> + Clone {
+    move |text: &str| match text.trim().parse::<usize>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "`{text}` is not a whole number from {min} to {max}"
+        )),
+    }
+}
+
+fn invalid_value(cmd: &clap::Command, arg: Option<&clap::Arg>, why: &str) -> clap::Error {
+    let name = arg.map_or_else(|| "value".to_owned(), |arg| format!("--{}", arg.get_id()));
+    let name = name.replace('_', "-");
+    clap::Error::raw(
+        clap::error::ErrorKind::ValueValidation,
+        format!("invalid value for {name}: {why}\n"),
+    )
+    .with_cmd(cmd)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn settings(args: &[&str]) -> Settings {
-        Settings::parse_from(std::iter::once("chatgate").chain(args.iter().copied()))
+    fn settings(args: &[&str]) -> Result<Settings, clap::Error> {
+        Settings::try_parse_from(std::iter::once("chatgate").chain(args.iter().copied()))
+    }
+
+    #[tokio::test]
+    async fn engines_are_built_by_name_and_openai_needs_a_model() {
+        assert!(settings(&[]).unwrap().build_engine().is_ok(), "planner");
+        let without_model = settings(&["--engine", "openai"]).unwrap().build_engine();
+        assert!(without_model.err().unwrap().contains("--llm-model"));
+        let with_model = settings(&["--engine", "openai", "--llm-model", "m"]).unwrap();
+        assert!(with_model.build_engine().is_ok());
+        let unknown = settings(&["--engine", "gpt"]).unwrap_err().to_string();
+        assert!(
+            unknown.contains("planner") && unknown.contains("openai"),
+            "{unknown}"
+        );
     }
 
     #[test]
-    fn engines_are_built_by_name_and_openai_needs_a_model() {
-        assert!(settings(&[]).build_engine().is_ok(), "planner by default");
-        let without_model = settings(&["--engine", "openai"]).build_engine();
-        assert!(without_model.err().unwrap().contains("--llm-model"));
-        assert!(settings(&["--engine", "openai", "--llm-model", "m"])
-            .build_engine()
-            .is_ok());
-        let unknown = settings(&["--engine", "gpt"]).build_engine();
-        assert!(unknown.err().unwrap().contains("planner, openai"));
+    fn durations_take_units_and_bare_numbers_keep_the_old_unit() {
+        let s = settings(&["--confirm-timeout", "2m", "--keep-alive", "500ms"]).unwrap();
+        assert_eq!(s.confirm_timeout, Duration::from_secs(120));
+        assert_eq!(s.keep_alive, Duration::from_millis(500));
+        let old = settings(&["--confirm-timeout-secs", "7", "--step-delay-ms", "40"]).unwrap();
+        assert_eq!(old.confirm_timeout, Duration::from_secs(7));
+        assert_eq!(old.step_delay, Duration::from_millis(40));
+        let defaults = settings(&[]).unwrap();
+        assert_eq!(defaults.confirm_timeout, CONFIRM_TIMEOUT);
+        assert_eq!(defaults.keep_alive, KEEP_ALIVE);
+        assert_eq!(defaults.step_delay, STEP_DELAY);
+        assert_eq!(defaults.detach_grace, DETACH_GRACE);
+        assert_eq!(defaults.request_timeout, REQUEST_TIMEOUT);
+        assert_eq!(defaults.shutdown_timeout, SHUTDOWN_TIMEOUT);
+        assert_eq!(defaults.llm_timeout, LLM_TIMEOUT);
+        assert_eq!(defaults.llm_max_time, LLM_MAX_TIME);
+        assert_eq!(defaults.conversation_ttl, CONVERSATION_TTL);
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_at_start_with_the_flag_named() {
+        for args in [
+            &["--confirm-timeout-secs", "253402300800"][..],
+            &["--confirm-timeout-secs", "18446744073709551615"][..],
+            &["--confirm-timeout", "31days"][..],
+            &["--confirm-timeout", "0"][..],
+            &["--keep-alive", "0"][..],
+            &["--request-timeout", "10years"][..],
+            &["--max-runs", "0"][..],
+            &["--replay-buffer", "0"][..],
+            &["--max-rounds", "0"][..],
+            &["--confirm-timeout", "soon"][..],
+        ] {
+            let err = settings(args).expect_err("refused").to_string();
+            let flag = args[0].trim_end_matches("-secs");
+            assert!(err.contains(flag), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug_output() {
+        let s = settings(&["--api-key", "sk-top", "--llm-api-key", "sk-model"]).unwrap();
+        let printed = format!("{s:?}");
+        assert!(!printed.contains("sk-top") && !printed.contains("sk-model"));
+        assert_eq!(s.api_keys[0].expose(), "sk-top");
+    }
+
+    #[test]
+    fn one_key_may_hold_a_quarter_of_the_runs_unless_told_otherwise() {
+        let s = settings(&["--max-runs", "100"]).unwrap();
+        assert_eq!(s.runs_per_key(false), 100);
+        assert_eq!(s.runs_per_key(true), 25);
+        let set = settings(&["--max-runs", "100", "--max-runs-per-key", "60"]).unwrap();
+        assert_eq!(set.runs_per_key(true), 60);
     }
 }

@@ -26,8 +26,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, Notify};
+use tokio_util::sync::CancellationToken;
 
-use crate::protocol::{Action, CancelReason, ReplyMessage};
+use crate::protocol::{Action, CancelReason, ReplyMessage, MAX_MODIFY_TEXT_BYTES};
 
 /// The outcome of one pause, as the waiting run sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +46,31 @@ pub enum BeginError {
     SessionBusy,
     #[error("the server holds its maximum number of runs; retry later")]
     Overloaded,
+    #[error("this API key holds its maximum of {limit} runs (--max-runs-per-key); retry later")]
+    KeyOverloaded { limit: usize },
+}
+
+/// How many runs the registry holds: in all, and per owner (API key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    pub max_runs: usize,
+    pub per_owner: usize,
+}
+
+impl RunLimits {
+    /// No limit at all (tests).
+    pub const UNLIMITED: RunLimits = RunLimits {
+        max_runs: usize::MAX,
+        per_owner: usize::MAX,
+    };
+
+    /// `max` runs in all, and all of them for one owner.
+    pub fn total(max: usize) -> RunLimits {
+        RunLimits {
+            max_runs: max,
+            per_owner: max,
+        }
+    }
 }
 
 /// Identifies a session in the registry: the session id within the
@@ -84,6 +110,8 @@ pub enum DecideError {
     },
     #[error("modify needs a text: `CONFIRM_ACTION:modify:<text>`")]
     ModifyWithoutText { options: Vec<Action> },
+    #[error("the modify text is longer than {MAX_MODIFY_TEXT_BYTES} bytes")]
+    ModifyTooLong { options: Vec<Action> },
     #[error("confirmation_id does not match the pending confirmation")]
     Stale,
     #[error("this confirmation has already been decided")]
@@ -106,10 +134,36 @@ pub struct ConfirmationManager {
 
 #[derive(Default)]
 struct Shared {
-    sessions: Mutex<HashMap<SessionKey, Entry>>,
+    registry: Mutex<Registry>,
     next_run_id: AtomicU64,
     /// Woken whenever an entry is removed; see [`ConfirmationManager::wait_until_empty`].
     entry_removed: Notify,
+}
+
+#[derive(Default)]
+struct Registry {
+    sessions: HashMap<SessionKey, Entry>,
+    /// Live runs per owner, kept with `sessions` under one lock.
+    per_owner: HashMap<Option<u32>, usize>,
+}
+
+impl Registry {
+    fn insert(&mut self, key: SessionKey, entry: Entry) {
+        if self.sessions.insert(key.clone(), entry).is_none() {
+            *self.per_owner.entry(key.owner).or_default() += 1;
+        }
+    }
+
+    fn remove(&mut self, key: &SessionKey) {
+        if self.sessions.remove(key).is_some() {
+            if let Some(count) = self.per_owner.get_mut(&key.owner) {
+                *count -= 1;
+                if *count == 0 {
+                    self.per_owner.remove(&key.owner);
+                }
+            }
+        }
+    }
 }
 
 struct Entry {
@@ -126,6 +180,10 @@ struct Pause {
     /// `AlreadyDecided` (and a new chat message `SessionBusy`) rather than
     /// depending on how fast the run resumed.
     decide_tx: Option<oneshot::Sender<Decision>>,
+    /// The run's stop. Once it fires, the pause belongs to the stop: replies
+    /// are refused under this lock, so none is acknowledged after the run
+    /// was told to stop and before it noticed (see [`RunSlot::wait`]).
+    stop: CancellationToken,
 }
 
 impl ConfirmationManager {
@@ -133,11 +191,12 @@ impl ConfirmationManager {
         ConfirmationManager::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<SessionKey, Entry>> {
-        // A panic while holding this lock leaves plain data behind (no
-        // invariant spans two fields), so a poisoned lock is still usable.
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        // A panic while holding this lock leaves plain data behind (every
+        // update of the two maps happens in one non-panicking step), so a
+        // poisoned lock is still usable.
         self.shared
-            .sessions
+            .registry
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -146,14 +205,23 @@ impl ConfirmationManager {
     /// decided is superseded (its pause is decided as `Cancel(Superseded)`);
     /// a run that is streaming, or whose decision is on its way, keeps the
     /// session and the new run is refused. A new session is refused when
-    /// `max_runs` runs are registered already.
-    pub fn begin_run(&self, key: SessionKey, max_runs: usize) -> Result<RunSlot, BeginError> {
+    /// `limits.max_runs` runs are registered already, or its owner holds
+    /// `limits.per_owner`.
+    pub fn begin_run(&self, key: SessionKey, limits: RunLimits) -> Result<RunSlot, BeginError> {
         let run_id = self.shared.next_run_id.fetch_add(1, Ordering::Relaxed);
-        let mut sessions = self.lock();
-        if !sessions.contains_key(&key) && sessions.len() >= max_runs {
-            return Err(BeginError::Overloaded);
+        let mut registry = self.lock();
+        if !registry.sessions.contains_key(&key) {
+            if registry.sessions.len() >= limits.max_runs {
+                return Err(BeginError::Overloaded);
+            }
+            let owned = registry.per_owner.get(&key.owner).copied().unwrap_or(0);
+            if owned >= limits.per_owner {
+                return Err(BeginError::KeyOverloaded {
+                    limit: limits.per_owner,
+                });
+            }
         }
-        if let Some(entry) = sessions.get_mut(&key) {
+        if let Some(entry) = registry.sessions.get_mut(&key) {
             let decide_tx = entry
                 .pause
                 .as_mut()
@@ -163,7 +231,7 @@ impl ConfirmationManager {
             // anyway); either way it no longer owns the session.
             let _ = decide_tx.send(Decision::Cancel(CancelReason::Superseded));
         }
-        sessions.insert(
+        registry.insert(
             key.clone(),
             Entry {
                 run_id,
@@ -185,8 +253,9 @@ impl ConfirmationManager {
         reply: &ReplyMessage,
         confirmation_id: Option<&str>,
     ) -> Result<Accepted, DecideError> {
-        let mut sessions = self.lock();
-        let pause = sessions
+        let mut registry = self.lock();
+        let pause = registry
+            .sessions
             .get_mut(key)
             .and_then(|entry| entry.pause.as_mut())
             .ok_or(DecideError::NoPending)?;
@@ -202,8 +271,17 @@ impl ConfirmationManager {
                 options: pause.options.clone(),
             });
         }
+        if action == Action::Modify && text.len() > MAX_MODIFY_TEXT_BYTES {
+            return Err(DecideError::ModifyTooLong {
+                options: pause.options.clone(),
+            });
+        }
         if confirmation_id.is_some_and(|id| id != pause.confirmation_id) {
             return Err(DecideError::Stale);
+        }
+        if pause.stop.is_cancelled() {
+            // The run was told to stop: the stop decides this pause.
+            return Err(DecideError::AlreadyDecided);
         }
         let decide_tx = pause.decide_tx.take().ok_or(DecideError::AlreadyDecided)?;
         let decision = match action {
@@ -224,7 +302,7 @@ impl ConfirmationManager {
 
     /// Number of sessions with a live run.
     pub fn active_runs(&self) -> usize {
-        self.lock().len()
+        self.lock().sessions.len()
     }
 
     /// Number of runs paused on a confirmation nobody has decided yet.
@@ -234,12 +312,17 @@ impl ConfirmationManager {
 
     /// Active and paused runs, read under one lock.
     pub fn counts(&self) -> RunCounts {
-        let sessions = self.lock();
+        let registry = self.lock();
         RunCounts {
-            active: sessions.len(),
-            paused: sessions
+            active: registry.sessions.len(),
+            paused: registry
+                .sessions
                 .values()
-                .filter(|e| e.pause.as_ref().is_some_and(|p| p.decide_tx.is_some()))
+                .filter(|e| {
+                    e.pause
+                        .as_ref()
+                        .is_some_and(|p| p.decide_tx.is_some() && !p.stop.is_cancelled())
+                })
                 .count(),
         }
     }
@@ -251,7 +334,7 @@ impl ConfirmationManager {
             tokio::pin!(removed);
             // Register interest before looking, so a removal in between is not missed.
             removed.as_mut().enable();
-            if self.lock().is_empty() {
+            if self.lock().sessions.is_empty() {
                 return;
             }
             removed.await;
@@ -281,23 +364,30 @@ impl RunSlot {
         &self.key
     }
 
+    pub fn run_id(&self) -> u64 {
+        self.run_id
+    }
+
     /// Registers a pause. Replies are accepted from this moment on, so call it
-    /// before telling the client about the confirmation request.
+    /// before telling the client about the confirmation request. Once `stop`
+    /// fires, replies are refused (`AlreadyDecided`): the stop decides.
     pub fn pause(
         &self,
         confirmation_id: String,
         round: u32,
         options: Vec<Action>,
+        stop: CancellationToken,
     ) -> Result<PendingDecision, CancelReason> {
         let (decide_tx, decide_rx) = oneshot::channel();
-        let mut sessions = self.manager.lock();
-        match sessions.get_mut(&self.key) {
+        let mut registry = self.manager.lock();
+        match registry.sessions.get_mut(&self.key) {
             Some(entry) if entry.run_id == self.run_id => {
                 entry.pause = Some(Pause {
                     confirmation_id,
                     round,
                     options,
                     decide_tx: Some(decide_tx),
+                    stop,
                 });
                 Ok(PendingDecision { decide_rx })
             }
@@ -337,13 +427,14 @@ impl RunSlot {
         mut decide_rx: oneshot::Receiver<Decision>,
         fallback: CancelReason,
     ) -> Decision {
-        let mut sessions = self.manager.lock();
-        let entry = sessions
+        let mut registry = self.manager.lock();
+        let entry = registry
+            .sessions
             .get_mut(&self.key)
             .filter(|entry| entry.run_id == self.run_id);
         let Some(entry) = entry else {
             // Superseded: the superseding run sent the decision before replacing us.
-            drop(sessions);
+            drop(registry);
             return decide_rx
                 .try_recv()
                 .unwrap_or(Decision::Cancel(CancelReason::Superseded));
@@ -363,14 +454,15 @@ impl RunSlot {
 
 impl Drop for RunSlot {
     fn drop(&mut self) {
-        let mut sessions = self.manager.lock();
-        if sessions
+        let mut registry = self.manager.lock();
+        if registry
+            .sessions
             .get(&self.key)
             .is_some_and(|entry| entry.run_id == self.run_id)
         {
-            sessions.remove(&self.key);
+            registry.remove(&self.key);
         }
-        drop(sessions);
+        drop(registry);
         // Woken after the lock is released.
         self.manager.shared.entry_removed.notify_waiters();
     }
@@ -389,7 +481,7 @@ mod tests {
     async fn sessions_of_different_owners_never_meet() {
         let manager = ConfirmationManager::new();
         let mine = manager
-            .begin_run(SessionKey::new(Some(1), "s"), usize::MAX)
+            .begin_run(SessionKey::new(Some(1), "s"), RunLimits::UNLIMITED)
             .unwrap();
         let _pending = pause(&mine, "c1", 1);
 
@@ -398,7 +490,7 @@ mod tests {
             &reply("confirm", None),
             None,
         );
-        let their_run = manager.begin_run(SessionKey::new(Some(2), "s"), usize::MAX);
+        let their_run = manager.begin_run(SessionKey::new(Some(2), "s"), RunLimits::UNLIMITED);
 
         assert_eq!(theirs, Err(DecideError::NoPending));
         assert!(their_run.is_ok(), "another owner's run lives beside mine");
@@ -413,8 +505,13 @@ mod tests {
     }
 
     fn pause(slot: &RunSlot, id: &str, round: u32) -> PendingDecision {
-        slot.pause(id.to_owned(), round, Action::ALL.to_vec())
-            .unwrap_or_else(|_| panic!("slot owns its session"))
+        slot.pause(
+            id.to_owned(),
+            round,
+            Action::ALL.to_vec(),
+            CancellationToken::new(),
+        )
+        .unwrap_or_else(|_| panic!("slot owns its session"))
     }
 
     const LONG: Duration = Duration::from_secs(300);
@@ -422,7 +519,7 @@ mod tests {
     #[tokio::test]
     async fn a_reply_that_lands_before_the_wait_is_not_lost() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let pending = pause(&slot, "c1", 1);
         manager
             .decide(&key("s"), &reply("confirm", None), None)
@@ -437,7 +534,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_decision_does_not_leak_into_the_next_round() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let first = pause(&slot, "c1", 1);
         manager
             .decide(&key("s"), &reply("modify", Some("more")), None)
@@ -459,7 +556,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn timeout_cancels_and_later_replies_find_nothing_pending() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let pending = pause(&slot, "c1", 1);
 
         let decision = slot
@@ -478,7 +575,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_reply_just_before_the_deadline_wins() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let pending = pause(&slot, "c1", 1);
         let replier = {
             let manager = manager.clone();
@@ -499,7 +596,7 @@ mod tests {
     #[tokio::test]
     async fn a_decision_already_sent_stands_against_a_stop() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let pending = pause(&slot, "c1", 1);
         manager
             .decide(&key("s"), &reply("confirm", None), None)
@@ -514,7 +611,7 @@ mod tests {
     #[tokio::test]
     async fn a_stop_decides_an_undecided_pause_and_refuses_later_replies() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let pending = pause(&slot, "c1", 1);
 
         let decision = slot
@@ -537,7 +634,7 @@ mod tests {
     #[tokio::test]
     async fn a_second_reply_after_the_run_resumed_is_already_decided() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let pending = pause(&slot, "c1", 1);
         manager
             .decide(&key("s"), &reply("confirm", None), None)
@@ -559,7 +656,7 @@ mod tests {
     async fn concurrent_replies_yield_exactly_one_decision() {
         for round in 0..200 {
             let manager = ConfirmationManager::new();
-            let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
+            let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
             let pending = pause(&slot, "c1", 1);
             let barrier = Arc::new(tokio::sync::Barrier::new(16));
             let replies: Vec<_> = (0..16)
@@ -598,7 +695,7 @@ mod tests {
             manager.decide(&key("s"), &reply("confirm", None), None),
             Err(DecideError::NoPending)
         );
-        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         assert_eq!(
             manager.decide(&key("s"), &reply("launch", None), Some("wrong")),
             Err(DecideError::NoPending),
@@ -639,9 +736,14 @@ mod tests {
     #[tokio::test]
     async fn only_the_offered_options_are_accepted() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let _pending = slot
-            .pause("c1".into(), 1, vec![Action::Confirm, Action::Cancel])
+            .pause(
+                "c1".into(),
+                1,
+                vec![Action::Confirm, Action::Cancel],
+                CancellationToken::new(),
+            )
             .unwrap_or_else(|_| panic!("slot owns its session"));
 
         let refused = manager.decide(&key("s"), &reply("modify", Some("x")), None);
@@ -658,14 +760,14 @@ mod tests {
     #[tokio::test]
     async fn a_chat_message_supersedes_a_paused_run_but_not_a_streaming_one() {
         let manager = ConfirmationManager::new();
-        let old = manager.begin_run(key("s"), usize::MAX).unwrap();
+        let old = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         assert_eq!(
-            manager.begin_run(key("s"), usize::MAX).err(),
+            manager.begin_run(key("s"), RunLimits::UNLIMITED).err(),
             Some(BeginError::SessionBusy)
         );
         let pending = pause(&old, "c1", 1);
 
-        let new = manager.begin_run(key("s"), usize::MAX).unwrap();
+        let new = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
 
         assert_eq!(
             old.wait(pending, LONG, pending_reason()).await,
@@ -684,14 +786,14 @@ mod tests {
     #[tokio::test]
     async fn a_decided_but_not_yet_resumed_run_is_busy_not_superseded() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let pending = pause(&slot, "c1", 1);
         manager
             .decide(&key("s"), &reply("confirm", None), None)
             .unwrap();
 
         assert_eq!(
-            manager.begin_run(key("s"), usize::MAX).err(),
+            manager.begin_run(key("s"), RunLimits::UNLIMITED).err(),
             Some(BeginError::SessionBusy)
         );
         assert_eq!(
@@ -708,13 +810,15 @@ mod tests {
             .enumerate()
         {
             let slot = manager
-                .begin_run(key(&format!("s{i}")), usize::MAX)
+                .begin_run(key(&format!("s{i}")), RunLimits::UNLIMITED)
                 .unwrap();
             let pending = pause(&slot, "c", 1);
             slot.wait(pending, LONG, async move { stop }).await;
             drop(slot);
         }
-        let slot = manager.begin_run(key("done"), usize::MAX).unwrap();
+        let slot = manager
+            .begin_run(key("done"), RunLimits::UNLIMITED)
+            .unwrap();
         drop(slot);
 
         assert_eq!(manager.active_runs(), 0);
@@ -726,7 +830,7 @@ mod tests {
     #[tokio::test]
     async fn wait_until_empty_wakes_when_the_last_run_ends() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run(key("s"), usize::MAX).unwrap();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let waiter = tokio::spawn({
             let manager = manager.clone();
             async move { manager.wait_until_empty().await }
@@ -745,17 +849,81 @@ mod tests {
     #[tokio::test]
     async fn a_full_registry_refuses_new_sessions_but_still_supersedes() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run(key("a"), 1).unwrap();
+        let slot = manager.begin_run(key("a"), RunLimits::total(1)).unwrap();
         let _pending = pause(&slot, "c1", 1);
 
         assert_eq!(
-            manager.begin_run(key("b"), 1).err(),
+            manager.begin_run(key("b"), RunLimits::total(1)).err(),
             Some(BeginError::Overloaded)
         );
         assert!(
-            manager.begin_run(key("a"), 1).is_ok(),
+            manager.begin_run(key("a"), RunLimits::total(1)).is_ok(),
             "a supersede does not grow the registry"
         );
+    }
+
+    #[tokio::test]
+    async fn a_reply_after_the_stop_fired_is_refused_and_the_stop_decides() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+        let stop = CancellationToken::new();
+        let pending = slot
+            .pause("c1".into(), 1, Action::ALL.to_vec(), stop.clone())
+            .unwrap_or_else(|_| panic!("slot owns its session"));
+
+        // The stop fires; the run has not polled yet when the reply lands.
+        stop.cancel();
+        let reply = manager.decide(&key("s"), &reply("confirm", None), None);
+        let decision = slot
+            .wait(pending, LONG, async { CancelReason::ClientGone })
+            .await;
+
+        assert_eq!(reply, Err(DecideError::AlreadyDecided));
+        assert_eq!(decision, Decision::Cancel(CancelReason::ClientGone));
+        assert_eq!(manager.paused_runs(), 0);
+    }
+
+    #[tokio::test]
+    async fn one_owner_cannot_take_the_runs_of_the_others() {
+        let manager = ConfirmationManager::new();
+        let limits = RunLimits {
+            max_runs: 10,
+            per_owner: 2,
+        };
+        let owned = |owner, session: &str| SessionKey::new(Some(owner), session);
+        let _a1 = manager.begin_run(owned(1, "a1"), limits).unwrap();
+        let a2 = manager.begin_run(owned(1, "a2"), limits).unwrap();
+        let _pending = pause(&a2, "c", 1);
+
+        assert_eq!(
+            manager.begin_run(owned(1, "a3"), limits).err(),
+            Some(BeginError::KeyOverloaded { limit: 2 })
+        );
+        assert!(
+            manager.begin_run(owned(1, "a2"), limits).is_ok(),
+            "a supersede"
+        );
+        assert!(
+            manager.begin_run(owned(2, "b1"), limits).is_ok(),
+            "another key"
+        );
+        drop(_a1);
+        assert!(manager.begin_run(owned(1, "a3"), limits).is_ok(), "freed");
+    }
+
+    #[tokio::test]
+    async fn a_modify_text_over_the_bound_is_refused_and_the_pause_stays() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+        let _pending = pause(&slot, "c1", 1);
+        let long = "x".repeat(MAX_MODIFY_TEXT_BYTES + 1);
+
+        let refused = manager.decide(&key("s"), &reply("modify", Some(&long)), None);
+        let fits = "x".repeat(MAX_MODIFY_TEXT_BYTES);
+        let accepted = manager.decide(&key("s"), &reply("modify", Some(&fits)), None);
+
+        assert!(matches!(refused, Err(DecideError::ModifyTooLong { .. })));
+        assert!(accepted.is_ok());
     }
 
     fn pending_reason() -> impl Future<Output = CancelReason> {

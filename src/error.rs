@@ -1,5 +1,6 @@
 //! Every way a request can be refused, and its status and `error_type`.
-//! This is the one place that maps errors to the wire.
+//! This is the one place that maps errors to the wire: [`ChatError::wire`]
+//! is the table, [`ChatError::to_response`] the answer.
 
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
@@ -30,6 +31,11 @@ pub enum ChatError {
     Unauthorized,
     #[error("cross-site requests from this origin are not allowed")]
     ForbiddenOrigin,
+    #[error(
+        "this server does not answer for that Host name; use 127.0.0.1 or localhost, or \
+         start the server with --allowed-host NAME (or API keys)"
+    )]
+    ForbiddenHost,
     #[error("the request body did not arrive in time")]
     RequestTimeout,
     #[error("no run to re-attach to on this session")]
@@ -37,62 +43,53 @@ pub enum ChatError {
 }
 
 impl ChatError {
-    pub fn status(&self) -> StatusCode {
+    /// The table: each case's HTTP status and `error_type`.
+    pub fn wire(&self) -> (StatusCode, ErrorType) {
+        use ErrorType as T;
+        use StatusCode as S;
         match self {
-            ChatError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            ChatError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ChatError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ChatError::MalformedReply(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ChatError::Decide(err) => match err {
-                DecideError::NoPending => StatusCode::NOT_FOUND,
-                DecideError::NotOffered { .. } | DecideError::ModifyWithoutText { .. } => {
-                    StatusCode::UNPROCESSABLE_ENTITY
-                }
-                DecideError::Stale | DecideError::AlreadyDecided => StatusCode::CONFLICT,
-            },
-            ChatError::Begin(BeginError::SessionBusy) => StatusCode::CONFLICT,
-            ChatError::Begin(BeginError::Overloaded) | ChatError::ShuttingDown => {
-                StatusCode::SERVICE_UNAVAILABLE
+            ChatError::InvalidRequest(_) => (S::BAD_REQUEST, T::InvalidRequest),
+            ChatError::PayloadTooLarge => (S::PAYLOAD_TOO_LARGE, T::PayloadTooLarge),
+            ChatError::UnsupportedMediaType => (S::UNSUPPORTED_MEDIA_TYPE, T::UnsupportedMediaType),
+            ChatError::MalformedReply(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidConfirmAction),
+            ChatError::Decide(DecideError::NoPending) => (S::NOT_FOUND, T::NoPendingConfirmation),
+            ChatError::Decide(
+                DecideError::NotOffered { .. }
+                | DecideError::ModifyWithoutText { .. }
+                | DecideError::ModifyTooLong { .. },
+            ) => (S::UNPROCESSABLE_ENTITY, T::InvalidConfirmAction),
+            ChatError::Decide(DecideError::Stale) => (S::CONFLICT, T::StaleConfirmation),
+            ChatError::Decide(DecideError::AlreadyDecided) => (S::CONFLICT, T::AlreadyDecided),
+            ChatError::Begin(BeginError::SessionBusy) => (S::CONFLICT, T::SessionBusy),
+            ChatError::Begin(BeginError::Overloaded | BeginError::KeyOverloaded { .. }) => {
+                (S::SERVICE_UNAVAILABLE, T::Overloaded)
             }
-            ChatError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ChatError::ForbiddenOrigin => StatusCode::FORBIDDEN,
-            ChatError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            ChatError::NoSuchRun => StatusCode::NOT_FOUND,
+            ChatError::ShuttingDown => (S::SERVICE_UNAVAILABLE, T::ShuttingDown),
+            ChatError::Unauthorized => (S::UNAUTHORIZED, T::Unauthorized),
+            ChatError::ForbiddenOrigin => (S::FORBIDDEN, T::ForbiddenOrigin),
+            ChatError::ForbiddenHost => (S::MISDIRECTED_REQUEST, T::ForbiddenHost),
+            ChatError::RequestTimeout => (S::REQUEST_TIMEOUT, T::RequestTimeout),
+            ChatError::NoSuchRun => (S::NOT_FOUND, T::NoSuchRun),
         }
     }
 
+    pub fn status(&self) -> StatusCode {
+        self.wire().0
+    }
+
     pub fn error_type(&self) -> ErrorType {
-        match self {
-            ChatError::InvalidRequest(_) => ErrorType::InvalidRequest,
-            ChatError::PayloadTooLarge => ErrorType::PayloadTooLarge,
-            ChatError::UnsupportedMediaType => ErrorType::UnsupportedMediaType,
-            ChatError::MalformedReply(_) => ErrorType::InvalidConfirmAction,
-            ChatError::Decide(err) => match err {
-                DecideError::NoPending => ErrorType::NoPendingConfirmation,
-                DecideError::NotOffered { .. } | DecideError::ModifyWithoutText { .. } => {
-                    ErrorType::InvalidConfirmAction
-                }
-                DecideError::Stale => ErrorType::StaleConfirmation,
-                DecideError::AlreadyDecided => ErrorType::AlreadyDecided,
-            },
-            ChatError::Begin(BeginError::SessionBusy) => ErrorType::SessionBusy,
-            ChatError::Begin(BeginError::Overloaded) => ErrorType::Overloaded,
-            ChatError::ShuttingDown => ErrorType::ShuttingDown,
-            ChatError::Unauthorized => ErrorType::Unauthorized,
-            ChatError::ForbiddenOrigin => ErrorType::ForbiddenOrigin,
-            ChatError::RequestTimeout => ErrorType::RequestTimeout,
-            ChatError::NoSuchRun => ErrorType::NoSuchRun,
-        }
+        self.wire().1
     }
 
     /// The actions a reply could have used, for `invalid_confirm_action`.
     fn options(&self) -> Option<Vec<Action>> {
         match self {
             ChatError::MalformedReply(_) => Some(Action::ALL.to_vec()),
-            ChatError::Decide(DecideError::NotOffered { options, .. })
-            | ChatError::Decide(DecideError::ModifyWithoutText { options }) => {
-                Some(options.clone())
-            }
+            ChatError::Decide(
+                DecideError::NotOffered { options, .. }
+                | DecideError::ModifyWithoutText { options }
+                | DecideError::ModifyTooLong { options },
+            ) => Some(options.clone()),
             _ => None,
         }
     }
@@ -100,16 +97,24 @@ impl ChatError {
     /// The error as a one-chunk stream. `session_id` is echoed when the
     /// request carried a valid one (or the server made one), else empty.
     pub fn to_response(&self, session_id: &str) -> HttpResponse {
+        let (status, error_type) = self.wire();
         let mut chunk = Chunk::new(ChunkType::Error, self.to_string(), session_id, 1)
-            .with_meta("error_type", self.error_type().as_str())
+            .with_meta("error_type", error_type.as_str())
             .finished();
         if let Some(options) = self.options() {
             let names: Vec<Value> = options.iter().map(|a| Value::from(a.as_str())).collect();
             chunk = chunk.with_meta("options", names);
         }
-        let mut response = sse::single_chunk(self.status(), &chunk);
+        let mut response = sse::single_chunk(status, &chunk);
+        if matches!(self, ChatError::RequestTimeout) {
+            // The rest of a body that came too slowly is not worth reading:
+            // close the connection rather than drain it.
+            response
+                .head_mut()
+                .set_connection_type(actix_http::ConnectionType::Close);
+        }
         let headers = response.headers_mut();
-        if self.status() == StatusCode::SERVICE_UNAVAILABLE {
+        if status == StatusCode::SERVICE_UNAVAILABLE {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         if matches!(self, ChatError::Unauthorized) {

@@ -27,6 +27,7 @@ pub mod access;
 pub mod access_log;
 pub mod config;
 pub mod confirmation;
+pub mod connection;
 pub mod engine;
 pub mod error;
 pub mod metrics;

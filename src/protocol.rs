@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use strum::{EnumIter, IntoStaticStr};
 
 /// Upper bound of a request body, in bytes (413 beyond it).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -15,6 +16,15 @@ pub const MAX_MESSAGE_BYTES: usize = 32 * 1024;
 pub const MAX_SESSION_ID_CHARS: usize = 128;
 /// Prefix that turns a message into a confirmation reply. Case-sensitive.
 pub const CONFIRM_PREFIX: &str = "CONFIRM_ACTION";
+/// Most tasks one plan may put to the user; a larger plan ends the run with
+/// `plan_too_large` before anything is asked.
+pub const MAX_PLAN_TASKS: usize = 100;
+/// Largest `confirmation_data` of one request, in bytes of JSON: what a
+/// paused run holds for its pause (`plan_too_large` beyond it).
+pub const MAX_CONFIRMATION_BYTES: usize = 128 * 1024;
+/// Longest text of `CONFIRM_ACTION:modify:<text>`, in bytes: how much one
+/// modify may grow a plan (422 `invalid_confirm_action` beyond it).
+pub const MAX_MODIFY_TEXT_BYTES: usize = 4 * 1024;
 
 /// The JSON body of a request. Unknown fields are ignored.
 #[derive(Debug, Clone, Deserialize)]
@@ -40,8 +50,9 @@ pub enum ChunkType {
 }
 
 /// Why a run ended with a `cancelled` chunk, as written in `metadata.reason`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, EnumIter)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum CancelReason {
     /// The user answered `cancel`.
     User,
@@ -61,21 +72,14 @@ pub enum CancelReason {
 
 impl CancelReason {
     pub fn as_str(self) -> &'static str {
-        match self {
-            CancelReason::User => "user",
-            CancelReason::Timeout => "timeout",
-            CancelReason::MaxRounds => "max_rounds",
-            CancelReason::Superseded => "superseded",
-            CancelReason::ClientGone => "client_gone",
-            CancelReason::Shutdown => "shutdown",
-            CancelReason::SlowConsumer => "slow_consumer",
-        }
+        self.into()
     }
 }
 
 /// The `metadata.error_type` of an `error` chunk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, EnumIter)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ErrorType {
     InvalidRequest,
     NoPendingConfirmation,
@@ -94,36 +98,28 @@ pub enum ErrorType {
     NoSuchRun,
     /// The engine's model server could not be reached or failed.
     EngineUnavailable,
+    /// The model server sent more than chatgate accepts (an index, a line,
+    /// arguments or text past a documented bound).
+    EngineLimit,
+    /// The plan has more than [`MAX_PLAN_TASKS`] tasks or more than
+    /// [`MAX_CONFIRMATION_BYTES`] of confirmation data.
+    PlanTooLarge,
+    /// Without API keys, the `Host` header names neither loopback, the bound
+    /// address nor an `--allowed-host` (DNS rebinding).
+    ForbiddenHost,
     Internal,
 }
 
 impl ErrorType {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorType::InvalidRequest => "invalid_request",
-            ErrorType::NoPendingConfirmation => "no_pending_confirmation",
-            ErrorType::AlreadyDecided => "already_decided",
-            ErrorType::StaleConfirmation => "stale_confirmation",
-            ErrorType::SessionBusy => "session_busy",
-            ErrorType::PayloadTooLarge => "payload_too_large",
-            ErrorType::UnsupportedMediaType => "unsupported_media_type",
-            ErrorType::InvalidConfirmAction => "invalid_confirm_action",
-            ErrorType::TaskFailed => "task_failed",
-            ErrorType::ShuttingDown => "shutting_down",
-            ErrorType::Overloaded => "overloaded",
-            ErrorType::Unauthorized => "unauthorized",
-            ErrorType::ForbiddenOrigin => "forbidden_origin",
-            ErrorType::RequestTimeout => "request_timeout",
-            ErrorType::NoSuchRun => "no_such_run",
-            ErrorType::EngineUnavailable => "engine_unavailable",
-            ErrorType::Internal => "internal",
-        }
+        self.into()
     }
 }
 
 /// An answer a user can give to a confirmation request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, EnumIter)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Action {
     Confirm,
     Modify,
@@ -135,11 +131,7 @@ impl Action {
     pub const ALL: [Action; 3] = [Action::Confirm, Action::Modify, Action::Cancel];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Confirm => "confirm",
-            Action::Modify => "modify",
-            Action::Cancel => "cancel",
-        }
+        self.into()
     }
 
     /// Parses an already trimmed, lower-cased action word.
@@ -225,6 +217,24 @@ impl Chunk {
         self.finished = true;
         self
     }
+}
+
+/// The length of `value`'s JSON encoding, in bytes, without building it.
+pub fn json_len(value: &impl Serialize) -> usize {
+    struct ByteCount(usize);
+    impl std::io::Write for ByteCount {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = ByteCount(0);
+    // Counting cannot fail; a value that cannot serialize counts what it wrote.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// True when `id` is 1-128 characters of `[A-Za-z0-9._:-]`.
@@ -345,25 +355,22 @@ mod tests {
     }
 
     #[test]
-    fn wire_names_match_serde_names() {
-        for reason in [
-            CancelReason::User,
-            CancelReason::Timeout,
-            CancelReason::MaxRounds,
-            CancelReason::Superseded,
-            CancelReason::ClientGone,
-            CancelReason::Shutdown,
-            CancelReason::SlowConsumer,
-        ] {
+    fn wire_names_match_serde_names_for_every_variant() {
+        use strum::IntoEnumIterator;
+        for reason in CancelReason::iter() {
+            assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
+        }
+        for error_type in ErrorType::iter() {
             assert_eq!(
-                serde_json::to_value(reason).unwrap(),
-                Value::from(reason.as_str())
+                serde_json::to_value(error_type).unwrap(),
+                error_type.as_str()
             );
         }
-        assert_eq!(
-            serde_json::to_value(ErrorType::NoPendingConfirmation).unwrap(),
-            Value::from(ErrorType::NoPendingConfirmation.as_str())
-        );
+        for action in Action::iter() {
+            assert_eq!(serde_json::to_value(action).unwrap(), action.as_str());
+        }
+        assert_eq!(ErrorType::EngineLimit.as_str(), "engine_limit");
+        assert_eq!(CancelReason::ClientGone.as_str(), "client_gone");
         assert_eq!(
             serde_json::to_value(ChunkType::ConfirmationRequest).unwrap(),
             Value::from("confirmation_request")

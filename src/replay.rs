@@ -66,6 +66,11 @@ impl RunStop {
         self.token.is_cancelled().then(|| self.reason_given())
     }
 
+    /// The token that fires with this stop, for a pause to watch.
+    pub fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+
     /// Resolves with the reason once the run is told to stop.
     pub async fn stopped(&self) -> CancelReason {
         self.token.cancelled().await;
@@ -77,15 +82,35 @@ impl RunStop {
     }
 }
 
+/// How much of a run's output its log keeps.
+#[derive(Debug, Clone, Copy)]
+pub struct LogLimits {
+    /// Frames kept (`--replay-buffer`).
+    pub frames: usize,
+    /// Bytes of frames kept (`--replay-buffer-bytes`); the newest frame is
+    /// always kept, whatever its size.
+    pub bytes: usize,
+}
+
+/// The run's output could not be attached to after `last_seen`: no chunk
+/// with that sequence number has been sent yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BeyondEnd {
+    /// The last sequence number sent so far (0: none).
+    pub last_sent: u64,
+}
+
 /// The output of one run.
 pub struct RunLog {
     inner: Mutex<LogInner>,
-    capacity: usize,
+    limits: LogLimits,
     stop: RunStop,
 }
 
 struct LogInner {
     frames: VecDeque<Bytes>,
+    /// Bytes in `frames`.
+    bytes: usize,
     /// The sequence number the next pushed chunk gets (sequences start at 1).
     next_seq: u64,
     /// The final chunk has been pushed.
@@ -108,16 +133,20 @@ impl LogInner {
 }
 
 impl RunLog {
-    pub fn new(capacity: usize, stop: RunStop) -> Arc<RunLog> {
+    pub fn new(limits: LogLimits, stop: RunStop) -> Arc<RunLog> {
         Arc::new(RunLog {
             inner: Mutex::new(LogInner {
                 frames: VecDeque::new(),
+                bytes: 0,
                 next_seq: 1,
                 finished: false,
                 subscriber: None,
                 next_subscriber_id: 0,
             }),
-            capacity: capacity.max(1),
+            limits: LogLimits {
+                frames: limits.frames.max(1),
+                bytes: limits.bytes,
+            },
             stop,
         })
     }
@@ -134,17 +163,22 @@ impl RunLog {
         let seq = inner.next_seq;
         chunk.sequence = seq;
         let frame = sse::encode(&chunk);
+        inner.bytes += frame.len();
+        inner.frames.push_back(frame);
+        inner.next_seq += 1;
         let mut overflowed = false;
-        if inner.frames.len() == self.capacity {
+        while inner.frames.len() > self.limits.frames
+            || (inner.bytes > self.limits.bytes && inner.frames.len() > 1)
+        {
             let evicted = inner.first_retained();
-            inner.frames.pop_front();
-            overflowed = inner
+            if let Some(frame) = inner.frames.pop_front() {
+                inner.bytes -= frame.len();
+            }
+            overflowed |= inner
                 .subscriber
                 .as_ref()
                 .is_some_and(|s| s.cursor <= evicted);
         }
-        inner.frames.push_back(frame);
-        inner.next_seq += 1;
         inner.finished |= chunk.finished;
         let waker = inner.subscriber.as_mut().and_then(|s| s.waker.take());
         drop(inner);
@@ -165,9 +199,18 @@ impl RunLog {
     }
 
     /// Attaches a new subscriber that starts after `last_seen` (0: from the
-    /// start). A previous subscriber is detached and its stream ends.
-    fn attach(&self, last_seen: u64) -> u64 {
-        let mut inner = self.lock();
+    /// start). A previous subscriber is detached and its stream ends. A
+    /// `last_seen` beyond the last chunk sent is refused and takes nothing over.
+    fn attach(&self, last_seen: u64) -> Result<u64, BeyondEnd> {
+        let inner = self.lock();
+        let last_sent = inner.next_seq - 1;
+        if last_seen > last_sent {
+            return Err(BeyondEnd { last_sent });
+        }
+        Ok(self.attach_locked(inner, last_seen))
+    }
+
+    fn attach_locked(&self, mut inner: MutexGuard<'_, LogInner>, last_seen: u64) -> u64 {
         let id = inner.next_subscriber_id;
         inner.next_subscriber_id += 1;
         let previous = inner.subscriber.replace(Subscriber {
@@ -254,14 +297,24 @@ pub struct Subscription {
 }
 
 impl Subscription {
+    /// The first client of a run: every chunk from the start.
+    pub fn open(log: Arc<RunLog>, key: SessionKey, settings: StreamSettings) -> Subscription {
+        let id = log.attach_locked(log.lock(), 0);
+        Subscription::new(log, key, id, settings)
+    }
+
     /// Attaches to `log`, sending every chunk after `last_seen` (0: all).
     pub fn attach(
         log: Arc<RunLog>,
         key: SessionKey,
         last_seen: u64,
         settings: StreamSettings,
-    ) -> Subscription {
-        let id = log.attach(last_seen);
+    ) -> Result<Subscription, BeyondEnd> {
+        let id = log.attach(last_seen)?;
+        Ok(Subscription::new(log, key, id, settings))
+    }
+
+    fn new(log: Arc<RunLog>, key: SessionKey, id: u64, settings: StreamSettings) -> Subscription {
         settings.metrics.open_streams.inc();
         Subscription {
             log,
@@ -311,15 +364,29 @@ impl Subscription {
     }
 }
 
-/// Re-encodes a frame with `metadata.gap = true`.
+/// The frame with `"gap":true` put first into its `metadata` object.
+///
+/// No re-parsing (which could fail, on deep nesting say, and lose the flag):
+/// `metadata` is the first object-valued field of a chunk, and the text of
+/// the string fields before it is JSON-escaped, so it has no bare `"` and
+/// cannot contain the key; the first `"metadata":{` is always the real one.
 fn with_gap(frame: &Bytes) -> Bytes {
-    let json = frame
-        .split(|&b| b == b'\n')
-        .find_map(|line| line.strip_prefix(b"data: "));
-    match json.and_then(|json| serde_json::from_slice::<Chunk>(json).ok()) {
-        Some(chunk) => sse::encode(&chunk.with_meta("gap", true)),
-        None => frame.clone(),
-    }
+    const KEY: &[u8] = b"\"metadata\":{";
+    let Some(at) = memchr::memmem::find(frame, KEY) else {
+        // Every frame is an encoded chunk; kept for the type's sake.
+        return frame.clone();
+    };
+    let open = at + KEY.len();
+    let flag: &[u8] = if frame.get(open) == Some(&b'}') {
+        b"\"gap\":true"
+    } else {
+        b"\"gap\":true,"
+    };
+    let mut out = Vec::with_capacity(frame.len() + flag.len());
+    out.extend_from_slice(&frame[..open]);
+    out.extend_from_slice(flag);
+    out.extend_from_slice(&frame[open..]);
+    Bytes::from(out)
 }
 
 impl Stream for Subscription {
@@ -367,14 +434,23 @@ impl Drop for Subscription {
             return;
         }
         // The client went away early: detach, and give it the grace to return.
+        // The grace belongs to this detach: it acts only if no client has
+        // attached since (a later attach, even one that left again, has its
+        // own grace; attach ids only grow, so "nobody attached since" is
+        // "the next id is still ours + 1").
         let (log, key, registry) = (
             self.log.clone(),
             self.key.clone(),
             self.settings.registry.clone(),
         );
         let grace = self.settings.detach_grace;
+        let detached_as = self.id;
         let expire = move || {
-            if log.lock().subscriber.is_none() {
+            let unclaimed = {
+                let inner = log.lock();
+                inner.subscriber.is_none() && inner.next_subscriber_id == detached_as + 1
+            };
+            if unclaimed {
                 registry.forget(&key, &log);
                 log.stop.stop(CancelReason::ClientGone);
             }
@@ -406,6 +482,13 @@ mod tests {
             detach_grace: grace,
             metrics: Arc::new(Metrics::new()),
             registry: LogRegistry::default(),
+        }
+    }
+
+    fn frames(frames: usize) -> LogLimits {
+        LogLimits {
+            frames,
+            bytes: usize::MAX,
         }
     }
 
@@ -443,11 +526,12 @@ mod tests {
 
     #[tokio::test]
     async fn the_log_numbers_chunks_and_a_late_reader_gets_them_all() {
-        let log = RunLog::new(8, RunStop::default());
+        let log = RunLog::new(frames(8), RunStop::default());
         for text in ["a", "b"] {
             log.push(chunk(text));
         }
-        let mut sub = Subscription::attach(log.clone(), key(), 0, settings(Duration::ZERO));
+        let mut sub =
+            Subscription::attach(log.clone(), key(), 0, settings(Duration::ZERO)).unwrap();
 
         assert_eq!(next_chunk(&mut sub).await.sequence, 1);
         log.push(chunk("c").finished());
@@ -462,16 +546,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_re_attach_replays_after_last_event_id_and_announces_a_gap() {
-        let log = RunLog::new(2, RunStop::default());
+        let log = RunLog::new(frames(2), RunStop::default());
         for text in ["1", "2", "3", "4"] {
             log.push(chunk(text));
         }
 
         let mut in_buffer =
-            Subscription::attach(log.clone(), key(), 2, settings(Duration::from_secs(60)));
+            Subscription::attach(log.clone(), key(), 2, settings(Duration::from_secs(60))).unwrap();
         let first = next_chunk(&mut in_buffer).await;
         let mut with_hole =
-            Subscription::attach(log.clone(), key(), 0, settings(Duration::from_secs(60)));
+            Subscription::attach(log.clone(), key(), 0, settings(Duration::from_secs(60))).unwrap();
         let after_gap = next_chunk(&mut with_hole).await;
 
         assert_eq!((first.sequence, first.metadata.get("gap")), (3, None));
@@ -486,8 +570,9 @@ mod tests {
     #[tokio::test]
     async fn an_attached_reader_that_falls_a_whole_buffer_behind_stops_the_run() {
         let stop = RunStop::default();
-        let log = RunLog::new(4, stop.clone());
-        let _reader = Subscription::attach(log.clone(), key(), 0, settings(Duration::ZERO));
+        let log = RunLog::new(frames(4), stop.clone());
+        let _reader =
+            Subscription::attach(log.clone(), key(), 0, settings(Duration::ZERO)).unwrap();
 
         for i in 0..4 {
             log.push(chunk(&i.to_string()));
@@ -501,7 +586,7 @@ mod tests {
     #[tokio::test]
     async fn without_a_reader_old_chunks_are_evicted_and_nothing_stops() {
         let stop = RunStop::default();
-        let log = RunLog::new(2, stop.clone());
+        let log = RunLog::new(frames(2), stop.clone());
         for i in 0..10 {
             log.push(chunk(&i.to_string()));
         }
@@ -511,17 +596,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_reader_that_leaves_early_detaches_the_run_until_the_grace_ends() {
         let stop = RunStop::default();
-        let log = RunLog::new(8, stop.clone());
+        let log = RunLog::new(frames(8), stop.clone());
         let settings = settings(Duration::from_secs(60));
         settings.registry.publish(key(), log.clone());
         log.push(chunk("paused"));
 
-        drop(Subscription::attach(
-            log.clone(),
-            key(),
-            0,
-            settings.clone(),
-        ));
+        drop(Subscription::attach(log.clone(), key(), 0, settings.clone()).unwrap());
         assert!(log.is_detached());
         assert_eq!(settings.registry.detached(), 1);
         tokio::time::sleep(Duration::from_secs(59)).await;
@@ -535,18 +615,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_re_attach_within_the_grace_keeps_the_run() {
         let stop = RunStop::default();
-        let log = RunLog::new(8, stop.clone());
+        let log = RunLog::new(frames(8), stop.clone());
         let settings = settings(Duration::from_secs(60));
         settings.registry.publish(key(), log.clone());
         log.push(chunk("paused"));
-        drop(Subscription::attach(
-            log.clone(),
-            key(),
-            0,
-            settings.clone(),
-        ));
+        drop(Subscription::attach(log.clone(), key(), 0, settings.clone()).unwrap());
 
-        let _back = Subscription::attach(log.clone(), key(), 1, settings.clone());
+        let _back = Subscription::attach(log.clone(), key(), 1, settings.clone()).unwrap();
         tokio::time::sleep(Duration::from_secs(120)).await;
 
         assert_eq!(stop.reason(), None);
@@ -555,16 +630,123 @@ mod tests {
 
     #[tokio::test]
     async fn delivering_the_final_chunk_forgets_the_log() {
-        let log = RunLog::new(8, RunStop::default());
+        let log = RunLog::new(frames(8), RunStop::default());
         let settings = settings(Duration::from_secs(60));
         settings.registry.publish(key(), log.clone());
         log.push(chunk("done").finished());
 
-        let mut sub = Subscription::attach(log.clone(), key(), 0, settings.clone());
+        let mut sub = Subscription::attach(log.clone(), key(), 0, settings.clone()).unwrap();
         next_chunk(&mut sub).await;
         assert!(sub.next().await.is_none());
         drop(sub);
 
         assert!(settings.registry.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_grace_belongs_to_the_detach_that_started_it() {
+        let stop = RunStop::default();
+        let log = RunLog::new(frames(8), stop.clone());
+        let settings = settings(Duration::from_secs(6));
+        settings.registry.publish(key(), log.clone());
+        log.push(chunk("paused"));
+
+        // Detach at t=0, re-attach at 0.5, detach again at 2.7.
+        drop(Subscription::attach(log.clone(), key(), 0, settings.clone()).unwrap());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let back = Subscription::attach(log.clone(), key(), 1, settings.clone()).unwrap();
+        tokio::time::sleep(Duration::from_millis(2200)).await;
+        drop(back);
+        tokio::time::sleep(Duration::from_millis(4000)).await; // t=6.7: the first grace is over
+
+        assert_eq!(stop.reason(), None, "only the second detach's grace counts");
+        tokio::time::sleep(Duration::from_millis(2100)).await; // t=8.8: the second is over
+        assert_eq!(stop.reason(), Some(CancelReason::ClientGone));
+    }
+
+    #[tokio::test]
+    async fn an_id_beyond_the_last_sent_is_refused_and_takes_nothing_over() {
+        let log = RunLog::new(frames(8), RunStop::default());
+        log.push(chunk("1"));
+        log.push(chunk("2"));
+        let mut reader =
+            Subscription::attach(log.clone(), key(), 0, settings(Duration::ZERO)).unwrap();
+
+        let beyond = Subscription::attach(log.clone(), key(), 3, settings(Duration::ZERO));
+        let overflow = Subscription::attach(log.clone(), key(), u64::MAX, settings(Duration::ZERO));
+
+        assert_eq!(beyond.err(), Some(BeyondEnd { last_sent: 2 }));
+        assert_eq!(overflow.err(), Some(BeyondEnd { last_sent: 2 }));
+        assert_eq!(
+            next_chunk(&mut reader).await.sequence,
+            1,
+            "still the reader's"
+        );
+        let at_end = Subscription::attach(log.clone(), key(), 2, settings(Duration::ZERO));
+        assert!(at_end.is_ok(), "the last id sent is fine");
+    }
+
+    #[tokio::test]
+    async fn a_gap_is_announced_whatever_the_chunk_holds() {
+        let mut nested = serde_json::json!("deep");
+        for _ in 0..300 {
+            nested = serde_json::json!([nested]);
+        }
+        let tricky = Chunk::new(ChunkType::Status, "text with \"metadata\":{ inside", "s", 0)
+            .with_meta("args", nested);
+        let log = RunLog::new(frames(1), RunStop::default());
+        log.push(chunk("evicted"));
+        log.push(tricky);
+
+        let mut sub =
+            Subscription::attach(log.clone(), key(), 0, settings(Duration::ZERO)).unwrap();
+        let frame = sub.next().await.unwrap().unwrap();
+        let text = std::str::from_utf8(&frame).unwrap();
+
+        assert!(text.starts_with("id: 2\n"), "{text}");
+        assert!(
+            text.contains("\"metadata\":{\"gap\":true,\"args\":[[["),
+            "{text}"
+        );
+        let empty = with_gap(&sse::encode(&chunk("plain")));
+        assert!(std::str::from_utf8(&empty)
+            .unwrap()
+            .contains("\"metadata\":{\"gap\":true}"));
+        let with_text = with_gap(&sse::encode(&Chunk::new(
+            ChunkType::Status,
+            "\"metadata\":{",
+            "s",
+            1,
+        )));
+        let json = std::str::from_utf8(&with_text)
+            .unwrap()
+            .lines()
+            .nth(1)
+            .unwrap();
+        let back: Chunk = serde_json::from_str(json.strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(back.chunk, "\"metadata\":{");
+        assert_eq!(back.metadata["gap"], true);
+    }
+
+    #[tokio::test]
+    async fn the_log_keeps_at_most_its_bytes_and_a_reader_behind_them_stops_the_run() {
+        let stop = RunStop::default();
+        let limits = LogLimits {
+            frames: 1000,
+            bytes: 2000,
+        };
+        let log = RunLog::new(limits, stop.clone());
+        for _ in 0..10 {
+            log.push(chunk(&"x".repeat(500)));
+        }
+        assert!(log.lock().bytes <= 2000 && log.lock().frames.len() < 10);
+        assert_eq!(stop.reason(), None, "nobody attached: old frames just go");
+
+        let _reader =
+            Subscription::attach(log.clone(), key(), 10, settings(Duration::ZERO)).unwrap();
+        for _ in 0..4 {
+            log.push(chunk(&"x".repeat(500)));
+        }
+        assert_eq!(stop.reason(), Some(CancelReason::SlowConsumer));
     }
 }

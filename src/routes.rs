@@ -87,6 +87,9 @@ async fn chat_stream(
 
 /// CORS preflight: allowed origins may POST JSON with a bearer key.
 async fn preflight(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    if let Err(err) = state.access.check_host(req.headers()) {
+        return refuse(&state, &err, "");
+    }
     let mut response = match state.access.allowed_origin(req.headers()) {
         Some(_) => HttpResponse::NoContent()
             .insert_header((header::ACCESS_CONTROL_ALLOW_METHODS, "POST"))
@@ -116,7 +119,8 @@ fn allow_origin(req: &HttpRequest, state: &AppState, response: &mut HttpResponse
 async fn chat_response(req: &HttpRequest, payload: web::Payload, state: &AppState) -> HttpResponse {
     let owner = match state
         .access
-        .check_origin(req.headers())
+        .check_host(req.headers())
+        .and_then(|()| state.access.check_origin(req.headers()))
         .and_then(|()| state.access.owner(req.headers()))
     {
         Ok(owner) => owner,
@@ -213,7 +217,7 @@ fn handle(
     if state.shutdown.is_cancelled() {
         return Err(ChatError::ShuttingDown);
     }
-    let slot = state.manager.begin_run(key.clone(), state.max_runs)?;
+    let slot = state.manager.begin_run(key.clone(), state.run_limits)?;
     Ok(run::start(state, slot, key, message))
 }
 

@@ -23,9 +23,9 @@ use crate::startup::AppState;
 /// Starts the run for `slot` and returns its streaming response.
 pub fn start(state: &AppState, slot: RunSlot, key: SessionKey, message: String) -> HttpResponse {
     let stop = RunStop::under(&state.shutdown);
-    let log = RunLog::new(state.replay_buffer, stop.clone());
+    let log = RunLog::new(state.log_limits, stop.clone());
     state.logs.publish(key.clone(), log.clone());
-    let subscription = Subscription::attach(log.clone(), key, 0, state.stream_settings());
+    let subscription = Subscription::open(log.clone(), key, state.stream_settings());
     let ctx = RunContext::new(
         message,
         slot,
@@ -45,7 +45,13 @@ pub fn reattach(
     last_seen: u64,
 ) -> Result<HttpResponse, ChatError> {
     let log = state.logs.find(&key).ok_or(ChatError::NoSuchRun)?;
-    let subscription = Subscription::attach(log, key, last_seen, state.stream_settings());
+    let subscription =
+        Subscription::attach(log, key, last_seen, state.stream_settings()).map_err(|beyond| {
+            ChatError::InvalidRequest(format!(
+                "Last-Event-ID {last_seen} is beyond the last chunk sent ({})",
+                beyond.last_sent
+            ))
+        })?;
     Ok(sse::stream_response(subscription))
 }
 

@@ -7,17 +7,21 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::dev::Server;
+use actix_http::{HttpService, KeepAlive};
+use actix_service::{fn_service, map_config, ServiceFactoryExt};
+use actix_web::dev::{AppConfig, Server};
 use actix_web::middleware::from_fn;
-use actix_web::{web, App, HttpServer};
+use actix_web::{web, App};
+use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::access::{read_keys_file, AccessPolicy};
-use crate::config::Settings;
-use crate::confirmation::ConfirmationManager;
+use crate::config::{Secret, Settings};
+use crate::confirmation::{ConfirmationManager, RunLimits};
+use crate::connection::{self, GuardedStream};
 use crate::engine::{Engine, RunSettings};
 use crate::metrics::Metrics;
-use crate::replay::{LogRegistry, StreamSettings};
+use crate::replay::{LogLimits, LogRegistry, StreamSettings};
 use crate::{access_log, routes};
 
 /// What every handler shares. Cheap to clone.
@@ -28,11 +32,13 @@ pub struct AppState {
     pub run_settings: RunSettings,
     pub keep_alive: Duration,
     pub detach_grace: Duration,
-    pub replay_buffer: usize,
+    /// What a run's replay log keeps.
+    pub log_limits: LogLimits,
     /// Runs' replay logs, for re-attach.
     pub logs: LogRegistry,
-    /// Runs the registry may hold; new sessions beyond it get 503 `overloaded`.
-    pub max_runs: usize,
+    /// Runs the registry may hold, in all and per API key; new sessions
+    /// beyond them get 503 `overloaded`.
+    pub run_limits: RunLimits,
     /// Time allowed to receive a request body.
     pub request_timeout: Duration,
     pub access: AccessPolicy,
@@ -77,56 +83,43 @@ impl Application {
     ) -> std::io::Result<Application> {
         let mut keys = settings.api_keys.clone();
         if let Some(path) = &settings.api_keys_file {
-            keys.extend(read_keys_file(path).map_err(|err| {
+            let from_file = read_keys_file(path).map_err(|err| {
                 std::io::Error::new(err.kind(), format!("cannot read {}: {err}", path.display()))
-            })?);
+            })?;
+            keys.extend(from_file.into_iter().map(Secret::new));
         }
-        let access = AccessPolicy::new(keys, settings.cors_origins.clone());
         let listener = TcpListener::bind(&settings.bind)?;
         let address = listener.local_addr()?;
+        let access = AccessPolicy::new(&keys, settings.cors_origins.clone())
+            .with_hosts(address, &settings.allowed_hosts);
         if !access.requires_keys() && !address.ip().is_loopback() {
             log::warn!(
                 "listening on {address} without API keys: anyone who can reach this address can \
                  start and decide runs; set --api-key or --api-keys-file, or bind 127.0.0.1"
             );
         }
-        let shutdown_timeout = Duration::from_secs(settings.shutdown_timeout_secs);
+        let shutdown_timeout = settings.shutdown_timeout;
         let state = AppState {
             manager: ConfirmationManager::new(),
             engine,
             run_settings: settings.run_settings(),
-            keep_alive: Duration::from_secs(settings.keep_alive_secs),
-            detach_grace: Duration::from_secs(settings.detach_grace_secs),
-            replay_buffer: settings.replay_buffer,
+            keep_alive: settings.keep_alive,
+            detach_grace: settings.detach_grace,
+            log_limits: LogLimits {
+                frames: settings.replay_buffer,
+                bytes: settings.replay_buffer_bytes,
+            },
             logs: LogRegistry::default(),
-            max_runs: settings.max_runs,
-            request_timeout: Duration::from_secs(settings.request_timeout_secs),
+            run_limits: RunLimits {
+                max_runs: settings.max_runs,
+                per_owner: settings.runs_per_key(access.requires_keys()),
+            },
+            request_timeout: settings.request_timeout,
             access,
             metrics: Arc::new(Metrics::new()),
             shutdown: CancellationToken::new(),
         };
-        let data = web::Data::new(state.clone());
-        let mut server = HttpServer::new(move || {
-            App::new()
-                .wrap(from_fn(access_log::log_request))
-                .app_data(data.clone())
-                .configure(routes::configure)
-        })
-        // Chunks are small writes that must leave at once: without
-        // TCP_NODELAY, Nagle holds the first chunk behind the response head
-        // until the client's delayed ACK (~40 ms on Linux).
-        .tcp_nodelay(true)
-        // Signals are ours (see run_until_stopped): streams must get their
-        // final chunk before actix stops the workers.
-        .disable_signals()
-        // Slow or partial request heads are cut (no slowloris); bodies have
-        // the same budget in the handler.
-        .client_request_timeout(Duration::from_secs(settings.request_timeout_secs))
-        .shutdown_timeout(settings.shutdown_timeout_secs);
-        if let Some(workers) = settings.workers {
-            server = server.workers(workers);
-        }
-        let server = server.listen(listener)?.run();
+        let server = serve(listener, &settings, state.clone())?;
         Ok(Application {
             address,
             server,
@@ -206,6 +199,63 @@ impl Application {
         log::info!("stopped");
         served
     }
+}
+
+/// The HTTP server: actix-web's app on actix-http's HTTP/1 service, as
+/// `HttpServer` would build it, except that every socket is a
+/// [`GuardedStream`] (see [`crate::connection`]: every request on a
+/// connection gets the head deadline, not only the first).
+fn serve(listener: TcpListener, settings: &Settings, state: AppState) -> std::io::Result<Server> {
+    let address = listener.local_addr()?;
+    let request_timeout = settings.request_timeout;
+    let data = web::Data::new(state);
+    let mut builder = Server::build()
+        // Signals are ours (see run_until_stopped): streams must get their
+        // final chunk before actix stops the workers.
+        .disable_signals()
+        .shutdown_timeout(settings.shutdown_timeout.as_secs());
+    if let Some(workers) = settings.workers {
+        builder = builder.workers(workers);
+    }
+    // Idle kept-alive connections close at once when a graceful stop starts.
+    let stopping = builder.graceful_shutdown_signal();
+    let server = builder.listen("chatgate", listener, move || {
+        let app = App::new()
+            .wrap(from_fn(connection::mark_requests))
+            .wrap(from_fn(access_log::log_request))
+            .app_data(data.clone())
+            .configure(routes::configure);
+        let stopping = stopping.clone();
+        let http = HttpService::build()
+            // `graceful_shutdown_signal` is what actix-web's HttpServer
+            // passes too; it is hidden from actix-http's docs.
+            .graceful_shutdown_signal(move || {
+                let stopping = stopping.clone();
+                async move { stopping.notified().await }
+            })
+            .keep_alive(KeepAlive::Timeout(connection::KEEP_ALIVE_IDLE))
+            // The first request's head; later ones are timed by GuardedStream.
+            .client_request_timeout(request_timeout)
+            .client_disconnect_timeout(Duration::from_secs(1))
+            .local_addr(address)
+            .on_connect_ext(|io: &GuardedStream, ext: &mut actix_http::Extensions| {
+                ext.insert(io.state());
+            })
+            .h1(map_config(app, |_| AppConfig::default()));
+        fn_service(move |io: TcpStream| async move {
+            // Chunks are small writes that must leave at once: without
+            // TCP_NODELAY, Nagle holds the first chunk behind the response
+            // head until the client's delayed ACK (~40 ms on Linux).
+            io.set_nodelay(true)?;
+            let peer = io.peer_addr().ok();
+            Ok::<_, actix_http::error::DispatchError>((
+                GuardedStream::new(io, request_timeout),
+                peer,
+            ))
+        })
+        .and_then(http)
+    })?;
+    Ok(server.run())
 }
 
 /// Resolves on SIGINT, SIGTERM, or when `token` is cancelled.

@@ -10,8 +10,8 @@ use chatgate::startup::Application;
 /// (the suites' timeout cases wait for it).
 fn start_server() -> String {
     let mut settings = Settings::for_bind("127.0.0.1:0");
-    settings.step_delay_ms = 0;
-    settings.confirm_timeout_secs = 3;
+    settings.step_delay = std::time::Duration::from_millis(0);
+    settings.confirm_timeout = std::time::Duration::from_secs(3);
     settings.workers = Some(2);
     let app = Application::build(settings).expect("server builds");
     let url = format!("http://{}", app.address());

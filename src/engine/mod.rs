@@ -24,7 +24,8 @@ use serde_json::{Map, Value};
 use crate::confirmation::{Decision, PendingDecision, RunSlot, SessionKey};
 use crate::metrics::Metrics;
 use crate::protocol::{
-    Action, CancelReason, Chunk, ChunkType, ConfirmationData, ErrorType, RiskLevel, TaskSpec,
+    json_len, Action, CancelReason, Chunk, ChunkType, ConfirmationData, ErrorType, RiskLevel,
+    TaskSpec, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
 use crate::replay::{RunLog, RunStop};
 
@@ -137,6 +138,12 @@ impl RunContext {
         self.slot.key()
     }
 
+    /// This run's number: unique in the process, and later runs of a
+    /// session have larger ones (engines order saved turns by it).
+    pub fn run_id(&self) -> u64 {
+        self.slot.run_id()
+    }
+
     pub fn settings(&self) -> &RunSettings {
         &self.settings
     }
@@ -221,6 +228,7 @@ impl RunContext {
         if self.round >= self.settings.max_rounds {
             return Err(RunError::Cancelled(CancelReason::MaxRounds));
         }
+        check_plan_size(&plan)?;
         self.round += 1;
         let round = self.round;
         let confirmation_id = uuid::Uuid::new_v4().to_string();
@@ -229,7 +237,12 @@ impl RunContext {
 
         let pending = self
             .slot
-            .pause(confirmation_id.clone(), round, options.clone())
+            .pause(
+                confirmation_id.clone(),
+                round,
+                options.clone(),
+                self.stop.token(),
+            )
             .map_err(RunError::Cancelled)?;
         let total_tasks = plan.tasks.len();
         let data = ConfirmationData {
@@ -237,7 +250,8 @@ impl RunContext {
             confirmation_round: round,
             tasks: plan.tasks,
             options,
-            timeout_seconds: timeout.as_secs(),
+            // Whole seconds, rounded up: a sub-second timeout is not "0".
+            timeout_seconds: timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0),
             expires_at: humantime::format_rfc3339_seconds(SystemTime::now() + timeout).to_string(),
             risk_level: plan.risk_level,
         };
@@ -289,7 +303,10 @@ impl RunContext {
             .with_meta("action", action.as_str())
             .with_meta("confirmation_id", asked.confirmation_id)
             .with_meta("confirmation_round", round);
-        self.push(received)?;
+        // Written even if the run was told to stop meanwhile: this decision
+        // was acknowledged to a reply before the stop (later replies are
+        // refused), so the stream shows it; the stop ends the run next.
+        self.log.push(received);
         match decision {
             Decision::Confirm => Ok(Approval::Confirm),
             Decision::Modify(text) => Ok(Approval::Modify(text)),
@@ -331,6 +348,31 @@ impl RunContext {
     }
 }
 
+/// Refuses a plan larger than a paused run may hold: more than
+/// [`MAX_PLAN_TASKS`] tasks, or more than [`MAX_CONFIRMATION_BYTES`] of tasks
+/// and summary as JSON.
+fn check_plan_size(plan: &Plan) -> Result<(), RunError> {
+    let tasks = plan.tasks.len();
+    if tasks > MAX_PLAN_TASKS {
+        return Err(RunError::Failed {
+            error_type: ErrorType::PlanTooLarge,
+            message: format!(
+                "the plan has {tasks} tasks; at most {MAX_PLAN_TASKS} can be confirmed"
+            ),
+        });
+    }
+    let bytes = plan.summary.len() + json_len(&plan.tasks);
+    if bytes > MAX_CONFIRMATION_BYTES {
+        return Err(RunError::Failed {
+            error_type: ErrorType::PlanTooLarge,
+            message: format!(
+                "the plan is {bytes} bytes; at most {MAX_CONFIRMATION_BYTES} can be confirmed"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The human text of a `cancelled` chunk.
 fn cancel_text(reason: CancelReason) -> &'static str {
     match reason {
@@ -344,14 +386,11 @@ fn cancel_text(reason: CancelReason) -> &'static str {
     }
 }
 
-/// The engines the binary can run, by `--engine` name; see
-/// [`crate::config::Settings::build_engine`].
-pub const ENGINE_NAMES: &[&str] = &["planner", "openai"];
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::confirmation::{ConfirmationManager, SessionKey};
+    use crate::confirmation::{ConfirmationManager, RunLimits, SessionKey};
+    use crate::replay::LogLimits;
 
     /// A paused run holds its `confirm` future for the whole pause, once per
     /// paused run: it must stay small (it was 1,184 bytes when the request
@@ -359,14 +398,20 @@ mod tests {
     #[tokio::test]
     async fn the_future_a_paused_run_holds_stays_small() {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run(SessionKey::new(None, "s"), 1).unwrap();
+        let slot = manager
+            .begin_run(SessionKey::new(None, "s"), RunLimits::total(1))
+            .unwrap();
         let stop = RunStop::default();
         let settings = RunSettings {
             confirm_timeout: Duration::from_secs(1),
             max_rounds: 1,
             step_delay: Duration::ZERO,
         };
-        let log = RunLog::new(8, stop.clone());
+        let limits = LogLimits {
+            frames: 8,
+            bytes: 1 << 20,
+        };
+        let log = RunLog::new(limits, stop.clone());
         let mut ctx = RunContext::new("a".into(), slot, settings, log, stop, Arc::default());
         let plan = Plan {
             summary: String::new(),

@@ -182,11 +182,11 @@ async fn preflight_is_answered_for_allowed_origins_only() {
 
 #[tokio::test]
 async fn a_slow_partial_request_head_is_cut() {
-    let app = spawn_app_with(|s| s.request_timeout_secs = 1).await;
+    let app = spawn_app_with(|s| s.request_timeout = std::time::Duration::from_secs(1)).await;
     let address = app.address.trim_start_matches("http://").to_owned();
     let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
     socket
-        .write_all(b"POST /api/v1/chat/stream HTTP/1.1\r\nHost: x\r\n")
+        .write_all(b"POST /api/v1/chat/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         .await
         .unwrap();
 
@@ -203,11 +203,11 @@ async fn a_slow_partial_request_head_is_cut() {
 
 #[tokio::test]
 async fn a_body_that_trickles_in_too_slowly_gets_408() {
-    let app = spawn_app_with(|s| s.request_timeout_secs = 1).await;
+    let app = spawn_app_with(|s| s.request_timeout = std::time::Duration::from_secs(1)).await;
     let address = app.address.trim_start_matches("http://").to_owned();
     let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
     socket
-        .write_all(b"POST /api/v1/chat/stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"message\":")
+        .write_all(b"POST /api/v1/chat/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"message\":")
         .await
         .unwrap();
 

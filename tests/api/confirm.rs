@@ -175,12 +175,15 @@ async fn a_reply_for_a_streaming_run_that_never_paused_gets_404() {
 
 async fn spawn_app_with_slow_answers() -> crate::helpers::TestApp {
     // 10 s per step is 1 s per answer token: the answer streams for a while.
-    crate::helpers::spawn_app_with(|s| s.step_delay_ms = 10_000).await
+    crate::helpers::spawn_app_with(|s| s.step_delay = std::time::Duration::from_millis(10_000))
+        .await
 }
 
 #[tokio::test]
 async fn a_second_confirm_for_the_same_pause_gets_409_already_decided() {
-    let app = crate::helpers::spawn_app_with(|s| s.step_delay_ms = 2_000).await;
+    let app =
+        crate::helpers::spawn_app_with(|s| s.step_delay = std::time::Duration::from_millis(2_000))
+            .await;
     let (mut stream, _) = app.open_paused("dbl", "step one; step two").await;
 
     let (first, _) = app.reply("dbl", "CONFIRM_ACTION:confirm").await;

@@ -8,7 +8,7 @@ use crate::helpers::{error_type, reason, spawn_app, spawn_app_with, EventStream,
 
 #[tokio::test]
 async fn silence_times_out_the_pause_and_later_replies_get_404() {
-    let app = spawn_app_with(|s| s.confirm_timeout_secs = 1).await;
+    let app = spawn_app_with(|s| s.confirm_timeout = std::time::Duration::from_secs(1)).await;
     let (mut stream, request) = app.open_paused("t", "wait for me").await;
     assert_eq!(
         request.confirmation_data.as_ref().unwrap().timeout_seconds,
@@ -68,7 +68,7 @@ async fn a_new_message_supersedes_a_paused_run() {
 
 #[tokio::test]
 async fn a_new_message_while_a_run_streams_gets_409_session_busy() {
-    let app = spawn_app_with(|s| s.step_delay_ms = 10_000).await;
+    let app = spawn_app_with(|s| s.step_delay = std::time::Duration::from_millis(10_000)).await;
     let mut running = app.open("busy", "why?").await;
     running.next_chunk().await.unwrap();
 
@@ -95,8 +95,8 @@ async fn a_new_message_right_after_the_final_chunk_starts_a_new_run() {
 #[tokio::test]
 async fn a_client_that_goes_away_during_a_pause_frees_its_session() {
     let app = spawn_app_with(|s| {
-        s.keep_alive_secs = 1;
-        s.detach_grace_secs = 0;
+        s.keep_alive = std::time::Duration::from_secs(1);
+        s.detach_grace = std::time::Duration::from_secs(0);
     })
     .await;
     let (stream, _) = app.open_paused("gone", "wait").await;
@@ -113,7 +113,7 @@ async fn a_client_that_goes_away_during_a_pause_frees_its_session() {
 
 #[tokio::test]
 async fn shutdown_ends_every_open_stream_with_a_final_chunk() {
-    let app = spawn_app_with(|s| s.step_delay_ms = 10_000).await;
+    let app = spawn_app_with(|s| s.step_delay = std::time::Duration::from_millis(10_000)).await;
     let (mut paused, _) = app.open_paused("p", "wait here").await;
     let mut streaming = app.open("s", "tell me more?").await;
     streaming.next_chunk().await.unwrap();

@@ -120,13 +120,10 @@ async fn app_with_model(
     url: &str,
     configure: impl FnOnce(&mut chatgate::config::Settings),
 ) -> TestApp {
-    let engine = OpenAiEngine::new(OpenAiConfig {
-        base_url: url.to_owned(),
-        model: "test-model".to_owned(),
-        api_key: Some("model-key".to_owned()),
-        timeout: Duration::from_secs(5),
-    })
-    .expect("client builds");
+    let mut config = OpenAiConfig::new(url, "test-model");
+    config.api_key = Some("model-key".into());
+    config.timeout = Duration::from_secs(5);
+    let engine = OpenAiEngine::new(config).expect("client builds");
     spawn_app_with_engine(configure, Arc::new(engine)).await
 }
 

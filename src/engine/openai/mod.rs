@@ -10,35 +10,44 @@
 //!   or the *modify* text (the model proposes a revised plan: the next
 //!   round). On cancel, timeout or any other stop the run ends and the model
 //!   is not called again: nothing is carried out without a yes.
-//! - Conversation state: each session's messages (user, assistant, plans and
-//!   answers), the last [`MAX_HISTORY`] of them, for the
-//!   [`MAX_CONVERSATIONS`] most recently used sessions, keyed by the session
-//!   within its API key's namespace.
+//! - Conversation state: each session's turns, keyed by the session within
+//!   its API key's namespace, bounded in messages, bytes and time
+//!   ([`conversations`]).
+//! - What the model server sends is bounded before it is held: lines and
+//!   error bodies ([`upstream`]), tool calls, their arguments and the text of
+//!   one answer (here). Past a bound the run ends with `engine_limit`.
+//! - The model server is read on the runtime the engine was built on, not on
+//!   the HTTP worker that serves the run's client.
 //!
 //! What it does not do: run real tools. "Carrying out" a plan is the model's
 //! own work, written as text; an engine with side effects would run them at
 //! the same place, after `confirm` returned `Approval::Confirm`.
 
-use std::collections::HashMap;
+pub mod conversations;
+pub mod upstream;
+
 use std::sync::Mutex;
 use std::time::Duration;
 
-use eventsource_stream::Eventsource;
 use futures_util::future::BoxFuture;
-use futures_util::{FutureExt, StreamExt};
+use futures_util::FutureExt;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use self::conversations::{ConversationLimits, Conversations};
+use self::upstream::{CallError, ModelCall, ToolCallPart, Upstream};
 use super::{Approval, Completion, Engine, Plan, RunContext, RunError};
-use crate::confirmation::SessionKey;
-use crate::protocol::{ChunkType, ErrorType, RiskLevel, TaskSpec};
+use crate::config::Secret;
+use crate::protocol::{ChunkType, ErrorType, RiskLevel, TaskSpec, MAX_PLAN_TASKS};
 
-/// Messages kept per conversation (older ones are dropped, whole turns at a time).
-pub const MAX_HISTORY: usize = 40;
-/// Conversations kept; beyond it the least recently used is forgotten.
-pub const MAX_CONVERSATIONS: usize = 10_000;
 /// Model calls one run may make (a plan, its revisions, the report).
 const MAX_MODEL_CALLS: usize = 12;
+/// Tool calls one answer of the model may make (indexes 0 to 15).
+pub const MAX_TOOL_CALLS: usize = 16;
+/// Bytes of arguments of all tool calls of one answer.
+pub const MAX_TOOL_ARGUMENT_BYTES: usize = 64 * 1024;
+/// Bytes of text of one answer.
+pub const MAX_ANSWER_TEXT_BYTES: usize = 256 * 1024;
 /// The only tool the model has.
 const PLAN_TOOL: &str = "propose_plan";
 
@@ -49,35 +58,70 @@ honest risk_level (high for anything destructive or irreversible). The tool's re
 tells you whether the user confirmed, asked for changes, or cancelled. Only after a \
 confirmation, carry the plan out and report the result of each task.";
 
-/// Where the model is and how to reach it (`--llm-*` flags).
+/// Where the model is and how to reach it (`--llm-*` and `--conversation-*` flags).
 #[derive(Debug, Clone)]
 pub struct OpenAiConfig {
     /// Base URL of the API, up to and including `/v1`.
     pub base_url: String,
     pub model: String,
-    pub api_key: Option<String>,
+    pub api_key: Option<Secret>,
     /// Longest silence allowed while connecting or streaming.
     pub timeout: Duration,
+    /// Longest one model call may take in all.
+    pub max_time: Duration,
+    pub conversation_ttl: Duration,
+    pub conversation_memory: usize,
+}
+
+impl OpenAiConfig {
+    /// A config with the flags' defaults for everything but where the model is.
+    pub fn new(base_url: &str, model: &str) -> OpenAiConfig {
+        OpenAiConfig {
+            base_url: base_url.to_owned(),
+            model: model.to_owned(),
+            api_key: None,
+            timeout: crate::config::LLM_TIMEOUT,
+            max_time: crate::config::LLM_MAX_TIME,
+            conversation_ttl: crate::config::CONVERSATION_TTL,
+            conversation_memory: crate::config::CONVERSATION_MEMORY,
+        }
+    }
 }
 
 /// The engine; one value serves every run.
 pub struct OpenAiEngine {
     http: reqwest::Client,
     config: OpenAiConfig,
+    /// Where model calls are read: the runtime the engine was built on.
+    runtime: tokio::runtime::Handle,
     conversations: Mutex<Conversations>,
 }
 
 impl OpenAiEngine {
-    pub fn new(config: OpenAiConfig) -> Result<OpenAiEngine, reqwest::Error> {
+    /// Must be called within a tokio runtime: model calls will run on it.
+    pub fn new(config: OpenAiConfig) -> Result<OpenAiEngine, String> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| "the openai engine must be built within a tokio runtime".to_owned())?;
         let http = reqwest::Client::builder()
             .connect_timeout(config.timeout)
             .read_timeout(config.timeout)
-            .build()?;
+            .build()
+            .map_err(|err| err.to_string())?;
+        let conversations = Conversations::new(ConversationLimits {
+            ttl: config.conversation_ttl,
+            total_bytes: config.conversation_memory,
+        });
         Ok(OpenAiEngine {
             http,
             config,
-            conversations: Mutex::default(),
+            runtime,
+            conversations: Mutex::new(conversations),
         })
+    }
+
+    /// Conversations kept, and their bytes of JSON.
+    pub fn conversation_usage(&self) -> (usize, usize) {
+        self.conversations_lock().usage()
     }
 
     async fn converse(
@@ -160,7 +204,7 @@ impl OpenAiEngine {
     }
 
     /// One streamed model call: forwards text tokens as `content` chunks and
-    /// collects the tool calls.
+    /// collects the tool calls, within the bounds of one answer.
     async fn call_model(
         &self,
         ctx: &mut RunContext,
@@ -178,58 +222,37 @@ impl OpenAiEngine {
         });
         let mut request = self.http.post(&url).json(&body);
         if let Some(key) = &self.config.api_key {
-            request = request.bearer_auth(key);
+            request = request.bearer_auth(key.expose());
         }
-        let response = ctx
-            .until_stopped(request.send())
-            .await?
-            .map_err(|err| unavailable(&url, &err))?;
-        let status = response.status();
-        if !status.is_success() {
-            let detail = ctx
-                .until_stopped(response.text())
-                .await?
-                .unwrap_or_default();
-            log::warn!("model server {url} answered {status}: {detail:.500}");
-            return Err(failed(&format!("the model server answered {status}")));
-        }
-
-        let mut events = response.bytes_stream().eventsource();
+        let mut call = ModelCall::start(
+            &self.runtime,
+            request,
+            url,
+            self.config.timeout,
+            self.config.max_time,
+        );
         let mut reply = ModelReply::default();
         loop {
-            let event = match ctx.until_stopped(events.next()).await? {
-                None => break,
-                Some(Ok(event)) => event,
-                Some(Err(err)) => {
-                    log::warn!("model stream from {url} broke: {err}");
-                    return Err(failed("the model's stream broke"));
-                }
+            let chunk = match ctx.until_stopped(call.next()).await? {
+                Upstream::Chunk(chunk) => chunk,
+                Upstream::Done => return Ok(reply),
+                Upstream::Failed(err) => return Err(call_failed(&err)),
             };
-            if event.data.trim() == "[DONE]" {
-                break;
-            }
-            let delta: StreamChunk = match serde_json::from_str(&event.data) {
-                Ok(delta) => delta,
-                Err(err) => {
-                    log::warn!("unreadable model event from {url}: {err}");
-                    continue;
-                }
-            };
-            if let Some(error) = delta.error {
-                log::warn!("model server {url} reported: {error}");
-                return Err(failed("the model server reported an error"));
-            }
-            for choice in delta.choices {
+            for choice in chunk.choices {
                 if let Some(text) = choice.delta.content.filter(|t| !t.is_empty()) {
+                    if reply.content.len() + text.len() > MAX_ANSWER_TEXT_BYTES {
+                        return Err(limit(&format!(
+                            "the model's answer is longer than {MAX_ANSWER_TEXT_BYTES} bytes"
+                        )));
+                    }
                     reply.content.push_str(&text);
                     ctx.emit(ChunkType::Content, text).await?;
                 }
                 for part in choice.delta.tool_calls {
-                    reply.add_tool_call_part(part);
+                    reply.add_tool_call_part(part).map_err(|why| limit(&why))?;
                 }
             }
         }
-        Ok(reply)
     }
 }
 
@@ -239,10 +262,13 @@ impl Engine for OpenAiEngine {
             let key = ctx.session_key().clone();
             let mut messages = vec![json!({ "role": "system", "content": SYSTEM_PROMPT })];
             messages.extend(self.conversations_lock().history(&key));
+            let turn_starts = messages.len();
             messages.push(json!({ "role": "user", "content": ctx.message() }));
             let result = self.converse(ctx, &mut messages).await;
-            // Whatever happened is part of the conversation, a cancel included.
-            self.conversations_lock().save(key, messages.split_off(1));
+            // Whatever happened is part of the conversation, a cancel
+            // included: this run's turn, in its place among the session's.
+            let turn = messages.split_off(turn_starts);
+            self.conversations_lock().save(key, ctx.run_id(), turn);
             result
         }
         .boxed()
@@ -255,47 +281,6 @@ impl OpenAiEngine {
         self.conversations
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-/// Sessions' message histories, bounded in count and length.
-#[derive(Default)]
-struct Conversations {
-    by_session: HashMap<SessionKey, (u64, Vec<Value>)>,
-    clock: u64,
-}
-
-impl Conversations {
-    fn history(&mut self, key: &SessionKey) -> Vec<Value> {
-        self.by_session
-            .get(key)
-            .map(|(_, messages)| messages.clone())
-            .unwrap_or_default()
-    }
-
-    fn save(&mut self, key: SessionKey, mut messages: Vec<Value>) {
-        if messages.len() > MAX_HISTORY {
-            messages.drain(..messages.len() - MAX_HISTORY);
-        }
-        // Start at a user message: a leading tool result without the call it
-        // answers would be refused by the model server.
-        let first_user = messages
-            .iter()
-            .position(|m| m["role"] == "user")
-            .unwrap_or(messages.len());
-        messages.drain(..first_user);
-        self.clock += 1;
-        self.by_session.insert(key, (self.clock, messages));
-        if self.by_session.len() > MAX_CONVERSATIONS {
-            let oldest = self
-                .by_session
-                .iter()
-                .min_by_key(|(_, (used, _))| *used)
-                .map(|(key, _)| key.clone());
-            if let Some(oldest) = oldest {
-                self.by_session.remove(&oldest);
-            }
-        }
     }
 }
 
@@ -315,11 +300,30 @@ struct ToolCall {
 
 impl ModelReply {
     /// Tool calls stream in pieces: the first piece of each carries its id
-    /// and name, later pieces (same `index`) append to the arguments.
-    fn add_tool_call_part(&mut self, part: ToolCallPart) {
+    /// and name, later pieces (same `index`) append to the arguments. An
+    /// index or arguments past the bounds are refused before anything grows.
+    fn add_tool_call_part(&mut self, part: ToolCallPart) -> Result<(), String> {
         let index = part
             .index
             .unwrap_or(self.tool_calls.len().saturating_sub(1));
+        if index >= MAX_TOOL_CALLS {
+            return Err(format!(
+                "the model sent a tool call with index {index}; at most {MAX_TOOL_CALLS} calls"
+            ));
+        }
+        let added = part.function.as_ref().map_or(0, |f| {
+            f.arguments.as_ref().map_or(0, String::len) + f.name.as_ref().map_or(0, String::len)
+        });
+        let held: usize = self
+            .tool_calls
+            .iter()
+            .map(|c| c.arguments.len() + c.name.len())
+            .sum();
+        if held + added > MAX_TOOL_ARGUMENT_BYTES {
+            return Err(format!(
+                "the model's tool calls are longer than {MAX_TOOL_ARGUMENT_BYTES} bytes"
+            ));
+        }
         while self.tool_calls.len() <= index {
             let n = self.tool_calls.len();
             self.tool_calls.push(ToolCall {
@@ -339,6 +343,7 @@ impl ModelReply {
                 call.arguments.push_str(&arguments);
             }
         }
+        Ok(())
     }
 
     fn as_message(&self) -> Value {
@@ -358,40 +363,6 @@ impl ModelReply {
         }
         message
     }
-}
-
-/// One `data:` event of a streamed chat completion.
-#[derive(Deserialize)]
-struct StreamChunk {
-    #[serde(default)]
-    choices: Vec<StreamChoice>,
-    error: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct StreamChoice {
-    #[serde(default)]
-    delta: Delta,
-}
-
-#[derive(Deserialize, Default)]
-struct Delta {
-    content: Option<String>,
-    #[serde(default)]
-    tool_calls: Vec<ToolCallPart>,
-}
-
-#[derive(Deserialize)]
-struct ToolCallPart {
-    index: Option<usize>,
-    id: Option<String>,
-    function: Option<FunctionPart>,
-}
-
-#[derive(Deserialize)]
-struct FunctionPart {
-    name: Option<String>,
-    arguments: Option<String>,
 }
 
 /// The arguments of `propose_plan`.
@@ -422,6 +393,11 @@ fn parse_plan(call: &ToolCall) -> Result<Plan, String> {
     if arguments.tasks.is_empty() {
         return Err(format!(
             "A plan needs at least one task. Call {PLAN_TOOL} again."
+        ));
+    }
+    if arguments.tasks.len() > MAX_PLAN_TASKS {
+        return Err(format!(
+            "A plan may have at most {MAX_PLAN_TASKS} tasks. Call {PLAN_TOOL} again with fewer."
         ));
     }
     let tasks: Vec<TaskSpec> = arguments
@@ -480,9 +456,22 @@ fn tool_result(call_id: &str, text: &str) -> Value {
     json!({ "role": "tool", "tool_call_id": call_id, "content": text })
 }
 
-fn unavailable(url: &str, err: &reqwest::Error) -> RunError {
-    log::warn!("cannot reach the model server {url}: {err}");
-    failed("cannot reach the model server")
+/// How a failed model call ends the run (the details were logged).
+fn call_failed(err: &CallError) -> RunError {
+    if err.is_limit() {
+        limit(&err.to_string())
+    } else {
+        failed(&err.to_string())
+    }
+}
+
+/// Ends the run with `engine_limit`: the model server sent more than chatgate accepts.
+fn limit(message: &str) -> RunError {
+    log::warn!("model output refused: {message}");
+    RunError::Failed {
+        error_type: ErrorType::EngineLimit,
+        message: message.to_owned(),
+    }
 }
 
 /// Ends the run with `engine_unavailable`; `message` is for the user, the
@@ -497,6 +486,7 @@ fn failed(message: &str) -> RunError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::openai::upstream::FunctionPart;
 
     fn part(index: usize, id: Option<&str>, name: Option<&str>, args: &str) -> ToolCallPart {
         ToolCallPart {
@@ -512,8 +502,12 @@ mod tests {
     #[test]
     fn tool_call_pieces_are_joined_by_index() {
         let mut reply = ModelReply::default();
-        reply.add_tool_call_part(part(0, Some("c1"), Some("propose_plan"), "{\"tasks\":"));
-        reply.add_tool_call_part(part(0, None, None, "[{\"description\":\"a\"}]}"));
+        reply
+            .add_tool_call_part(part(0, Some("c1"), Some("propose_plan"), "{\"tasks\":"))
+            .unwrap();
+        reply
+            .add_tool_call_part(part(0, None, None, "[{\"description\":\"a\"}]}"))
+            .unwrap();
 
         assert_eq!(reply.tool_calls.len(), 1);
         let plan = parse_plan(&reply.tool_calls[0]).unwrap();
@@ -545,35 +539,38 @@ mod tests {
     }
 
     #[test]
-    fn a_conversation_keeps_its_last_turns_starting_at_a_user_message() {
-        let mut conversations = Conversations::default();
-        let key = SessionKey::new(None, "s");
-        let mut messages = Vec::new();
-        for i in 0..30 {
-            messages.push(json!({ "role": "user", "content": i }));
-            messages.push(json!({ "role": "tool", "content": i }));
+    fn tool_call_indexes_and_arguments_are_bounded_before_anything_grows() {
+        let mut reply = ModelReply::default();
+        let huge_index = reply.add_tool_call_part(part(500_000, Some("c"), Some("x"), "{}"));
+        assert!(huge_index.unwrap_err().contains("500000"));
+        assert!(reply.tool_calls.is_empty(), "nothing allocated");
+        assert!(reply
+            .add_tool_call_part(part(usize::MAX, None, None, ""))
+            .is_err());
+        assert!(reply
+            .add_tool_call_part(part(MAX_TOOL_CALLS - 1, None, None, ""))
+            .is_ok());
+
+        let piece = "a".repeat(MAX_TOOL_ARGUMENT_BYTES / 4);
+        let mut grown = Ok(());
+        for _ in 0..5 {
+            grown = grown.and(reply.add_tool_call_part(part(0, None, None, &piece)));
         }
-
-        conversations.save(key.clone(), messages);
-
-        let kept = conversations.history(&key);
-        assert!(kept.len() <= MAX_HISTORY);
-        assert_eq!(kept[0]["role"], "user");
-        assert_eq!(kept.last().unwrap()["content"], 29);
+        assert!(grown.unwrap_err().contains("longer than"));
+        let held: usize = reply.tool_calls.iter().map(|c| c.arguments.len()).sum();
+        assert!(held <= MAX_TOOL_ARGUMENT_BYTES);
     }
 
     #[test]
-    fn the_least_recently_used_conversation_is_forgotten_first() {
-        let mut conversations = Conversations::default();
-        for i in 0..=MAX_CONVERSATIONS {
-            let message = json!({ "role": "user", "content": i });
-            conversations.save(SessionKey::new(None, &i.to_string()), vec![message]);
-        }
-
-        assert_eq!(conversations.by_session.len(), MAX_CONVERSATIONS);
-        assert!(conversations
-            .history(&SessionKey::new(None, "0"))
-            .is_empty());
-        assert_eq!(conversations.history(&SessionKey::new(None, "1")).len(), 1);
+    fn a_plan_with_too_many_tasks_goes_back_to_the_model() {
+        let tasks: Vec<Value> = (0..=MAX_PLAN_TASKS)
+            .map(|i| json!({ "description": i.to_string() }))
+            .collect();
+        let call = ToolCall {
+            id: "c".into(),
+            name: PLAN_TOOL.into(),
+            arguments: json!({ "tasks": tasks }).to_string(),
+        };
+        assert!(parse_plan(&call).unwrap_err().contains("at most"));
     }
 }
