@@ -2,129 +2,37 @@
 //! model server (on loopback, in the test process): tokens stream through,
 //! a plan waits for the user, and the model hears the answer.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use std::convert::Infallible;
-
-use actix_web::web::Bytes;
-use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use chatgate::engine::openai::{OpenAiConfig, OpenAiEngine};
 use chatgate::protocol::{ChunkType, RiskLevel};
-use futures_util::{stream, StreamExt};
 use serde_json::{json, Value};
 
 use crate::helpers::{error_type, reason, spawn_app_with_engine, TestApp};
+use crate::model_server::{fake_model, plan_call, tokens, STALL};
 
-/// A model server that answers each chat-completions request with the next
-/// scripted SSE body, and records every request it got.
-struct FakeModel {
-    url: String,
-    requests: Arc<Mutex<Vec<Value>>>,
-}
-
-#[derive(Clone)]
-struct Script {
-    answers: Arc<Mutex<VecDeque<String>>>,
-    requests: Arc<Mutex<Vec<Value>>>,
-}
-
-/// A scripted answer that sends one token and then nothing, forever.
-const STALL: &str = "stall";
-
-async fn completions(
-    req: HttpRequest,
-    script: web::Data<Script>,
-    body: web::Json<Value>,
-) -> HttpResponse {
-    let mut request = body.into_inner();
-    // Recorded beside the body, for the tests to check.
-    request["authorization"] = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .into();
-    script.requests.lock().unwrap().push(request);
-    match script.answers.lock().unwrap().pop_front() {
-        Some(answer) if answer == STALL => {
-            let token = Bytes::from(tokens(&["thinking"]).replace("data: [DONE]\n\n", ""));
-            let body =
-                stream::once(async move { Ok::<_, Infallible>(token) }).chain(stream::pending());
-            HttpResponse::Ok()
-                .content_type("text/event-stream")
-                .streaming(body)
-        }
-        Some(answer) => HttpResponse::Ok()
-            .content_type("text/event-stream")
-            .body(answer),
-        None => HttpResponse::InternalServerError().body("script exhausted"),
-    }
-}
-
-async fn fake_model(answers: Vec<String>) -> FakeModel {
-    let script = Script {
-        answers: Arc::new(Mutex::new(answers.into())),
-        requests: Arc::default(),
-    };
-    let requests = script.requests.clone();
-    let data = web::Data::new(script);
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(data.clone())
-            .route("/v1/chat/completions", web::post().to(completions))
-    })
-    .workers(1)
-    .bind("127.0.0.1:0")
-    .expect("fake model binds");
-    let url = format!("http://{}/v1", server.addrs()[0]);
-    tokio::spawn(server.run());
-    FakeModel { url, requests }
-}
-
-impl FakeModel {
-    fn requests(&self) -> Vec<Value> {
-        self.requests.lock().unwrap().clone()
-    }
-}
-
-/// A streamed answer of plain tokens.
-fn tokens(words: &[&str]) -> String {
-    let mut body: String = words
-        .iter()
-        .map(|w| {
-            format!(
-                "data: {}\n\n",
-                json!({"choices": [{"delta": {"content": w}}]})
-            )
-        })
-        .collect();
-    body.push_str("data: [DONE]\n\n");
-    body
-}
-
-/// A streamed `propose_plan` call, its arguments split over two events.
-fn plan_call(id: &str, arguments: &Value) -> String {
-    let arguments = arguments.to_string();
-    let (head, tail) = arguments.split_at(arguments.len() / 2);
-    let first = json!({"choices": [{"delta": {"content": "Here is my plan.", "tool_calls": [
-        {"index": 0, "id": id, "type": "function",
-         "function": {"name": "propose_plan", "arguments": head}}]}}]});
-    let second = json!({"choices": [{"delta": {"tool_calls": [
-        {"index": 0, "function": {"arguments": tail}}]}}]});
-    let end = json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]});
-    format!("data: {first}\n\ndata: {second}\n\ndata: {end}\n\ndata: [DONE]\n\n")
-}
-
-async fn app_with_model(
+pub async fn app_with_model(
     url: &str,
     configure: impl FnOnce(&mut chatgate::config::Settings),
 ) -> TestApp {
+    app_with_engine_config(url, |_| {}, configure).await.0
+}
+
+/// A server whose openai engine talks to `url`, configured by `engine`; the
+/// engine is returned too, to inspect its conversations.
+pub async fn app_with_engine_config(
+    url: &str,
+    engine: impl FnOnce(&mut OpenAiConfig),
+    configure: impl FnOnce(&mut chatgate::config::Settings),
+) -> (TestApp, Arc<OpenAiEngine>) {
     let mut config = OpenAiConfig::new(url, "test-model");
     config.api_key = Some("model-key".into());
     config.timeout = Duration::from_secs(5);
-    let engine = OpenAiEngine::new(config).expect("client builds");
-    spawn_app_with_engine(configure, Arc::new(engine)).await
+    engine(&mut config);
+    let engine = Arc::new(OpenAiEngine::new(config).expect("client builds"));
+    let app = spawn_app_with_engine(configure, engine.clone()).await;
+    (app, engine)
 }
 
 fn roles(request: &Value) -> Vec<String> {
