@@ -79,14 +79,16 @@ impl RunLimits {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SessionKey {
     pub owner: Option<u32>,
-    pub session_id: String,
+    /// Shared: a run's key is held by the registry, the run, its log and its
+    /// client stream, and every copy of a held run costs memory.
+    pub session_id: Arc<str>,
 }
 
 impl SessionKey {
     pub fn new(owner: Option<u32>, session_id: &str) -> SessionKey {
         SessionKey {
             owner,
-            session_id: session_id.to_owned(),
+            session_id: Arc::from(session_id),
         }
     }
 }

@@ -6,7 +6,8 @@
 //! dribbling a second request head, or the rest of a body nobody reads, one
 //! byte at a time. Every accepted socket is therefore wrapped in a
 //! [`GuardedStream`] that shares a [`ConnState`] with the request middleware
-//! [`mark_requests`]:
+//! [`mark_requests`] (through a per-worker table keyed by the peer address:
+//! cheaper per held connection than actix's per-connection extensions):
 //!
 //! - while a request is being served (from its parsed head to the end of its
 //!   response body, however long a stream is paused), nothing is timed here;
@@ -19,9 +20,11 @@
 //! The body of one request is timed by its handler (`--request-timeout`, 408
 //! and `Connection: close`).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
@@ -89,26 +92,37 @@ impl ConnState {
     }
 }
 
+thread_local! {
+    /// The guarded connections of this worker thread, by peer address (which
+    /// no two open connections to one listening socket share). A
+    /// connection's entry lives exactly as long as its [`GuardedStream`].
+    static CONNECTIONS: RefCell<HashMap<SocketAddr, Rc<ConnState>>> =
+        RefCell::new(HashMap::new());
+}
+
 /// An accepted socket whose reads fail once a request head is overdue.
 pub struct GuardedStream {
     io: TcpStream,
     state: Rc<ConnState>,
+    peer: Option<SocketAddr>,
     /// Armed while a deadline is set; allocated only then.
     timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl GuardedStream {
+    /// Wraps `io` and makes its state findable by [`mark_requests`] on this thread.
     pub fn new(io: TcpStream, head_timeout: Duration) -> GuardedStream {
+        let state = Rc::new(ConnState::new(head_timeout));
+        let peer = io.peer_addr().ok();
+        if let Some(peer) = peer {
+            CONNECTIONS.with_borrow_mut(|all| all.insert(peer, state.clone()));
+        }
         GuardedStream {
             io,
-            state: Rc::new(ConnState::new(head_timeout)),
+            state,
+            peer,
             timer: None,
         }
-    }
-
-    /// The state the middleware of this connection's requests updates.
-    pub fn state(&self) -> Rc<ConnState> {
-        self.state.clone()
     }
 
     /// `Err` once the deadline has passed; otherwise the timer is armed so
@@ -130,6 +144,20 @@ impl GuardedStream {
                 "request head not complete in time",
             )),
             Poll::Pending => Ok(()),
+        }
+    }
+}
+
+impl Drop for GuardedStream {
+    fn drop(&mut self) {
+        if let Some(peer) = self.peer {
+            CONNECTIONS.with_borrow_mut(|all| {
+                // Only our own entry (a new connection cannot reuse the
+                // address before this one is closed, but be exact).
+                if all.get(&peer).is_some_and(|s| Rc::ptr_eq(s, &self.state)) {
+                    all.remove(&peer);
+                }
+            });
         }
     }
 }
@@ -194,7 +222,9 @@ pub fn mark_requests<B: MessageBody + 'static>(
     next: Next<B>,
 ) -> LocalBoxFuture<'static, Result<ServiceResponse<MarkedBody<B>>, Error>> {
     Box::pin(async move {
-        let state = req.conn_data::<Rc<ConnState>>().cloned();
+        let state = req
+            .peer_addr()
+            .and_then(|peer| CONNECTIONS.with_borrow(|all| all.get(&peer).cloned()));
         if let Some(state) = &state {
             state.request_started();
         }

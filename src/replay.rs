@@ -293,12 +293,13 @@ pub struct Subscription {
     idle: Pin<Box<Sleep>>,
     /// Set until the first chunk is written, for the time-to-first-chunk metric.
     opened: Option<Instant>,
-    settings: StreamSettings,
+    /// Shared by every client stream of the server.
+    settings: Arc<StreamSettings>,
 }
 
 impl Subscription {
     /// The first client of a run: every chunk from the start.
-    pub fn open(log: Arc<RunLog>, key: SessionKey, settings: StreamSettings) -> Subscription {
+    pub fn open(log: Arc<RunLog>, key: SessionKey, settings: Arc<StreamSettings>) -> Subscription {
         let id = log.attach_locked(log.lock(), 0);
         Subscription::new(log, key, id, settings)
     }
@@ -308,13 +309,18 @@ impl Subscription {
         log: Arc<RunLog>,
         key: SessionKey,
         last_seen: u64,
-        settings: StreamSettings,
+        settings: Arc<StreamSettings>,
     ) -> Result<Subscription, BeyondEnd> {
         let id = log.attach(last_seen)?;
         Ok(Subscription::new(log, key, id, settings))
     }
 
-    fn new(log: Arc<RunLog>, key: SessionKey, id: u64, settings: StreamSettings) -> Subscription {
+    fn new(
+        log: Arc<RunLog>,
+        key: SessionKey,
+        id: u64,
+        settings: Arc<StreamSettings>,
+    ) -> Subscription {
         settings.metrics.open_streams.inc();
         Subscription {
             log,
@@ -476,13 +482,13 @@ mod tests {
         Chunk::new(ChunkType::Status, text, "s", 0)
     }
 
-    fn settings(grace: Duration) -> StreamSettings {
-        StreamSettings {
+    fn settings(grace: Duration) -> Arc<StreamSettings> {
+        Arc::new(StreamSettings {
             keep_alive: Duration::from_secs(3600),
             detach_grace: grace,
             metrics: Arc::new(Metrics::new()),
             registry: LogRegistry::default(),
-        }
+        })
     }
 
     fn frames(frames: usize) -> LogLimits {

@@ -181,7 +181,7 @@ fn handle(
     key: SessionKey,
     state: &AppState,
 ) -> Result<HttpResponse, ChatError> {
-    let session_id = key.session_id.as_str();
+    let session_id = &*key.session_id;
     let message = request
         .message
         .ok_or_else(|| ChatError::InvalidRequest("message is required".to_owned()))?;

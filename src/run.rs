@@ -29,7 +29,7 @@ pub fn start(state: &AppState, slot: RunSlot, key: SessionKey, message: String) 
     let ctx = RunContext::new(
         message,
         slot,
-        state.run_settings,
+        state.run_settings.clone(),
         log,
         stop,
         state.metrics.clone(),

@@ -29,7 +29,7 @@ use crate::{access_log, routes};
 pub struct AppState {
     pub manager: ConfirmationManager,
     pub engine: Arc<dyn Engine>,
-    pub run_settings: RunSettings,
+    pub run_settings: Arc<RunSettings>,
     pub keep_alive: Duration,
     pub detach_grace: Duration,
     /// What a run's replay log keeps.
@@ -45,17 +45,14 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Cancelled once, when shutdown starts; every run watches it.
     pub shutdown: CancellationToken,
+    /// What every client stream shares.
+    pub stream: Arc<StreamSettings>,
 }
 
 impl AppState {
     /// How a client stream of a run behaves.
-    pub fn stream_settings(&self) -> StreamSettings {
-        StreamSettings {
-            keep_alive: self.keep_alive,
-            detach_grace: self.detach_grace,
-            metrics: self.metrics.clone(),
-            registry: self.logs.clone(),
-        }
+    pub fn stream_settings(&self) -> Arc<StreamSettings> {
+        self.stream.clone()
     }
 }
 
@@ -99,25 +96,34 @@ impl Application {
             );
         }
         let shutdown_timeout = settings.shutdown_timeout;
+        let metrics = Arc::new(Metrics::new());
+        let logs = LogRegistry::default();
+        let stream = Arc::new(StreamSettings {
+            keep_alive: settings.keep_alive,
+            detach_grace: settings.detach_grace,
+            metrics: metrics.clone(),
+            registry: logs.clone(),
+        });
         let state = AppState {
             manager: ConfirmationManager::new(),
             engine,
-            run_settings: settings.run_settings(),
+            run_settings: Arc::new(settings.run_settings()),
             keep_alive: settings.keep_alive,
             detach_grace: settings.detach_grace,
             log_limits: LogLimits {
                 frames: settings.replay_buffer,
                 bytes: settings.replay_buffer_bytes,
             },
-            logs: LogRegistry::default(),
+            logs,
             run_limits: RunLimits {
                 max_runs: settings.max_runs,
                 per_owner: settings.runs_per_key(access.requires_keys()),
             },
             request_timeout: settings.request_timeout,
             access,
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             shutdown: CancellationToken::new(),
+            stream,
         };
         let server = serve(listener, &settings, state.clone())?;
         Ok(Application {
@@ -238,9 +244,6 @@ fn serve(listener: TcpListener, settings: &Settings, state: AppState) -> std::io
             .client_request_timeout(request_timeout)
             .client_disconnect_timeout(Duration::from_secs(1))
             .local_addr(address)
-            .on_connect_ext(|io: &GuardedStream, ext: &mut actix_http::Extensions| {
-                ext.insert(io.state());
-            })
             .h1(map_config(app, |_| AppConfig::default()));
         fn_service(move |io: TcpStream| async move {
             // Chunks are small writes that must leave at once: without

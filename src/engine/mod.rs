@@ -95,7 +95,8 @@ struct Asked {
 pub struct RunContext {
     message: String,
     slot: RunSlot,
-    settings: RunSettings,
+    /// Shared by every run of the server.
+    settings: Arc<RunSettings>,
     log: Arc<RunLog>,
     round: u32,
     /// Fires on every reason to stop, server shutdown included.
@@ -107,7 +108,7 @@ impl RunContext {
     pub(crate) fn new(
         message: String,
         slot: RunSlot,
-        settings: RunSettings,
+        settings: Arc<RunSettings>,
         log: Arc<RunLog>,
         stop: RunStop,
         metrics: Arc<Metrics>,
@@ -402,11 +403,11 @@ mod tests {
             .begin_run(SessionKey::new(None, "s"), RunLimits::total(1))
             .unwrap();
         let stop = RunStop::default();
-        let settings = RunSettings {
+        let settings = Arc::new(RunSettings {
             confirm_timeout: Duration::from_secs(1),
             max_rounds: 1,
             step_delay: Duration::ZERO,
-        };
+        });
         let limits = LogLimits {
             frames: 8,
             bytes: 1 << 20,
