@@ -103,21 +103,35 @@ pub struct RunCounts {
 /// Why a reply was refused. The variants are listed in the order they are checked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecideError {
-    #[error("no confirmation is pending for this session")]
+    #[error(
+        "no confirmation is pending for this session: it has no run (none was started, or \
+         it belongs to another API key), its run has ended (completed, cancelled, timed out), \
+         or its run is working and has not paused"
+    )]
     NoPending,
-    #[error("`{action}` is not one of the offered options")]
+    #[error("`{action}` is not one of the offered options: {}", names(options))]
     NotOffered {
         action: String,
         options: Vec<Action>,
     },
-    #[error("modify needs a text: `CONFIRM_ACTION:modify:<text>`")]
-    ModifyWithoutText { options: Vec<Action> },
-    #[error("the modify text is longer than {MAX_MODIFY_TEXT_BYTES} bytes")]
+    #[error(
+        "the modify text is longer than {MAX_MODIFY_TEXT_BYTES} bytes; the options are: {}",
+        names(options)
+    )]
     ModifyTooLong { options: Vec<Action> },
     #[error("confirmation_id does not match the pending confirmation")]
     Stale,
     #[error("this confirmation has already been decided")]
     AlreadyDecided,
+}
+
+/// `confirm, modify, cancel`.
+fn names(options: &[Action]) -> String {
+    options
+        .iter()
+        .map(|a| a.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// What an accepted reply decided, for the reply's acknowledgement chunk.
@@ -267,12 +281,8 @@ impl ConfirmationManager {
                 action: reply.action.clone(),
                 options: pause.options.clone(),
             })?;
+        // A modify without text is accepted: the plan is put again unchanged.
         let text = reply.text.as_deref().unwrap_or("");
-        if action == Action::Modify && text.trim().is_empty() {
-            return Err(DecideError::ModifyWithoutText {
-                options: pause.options.clone(),
-            });
-        }
         if action == Action::Modify && text.len() > MAX_MODIFY_TEXT_BYTES {
             return Err(DecideError::ModifyTooLong {
                 options: pause.options.clone(),
@@ -709,9 +719,10 @@ mod tests {
             manager.decide(&key("s"), &reply("launch", None), Some("wrong")),
             Err(DecideError::NotOffered { .. })
         ));
+        let long = "x".repeat(MAX_MODIFY_TEXT_BYTES + 1);
         assert!(matches!(
-            manager.decide(&key("s"), &reply("modify", Some("  ")), Some("wrong")),
-            Err(DecideError::ModifyWithoutText { .. })
+            manager.decide(&key("s"), &reply("modify", Some(&long)), Some("wrong")),
+            Err(DecideError::ModifyTooLong { .. })
         ));
         assert_eq!(
             manager.decide(&key("s"), &reply("confirm", None), Some("wrong")),

@@ -7,33 +7,31 @@
 //! session decides, and the original stream resumes. See `docs/protocol.md`.
 //!
 //! # Layout
-//! - [`protocol`]: wire types, names and the `CONFIRM_ACTION` parser (no I/O).
+//! Imports flow one way, from the HTTP glue down to the wire types:
+//! `startup` → `http` → `run` → `engine` → `run::{log, stop, stream}` →
+//! `confirmation`, `metrics`, `sse` → `protocol`.
+//! - [`protocol`]: wire types and names, the request's rules
+//!   ([`protocol::ValidRequest`]), chunk constructors, the `CONFIRM_ACTION`
+//!   parser (no I/O).
 //! - [`confirmation`]: [`confirmation::ConfirmationManager`], the run registry
 //!   and the pause/decide handshake (no HTTP).
+//! - [`run`]: a run's home: start, re-attach, drive to one final chunk; its
+//!   stop, its bounded log, its client streams (no HTTP).
 //! - [`engine`]: the [`engine::Engine`] trait, the [`engine::RunContext`]
 //!   engines drive, the built-in [`engine::planner`] and [`engine::openai`],
 //!   a real model behind an OpenAI-compatible server (no HTTP serving).
 //! - [`sse`]: SSE framing.
-//! - [`replay`]: a run's bounded replay log, client streams (keep-alive,
-//!   detach, re-attach, slow clients).
-//! - [`run`]: starts a run's task and ties it to its response.
-//! - [`routes`] and [`error`]: the HTTP handlers and the error-to-wire mapping.
-//! - [`access`]: API keys, run ownership and allowed browser origins.
-//! - [`access_log`]: one log line per request.
+//! - [`http`]: handlers, the error table, access (keys, origins, hosts),
+//!   per-connection deadlines, the request log.
 //! - [`metrics`]: the Prometheus metrics behind `GET /metrics`.
 //! - [`config`] and [`startup`]: settings, binding, serving, shutdown.
 
-pub mod access;
-pub mod access_log;
 pub mod config;
 pub mod confirmation;
-pub mod connection;
 pub mod engine;
-pub mod error;
+pub mod http;
 pub mod metrics;
 pub mod protocol;
-pub mod replay;
-pub mod routes;
 pub mod run;
 pub mod sse;
 pub mod startup;

@@ -1,6 +1,13 @@
-//! Process metrics, exposed at `GET /metrics` in the Prometheus/OpenMetrics
-//! text format. No session id is ever a label: label values come from small
-//! fixed sets (actions, outcomes, error types).
+//! Process metrics, exposed at `GET /metrics` in the Prometheus text format
+//! (0.0.4) or OpenMetrics, as the scraper asks. No session id is ever a
+//! label: label values come from small fixed sets (actions, outcomes, error
+//! types).
+//!
+//! The registry is an instance, not a process global (prometheus-client,
+//! rather than the `metrics` crate's global recorder): tests run many servers
+//! in one process, and each must count only its own. Rendering takes the
+//! run gauges it needs as numbers ([`RunGauges`]); this module knows nothing
+//! of the registry of runs.
 
 use std::time::Duration;
 
@@ -11,11 +18,17 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::confirmation::ConfirmationManager;
 use crate::protocol::ErrorType;
-use crate::replay::LogRegistry;
 
 type Labels = [(&'static str, &'static str); 2];
+
+/// The run gauges, read fresh by whoever renders the metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunGauges {
+    pub active: usize,
+    pub paused: usize,
+    pub detached: usize,
+}
 
 /// Every metric of the process. Cheap to share behind an `Arc`.
 pub struct Metrics {
@@ -119,15 +132,76 @@ impl Metrics {
         self.first_chunk.observe(elapsed.as_secs_f64());
     }
 
-    /// The text exposition, with the registry gauges read fresh.
-    pub fn render(&self, manager: &ConfirmationManager, logs: &LogRegistry) -> String {
-        let counts = manager.counts();
-        self.active_runs.set(counts.active as i64);
-        self.paused_runs.set(counts.paused as i64);
-        self.detached_runs.set(logs.detached() as i64);
+    /// The OpenMetrics exposition, with the run gauges set to `gauges`.
+    pub fn render_openmetrics(&self, gauges: RunGauges) -> String {
+        self.active_runs.set(gauges.active as i64);
+        self.paused_runs.set(gauges.paused as i64);
+        self.detached_runs.set(gauges.detached as i64);
         let mut out = String::with_capacity(4096);
         // Writing into a String cannot fail.
         encode(&mut out, &self.registry).expect("encode metrics into a String");
         out
+    }
+
+    /// The Prometheus text format 0.0.4 (what `promtool check metrics` and
+    /// scrapers that do not ask for OpenMetrics read): the same samples, with
+    /// a counter's HELP and TYPE under its sample name (`x_total`), no
+    /// `# UNIT` and no `# EOF`.
+    pub fn render_text(&self, gauges: RunGauges) -> String {
+        to_text_format(&self.render_openmetrics(gauges))
+    }
+}
+
+fn to_text_format(openmetrics: &str) -> String {
+    let counters: Vec<&str> = openmetrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(&name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        match renamed {
+            Some(line) => out.push_str(&line),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_format_names_counters_by_their_samples_and_has_no_eof() {
+        let metrics = Metrics::new();
+        metrics.decision("confirm", "accepted");
+        metrics.error(ErrorType::Overloaded);
+
+        let text = metrics.render_text(RunGauges::default());
+
+        for family in [
+            "chatgate_confirmation_decisions_total",
+            "chatgate_errors_total",
+        ] {
+            assert!(text.contains(&format!("# HELP {family} ")), "{text}");
+            assert!(text.contains(&format!("# TYPE {family} counter")), "{text}");
+            assert!(text.contains(&format!("{family}{{")), "{text}");
+        }
+        assert!(!text.contains("# EOF"));
+        assert!(metrics
+            .render_openmetrics(RunGauges::default())
+            .ends_with("# EOF\n"));
     }
 }

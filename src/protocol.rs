@@ -1,8 +1,11 @@
-//! The wire contract of `POST /api/v1/chat/stream`: request body, chunk shape,
-//! and the spelling of every chunk type, error type and cancel reason.
+//! The wire contract of `POST /api/v1/chat/stream`: the request and its rules
+//! ([`ChatRequest::validate`] turns a decoded body into a [`ValidRequest`]),
+//! the chunk shape and one constructor per kind of chunk the server builds in
+//! more than one place, and the spelling of every chunk type, metadata key,
+//! error type and cancel reason.
 //!
 //! Pure data and parsing, no I/O. SSE framing lives in [`crate::sse`]; what the
-//! handler does with a parsed request lives in [`crate::routes`].
+//! handler does with a valid request lives in [`crate::http`].
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -14,7 +17,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const MAX_MESSAGE_BYTES: usize = 32 * 1024;
 /// Upper bound of `session_id`, in characters.
 pub const MAX_SESSION_ID_CHARS: usize = 128;
-/// Prefix that turns a message into a confirmation reply. Case-sensitive.
+/// Prefix that turns a message into a confirmation reply, in any letter case.
 pub const CONFIRM_PREFIX: &str = "CONFIRM_ACTION";
 /// Most tasks one plan may put to the user; a larger plan ends the run with
 /// `plan_too_large` before anything is asked.
@@ -26,12 +29,120 @@ pub const MAX_CONFIRMATION_BYTES: usize = 128 * 1024;
 /// modify may grow a plan (422 `invalid_confirm_action` beyond it).
 pub const MAX_MODIFY_TEXT_BYTES: usize = 4 * 1024;
 
+/// Metadata keys, spelled once.
+pub mod meta {
+    pub const ACTION: &str = "action";
+    pub const CONFIRMATION_ID: &str = "confirmation_id";
+    pub const CONFIRMATION_ROUND: &str = "confirmation_round";
+    pub const ERROR_TYPE: &str = "error_type";
+    pub const GAP: &str = "gap";
+    pub const LAST_ROUND: &str = "last_round";
+    pub const OK: &str = "ok";
+    pub const OPTIONS: &str = "options";
+    pub const REASON: &str = "reason";
+    pub const RISK_LEVEL: &str = "risk_level";
+    pub const STEP: &str = "step";
+    pub const TASKS_COMPLETED: &str = "tasks_completed";
+    pub const TIMEOUT_SECONDS: &str = "timeout_seconds";
+    pub const TOOL: &str = "tool";
+    pub const TOTAL_TASKS: &str = "total_tasks";
+}
+
 /// The JSON body of a request. Unknown fields are ignored.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct ChatRequest {
     pub message: Option<String>,
     pub session_id: Option<String>,
     pub confirmation_id: Option<String>,
+}
+
+/// What a request asks for, once every rule of the request is checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValidRequest {
+    /// A chat message: starts a run. Without `session_id` the server makes one.
+    Chat {
+        session_id: Option<String>,
+        message: String,
+    },
+    /// A `CONFIRM_ACTION` reply to the paused run of `session_id`.
+    Reply {
+        session_id: String,
+        reply: ReplyMessage,
+        confirmation_id: Option<String>,
+    },
+    /// `Last-Event-ID`: re-attach to the run of `session_id` after `last_seen`.
+    Reattach { session_id: String, last_seen: u64 },
+}
+
+/// Why a request breaks a rule of its own (before any state is consulted).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error(
+        "session_id must be 1-{MAX_SESSION_ID_CHARS} characters of UTF-8 without control characters"
+    )]
+    BadSessionId,
+    #[error("Last-Event-ID must be a chunk sequence number")]
+    BadLastEventId,
+    #[error("a re-attach (Last-Event-ID) needs the session_id of the run")]
+    ReattachWithoutSession,
+    #[error("message is required")]
+    MissingMessage,
+    #[error("message must not be empty")]
+    EmptyMessage,
+    #[error("message is longer than {MAX_MESSAGE_BYTES} bytes")]
+    MessageTooLong,
+    #[error("a reply needs session_id: the session of the paused run it answers")]
+    ReplyWithoutSession,
+    #[error("{0}")]
+    MalformedReply(#[from] ReplySyntaxError),
+}
+
+impl ChatRequest {
+    /// Checks the request's rules, in the documented order: the session id,
+    /// then `Last-Event-ID` (a re-attach ignores `message`), then the
+    /// message, then a reply's syntax.
+    pub fn validate(self, last_event_id: Option<&[u8]>) -> Result<ValidRequest, RequestError> {
+        if let Some(id) = &self.session_id {
+            if !is_valid_session_id(id) {
+                return Err(RequestError::BadSessionId);
+            }
+        }
+        if let Some(value) = last_event_id {
+            let last_seen = std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .ok_or(RequestError::BadLastEventId)?;
+            let session_id = self
+                .session_id
+                .ok_or(RequestError::ReattachWithoutSession)?;
+            return Ok(ValidRequest::Reattach {
+                session_id,
+                last_seen,
+            });
+        }
+        let message = self.message.ok_or(RequestError::MissingMessage)?;
+        if message.trim().is_empty() {
+            return Err(RequestError::EmptyMessage);
+        }
+        if message.len() > MAX_MESSAGE_BYTES {
+            return Err(RequestError::MessageTooLong);
+        }
+        match parse_reply(&message) {
+            None => Ok(ValidRequest::Chat {
+                session_id: self.session_id,
+                message,
+            }),
+            Some(reply) => {
+                let reply = reply?;
+                let session_id = self.session_id.ok_or(RequestError::ReplyWithoutSession)?;
+                Ok(ValidRequest::Reply {
+                    session_id,
+                    reply,
+                    confirmation_id: self.confirmation_id,
+                })
+            }
+        }
+    }
 }
 
 /// What a chunk is, as written in `chunk_type`.
@@ -74,6 +185,21 @@ impl CancelReason {
     pub fn as_str(self) -> &'static str {
         self.into()
     }
+
+    /// The human text of a `cancelled` chunk.
+    pub fn text(self) -> &'static str {
+        match self {
+            CancelReason::User => "Cancelled by the user; nothing was executed.",
+            CancelReason::Timeout => {
+                "No answer before the confirmation expired; nothing was executed."
+            }
+            CancelReason::MaxRounds => "Too many modify rounds; nothing was executed.",
+            CancelReason::Superseded => "Superseded by a new message on this session.",
+            CancelReason::ClientGone => "The client went away.",
+            CancelReason::Shutdown => "The server is shutting down.",
+            CancelReason::SlowConsumer => "The client read too slowly; the run was stopped.",
+        }
+    }
 }
 
 /// The `metadata.error_type` of an `error` chunk.
@@ -107,6 +233,8 @@ pub enum ErrorType {
     /// Without API keys, the `Host` header names neither loopback, the bound
     /// address nor an `--allowed-host` (DNS rebinding).
     ForbiddenHost,
+    /// A method other than POST (or OPTIONS) on the chat endpoint.
+    MethodNotAllowed,
     Internal,
 }
 
@@ -141,12 +269,31 @@ impl Action {
 }
 
 /// How risky a plan is, as judged by the engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    IntoStaticStr,
+    EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum RiskLevel {
     Low,
     Medium,
     High,
+}
+
+impl RiskLevel {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
 }
 
 /// One step of a plan shown to the user for confirmation.
@@ -171,6 +318,9 @@ pub struct ConfirmationData {
     /// RFC 3339, UTC.
     pub expires_at: String,
     pub risk_level: RiskLevel,
+    /// This is the last round: `modify` is not offered.
+    #[serde(default)]
+    pub last_round: bool,
 }
 
 /// One JSON object on the stream, written as one `data:` line.
@@ -217,6 +367,62 @@ impl Chunk {
         self.finished = true;
         self
     }
+
+    /// `confirmation_received`: a decision was taken on a confirmation.
+    pub fn confirmation_received(
+        session_id: &str,
+        text: String,
+        action: Action,
+        confirmation_id: &str,
+        round: u32,
+    ) -> Chunk {
+        Chunk::new(ChunkType::ConfirmationReceived, text, session_id, 0)
+            .with_meta(meta::ACTION, action.as_str())
+            .with_meta(meta::CONFIRMATION_ID, confirmation_id)
+            .with_meta(meta::CONFIRMATION_ROUND, round)
+    }
+
+    /// `confirmation_request`: the run pauses on `data`.
+    pub fn confirmation_request(
+        session_id: &str,
+        summary: String,
+        data: ConfirmationData,
+    ) -> Chunk {
+        let mut chunk = Chunk::new(ChunkType::ConfirmationRequest, summary, session_id, 0)
+            .with_meta(meta::TOTAL_TASKS, data.tasks.len())
+            .with_meta(meta::RISK_LEVEL, data.risk_level.as_str())
+            .with_meta(meta::TIMEOUT_SECONDS, data.timeout_seconds)
+            .with_meta(meta::CONFIRMATION_ROUND, data.confirmation_round)
+            .with_meta(meta::CONFIRMATION_ID, data.confirmation_id.as_str());
+        if data.last_round {
+            chunk = chunk.with_meta(meta::LAST_ROUND, true);
+        }
+        chunk.confirmation_data = Some(data);
+        chunk.requires_response = true;
+        chunk.stream_paused = true;
+        chunk
+    }
+
+    /// The final `cancelled` chunk.
+    pub fn cancelled(session_id: &str, reason: CancelReason) -> Chunk {
+        Chunk::new(ChunkType::Cancelled, reason.text(), session_id, 0)
+            .with_meta(meta::REASON, reason.as_str())
+            .finished()
+    }
+
+    /// The final `error` chunk of a failed run or a refused request.
+    pub fn failed(session_id: &str, error_type: ErrorType, message: String) -> Chunk {
+        Chunk::new(ChunkType::Error, message, session_id, 0)
+            .with_meta(meta::ERROR_TYPE, error_type.as_str())
+            .finished()
+    }
+
+    /// The final `completion` chunk.
+    pub fn completion(session_id: &str, text: String, metadata: Map<String, Value>) -> Chunk {
+        let mut chunk = Chunk::new(ChunkType::Completion, text, session_id, 0).finished();
+        chunk.metadata = metadata;
+        chunk
+    }
 }
 
 /// The length of `value`'s JSON encoding, in bytes, without building it.
@@ -237,13 +443,13 @@ pub fn json_len(value: &impl Serialize) -> usize {
     count.0
 }
 
-/// True when `id` is 1-128 characters of `[A-Za-z0-9._:-]`.
+/// True when `id` is 1-128 characters (of UTF-8, as every JSON string is)
+/// and none is a control character. Any such id is safe on the wire: it
+/// only ever leaves JSON-escaped.
 pub fn is_valid_session_id(id: &str) -> bool {
     !id.is_empty()
-        && id.len() <= MAX_SESSION_ID_CHARS
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+        && id.chars().count() <= MAX_SESSION_ID_CHARS
+        && !id.chars().any(char::is_control)
 }
 
 /// A syntactically valid `CONFIRM_ACTION` message. Whether the action is
@@ -268,9 +474,14 @@ pub enum ReplySyntaxError {
 }
 
 /// Classifies a chat message: `None` for ordinary chat, `Some(..)` for
-/// anything that starts with [`CONFIRM_PREFIX`] (a reply, well-formed or not).
+/// anything that starts with [`CONFIRM_PREFIX`] in any letter case (a reply,
+/// well-formed or not: `confirm_action:confirm` must not become a new plan).
 pub fn parse_reply(message: &str) -> Option<Result<ReplyMessage, ReplySyntaxError>> {
-    let rest = message.strip_prefix(CONFIRM_PREFIX)?;
+    let prefix = message.get(..CONFIRM_PREFIX.len())?;
+    if !prefix.eq_ignore_ascii_case(CONFIRM_PREFIX) {
+        return None;
+    }
+    let rest = &message[CONFIRM_PREFIX.len()..];
     let Some(rest) = rest.strip_prefix(':') else {
         return Some(Err(ReplySyntaxError::MissingColon));
     };
@@ -297,14 +508,19 @@ mod tests {
 
     #[test]
     fn plain_chat_is_not_a_reply() {
-        for message in [
-            "hello",
-            "confirm_action:confirm",
-            " CONFIRM_ACTION:confirm",
-            "",
-        ] {
+        for message in ["hello", " CONFIRM_ACTION:confirm", "", "CONFIRM", "é"] {
             assert_eq!(parse_reply(message), None, "{message:?}");
         }
+    }
+
+    #[test]
+    fn the_prefix_is_recognised_in_any_letter_case() {
+        assert_eq!(ok("confirm_action:confirm").action, "confirm");
+        assert_eq!(ok("Confirm_Action:Cancel").action, "cancel");
+        assert_eq!(
+            parse_reply("confirm_actionconfirm"),
+            Some(Err(ReplySyntaxError::MissingColon))
+        );
     }
 
     #[test]
@@ -344,13 +560,99 @@ mod tests {
     }
 
     #[test]
-    fn session_ids_follow_the_documented_alphabet() {
-        assert!(is_valid_session_id("abc-DEF_1.2:3"));
-        assert!(is_valid_session_id(&"a".repeat(128)));
-        assert!(!is_valid_session_id(""));
-        assert!(!is_valid_session_id(&"a".repeat(129)));
-        for bad in ["a b", "a/b", "é", "a\nb", "a\"b"] {
+    fn session_ids_are_any_text_of_1_to_128_characters_without_controls() {
+        for good in [
+            "abc-DEF_1.2:3",
+            "user@example.com",
+            "会话1",
+            "my session",
+            "a/b\"c",
+        ] {
+            assert!(is_valid_session_id(good), "{good:?}");
+        }
+        assert!(
+            is_valid_session_id(&"é".repeat(128)),
+            "characters, not bytes"
+        );
+        for bad in ["", "a\nb", "a\u{7f}", "tab\there", "\u{85}"] {
             assert!(!is_valid_session_id(bad), "{bad:?}");
+        }
+        assert!(!is_valid_session_id(&"a".repeat(129)));
+    }
+
+    fn request(message: Option<&str>, session: Option<&str>) -> ChatRequest {
+        ChatRequest {
+            message: message.map(str::to_owned),
+            session_id: session.map(str::to_owned),
+            confirmation_id: None,
+        }
+    }
+
+    #[test]
+    fn a_request_is_a_chat_a_reply_or_a_re_attach() {
+        assert!(matches!(
+            request(Some("hi"), None).validate(None),
+            Ok(ValidRequest::Chat {
+                session_id: None,
+                ..
+            })
+        ));
+        assert!(matches!(
+            request(Some("CONFIRM_ACTION:confirm"), Some("s")).validate(None),
+            Ok(ValidRequest::Reply { .. })
+        ));
+        assert_eq!(
+            request(None, Some("s")).validate(Some(b" 7 ")),
+            Ok(ValidRequest::Reattach {
+                session_id: "s".into(),
+                last_seen: 7
+            })
+        );
+    }
+
+    #[test]
+    fn broken_rules_are_reported_in_order() {
+        let long = "x".repeat(MAX_MESSAGE_BYTES + 1);
+        let cases: [(ChatRequest, Option<&[u8]>, RequestError); 8] = [
+            (
+                request(Some("hi"), Some("")),
+                None,
+                RequestError::BadSessionId,
+            ),
+            (
+                request(None, Some("a\u{0}")),
+                Some(b"1"),
+                RequestError::BadSessionId,
+            ),
+            (
+                request(None, Some("s")),
+                Some(b"x"),
+                RequestError::BadLastEventId,
+            ),
+            (
+                request(None, None),
+                Some(b"1"),
+                RequestError::ReattachWithoutSession,
+            ),
+            (request(None, Some("s")), None, RequestError::MissingMessage),
+            (
+                request(Some(" \n"), Some("s")),
+                None,
+                RequestError::EmptyMessage,
+            ),
+            (
+                request(Some(&long), Some("s")),
+                None,
+                RequestError::MessageTooLong,
+            ),
+            (
+                request(Some("CONFIRM_ACTION:confirm"), None),
+                None,
+                RequestError::ReplyWithoutSession,
+            ),
+        ];
+        for (request, last_event_id, expected) in cases {
+            assert_eq!(request.validate(last_event_id), Err(expected));
         }
     }
 

@@ -59,12 +59,14 @@ fn builder(status: StatusCode) -> HttpResponseBuilder {
     builder
 }
 
-/// A complete stream of exactly one chunk (errors and reply acknowledgements).
-pub fn single_chunk(status: StatusCode, chunk: &Chunk) -> HttpResponse {
-    builder(status).body(encode(chunk))
+/// A complete stream of exactly one chunk, number 1 (errors and reply
+/// acknowledgements).
+pub fn single_chunk(status: StatusCode, mut chunk: Chunk) -> HttpResponse {
+    chunk.sequence = 1;
+    builder(status).body(encode(&chunk))
 }
 
-/// A live stream: the body is a run's [`crate::replay::Subscription`].
+/// A live stream: the body is a run's [`crate::run::stream::Subscription`].
 pub fn stream_response<S>(body: S) -> HttpResponse
 where
     S: Stream<Item = Result<Bytes, Infallible>> + 'static,

@@ -15,46 +15,16 @@ use actix_web::{web, App};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::access::{read_keys_file, AccessPolicy};
 use crate::config::{Secret, Settings};
 use crate::confirmation::{ConfirmationManager, RunLimits};
-use crate::connection::{self, GuardedStream};
-use crate::engine::{Engine, RunSettings};
+use crate::engine::Engine;
+use crate::http::access::{read_keys_file, AccessPolicy};
+use crate::http::connection::{self, GuardedStream};
+use crate::http::{access_log, AppState};
 use crate::metrics::Metrics;
-use crate::replay::{LogLimits, LogRegistry, StreamSettings};
-use crate::{access_log, routes};
-
-/// What every handler shares. Cheap to clone.
-#[derive(Clone)]
-pub struct AppState {
-    pub manager: ConfirmationManager,
-    pub engine: Arc<dyn Engine>,
-    pub run_settings: Arc<RunSettings>,
-    pub keep_alive: Duration,
-    pub detach_grace: Duration,
-    /// What a run's replay log keeps.
-    pub log_limits: LogLimits,
-    /// Runs' replay logs, for re-attach.
-    pub logs: LogRegistry,
-    /// Runs the registry may hold, in all and per API key; new sessions
-    /// beyond them get 503 `overloaded`.
-    pub run_limits: RunLimits,
-    /// Time allowed to receive a request body.
-    pub request_timeout: Duration,
-    pub access: AccessPolicy,
-    pub metrics: Arc<Metrics>,
-    /// Cancelled once, when shutdown starts; every run watches it.
-    pub shutdown: CancellationToken,
-    /// What every client stream shares.
-    pub stream: Arc<StreamSettings>,
-}
-
-impl AppState {
-    /// How a client stream of a run behaves.
-    pub fn stream_settings(&self) -> Arc<StreamSettings> {
-        self.stream.clone()
-    }
-}
+use crate::run::log::{LogLimits, LogRegistry};
+use crate::run::stream::StreamSettings;
+use crate::run::Runs;
 
 pub struct Application {
     address: SocketAddr,
@@ -104,26 +74,27 @@ impl Application {
             metrics: metrics.clone(),
             registry: logs.clone(),
         });
-        let state = AppState {
+        let runs = Runs {
             manager: ConfirmationManager::new(),
+            logs,
             engine,
-            run_settings: Arc::new(settings.run_settings()),
-            keep_alive: settings.keep_alive,
-            detach_grace: settings.detach_grace,
+            settings: Arc::new(settings.run_settings()),
             log_limits: LogLimits {
                 frames: settings.replay_buffer,
                 bytes: settings.replay_buffer_bytes,
             },
-            logs,
-            run_limits: RunLimits {
+            limits: RunLimits {
                 max_runs: settings.max_runs,
                 per_owner: settings.runs_per_key(access.requires_keys()),
             },
-            request_timeout: settings.request_timeout,
-            access,
-            metrics,
-            shutdown: CancellationToken::new(),
             stream,
+            shutdown: CancellationToken::new(),
+            metrics,
+        };
+        let state = AppState {
+            runs,
+            access,
+            request_timeout: settings.request_timeout,
         };
         let server = serve(listener, &settings, state.clone())?;
         Ok(Application {
@@ -144,21 +115,21 @@ impl Application {
 
     /// The run registry, for inspection (tests, metrics).
     pub fn manager(&self) -> ConfirmationManager {
-        self.state.manager.clone()
+        self.state.runs.manager.clone()
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {
-        self.state.metrics.clone()
+        self.state.runs.metrics.clone()
     }
 
     /// The runs' replay logs, for inspection (tests).
     pub fn logs(&self) -> LogRegistry {
-        self.state.logs.clone()
+        self.state.runs.logs.clone()
     }
 
     /// Cancelling this token shuts the server down exactly like SIGTERM.
     pub fn shutdown_token(&self) -> CancellationToken {
-        self.state.shutdown.clone()
+        self.state.runs.shutdown.clone()
     }
 
     /// Serves until SIGINT, SIGTERM or the shutdown token; then every open
@@ -174,23 +145,23 @@ impl Application {
         let handle = server.handle();
         tokio::select! {
             served = &mut server => return served,
-            () = stop_requested(&state.shutdown) => {}
+            () = stop_requested(&state.runs.shutdown) => {}
         }
         log::info!(
             "shutting down: ending {} open run(s)",
-            state.manager.active_runs()
+            state.runs.manager.active_runs()
         );
         // One deadline for everything: runs send their final chunks, then
         // connections finish writing them; whatever is left then is cut.
         let deadline = tokio::time::Instant::now() + shutdown_timeout;
-        state.shutdown.cancel();
-        if tokio::time::timeout_at(deadline, state.manager.wait_until_empty())
+        state.runs.shutdown.cancel();
+        if tokio::time::timeout_at(deadline, state.runs.manager.wait_until_empty())
             .await
             .is_err()
         {
             log::warn!(
                 "shutdown timeout: {} run(s) still open",
-                state.manager.active_runs()
+                state.runs.manager.active_runs()
             );
         }
         // The stop only completes while the server future is polled: join them.
@@ -230,7 +201,7 @@ fn serve(listener: TcpListener, settings: &Settings, state: AppState) -> std::io
             .wrap(from_fn(connection::mark_requests))
             .wrap(from_fn(access_log::log_request))
             .app_data(data.clone())
-            .configure(routes::configure);
+            .configure(crate::http::configure);
         let stopping = stopping.clone();
         let http = HttpService::build()
             // `graceful_shutdown_signal` is what actix-web's HttpServer

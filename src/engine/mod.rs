@@ -27,7 +27,8 @@ use crate::protocol::{
     json_len, Action, CancelReason, Chunk, ChunkType, ConfirmationData, ErrorType, RiskLevel,
     TaskSpec, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
-use crate::replay::{RunLog, RunStop};
+use crate::run::log::RunLog;
+use crate::run::stop::RunStop;
 
 /// A chat engine. One instance serves every run; it is shared across threads.
 pub trait Engine: Send + Sync + 'static {
@@ -234,7 +235,14 @@ impl RunContext {
         let round = self.round;
         let confirmation_id = uuid::Uuid::new_v4().to_string();
         let timeout = self.settings.confirm_timeout;
-        let options = Action::ALL.to_vec();
+        // The last round offers no modify: a modify there could only end
+        // the run (`max_rounds`), which nobody asking for changes wants.
+        let last_round = round >= self.settings.max_rounds;
+        let options = if last_round {
+            vec![Action::Confirm, Action::Cancel]
+        } else {
+            Action::ALL.to_vec()
+        };
 
         let pending = self
             .slot
@@ -245,7 +253,6 @@ impl RunContext {
                 self.stop.token(),
             )
             .map_err(RunError::Cancelled)?;
-        let total_tasks = plan.tasks.len();
         let data = ConfirmationData {
             confirmation_id: confirmation_id.clone(),
             confirmation_round: round,
@@ -255,17 +262,14 @@ impl RunContext {
             timeout_seconds: timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0),
             expires_at: humantime::format_rfc3339_seconds(SystemTime::now() + timeout).to_string(),
             risk_level: plan.risk_level,
+            last_round,
         };
-        let mut chunk = self
-            .chunk(ChunkType::ConfirmationRequest, plan.summary)
-            .with_meta("total_tasks", total_tasks)
-            .with_meta("risk_level", serde_json::to_value(data.risk_level).ok())
-            .with_meta("timeout_seconds", data.timeout_seconds)
-            .with_meta("confirmation_round", round)
-            .with_meta("confirmation_id", confirmation_id.as_str());
-        chunk.confirmation_data = Some(data);
-        chunk.requires_response = true;
-        chunk.stream_paused = true;
+        let summary = if last_round && round > 1 {
+            format!("{} (last round: confirm or cancel)", plan.summary)
+        } else {
+            plan.summary
+        };
+        let chunk = Chunk::confirmation_request(self.session_id(), summary, data);
 
         // The pause is registered before the chunk leaves, so a client that
         // answers the instant it reads the chunk always finds it pending.
@@ -296,14 +300,13 @@ impl RunContext {
         };
         self.metrics.decision(decided_by, "accepted");
         let round = asked.round;
-        let received = self
-            .chunk(
-                ChunkType::ConfirmationReceived,
-                format!("Received {} for round {round}", action.as_str()),
-            )
-            .with_meta("action", action.as_str())
-            .with_meta("confirmation_id", asked.confirmation_id)
-            .with_meta("confirmation_round", round);
+        let received = Chunk::confirmation_received(
+            self.session_id(),
+            format!("Received {} for round {round}", action.as_str()),
+            action,
+            &asked.confirmation_id,
+            round,
+        );
         // Written even if the run was told to stop meanwhile: this decision
         // was acknowledged to a reply before the stop (later replies are
         // refused), so the stream shows it; the stop ends the run next.
@@ -315,37 +318,14 @@ impl RunContext {
         }
     }
 
-    /// Turns the engine's result into the final chunk, frees the session,
-    /// then sends the final chunk. Returns its type.
-    ///
-    /// The session is freed *before* the final chunk is sent: a client that
-    /// sends its next message the instant it reads the final chunk must not be
-    /// told `session_busy` by a run that is already over.
-    pub(crate) fn finish(self, result: Result<Completion, RunError>) -> ChunkType {
-        let this = self;
-        let chunk = match result {
-            Ok(completion) => {
-                let mut chunk = this.chunk(ChunkType::Completion, completion.text);
-                chunk.metadata = completion.metadata;
-                chunk
-            }
-            Err(RunError::Cancelled(reason)) => this
-                .chunk(ChunkType::Cancelled, cancel_text(reason))
-                .with_meta("reason", reason.as_str()),
-            Err(RunError::Failed {
-                error_type,
-                message,
-            }) => {
-                this.metrics.error(error_type);
-                this.chunk(ChunkType::Error, message)
-                    .with_meta("error_type", error_type.as_str())
-            }
-        };
-        let RunContext { slot, log, .. } = this;
-        drop(slot);
-        let chunk_type = chunk.chunk_type;
-        log.push(chunk.finished());
-        chunk_type
+    /// The run's metrics, for the driver that ends it.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The run's registry slot and log, for the driver that ends it.
+    pub(crate) fn into_parts(self) -> (RunSlot, Arc<RunLog>) {
+        (self.slot, self.log)
     }
 }
 
@@ -374,24 +354,11 @@ fn check_plan_size(plan: &Plan) -> Result<(), RunError> {
     Ok(())
 }
 
-/// The human text of a `cancelled` chunk.
-fn cancel_text(reason: CancelReason) -> &'static str {
-    match reason {
-        CancelReason::User => "Cancelled by the user; nothing was executed.",
-        CancelReason::Timeout => "No answer before the confirmation expired; nothing was executed.",
-        CancelReason::MaxRounds => "Too many modify rounds; nothing was executed.",
-        CancelReason::Superseded => "Superseded by a new message on this session.",
-        CancelReason::ClientGone => "The client went away.",
-        CancelReason::Shutdown => "The server is shutting down.",
-        CancelReason::SlowConsumer => "The client read too slowly; the run was stopped.",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::confirmation::{ConfirmationManager, RunLimits, SessionKey};
-    use crate::replay::LogLimits;
+    use crate::run::log::LogLimits;
 
     /// A paused run holds its `confirm` future for the whole pause, once per
     /// paused run: it must stay small (it was 1,184 bytes when the request

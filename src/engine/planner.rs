@@ -5,7 +5,8 @@
 //! - Anything else is a task: `task_init`, a plan (the message split into
 //!   steps), a confirmation; on confirm every step gives a `status` and a
 //!   `tool_output` chunk, then `completion`. On modify the plan gains the step
-//!   `Apply feedback: <text>` and is put to the user again.
+//!   `Apply feedback: <text>` and is put to the user again (a modify without
+//!   text puts the same plan again).
 //! - A step that mentions delete/remove/drop/rm makes the plan `high` risk.
 //! - A step containing the word `fail` fails, and the run ends with an
 //!   `error` chunk of type `task_failed`.
@@ -70,6 +71,11 @@ async fn carry_out(ctx: &mut RunContext, message: &str) -> Result<Completion, Ru
     loop {
         match ctx.confirm(plan(&steps)).await? {
             Approval::Confirm => break,
+            Approval::Modify(feedback) if feedback.trim().is_empty() => {
+                // A modify without text: the same plan, asked again.
+                ctx.emit(ChunkType::Status, "No change given; asking again")
+                    .await?;
+            }
             Approval::Modify(feedback) => {
                 steps.push(format!("Apply feedback: {}", feedback.trim()));
                 ctx.emit(ChunkType::Status, "Re-planning with your feedback")

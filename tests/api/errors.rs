@@ -26,8 +26,8 @@ async fn invalid_requests_get_400_invalid_request() {
             json!({"message": "hi", "session_id": ""}).to_string(),
         ),
         (
-            "session_id with a space",
-            json!({"message": "hi", "session_id": "a b"}).to_string(),
+            "session_id with a control character",
+            json!({"message": "hi", "session_id": "a\nb"}).to_string(),
         ),
         (
             "session_id over 128",
@@ -58,6 +58,22 @@ async fn invalid_requests_get_400_invalid_request() {
         0,
         "no refused request started a run"
     );
+}
+
+#[tokio::test]
+async fn any_text_is_a_session_id_and_comes_back_escaped() {
+    let app = spawn_app().await;
+    for session in [
+        "user@example.com",
+        "会话1",
+        "my session",
+        "quote\" and </script>",
+    ] {
+        let mut stream = app.open(session, "hello?").await;
+        let last = stream.finish().await;
+        assert_eq!(last.session_id, session);
+        assert!(stream.chunks.iter().all(|c| c.session_id == session));
+    }
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use chatgate::confirmation::ConfirmationManager;
 use chatgate::engine::planner::PlannerEngine;
 use chatgate::engine::Engine;
 use chatgate::protocol::{Chunk, ChunkType};
-use chatgate::replay::LogRegistry;
+use chatgate::run::log::LogRegistry;
 use chatgate::startup::Application;
 use futures_util::StreamExt;
 use reqwest::{Response, StatusCode};

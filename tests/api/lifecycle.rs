@@ -26,24 +26,32 @@ async fn silence_times_out_the_pause_and_later_replies_get_404() {
 }
 
 #[tokio::test]
-async fn more_modify_rounds_than_allowed_cancel_with_max_rounds() {
+async fn the_last_round_offers_only_confirm_and_cancel_and_says_so() {
     let app = spawn_app_with(|s| s.max_rounds = 2).await;
-    let (mut stream, _) = app.open_paused("r", "draft").await;
+    let (mut stream, first) = app.open_paused("r", "draft").await;
 
     app.reply("r", "CONFIRM_ACTION:modify:one").await;
     let second = stream.until(ChunkType::ConfirmationRequest).await;
-    app.reply("r", "CONFIRM_ACTION:modify:two").await;
+    let (status, refused) = app.reply("r", "CONFIRM_ACTION:modify:two").await;
+    let (confirmed, _) = app.reply("r", "CONFIRM_ACTION:confirm").await;
     let last = stream.finish().await;
 
+    let data = |c: &chatgate::protocol::Chunk| c.confirmation_data.clone().unwrap();
+    assert_eq!(data(&first).options.len(), 3);
+    assert!(!data(&first).last_round);
     assert_eq!(second.metadata["confirmation_round"], 2);
-    assert_eq!(reason(&last), "max_rounds");
-    let requests = stream
-        .types()
-        .iter()
-        .filter(|t| **t == ChunkType::ConfirmationRequest)
-        .count();
-    assert_eq!(requests, 2);
-    assert!(!stream.types().contains(&ChunkType::ToolOutput));
+    assert_eq!(second.metadata["last_round"], true);
+    assert!(data(&second).last_round);
+    assert!(second.chunk.contains("last round"), "{}", second.chunk);
+    let options: Vec<&str> = data(&second).options.iter().map(|a| a.as_str()).collect();
+    assert_eq!(options, ["confirm", "cancel"]);
+    assert_eq!(status, 422, "modify is not offered on the last round");
+    assert_eq!(
+        refused.metadata["options"],
+        serde_json::json!(["confirm", "cancel"])
+    );
+    assert_eq!(confirmed, 200, "the pause stayed");
+    assert_eq!(last.chunk_type, ChunkType::Completion);
     app.registry_drains().await;
 }
 

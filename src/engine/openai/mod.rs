@@ -175,13 +175,17 @@ impl OpenAiEngine {
                     ctx.send(status).await?;
                 }
                 Ok(Approval::Modify(feedback)) => {
-                    messages.push(tool_result(
-                        &call.id,
-                        &format!(
+                    let asked = if feedback.trim().is_empty() {
+                        "The user did not confirm and asked for changes without saying which.\n\
+                         Propose a revised plan with propose_plan."
+                            .to_owned()
+                    } else {
+                        format!(
                             "The user did not confirm and asked for this change: {feedback}\n\
                              Propose a revised plan with propose_plan."
-                        ),
-                    ));
+                        )
+                    };
+                    messages.push(tool_result(&call.id, &asked));
                     ctx.emit(ChunkType::Status, "Re-planning with your feedback")
                         .await?;
                 }

@@ -1,277 +1,31 @@
-//! A run's output as a bounded replay log, and the client streams that read it.
+//! The client streams that read a run's log: one HTTP response body each.
 //!
-//! The run pushes chunks into its [`RunLog`]; the log numbers them, encodes
-//! them once, and keeps the last `--replay-buffer` frames. At most one
-//! [`Subscription`] (the HTTP response of the client currently attached)
-//! reads the log from its own cursor, with a keep-alive comment after each
-//! idle interval.
+//! A [`Subscription`] sends the log's frames from its own cursor, with a
+//! keep-alive comment after each idle interval, and marks the first frame
+//! after a hole in the replay with `gap: true`.
 //!
-//! - The run never waits for a client. If the attached client falls so far
-//!   behind that an unread frame would be evicted, the run is stopped with
-//!   `slow_consumer`: buffering per stream is bounded by the log's capacity.
-//! - When a subscription ends before delivering the final chunk (the client
-//!   went away), the run is *detached*: it goes on, and a POST with
-//!   `Last-Event-ID` may re-attach within `--detach-grace-secs`. After the
-//!   grace the run is stopped (`client_gone`) and its log forgotten.
-//! - [`LogRegistry`] maps a session to its latest log, so a re-attach can find
-//!   a run that is live or finished within the grace.
+//! When a subscription ends before delivering the final chunk (the client
+//! went away), the run is *detached*: it goes on, and a POST with
+//! `Last-Event-ID` may re-attach within `--detach-grace`. After the grace the
+//! run is stopped (`client_gone`) and its log forgotten, unless a client
+//! attached since: each grace belongs to the detach that started it.
 
-use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::Stream;
 use tokio::time::Sleep;
-use tokio_util::sync::CancellationToken;
 
+use super::log::{BeyondEnd, LogRegistry, RunLog};
 use crate::confirmation::SessionKey;
 use crate::metrics::Metrics;
-use crate::protocol::{CancelReason, Chunk};
+use crate::protocol::CancelReason;
 use crate::sse;
-
-/// Tells a run to stop, and why. The first reason given wins.
-///
-/// A run's stop is a child of the server's shutdown token, so a run waits on
-/// one token for every reason to stop; a stop that comes from shutdown
-/// carries no reason of its own and reads as `Shutdown`.
-#[derive(Clone, Default)]
-pub struct RunStop {
-    token: CancellationToken,
-    reason: Arc<OnceLock<CancelReason>>,
-}
-
-impl RunStop {
-    /// A stop that also fires when `shutdown` is cancelled.
-    pub fn under(shutdown: &CancellationToken) -> RunStop {
-        RunStop {
-            token: shutdown.child_token(),
-            reason: Arc::default(),
-        }
-    }
-
-    pub fn stop(&self, reason: CancelReason) {
-        // Once stopped (by shutdown, say) a later reason must not rename it.
-        if !self.token.is_cancelled() {
-            let _ = self.reason.set(reason);
-        }
-        self.token.cancel();
-    }
-
-    pub fn reason(&self) -> Option<CancelReason> {
-        self.token.is_cancelled().then(|| self.reason_given())
-    }
-
-    /// The token that fires with this stop, for a pause to watch.
-    pub fn token(&self) -> CancellationToken {
-        self.token.clone()
-    }
-
-    /// Resolves with the reason once the run is told to stop.
-    pub async fn stopped(&self) -> CancelReason {
-        self.token.cancelled().await;
-        self.reason_given()
-    }
-
-    fn reason_given(&self) -> CancelReason {
-        self.reason.get().copied().unwrap_or(CancelReason::Shutdown)
-    }
-}
-
-/// How much of a run's output its log keeps.
-#[derive(Debug, Clone, Copy)]
-pub struct LogLimits {
-    /// Frames kept (`--replay-buffer`).
-    pub frames: usize,
-    /// Bytes of frames kept (`--replay-buffer-bytes`); the newest frame is
-    /// always kept, whatever its size.
-    pub bytes: usize,
-}
-
-/// The run's output could not be attached to after `last_seen`: no chunk
-/// with that sequence number has been sent yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BeyondEnd {
-    /// The last sequence number sent so far (0: none).
-    pub last_sent: u64,
-}
-
-/// The output of one run.
-pub struct RunLog {
-    inner: Mutex<LogInner>,
-    limits: LogLimits,
-    stop: RunStop,
-}
-
-struct LogInner {
-    frames: VecDeque<Bytes>,
-    /// Bytes in `frames`.
-    bytes: usize,
-    /// The sequence number the next pushed chunk gets (sequences start at 1).
-    next_seq: u64,
-    /// The final chunk has been pushed.
-    finished: bool,
-    subscriber: Option<Subscriber>,
-    next_subscriber_id: u64,
-}
-
-struct Subscriber {
-    id: u64,
-    /// The sequence number this subscriber sends next.
-    cursor: u64,
-    waker: Option<Waker>,
-}
-
-impl LogInner {
-    fn first_retained(&self) -> u64 {
-        self.next_seq - self.frames.len() as u64
-    }
-}
-
-impl RunLog {
-    pub fn new(limits: LogLimits, stop: RunStop) -> Arc<RunLog> {
-        Arc::new(RunLog {
-            inner: Mutex::new(LogInner {
-                frames: VecDeque::new(),
-                bytes: 0,
-                next_seq: 1,
-                finished: false,
-                subscriber: None,
-                next_subscriber_id: 0,
-            }),
-            limits: LogLimits {
-                frames: limits.frames.max(1),
-                bytes: limits.bytes,
-            },
-            stop,
-        })
-    }
-
-    fn lock(&self) -> MutexGuard<'_, LogInner> {
-        // Plain data; a panic elsewhere leaves it consistent.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Numbers, encodes and appends `chunk`; wakes the attached client.
-    /// Returns the sequence number given.
-    pub fn push(&self, mut chunk: Chunk) -> u64 {
-        let mut inner = self.lock();
-        let seq = inner.next_seq;
-        chunk.sequence = seq;
-        let frame = sse::encode(&chunk);
-        inner.bytes += frame.len();
-        inner.frames.push_back(frame);
-        inner.next_seq += 1;
-        let mut overflowed = false;
-        while inner.frames.len() > self.limits.frames
-            || (inner.bytes > self.limits.bytes && inner.frames.len() > 1)
-        {
-            let evicted = inner.first_retained();
-            if let Some(frame) = inner.frames.pop_front() {
-                inner.bytes -= frame.len();
-            }
-            overflowed |= inner
-                .subscriber
-                .as_ref()
-                .is_some_and(|s| s.cursor <= evicted);
-        }
-        inner.finished |= chunk.finished;
-        let waker = inner.subscriber.as_mut().and_then(|s| s.waker.take());
-        drop(inner);
-        if overflowed {
-            // The attached client could not keep up: stop rather than buffer more.
-            self.stop.stop(CancelReason::SlowConsumer);
-        }
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-        seq
-    }
-
-    /// True when no client is attached and the run has not delivered its end.
-    pub fn is_detached(&self) -> bool {
-        let inner = self.lock();
-        inner.subscriber.is_none() && !inner.finished
-    }
-
-    /// Attaches a new subscriber that starts after `last_seen` (0: from the
-    /// start). A previous subscriber is detached and its stream ends. A
-    /// `last_seen` beyond the last chunk sent is refused and takes nothing over.
-    fn attach(&self, last_seen: u64) -> Result<u64, BeyondEnd> {
-        let inner = self.lock();
-        let last_sent = inner.next_seq - 1;
-        if last_seen > last_sent {
-            return Err(BeyondEnd { last_sent });
-        }
-        Ok(self.attach_locked(inner, last_seen))
-    }
-
-    fn attach_locked(&self, mut inner: MutexGuard<'_, LogInner>, last_seen: u64) -> u64 {
-        let id = inner.next_subscriber_id;
-        inner.next_subscriber_id += 1;
-        let previous = inner.subscriber.replace(Subscriber {
-            id,
-            cursor: last_seen + 1,
-            waker: None,
-        });
-        drop(inner);
-        if let Some(waker) = previous.and_then(|s| s.waker) {
-            waker.wake();
-        }
-        id
-    }
-}
-
-/// Sessions' latest logs, for re-attach. Cheap-clone handle.
-#[derive(Clone, Default)]
-pub struct LogRegistry {
-    logs: Arc<Mutex<HashMap<SessionKey, Arc<RunLog>>>>,
-}
-
-impl LogRegistry {
-    fn lock(&self) -> MutexGuard<'_, HashMap<SessionKey, Arc<RunLog>>> {
-        self.logs.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Makes `log` the one a re-attach to `key` finds.
-    pub fn publish(&self, key: SessionKey, log: Arc<RunLog>) {
-        self.lock().insert(key, log);
-    }
-
-    pub fn find(&self, key: &SessionKey) -> Option<Arc<RunLog>> {
-        self.lock().get(key).cloned()
-    }
-
-    /// Forgets `log` if it is still the one registered for `key`.
-    fn forget(&self, key: &SessionKey, log: &Arc<RunLog>) {
-        let mut logs = self.lock();
-        if logs
-            .get(key)
-            .is_some_and(|current| Arc::ptr_eq(current, log))
-        {
-            logs.remove(key);
-        }
-    }
-
-    /// Logs held (live runs plus finished ones within their grace).
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Runs whose client went away and that may still be re-attached.
-    pub fn detached(&self) -> usize {
-        let logs: Vec<Arc<RunLog>> = self.lock().values().cloned().collect();
-        logs.iter().filter(|log| log.is_detached()).count()
-    }
-}
 
 /// Settings of a subscription.
 #[derive(Clone)]
@@ -475,7 +229,10 @@ impl Drop for Subscription {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Chunk;
     use crate::protocol::ChunkType;
+    use crate::run::log::LogLimits;
+    use crate::run::stop::RunStop;
     use futures_util::StreamExt;
 
     fn chunk(text: &str) -> Chunk {
@@ -507,27 +264,6 @@ mod tests {
         let text = std::str::from_utf8(&frame).unwrap();
         let json = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
         serde_json::from_str(json).unwrap()
-    }
-
-    #[tokio::test]
-    async fn shutdown_stops_every_run_and_its_reason_is_not_renamed_later() {
-        let shutdown = CancellationToken::new();
-        let stop = RunStop::under(&shutdown);
-        assert_eq!(stop.reason(), None);
-
-        shutdown.cancel();
-        stop.stop(CancelReason::ClientGone);
-
-        assert_eq!(stop.stopped().await, CancelReason::Shutdown);
-        assert_eq!(stop.reason(), Some(CancelReason::Shutdown));
-    }
-
-    #[tokio::test]
-    async fn the_first_reason_given_wins() {
-        let stop = RunStop::under(&CancellationToken::new());
-        stop.stop(CancelReason::SlowConsumer);
-        stop.stop(CancelReason::ClientGone);
-        assert_eq!(stop.reason(), Some(CancelReason::SlowConsumer));
     }
 
     #[tokio::test]
@@ -571,32 +307,6 @@ mod tests {
             in_buffer.next().await.is_none(),
             "taken over by the re-attach"
         );
-    }
-
-    #[tokio::test]
-    async fn an_attached_reader_that_falls_a_whole_buffer_behind_stops_the_run() {
-        let stop = RunStop::default();
-        let log = RunLog::new(frames(4), stop.clone());
-        let _reader =
-            Subscription::attach(log.clone(), key(), 0, settings(Duration::ZERO)).unwrap();
-
-        for i in 0..4 {
-            log.push(chunk(&i.to_string()));
-        }
-        assert_eq!(stop.reason(), None, "a full buffer is still fine");
-        log.push(chunk("one too many"));
-
-        assert_eq!(stop.reason(), Some(CancelReason::SlowConsumer));
-    }
-
-    #[tokio::test]
-    async fn without_a_reader_old_chunks_are_evicted_and_nothing_stops() {
-        let stop = RunStop::default();
-        let log = RunLog::new(frames(2), stop.clone());
-        for i in 0..10 {
-            log.push(chunk(&i.to_string()));
-        }
-        assert_eq!(stop.reason(), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -732,27 +442,5 @@ mod tests {
         let back: Chunk = serde_json::from_str(json.strip_prefix("data: ").unwrap()).unwrap();
         assert_eq!(back.chunk, "\"metadata\":{");
         assert_eq!(back.metadata["gap"], true);
-    }
-
-    #[tokio::test]
-    async fn the_log_keeps_at_most_its_bytes_and_a_reader_behind_them_stops_the_run() {
-        let stop = RunStop::default();
-        let limits = LogLimits {
-            frames: 1000,
-            bytes: 2000,
-        };
-        let log = RunLog::new(limits, stop.clone());
-        for _ in 0..10 {
-            log.push(chunk(&"x".repeat(500)));
-        }
-        assert!(log.lock().bytes <= 2000 && log.lock().frames.len() < 10);
-        assert_eq!(stop.reason(), None, "nobody attached: old frames just go");
-
-        let _reader =
-            Subscription::attach(log.clone(), key(), 10, settings(Duration::ZERO)).unwrap();
-        for _ in 0..4 {
-            log.push(chunk(&"x".repeat(500)));
-        }
-        assert_eq!(stop.reason(), Some(CancelReason::SlowConsumer));
     }
 }

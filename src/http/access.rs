@@ -21,8 +21,8 @@ use actix_web::http::header::{self, HeaderMap};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use super::error::ChatError;
 use crate::config::Secret;
-use crate::error::ChatError;
 
 /// SHA-256 of a key: what the policy keeps and compares, so comparisons
 /// take the same time whatever the lengths, and no key sits in memory as text.

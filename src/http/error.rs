@@ -1,6 +1,8 @@
 //! Every way a request can be refused, and its status and `error_type`.
 //! This is the one place that maps errors to the wire: [`ChatError::wire`]
-//! is the table, [`ChatError::to_response`] the answer.
+//! is the table, [`ChatError::to_response`] the answer. Handlers return a
+//! [`Refusal`] (the error and the session it concerns) with `?`, and
+//! [`super::AppState::refuse`] counts and answers it.
 
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
@@ -8,19 +10,24 @@ use actix_web::HttpResponse;
 use serde_json::Value;
 
 use crate::confirmation::{BeginError, DecideError};
-use crate::protocol::{Action, Chunk, ChunkType, ErrorType, ReplySyntaxError, MAX_BODY_BYTES};
+use crate::protocol::{meta, Action, Chunk, ErrorType, RequestError, MAX_BODY_BYTES};
 use crate::sse;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
     #[error("{0}")]
     InvalidRequest(String),
+    #[error("{0}")]
+    Request(#[from] RequestError),
     #[error("request body is larger than {MAX_BODY_BYTES} bytes")]
     PayloadTooLarge,
-    #[error("Content-Type must be application/json")]
-    UnsupportedMediaType,
-    #[error("{0}")]
-    MalformedReply(#[from] ReplySyntaxError),
+    #[error(
+        "Content-Type must be application/json; the request sent {}",
+        .0.as_deref().map_or_else(|| "none".to_owned(), |sent| format!("`{sent}`"))
+    )]
+    UnsupportedMediaType(Option<String>),
+    #[error("{0} is not allowed here: send POST with a JSON body")]
+    MethodNotAllowed(String),
     #[error("{0}")]
     Decide(#[from] DecideError),
     #[error("{0}")]
@@ -38,7 +45,10 @@ pub enum ChatError {
     ForbiddenHost,
     #[error("the request body did not arrive in time")]
     RequestTimeout,
-    #[error("no run to re-attach to on this session")]
+    #[error(
+        "no run to re-attach to on this session: none was started, it belongs to another \
+         API key, its end was already delivered, or its grace after the client left is over"
+    )]
     NoSuchRun,
 }
 
@@ -49,14 +59,18 @@ impl ChatError {
         use StatusCode as S;
         match self {
             ChatError::InvalidRequest(_) => (S::BAD_REQUEST, T::InvalidRequest),
+            ChatError::Request(RequestError::MalformedReply(_)) => {
+                (S::UNPROCESSABLE_ENTITY, T::InvalidConfirmAction)
+            }
+            ChatError::Request(_) => (S::BAD_REQUEST, T::InvalidRequest),
             ChatError::PayloadTooLarge => (S::PAYLOAD_TOO_LARGE, T::PayloadTooLarge),
-            ChatError::UnsupportedMediaType => (S::UNSUPPORTED_MEDIA_TYPE, T::UnsupportedMediaType),
-            ChatError::MalformedReply(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidConfirmAction),
+            ChatError::UnsupportedMediaType(_) => {
+                (S::UNSUPPORTED_MEDIA_TYPE, T::UnsupportedMediaType)
+            }
+            ChatError::MethodNotAllowed(_) => (S::METHOD_NOT_ALLOWED, T::MethodNotAllowed),
             ChatError::Decide(DecideError::NoPending) => (S::NOT_FOUND, T::NoPendingConfirmation),
             ChatError::Decide(
-                DecideError::NotOffered { .. }
-                | DecideError::ModifyWithoutText { .. }
-                | DecideError::ModifyTooLong { .. },
+                DecideError::NotOffered { .. } | DecideError::ModifyTooLong { .. },
             ) => (S::UNPROCESSABLE_ENTITY, T::InvalidConfirmAction),
             ChatError::Decide(DecideError::Stale) => (S::CONFLICT, T::StaleConfirmation),
             ChatError::Decide(DecideError::AlreadyDecided) => (S::CONFLICT, T::AlreadyDecided),
@@ -84,28 +98,33 @@ impl ChatError {
     /// The actions a reply could have used, for `invalid_confirm_action`.
     fn options(&self) -> Option<Vec<Action>> {
         match self {
-            ChatError::MalformedReply(_) => Some(Action::ALL.to_vec()),
+            ChatError::Request(RequestError::MalformedReply(_)) => Some(Action::ALL.to_vec()),
             ChatError::Decide(
-                DecideError::NotOffered { options, .. }
-                | DecideError::ModifyWithoutText { options }
-                | DecideError::ModifyTooLong { options },
+                DecideError::NotOffered { options, .. } | DecideError::ModifyTooLong { options },
             ) => Some(options.clone()),
             _ => None,
         }
+    }
+
+    /// A reply that was refused (for the decisions metric).
+    pub fn is_refused_reply(&self) -> bool {
+        matches!(
+            self,
+            ChatError::Request(RequestError::MalformedReply(_) | RequestError::ReplyWithoutSession)
+                | ChatError::Decide(_)
+        )
     }
 
     /// The error as a one-chunk stream. `session_id` is echoed when the
     /// request carried a valid one (or the server made one), else empty.
     pub fn to_response(&self, session_id: &str) -> HttpResponse {
         let (status, error_type) = self.wire();
-        let mut chunk = Chunk::new(ChunkType::Error, self.to_string(), session_id, 1)
-            .with_meta("error_type", error_type.as_str())
-            .finished();
+        let mut chunk = Chunk::failed(session_id, error_type, self.to_string());
         if let Some(options) = self.options() {
             let names: Vec<Value> = options.iter().map(|a| Value::from(a.as_str())).collect();
-            chunk = chunk.with_meta("options", names);
+            chunk = chunk.with_meta(meta::OPTIONS, names);
         }
-        let mut response = sse::single_chunk(status, &chunk);
+        let mut response = sse::single_chunk(status, chunk);
         if matches!(self, ChatError::RequestTimeout) {
             // The rest of a body that came too slowly is not worth reading:
             // close the connection rather than drain it.
@@ -121,5 +140,28 @@ impl ChatError {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
+    }
+}
+
+/// A refused request: the error, and the session it concerns (echoed in the
+/// error chunk when the request named a valid one; empty otherwise).
+#[derive(Debug)]
+pub struct Refusal {
+    pub error: ChatError,
+    pub session_id: String,
+}
+
+impl Refusal {
+    pub fn new(error: impl Into<ChatError>, session_id: &str) -> Refusal {
+        Refusal {
+            error: error.into(),
+            session_id: session_id.to_owned(),
+        }
+    }
+}
+
+impl<E: Into<ChatError>> From<E> for Refusal {
+    fn from(error: E) -> Refusal {
+        Refusal::new(error, "")
     }
 }

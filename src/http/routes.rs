@@ -1,0 +1,280 @@
+//! HTTP handlers: extract, validate, call the manager or the runs, respond.
+
+use actix_web::http::{header, Method, StatusCode};
+use actix_web::{web, HttpRequest, HttpResponse};
+use futures_util::StreamExt;
+
+use super::error::{ChatError, Refusal};
+use super::AppState;
+use crate::confirmation::SessionKey;
+use crate::protocol::{ChatRequest, Chunk, ValidRequest, MAX_BODY_BYTES};
+use crate::run::ReattachError;
+use crate::sse;
+
+/// The browser chat page, embedded at build time.
+const INDEX_HTML: &str = include_str!("../../clients/web/index.html");
+/// The JS client module the page imports, served at a stable path.
+const CLIENT_MJS: &str = include_str!("../../clients/js/chatgate-client.mjs");
+/// The page runs its own inline module and talks to its own origin only.
+const PAGE_CSP: &str = "default-src 'none'; script-src 'self' 'unsafe-inline'; \
+                        style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; \
+                        form-action 'none'; frame-ancestors 'none'";
+
+/// The chat endpoint's path.
+pub const CHAT_PATH: &str = "/api/v1/chat/stream";
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource(CHAT_PATH)
+            .route(web::post().to(chat_stream))
+            .route(web::method(Method::OPTIONS).to(preflight))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .route("/healthz", web::get().to(health))
+    .route("/health", web::get().to(health))
+    // simacode's paths, for its clients and probes.
+    .route("/health/", web::get().to(health))
+    .route("/health/live", web::get().to(health))
+    .route("/health/ready", web::get().to(ready))
+    .route("/readyz", web::get().to(ready))
+    .route("/metrics", web::get().to(metrics))
+    .route("/", web::get().to(index))
+    .route("/chatgate-client.mjs", web::get().to(client_module))
+    .default_service(web::to(not_found));
+}
+
+/// Any other method on the chat endpoint: 405, `Allow: POST`, and the error
+/// as the endpoint's one-chunk stream.
+async fn method_not_allowed(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    let err = ChatError::MethodNotAllowed(req.method().to_string());
+    let mut response = state.refuse(Refusal::from(err));
+    response
+        .headers_mut()
+        .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+    response
+}
+
+/// Any other path: 404 with a JSON body that says where the API is.
+async fn not_found(req: HttpRequest) -> HttpResponse {
+    HttpResponse::NotFound().json(serde_json::json!({
+        "error_type": "not_found",
+        "error": format!(
+            "no such path: {}; the chat endpoint is POST {CHAT_PATH}, health GET /healthz",
+            req.path()
+        ),
+    }))
+}
+
+async fn index() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header((header::CONTENT_SECURITY_POLICY, PAGE_CSP))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .body(INDEX_HTML)
+}
+
+async fn client_module() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .body(CLIENT_MJS)
+}
+
+/// Alive: answers as long as the process serves HTTP.
+async fn health() -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+}
+
+/// Ready for new runs: 503 from the moment shutdown starts.
+async fn ready(state: web::Data<AppState>) -> HttpResponse {
+    if state.runs.shutdown.is_cancelled() {
+        HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "shutting_down" }))
+    } else {
+        HttpResponse::Ok().json(serde_json::json!({ "status": "ready" }))
+    }
+}
+
+/// Prometheus text (0.0.4) by default, OpenMetrics when the scraper asks
+/// for it in `Accept`.
+async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    let openmetrics = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("application/openmetrics-text"));
+    let runs = &state.runs;
+    let counts = runs.manager.counts();
+    let gauges = crate::metrics::RunGauges {
+        active: counts.active,
+        paused: counts.paused,
+        detached: runs.logs.detached(),
+    };
+    let (content_type, body) = if openmetrics {
+        (
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            runs.metrics.render_openmetrics(gauges),
+        )
+    } else {
+        (
+            "text/plain; version=0.0.4; charset=utf-8",
+            runs.metrics.render_text(gauges),
+        )
+    };
+    HttpResponse::Ok().content_type(content_type).body(body)
+}
+
+/// `POST /api/v1/chat/stream`: a chat message starts a run; a
+/// `CONFIRM_ACTION` message decides the pause of the session's run.
+async fn chat_stream(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let mut response = match chat(&req, payload, &state).await {
+        Ok(response) => response,
+        Err(refusal) => state.refuse(refusal),
+    };
+    allow_origin(&req, &state, &mut response);
+    response
+}
+
+/// CORS preflight: allowed origins may POST JSON with a bearer key.
+async fn preflight(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    if let Err(err) = state.access.check_host(req.headers()) {
+        return state.refuse(Refusal::from(err));
+    }
+    let mut response = match state.access.allowed_origin(req.headers()) {
+        Some(_) => HttpResponse::NoContent()
+            .insert_header((header::ACCESS_CONTROL_ALLOW_METHODS, "POST"))
+            .insert_header((
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                "Content-Type, Authorization, Last-Event-ID",
+            ))
+            .insert_header((header::ACCESS_CONTROL_MAX_AGE, "600"))
+            .finish(),
+        None => HttpResponse::Forbidden().finish(),
+    };
+    allow_origin(&req, &state, &mut response);
+    response
+}
+
+/// Names an allowed origin in the response (never `*`).
+fn allow_origin(req: &HttpRequest, state: &AppState, response: &mut HttpResponse) {
+    if let Some(origin) = state.access.allowed_origin(req.headers()) {
+        if let Ok(value) = header::HeaderValue::from_str(origin) {
+            let headers = response.headers_mut();
+            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, value);
+            headers.insert(header::VARY, header::HeaderValue::from_static("Origin"));
+        }
+    }
+}
+
+async fn chat(
+    req: &HttpRequest,
+    payload: web::Payload,
+    state: &AppState,
+) -> Result<HttpResponse, Refusal> {
+    let headers = req.headers();
+    state.access.check_host(headers)?;
+    state.access.check_origin(headers)?;
+    let owner = state.access.owner(headers)?;
+    let request = tokio::time::timeout(state.request_timeout, read_request(req, payload))
+        .await
+        .map_err(|_| ChatError::RequestTimeout)??;
+    let last_event_id = headers.get("last-event-id").map(|v| v.as_bytes());
+    match request.validate(last_event_id)? {
+        ValidRequest::Reattach {
+            session_id,
+            last_seen,
+        } => {
+            let key = SessionKey::new(owner, &session_id);
+            let subscription = state.runs.reattach(key, last_seen).map_err(|err| {
+                let err = match err {
+                    ReattachError::NoSuchRun => ChatError::NoSuchRun,
+                    ReattachError::Beyond(beyond) => ChatError::InvalidRequest(format!(
+                        "Last-Event-ID {last_seen} is beyond the last chunk sent ({})",
+                        beyond.last_sent
+                    )),
+                };
+                Refusal::new(err, &session_id)
+            })?;
+            Ok(sse::stream_response(subscription))
+        }
+        ValidRequest::Reply {
+            session_id,
+            reply,
+            confirmation_id,
+        } => {
+            let key = SessionKey::new(owner, &session_id);
+            let accepted = state
+                .runs
+                .manager
+                .decide(&key, &reply, confirmation_id.as_deref())
+                .map_err(|err| Refusal::new(err, &session_id))?;
+            let chunk = Chunk::confirmation_received(
+                &session_id,
+                format!("Received {}", accepted.action.as_str()),
+                accepted.action,
+                &accepted.confirmation_id,
+                accepted.confirmation_round,
+            )
+            .finished();
+            Ok(sse::single_chunk(StatusCode::OK, chunk))
+        }
+        ValidRequest::Chat {
+            session_id,
+            message,
+        } => {
+            let session_id = session_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            if state.runs.shutdown.is_cancelled() {
+                return Err(Refusal::new(ChatError::ShuttingDown, &session_id));
+            }
+            let key = SessionKey::new(owner, &session_id);
+            let subscription = state
+                .runs
+                .start(key, message)
+                .map_err(|err| Refusal::new(err, &session_id))?;
+            Ok(sse::stream_response(subscription))
+        }
+    }
+}
+
+/// Reads and decodes the body: JSON only, at most [`MAX_BODY_BYTES`].
+async fn read_request(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+) -> Result<ChatRequest, ChatError> {
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+    let is_json = content_type
+        .as_deref()
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return Err(ChatError::UnsupportedMediaType(content_type));
+    }
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > MAX_BODY_BYTES) {
+        return Err(ChatError::PayloadTooLarge);
+    }
+    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(1024).min(MAX_BODY_BYTES));
+    while let Some(piece) = payload.next().await {
+        let piece =
+            piece.map_err(|err| ChatError::InvalidRequest(format!("unreadable body: {err}")))?;
+        if body.len() + piece.len() > MAX_BODY_BYTES {
+            return Err(ChatError::PayloadTooLarge);
+        }
+        body.extend_from_slice(&piece);
+    }
+    serde_json::from_slice(&body).map_err(|err| {
+        ChatError::InvalidRequest(format!("body is not a valid chat request: {err}"))
+    })
+}
