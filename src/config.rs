@@ -12,6 +12,7 @@ use std::time::Duration;
 use clap::builder::TypedValueParser;
 use clap::{Parser, ValueEnum};
 
+#[cfg(feature = "openai")]
 use crate::engine::openai::{OpenAiConfig, OpenAiEngine};
 use crate::engine::planner::PlannerEngine;
 use crate::engine::{Engine, RunSettings};
@@ -270,6 +271,13 @@ impl Settings {
     pub fn build_engine(&self) -> Result<Arc<dyn Engine>, String> {
         match self.engine {
             EngineKind::Planner => Ok(Arc::new(PlannerEngine)),
+            #[cfg(not(feature = "openai"))]
+            EngineKind::Openai => Err(
+                "this chatgate was built without the `openai` feature; rebuild with \
+                 `cargo build --features openai`"
+                    .to_owned(),
+            ),
+            #[cfg(feature = "openai")]
             EngineKind::Openai => {
                 let model = self
                     .llm_model
@@ -405,6 +413,7 @@ mod tests {
         Settings::try_parse_from(std::iter::once("chatgate").chain(args.iter().copied()))
     }
 
+    #[cfg(feature = "openai")]
     #[tokio::test]
     async fn engines_are_built_by_name_and_openai_needs_a_model() {
         assert!(settings(&[]).unwrap().build_engine().is_ok(), "planner");

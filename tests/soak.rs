@@ -2,9 +2,11 @@
 //! sequential and half from 16 concurrent clients. Afterwards nothing is
 //! left in the registry, and the server's RSS is back within 10% of its
 //! warm baseline. Bounded in count; loopback only.
+//!
+//! Not part of `cargo test` (its memory check depends on the machine): run
+//! it with `cargo test --release --test soak -- --ignored`, as `.ci/run`
+//! does with its own time budget.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -14,52 +16,9 @@ use serde_json::{json, Value};
 const CYCLES: usize = 10_000;
 const CLIENTS: usize = 16;
 
-struct Server {
-    child: Child,
-    url: String,
-}
+mod common;
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start() -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_chatgate"))
-        .args([
-            "--bind",
-            "127.0.0.1:0",
-            "--step-delay-ms",
-            "0",
-            "--workers",
-            "2",
-        ])
-        .env("RUST_LOG", "warn,chatgate=info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("binary starts");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let url = loop {
-        let line = lines.next().expect("the binary logs its address").unwrap();
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
-    std::thread::spawn(move || lines.for_each(drop));
-    Server { child, url }
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap()
-}
+use common::{rss_kib, start_binary};
 
 /// Reads SSE chunks until one satisfies `stop`; returns it.
 async fn read_until(
@@ -146,19 +105,20 @@ async fn gauge(client: &reqwest::Client, url: &str, name: &str) -> i64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a soak, not a unit test: cargo test --release --test soak -- --ignored"]
 async fn ten_thousand_cycles_leave_nothing_behind_and_memory_flat() {
-    let server = start();
-    let pid = server.child.id();
+    let server = start_binary(&["--step-delay", "0", "--workers", "2"]);
+    let pid = server.child.id().to_string();
     let client = reqwest::Client::new();
     // Warm up the way the soak runs: sequential, then concurrent.
     sequential(&client, &server.url, "warm-seq", 500).await;
     concurrent(&client, &server.url, "warm-par", 1000).await;
-    let warm = rss_kib(pid);
+    let warm = rss_kib(&pid);
 
     sequential(&client, &server.url, "seq", CYCLES / 2).await;
     concurrent(&client, &server.url, "par", CYCLES / 2).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let after = rss_kib(pid);
+    let after = rss_kib(&pid);
 
     for name in [
         "chatgate_active_runs",

@@ -11,6 +11,7 @@
 //! Engines: [`planner`] (deterministic, built in, the default) and
 //! [`openai`] (a real model behind any OpenAI-compatible server).
 
+#[cfg(feature = "openai")]
 pub mod openai;
 pub mod planner;
 

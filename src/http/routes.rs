@@ -265,7 +265,7 @@ async fn read_request(
     if declared.is_some_and(|len| len > MAX_BODY_BYTES) {
         return Err(ChatError::PayloadTooLarge);
     }
-    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(1024).min(MAX_BODY_BYTES));
+    let mut body = bytes::BytesMut::with_capacity(declared.unwrap_or(1024).min(MAX_BODY_BYTES));
     while let Some(piece) = payload.next().await {
         let piece =
             piece.map_err(|err| ChatError::InvalidRequest(format!("unreadable body: {err}")))?;

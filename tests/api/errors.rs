@@ -40,14 +40,7 @@ async fn invalid_requests_get_400_invalid_request() {
     ];
 
     for (case, body) in cases {
-        let response = app
-            .client
-            .post(app.url())
-            .header("Content-Type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
+        let response = app.post_raw(Some("application/json"), body).await;
         let (status, chunk) = one_chunk(response).await;
         assert_eq!(status, 400, "{case}");
         assert_eq!(error_type(&chunk), "invalid_request", "{case}");
@@ -83,14 +76,7 @@ async fn invalid_utf8_is_400() {
     body.extend_from_slice(&[0xff, 0xfe]);
     body.extend_from_slice(b"\"}");
 
-    let response = app
-        .client
-        .post(app.url())
-        .header("Content-Type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let response = app.post_raw(Some("application/json"), body).await;
     let (status, chunk) = one_chunk(response).await;
 
     assert_eq!(status, 400);
@@ -111,14 +97,7 @@ async fn a_body_over_64_kib_gets_413() {
     let app = spawn_app().await;
     let body = json!({ "message": "x".repeat(70 * 1024) }).to_string();
 
-    let response = app
-        .client
-        .post(app.url())
-        .header("Content-Type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let response = app.post_raw(Some("application/json"), body).await;
     let (status, chunk) = one_chunk(response).await;
 
     assert_eq!(status, 413);
@@ -132,15 +111,11 @@ async fn a_chunked_body_over_64_kib_gets_413() {
         (0..20).map(|_| Ok(vec![b' '; 4096])).collect();
 
     let response = app
-        .client
-        .post(app.url())
-        .header("Content-Type", "application/json")
-        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
-            pieces,
-        )))
-        .send()
-        .await
-        .unwrap();
+        .post_raw(
+            Some("application/json"),
+            reqwest::Body::wrap_stream(futures_util::stream::iter(pieces)),
+        )
+        .await;
     let (status, chunk) = one_chunk(response).await;
 
     assert_eq!(status, 413);
@@ -158,13 +133,12 @@ async fn a_body_that_is_not_json_gets_415() {
     ];
 
     for content_type in cases {
-        let mut request = app.client.post(app.url()).body(r#"{"message":"hi"}"#);
-        if let Some(content_type) = content_type {
-            request = request.header("Content-Type", content_type);
-        }
-        let (status, chunk) = one_chunk(request.send().await.unwrap()).await;
+        let response = app.post_raw(content_type, r#"{"message":"hi"}"#).await;
+        let (status, chunk) = one_chunk(response).await;
         assert_eq!(status, 415, "{content_type:?}");
         assert_eq!(error_type(&chunk), "unsupported_media_type");
+        let sent = content_type.map_or("none".to_owned(), |t| format!("`{t}`"));
+        assert!(chunk.chunk.ends_with(&sent), "{}", chunk.chunk);
     }
 }
 
@@ -173,13 +147,11 @@ async fn json_with_a_charset_parameter_is_accepted() {
     let app = spawn_app().await;
 
     let response = app
-        .client
-        .post(app.url())
-        .header("Content-Type", "Application/JSON; charset=utf-8")
-        .body(r#"{"message":"hi?"}"#)
-        .send()
-        .await
-        .unwrap();
+        .post_raw(
+            Some("Application/JSON; charset=utf-8"),
+            r#"{"message":"hi?"}"#,
+        )
+        .await;
 
     assert_eq!(response.status(), 200);
     let mut stream = crate::helpers::EventStream::new(response);

@@ -113,6 +113,44 @@ impl TestApp {
             .expect("request sent")
     }
 
+    /// GETs `path`; returns the status and the body.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let response = self.get_with(path, &[]).await;
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    /// GETs `path` with extra headers.
+    pub async fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        let mut request = self.client.get(format!("{}{path}", self.address));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send().await.expect("request sent")
+    }
+
+    /// POSTs `body` as is to the chat endpoint, with `content_type` if any.
+    pub async fn post_raw(
+        &self,
+        content_type: Option<&str>,
+        body: impl Into<reqwest::Body>,
+    ) -> Response {
+        let mut request = self.client.post(self.url()).body(body);
+        if let Some(content_type) = content_type {
+            request = request.header("Content-Type", content_type);
+        }
+        request.send().await.expect("request sent")
+    }
+
+    /// The value of the metric line `name` (no labels) in `/metrics`.
+    pub async fn metric(&self, name: &str) -> i64 {
+        let (_, text) = self.get("/metrics").await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .unwrap_or_else(|| panic!("{name} in\n{text}"))
+            .parse()
+            .expect("an integer")
+    }
+
     /// Waits until `check` holds, polling (for state with no event to await).
     pub async fn eventually(&self, what: &str, check: impl Fn(&TestApp) -> bool) {
         let deadline = tokio::time::Instant::now() + WAIT;

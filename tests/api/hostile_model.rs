@@ -17,15 +17,8 @@ use crate::helpers::{error_type, reason, TestApp, WAIT};
 use crate::model_server::{content, endless, event, fake_model, plan_call, tokens, Answer};
 use crate::openai::{app_with_engine_config, app_with_model};
 
-/// Resident memory of this test process (server and model server both), KiB.
 fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap()
+    crate::common::rss_kib("self")
 }
 
 /// The 99th percentile of `/healthz` latencies sampled until `done` ends.

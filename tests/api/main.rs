@@ -1,14 +1,20 @@
 //! HTTP integration tests: each starts a real server on a free port.
 
+#[path = "../common/mod.rs"]
+mod common;
+
 mod access;
 mod barrage;
 mod confirm;
 mod errors;
 mod hardening;
 mod helpers;
+#[cfg(feature = "openai")]
 mod hostile_model;
 mod lifecycle;
+#[cfg(feature = "openai")]
 mod model_server;
+#[cfg(feature = "openai")]
 mod openai;
 mod operations;
 mod races;

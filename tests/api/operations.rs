@@ -8,17 +8,7 @@ use chatgate::protocol::ChunkType;
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 
-use crate::helpers::{error_type, one_chunk, spawn_app_with, spawn_app_with_engine};
-
-async fn get(app: &crate::helpers::TestApp, path: &str) -> (u16, String) {
-    let response = app
-        .client
-        .get(format!("{}{path}", app.address))
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.text().await.unwrap())
-}
+use crate::helpers::{error_type, one_chunk, spawn_app, spawn_app_with, spawn_app_with_engine};
 
 /// Streams one chunk, then works for two seconds without watching for
 /// shutdown: it keeps the server draining long enough to be observed.
@@ -40,11 +30,11 @@ async fn readyz_turns_503_at_once_on_shutdown_and_new_runs_are_refused() {
     let app = spawn_app_with_engine(|_| {}, Arc::new(SlowToStopEngine)).await;
     let mut draining = app.open("held", "keep me busy").await;
     draining.next_chunk().await.unwrap();
-    assert_eq!(get(&app, "/readyz").await.0, 200);
+    assert_eq!(app.get("/readyz").await.0, 200);
 
     app.shutdown.cancel();
-    let (ready, _) = get(&app, "/readyz").await;
-    let (alive, _) = get(&app, "/healthz").await;
+    let (ready, _) = app.get("/readyz").await;
+    let (alive, _) = app.get("/healthz").await;
     let response = app.chat("late", "hello?").await;
     let retry_after = response.headers().get("retry-after").cloned();
     let (status, chunk) = one_chunk(response).await;
@@ -69,7 +59,7 @@ async fn metrics_count_decisions_errors_and_runs_without_session_ids() {
     timed_out.finish().await;
     let (_held, _) = app.open_paused("secret-session-3", "do c").await;
 
-    let (status, text) = get(&app, "/metrics").await;
+    let (status, text) = app.get("/metrics").await;
 
     assert_eq!(status, 200);
     for line in [
@@ -89,6 +79,38 @@ async fn metrics_count_decisions_errors_and_runs_without_session_ids() {
         );
     }
     assert!(!text.contains("secret-session"), "no session id in metrics");
+    assert_eq!(app.metric("chatgate_paused_runs").await, 1);
+}
+
+#[tokio::test]
+async fn metrics_are_prometheus_text_unless_openmetrics_is_asked_for() {
+    let app = spawn_app().await;
+    app.reply("nobody", "CONFIRM_ACTION:confirm").await;
+
+    let plain = app.get_with("/metrics", &[]).await;
+    let plain_type = plain.headers()["content-type"].to_str().unwrap().to_owned();
+    let text = plain.text().await.unwrap();
+    let open = app
+        .get_with(
+            "/metrics",
+            &[("accept", "application/openmetrics-text; version=1.0.0")],
+        )
+        .await;
+    let open_type = open.headers()["content-type"].to_str().unwrap().to_owned();
+    let openmetrics = open.text().await.unwrap();
+
+    assert!(
+        plain_type.starts_with("text/plain; version=0.0.4"),
+        "{plain_type}"
+    );
+    assert!(text.contains("# HELP chatgate_errors_total "), "{text}");
+    assert!(text.contains("# TYPE chatgate_confirmation_decisions_total counter"));
+    assert!(!text.contains("# EOF"));
+    assert!(
+        open_type.starts_with("application/openmetrics-text"),
+        "{open_type}"
+    );
+    assert!(openmetrics.ends_with("# EOF\n"));
 }
 
 #[tokio::test]

@@ -128,15 +128,38 @@ async fn a_step_with_the_word_fail_ends_the_run_with_task_failed() {
 #[tokio::test]
 async fn health_endpoints_answer_200() {
     let app = spawn_app().await;
-    for path in ["/healthz", "/health"] {
-        let response = app
-            .client
-            .get(format!("{}{path}", app.address))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200, "{path}");
+    for path in [
+        "/healthz",
+        "/health",
+        "/health/",
+        "/health/live",
+        "/health/ready",
+        "/readyz",
+    ] {
+        let (status, _) = app.get(path).await;
+        assert_eq!(status, 200, "{path}");
     }
+}
+
+#[tokio::test]
+async fn another_method_on_the_endpoint_is_405_and_another_path_a_json_404() {
+    let app = spawn_app().await;
+
+    let get = app.get_with("/api/v1/chat/stream", &[]).await;
+    let allow = get.headers().get("allow").cloned();
+    let (status, chunk) = crate::helpers::one_chunk(get).await;
+    let (missing, body) = app.get("/api/v1/chat").await;
+
+    assert_eq!(status, 405);
+    assert_eq!(allow.unwrap(), "POST");
+    assert_eq!(crate::helpers::error_type(&chunk), "method_not_allowed");
+    assert_eq!(missing, 404);
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["error_type"], "not_found");
+    assert!(json["error"]
+        .as_str()
+        .unwrap()
+        .contains("POST /api/v1/chat/stream"));
 }
 
 #[tokio::test]

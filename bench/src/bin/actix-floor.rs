@@ -11,7 +11,16 @@
 use std::convert::Infallible;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
+use clap::Parser;
 use futures_util::{stream, StreamExt};
+
+/// A bare actix-web server that holds every chat stream forever.
+#[derive(Parser)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:18195")]
+    bind: String,
+}
 
 const FRAME: &[u8] = b"id: 1\ndata: {\"chunk_type\":\"confirmation_request\",\
 \"confirmation_data\":{\"confirmation_id\":\"00000000-0000-4000-8000-000000000000\"}}\n\n";
@@ -25,10 +34,7 @@ async fn hold() -> HttpResponse {
 
 #[actix_web::main]
 async fn main() -> std::io::Result<()> {
-    let bind = std::env::args()
-        .skip_while(|arg| arg != "--bind")
-        .nth(1)
-        .unwrap_or_else(|| "127.0.0.1:18195".to_owned());
+    let Args { bind } = Args::parse();
     HttpServer::new(|| {
         App::new()
             .route("/api/v1/chat/stream", web::post().to(hold))

@@ -1,0 +1,59 @@
+//! Helpers shared by the test crates: the real binary on a free port, and
+//! a process's resident memory.
+#![allow(dead_code)] // Each test crate uses a part.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// The `chatgate` binary, running on a free loopback port; killed on drop.
+pub struct Binary {
+    pub child: Child,
+    /// `http://127.0.0.1:PORT`
+    pub url: String,
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the binary with `args` (after `--bind 127.0.0.1:0`) and waits for
+/// the address it logs.
+pub fn start_binary(args: &[&str]) -> Binary {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_chatgate"))
+        .args(["--bind", "127.0.0.1:0"])
+        .args(args)
+        .env("RUST_LOG", "warn,chatgate=info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("the binary logs its address")
+            .expect("UTF-8 log");
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest
+                .split_whitespace()
+                .next()
+                .expect("an address")
+                .to_owned();
+        }
+    };
+    std::thread::spawn(move || lines.for_each(drop));
+    Binary { child, url }
+}
+
+/// Resident memory of process `pid` (`"self"` for this one), in KiB.
+pub fn rss_kib(pid: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("procfs");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in /proc/<pid>/status")
+}
