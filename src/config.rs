@@ -144,7 +144,7 @@ impl From<String> for Secret {
 )]
 pub struct Settings {
     /// Address to listen on, HOST:PORT (port 0 picks a free port).
-    #[arg(long, env = "CHATGATE_BIND", default_value = "127.0.0.1:8080")]
+    #[arg(long, env = "CHATGATE_BIND", default_value = "127.0.0.1:8080", value_parser = parse_bind)]
     pub bind: String,
     /// Engine behind the stream.
     #[arg(long, env = "CHATGATE_ENGINE", value_enum, default_value_t = EngineKind::Planner)]
@@ -385,6 +385,19 @@ impl TypedValueParser for DurationArg {
     }
 }
 
+/// `HOST:PORT`, with a port from 0 to 65535 (`[::1]:8080` for IPv6).
+fn parse_bind(text: &str) -> Result<String, String> {
+    let port = text
+        .rsplit_once(':')
+        .map(|(host, port)| (host, port.parse::<u16>()));
+    match port {
+        Some((host, Ok(_))) if !host.is_empty() => Ok(text.to_owned()),
+        _ => Err(format!(
+            "`{text}` is not HOST:PORT; write e.g. 127.0.0.1:8080 (port 0 picks a free one)"
+        )),
+    }
+}
+
 /// A whole number in `min..=max`.
 fn parse_count(min: usize, max: usize) -> impl Fn(&str) -> Result<usize, String> + Clone {
     move |text: &str| match text.trim().parse::<usize>() {
@@ -461,6 +474,8 @@ mod tests {
             &["--replay-buffer", "0"][..],
             &["--max-rounds", "0"][..],
             &["--confirm-timeout", "soon"][..],
+            &["--bind", "127.0.0.1"][..],
+            &["--bind", "127.0.0.1:99999"][..],
         ] {
             let err = settings(args).expect_err("refused").to_string();
             let flag = args[0].trim_end_matches("-secs");

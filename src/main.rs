@@ -1,24 +1,120 @@
 //! The `chatgate` binary: parse settings, build, serve until a signal.
+//!
+//! Every start-up error is one line on stderr, `chatgate: ...`, naming the
+//! flag or environment variable, the value and what is expected; a bad flag
+//! exits 2, anything else that stops the start exits 1.
 
-use clap::Parser;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
 
 use chatgate::config::{apply_legacy_env, Settings};
 use chatgate::startup::Application;
 
-fn main() -> std::io::Result<()> {
+fn main() -> ExitCode {
     // Before any thread exists: it may set environment variables.
     apply_legacy_env();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let settings = Settings::parse();
-    tokio::runtime::Runtime::new()?.block_on(serve(settings))
+    let settings = match Settings::try_parse() {
+        Ok(settings) => settings,
+        Err(err) if !err.use_stderr() => {
+            // --help, --version
+            let _ = err.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => {
+            eprintln!("chatgate: {}", one_line(&err));
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("chatgate: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("chatgate: {message}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
-async fn serve(settings: Settings) -> std::io::Result<()> {
-    let app = Application::build(settings.clone())?;
+async fn serve(settings: Settings) -> Result<(), String> {
+    let bind = settings.bind.clone();
+    let engine = settings.engine;
+    let app = Application::build(settings).map_err(|err| match err.kind() {
+        std::io::ErrorKind::InvalidInput => err.to_string(),
+        _ => format!("cannot listen on {bind} (--bind): {err}"),
+    })?;
     log::info!(
-        "chatgate listening on http://{} (engine: {})",
-        app.address(),
-        settings.engine
+        "chatgate listening on http://{} (engine: {engine})",
+        app.address()
     );
-    app.run_until_stopped().await
+    app.run_until_stopped()
+        .await
+        .map_err(|err| format!("the server stopped with an error: {err}"))
+}
+
+/// clap's message as one line, and under the environment variable's name
+/// when the bad value came from one rather than from the command line.
+fn one_line(err: &clap::Error) -> String {
+    let rendered = err.render().to_string();
+    let message = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|line| !line.is_empty() && !line.starts_with("Usage:"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let message = message
+        .strip_prefix("error: ")
+        .unwrap_or(&message)
+        .to_owned();
+    let given: Vec<String> = std::env::args().skip(1).collect();
+    for arg in Settings::command().get_arguments() {
+        let (Some(long), Some(env)) = (arg.get_long(), arg.get_env()) else {
+            continue;
+        };
+        let flag = format!("--{long}");
+        let mention = message.match_indices(&flag).find(|(at, _)| {
+            let next = message[at + flag.len()..].chars().next();
+            !next.is_some_and(|c| c.is_alphanumeric() || c == '-')
+        });
+        let names: Vec<String> = std::iter::once(long.to_owned())
+            .chain(
+                arg.get_all_aliases()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(str::to_owned),
+            )
+            .map(|name| format!("--{name}"))
+            .collect();
+        let on_command_line = given.iter().any(|g| {
+            names
+                .iter()
+                .any(|n| g == n || g.starts_with(&format!("{n}=")))
+        });
+        let Some((at, _)) = mention else {
+            continue;
+        };
+        if !on_command_line {
+            if let Some(value) = std::env::var_os(env) {
+                let env = env.to_string_lossy();
+                // What follows the flag's name: clap's `<NAME>'` goes, the
+                // reason after a `:` (or a `[possible values ...]`) stays.
+                let reason = message[at + flag.len()..]
+                    .trim_start_matches(|c| c != ':' && c != '[')
+                    .trim_start_matches(':')
+                    .trim();
+                return format!(
+                    "invalid value in {env}=`{}` (the variable of --{long}): {reason}",
+                    value.to_string_lossy()
+                );
+            }
+        }
+    }
+    message
 }

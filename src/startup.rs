@@ -51,7 +51,10 @@ impl Application {
         let mut keys = settings.api_keys.clone();
         if let Some(path) = &settings.api_keys_file {
             let from_file = read_keys_file(path).map_err(|err| {
-                std::io::Error::new(err.kind(), format!("cannot read {}: {err}", path.display()))
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("cannot read --api-keys-file {}: {err}", path.display()),
+                )
             })?;
             keys.extend(from_file.into_iter().map(Secret::new));
         }

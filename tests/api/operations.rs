@@ -177,3 +177,67 @@ async fn shutdown_finishes_within_the_shutdown_timeout_even_if_a_run_does_not() 
         started.elapsed()
     );
 }
+
+/// Runs the binary with `args` and `env`, expecting it to refuse to start.
+fn refused_start(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_chatgate"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.code(), stderr)
+}
+
+#[test]
+fn start_up_errors_are_one_line_naming_the_flag_or_variable_and_the_value() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().unwrap().to_string();
+    let cases: [(&[&str], &[(&str, &str)], i32, &[&str]); 6] = [
+        (
+            &["--bind", "127.0.0.1"],
+            &[],
+            2,
+            &["--bind", "127.0.0.1", "HOST:PORT"],
+        ),
+        (
+            &["--engine", "gpt"],
+            &[],
+            2,
+            &["--engine", "gpt", "planner", "openai"],
+        ),
+        (
+            &[],
+            &[("CHATGATE_CONFIRM_TIMEOUT", "soon")],
+            2,
+            &["CHATGATE_CONFIRM_TIMEOUT", "soon", "300s"],
+        ),
+        (
+            &[],
+            &[("CHATGATE_KEEP_ALIVE_SECS", "0")],
+            2,
+            &["CHATGATE_KEEP_ALIVE", "out of range"],
+        ),
+        (
+            &["--bind", &taken],
+            &[],
+            1,
+            &["cannot listen on", &taken, "--bind"],
+        ),
+        (&["--engine", "openai"], &[], 1, &["--llm-model"]),
+    ];
+    for (args, env, code, words) in cases {
+        let (exit, stderr) = refused_start(args, env);
+        assert_eq!(exit, Some(code), "{args:?} {env:?}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "one line: {stderr}");
+        assert!(lines[0].starts_with("chatgate: "), "{stderr}");
+        for word in words {
+            assert!(lines[0].contains(word), "{word:?} in {stderr}");
+        }
+        assert!(
+            !stderr.contains("Custom {") && !stderr.contains("Os {"),
+            "{stderr}"
+        );
+    }
+}
