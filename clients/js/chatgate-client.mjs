@@ -168,7 +168,9 @@ export class ChatGateClient {
     if (sessionId !== undefined && sessionId !== null) body.session_id = sessionId;
     if (confirmationId !== undefined && confirmationId !== null) body.confirmation_id = confirmationId;
     const headers = { 'Content-Type': 'application/json', Accept: 'text/event-stream' };
-    if (body.session_id) headers['X-Chatgate-Session'] = body.session_id;
+    // For load-balancer affinity only; percent-encoded, since a session id
+    // may be any text and a header value must be ASCII.
+    if (body.session_id) headers['X-Chatgate-Session'] = encodeURIComponent(body.session_id);
     if (this.apiKey) headers.Authorization = `Bearer ${this.apiKey}`;
     if (lastEventId !== undefined && lastEventId !== null) headers['Last-Event-ID'] = String(lastEventId);
     let response;
@@ -226,7 +228,22 @@ export class ChatGateClient {
   async run(message, { sessionId, onChunk, onConfirmation, signal } = {}) {
     // Named here, not by the server, so a broken stream can be re-attached.
     sessionId ??= globalThis.crypto?.randomUUID?.();
-    let { status, chunks } = await this.stream(message, { sessionId, signal });
+    const opened = await this.stream(message, { sessionId, signal });
+    return this.#follow(opened, sessionId, { onChunk, onConfirmation, signal });
+  }
+
+  /**
+   * Picks up the run of `sessionId` from its start (a page that was
+   * reloaded, a CLI that restarted): replays what the server still holds,
+   * a pending confirmation included, then follows it like `run()`. With no
+   * run to pick up, the result's final chunk is the `no_such_run` error.
+   */
+  async resume(sessionId, { onChunk, onConfirmation, signal } = {}) {
+    const opened = await this.attach(sessionId, 0, { signal });
+    return this.#follow(opened, sessionId, { onChunk, onConfirmation, signal });
+  }
+
+  async #follow({ status, chunks }, sessionId, { onChunk, onConfirmation, signal }) {
     const seen = [];
     let final = null;
     let lastSeen = 0;

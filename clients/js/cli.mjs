@@ -1,20 +1,34 @@
 #!/usr/bin/env node
 // chatgate command line (Node 18+), the same flags and exit codes as the
 // Python client:
-//   node cli.mjs --url http://127.0.0.1:8080 [--session ID] [--reply R ...]
-//                [--auto-confirm] [--json] [--api-key KEY] "message"
+//   node cli.mjs [--url URL] [--session ID] [--reply R ...] [--auto-confirm]
+//                [--json] [--api-key KEY] "message"
 // Exit codes: 0 completed, 2 cancelled, 1 error; a one-line reason on stderr.
 
 import { parseArgs } from 'node:util';
 import { createInterface } from 'node:readline/promises';
-import { ChatGateClient, ChatGateError, formatChunk } from './chatgate-client.mjs';
+import { ChatGateClient, ChatGateError, formatChunk, parseReply } from './chatgate-client.mjs';
+
+const DEFAULT_URL = 'http://127.0.0.1:8080';
+/** Milliseconds the cancel sent on Ctrl-C may take. */
+const CANCEL_TIMEOUT_MS = 2000;
 
 const USAGE = `usage: cli.mjs [--url URL] [--session ID] [--api-key KEY] [--reply R]... [--auto-confirm] [--json] MESSAGE
-  --reply R        scripted reply, one per round, in order: confirm, cancel, modify:<text>
+  --url URL        server base URL (default: $CHATGATE_URL or ${DEFAULT_URL})
+  --session ID     session id (default: a new UUID, made by this client)
+  --api-key KEY    bearer key (default: $CHATGATE_API_KEY)
+  --reply R        scripted reply, one per round, in order: confirm, cancel,
+                   modify:<text> (or modify alone: the same plan again). A reply
+                   that is not among the offered options cancels the run, exit 1.
   --auto-confirm   confirm every round once the scripted replies are used up
   --json           print raw chunks, one JSON per line
-Without replies left, a terminal is asked; otherwise the server's timeout decides.
+Without replies left, a terminal is asked (until the confirmation expires);
+otherwise the server's timeout decides. Ctrl-C while a confirmation is pending
+cancels it on the server before exiting.
 Exit codes: 0 completed, 2 cancelled, 1 error.`;
+
+/** A scripted reply that cannot work: the run is cancelled, exit 1. */
+class ScriptError extends Error {}
 
 async function main(argv) {
   let parsed;
@@ -23,7 +37,7 @@ async function main(argv) {
       args: argv,
       allowPositionals: true,
       options: {
-        url: { type: 'string', default: process.env.CHATGATE_URL ?? 'http://127.0.0.1:8080' },
+        url: { type: 'string', default: process.env.CHATGATE_URL ?? DEFAULT_URL },
         session: { type: 'string' },
         'api-key': { type: 'string', default: process.env.CHATGATE_API_KEY },
         reply: { type: 'string', multiple: true, default: [] },
@@ -48,9 +62,15 @@ async function main(argv) {
   const replies = [...values.reply];
   const interactive = Boolean(process.stdin.isTTY);
   const out = process.stdout;
+  const client = new ChatGateClient(values.url, { apiKey: values['api-key'] });
+  const sessionId = values.session ?? globalThis.crypto.randomUUID();
+  // The confirmation request waiting for a decision, if any.
+  let pending = null;
   let inContent = false;
 
   const onChunk = (chunk) => {
+    if (chunk.chunk_type === 'confirmation_request') pending = chunk.confirmation_data;
+    else if (chunk.chunk_type === 'confirmation_received' || chunk.finished) pending = null;
     if (values.json) {
       out.write(`${JSON.stringify(chunk)}\n`);
     } else if (chunk.chunk_type === 'content') {
@@ -63,18 +83,50 @@ async function main(argv) {
     }
   };
 
-  const onConfirmation = async () => {
-    if (replies.length > 0) return replies.shift();
+  const onConfirmation = async (chunk) => {
+    const data = chunk.confirmation_data ?? {};
+    const options = data.options ?? ['confirm', 'modify', 'cancel'];
+    if (replies.length > 0) {
+      const reply = replies.shift();
+      const answer = parseReply(reply);
+      if (!answer || !options.includes(answer[0])) {
+        throw new ScriptError(
+          `scripted reply "${reply}" is not one of the offered options: ${options.join(', ')}`);
+      }
+      return reply;
+    }
     if (values['auto-confirm']) return 'confirm';
-    if (interactive) return prompt(values.json ? process.stderr : out);
+    if (interactive) return prompt(values.json ? process.stderr : out, data, options);
     return null; // silent: the server's timeout decides
   };
 
-  const client = new ChatGateClient(values.url, { apiKey: values['api-key'] });
+  // Ctrl-C: a pending confirmation is cancelled on the server first, so a
+  // run this client gave up on cannot be confirmed from elsewhere later.
+  let interrupting = null;
+  const interrupt = () => {
+    interrupting ??= (async () => {
+      if (inContent) out.write('\n');
+      if (pending) {
+        const said = await cancelPending(client, sessionId, pending);
+        process.stderr.write(`interrupted: ${said}\n`);
+      } else {
+        process.stderr.write('interrupted\n');
+      }
+      process.exit(2);
+    })();
+  };
+  process.on('SIGINT', interrupt);
+  prompt.onInterrupt = interrupt;
+
   let result;
   try {
-    result = await client.run(positionals[0], { sessionId: values.session, onChunk, onConfirmation });
+    result = await client.run(positionals[0], { sessionId, onChunk, onConfirmation });
   } catch (err) {
+    if (err instanceof ScriptError) {
+      const said = pending ? `; ${await cancelPending(client, sessionId, pending)}` : '';
+      process.stderr.write(`error: ${err.message}${said}\n`);
+      return 1;
+    }
     if (err instanceof ChatGateError) {
       process.stderr.write(`error: ${err.message}\n`);
       return 1;
@@ -87,20 +139,61 @@ async function main(argv) {
   return result.exitCode;
 }
 
-async function prompt(output) {
+/** Sends cancel for `pending` with a short timeout; says what happened. */
+async function cancelPending(client, sessionId, pending) {
+  try {
+    const ack = await Promise.race([
+      client.reply(sessionId, 'cancel', null, { confirmationId: pending.confirmation_id }),
+      new Promise((_, reject) => setTimeout(() => reject(new Error('no answer in time')), CANCEL_TIMEOUT_MS)),
+    ]);
+    if (ack.chunk_type === 'confirmation_received') return 'the pending confirmation was cancelled; nothing runs';
+    return `could not cancel the pending confirmation (${ack.metadata?.error_type ?? ack.chunk})`;
+  } catch (err) {
+    return `could not cancel the pending confirmation (${err.message})`;
+  }
+}
+
+/**
+ * Asks a person on the terminal for one of `options`. Gives up (silent)
+ * when the confirmation expires: the server has ended the run by then.
+ */
+async function prompt(output, data, options) {
   const rl = createInterface({ input: process.stdin, output });
+  rl.on('SIGINT', () => prompt.onInterrupt?.());
+  const expires = Date.parse(data.expires_at ?? '');
+  const expiry = new AbortController();
+  const timer = Number.isFinite(expires)
+    ? setTimeout(() => expiry.abort(), Math.max(0, expires - Date.now()) + 1000)
+    : null;
+  const last = !options.includes('modify');
+  const question = `${options.join(' / ')}?${last ? ' (last round)' : ''} `;
+  const ask = async (text) => {
+    try {
+      return await rl.question(text, { signal: expiry.signal });
+    } catch (err) {
+      if (err?.name === 'AbortError') return null;
+      throw err;
+    }
+  };
   try {
     for (;;) {
-      const answer = (await rl.question('confirm / modify / cancel? ')).trim().toLowerCase();
+      const line = await ask(question);
+      if (line === null) {
+        output.write('\nno answer before the confirmation expired\n');
+        return null;
+      }
+      const answer = line.trim().toLowerCase();
       if (['confirm', 'c', 'y', 'yes'].includes(answer)) return 'confirm';
       if (['cancel', 'n', 'no', 'x'].includes(answer)) return 'cancel';
-      if (['modify', 'm'].includes(answer)) {
-        const text = (await rl.question('what should change? ')).trim();
-        if (text) return ['modify', text];
+      if (!last && ['modify', 'm'].includes(answer)) {
+        const text = await ask('what should change? (empty: ask again as is) ');
+        if (text === null) return null;
+        return ['modify', text.trim()];
       }
-      output.write('please answer confirm, modify or cancel\n');
+      output.write(`please answer ${options.join(', ')}\n`);
     }
   } finally {
+    if (timer) clearTimeout(timer);
     rl.close();
   }
 }

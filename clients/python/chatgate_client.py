@@ -29,6 +29,7 @@ import os
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 
@@ -53,6 +54,8 @@ REATTACH_BACKOFF = 0.2
 #: Times :meth:`ChatGateClient.run` re-attaches to a run whose stream broke
 #: before its final chunk, without a chunk arriving in between.
 DEFAULT_REATTACH_ATTEMPTS = 3
+#: Seconds the cancel the command line sends on Ctrl-C may take.
+CANCEL_TIMEOUT = 2.0
 
 
 class Event:
@@ -270,8 +273,10 @@ class ChatGateClient:
             "Content-Type": "application/json",
             "Accept": "text/event-stream",
             # Lets a load balancer keep a session on one replica without
-            # reading bodies (docs/operations.md).
-            "X-Chatgate-Session": body["session_id"],
+            # reading bodies (docs/operations.md). Percent-encoded: a session
+            # id may be any text, a header value must be ASCII (the same
+            # encoding as the JS client's encodeURIComponent).
+            "X-Chatgate-Session": urllib.parse.quote(body["session_id"], safe="!~*'()"),
         }
         if self.api_key:
             headers["Authorization"] = "Bearer " + self.api_key
@@ -432,40 +437,97 @@ def format_chunk(chunk):
     return "\n".join(lines)
 
 
+class _ScriptError(Exception):
+    """A scripted reply that cannot work: the run is cancelled, exit 1."""
+
+
+def _offered(chunk):
+    data = chunk.get("confirmation_data") or {}
+    return data.get("options") or ["confirm", "modify", "cancel"]
+
+
 def _prompt(chunk, ask, out):
-    """Ask a person on the terminal; returns a reply."""
+    """Ask a person on the terminal for one of the offered options; returns
+    a reply, or None when ``ask`` gives up (the confirmation expired)."""
+    options = _offered(chunk)
+    last = "modify" not in options
+    question = "%s?%s " % (" / ".join(options), " (last round)" if last else "")
     while True:
-        out.write("confirm / modify / cancel? ")
+        out.write(question)
         out.flush()
         answer = ask()
         if answer is None:
+            out.write("\nno answer before the confirmation expired\n")
+            out.flush()
             return None
         answer = answer.strip().lower()
         if answer in ("confirm", "c", "y", "yes"):
             return "confirm"
         if answer in ("cancel", "n", "no", "x"):
             return "cancel"
-        if answer in ("modify", "m"):
-            out.write("what should change? ")
+        if not last and answer in ("modify", "m"):
+            out.write("what should change? (empty: ask again as is) ")
             out.flush()
             text = ask()
-            if text and text.strip():
-                return ("modify", text.strip())
-        out.write("please answer confirm, modify or cancel\n")
+            if text is None:
+                return None
+            return ("modify", text.strip())
+        out.write("please answer %s\n" % ", ".join(options))
+
+
+def _ask_until(deadline):
+    """Reads a line from the terminal; None once ``deadline`` (a
+    ``time.monotonic()`` value, or None for never) has passed."""
+    import select
+
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return None
+        ready, _, _ = select.select([sys.stdin], [], [], 0.2 if left is None else min(left, 0.2))
+        if ready:
+            line = sys.stdin.readline()
+            return line if line else None
+
+
+def _cancel_pending(client, session_id, pending):
+    """Sends cancel for the pending confirmation, briefly; says what happened."""
+    quick = ChatGateClient(client.base_url, api_key=client.api_key, read_timeout=CANCEL_TIMEOUT)
+    try:
+        ack = quick.reply(session_id, "cancel", confirmation_id=pending.get("confirmation_id"))
+    except ChatGateError as err:
+        return "could not cancel the pending confirmation (%s)" % err
+    if ack.get("chunk_type") == "confirmation_received":
+        return "the pending confirmation was cancelled; nothing runs"
+    meta = ack.get("metadata") or {}
+    return "could not cancel the pending confirmation (%s)" % (meta.get("error_type") or ack.get("chunk"))
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors exit 1 (an error), not argparse's 2 (which means cancelled here)."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(1, "%s: error: %s\n" % (self.prog, message))
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(
-        description="Stream a message to chatgate and answer its confirmation requests."
+    parser = _Parser(
+        description="Stream a message to chatgate and answer its confirmation requests.",
+        epilog="Without replies left, a terminal is asked (until the confirmation expires); "
+        "otherwise the server's timeout decides. Ctrl-C while a confirmation is pending "
+        "cancels it on the server before exiting. Exit codes: 0 completed, 2 cancelled, 1 error.",
     )
     parser.add_argument("message", help="the chat message or task")
     parser.add_argument("--url", default=os.environ.get("CHATGATE_URL", "http://127.0.0.1:8080"),
                         help="server base URL (default: $CHATGATE_URL or http://127.0.0.1:8080)")
-    parser.add_argument("--session", help="session id (default: the server makes one)")
+    parser.add_argument("--session", help="session id (default: a new UUID, made by this client)")
     parser.add_argument("--api-key", default=os.environ.get("CHATGATE_API_KEY"),
                         help="bearer token (default: $CHATGATE_API_KEY)")
     parser.add_argument("--reply", action="append", default=[],
-                        help="scripted reply, one per round, in order: confirm, cancel, modify:<text>")
+                        help="scripted reply, one per round, in order: confirm, cancel, modify:<text> "
+                        "(or modify alone: the same plan again); a reply that is not among the "
+                        "offered options cancels the run, exit 1")
     parser.add_argument("--auto-confirm", action="store_true",
                         help="confirm every round once the scripted replies are used up")
     parser.add_argument("--json", action="store_true", help="print raw chunks, one JSON per line")
@@ -475,8 +537,15 @@ def main(argv=None):
     replies = list(args.reply)
     interactive = sys.stdin.isatty()
     in_content = [False]  # mid-way through streamed text, no newline yet
+    session_id = args.session or str(uuid.uuid4())
+    pending = [None]  # the confirmation waiting for a decision, if any
 
     def on_chunk(chunk):
+        kind = chunk.get("chunk_type")
+        if kind == "confirmation_request":
+            pending[0] = chunk.get("confirmation_data") or {}
+        elif kind == "confirmation_received" or chunk.get("finished"):
+            pending[0] = None
         if args.json:
             out.write(json.dumps(chunk, ensure_ascii=False) + "\n")
         elif chunk.get("chunk_type") == "content":
@@ -491,24 +560,40 @@ def main(argv=None):
 
     def on_confirmation(chunk):
         if replies:
-            return replies.pop(0)
+            reply = replies.pop(0)
+            answer = parse_reply(reply)
+            options = _offered(chunk)
+            if answer is None or answer[0] not in options:
+                raise _ScriptError("scripted reply %r is not one of the offered options: %s"
+                                   % (reply, ", ".join(options)))
+            return reply
         if args.auto_confirm:
             return "confirm"
         if interactive:
-            def ask():
-                line = sys.stdin.readline()
-                return line if line else None
-            return _prompt(chunk, ask, sys.stderr if args.json else out)
+            left = _seconds_left((chunk.get("confirmation_data") or {}).get("expires_at"))
+            # Until the confirmation expires (and a second): the server
+            # ends the run then, and prompting on would ask for nothing.
+            deadline = None if left is None else time.monotonic() + max(left, 0) + 1
+            return _prompt(chunk, lambda: _ask_until(deadline), sys.stderr if args.json else out)
         return None  # silent: the server's timeout decides
 
     client = ChatGateClient(args.url, api_key=args.api_key)
     try:
-        result = client.run(args.message, args.session, on_chunk, on_confirmation)
+        result = client.run(args.message, session_id, on_chunk, on_confirmation)
+    except _ScriptError as err:
+        said = "; " + _cancel_pending(client, session_id, pending[0]) if pending[0] else ""
+        sys.stderr.write("error: %s%s\n" % (err, said))
+        return 1
     except ChatGateError as err:
         sys.stderr.write("error: %s\n" % err)
         return 1
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
+        if in_content[0]:
+            out.write("\n")
+        if pending[0]:
+            sys.stderr.write("interrupted: %s\n" % _cancel_pending(client, session_id, pending[0]))
+        else:
+            sys.stderr.write("interrupted\n")
         return 2
     except BrokenPipeError:
         # The reader of our output went away (e.g. `| head`); say nothing more.

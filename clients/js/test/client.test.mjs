@@ -245,6 +245,37 @@ describe('command line', () => {
     assert.match(done.stderr, /cannot reach/);
   });
 
+  test('a scripted reply that is not offered cancels the run and exits 1 at once', async () => {
+    for (const reply of ['approve', 'yes']) {
+      const name = session();
+      const started = Date.now();
+      const done = cli(['--session', name, '--reply', reply, 'build']);
+      assert.equal(done.status, 1, done.stderr);
+      assert.match(done.stderr, /not one of the offered options: confirm, modify, cancel/);
+      assert.match(done.stderr, /cancelled/);
+      assert.ok(Date.now() - started < 2500, 'before the 3 s timeout');
+      // spawnSync blocked the event loop: let fetch's pool see connections
+      // the server closed meanwhile before reusing one.
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const gone = await new ChatGateClient(serverUrl()).reply(name, 'confirm');
+      assert.equal(gone.metadata.error_type, 'no_pending_confirmation');
+    }
+  });
+
+  test('a scripted modify without text asks the same plan again', () => {
+    const done = cli(['--reply', 'modify', '--reply', 'confirm', 'build']);
+    assert.equal(done.status, 0, done.stderr);
+    assert.match(done.stdout, /round 2/);
+    assert.doesNotMatch(done.stdout, /Apply feedback/);
+  });
+
+  test('--help gives the default URL and CHATGATE_URL', () => {
+    const done = spawnSync(process.execPath, [CLI, '--help'], { encoding: 'utf-8' });
+    assert.equal(done.status, 0);
+    assert.match(done.stdout, /CHATGATE_URL/);
+    assert.match(done.stdout, /http:\/\/127\.0\.0\.1:8080/);
+  });
+
   test('--json prints one chunk per line', () => {
     const done = cli(['--json', '--auto-confirm', 'one; two']);
     assert.equal(done.status, 0, done.stderr);

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import unittest
 import uuid
 
@@ -393,6 +394,32 @@ class CommandLineTests(unittest.TestCase):
         self.assertEqual(done.returncode, 1)
         self.assertIn("cannot reach", done.stderr)
 
+    def test_a_scripted_reply_that_is_not_offered_cancels_the_run_and_exits_1_at_once(self):
+        for reply in ("approve", "yes", "modify-it"):
+            name = session()
+            started = time.monotonic()
+            done = self.cli("--session", name, "--reply", reply, "build")
+            self.assertEqual(done.returncode, 1, done.stderr)
+            self.assertIn("not one of the offered options: confirm, modify, cancel", done.stderr)
+            self.assertIn("cancelled", done.stderr)
+            self.assertLess(time.monotonic() - started, 2.5, "before the 3 s timeout")
+            gone = ChatGateClient(server_url()).reply(name, "confirm")
+            self.assertEqual(gone["metadata"]["error_type"], "no_pending_confirmation")
+
+    def test_a_scripted_modify_without_text_asks_the_same_plan_again(self):
+        done = self.cli("--reply", "modify", "--reply", "confirm", "build")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("round 2", done.stdout)
+        self.assertNotIn("Apply feedback", done.stdout)
+
+    def test_usage_errors_exit_1_and_help_names_who_makes_the_session(self):
+        done = subprocess.run([sys.executable, CLI], capture_output=True, text=True, timeout=30)
+        helped = subprocess.run([sys.executable, CLI, "--help"], capture_output=True, text=True,
+                                timeout=30)
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("made by this client", helped.stdout)
+        self.assertIn("CHATGATE_URL", helped.stdout)
+
     def test_json_prints_one_chunk_per_line(self):
         done = self.cli("--json", "--auto-confirm", "one; two")
         self.assertEqual(done.returncode, 0, done.stderr)
@@ -402,17 +429,22 @@ class CommandLineTests(unittest.TestCase):
 
 
 class TerminalTests(unittest.TestCase):
-    """A person at a terminal: both CLIs prompt, accept modify with a text,
-    then confirm. Driven through a pseudo-terminal."""
+    """A person at a terminal, driven through a pseudo-terminal: both CLIs
+    prompt, accept modify with a text, then confirm; give up prompting when
+    the confirmation expires; and on Ctrl-C cancel the pending confirmation
+    on the server before exiting."""
 
-    def drive(self, argv):
+    def spawn(self, argv):
         import pty
-        import select
-        import time
 
         pid, fd = pty.fork()
         if pid == 0:  # the child: the CLI, with the pty as its terminal
             os.execvp(argv[0], argv)
+        return pid, fd
+
+    def expecting(self, fd):
+        import select
+
         output = b""
 
         def expect(text, timeout=30):
@@ -430,6 +462,16 @@ class TerminalTests(unittest.TestCase):
             self.assertIn(text.encode(), output)
             output = output[output.index(text.encode()) + len(text):]
 
+        return expect
+
+    def finish(self, pid, fd):
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+        return os.waitstatus_to_exitcode(status)
+
+    def drive(self, argv):
+        pid, fd = self.spawn(argv)
+        expect = self.expecting(fd)
         expect("1. write the notes")
         expect("confirm / modify / cancel?")
         os.write(fd, b"m\n")
@@ -439,9 +481,52 @@ class TerminalTests(unittest.TestCase):
         expect("confirm / modify / cancel?")
         os.write(fd, b"confirm\n")
         expect("[completion]")
-        _, status = os.waitpid(pid, 0)
-        os.close(fd)
-        return os.waitstatus_to_exitcode(status)
+        return self.finish(pid, fd)
+
+    def expire(self, argv):
+        """Nobody answers: the prompt gives up when the run times out."""
+        pid, fd = self.spawn(argv)
+        expect = self.expecting(fd)
+        expect("confirm / modify / cancel?")
+        started = time.monotonic()
+        expect("(timeout)", timeout=15)
+        code = self.finish(pid, fd)
+        return code, time.monotonic() - started
+
+    def interrupt(self, argv, name):
+        """Ctrl-C at the prompt: the pending confirmation is cancelled."""
+        pid, fd = self.spawn(argv)
+        expect = self.expecting(fd)
+        expect("confirm / modify / cancel?")
+        os.write(fd, b"\x03")
+        expect("the pending confirmation was cancelled")
+        code = self.finish(pid, fd)
+        gone = ChatGateClient(server_url()).reply(name, "confirm")
+        self.assertEqual(gone["metadata"]["error_type"], "no_pending_confirmation")
+        return code
+
+    def js_cli(self):
+        return os.path.join(os.path.dirname(CLIENT_DIR), "js", "cli.mjs")
+
+    def test_python_cli_stops_prompting_when_the_confirmation_expires(self):
+        code, waited = self.expire([sys.executable, CLI, "--url", server_url(), "expire"])
+        self.assertEqual(code, 2)
+        self.assertLess(waited, 10)
+
+    def test_js_cli_stops_prompting_when_the_confirmation_expires(self):
+        code, waited = self.expire(["node", self.js_cli(), "--url", server_url(), "expire"])
+        self.assertEqual(code, 2)
+        self.assertLess(waited, 10)
+
+    def test_python_cli_cancels_the_pending_confirmation_on_ctrl_c(self):
+        name = session()
+        argv = [sys.executable, CLI, "--url", server_url(), "--session", name, "stop me"]
+        self.assertEqual(self.interrupt(argv, name), 2)
+
+    def test_js_cli_cancels_the_pending_confirmation_on_ctrl_c(self):
+        name = session()
+        argv = ["node", self.js_cli(), "--url", server_url(), "--session", name, "stop me"]
+        self.assertEqual(self.interrupt(argv, name), 2)
 
     def test_python_cli_prompts_on_a_terminal(self):
         code = self.drive([sys.executable, CLI, "--url", server_url(), "write the notes"])
