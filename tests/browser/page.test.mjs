@@ -11,6 +11,7 @@ import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { dirname, join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
+import { cuttingProxy } from '../../clients/js/test/cutting-proxy.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const BIN = process.env.CHATGATE_BIN ?? join(ROOT, 'target', 'debug', 'chatgate');
@@ -22,7 +23,7 @@ let baseUrl;
 let browser;
 
 before(async () => {
-  server = spawn(BIN, ['--bind', '127.0.0.1:0', '--step-delay-ms', '50', '--workers', '1'], {
+  server = spawn(BIN, ['--bind', '127.0.0.1:0', '--step-delay', '50ms', '--workers', '1', '--max-rounds', '2'], {
     stdio: ['ignore', 'ignore', 'pipe'],
     env: { ...process.env, RUST_LOG: 'info' },
   });
@@ -50,12 +51,12 @@ after(async () => {
   server?.kill('SIGTERM');
 });
 
-async function openPage(viewport = { width: 1000, height: 800 }) {
+async function openPage(viewport = { width: 1000, height: 800 }, url = baseUrl) {
   const page = await browser.newPage({ viewport });
   page.setDefaultTimeout(WAIT);
   const errors = [];
   page.on('pageerror', (err) => errors.push(err.message));
-  await page.goto(baseUrl + '/');
+  await page.goto(url + '/');
   return { page, errors };
 }
 
@@ -81,9 +82,13 @@ test('a task shows a confirmation card; Confirm runs it to completion', async ()
   const done = page.locator('.outcome.completed');
   await done.waitFor();
 
-  assert.match(await done.textContent(), /Completed: Completed 2 task/);
+  assert.equal(await done.textContent(), '✓ Completed 2 task(s).');
   assert.match(await card.locator('.decided').textContent(), /Decision: confirm/);
-  assert.equal(await page.locator('.line', { hasText: 'tool_output' }).count(), 2);
+  assert.equal(await page.locator('.line b', { hasText: 'Result' }).count(), 2);
+  const text = await page.locator('#log').textContent();
+  for (const raw of ['task_init', 'tool_output', 'confirmation_received']) {
+    assert.ok(!text.includes(raw), `no raw chunk type ${raw} on the page`);
+  }
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -102,6 +107,9 @@ test('Modify with a text gives round 2 with the feedback; Confirm completes', as
 
   assert.match(await second.textContent(), /round 2/);
   assert.match(await second.locator('li').nth(1).textContent(), /Apply feedback: add logging/);
+  // Round 2 is the last (--max-rounds 2): confirm or cancel only, and said so.
+  assert.match(await second.textContent(), /last round: confirm or cancel/);
+  assert.equal(await second.getByRole('button', { name: 'Modify' }).count(), 0);
   await second.getByRole('button', { name: 'Confirm' }).click();
   await page.locator('.outcome.completed').waitFor();
   assert.match(await first.locator('.decided').textContent(), /Decision: modify/);
@@ -117,18 +125,133 @@ test('at phone width the page works from the keyboard alone, and Cancel cancels'
   await page.keyboard.press('Enter');
   const card = page.locator('section.card').first();
   await card.waitFor();
-  await page.waitForFunction(() => document.activeElement?.textContent === 'Confirm');
+  // High risk: focus is on the plan, not on Confirm.
+  await page.waitForFunction(() => document.activeElement?.tagName === 'H2');
   const width = await card.evaluate((node) => node.getBoundingClientRect().width);
   assert.ok(width <= 375, `card fits the phone width (${width}px)`);
+  const placeholder = await page.getByLabel('Message').evaluate((node) => node.scrollWidth <= node.clientWidth);
+  assert.ok(placeholder, 'the placeholder is not cut');
   await card.screenshot({ path: join(SHOTS, 'confirmation-card-phone.png') });
 
+  await page.keyboard.press('Tab'); // Confirm
   await page.keyboard.press('Tab'); // Modify
   await page.keyboard.press('Tab'); // Cancel
   await page.keyboard.press('Enter');
   const done = page.locator('.outcome.cancelled');
   await done.waitFor();
 
-  assert.match(await done.textContent(), /Cancelled \(user\)/);
+  assert.match(await done.textContent(), /Cancelled \(you cancelled\)/);
+  assert.equal(await card.getByRole('button', { name: 'Confirm (high risk)' }).evaluate((b) => b.classList.contains('primary')), false,
+    'a cancelled card does not keep a blue Confirm');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('an empty page says what to try', async () => {
+  const { page, errors } = await openPage();
+  assert.match(await page.locator('.intro').textContent(), /create a report; then email it/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('one Enter confirms a low-risk plan but never a high-risk one', async () => {
+  const { page, errors } = await openPage();
+
+  await send(page, 'write a note');
+  const low = page.locator('section.card').first();
+  await low.waitFor();
+  await page.waitForFunction(() => document.activeElement?.textContent === 'Confirm');
+  await page.keyboard.press('Escape');
+  await low.getByRole('button', { name: 'Cancel' }).click();
+  await page.locator('.outcome.cancelled').waitFor();
+
+  await send(page, 'drop the table');
+  const high = page.locator('section.card').nth(1);
+  await high.waitFor();
+  await page.keyboard.press('Enter');
+  await page.waitForTimeout(300);
+
+  assert.equal(await high.locator('.decided').count(), 0, 'Enter decided nothing');
+  await high.getByRole('button', { name: 'Confirm (high risk)' }).click();
+  await page.locator('.outcome.completed').waitFor();
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('sending a message while a plan waits warns first, then supersedes it', async () => {
+  const { page, errors } = await openPage();
+  await send(page, 'first plan');
+  const card = page.locator('section.card').first();
+  await card.waitFor();
+
+  await send(page, 'second plan');
+  const hint = page.locator('#composer-hint');
+  assert.match(await hint.textContent(), /cancels it/);
+  assert.equal(await page.locator('.msg.user').count(), 1, 'not sent yet');
+  await page.getByRole('button', { name: 'Send' }).click();
+
+  await page.locator('.outcome.cancelled').waitFor();
+  assert.match(await page.locator('.outcome.cancelled').textContent(), /a new message replaced it/);
+  await page.locator('section.card').nth(1).waitFor();
+  assert.equal(await page.locator('.msg.user').count(), 2);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a reload finds the pending confirmation again and it can be confirmed', async () => {
+  const { page, errors } = await openPage();
+  await send(page, 'survive a reload');
+  const before = page.locator('section.card').first();
+  await before.waitFor();
+  const session = await page.locator('#session').textContent();
+
+  await page.reload();
+  const card = page.locator('section.card').first();
+  await card.waitFor();
+
+  assert.equal(await page.locator('#session').textContent(), session, 'same session after reload');
+  assert.match(await card.textContent(), /survive a reload/);
+  await card.getByRole('button', { name: 'Confirm' }).click();
+  await page.locator('.outcome.completed').waitFor();
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a dropped stream is re-attached and the card still decides the run', async () => {
+  const proxy = await cuttingProxy(baseUrl);
+  try {
+    const { page, errors } = await openPage(undefined, proxy.url);
+    await send(page, 'cross a broken network; then finish');
+    const card = page.locator('section.card').first();
+    await card.waitFor();
+
+    assert.equal(proxy.state.cut, 1, 'the proxy cut the first stream');
+    await card.getByRole('button', { name: 'Confirm' }).click();
+    await page.locator('.outcome.completed').waitFor();
+    assert.equal(await page.locator('.outcome.error').count(), 0);
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    proxy.close();
+  }
+});
+
+test('the end of a run stays in view above the composer', async () => {
+  const { page, errors } = await openPage({ width: 1200, height: 700 });
+  for (let i = 0; i < 3; i++) {
+    await send(page, `step ${i}; this will fail`);
+    const card = page.locator('section.card').nth(i);
+    await card.waitFor();
+    await card.getByRole('button', { name: 'Confirm' }).click();
+    await page.locator('.outcome.error').nth(i).waitFor();
+  }
+  await page.waitForTimeout(200);
+
+  const last = await page.locator('.outcome.error').last().boundingBox();
+  const composer = await page.locator('#composer').boundingBox();
+  assert.ok(last.y + last.height <= composer.y, `the last line (${last.y + last.height}) is above the composer (${composer.y})`);
+  assert.ok(last.y >= 0);
+  await page.screenshot({ path: join(SHOTS, 'end-in-view.png') });
   assert.deepEqual(errors, []);
   await page.close();
 });

@@ -5,10 +5,10 @@
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { cuttingProxy } from './cutting-proxy.mjs';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import net from 'node:net';
 import { ChatGateClient, SSEParser, StreamBroken, parseReply } from '../chatgate-client.mjs';
 
 const CLI = join(dirname(fileURLToPath(import.meta.url)), '..', 'cli.mjs');
@@ -284,59 +284,6 @@ describe('command line', () => {
     assert.equal(chunks.at(-1).finished, true);
   });
 });
-
-/**
- * A loopback TCP proxy in front of the test server that cuts the first `cuts`
- * connections carrying a chat message (not a reply, not a re-attach) a few
- * bytes after the end of the event holding `marker`: the client is left with
- * a broken stream mid-event, the way a dropped network leaves it.
- */
-async function cuttingProxy(targetUrl, { marker = '"task_init"', cuts = 1 } = {}) {
-  const target = new URL(targetUrl);
-  const state = { cut: 0, cutsLeft: cuts };
-  const server = net.createServer((client) => {
-    const upstream = net.connect(Number(target.port), target.hostname);
-    let decided = false;
-    let cut = false;
-    let seen = Buffer.alloc(0);
-    const close = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on('data', (data) => {
-      if (!decided) {
-        decided = true;
-        const head = data.toString('latin1');
-        if (!head.includes('CONFIRM_ACTION') && !/last-event-id/i.test(head) && state.cutsLeft > 0) {
-          state.cutsLeft -= 1;
-          cut = true;
-        }
-      }
-      upstream.write(data);
-    });
-    upstream.on('data', (data) => {
-      if (!cut) {
-        client.write(data);
-        return;
-      }
-      seen = Buffer.concat([seen, data]);
-      const at = seen.indexOf(marker);
-      const end = at >= 0 ? seen.indexOf('\n\n', at) : -1;
-      if (end >= 0 && seen.length >= end + 40) {
-        state.cut += 1;
-        client.end(seen.subarray(0, end + 40), close);
-        cut = false;
-        upstream.removeAllListeners('data');
-      }
-    });
-    client.on('error', close);
-    upstream.on('error', close);
-    client.on('close', close);
-    upstream.on('end', () => client.end());
-  });
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { url: `http://127.0.0.1:${server.address().port}`, state, close: () => server.close() };
-}
 
 describe('re-attach after a broken stream', () => {
   test('a broken stream is re-attached and the run completes', async (t) => {
