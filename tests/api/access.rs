@@ -182,7 +182,7 @@ async fn preflight_is_answered_for_allowed_origins_only() {
 
 #[tokio::test]
 async fn a_slow_partial_request_head_is_cut() {
-    let app = spawn_app_with(|s| s.request_timeout = std::time::Duration::from_secs(1)).await;
+    let app = spawn_app_with(|s| s.request_timeout = std::time::Duration::from_millis(400)).await;
     let address = app.address.trim_start_matches("http://").to_owned();
     let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
     socket
@@ -203,7 +203,7 @@ async fn a_slow_partial_request_head_is_cut() {
 
 #[tokio::test]
 async fn a_body_that_trickles_in_too_slowly_gets_408() {
-    let app = spawn_app_with(|s| s.request_timeout = std::time::Duration::from_secs(1)).await;
+    let app = spawn_app_with(|s| s.request_timeout = std::time::Duration::from_millis(400)).await;
     let address = app.address.trim_start_matches("http://").to_owned();
     let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
     socket

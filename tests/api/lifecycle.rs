@@ -8,7 +8,7 @@ use crate::helpers::{error_type, reason, spawn_app, spawn_app_with, EventStream,
 
 #[tokio::test]
 async fn silence_times_out_the_pause_and_later_replies_get_404() {
-    let app = spawn_app_with(|s| s.confirm_timeout = std::time::Duration::from_secs(1)).await;
+    let app = spawn_app_with(|s| s.confirm_timeout = std::time::Duration::from_millis(400)).await;
     let (mut stream, request) = app.open_paused("t", "wait for me").await;
     assert_eq!(
         request.confirmation_data.as_ref().unwrap().timeout_seconds,
@@ -103,7 +103,7 @@ async fn a_new_message_right_after_the_final_chunk_starts_a_new_run() {
 #[tokio::test]
 async fn a_client_that_goes_away_during_a_pause_frees_its_session() {
     let app = spawn_app_with(|s| {
-        s.keep_alive = std::time::Duration::from_secs(1);
+        s.keep_alive = std::time::Duration::from_millis(200);
         s.detach_grace = std::time::Duration::from_secs(0);
     })
     .await;

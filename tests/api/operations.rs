@@ -49,7 +49,7 @@ async fn readyz_turns_503_at_once_on_shutdown_and_new_runs_are_refused() {
 
 #[tokio::test]
 async fn metrics_count_decisions_errors_and_runs_without_session_ids() {
-    let app = spawn_app_with(|s| s.confirm_timeout = std::time::Duration::from_secs(1)).await;
+    let app = spawn_app_with(|s| s.confirm_timeout = std::time::Duration::from_millis(500)).await;
     let (mut confirmed, _) = app.open_paused("secret-session-1", "do a").await;
     app.reply("secret-session-1", "CONFIRM_ACTION:nope").await;
     app.reply("secret-session-1", "CONFIRM_ACTION:confirm")

@@ -203,7 +203,7 @@ async fn a_reply_racing_shutdown_has_one_outcome() {
 #[tokio::test]
 async fn a_reply_racing_a_disconnect_has_one_outcome() {
     let app = spawn_app_with(|s| {
-        s.keep_alive = std::time::Duration::from_secs(1);
+        s.keep_alive = std::time::Duration::from_millis(200);
         s.detach_grace = std::time::Duration::from_secs(0);
     })
     .await;

@@ -13,7 +13,7 @@ use crate::helpers::{
 
 /// Keep-alive every second (how a vanished client is noticed), long grace.
 fn detaching(s: &mut chatgate::config::Settings) {
-    s.keep_alive = std::time::Duration::from_secs(1);
+    s.keep_alive = std::time::Duration::from_millis(200);
     s.detach_grace = std::time::Duration::from_secs(60);
 }
 
@@ -131,8 +131,8 @@ async fn a_bad_last_event_id_is_400() {
 #[tokio::test]
 async fn after_the_grace_a_detached_run_is_cancelled_and_freed() {
     let app = spawn_app_with(|s| {
-        s.keep_alive = std::time::Duration::from_secs(1);
-        s.detach_grace = std::time::Duration::from_secs(1);
+        s.keep_alive = std::time::Duration::from_millis(200);
+        s.detach_grace = std::time::Duration::from_millis(300);
     })
     .await;
     let (stream, _) = app.open_paused("late", "wait").await;

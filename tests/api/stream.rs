@@ -76,7 +76,7 @@ async fn the_first_chunk_is_written_before_the_engine_s_first_delay() {
 
 #[tokio::test]
 async fn keep_alive_comments_appear_while_paused() {
-    let app = spawn_app_with(|s| s.keep_alive = std::time::Duration::from_secs(1)).await;
+    let app = spawn_app_with(|s| s.keep_alive = std::time::Duration::from_millis(200)).await;
     let (mut stream, _) = app.open_paused("ka", "do the thing").await;
 
     let event = stream.next_event().await.expect("stream still open");
