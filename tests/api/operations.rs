@@ -189,11 +189,14 @@ fn refused_start(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
     (output.status.code(), stderr)
 }
 
+/// Arguments, environment, the exit code expected, words the line must hold.
+type StartCase<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], i32, &'a [&'a str]);
+
 #[test]
 fn start_up_errors_are_one_line_naming_the_flag_or_variable_and_the_value() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = taken.local_addr().unwrap().to_string();
-    let cases: [(&[&str], &[(&str, &str)], i32, &[&str]); 6] = [
+    let cases: [StartCase; 6] = [
         (
             &["--bind", "127.0.0.1"],
             &[],
