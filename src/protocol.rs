@@ -37,6 +37,7 @@ pub mod meta {
     pub const ERROR_TYPE: &str = "error_type";
     pub const GAP: &str = "gap";
     pub const LAST_ROUND: &str = "last_round";
+    pub const MODEL: &str = "model";
     pub const OK: &str = "ok";
     pub const OPTIONS: &str = "options";
     pub const REASON: &str = "reason";

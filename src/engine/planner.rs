@@ -18,7 +18,7 @@ use futures_util::FutureExt;
 use serde_json::{json, Map, Value};
 
 use super::{Approval, Completion, Engine, Plan, RunContext, RunError};
-use crate::protocol::{ChunkType, ErrorType, RiskLevel, TaskSpec};
+use crate::protocol::{meta, ChunkType, ErrorType, RiskLevel, TaskSpec};
 
 /// The planner engine; stateless, so one value serves every run.
 #[derive(Debug, Clone, Copy, Default)]
@@ -65,7 +65,7 @@ async fn carry_out(ctx: &mut RunContext, message: &str) -> Result<Completion, Ru
             ChunkType::TaskInit,
             format!("Planning {} step(s)", steps.len()),
         )
-        .with_meta("total_tasks", steps.len());
+        .with_meta(meta::TOTAL_TASKS, steps.len());
     ctx.send(init).await?;
 
     loop {
@@ -89,8 +89,8 @@ async fn carry_out(ctx: &mut RunContext, message: &str) -> Result<Completion, Ru
         let index = i + 1;
         let status = ctx
             .chunk(ChunkType::Status, format!("Step {index}/{total}: {step}"))
-            .with_meta("step", index)
-            .with_meta("total_tasks", total);
+            .with_meta(meta::STEP, index)
+            .with_meta(meta::TOTAL_TASKS, total);
         ctx.send(status).await?;
         ctx.sleep(ctx.settings().step_delay).await?;
 
@@ -102,9 +102,9 @@ async fn carry_out(ctx: &mut RunContext, message: &str) -> Result<Completion, Ru
         };
         let output = ctx
             .chunk(ChunkType::ToolOutput, text.clone())
-            .with_meta("step", index)
-            .with_meta("tool", tool_for(step))
-            .with_meta("ok", !failed);
+            .with_meta(meta::STEP, index)
+            .with_meta(meta::TOOL, tool_for(step))
+            .with_meta(meta::OK, !failed);
         ctx.send(output).await?;
         if failed {
             return Err(RunError::Failed {
@@ -114,7 +114,7 @@ async fn carry_out(ctx: &mut RunContext, message: &str) -> Result<Completion, Ru
         }
     }
     let mut metadata = Map::new();
-    metadata.insert("tasks_completed".to_owned(), Value::from(total));
+    metadata.insert(meta::TASKS_COMPLETED.to_owned(), Value::from(total));
     Ok(Completion {
         text: format!("Completed {total} task(s)."),
         metadata,

@@ -329,3 +329,33 @@ async fn a_gap_is_announced_even_when_the_plan_is_nested_too_deep_to_re_parse() 
         "the case where re-parsing the frame would fail"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_server_that_accepts_but_never_answers_is_reported_as_a_timeout() {
+    // Accepts connections and reads nothing, answers nothing.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", silent.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut sockets = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            sockets.push(socket);
+        }
+    });
+    let (app, _) = app_with_engine_config(
+        &url,
+        |config| config.timeout = Duration::from_millis(500),
+        |_| {},
+    )
+    .await;
+
+    let last = app.open("silent", "hello").await.finish().await;
+
+    assert_eq!(error_type(&last), "engine_unavailable");
+    assert!(
+        last.chunk.contains("did not answer within"),
+        "{}",
+        last.chunk
+    );
+    assert!(!last.chunk.contains("cannot reach"), "{}", last.chunk);
+    held.abort();
+}

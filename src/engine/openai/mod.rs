@@ -38,7 +38,7 @@ use self::conversations::{ConversationLimits, Conversations};
 use self::upstream::{CallError, ModelCall, ToolCallPart, Upstream};
 use super::{Approval, Completion, Engine, Plan, RunContext, RunError};
 use crate::config::Secret;
-use crate::protocol::{ChunkType, ErrorType, RiskLevel, TaskSpec, MAX_PLAN_TASKS};
+use crate::protocol::{meta, ChunkType, ErrorType, RiskLevel, TaskSpec, MAX_PLAN_TASKS};
 
 /// Model calls one run may make (a plan, its revisions, the report).
 const MAX_MODEL_CALLS: usize = 12;
@@ -140,7 +140,10 @@ impl OpenAiEngine {
                     "Answered."
                 };
                 let mut metadata = Map::new();
-                metadata.insert("model".to_owned(), Value::from(self.config.model.as_str()));
+                metadata.insert(
+                    meta::MODEL.to_owned(),
+                    Value::from(self.config.model.as_str()),
+                );
                 return Ok(Completion {
                     text: text.to_owned(),
                     metadata,
@@ -171,7 +174,7 @@ impl OpenAiEngine {
                     ));
                     let status = ctx
                         .chunk(ChunkType::Status, format!("Carrying out {total} task(s)"))
-                        .with_meta("total_tasks", total);
+                        .with_meta(meta::TOTAL_TASKS, total);
                     ctx.send(status).await?;
                 }
                 Ok(Approval::Modify(feedback)) => {
