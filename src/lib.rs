@@ -34,4 +34,5 @@ pub mod metrics;
 pub mod protocol;
 pub mod run;
 pub mod sse;
+pub mod tools;
 pub mod startup;

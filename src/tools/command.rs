@@ -1,0 +1,340 @@
+//! The `command` executor: one child process per call, no shell.
+//!
+//! - `argv` is fixed in the tools file; the call's arguments go to stdin as
+//!   one JSON object, then end of input. Nothing from the model or the user
+//!   ever becomes part of the command line.
+//! - The process gets only `PATH` plus the variables named in `env = [...]`,
+//!   runs in `cwd` if given, and in its own process group.
+//! - stdout is the result, kept up to [`super::MAX_OUTPUT_BYTES`] (the rest is
+//!   read and dropped, so the child never blocks on a full pipe); a non-zero
+//!   exit fails the call with the tail of stderr.
+//! - On timeout, or when the run is stopped, the whole group gets SIGTERM,
+//!   then SIGKILL [`KILL_GRACE`] later: children the tool started go too.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+use super::{CappedOutput, ToolOutcome, MAX_STDERR_TAIL};
+
+/// Time between SIGTERM and SIGKILL for a command that must stop.
+pub const KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// A command tool's executor, as checked at start.
+#[derive(Debug, Clone)]
+pub struct CommandSpec {
+    pub argv: Vec<String>,
+    pub cwd: Option<PathBuf>,
+    /// Names of the variables passed on besides `PATH`.
+    pub env: Vec<String>,
+}
+
+impl CommandSpec {
+    /// Checks the program exists (on `PATH`, or as a path) and `cwd` is a
+    /// directory; the error names the key.
+    pub fn new(argv: Vec<String>, cwd: Option<PathBuf>, env: Vec<String>) -> Result<CommandSpec, String> {
+        let program = argv.first().ok_or("key `command`: the list is empty")?;
+        if find_program(program).is_none() {
+            return Err(format!(
+                "key `command`: program `{program}` not found (not on PATH, or not executable)"
+            ));
+        }
+        if let Some(dir) = &cwd {
+            if !dir.is_dir() {
+                return Err(format!("key `cwd`: `{}` is not a directory", dir.display()));
+            }
+        }
+        if let Some(bad) = env.iter().find(|name| name.is_empty() || name.contains('=')) {
+            return Err(format!("key `env`: `{bad}` is not a variable name"));
+        }
+        Ok(CommandSpec { argv, cwd, env })
+    }
+
+    pub async fn run(
+        &self,
+        args: &Value,
+        timeout: Duration,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> ToolOutcome {
+        let started = Instant::now();
+        let mut command = Command::new(&self.argv[0]);
+        command
+            .args(&self.argv[1..])
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            // A run that ends while its command runs must not leave it behind.
+            .kill_on_drop(true);
+        if let Some(path) = std::env::var_os("PATH") {
+            command.env("PATH", path);
+        }
+        for name in &self.env {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        if let Some(dir) = &self.cwd {
+            command.current_dir(dir);
+        }
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(err) => return failed(started, format!("cannot start `{}`: {err}", self.argv[0])),
+        };
+        let group = child.id().map(|id| Pid::from_raw(id as i32));
+        let input = serde_json::to_vec(args).unwrap_or_default();
+        let mut stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+
+        let feed = async move {
+            if let Some(stdin) = stdin.as_mut() {
+                // A tool that does not read its input may close it: fine.
+                let _ = stdin.write_all(&input).await;
+                let _ = stdin.shutdown().await;
+            }
+            drop(stdin);
+        };
+        let read_out = drain(stdout, usize::MAX);
+        let read_err = drain(stderr, MAX_STDERR_TAIL);
+        let finished = async {
+            let ((), out, err, status) = tokio::join!(feed, read_out, read_err, child.wait());
+            (out, err, status)
+        };
+        tokio::pin!(finished);
+        tokio::pin!(stop);
+
+        let why_stopped = tokio::select! {
+            (out, err, status) = &mut finished => {
+                return outcome(started, out, err, status);
+            }
+            () = tokio::time::sleep(timeout) => {
+                format!("timed out after {}", humantime::format_duration(timeout))
+            }
+            () = &mut stop => "stopped: the run was stopped".to_owned(),
+        };
+        // Terminate the whole group, give it the grace, then kill it.
+        signal_group(group, Signal::SIGTERM);
+        let (out, _err, status) = match tokio::time::timeout(KILL_GRACE, &mut finished).await {
+            Ok(done) => done,
+            Err(_) => {
+                signal_group(group, Signal::SIGKILL);
+                finished.await
+            }
+        };
+        ToolOutcome {
+            ok: false,
+            skipped: false,
+            truncated: out.truncated(),
+            result: None,
+            error: Some(why_stopped),
+            duration_ms: started.elapsed().as_millis() as u64,
+            exit_status: status.ok().and_then(|s| s.code()),
+            http_status: None,
+            output_bytes: out.total,
+        }
+    }
+}
+
+fn signal_group(group: Option<Pid>, signal: Signal) {
+    if let Some(group) = group {
+        // The group may be gone already; nothing to do then.
+        let _ = killpg(group, signal);
+    }
+}
+
+/// Reads `pipe` to its end, keeping the first [`super::MAX_OUTPUT_BYTES`]
+/// (`tail == usize::MAX`) or the last `tail` bytes.
+async fn drain(pipe: Option<impl AsyncRead + Unpin>, tail: usize) -> CappedOutput {
+    let mut out = CappedOutput::default();
+    let Some(mut pipe) = pipe else {
+        return out;
+    };
+    let mut buf = vec![0u8; 8192];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) if tail == usize::MAX => out.push(&buf[..n]),
+            Ok(n) => {
+                out.total += n;
+                out.kept.extend_from_slice(&buf[..n]);
+                if out.kept.len() > tail {
+                    out.kept.drain(..out.kept.len() - tail);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn outcome(
+    started: Instant,
+    out: CappedOutput,
+    err: CappedOutput,
+    status: std::io::Result<std::process::ExitStatus>,
+) -> ToolOutcome {
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let status = match status {
+        Ok(status) => status,
+        Err(err) => return failed(started, format!("cannot wait for the command: {err}")),
+    };
+    let ok = status.success();
+    let error = (!ok).then(|| {
+        let what = match status.code() {
+            Some(code) => format!("exit status {code}"),
+            None => "killed by a signal".to_owned(),
+        };
+        let tail = err.text();
+        let tail = tail.trim();
+        if tail.is_empty() {
+            what
+        } else {
+            format!("{what}: {tail}")
+        }
+    });
+    ToolOutcome {
+        ok,
+        skipped: false,
+        truncated: out.truncated(),
+        result: ok.then(|| out.text()),
+        error,
+        duration_ms,
+        exit_status: status.code(),
+        http_status: None,
+        output_bytes: out.total,
+    }
+}
+
+fn failed(started: Instant, error: String) -> ToolOutcome {
+    ToolOutcome {
+        ok: false,
+        skipped: false,
+        truncated: false,
+        result: None,
+        error: Some(error),
+        duration_ms: started.elapsed().as_millis() as u64,
+        exit_status: None,
+        http_status: None,
+        output_bytes: 0,
+    }
+}
+
+/// Where `program` is: itself when it has a `/`, else the first executable
+/// of that name on `PATH`.
+fn find_program(program: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |path: &std::path::Path| {
+        path.metadata()
+            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path = PathBuf::from(program);
+        return executable(&path).then_some(path);
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|path| executable(path))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(argv: &[&str]) -> CommandSpec {
+        CommandSpec::new(argv.iter().map(|s| s.to_string()).collect(), None, vec![]).unwrap()
+    }
+
+    fn never() -> std::future::Pending<()> {
+        std::future::pending()
+    }
+
+    #[tokio::test]
+    async fn the_arguments_arrive_on_stdin_and_stdout_is_the_result() {
+        let outcome = spec(&["cat"])
+            .run(&json!({"step": "a \"quoted\" $(rm -rf /)"}), Duration::from_secs(10), never())
+            .await;
+        assert!(outcome.ok, "{outcome:?}");
+        assert_eq!(outcome.result.unwrap(), r#"{"step":"a \"quoted\" $(rm -rf /)"}"#);
+        assert_eq!(outcome.exit_status, Some(0));
+    }
+
+    #[tokio::test]
+    async fn only_path_and_the_listed_variables_reach_the_process() {
+        // Variables cargo sets for every test process (no set_var: other
+        // test threads read the environment).
+        assert!(std::env::var_os("CARGO_PKG_NAME").is_some());
+        let mut listed = spec(&["sh", "-c", "env"]);
+        listed.env = vec!["CARGO_PKG_NAME".into()];
+        let outcome = listed.run(&json!({}), Duration::from_secs(10), never()).await;
+        let env = outcome.result.unwrap();
+        assert!(env.contains("CARGO_PKG_NAME=chatgate"), "{env}");
+        assert!(!env.contains("CARGO_MANIFEST_DIR"), "{env}");
+        assert!(env.contains("PATH="));
+    }
+
+    #[tokio::test]
+    async fn a_non_zero_exit_fails_with_the_tail_of_stderr() {
+        let outcome = spec(&["sh", "-c", "echo nope >&2; exit 3"])
+            .run(&json!({}), Duration::from_secs(10), never())
+            .await;
+        assert!(!outcome.ok);
+        assert_eq!(outcome.exit_status, Some(3));
+        assert_eq!(outcome.error.unwrap(), "exit status 3: nope");
+    }
+
+    #[tokio::test]
+    async fn a_large_output_is_capped_and_marked_truncated() {
+        let outcome = spec(&["sh", "-c", "head -c 200000 /dev/zero | tr '\\\\0' x"])
+            .run(&json!({}), Duration::from_secs(10), never())
+            .await;
+        assert!(outcome.ok);
+        assert!(outcome.truncated);
+        assert_eq!(outcome.result.unwrap().len(), super::super::MAX_OUTPUT_BYTES);
+        assert_eq!(outcome.output_bytes, 200_000);
+    }
+
+    #[tokio::test]
+    async fn a_timeout_kills_the_process_and_its_children() {
+        let marker = std::env::temp_dir().join(format!("chatgate-child-{}", uuid::Uuid::new_v4()));
+        let script = format!("(sleep 3; touch {}) & sleep 30", marker.display());
+        let started = Instant::now();
+        let outcome = spec(&["sh", "-c", &script])
+            .run(&json!({}), Duration::from_millis(300), never())
+            .await;
+        assert!(!outcome.ok);
+        assert!(outcome.error.unwrap().starts_with("timed out after 300ms"));
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        assert!(!marker.exists(), "the child was killed with the group");
+    }
+
+    #[tokio::test]
+    async fn a_stop_terminates_the_command_and_reports_it() {
+        let outcome = spec(&["sleep", "30"])
+            .run(&json!({}), Duration::from_secs(60), tokio::time::sleep(Duration::from_millis(200)))
+            .await;
+        assert!(!outcome.ok);
+        assert!(outcome.error.unwrap().contains("stopped"));
+    }
+
+    #[test]
+    fn a_missing_program_or_cwd_is_refused() {
+        assert!(CommandSpec::new(vec!["no-such-program-xyz".into()], None, vec![])
+            .unwrap_err()
+            .contains("`command`"));
+        assert!(CommandSpec::new(vec!["cat".into()], Some("/no/such/dir".into()), vec![])
+            .unwrap_err()
+            .contains("`cwd`"));
+        assert!(CommandSpec::new(vec![], None, vec![]).is_err());
+    }
+}
