@@ -231,6 +231,13 @@ pub struct Settings {
     /// (Ollama: http://127.0.0.1:11434/v1).
     #[arg(long, env = "CHATGATE_LLM_URL", default_value = LLM_URL)]
     pub llm_url: String,
+    /// TOML file of tools a confirmed plan may run (docs/tools.md).
+    #[arg(long, env = "CHATGATE_TOOLS")]
+    pub tools: Option<std::path::PathBuf>,
+    /// JSON Lines file recording every proposal, decision, tool call and end,
+    /// synced before chatgate acts on it; if it cannot be written nothing runs.
+    #[arg(long, env = "CHATGATE_AUDIT_LOG")]
+    pub audit_log: Option<std::path::PathBuf>,
     /// `--engine openai`: the model to ask (required with that engine).
     #[arg(long, env = "CHATGATE_LLM_MODEL")]
     pub llm_model: Option<String>,
@@ -299,11 +306,14 @@ impl Settings {
         }
     }
 
+    /// The run knobs; the tools and the audit log are loaded by the caller.
     pub fn run_settings(&self) -> RunSettings {
         RunSettings {
             confirm_timeout: self.confirm_timeout,
             max_rounds: self.max_rounds,
             step_delay: self.step_delay,
+            tools: Arc::default(),
+            audit: None,
         }
     }
 

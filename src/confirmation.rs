@@ -28,15 +28,30 @@ use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::protocol::{Action, CancelReason, ReplyMessage, MAX_MODIFY_TEXT_BYTES};
+use crate::protocol::{
+    Action, CancelReason, Decisions, ErrorType, ReplyMessage, TaskDecision, TaskDecisionRequest,
+    Verdict, MAX_MODIFY_TEXT_BYTES,
+};
+use crate::tools::Tool;
 
 /// The outcome of one pause, as the waiting run sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
-    Confirm,
+    /// With the verdict for every task (approved unless said otherwise).
+    Confirm(Decisions),
     Modify(String),
     /// `CancelReason::User` for a `cancel` reply, otherwise why the run stopped.
     Cancel(CancelReason),
+    /// The decision could not be acted on (the audit log could not record
+    /// it): the run ends with this error and nothing runs.
+    Failed(ErrorType),
+}
+
+/// What the pause knows of a task, to check the decisions made on it.
+#[derive(Debug, Clone, Default)]
+pub struct TaskCheck {
+    /// The declared tool the task calls, if any (its schema checks edits).
+    pub tool: Option<Arc<Tool>>,
 }
 
 /// Why a new run could not take its session.
@@ -121,6 +136,8 @@ pub enum DecideError {
     ModifyTooLong { options: Vec<Action> },
     #[error("confirmation_id does not match the pending confirmation")]
     Stale,
+    #[error("{0}")]
+    InvalidDecision(String),
     #[error("this confirmation has already been decided")]
     AlreadyDecided,
 }
@@ -134,12 +151,50 @@ fn names(options: &[Action]) -> String {
         .join(", ")
 }
 
-/// What an accepted reply decided, for the reply's acknowledgement chunk.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What an accepted reply decided. The pause is decided for everyone from
+/// this moment; the run learns the decision when `ticket` is delivered
+/// (after the audit log, if any, has recorded it).
+#[derive(Debug)]
 pub struct Accepted {
     pub action: Action,
     pub confirmation_id: String,
     pub confirmation_round: u32,
+    pub run_id: u64,
+    /// For a confirm: the verdict for every task.
+    pub decisions: Option<Decisions>,
+    pub ticket: DecisionTicket,
+}
+
+/// A decision taken and on its way to its run. Delivered, the run acts on
+/// it; failed, the run ends with the error and nothing runs. Dropped
+/// without either (which the server never does), the run ends as `internal`.
+#[derive(Debug)]
+pub struct DecisionTicket {
+    decide_tx: Option<oneshot::Sender<Decision>>,
+    decision: Option<Decision>,
+}
+
+impl DecisionTicket {
+    pub fn deliver(mut self) {
+        if let (Some(tx), Some(decision)) = (self.decide_tx.take(), self.decision.take()) {
+            // The run may have ended meanwhile (a stop): then nobody waits.
+            let _ = tx.send(decision);
+        }
+    }
+
+    pub fn fail(mut self, error_type: ErrorType) {
+        if let Some(tx) = self.decide_tx.take() {
+            let _ = tx.send(Decision::Failed(error_type));
+        }
+    }
+}
+
+impl Drop for DecisionTicket {
+    fn drop(&mut self) {
+        if let Some(tx) = self.decide_tx.take() {
+            let _ = tx.send(Decision::Failed(ErrorType::Internal));
+        }
+    }
 }
 
 /// Cheap-clone handle to the registry.
@@ -191,6 +246,8 @@ struct Pause {
     confirmation_id: String,
     round: u32,
     options: Vec<Action>,
+    /// One per task, in order (task `index` is position + 1).
+    tasks: Arc<[TaskCheck]>,
     /// `None` once someone has decided. A decided pause stays in the entry
     /// until the run pauses again or ends, so a second reply to it is told
     /// `AlreadyDecided` (and a new chat message `SessionBusy`) rather than
@@ -261,13 +318,14 @@ impl ConfirmationManager {
         })
     }
 
-    /// Applies a user's reply to the pause of `session_id`.
-    /// A refused reply leaves the pause exactly as it was.
+    /// Applies a user's reply (and its per-task `decisions`) to the pause of
+    /// `session_id`. A refused reply leaves the pause exactly as it was.
     pub fn decide(
         &self,
         key: &SessionKey,
         reply: &ReplyMessage,
         confirmation_id: Option<&str>,
+        decisions: Option<&[TaskDecisionRequest]>,
     ) -> Result<Accepted, DecideError> {
         let mut registry = self.lock();
         let pause = registry
@@ -291,24 +349,32 @@ impl ConfirmationManager {
         if confirmation_id.is_some_and(|id| id != pause.confirmation_id) {
             return Err(DecideError::Stale);
         }
+        let verdicts = check_decisions(action, decisions, &pause.tasks)
+            .map_err(DecideError::InvalidDecision)?;
         if pause.stop.is_cancelled() {
             // The run was told to stop: the stop decides this pause.
             return Err(DecideError::AlreadyDecided);
         }
+        // Taken under the lock: from here on the pause is decided for
+        // everyone (later replies: AlreadyDecided; a new message: SessionBusy).
         let decide_tx = pause.decide_tx.take().ok_or(DecideError::AlreadyDecided)?;
         let decision = match action {
-            Action::Confirm => Decision::Confirm,
+            Action::Confirm => Decision::Confirm(verdicts.clone().unwrap_or_default()),
             Action::Modify => Decision::Modify(text.to_owned()),
             Action::Cancel => Decision::Cancel(CancelReason::User),
         };
-        // Sent under the lock: from here on the pause is decided for everyone.
-        decide_tx
-            .send(decision)
-            .map_err(|_| DecideError::NoPending)?;
+        let (confirmation_id, confirmation_round) = (pause.confirmation_id.clone(), pause.round);
+        let run_id = registry.sessions.get(key).map_or(0, |entry| entry.run_id);
         Ok(Accepted {
             action,
-            confirmation_id: pause.confirmation_id.clone(),
-            confirmation_round: pause.round,
+            confirmation_id,
+            confirmation_round,
+            run_id,
+            decisions: verdicts,
+            ticket: DecisionTicket {
+                decide_tx: Some(decide_tx),
+                decision: Some(decision),
+            },
         })
     }
 
@@ -354,6 +420,78 @@ impl ConfirmationManager {
     }
 }
 
+/// Checks a reply's per-task decisions against the pending tasks: only with
+/// `confirm`, each index once and known, a known kind, `edit` with `args`
+/// that fit the task's tool, `respond` with a `result`. Returns the verdict
+/// for every task (approved unless named) for a confirm.
+fn check_decisions(
+    action: Action,
+    requests: Option<&[TaskDecisionRequest]>,
+    tasks: &[TaskCheck],
+) -> Result<Option<Decisions>, String> {
+    let requests = requests.unwrap_or_default();
+    if action != Action::Confirm {
+        if !requests.is_empty() {
+            return Err(format!(
+                "decisions go with confirm only, not with {}",
+                action.as_str()
+            ));
+        }
+        return Ok(None);
+    }
+    let mut verdicts = Decisions::approve_all(tasks.len());
+    let mut named = vec![false; tasks.len()];
+    for request in requests {
+        let index = usize::try_from(request.index).unwrap_or(usize::MAX);
+        if index == 0 || index > tasks.len() {
+            return Err(format!(
+                "decisions: no task {} (the tasks are 1 to {})",
+                request.index,
+                tasks.len()
+            ));
+        }
+        if std::mem::replace(&mut named[index - 1], true) {
+            return Err(format!("decisions: task {index} is decided twice"));
+        }
+        let verdict = match request.decision.as_str() {
+            "approve" => Verdict::Approve,
+            "reject" => Verdict::Reject {
+                reason: request.reason.clone(),
+            },
+            "edit" => {
+                let args = request
+                    .args
+                    .clone()
+                    .ok_or_else(|| format!("decisions: task {index}: edit needs args"))?;
+                if let Some(tool) = &tasks[index - 1].tool {
+                    tool.check_args(&args).map_err(|why| {
+                        format!(
+                            "decisions: task {index}: the args do not fit the tool `{}`: {why}",
+                            tool.name
+                        )
+                    })?;
+                } else if !args.is_object() {
+                    return Err(format!("decisions: task {index}: args must be an object"));
+                }
+                Verdict::Edit { args }
+            }
+            "respond" => Verdict::Respond {
+                result: request
+                    .result
+                    .clone()
+                    .ok_or_else(|| format!("decisions: task {index}: respond needs result"))?,
+            },
+            other => {
+                return Err(format!(
+                    "decisions: task {index}: `{other}` is not approve, reject, edit or respond"
+                ))
+            }
+        };
+        verdicts.0[index - 1] = TaskDecision { index, verdict };
+    }
+    Ok(Some(verdicts))
+}
+
 /// Ownership of one session's registry entry for the life of one run.
 /// Dropping it frees the entry.
 pub struct RunSlot {
@@ -388,6 +526,7 @@ impl RunSlot {
         confirmation_id: String,
         round: u32,
         options: Vec<Action>,
+        tasks: Arc<[TaskCheck]>,
         stop: CancellationToken,
     ) -> Result<PendingDecision, CancelReason> {
         let (decide_tx, decide_rx) = oneshot::channel();
@@ -398,6 +537,7 @@ impl RunSlot {
                     confirmation_id,
                     round,
                     options,
+                    tasks,
                     decide_tx: Some(decide_tx),
                     stop,
                 });
@@ -428,39 +568,33 @@ impl RunSlot {
             () = tokio::time::sleep(timeout) => CancelReason::Timeout,
             reason = stop => reason,
         };
-        self.settle(decide_rx, fallback)
+        match self.settle(fallback) {
+            Some(decision) => decision,
+            // Somebody decided first and their decision is on its way (an
+            // audit record being written): it stands, so wait for it.
+            None => decide_rx
+                .await
+                .unwrap_or(Decision::Cancel(CancelReason::Superseded)),
+        }
     }
 
-    /// Decides the pause with `fallback` unless a decision is already in the
-    /// channel, in which case that decision stands: a reply that was told
+    /// Decides the pause with `fallback` if nobody has yet (`Some`); `None`
+    /// when a decision was taken first: a reply that was (or will be) told
     /// `confirmation_received` is never overruled.
-    fn settle(
-        &self,
-        mut decide_rx: oneshot::Receiver<Decision>,
-        fallback: CancelReason,
-    ) -> Decision {
+    fn settle(&self, fallback: CancelReason) -> Option<Decision> {
         let mut registry = self.manager.lock();
         let entry = registry
             .sessions
             .get_mut(&self.key)
-            .filter(|entry| entry.run_id == self.run_id);
-        let Some(entry) = entry else {
-            // Superseded: the superseding run sent the decision before replacing us.
-            drop(registry);
-            return decide_rx
-                .try_recv()
-                .unwrap_or(Decision::Cancel(CancelReason::Superseded));
-        };
-        match entry
+            .filter(|entry| entry.run_id == self.run_id)?;
+        // Superseded runs (no entry) return None above: the superseding run
+        // sent its decision before replacing us.
+        entry
             .pause
             .as_mut()
             .and_then(|pause| pause.decide_tx.take())
-        {
             // Nobody decided yet: we do, by dropping the only sender.
-            Some(_decide_tx) => Decision::Cancel(fallback),
-            // Somebody decided under the lock, so the value is in the channel.
-            None => decide_rx.try_recv().unwrap_or(Decision::Cancel(fallback)),
-        }
+            .map(|_decide_tx| Decision::Cancel(fallback))
     }
 }
 
@@ -497,7 +631,8 @@ mod tests {
             .unwrap();
         let _pending = pause(&mine, "c1", 1);
 
-        let theirs = manager.decide(
+        let theirs = decide(
+            &manager,
             &SessionKey::new(Some(2), "s"),
             &reply("confirm", None),
             None,
@@ -507,6 +642,23 @@ mod tests {
         assert_eq!(theirs, Err(DecideError::NoPending));
         assert!(their_run.is_ok(), "another owner's run lives beside mine");
         assert_eq!(manager.paused_runs(), 1, "mine is untouched");
+    }
+
+    /// Decides as the reply handler does without an audit log: the
+    /// decision is delivered at once. Returns the action and round.
+    fn decide(
+        manager: &ConfirmationManager,
+        key: &SessionKey,
+        reply: &ReplyMessage,
+        confirmation_id: Option<&str>,
+    ) -> Result<(Action, u32), DecideError> {
+        manager
+            .decide(key, reply, confirmation_id, None)
+            .map(|accepted| {
+                let seen = (accepted.action, accepted.confirmation_round);
+                accepted.ticket.deliver();
+                seen
+            })
     }
 
     fn reply(action: &str, text: Option<&str>) -> ReplyMessage {
@@ -521,6 +673,7 @@ mod tests {
             id.to_owned(),
             round,
             Action::ALL.to_vec(),
+            Arc::from(Vec::new()),
             CancellationToken::new(),
         )
         .unwrap_or_else(|_| panic!("slot owns its session"))
@@ -533,13 +686,11 @@ mod tests {
         let manager = ConfirmationManager::new();
         let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let pending = pause(&slot, "c1", 1);
-        manager
-            .decide(&key("s"), &reply("confirm", None), None)
-            .unwrap();
+        decide(&manager, &key("s"), &reply("confirm", None), None).unwrap();
 
         let decision = slot.wait(pending, LONG, pending_reason()).await;
 
-        assert_eq!(decision, Decision::Confirm);
+        assert_eq!(decision, Decision::Confirm(Decisions::approve_all(0)));
         assert_eq!(manager.paused_runs(), 0);
     }
 
@@ -548,9 +699,7 @@ mod tests {
         let manager = ConfirmationManager::new();
         let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let first = pause(&slot, "c1", 1);
-        manager
-            .decide(&key("s"), &reply("modify", Some("more")), None)
-            .unwrap();
+        decide(&manager, &key("s"), &reply("modify", Some("more")), None).unwrap();
         assert_eq!(
             slot.wait(first, LONG, pending_reason()).await,
             Decision::Modify("more".into())
@@ -579,7 +728,7 @@ mod tests {
         assert_eq!(manager.paused_runs(), 0);
         drop(slot); // the run ends
         assert_eq!(
-            manager.decide(&key("s"), &reply("confirm", None), None),
+            decide(&manager, &key("s"), &reply("confirm", None), None),
             Err(DecideError::NoPending)
         );
     }
@@ -593,7 +742,7 @@ mod tests {
             let manager = manager.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(9_999)).await;
-                manager.decide(&key("s"), &reply("confirm", None), None)
+                decide(&manager, &key("s"), &reply("confirm", None), None)
             })
         };
 
@@ -602,7 +751,7 @@ mod tests {
             .await;
 
         assert!(replier.await.unwrap().is_ok());
-        assert_eq!(decision, Decision::Confirm);
+        assert_eq!(decision, Decision::Confirm(Decisions::approve_all(0)));
     }
 
     #[tokio::test]
@@ -610,14 +759,114 @@ mod tests {
         let manager = ConfirmationManager::new();
         let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let pending = pause(&slot, "c1", 1);
-        manager
-            .decide(&key("s"), &reply("confirm", None), None)
+        decide(&manager, &key("s"), &reply("confirm", None), None).unwrap();
+
+        // The stop is already there when the run waits: the decision taken
+        // first still stands.
+        let decision = slot
+            .wait(pending, LONG, async { CancelReason::Shutdown })
+            .await;
+
+        assert_eq!(decision, Decision::Confirm(Decisions::approve_all(0)));
+    }
+
+    #[tokio::test]
+    async fn a_decision_in_flight_to_the_run_stands_against_a_stop_that_fires_meanwhile() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+        let pending = pause(&slot, "c1", 1);
+        // Taken (an audit record being written), not delivered yet.
+        let accepted = manager
+            .decide(&key("s"), &reply("cancel", None), None, None)
+            .unwrap();
+        let deliverer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            accepted.ticket.deliver();
+        });
+
+        let decision = slot
+            .wait(pending, LONG, async { CancelReason::Shutdown })
+            .await;
+
+        deliverer.await.unwrap();
+        assert_eq!(
+            decision,
+            Decision::Cancel(CancelReason::User),
+            "the reply stands"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_ticket_ends_the_run_with_its_error() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+        let pending = pause(&slot, "c1", 1);
+        let accepted = manager
+            .decide(&key("s"), &reply("confirm", None), None, None)
             .unwrap();
 
-        // settle() is what runs when stop or timeout fires first in select!.
-        let decision = slot.settle(pending.decide_rx, CancelReason::Shutdown);
+        accepted.ticket.fail(ErrorType::AuditUnavailable);
 
-        assert_eq!(decision, Decision::Confirm);
+        let decision = slot.wait(pending, LONG, pending_reason()).await;
+        assert_eq!(decision, Decision::Failed(ErrorType::AuditUnavailable));
+    }
+
+    #[tokio::test]
+    async fn per_task_decisions_are_checked_against_the_pending_tasks() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+        let tasks: Arc<[TaskCheck]> = vec![TaskCheck::default(), TaskCheck::default()].into();
+        let _pending = slot
+            .pause(
+                "c1".into(),
+                1,
+                Action::ALL.to_vec(),
+                tasks,
+                CancellationToken::new(),
+            )
+            .unwrap_or_else(|_| panic!("slot owns its session"));
+        let request = |index: u64, decision: &str| TaskDecisionRequest {
+            index,
+            decision: decision.into(),
+            reason: None,
+            args: None,
+            result: None,
+        };
+        let refused = |reply_action: &str, decisions: Vec<TaskDecisionRequest>| match manager
+            .decide(
+                &key("s"),
+                &reply(reply_action, None),
+                None,
+                Some(&decisions),
+            ) {
+            Err(DecideError::InvalidDecision(why)) => why,
+            other => panic!("refused as invalid: {other:?}"),
+        };
+
+        assert!(refused("confirm", vec![request(3, "approve")]).contains("no task 3"));
+        assert!(refused("confirm", vec![request(0, "approve")]).contains("no task 0"));
+        assert!(
+            refused("confirm", vec![request(1, "reject"), request(1, "approve")]).contains("twice")
+        );
+        assert!(refused("confirm", vec![request(1, "skip")]).contains("`skip`"));
+        assert!(refused("confirm", vec![request(1, "edit")]).contains("args"));
+        assert!(refused("confirm", vec![request(2, "respond")]).contains("result"));
+        assert!(refused("cancel", vec![request(1, "reject")]).contains("confirm only"));
+
+        let mut reject = request(2, "reject");
+        reject.reason = Some("not now".into());
+        let accepted = manager
+            .decide(&key("s"), &reply("confirm", None), None, Some(&[reject]))
+            .unwrap();
+        let decisions = accepted.decisions.clone().unwrap();
+        assert_eq!(decisions.verdict(1), &Verdict::Approve);
+        assert_eq!(
+            decisions.verdict(2),
+            &Verdict::Reject {
+                reason: Some("not now".into())
+            }
+        );
+        accepted.ticket.deliver();
     }
 
     #[tokio::test]
@@ -632,13 +881,13 @@ mod tests {
 
         assert_eq!(decision, Decision::Cancel(CancelReason::ClientGone));
         assert_eq!(
-            manager.decide(&key("s"), &reply("confirm", None), None),
+            decide(&manager, &key("s"), &reply("confirm", None), None),
             Err(DecideError::AlreadyDecided),
             "the stop was the decision"
         );
         drop(slot);
         assert_eq!(
-            manager.decide(&key("s"), &reply("confirm", None), None),
+            decide(&manager, &key("s"), &reply("confirm", None), None),
             Err(DecideError::NoPending)
         );
     }
@@ -648,16 +897,14 @@ mod tests {
         let manager = ConfirmationManager::new();
         let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let pending = pause(&slot, "c1", 1);
-        manager
-            .decide(&key("s"), &reply("confirm", None), None)
-            .unwrap();
+        decide(&manager, &key("s"), &reply("confirm", None), None).unwrap();
         assert_eq!(
             slot.wait(pending, LONG, pending_reason()).await,
-            Decision::Confirm
+            Decision::Confirm(Decisions::approve_all(0))
         );
 
         // The run is executing now; the pause it came from is decided.
-        let second = manager.decide(&key("s"), &reply("confirm", None), Some("c1"));
+        let second = decide(&manager, &key("s"), &reply("confirm", None), Some("c1"));
 
         assert_eq!(second, Err(DecideError::AlreadyDecided));
         assert_eq!(manager.paused_runs(), 0);
@@ -677,7 +924,7 @@ mod tests {
                     let action = ["confirm", "cancel"][i % 2];
                     tokio::spawn(async move {
                         barrier.wait().await;
-                        manager.decide(&key("s"), &reply(action, None), None)
+                        decide(&manager, &key("s"), &reply(action, None), None)
                     })
                 })
                 .collect();
@@ -685,7 +932,7 @@ mod tests {
             let mut accepted = Vec::new();
             for handle in replies {
                 match handle.await.unwrap() {
-                    Ok(ok) => accepted.push(ok.action),
+                    Ok((action, _)) => accepted.push(action),
                     Err(err) => assert_eq!(err, DecideError::AlreadyDecided, "round {round}"),
                 }
             }
@@ -693,7 +940,7 @@ mod tests {
 
             assert_eq!(accepted.len(), 1, "round {round}");
             let expected = match accepted[0] {
-                Action::Confirm => Decision::Confirm,
+                Action::Confirm => Decision::Confirm(Decisions::approve_all(0)),
                 _ => Decision::Cancel(CancelReason::User),
             };
             assert_eq!(decision, expected, "round {round}");
@@ -704,45 +951,48 @@ mod tests {
     async fn refused_replies_are_checked_in_the_documented_order_and_change_nothing() {
         let manager = ConfirmationManager::new();
         assert_eq!(
-            manager.decide(&key("s"), &reply("confirm", None), None),
+            decide(&manager, &key("s"), &reply("confirm", None), None),
             Err(DecideError::NoPending)
         );
         let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         assert_eq!(
-            manager.decide(&key("s"), &reply("launch", None), Some("wrong")),
+            decide(&manager, &key("s"), &reply("launch", None), Some("wrong")),
             Err(DecideError::NoPending),
             "a streaming run has nothing pending"
         );
         let pending = pause(&slot, "c1", 1);
 
         assert!(matches!(
-            manager.decide(&key("s"), &reply("launch", None), Some("wrong")),
+            decide(&manager, &key("s"), &reply("launch", None), Some("wrong")),
             Err(DecideError::NotOffered { .. })
         ));
         let long = "x".repeat(MAX_MODIFY_TEXT_BYTES + 1);
         assert!(matches!(
-            manager.decide(&key("s"), &reply("modify", Some(&long)), Some("wrong")),
+            decide(
+                &manager,
+                &key("s"),
+                &reply("modify", Some(&long)),
+                Some("wrong")
+            ),
             Err(DecideError::ModifyTooLong { .. })
         ));
         assert_eq!(
-            manager.decide(&key("s"), &reply("confirm", None), Some("wrong")),
+            decide(&manager, &key("s"), &reply("confirm", None), Some("wrong")),
             Err(DecideError::Stale)
         );
-        let accepted = manager
-            .decide(&key("s"), &reply("confirm", None), Some("c1"))
-            .unwrap();
-        assert_eq!(accepted.confirmation_round, 1);
+        let accepted = decide(&manager, &key("s"), &reply("confirm", None), Some("c1")).unwrap();
+        assert_eq!(accepted.1, 1);
         assert_eq!(
-            manager.decide(&key("s"), &reply("confirm", None), Some("wrong")),
+            decide(&manager, &key("s"), &reply("confirm", None), Some("wrong")),
             Err(DecideError::Stale)
         );
         assert_eq!(
-            manager.decide(&key("s"), &reply("cancel", None), None),
+            decide(&manager, &key("s"), &reply("cancel", None), None),
             Err(DecideError::AlreadyDecided)
         );
         assert_eq!(
             slot.wait(pending, LONG, pending_reason()).await,
-            Decision::Confirm
+            Decision::Confirm(Decisions::approve_all(0))
         );
     }
 
@@ -755,11 +1005,12 @@ mod tests {
                 "c1".into(),
                 1,
                 vec![Action::Confirm, Action::Cancel],
+                Arc::from(Vec::new()),
                 CancellationToken::new(),
             )
             .unwrap_or_else(|_| panic!("slot owns its session"));
 
-        let refused = manager.decide(&key("s"), &reply("modify", Some("x")), None);
+        let refused = decide(&manager, &key("s"), &reply("modify", Some("x")), None);
 
         assert_eq!(
             refused,
@@ -801,9 +1052,7 @@ mod tests {
         let manager = ConfirmationManager::new();
         let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let pending = pause(&slot, "c1", 1);
-        manager
-            .decide(&key("s"), &reply("confirm", None), None)
-            .unwrap();
+        decide(&manager, &key("s"), &reply("confirm", None), None).unwrap();
 
         assert_eq!(
             manager.begin_run(key("s"), RunLimits::UNLIMITED).err(),
@@ -811,7 +1060,7 @@ mod tests {
         );
         assert_eq!(
             slot.wait(pending, LONG, pending_reason()).await,
-            Decision::Confirm
+            Decision::Confirm(Decisions::approve_all(0))
         );
     }
 
@@ -881,12 +1130,18 @@ mod tests {
         let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
         let stop = CancellationToken::new();
         let pending = slot
-            .pause("c1".into(), 1, Action::ALL.to_vec(), stop.clone())
+            .pause(
+                "c1".into(),
+                1,
+                Action::ALL.to_vec(),
+                Arc::from(Vec::new()),
+                stop.clone(),
+            )
             .unwrap_or_else(|_| panic!("slot owns its session"));
 
         // The stop fires; the run has not polled yet when the reply lands.
         stop.cancel();
-        let reply = manager.decide(&key("s"), &reply("confirm", None), None);
+        let reply = decide(&manager, &key("s"), &reply("confirm", None), None);
         let decision = slot
             .wait(pending, LONG, async { CancelReason::ClientGone })
             .await;
@@ -931,9 +1186,9 @@ mod tests {
         let _pending = pause(&slot, "c1", 1);
         let long = "x".repeat(MAX_MODIFY_TEXT_BYTES + 1);
 
-        let refused = manager.decide(&key("s"), &reply("modify", Some(&long)), None);
+        let refused = decide(&manager, &key("s"), &reply("modify", Some(&long)), None);
         let fits = "x".repeat(MAX_MODIFY_TEXT_BYTES);
-        let accepted = manager.decide(&key("s"), &reply("modify", Some(&fits)), None);
+        let accepted = decide(&manager, &key("s"), &reply("modify", Some(&fits)), None);
 
         assert!(matches!(refused, Err(DecideError::ModifyTooLong { .. })));
         assert!(accepted.is_ok());

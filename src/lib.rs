@@ -26,6 +26,7 @@
 //! - [`metrics`]: the Prometheus metrics behind `GET /metrics`.
 //! - [`config`] and [`startup`]: settings, binding, serving, shutdown.
 
+pub mod audit;
 pub mod config;
 pub mod confirmation;
 pub mod engine;
@@ -34,5 +35,5 @@ pub mod metrics;
 pub mod protocol;
 pub mod run;
 pub mod sse;
-pub mod tools;
 pub mod startup;
+pub mod tools;

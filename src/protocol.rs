@@ -32,6 +32,13 @@ pub const MAX_MODIFY_TEXT_BYTES: usize = 4 * 1024;
 /// Metadata keys, spelled once.
 pub mod meta {
     pub const ACTION: &str = "action";
+    pub const DECISIONS: &str = "decisions";
+    pub const DURATION_MS: &str = "duration_ms";
+    pub const ERROR: &str = "error";
+    pub const RESULT: &str = "result";
+    pub const RETRY_AFTER: &str = "retry_after";
+    pub const SKIPPED: &str = "skipped";
+    pub const TRUNCATED: &str = "truncated";
     pub const CONFIRMATION_ID: &str = "confirmation_id";
     pub const CONFIRMATION_ROUND: &str = "confirmation_round";
     pub const ERROR_TYPE: &str = "error_type";
@@ -55,10 +62,82 @@ pub struct ChatRequest {
     pub message: Option<String>,
     pub session_id: Option<String>,
     pub confirmation_id: Option<String>,
+    /// A reply's decisions per task (see [`TaskDecisionRequest`]).
+    pub decisions: Option<Vec<TaskDecisionRequest>>,
+}
+
+/// One entry of a reply's `decisions`, as sent: checked against the pending
+/// confirmation by [`crate::confirmation`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct TaskDecisionRequest {
+    /// The task's `index` (1-based).
+    pub index: u64,
+    /// `approve`, `reject`, `edit` or `respond`.
+    pub decision: String,
+    pub reason: Option<String>,
+    pub args: Option<Value>,
+    pub result: Option<String>,
+}
+
+/// What was decided for one task of a confirmed plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum Verdict {
+    /// Runs as proposed.
+    Approve,
+    /// Does not run; the engine may tell why.
+    Reject {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Runs with these arguments instead (checked against the tool's schema).
+    Edit { args: Value },
+    /// Does not run; `result` stands in for its output.
+    Respond { result: String },
+}
+
+/// A task's verdict, with the task's index.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskDecision {
+    pub index: usize,
+    #[serde(flatten)]
+    pub verdict: Verdict,
+}
+
+/// The verdicts of a confirmed plan, one per task, in task order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Decisions(pub Vec<TaskDecision>);
+
+impl Decisions {
+    /// Every one of `tasks` tasks approved.
+    pub fn approve_all(tasks: usize) -> Decisions {
+        Decisions(
+            (1..=tasks)
+                .map(|index| TaskDecision {
+                    index,
+                    verdict: Verdict::Approve,
+                })
+                .collect(),
+        )
+    }
+
+    /// The verdict for task `index` (approved unless said otherwise).
+    pub fn verdict(&self, index: usize) -> &Verdict {
+        self.0
+            .iter()
+            .find(|d| d.index == index)
+            .map_or(&Verdict::Approve, |d| &d.verdict)
+    }
+
+    /// Whether any task was not simply approved.
+    pub fn any_changed(&self) -> bool {
+        self.0.iter().any(|d| d.verdict != Verdict::Approve)
+    }
 }
 
 /// What a request asks for, once every rule of the request is checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ValidRequest {
     /// A chat message: starts a run. Without `session_id` the server makes one.
     Chat {
@@ -70,6 +149,7 @@ pub enum ValidRequest {
         session_id: String,
         reply: ReplyMessage,
         confirmation_id: Option<String>,
+        decisions: Option<Vec<TaskDecisionRequest>>,
     },
     /// `Last-Event-ID`: re-attach to the run of `session_id` after `last_seen`.
     Reattach { session_id: String, last_seen: u64 },
@@ -140,6 +220,7 @@ impl ChatRequest {
                     session_id,
                     reply,
                     confirmation_id: self.confirmation_id,
+                    decisions: self.decisions,
                 })
             }
         }
@@ -231,6 +312,17 @@ pub enum ErrorType {
     /// The plan has more than [`MAX_PLAN_TASKS`] tasks or more than
     /// [`MAX_CONFIRMATION_BYTES`] of confirmation data.
     PlanTooLarge,
+    /// A plan's step would call a declared tool with arguments that do not
+    /// fit its schema; nothing was asked.
+    InvalidToolArgs,
+    /// A reply's `decisions` do not fit the pending confirmation (422).
+    InvalidDecision,
+    /// The audit log cannot be written: nothing runs (fail closed).
+    AuditUnavailable,
+    /// The model kept calling tools past the calls a run may make.
+    ToolCallLimit,
+    /// The model server kept answering 429/503 within the call's deadline.
+    RateLimited,
     /// Without API keys, the `Host` header names neither loopback, the bound
     /// address nor an `--allowed-host` (DNS rebinding).
     ForbiddenHost,
@@ -369,18 +461,27 @@ impl Chunk {
         self
     }
 
-    /// `confirmation_received`: a decision was taken on a confirmation.
+    /// `confirmation_received`: a decision was taken on a confirmation
+    /// (with the verdict per task for a confirm).
     pub fn confirmation_received(
         session_id: &str,
         text: String,
         action: Action,
         confirmation_id: &str,
         round: u32,
+        decisions: Option<&Decisions>,
     ) -> Chunk {
-        Chunk::new(ChunkType::ConfirmationReceived, text, session_id, 0)
+        let mut chunk = Chunk::new(ChunkType::ConfirmationReceived, text, session_id, 0)
             .with_meta(meta::ACTION, action.as_str())
             .with_meta(meta::CONFIRMATION_ID, confirmation_id)
-            .with_meta(meta::CONFIRMATION_ROUND, round)
+            .with_meta(meta::CONFIRMATION_ROUND, round);
+        if let Some(decisions) = decisions {
+            chunk = chunk.with_meta(
+                meta::DECISIONS,
+                serde_json::to_value(decisions).unwrap_or_default(),
+            );
+        }
+        chunk
     }
 
     /// `confirmation_request`: the run pauses on `data`.
@@ -586,6 +687,7 @@ mod tests {
             message: message.map(str::to_owned),
             session_id: session.map(str::to_owned),
             confirmation_id: None,
+            decisions: None,
         }
     }
 

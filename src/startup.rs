@@ -15,6 +15,7 @@ use actix_web::{web, App};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
+use crate::audit::AuditLog;
 use crate::config::{Secret, Settings};
 use crate::confirmation::{ConfirmationManager, RunLimits};
 use crate::engine::Engine;
@@ -25,6 +26,7 @@ use crate::metrics::Metrics;
 use crate::run::log::{LogLimits, LogRegistry};
 use crate::run::stream::StreamSettings;
 use crate::run::Runs;
+use crate::tools::Tools;
 
 pub struct Application {
     address: SocketAddr,
@@ -77,11 +79,28 @@ impl Application {
             metrics: metrics.clone(),
             registry: logs.clone(),
         });
+        let mut run_settings = settings.run_settings();
+        if let Some(path) = &settings.tools {
+            let tools = Tools::load(path).map_err(|err| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, err.to_string())
+            })?;
+            log::info!("{} tool(s) declared in {}", tools.len(), path.display());
+            run_settings.tools = Arc::new(tools);
+        }
+        if let Some(path) = &settings.audit_log {
+            let audit = AuditLog::open(path).map_err(|err| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("--audit-log: {err}"),
+                )
+            })?;
+            run_settings.audit = Some(audit);
+        }
         let runs = Runs {
             manager: ConfirmationManager::new(),
             logs,
             engine,
-            settings: Arc::new(settings.run_settings()),
+            settings: Arc::new(run_settings),
             log_limits: LogLimits {
                 frames: settings.replay_buffer,
                 bytes: settings.replay_buffer_bytes,

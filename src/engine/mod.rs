@@ -22,14 +22,16 @@ use std::time::{Duration, Instant, SystemTime};
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value};
 
-use crate::confirmation::{Decision, PendingDecision, RunSlot, SessionKey};
+use crate::audit::{self, AuditLog};
+use crate::confirmation::{Decision, PendingDecision, RunSlot, SessionKey, TaskCheck};
 use crate::metrics::Metrics;
 use crate::protocol::{
-    json_len, Action, CancelReason, Chunk, ChunkType, ConfirmationData, ErrorType, RiskLevel,
-    TaskSpec, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
+    json_len, meta, Action, CancelReason, Chunk, ChunkType, ConfirmationData, Decisions, ErrorType,
+    RiskLevel, TaskSpec, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
 use crate::run::log::RunLog;
 use crate::run::stop::RunStop;
+use crate::tools::{Tool, ToolOutcome, Tools};
 
 /// A chat engine. One instance serves every run; it is shared across threads.
 pub trait Engine: Send + Sync + 'static {
@@ -70,18 +72,24 @@ pub struct Plan {
 }
 
 /// What the user answered to a plan (cancel arrives as `RunError::Cancelled`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Approval {
-    Confirm,
+    /// With the verdict for each task: approved unless rejected, edited or
+    /// answered by the user (`decisions` of the reply).
+    Confirm(Decisions),
     Modify(String),
 }
 
-/// Per-run knobs, from the server's settings.
-#[derive(Debug, Clone, Copy)]
+/// Per-run knobs and services, from the server's settings; shared by every run.
+#[derive(Debug, Clone, Default)]
 pub struct RunSettings {
     pub confirm_timeout: Duration,
     pub max_rounds: u32,
     pub step_delay: Duration,
+    /// The tools of `--tools` (empty without).
+    pub tools: Arc<Tools>,
+    /// The audit log of `--audit-log`, if any.
+    pub audit: Option<Arc<AuditLog>>,
 }
 
 /// A confirmation request on its way to a decision.
@@ -213,7 +221,8 @@ impl RunContext {
         // Everything but the wait happens in plain functions: this future is
         // what a paused run holds in memory for the whole pause, so it keeps
         // only what the wait needs.
-        let (pending, asked) = self.ask(plan)?;
+        let (plan, confirmation_id) = self.propose(plan).await?;
+        let (pending, asked) = self.ask(plan, confirmation_id)?;
         let timeout = self.settings.confirm_timeout;
         let stop = async {
             match asked.sent {
@@ -226,15 +235,46 @@ impl RunContext {
         self.answered(decision, asked)
     }
 
-    /// Registers the pause and sends the `confirmation_request` chunk.
-    fn ask(&mut self, plan: Plan) -> Result<(PendingDecision, Asked), RunError> {
+    /// Checks the plan and records it as proposed in the audit log, if
+    /// there is one: a plan that cannot be recorded is never asked.
+    async fn propose(&mut self, plan: Plan) -> Result<(Plan, String), RunError> {
         if self.round >= self.settings.max_rounds {
             return Err(RunError::Cancelled(CancelReason::MaxRounds));
         }
         check_plan_size(&plan)?;
+        let confirmation_id = uuid::Uuid::new_v4().to_string();
+        if let Some(audit) = &self.settings.audit {
+            let mut fields = audit::run_fields(self.run_id(), self.session_id());
+            fields.insert(
+                "key".into(),
+                audit::key_label(self.session_key().owner).into(),
+            );
+            fields.insert(
+                meta::CONFIRMATION_ID.into(),
+                confirmation_id.as_str().into(),
+            );
+            fields.insert("round".into(), (self.round + 1).into());
+            fields.insert("risk_level".into(), plan.risk_level.as_str().into());
+            fields.insert(
+                "tasks".into(),
+                serde_json::to_value(&plan.tasks).unwrap_or_default(),
+            );
+            audit
+                .write("proposed", fields)
+                .await
+                .map_err(|err| audit_failed(&err))?;
+        }
+        Ok((plan, confirmation_id))
+    }
+
+    /// Registers the pause and sends the `confirmation_request` chunk.
+    fn ask(
+        &mut self,
+        plan: Plan,
+        confirmation_id: String,
+    ) -> Result<(PendingDecision, Asked), RunError> {
         self.round += 1;
         let round = self.round;
-        let confirmation_id = uuid::Uuid::new_v4().to_string();
         let timeout = self.settings.confirm_timeout;
         // The last round offers no modify: a modify there could only end
         // the run (`max_rounds`), which nobody asking for changes wants.
@@ -245,12 +285,21 @@ impl RunContext {
             Action::ALL.to_vec()
         };
 
+        // What a reply's per-task decisions are checked against.
+        let checks: Arc<[TaskCheck]> = plan
+            .tasks
+            .iter()
+            .map(|task| TaskCheck {
+                tool: self.settings.tools.get(&task.tool).cloned(),
+            })
+            .collect();
         let pending = self
             .slot
             .pause(
                 confirmation_id.clone(),
                 round,
                 options.clone(),
+                checks,
                 self.stop.token(),
             )
             .map_err(RunError::Cancelled)?;
@@ -291,32 +340,145 @@ impl RunContext {
     fn answered(&mut self, decision: Decision, asked: Asked) -> Result<Approval, RunError> {
         self.metrics.confirmation_waited(asked.paused_at.elapsed());
         let (action, decided_by) = match &decision {
-            Decision::Confirm => (Action::Confirm, "confirm"),
+            Decision::Confirm(_) => (Action::Confirm, "confirm"),
             Decision::Modify(_) => (Action::Modify, "modify"),
             Decision::Cancel(CancelReason::User) => (Action::Cancel, "cancel"),
             Decision::Cancel(reason) => {
                 self.metrics.decision(reason.as_str(), "accepted");
                 return Err(RunError::Cancelled(*reason));
             }
+            Decision::Failed(error_type) => {
+                return Err(RunError::Failed {
+                    error_type: *error_type,
+                    message: "the decision could not be recorded in the audit log; nothing was run"
+                        .to_owned(),
+                });
+            }
         };
         self.metrics.decision(decided_by, "accepted");
         let round = asked.round;
+        let decisions = match &decision {
+            Decision::Confirm(decisions) => Some(decisions),
+            _ => None,
+        };
         let received = Chunk::confirmation_received(
             self.session_id(),
             format!("Received {} for round {round}", action.as_str()),
             action,
             &asked.confirmation_id,
             round,
+            decisions,
         );
         // Written even if the run was told to stop meanwhile: this decision
         // was acknowledged to a reply before the stop (later replies are
         // refused), so the stream shows it; the stop ends the run next.
         self.log.push(received);
         match decision {
-            Decision::Confirm => Ok(Approval::Confirm),
+            Decision::Confirm(decisions) => Ok(Approval::Confirm(decisions)),
             Decision::Modify(text) => Ok(Approval::Modify(text)),
             Decision::Cancel(reason) => Err(RunError::Cancelled(reason)),
+            Decision::Failed(error_type) => Err(RunError::Failed {
+                error_type,
+                message: "internal error".to_owned(),
+            }),
         }
+    }
+
+    /// The declared tools (`--tools`).
+    pub fn tools(&self) -> &Arc<Tools> {
+        &self.settings.tools
+    }
+
+    /// Runs one call of `tool` with `args` (already checked against its
+    /// schema, and confirmed unless the tool needs no confirmation), then
+    /// reports it: a `tool_output` chunk and an `executed` audit record. A
+    /// stop terminates a running command; its outcome is still reported and
+    /// recorded. The call runs exactly once.
+    pub async fn run_tool(
+        &mut self,
+        index: usize,
+        tool: &Tool,
+        args: &Value,
+    ) -> Result<ToolOutcome, RunError> {
+        let stop = self.stop.clone();
+        let outcome = tool
+            .run(args, async move {
+                stop.stopped().await;
+            })
+            .await;
+        self.record_tool(index, &tool.name, Some(args), &outcome)
+            .await?;
+        Ok(outcome)
+    }
+
+    /// The `tool_output` chunk of a call's outcome; `text` replaces the
+    /// one-line summary.
+    pub fn tool_output(
+        &self,
+        index: usize,
+        tool: &str,
+        outcome: &ToolOutcome,
+        text: Option<String>,
+    ) -> Chunk {
+        let chunk = self
+            .chunk(
+                ChunkType::ToolOutput,
+                text.unwrap_or_else(|| outcome.summary(tool)),
+            )
+            .with_meta(meta::STEP, index)
+            .with_meta(meta::TOOL, tool)
+            .with_meta(meta::OK, outcome.ok)
+            .with_meta(meta::SKIPPED, outcome.skipped)
+            .with_meta(meta::TRUNCATED, outcome.truncated)
+            .with_meta(meta::DURATION_MS, outcome.duration_ms);
+        match (&outcome.result, &outcome.error) {
+            (Some(result), _) => chunk.with_meta(meta::RESULT, result.as_str()),
+            (None, Some(error)) => chunk.with_meta(meta::ERROR, error.as_str()),
+            (None, None) => chunk.with_meta(meta::RESULT, ""),
+        }
+    }
+
+    /// Reports a call's outcome (run, skipped or answered by the user): a
+    /// `tool_output` chunk and, for a call that ran, an `executed` record.
+    /// The chunk is written even if the run was told to stop: what ran is
+    /// always shown.
+    pub async fn record_tool(
+        &mut self,
+        index: usize,
+        tool: &str,
+        args: Option<&Value>,
+        outcome: &ToolOutcome,
+    ) -> Result<(), RunError> {
+        let chunk = self.tool_output(index, tool, outcome, None);
+        self.log.push(chunk);
+        if outcome.skipped {
+            return Ok(());
+        }
+        if let Some(audit) = self.settings.audit.clone() {
+            let mut fields = audit::run_fields(self.run_id(), self.session_id());
+            fields.insert("tool".into(), tool.into());
+            fields.insert("args".into(), args.cloned().unwrap_or(Value::Null));
+            fields.insert("ok".into(), outcome.ok.into());
+            if let Some(code) = outcome.exit_status {
+                fields.insert("exit_status".into(), code.into());
+            }
+            if let Some(status) = outcome.http_status {
+                fields.insert("http_status".into(), status.into());
+            }
+            fields.insert("duration_ms".into(), outcome.duration_ms.into());
+            fields.insert("output_bytes".into(), outcome.output_bytes.into());
+            let output = outcome
+                .result
+                .as_deref()
+                .or(outcome.error.as_deref())
+                .unwrap_or("");
+            fields.insert("output_sha256".into(), sha256_hex(output.as_bytes()).into());
+            audit
+                .write("executed", fields)
+                .await
+                .map_err(|err| audit_failed(&err))?;
+        }
+        Ok(())
     }
 
     /// The run's metrics, for the driver that ends it.
@@ -328,6 +490,22 @@ impl RunContext {
     pub(crate) fn into_parts(self) -> (RunSlot, Arc<RunLog>) {
         (self.slot, self.log)
     }
+}
+
+/// Ends the run with `audit_unavailable` (the details were logged).
+fn audit_failed(err: &crate::audit::AuditError) -> RunError {
+    RunError::Failed {
+        error_type: ErrorType::AuditUnavailable,
+        message: format!("{err}; nothing more runs"),
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Refuses a plan larger than a paused run may hold: more than
@@ -374,7 +552,7 @@ mod tests {
         let settings = Arc::new(RunSettings {
             confirm_timeout: Duration::from_secs(1),
             max_rounds: 1,
-            step_delay: Duration::ZERO,
+            ..RunSettings::default()
         });
         let limits = LogLimits {
             frames: 8,

@@ -10,6 +10,12 @@
 //! - A step that mentions delete/remove/drop/rm makes the plan `high` risk.
 //! - A step containing the word `fail` fails, and the run ends with an
 //!   `error` chunk of type `task_failed`.
+//! - With `--tools`, a step whose first word (lower-cased) names a declared
+//!   tool calls it, after the confirm, with `{"step": <description>}` (checked
+//!   against the tool's schema before anything is asked: `invalid_tool_args`
+//!   otherwise); its risk counts towards the plan's. Other steps stay
+//!   simulated. A reply's per-task decisions skip (reject), replace (respond)
+//!   or change the arguments of (edit) single steps.
 //!
 //! It keeps no state between runs.
 
@@ -18,7 +24,8 @@ use futures_util::FutureExt;
 use serde_json::{json, Map, Value};
 
 use super::{Approval, Completion, Engine, Plan, RunContext, RunError};
-use crate::protocol::{meta, ChunkType, ErrorType, RiskLevel, TaskSpec};
+use crate::protocol::{meta, ChunkType, ErrorType, RiskLevel, TaskSpec, Verdict};
+use crate::tools::{ToolOutcome, Tools};
 
 /// The planner engine; stateless, so one value serves every run.
 #[derive(Debug, Clone, Copy, Default)]
@@ -68,9 +75,10 @@ async fn carry_out(ctx: &mut RunContext, message: &str) -> Result<Completion, Ru
         .with_meta(meta::TOTAL_TASKS, steps.len());
     ctx.send(init).await?;
 
-    loop {
-        match ctx.confirm(plan(&steps)).await? {
-            Approval::Confirm => break,
+    let decisions = loop {
+        let plan = plan(&steps, ctx.tools())?;
+        match ctx.confirm(plan).await? {
+            Approval::Confirm(decisions) => break decisions,
             Approval::Modify(feedback) if feedback.trim().is_empty() => {
                 // A modify without text: the same plan, asked again.
                 ctx.emit(ChunkType::Status, "No change given; asking again")
@@ -82,70 +90,121 @@ async fn carry_out(ctx: &mut RunContext, message: &str) -> Result<Completion, Ru
                     .await?;
             }
         }
-    }
+    };
 
     let total = steps.len();
+    let mut done = 0;
     for (i, step) in steps.iter().enumerate() {
         let index = i + 1;
+        let name = tool_for(step);
+        let args = match decisions.verdict(index) {
+            Verdict::Reject { reason } => {
+                let why = reason.as_deref().unwrap_or("rejected by the user");
+                let skipped = ToolOutcome::skipped(false, None, Some(format!("rejected: {why}")));
+                ctx.record_tool(index, &name, None, &skipped).await?;
+                continue;
+            }
+            Verdict::Respond { result } => {
+                let answered = ToolOutcome::skipped(true, Some(result.clone()), None);
+                ctx.record_tool(index, &name, None, &answered).await?;
+                continue;
+            }
+            Verdict::Edit { args } => args.clone(),
+            Verdict::Approve => json!({ "step": step }),
+        };
         let status = ctx
             .chunk(ChunkType::Status, format!("Step {index}/{total}: {step}"))
             .with_meta(meta::STEP, index)
             .with_meta(meta::TOTAL_TASKS, total);
         ctx.send(status).await?;
-        ctx.sleep(ctx.settings().step_delay).await?;
-
-        let failed = has_word(step, |w| w == "fail");
-        let text = if failed {
-            format!("Step {index} failed: {step}")
-        } else {
-            format!("Step {index} done: {step}")
+        let outcome = match ctx.tools().get(&name).cloned() {
+            // A declared tool: the real call, once, after the yes.
+            Some(tool) => ctx.run_tool(index, &tool, &args).await?,
+            None => simulate(ctx, index, step).await?,
         };
-        let output = ctx
-            .chunk(ChunkType::ToolOutput, text.clone())
-            .with_meta(meta::STEP, index)
-            .with_meta(meta::TOOL, tool_for(step))
-            .with_meta(meta::OK, !failed);
-        ctx.send(output).await?;
-        if failed {
+        if !outcome.ok {
             return Err(RunError::Failed {
                 error_type: ErrorType::TaskFailed,
-                message: text,
+                message: format!(
+                    "Step {index} failed: {}",
+                    outcome.error.as_deref().unwrap_or(step)
+                ),
             });
         }
+        done += 1;
     }
     let mut metadata = Map::new();
-    metadata.insert(meta::TASKS_COMPLETED.to_owned(), Value::from(total));
-    Ok(Completion {
-        text: format!("Completed {total} task(s)."),
-        metadata,
-    })
+    metadata.insert(meta::TASKS_COMPLETED.to_owned(), Value::from(done));
+    let text = if done == total {
+        format!("Completed {total} task(s).")
+    } else {
+        format!("Completed {done} of {total} task(s); the others were not run, as decided.")
+    };
+    Ok(Completion { text, metadata })
 }
 
-fn plan(steps: &[String]) -> Plan {
-    let risky = steps.iter().any(|step| {
+/// A step without a declared tool: `--step-delay` of pretend work; the word
+/// `fail` fails it.
+async fn simulate(ctx: &mut RunContext, index: usize, step: &str) -> Result<ToolOutcome, RunError> {
+    let started = std::time::Instant::now();
+    ctx.sleep(ctx.settings().step_delay).await?;
+    let failed = has_word(step, |w| w == "fail");
+    let text = if failed {
+        format!("Step {index} failed: {step}")
+    } else {
+        format!("Step {index} done: {step}")
+    };
+    let mut outcome = ToolOutcome::skipped(!failed, None, None);
+    outcome.skipped = false;
+    outcome.duration_ms = started.elapsed().as_millis() as u64;
+    if failed {
+        outcome.error = Some(step.to_owned());
+    } else {
+        outcome.result = Some(text.clone());
+    }
+    let chunk = ctx.tool_output(index, &tool_for(step), &outcome, Some(text));
+    ctx.send(chunk).await?;
+    Ok(outcome)
+}
+
+/// The plan of `steps`; a step that calls a declared tool with arguments
+/// that do not fit it ends the run here, before anything is asked.
+fn plan(steps: &[String], tools: &Tools) -> Result<Plan, RunError> {
+    let mut risk = if steps.iter().any(|step| {
         has_word(step, |w| {
             ["delet", "remov", "drop"].iter().any(|p| w.starts_with(p)) || w == "rm"
         })
-    });
-    let tasks = steps
-        .iter()
-        .enumerate()
-        .map(|(i, step)| TaskSpec {
+    }) {
+        RiskLevel::High
+    } else {
+        RiskLevel::Low
+    };
+    let mut tasks = Vec::with_capacity(steps.len());
+    for (i, step) in steps.iter().enumerate() {
+        let tool = tool_for(step);
+        let args = json!({ "step": step });
+        if let Some(declared) = tools.get(&tool) {
+            declared.check_args(&args).map_err(|why| RunError::Failed {
+                error_type: ErrorType::InvalidToolArgs,
+                message: format!(
+                    "step {} (`{step}`) does not fit the tool `{tool}`: {why}",
+                    i + 1
+                ),
+            })?;
+            risk = risk.max(declared.risk);
+        }
+        tasks.push(TaskSpec {
             index: i + 1,
             description: step.clone(),
-            tool: tool_for(step),
-            args: Some(json!({ "step": step })),
-        })
-        .collect();
-    Plan {
+            tool,
+            args: Some(args),
+        });
+    }
+    Ok(Plan {
         summary: format!("Confirm the plan of {} task(s)?", steps.len()),
         tasks,
-        risk_level: if risky {
-            RiskLevel::High
-        } else {
-            RiskLevel::Low
-        },
-    }
+        risk_level: risk,
+    })
 }
 
 /// Splits a task message into steps: on newlines, `;` and ` then `, with list
@@ -240,7 +299,7 @@ mod tests {
 
     #[test]
     fn risk_is_high_only_when_a_step_mentions_removal() {
-        let risk = |m: &str| plan(&plan_steps(m)).risk_level;
+        let risk = |m: &str| plan(&plan_steps(m), &Tools::default()).unwrap().risk_level;
         assert_eq!(risk("create a file; email it"), RiskLevel::Low);
         assert_eq!(risk("back up; Delete old logs"), RiskLevel::High);
         assert_eq!(risk("rm -rf build"), RiskLevel::High);
@@ -251,7 +310,11 @@ mod tests {
 
     #[test]
     fn tasks_carry_index_tool_and_args() {
-        let plan = plan(&plan_steps("Create a file; then email it"));
+        let plan = plan(
+            &plan_steps("Create a file; then email it"),
+            &Tools::default(),
+        )
+        .unwrap();
         assert_eq!(plan.tasks.len(), 2);
         assert_eq!(plan.tasks[1].index, 2);
         assert_eq!(plan.tasks[1].description, "email it");

@@ -45,6 +45,8 @@ pub enum ChatError {
     ForbiddenHost,
     #[error("the request body did not arrive in time")]
     RequestTimeout,
+    #[error("the audit log cannot be written, so this decision was not taken; the run has ended")]
+    AuditUnavailable,
     #[error(
         "no run to re-attach to on this session: none was started, it belongs to another \
          API key, its end was already delivered, or its grace after the client left is over"
@@ -73,6 +75,10 @@ impl ChatError {
                 DecideError::NotOffered { .. } | DecideError::ModifyTooLong { .. },
             ) => (S::UNPROCESSABLE_ENTITY, T::InvalidConfirmAction),
             ChatError::Decide(DecideError::Stale) => (S::CONFLICT, T::StaleConfirmation),
+            ChatError::Decide(DecideError::InvalidDecision(_)) => {
+                (S::UNPROCESSABLE_ENTITY, T::InvalidDecision)
+            }
+            ChatError::AuditUnavailable => (S::SERVICE_UNAVAILABLE, T::AuditUnavailable),
             ChatError::Decide(DecideError::AlreadyDecided) => (S::CONFLICT, T::AlreadyDecided),
             ChatError::Begin(BeginError::SessionBusy) => (S::CONFLICT, T::SessionBusy),
             ChatError::Begin(BeginError::Overloaded | BeginError::KeyOverloaded { .. }) => {

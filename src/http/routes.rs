@@ -6,8 +6,9 @@ use futures_util::StreamExt;
 
 use super::error::{ChatError, Refusal};
 use super::AppState;
-use crate::confirmation::SessionKey;
-use crate::protocol::{ChatRequest, Chunk, ValidRequest, MAX_BODY_BYTES};
+use crate::audit;
+use crate::confirmation::{Accepted, SessionKey};
+use crate::protocol::{meta, ChatRequest, Chunk, ErrorType, ValidRequest, MAX_BODY_BYTES};
 use crate::run::ReattachError;
 use crate::sse;
 
@@ -89,6 +90,19 @@ async fn health() -> HttpResponse {
 
 /// Ready for new runs: 503 from the moment shutdown starts.
 async fn ready(state: web::Data<AppState>) -> HttpResponse {
+    if let Some(audit) = state
+        .runs
+        .settings
+        .audit
+        .as_ref()
+        .filter(|a| !a.is_healthy())
+    {
+        return HttpResponse::ServiceUnavailable().json(serde_json::json!({
+            "status": "audit_unavailable",
+            "audit_log": audit.path().display().to_string(),
+            "error": "the audit log cannot be written: nothing runs until it can",
+        }));
+    }
     if state.runs.shutdown.is_cancelled() {
         HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "shutting_down" }))
     } else {
@@ -206,12 +220,18 @@ async fn chat(
             session_id,
             reply,
             confirmation_id,
+            decisions,
         } => {
             let key = SessionKey::new(owner, &session_id);
             let accepted = state
                 .runs
                 .manager
-                .decide(&key, &reply, confirmation_id.as_deref())
+                .decide(
+                    &key,
+                    &reply,
+                    confirmation_id.as_deref(),
+                    decisions.as_deref(),
+                )
                 .map_err(|err| Refusal::new(err, &session_id))?;
             let chunk = Chunk::confirmation_received(
                 &session_id,
@@ -219,8 +239,12 @@ async fn chat(
                 accepted.action,
                 &accepted.confirmation_id,
                 accepted.confirmation_round,
+                accepted.decisions.as_ref(),
             )
             .finished();
+            deliver(state, req, &key, accepted)
+                .await
+                .map_err(|err| Refusal::new(err, &session_id))?;
             Ok(sse::single_chunk(StatusCode::OK, chunk))
         }
         ValidRequest::Chat {
@@ -238,6 +262,56 @@ async fn chat(
                 .map_err(|err| Refusal::new(err, &session_id))?;
             Ok(sse::stream_response(subscription))
         }
+    }
+}
+
+/// Hands an accepted decision to its run: at once without an audit log;
+/// with one, only once the `decided` record is on disk. If it cannot be
+/// written the run ends with `audit_unavailable` and the reply gets 503: a
+/// decision is never acted on unrecorded, nor acknowledged unacted.
+async fn deliver(
+    state: &AppState,
+    req: &HttpRequest,
+    key: &SessionKey,
+    accepted: Accepted,
+) -> Result<(), ChatError> {
+    let Some(audit) = state.runs.settings.audit.clone() else {
+        accepted.ticket.deliver();
+        return Ok(());
+    };
+    let mut fields = audit::run_fields(accepted.run_id, &key.session_id);
+    fields.insert(
+        meta::CONFIRMATION_ID.into(),
+        accepted.confirmation_id.into(),
+    );
+    fields.insert("round".into(), accepted.confirmation_round.into());
+    fields.insert(meta::ACTION.into(), accepted.action.as_str().into());
+    fields.insert(
+        meta::DECISIONS.into(),
+        serde_json::to_value(&accepted.decisions).unwrap_or_default(),
+    );
+    fields.insert("key".into(), audit::key_label(key.owner).into());
+    let client = req.peer_addr().map(|peer| peer.ip().to_string());
+    fields.insert("client".into(), client.into());
+    let ticket = accepted.ticket;
+    // A task of its own: a client that goes away while the record is being
+    // written cannot leave its decision half done.
+    let written = tokio::spawn(async move {
+        match audit.write("decided", fields).await {
+            Ok(()) => {
+                ticket.deliver();
+                true
+            }
+            Err(_) => {
+                ticket.fail(ErrorType::AuditUnavailable);
+                false
+            }
+        }
+    })
+    .await;
+    match written {
+        Ok(true) => Ok(()),
+        _ => Err(ChatError::AuditUnavailable),
     }
 }
 

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use self::log::{BeyondEnd, LogLimits, LogRegistry, RunLog};
 use self::stop::RunStop;
 use self::stream::{StreamSettings, Subscription};
+use crate::audit::{self, AuditLog};
 use crate::confirmation::{BeginError, ConfirmationManager, RunLimits, SessionKey};
 use crate::engine::{Engine, RunContext, RunError, RunSettings};
 use crate::metrics::Metrics;
@@ -73,7 +74,7 @@ impl Runs {
             stop,
             self.metrics.clone(),
         );
-        tokio::spawn(drive(self.engine.clone(), ctx));
+        tokio::spawn(drive(self.engine.clone(), ctx, self.settings.audit.clone()));
         Ok(subscription)
     }
 
@@ -85,8 +86,9 @@ impl Runs {
     }
 }
 
-/// Runs the engine to its end and sends exactly one final chunk.
-async fn drive(engine: Arc<dyn Engine>, mut ctx: RunContext) {
+/// Runs the engine to its end and sends exactly one final chunk; records
+/// the end in the audit log, if there is one.
+async fn drive(engine: Arc<dyn Engine>, mut ctx: RunContext, audit: Option<Arc<AuditLog>>) {
     // A panicking engine must still end its stream with a final chunk and
     // free its session; the panic itself is logged, never sent.
     let result = AssertUnwindSafe(engine.run(&mut ctx))
@@ -99,32 +101,54 @@ async fn drive(engine: Arc<dyn Engine>, mut ctx: RunContext) {
                 message: "internal error".to_owned(),
             })
         });
-    let ended = finish(ctx, result);
+    let (run_id, session_id) = (ctx.run_id(), ctx.session_id().to_owned());
+    let (ended, why) = finish(ctx, result);
     ::log::debug!("run ended with {ended:?}");
+    if let Some(audit) = audit {
+        let mut fields = audit::run_fields(run_id, &session_id);
+        fields.insert(
+            "outcome".into(),
+            serde_json::to_value(ended).unwrap_or_default(),
+        );
+        fields.insert("reason".into(), why.into());
+        // The run is over: a failure here is logged and shows on /readyz.
+        let _ = audit.write("ended", fields).await;
+    }
 }
 
 /// Turns the engine's result into the final chunk, frees the session, then
-/// sends the final chunk. Returns its type.
+/// sends the final chunk. Returns its type and its reason or error type.
 ///
 /// The session is freed *before* the final chunk is sent: a client that
 /// sends its next message the instant it reads the final chunk must not be
 /// told `session_busy` by a run that is already over.
-fn finish(ctx: RunContext, result: Result<crate::engine::Completion, RunError>) -> ChunkType {
+fn finish(
+    ctx: RunContext,
+    result: Result<crate::engine::Completion, RunError>,
+) -> (ChunkType, Option<&'static str>) {
     let session_id = ctx.session_id().to_owned();
-    let chunk = match result {
-        Ok(completion) => Chunk::completion(&session_id, completion.text, completion.metadata),
-        Err(RunError::Cancelled(reason)) => Chunk::cancelled(&session_id, reason),
+    let (chunk, why) = match result {
+        Ok(completion) => (
+            Chunk::completion(&session_id, completion.text, completion.metadata),
+            None,
+        ),
+        Err(RunError::Cancelled(reason)) => {
+            (Chunk::cancelled(&session_id, reason), Some(reason.as_str()))
+        }
         Err(RunError::Failed {
             error_type,
             message,
         }) => {
             ctx.metrics().error(error_type);
-            Chunk::failed(&session_id, error_type, message)
+            (
+                Chunk::failed(&session_id, error_type, message),
+                Some(error_type.as_str()),
+            )
         }
     };
     let (slot, log) = ctx.into_parts();
     drop(slot);
     let chunk_type = chunk.chunk_type;
     log.push(chunk);
-    chunk_type
+    (chunk_type, why)
 }

@@ -38,7 +38,11 @@ pub struct CommandSpec {
 impl CommandSpec {
     /// Checks the program exists (on `PATH`, or as a path) and `cwd` is a
     /// directory; the error names the key.
-    pub fn new(argv: Vec<String>, cwd: Option<PathBuf>, env: Vec<String>) -> Result<CommandSpec, String> {
+    pub fn new(
+        argv: Vec<String>,
+        cwd: Option<PathBuf>,
+        env: Vec<String>,
+    ) -> Result<CommandSpec, String> {
         let program = argv.first().ok_or("key `command`: the list is empty")?;
         if find_program(program).is_none() {
             return Err(format!(
@@ -50,7 +54,10 @@ impl CommandSpec {
                 return Err(format!("key `cwd`: `{}` is not a directory", dir.display()));
             }
         }
-        if let Some(bad) = env.iter().find(|name| name.is_empty() || name.contains('=')) {
+        if let Some(bad) = env
+            .iter()
+            .find(|name| name.is_empty() || name.contains('='))
+        {
             return Err(format!("key `env`: `{bad}` is not a variable name"));
         }
         Ok(CommandSpec { argv, cwd, env })
@@ -261,10 +268,17 @@ mod tests {
     #[tokio::test]
     async fn the_arguments_arrive_on_stdin_and_stdout_is_the_result() {
         let outcome = spec(&["cat"])
-            .run(&json!({"step": "a \"quoted\" $(rm -rf /)"}), Duration::from_secs(10), never())
+            .run(
+                &json!({"step": "a \"quoted\" $(rm -rf /)"}),
+                Duration::from_secs(10),
+                never(),
+            )
             .await;
         assert!(outcome.ok, "{outcome:?}");
-        assert_eq!(outcome.result.unwrap(), r#"{"step":"a \"quoted\" $(rm -rf /)"}"#);
+        assert_eq!(
+            outcome.result.unwrap(),
+            r#"{"step":"a \"quoted\" $(rm -rf /)"}"#
+        );
         assert_eq!(outcome.exit_status, Some(0));
     }
 
@@ -275,7 +289,9 @@ mod tests {
         assert!(std::env::var_os("CARGO_PKG_NAME").is_some());
         let mut listed = spec(&["sh", "-c", "env"]);
         listed.env = vec!["CARGO_PKG_NAME".into()];
-        let outcome = listed.run(&json!({}), Duration::from_secs(10), never()).await;
+        let outcome = listed
+            .run(&json!({}), Duration::from_secs(10), never())
+            .await;
         let env = outcome.result.unwrap();
         assert!(env.contains("CARGO_PKG_NAME=chatgate"), "{env}");
         assert!(!env.contains("CARGO_MANIFEST_DIR"), "{env}");
@@ -299,7 +315,10 @@ mod tests {
             .await;
         assert!(outcome.ok);
         assert!(outcome.truncated);
-        assert_eq!(outcome.result.unwrap().len(), super::super::MAX_OUTPUT_BYTES);
+        assert_eq!(
+            outcome.result.unwrap().len(),
+            super::super::MAX_OUTPUT_BYTES
+        );
         assert_eq!(outcome.output_bytes, 200_000);
     }
 
@@ -313,7 +332,11 @@ mod tests {
             .await;
         assert!(!outcome.ok);
         assert!(outcome.error.unwrap().starts_with("timed out after 300ms"));
-        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
         tokio::time::sleep(Duration::from_millis(3500)).await;
         assert!(!marker.exists(), "the child was killed with the group");
     }
@@ -321,7 +344,11 @@ mod tests {
     #[tokio::test]
     async fn a_stop_terminates_the_command_and_reports_it() {
         let outcome = spec(&["sleep", "30"])
-            .run(&json!({}), Duration::from_secs(60), tokio::time::sleep(Duration::from_millis(200)))
+            .run(
+                &json!({}),
+                Duration::from_secs(60),
+                tokio::time::sleep(Duration::from_millis(200)),
+            )
             .await;
         assert!(!outcome.ok);
         assert!(outcome.error.unwrap().contains("stopped"));
@@ -329,12 +356,16 @@ mod tests {
 
     #[test]
     fn a_missing_program_or_cwd_is_refused() {
-        assert!(CommandSpec::new(vec!["no-such-program-xyz".into()], None, vec![])
-            .unwrap_err()
-            .contains("`command`"));
-        assert!(CommandSpec::new(vec!["cat".into()], Some("/no/such/dir".into()), vec![])
-            .unwrap_err()
-            .contains("`cwd`"));
+        assert!(
+            CommandSpec::new(vec!["no-such-program-xyz".into()], None, vec![])
+                .unwrap_err()
+                .contains("`command`")
+        );
+        assert!(
+            CommandSpec::new(vec!["cat".into()], Some("/no/such/dir".into()), vec![])
+                .unwrap_err()
+                .contains("`cwd`")
+        );
         assert!(CommandSpec::new(vec![], None, vec![]).is_err());
     }
 }

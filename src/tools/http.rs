@@ -26,7 +26,8 @@ pub struct HttpSpec {
 
 impl HttpSpec {
     pub fn new(url: String, headers: HashMap<String, String>) -> Result<HttpSpec, String> {
-        let url = reqwest::Url::parse(&url).map_err(|err| format!("key `http`: `{url}` is not a URL: {err}"))?;
+        let url = reqwest::Url::parse(&url)
+            .map_err(|err| format!("key `http`: `{url}` is not a URL: {err}"))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(format!("key `http`: `{url}` is not an http(s) URL"));
         }
@@ -37,8 +38,9 @@ impl HttpSpec {
             let value = expand_env(&value).map_err(|var| {
                 format!("key `headers`: `{name}` names the environment variable {var}, which is not set")
             })?;
-            reqwest::header::HeaderValue::from_str(&value)
-                .map_err(|_| format!("key `headers`: the value of `{name}` is not a valid header value"))?;
+            reqwest::header::HeaderValue::from_str(&value).map_err(|_| {
+                format!("key `headers`: the value of `{name}` is not a valid header value")
+            })?;
             resolved.push((header, Secret::new(value)));
         }
         let client = reqwest::Client::builder()
@@ -63,18 +65,25 @@ impl HttpSpec {
             for (name, value) in &self.headers {
                 request = request.header(name.clone(), value.expose());
             }
-            let mut response = request.send().await.map_err(|err| (None, err.to_string()))?;
+            let mut response = request
+                .send()
+                .await
+                .map_err(|err| (None, err.to_string()))?;
             let status = response.status();
             let mut body = CappedOutput::default();
             while body.kept.len() < super::MAX_OUTPUT_BYTES {
                 match response.chunk().await {
                     Ok(Some(bytes)) => body.push(&bytes),
                     Ok(None) => break,
-                    Err(err) => return Err((Some(status.as_u16()), format!("the answer broke: {err}"))),
+                    Err(err) => {
+                        return Err((Some(status.as_u16()), format!("the answer broke: {err}")))
+                    }
                 }
             }
             // Past the cap the rest is not read: whether there was more.
-            if body.kept.len() >= super::MAX_OUTPUT_BYTES && matches!(response.chunk().await, Ok(Some(_))) {
+            if body.kept.len() >= super::MAX_OUTPUT_BYTES
+                && matches!(response.chunk().await, Ok(Some(_)))
+            {
                 body.total += 1;
             }
             Ok((status, body))
@@ -91,10 +100,20 @@ impl HttpSpec {
                 false,
                 None,
                 None,
-                Some(format!("timed out after {}", humantime::format_duration(timeout))),
+                Some(format!(
+                    "timed out after {}",
+                    humantime::format_duration(timeout)
+                )),
                 CappedOutput::default(),
             ),
-            Ok(Err((status, why))) => outcome(started, false, status, None, Some(why), CappedOutput::default()),
+            Ok(Err((status, why))) => outcome(
+                started,
+                false,
+                status,
+                None,
+                Some(why),
+                CappedOutput::default(),
+            ),
             Ok(Ok((status, body))) if status.is_success() => {
                 let text = body.text();
                 outcome(started, true, Some(status.as_u16()), Some(text), None, body)
@@ -159,14 +178,27 @@ mod tests {
         // A variable cargo sets for every test process (no set_var: other
         // test threads read the environment).
         let name = std::env::var("CARGO_PKG_NAME").unwrap();
-        assert_eq!(expand_env("Bearer ${CARGO_PKG_NAME}").unwrap(), format!("Bearer {name}"));
+        assert_eq!(
+            expand_env("Bearer ${CARGO_PKG_NAME}").unwrap(),
+            format!("Bearer {name}")
+        );
         assert_eq!(expand_env("plain").unwrap(), "plain");
-        assert_eq!(expand_env("${CHATGATE_TEST_NOT_SET_X}").unwrap_err(), "CHATGATE_TEST_NOT_SET_X");
+        assert_eq!(
+            expand_env("${CHATGATE_TEST_NOT_SET_X}").unwrap_err(),
+            "CHATGATE_TEST_NOT_SET_X"
+        );
         let spec = HttpSpec::new(
             "http://127.0.0.1:9/".into(),
-            [("Authorization".to_owned(), "Bearer ${CARGO_PKG_NAME}".to_owned())].into(),
+            [(
+                "Authorization".to_owned(),
+                "Bearer ${CARGO_PKG_NAME}".to_owned(),
+            )]
+            .into(),
         )
         .unwrap();
-        assert!(!format!("{spec:?}").contains("Bearer chatgate"), "never in Debug output");
+        assert!(
+            !format!("{spec:?}").contains("Bearer chatgate"),
+            "never in Debug output"
+        );
     }
 }

@@ -201,7 +201,8 @@ impl Tools {
             place: "the file".to_owned(),
             message,
         };
-        let text = std::fs::read_to_string(path).map_err(|err| whole(format!("cannot read it: {err}")))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|err| whole(format!("cannot read it: {err}")))?;
         let parsed: ToolsFile = toml::from_str(&text).map_err(|err| {
             whole(format!(
                 "not a tools file: {}",
@@ -276,7 +277,9 @@ fn build(entry: ToolEntry) -> Result<Tool, String> {
         Some(other) => return Err(format!("key `risk`: `{other}` is not low, medium or high")),
         None => return Err("key `risk` is missing (low, medium or high)".to_owned()),
     };
-    let parameters = entry.parameters.ok_or("key `parameters` is missing (a JSON Schema object)")?;
+    let parameters = entry
+        .parameters
+        .ok_or("key `parameters` is missing (a JSON Schema object)")?;
     let parameters = serde_json::to_value(parameters)
         .map_err(|err| format!("key `parameters`: not a JSON value: {err}"))?;
     if parameters.get("type").and_then(Value::as_str) != Some("object") {
@@ -288,7 +291,9 @@ fn build(entry: ToolEntry) -> Result<Tool, String> {
         .map_err(|err| format!("key `parameters`: not a valid JSON Schema: {err}"))?;
     let timeout = match entry.timeout_secs {
         None => DEFAULT_TIMEOUT,
-        Some(secs) if secs > 0.0 && secs <= MAX_TIMEOUT.as_secs_f64() => Duration::from_secs_f64(secs),
+        Some(secs) if secs > 0.0 && secs <= MAX_TIMEOUT.as_secs_f64() => {
+            Duration::from_secs_f64(secs)
+        }
         Some(secs) => {
             return Err(format!(
                 "key `timeout_secs`: {secs} is not from 0 to {} seconds",
@@ -300,7 +305,9 @@ fn build(entry: ToolEntry) -> Result<Tool, String> {
         (Some(_), Some(_)) => {
             return Err("keys `command` and `http`: a tool has exactly one executor".to_owned())
         }
-        (None, None) => return Err("key `command` or `http` is missing: a tool needs an executor".to_owned()),
+        (None, None) => {
+            return Err("key `command` or `http` is missing: a tool needs an executor".to_owned())
+        }
         (Some(argv), None) => {
             if !entry.headers.is_empty() {
                 return Err("key `headers`: only for `http` tools".to_owned());
@@ -333,7 +340,10 @@ fn http_executor(url: String, headers: HashMap<String, String>) -> Result<Execut
 
 #[cfg(not(feature = "openai"))]
 fn http_executor(_url: String, _headers: HashMap<String, String>) -> Result<Executor, String> {
-    Err("key `http`: this chatgate was built without the `openai` feature, which http tools need".to_owned())
+    Err(
+        "key `http`: this chatgate was built without the `openai` feature, which http tools need"
+            .to_owned(),
+    )
 }
 
 impl Tool {
@@ -362,7 +372,11 @@ impl Tool {
     /// Runs one call with `args` (already checked), unless `stop` resolves
     /// first: then a running command is terminated (SIGTERM, SIGKILL 2 s
     /// later) and the outcome says it was stopped.
-    pub async fn run(&self, args: &Value, stop: impl std::future::Future<Output = ()>) -> ToolOutcome {
+    pub async fn run(
+        &self,
+        args: &Value,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> ToolOutcome {
         match &self.executor {
             Executor::Command(spec) => spec.run(args, self.timeout, stop).await,
             #[cfg(feature = "openai")]
@@ -409,7 +423,8 @@ mod tests {
         pub struct TempFile(pub std::path::PathBuf);
         impl TempFile {
             pub fn with(text: &str) -> TempFile {
-                let path = std::env::temp_dir().join(format!("chatgate-tools-{}.toml", uuid::Uuid::new_v4()));
+                let path = std::env::temp_dir()
+                    .join(format!("chatgate-tools-{}.toml", uuid::Uuid::new_v4()));
                 let mut file = std::fs::File::create(&path).unwrap();
                 std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
                 TempFile(path)
@@ -441,7 +456,9 @@ parameters = { type = "object", properties = { step = { type = "string" } }, req
         assert!(tool.confirm);
         assert_eq!(tool.timeout, DEFAULT_TIMEOUT);
         assert!(tool.check_args(&serde_json::json!({"step": "x"})).is_ok());
-        let wrong = tool.check_args(&serde_json::json!({"step": 3})).unwrap_err();
+        let wrong = tool
+            .check_args(&serde_json::json!({"step": 3}))
+            .unwrap_err();
         assert!(wrong.contains("/step"), "{wrong}");
         assert!(tool.check_args(&serde_json::json!({})).is_err());
     }
@@ -449,14 +466,51 @@ parameters = { type = "object", properties = { step = { type = "string" } }, req
     #[test]
     fn every_mistake_is_one_line_naming_the_file_the_tool_and_the_key() {
         let cases = [
-            (GOOD.replace("risk = \"low\"", "risk = \"low\"\ncolour = \"red\""), "tool \"echo_args\"", "colour"),
-            (GOOD.replace("type = \"object\", properties", "type = \"objekt\", properties"), "tool \"echo_args\"", "parameters"),
-            (GOOD.replace("command = [\"cat\"]", "command = [\"cat\"]\nhttp = \"http://127.0.0.1:1/\""), "tool \"echo_args\"", "http"),
+            (
+                GOOD.replace("risk = \"low\"", "risk = \"low\"\ncolour = \"red\""),
+                "tool \"echo_args\"",
+                "colour",
+            ),
+            (
+                GOOD.replace(
+                    "type = \"object\", properties",
+                    "type = \"objekt\", properties",
+                ),
+                "tool \"echo_args\"",
+                "parameters",
+            ),
+            (
+                GOOD.replace(
+                    "command = [\"cat\"]",
+                    "command = [\"cat\"]\nhttp = \"http://127.0.0.1:1/\"",
+                ),
+                "tool \"echo_args\"",
+                "http",
+            ),
             (format!("{GOOD}{GOOD}"), "tool \"echo_args\"", "name"),
-            (GOOD.replace("[\"cat\"]", "[\"no-such-program-here\"]"), "tool \"echo_args\"", "command"),
-            (GOOD.replace("name = \"echo_args\"\n", ""), "tool #1", "name"),
-            (GOOD.replace("risk = \"low\"", "risk = \"severe\""), "tool \"echo_args\"", "risk"),
-            (GOOD.replace("properties = { step = { type = \"string\" } }", "properties = { step = { type = 5 } }"), "tool \"echo_args\"", "parameters"),
+            (
+                GOOD.replace("[\"cat\"]", "[\"no-such-program-here\"]"),
+                "tool \"echo_args\"",
+                "command",
+            ),
+            (
+                GOOD.replace("name = \"echo_args\"\n", ""),
+                "tool #1",
+                "name",
+            ),
+            (
+                GOOD.replace("risk = \"low\"", "risk = \"severe\""),
+                "tool \"echo_args\"",
+                "risk",
+            ),
+            (
+                GOOD.replace(
+                    "properties = { step = { type = \"string\" } }",
+                    "properties = { step = { type = 5 } }",
+                ),
+                "tool \"echo_args\"",
+                "parameters",
+            ),
             ("[[tool]\n".to_owned(), "the file", "not a tools file"),
         ];
         for (text, place, key) in cases {

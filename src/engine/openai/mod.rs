@@ -38,7 +38,9 @@ use self::conversations::{ConversationLimits, Conversations};
 use self::upstream::{CallError, ModelCall, ToolCallPart, Upstream};
 use super::{Approval, Completion, Engine, Plan, RunContext, RunError};
 use crate::config::Secret;
-use crate::protocol::{meta, ChunkType, ErrorType, RiskLevel, TaskSpec, MAX_PLAN_TASKS};
+use crate::protocol::{
+    meta, ChunkType, Decisions, ErrorType, RiskLevel, TaskSpec, Verdict, MAX_PLAN_TASKS,
+};
 
 /// Model calls one run may make (a plan, its revisions, the report).
 const MAX_MODEL_CALLS: usize = 12;
@@ -165,13 +167,9 @@ impl OpenAiEngine {
             };
             let total = plan.tasks.len();
             match ctx.confirm(plan).await {
-                Ok(Approval::Confirm) => {
+                Ok(Approval::Confirm(decisions)) => {
                     confirmed = true;
-                    messages.push(tool_result(
-                        &call.id,
-                        "The user confirmed the plan. Carry it out now and report the result \
-                         of each task.",
-                    ));
+                    messages.push(tool_result(&call.id, &confirmed_text(&decisions)));
                     let status = ctx
                         .chunk(ChunkType::Status, format!("Carrying out {total} task(s)"))
                         .with_meta(meta::TOTAL_TASKS, total);
@@ -457,6 +455,34 @@ fn plan_tool() -> Value {
             }
         }
     })
+}
+
+/// What the model is told after a confirm: carry the plan out, except the
+/// tasks the user rejected, answered or changed.
+fn confirmed_text(decisions: &Decisions) -> String {
+    let mut text = "The user confirmed the plan. Carry it out now and report the result of each \
+                    task."
+        .to_owned();
+    for decision in &decisions.0 {
+        let index = decision.index;
+        match &decision.verdict {
+            Verdict::Approve => {}
+            Verdict::Reject { reason } => text.push_str(&format!(
+                "\nTask {index} was rejected by the user{}: do not carry it out.",
+                reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            )),
+            Verdict::Edit { args } => text.push_str(&format!(
+                "\nTask {index}: the user changed its arguments to {args}; use those."
+            )),
+            Verdict::Respond { result } => text.push_str(&format!(
+                "\nTask {index}: do not carry it out; the user gave its result: {result}"
+            )),
+        }
+    }
+    text
 }
 
 fn tool_result(call_id: &str, text: &str) -> Value {

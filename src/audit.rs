@@ -1,0 +1,187 @@
+//! The audit log (`--audit-log FILE`): JSON Lines, one record per event of a
+//! confirmation's life, written and flushed to disk (fsync) before chatgate
+//! acts on what it records.
+//!
+//! Records (docs/tools.md has the schema): `proposed` (a plan put to the
+//! user), `decided` (the answer, per task, who and from where), `executed`
+//! (a tool call: the arguments actually used, its outcome, the size and
+//! SHA-256 of its output), `ended` (how the run ended). Each has `event`,
+//! `at` (RFC 3339), `run_id` and `session_id` (as the client sent it).
+//!
+//! Fail closed, like an audit device that cannot write: a `proposed` record
+//! that cannot be written ends the run before anything is asked; a `decided`
+//! record that cannot be written refuses the reply (503
+//! `audit_unavailable`) and ends the run before any call runs. Until a write
+//! succeeds again, `/readyz` answers 503 naming the audit log.
+//!
+//! The file is opened for each record (append, create): a log moved away by
+//! rotation is written anew at its path, and a path that became unwritable
+//! fails the next record rather than writing into a file nobody sees.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use serde_json::{json, Map, Value};
+
+/// The audit log could not be written.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the audit log {path} cannot be written: {reason}")]
+pub struct AuditError {
+    pub path: String,
+    pub reason: String,
+}
+
+/// Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+    healthy: AtomicBool,
+    /// Keeps records whole and in order: one writer at a time.
+    writing: Mutex<()>,
+}
+
+impl AuditLog {
+    /// Opens `path` for appending once, to refuse a bad path at start.
+    pub fn open(path: &Path) -> Result<Arc<AuditLog>, AuditError> {
+        let log = AuditLog {
+            path: path.to_owned(),
+            healthy: AtomicBool::new(true),
+            writing: Mutex::new(()),
+        };
+        log.append(b"").map_err(|reason| log.error(reason))?;
+        Ok(Arc::new(log))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// False from a failed write until the next one succeeds.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Writes one record (`event` and `at` are added) and syncs it to disk,
+    /// off the async threads.
+    pub async fn write(
+        self: &Arc<Self>,
+        event: &str,
+        fields: Map<String, Value>,
+    ) -> Result<(), AuditError> {
+        let mut record = Map::new();
+        record.insert("event".to_owned(), Value::from(event));
+        record.insert(
+            "at".to_owned(),
+            Value::from(humantime::format_rfc3339_millis(SystemTime::now()).to_string()),
+        );
+        record.extend(fields);
+        let mut line = serde_json::to_vec(&Value::Object(record)).unwrap_or_default();
+        line.push(b'\n');
+        let log = self.clone();
+        let written = tokio::task::spawn_blocking(move || log.append(&line))
+            .await
+            .unwrap_or_else(|err| Err(format!("the writer failed: {err}")));
+        match written {
+            Ok(()) => {
+                self.healthy.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(reason) => {
+                self.healthy.store(false, Ordering::Relaxed);
+                let err = self.error(reason);
+                log::error!("{err}");
+                Err(err)
+            }
+        }
+    }
+
+    fn append(&self, line: &[u8]) -> Result<(), String> {
+        // Plain data behind the lock; a panic elsewhere leaves nothing half-done.
+        let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(|err| err.to_string())?;
+        file.write_all(line).map_err(|err| err.to_string())?;
+        file.sync_data().map_err(|err| err.to_string())
+    }
+
+    fn error(&self, reason: String) -> AuditError {
+        AuditError {
+            path: self.path.display().to_string(),
+            reason,
+        }
+    }
+}
+
+/// The fields every record of a run carries.
+pub fn run_fields(run_id: u64, session_id: &str) -> Map<String, Value> {
+    let mut fields = Map::new();
+    fields.insert("run_id".to_owned(), json!(run_id));
+    fields.insert("session_id".to_owned(), json!(session_id));
+    fields
+}
+
+/// How a record names who acted: the API key's label (`key-2`, its place in
+/// the list, never the key), or `anonymous` without keys.
+pub fn key_label(owner: Option<u32>) -> String {
+    owner.map_or_else(|| "anonymous".to_owned(), |i| format!("key-{}", i + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("chatgate-audit-{name}-{}", uuid::Uuid::new_v4()))
+    }
+
+    #[tokio::test]
+    async fn records_are_json_lines_with_event_and_time() {
+        let path = temp("lines");
+        let log = AuditLog::open(&path).unwrap();
+        let mut fields = run_fields(7, "s");
+        fields.insert("tool".into(), json!("x"));
+
+        log.write("executed", fields).await.unwrap();
+        log.write("ended", run_fields(7, "s")).await.unwrap();
+
+        let text = std::fs::read_to_string(&path).unwrap();
+        let records: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[0]["event"], "executed");
+        assert_eq!(records[0]["run_id"], 7);
+        assert!(records[0]["at"].as_str().unwrap().ends_with('Z'));
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_path_that_becomes_unwritable_fails_and_health_follows() {
+        let path = temp("gone");
+        let log = AuditLog::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap(); // a directory where the file was
+
+        let failed = log.write("proposed", run_fields(1, "s")).await;
+
+        assert!(failed.is_err());
+        assert!(!log.is_healthy());
+        std::fs::remove_dir(&path).unwrap();
+        log.write("proposed", run_fields(1, "s")).await.unwrap();
+        assert!(log.is_healthy(), "recovers when writable again");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_bad_path_is_refused_at_start() {
+        let err = AuditLog::open(Path::new("/no/such/dir/audit.jsonl")).unwrap_err();
+        assert!(err.to_string().contains("/no/such/dir/audit.jsonl"));
+    }
+}
