@@ -264,13 +264,15 @@ fn has_word(text: &str, matches: impl Fn(&str) -> bool) -> bool {
 }
 
 /// The step's first word, lower-cased, as the tool name (`task` if none).
+/// A word is letters, digits, `_` and inner `-`, so `write_note` and
+/// `deploy-web` are one word each.
 fn tool_for(step: &str) -> String {
-    step.split(|c: char| !c.is_alphanumeric())
+    step.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+        .map(|w| w.trim_matches('-'))
         .find(|w| !w.is_empty())
         .map(str::to_lowercase)
         .unwrap_or_else(|| "task".to_owned())
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,6 +322,10 @@ mod tests {
         assert_eq!(plan.tasks[1].description, "email it");
         assert_eq!(plan.tasks[1].tool, "email");
         assert_eq!(plan.tasks[0].tool, "create");
+        assert_eq!(tool_for("write_note: buy milk"), "write_note");
+        assert_eq!(tool_for("Deploy-Web now"), "deploy-web");
+        assert_eq!(tool_for("rm -rf build"), "rm");
+        assert_eq!(tool_for("-- ..."), "task");
         assert_eq!(plan.tasks[0].args, Some(json!({"step": "Create a file"})));
     }
 
