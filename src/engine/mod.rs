@@ -408,6 +408,10 @@ impl RunContext {
             .await;
         self.record_tool(index, &tool.name, Some(args), &outcome)
             .await?;
+        // Stopped meanwhile: the run ends for that reason, after saying what ran.
+        if let Some(reason) = self.stop.reason() {
+            return Err(RunError::Cancelled(reason));
+        }
         Ok(outcome)
     }
 

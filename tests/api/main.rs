@@ -20,3 +20,4 @@ mod operations;
 mod races;
 mod reattach;
 mod stream;
+mod tools;
