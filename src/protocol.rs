@@ -42,6 +42,7 @@ pub mod meta {
     pub const CONFIRMATION_ID: &str = "confirmation_id";
     pub const CONFIRMATION_ROUND: &str = "confirmation_round";
     pub const ERROR_TYPE: &str = "error_type";
+    pub const FINISH_REASON: &str = "finish_reason";
     pub const GAP: &str = "gap";
     pub const LAST_ROUND: &str = "last_round";
     pub const MODEL: &str = "model";

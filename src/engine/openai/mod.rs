@@ -24,9 +24,10 @@
 //! the same place, after `confirm` returned `Approval::Confirm`.
 
 pub mod conversations;
+mod reply;
 pub mod upstream;
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -35,12 +36,14 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use self::conversations::{ConversationLimits, Conversations};
-use self::upstream::{CallError, ModelCall, ToolCallPart, Upstream};
+use self::reply::{ModelReply, ToolCall};
+use self::upstream::{CallError, ModelCall, Upstream};
 use super::{Approval, Completion, Engine, Plan, RunContext, RunError};
 use crate::config::Secret;
 use crate::protocol::{
     meta, ChunkType, Decisions, ErrorType, RiskLevel, TaskSpec, Verdict, MAX_PLAN_TASKS,
 };
+use crate::tools::{Tool, ToolOutcome, Tools};
 
 /// Model calls one run may make (a plan, its revisions, the report).
 const MAX_MODEL_CALLS: usize = 12;
@@ -126,86 +129,77 @@ impl OpenAiEngine {
         self.conversations_lock().usage()
     }
 
+    /// The model loop: call, show its text, act on its tool calls, give it
+    /// the results, until it answers without tools (or the calls a run may
+    /// make are used up: `tool_call_limit`).
     async fn converse(
         &self,
         ctx: &mut RunContext,
         messages: &mut Vec<Value>,
     ) -> Result<Completion, RunError> {
-        let mut confirmed = false;
+        let tools = ctx.tools().clone();
+        // With declared tools the model calls them directly, and each batch
+        // of calls is the confirmation: what is confirmed is exactly what
+        // runs. Without, it can only propose a plan it carries out in prose.
+        let offered: Vec<Value> = if tools.is_empty() {
+            vec![plan_tool()]
+        } else {
+            tools.iter().map(|tool| tool_spec(tool)).collect()
+        };
+        let mut acted = false;
         for _ in 0..MAX_MODEL_CALLS {
-            let reply = self.call_model(ctx, messages).await?;
+            let reply = self.call_model(ctx, messages, &offered).await?;
             messages.push(reply.as_message());
-            let Some(call) = reply.tool_calls.first() else {
-                let text = if confirmed {
-                    "Plan carried out."
-                } else {
-                    "Answered."
-                };
-                let mut metadata = Map::new();
-                metadata.insert(
-                    meta::MODEL.to_owned(),
-                    Value::from(self.config.model.as_str()),
-                );
-                return Ok(Completion {
-                    text: text.to_owned(),
-                    metadata,
-                });
-            };
-            // Every call needs a result; only the first plan is put to the user.
-            for other in &reply.tool_calls[1..] {
-                messages.push(tool_result(
-                    &other.id,
-                    "Ignored: propose one plan at a time.",
+            if reply.tool_calls.is_empty() {
+                return Ok(self.completion(
+                    acted,
+                    tools.is_empty(),
+                    reply.finish_reason.as_deref(),
                 ));
             }
-            let plan = match parse_plan(call) {
-                Ok(plan) => plan,
-                Err(why) => {
-                    messages.push(tool_result(&call.id, &why));
-                    continue;
-                }
-            };
-            let total = plan.tasks.len();
-            match ctx.confirm(plan).await {
-                Ok(Approval::Confirm(decisions)) => {
-                    confirmed = true;
-                    messages.push(tool_result(&call.id, &confirmed_text(&decisions)));
-                    let status = ctx
-                        .chunk(ChunkType::Status, format!("Carrying out {total} task(s)"))
-                        .with_meta(meta::TOTAL_TASKS, total);
-                    ctx.send(status).await?;
-                }
-                Ok(Approval::Modify(feedback)) => {
-                    let asked = if feedback.trim().is_empty() {
-                        "The user did not confirm and asked for changes without saying which.\n\
-                         Propose a revised plan with propose_plan."
-                            .to_owned()
-                    } else {
-                        format!(
-                            "The user did not confirm and asked for this change: {feedback}\n\
-                             Propose a revised plan with propose_plan."
-                        )
-                    };
-                    messages.push(tool_result(&call.id, &asked));
-                    ctx.emit(ChunkType::Status, "Re-planning with your feedback")
-                        .await?;
-                }
-                Err(RunError::Cancelled(reason)) => {
-                    messages.push(tool_result(
-                        &call.id,
-                        &format!(
-                            "The plan was not confirmed ({}); nothing was carried out.",
-                            reason.as_str()
-                        ),
-                    ));
-                    return Err(RunError::Cancelled(reason));
-                }
-                Err(failed) => return Err(failed),
+            if reply.finish_reason.as_deref() == Some("length") {
+                // The calls' arguments were cut: nothing to act on, and not
+                // the model's mistake to be told about.
+                return Err(failed(
+                    "the model's answer was cut at its length limit in a tool call",
+                ));
             }
+            acted |= if tools.is_empty() {
+                plan_turn(ctx, messages, &reply).await?
+            } else {
+                tool_turn(ctx, messages, &reply, &tools).await?
+            };
         }
-        Err(failed(
-            "the model did not finish within the calls a run may make",
-        ))
+        Err(RunError::Failed {
+            error_type: ErrorType::ToolCallLimit,
+            message: format!(
+                "the model did not finish within the {MAX_MODEL_CALLS} model calls a run may make"
+            ),
+        })
+    }
+
+    /// The `completion` of an answer without tool calls. An answer cut by
+    /// the model's length limit or its content filter says so, in the text
+    /// and in `metadata.finish_reason`.
+    fn completion(&self, acted: bool, plan_mode: bool, finish_reason: Option<&str>) -> Completion {
+        let mut text = match (acted, plan_mode) {
+            (false, _) => "Answered.".to_owned(),
+            (true, true) => "Plan carried out.".to_owned(),
+            (true, false) => "Done.".to_owned(),
+        };
+        let mut metadata = Map::new();
+        metadata.insert(
+            meta::MODEL.to_owned(),
+            Value::from(self.config.model.as_str()),
+        );
+        if let Some(reason @ ("length" | "content_filter")) = finish_reason {
+            text.push_str(match reason {
+                "length" => " The answer was cut off at the model's length limit.",
+                _ => " The answer was cut off by the model's content filter.",
+            });
+            metadata.insert(meta::FINISH_REASON.to_owned(), Value::from(reason));
+        }
+        Completion { text, metadata }
     }
 
     /// One streamed model call: forwards text tokens as `content` chunks and
@@ -214,6 +208,7 @@ impl OpenAiEngine {
         &self,
         ctx: &mut RunContext,
         messages: &[Value],
+        offered: &[Value],
     ) -> Result<ModelReply, RunError> {
         let url = format!(
             "{}/chat/completions",
@@ -223,7 +218,7 @@ impl OpenAiEngine {
             "model": self.config.model,
             "messages": messages,
             "stream": true,
-            "tools": [plan_tool()],
+            "tools": offered,
         });
         let mut request = self.http.post(&url).json(&body);
         if let Some(key) = &self.config.api_key {
@@ -244,6 +239,14 @@ impl OpenAiEngine {
                 Upstream::Failed(err) => return Err(call_failed(&err)),
             };
             for choice in chunk.choices {
+                if let Some(reason) = choice.finish_reason {
+                    reply.finish_reason = Some(reason);
+                }
+                if let Some(function) = choice.delta.function_call {
+                    reply
+                        .add_function_call_part(function)
+                        .map_err(|why| limit(&why))?;
+                }
                 if let Some(text) = choice.delta.content.filter(|t| !t.is_empty()) {
                     if reply.content.len() + text.len() > MAX_ANSWER_TEXT_BYTES {
                         return Err(limit(&format!(
@@ -289,85 +292,251 @@ impl OpenAiEngine {
     }
 }
 
-/// What one model call produced.
-#[derive(Debug, Default)]
-struct ModelReply {
-    content: String,
-    tool_calls: Vec<ToolCall>,
-}
-
-#[derive(Debug, Default)]
-struct ToolCall {
-    id: String,
-    name: String,
-    arguments: String,
-}
-
-impl ModelReply {
-    /// Tool calls stream in pieces: the first piece of each carries its id
-    /// and name, later pieces (same `index`) append to the arguments. An
-    /// index or arguments past the bounds are refused before anything grows.
-    fn add_tool_call_part(&mut self, part: ToolCallPart) -> Result<(), String> {
-        let index = part
-            .index
-            .unwrap_or(self.tool_calls.len().saturating_sub(1));
-        if index >= MAX_TOOL_CALLS {
-            return Err(format!(
-                "the model sent a tool call with index {index}; at most {MAX_TOOL_CALLS} calls"
-            ));
-        }
-        let added = part.function.as_ref().map_or(0, |f| {
-            f.arguments.as_ref().map_or(0, String::len) + f.name.as_ref().map_or(0, String::len)
-        });
-        let held: usize = self
-            .tool_calls
-            .iter()
-            .map(|c| c.arguments.len() + c.name.len())
-            .sum();
-        if held + added > MAX_TOOL_ARGUMENT_BYTES {
-            return Err(format!(
-                "the model's tool calls are longer than {MAX_TOOL_ARGUMENT_BYTES} bytes"
-            ));
-        }
-        while self.tool_calls.len() <= index {
-            let n = self.tool_calls.len();
-            self.tool_calls.push(ToolCall {
-                id: format!("call_{n}"),
-                ..ToolCall::default()
-            });
-        }
-        let call = &mut self.tool_calls[index];
-        if let Some(id) = part.id {
-            call.id = id;
-        }
-        if let Some(function) = part.function {
-            if let Some(name) = function.name {
-                call.name.push_str(&name);
-            }
-            if let Some(arguments) = function.arguments {
-                call.arguments.push_str(&arguments);
-            }
-        }
-        Ok(())
+/// One answer's `propose_plan` call(s): the first plan is put to the user;
+/// the others are told to wait. Returns whether the plan was confirmed.
+async fn plan_turn(
+    ctx: &mut RunContext,
+    messages: &mut Vec<Value>,
+    reply: &ModelReply,
+) -> Result<bool, RunError> {
+    let call = &reply.tool_calls[0];
+    // Every call needs a result; only the first plan is put to the user.
+    for other in &reply.tool_calls[1..] {
+        messages.push(tool_result(
+            &other.id,
+            "Ignored: propose one plan at a time.",
+        ));
     }
+    let plan = match parse_plan(call) {
+        Ok(plan) => plan,
+        Err(why) => {
+            messages.push(tool_result(&call.id, &why));
+            return Ok(false);
+        }
+    };
+    let total = plan.tasks.len();
+    match ctx.confirm(plan).await {
+        Ok(Approval::Confirm(decisions)) => {
+            messages.push(tool_result(&call.id, &confirmed_text(&decisions)));
+            let status = ctx
+                .chunk(ChunkType::Status, format!("Carrying out {total} task(s)"))
+                .with_meta(meta::TOTAL_TASKS, total);
+            ctx.send(status).await?;
+            Ok(true)
+        }
+        Ok(Approval::Modify(feedback)) => {
+            messages.push(tool_result(
+                &call.id,
+                &format!(
+                    "{} Propose a revised plan with propose_plan.",
+                    modify_text(&feedback)
+                ),
+            ));
+            ctx.emit(ChunkType::Status, "Re-planning with your feedback")
+                .await?;
+            Ok(false)
+        }
+        Err(RunError::Cancelled(reason)) => {
+            messages.push(tool_result(
+                &call.id,
+                &format!(
+                    "The plan was not confirmed ({}); nothing was carried out.",
+                    reason.as_str()
+                ),
+            ));
+            Err(RunError::Cancelled(reason))
+        }
+        Err(failed) => Err(failed),
+    }
+}
 
-    fn as_message(&self) -> Value {
-        let mut message = json!({ "role": "assistant", "content": self.content });
-        if !self.tool_calls.is_empty() {
-            message["tool_calls"] = self
-                .tool_calls
+/// One answer's calls of declared tools. Calls to unknown tools, and calls
+/// whose arguments are not a JSON object fitting the tool's schema, go back
+/// to the model as errors and never reach the user. Calls to `confirm =
+/// false` tools run at once. The rest are one confirmation, one task per
+/// call; after a confirm each runs as decided (approved, edited, rejected or
+/// answered by the user). Every call gets its result as a `tool` message.
+/// Returns whether any call ran.
+async fn tool_turn(
+    ctx: &mut RunContext,
+    messages: &mut Vec<Value>,
+    reply: &ModelReply,
+    tools: &Tools,
+) -> Result<bool, RunError> {
+    let calls = &reply.tool_calls;
+    let mut results: Vec<String> = vec![String::new(); calls.len()];
+    let mut batch: Vec<(usize, Arc<Tool>, Value)> = Vec::new();
+    let mut ran = false;
+    for (position, call) in calls.iter().enumerate() {
+        let Some(tool) = tools.get(&call.name).cloned() else {
+            let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+            results[position] = format!(
+                "Error: there is no tool `{}`; the tools are: {}.",
+                call.name,
+                names.join(", ")
+            );
+            continue;
+        };
+        let args = match serde_json::from_str::<Value>(&call.arguments) {
+            Ok(args) if args.is_object() => args,
+            Ok(_) | Err(_) => {
+                results[position] = "Error: the arguments were not a JSON object. Call the tool again with valid arguments.".to_owned();
+                continue;
+            }
+        };
+        if let Err(why) = tool.check_args(&args) {
+            results[position] = format!(
+                "Error: the arguments do not fit the tool's parameters: {why}. Call it again with valid arguments."
+            );
+            continue;
+        }
+        if !tool.confirm {
+            // Read-only by the tools file's word, never by the model's.
+            let status = ctx
+                .chunk(
+                    ChunkType::Status,
+                    format!("Running {} (read-only, no confirmation)", tool.name),
+                )
+                .with_meta(meta::TOOL, tool.name.as_str());
+            ctx.send(status).await?;
+            let outcome = ctx.run_tool(position + 1, &tool, &args).await?;
+            results[position] = outcome_text(&outcome);
+            ran = true;
+            continue;
+        }
+        batch.push((position, tool, args));
+    }
+    if !batch.is_empty() {
+        let plan = Plan {
+            summary: format!("Confirm {} tool call(s)?", batch.len()),
+            risk_level: batch
                 .iter()
-                .map(|call| {
-                    json!({
-                        "id": call.id,
-                        "type": "function",
-                        "function": { "name": call.name, "arguments": call.arguments },
-                    })
+                .map(|(_, tool, _)| tool.risk)
+                .max()
+                .unwrap_or(RiskLevel::Low),
+            tasks: batch
+                .iter()
+                .enumerate()
+                .map(|(k, (_, tool, args))| TaskSpec {
+                    index: k + 1,
+                    description: describe(tool, args),
+                    tool: tool.name.clone(),
+                    args: Some(args.clone()),
                 })
-                .collect();
+                .collect(),
+        };
+        match ctx.confirm(plan).await {
+            Ok(Approval::Confirm(decisions)) => {
+                for (k, (position, tool, args)) in batch.iter().enumerate() {
+                    let index = k + 1;
+                    let used = match decisions.verdict(index) {
+                        Verdict::Approve => args.clone(),
+                        Verdict::Edit { args } => args.clone(),
+                        Verdict::Reject { reason } => {
+                            let why = reason.as_deref().unwrap_or("no reason given");
+                            let skipped =
+                                ToolOutcome::skipped(false, None, Some(format!("rejected: {why}")));
+                            ctx.record_tool(index, &tool.name, None, &skipped).await?;
+                            results[*position] =
+                                format!("The user rejected this call ({why}); it was not run.");
+                            continue;
+                        }
+                        Verdict::Respond { result } => {
+                            let answered = ToolOutcome::skipped(true, Some(result.clone()), None);
+                            ctx.record_tool(index, &tool.name, None, &answered).await?;
+                            results[*position] = format!(
+                                "The user gave this result instead of running the call: {result}"
+                            );
+                            continue;
+                        }
+                    };
+                    let status = ctx
+                        .chunk(
+                            ChunkType::Status,
+                            format!("Running {} (task {index})", tool.name),
+                        )
+                        .with_meta(meta::STEP, index)
+                        .with_meta(meta::TOOL, tool.name.as_str());
+                    ctx.send(status).await?;
+                    let outcome = ctx.run_tool(index, tool, &used).await?;
+                    results[*position] = outcome_text(&outcome);
+                    ran = true;
+                }
+            }
+            Ok(Approval::Modify(feedback)) => {
+                let text = format!(
+                    "Not run. {} Call the tools again as they should be.",
+                    modify_text(&feedback)
+                );
+                for (position, _, _) in &batch {
+                    results[*position] = text.clone();
+                }
+                ctx.emit(ChunkType::Status, "Re-planning with your feedback")
+                    .await?;
+            }
+            Err(RunError::Cancelled(reason)) => {
+                for (position, _, _) in &batch {
+                    results[*position] =
+                        format!("Not run: the user did not confirm ({}).", reason.as_str());
+                }
+                push_results(messages, calls, results);
+                return Err(RunError::Cancelled(reason));
+            }
+            Err(failed) => return Err(failed),
         }
-        message
     }
+    push_results(messages, calls, results);
+    Ok(ran)
+}
+
+/// One `tool` message per call, in the calls' order.
+fn push_results(messages: &mut Vec<Value>, calls: &[ToolCall], results: Vec<String>) {
+    for (call, result) in calls.iter().zip(results) {
+        messages.push(tool_result(&call.id, &result));
+    }
+}
+
+/// What the model is told a call did.
+fn outcome_text(outcome: &ToolOutcome) -> String {
+    match (outcome.ok, &outcome.result, &outcome.error) {
+        (true, Some(result), _) if outcome.truncated => {
+            format!("{result}\n[output truncated at {} bytes]", result.len())
+        }
+        (true, Some(result), _) => result.clone(),
+        (_, _, Some(error)) => format!("Error: {error}"),
+        _ => "Error: the call failed".to_owned(),
+    }
+}
+
+/// What the model is told after a modify.
+fn modify_text(feedback: &str) -> String {
+    if feedback.trim().is_empty() {
+        "The user did not confirm and asked for changes without saying which.".to_owned()
+    } else {
+        format!("The user did not confirm and asked for this change: {feedback}")
+    }
+}
+
+/// A task's readable description: the tool and its arguments, on one line.
+fn describe(tool: &Tool, args: &Value) -> String {
+    let args = args.to_string();
+    let mut text = format!("{} {}", tool.name, args);
+    if text.chars().count() > 200 {
+        text = text.chars().take(199).collect::<String>() + "…";
+    }
+    text
+}
+
+/// A declared tool, as the model is offered it.
+fn tool_spec(tool: &Tool) -> Value {
+    json!({
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        }
+    })
 }
 
 /// The arguments of `propose_plan`.
@@ -519,39 +688,6 @@ fn failed(message: &str) -> RunError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::openai::upstream::FunctionPart;
-
-    fn part(index: usize, id: Option<&str>, name: Option<&str>, args: &str) -> ToolCallPart {
-        ToolCallPart {
-            index: Some(index),
-            id: id.map(str::to_owned),
-            function: Some(FunctionPart {
-                name: name.map(str::to_owned),
-                arguments: Some(args.to_owned()),
-            }),
-        }
-    }
-
-    #[test]
-    fn tool_call_pieces_are_joined_by_index() {
-        let mut reply = ModelReply::default();
-        reply
-            .add_tool_call_part(part(0, Some("c1"), Some("propose_plan"), "{\"tasks\":"))
-            .unwrap();
-        reply
-            .add_tool_call_part(part(0, None, None, "[{\"description\":\"a\"}]}"))
-            .unwrap();
-
-        assert_eq!(reply.tool_calls.len(), 1);
-        let plan = parse_plan(&reply.tool_calls[0]).unwrap();
-        assert_eq!(plan.tasks[0].description, "a");
-        assert_eq!(plan.tasks[0].index, 1);
-        assert_eq!(
-            plan.risk_level,
-            RiskLevel::Medium,
-            "unstated risk is not low"
-        );
-    }
 
     #[test]
     fn a_bad_plan_is_explained_to_the_model() {
@@ -559,6 +695,7 @@ mod tests {
             id: "c".into(),
             name: name.into(),
             arguments: arguments.into(),
+            ..ToolCall::default()
         };
         assert!(parse_plan(&call("rm_rf", "{}"))
             .unwrap_err()
@@ -572,29 +709,6 @@ mod tests {
     }
 
     #[test]
-    fn tool_call_indexes_and_arguments_are_bounded_before_anything_grows() {
-        let mut reply = ModelReply::default();
-        let huge_index = reply.add_tool_call_part(part(500_000, Some("c"), Some("x"), "{}"));
-        assert!(huge_index.unwrap_err().contains("500000"));
-        assert!(reply.tool_calls.is_empty(), "nothing allocated");
-        assert!(reply
-            .add_tool_call_part(part(usize::MAX, None, None, ""))
-            .is_err());
-        assert!(reply
-            .add_tool_call_part(part(MAX_TOOL_CALLS - 1, None, None, ""))
-            .is_ok());
-
-        let piece = "a".repeat(MAX_TOOL_ARGUMENT_BYTES / 4);
-        let mut grown = Ok(());
-        for _ in 0..5 {
-            grown = grown.and(reply.add_tool_call_part(part(0, None, None, &piece)));
-        }
-        assert!(grown.unwrap_err().contains("longer than"));
-        let held: usize = reply.tool_calls.iter().map(|c| c.arguments.len()).sum();
-        assert!(held <= MAX_TOOL_ARGUMENT_BYTES);
-    }
-
-    #[test]
     fn a_plan_with_too_many_tasks_goes_back_to_the_model() {
         let tasks: Vec<Value> = (0..=MAX_PLAN_TASKS)
             .map(|i| json!({ "description": i.to_string() }))
@@ -603,6 +717,7 @@ mod tests {
             id: "c".into(),
             name: PLAN_TOOL.into(),
             arguments: json!({ "tasks": tasks }).to_string(),
+            ..ToolCall::default()
         };
         assert!(parse_plan(&call).unwrap_err().contains("at most"));
     }

@@ -83,6 +83,8 @@ pub struct Delta {
     pub content: Option<String>,
     #[serde(default)]
     pub tool_calls: Vec<ToolCallPart>,
+    /// The legacy single function call.
+    pub function_call: Option<FunctionPart>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -95,7 +97,9 @@ pub struct ToolCallPart {
 #[derive(Debug, Deserialize)]
 pub struct FunctionPart {
     pub name: Option<String>,
-    pub arguments: Option<String>,
+    /// A piece of the arguments' JSON text, or (some servers) the whole
+    /// arguments as an object.
+    pub arguments: Option<Value>,
 }
 
 /// What the reading task hands to the run.
