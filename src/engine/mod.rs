@@ -60,6 +60,13 @@ pub enum RunError {
         error_type: ErrorType,
         message: String,
     },
+    /// Ends with an `error` chunk, `error_type: rate_limited`, and
+    /// `metadata.retry_after` (seconds) when the model server said.
+    #[error("{message}")]
+    RateLimited {
+        message: String,
+        retry_after_secs: Option<u64>,
+    },
 }
 
 /// A plan put to the user.

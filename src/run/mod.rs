@@ -29,7 +29,7 @@ use crate::audit::{self, AuditLog};
 use crate::confirmation::{BeginError, ConfirmationManager, RunLimits, SessionKey};
 use crate::engine::{Engine, RunContext, RunError, RunSettings};
 use crate::metrics::Metrics;
-use crate::protocol::{Chunk, ChunkType, ErrorType};
+use crate::protocol::{meta, Chunk, ChunkType, ErrorType};
 
 /// Everything a run needs from the server: a cheap-clone handle.
 #[derive(Clone)]
@@ -144,6 +144,18 @@ fn finish(
                 Chunk::failed(&session_id, error_type, message),
                 Some(error_type.as_str()),
             )
+        }
+        Err(RunError::RateLimited {
+            message,
+            retry_after_secs,
+        }) => {
+            let error_type = ErrorType::RateLimited;
+            ctx.metrics().error(error_type);
+            let mut chunk = Chunk::failed(&session_id, error_type, message);
+            if let Some(secs) = retry_after_secs {
+                chunk = chunk.with_meta(meta::RETRY_AFTER, secs);
+            }
+            (chunk, Some(error_type.as_str()))
         }
     };
     let (slot, log) = ctx.into_parts();

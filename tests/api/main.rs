@@ -16,6 +16,8 @@ mod lifecycle;
 mod model_server;
 #[cfg(feature = "openai")]
 mod openai;
+#[cfg(feature = "openai")]
+mod openai_tools;
 mod operations;
 mod races;
 mod reattach;

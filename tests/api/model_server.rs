@@ -24,6 +24,8 @@ pub enum Answer {
     Body(String),
     /// A status and a streamed body.
     Stream(u16, BoxStream<'static, Bytes>),
+    /// A status with a `Retry-After` header, and a body.
+    Limited(u16, String, BoxStream<'static, Bytes>),
 }
 
 impl From<String> for Answer {
@@ -72,6 +74,11 @@ async fn completions(
         Some(Answer::Stream(status, body)) => {
             HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap())
                 .content_type("text/event-stream")
+                .streaming(body.map(Ok::<_, Infallible>))
+        }
+        Some(Answer::Limited(status, retry_after, body)) => {
+            HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap())
+                .insert_header(("Retry-After", retry_after))
                 .streaming(body.map(Ok::<_, Infallible>))
         }
         None => HttpResponse::InternalServerError().body("script exhausted"),

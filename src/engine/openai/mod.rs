@@ -660,10 +660,13 @@ fn tool_result(call_id: &str, text: &str) -> Value {
 
 /// How a failed model call ends the run (the details were logged).
 fn call_failed(err: &CallError) -> RunError {
-    if err.is_limit() {
-        limit(&err.to_string())
-    } else {
-        failed(&err.to_string())
+    match err {
+        CallError::RateLimited { retry_after, .. } => RunError::RateLimited {
+            message: err.to_string(),
+            retry_after_secs: *retry_after,
+        },
+        _ if err.is_limit() => limit(&err.to_string()),
+        _ => failed(&err.to_string()),
     }
 }
 

@@ -31,6 +31,11 @@ pub const MAX_LINE_BYTES: usize = 256 * 1024;
 pub const MAX_ERROR_BODY_BYTES: usize = 4 * 1024;
 /// Parsed events in flight between the reading task and the run.
 const CHANNEL_DEPTH: usize = 16;
+/// Times a 429 or 503 answer is retried within the call's deadline.
+const MAX_RETRIES: u32 = 5;
+/// The wait before the first retry when the server gives no `Retry-After`;
+/// doubled each time.
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 
 /// Why a model call failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -53,6 +58,12 @@ pub enum CallError {
     Reported,
     #[error("the model call took longer than {0:?} (--llm-max-time)")]
     Deadline(Duration),
+    #[error("the model server is rate-limiting (HTTP {status}); retried within --llm-max-time and gave up")]
+    RateLimited {
+        status: u16,
+        /// What the server last asked to wait, in seconds.
+        retry_after: Option<u64>,
+    },
 }
 
 impl CallError {
@@ -130,7 +141,7 @@ impl ModelCall {
         let (events_tx, events) = mpsc::channel(CHANNEL_DEPTH);
         let deadline = Instant::now() + max_time;
         let task = runtime.spawn(async move {
-            let call = read_call(request, &url, read_timeout, &events_tx);
+            let call = read_call(request, &url, read_timeout, deadline, &events_tx);
             let ended = match tokio::time::timeout_at(deadline, call).await {
                 Ok(Ok(())) => Upstream::Done,
                 Ok(Err(err)) => Upstream::Failed(err),
@@ -163,20 +174,71 @@ impl Drop for ModelCall {
     }
 }
 
+/// Sends `request`, retrying 429 and 503 answers with backoff (honouring
+/// `Retry-After` in seconds, or `retry-after-ms`) while the deadline allows.
+async fn send_with_retries(
+    request: reqwest::RequestBuilder,
+    url: &str,
+    read_timeout: Duration,
+    deadline: Instant,
+) -> Result<reqwest::Response, CallError> {
+    let mut attempt = 0;
+    loop {
+        // A JSON body (ours, always) can be sent again.
+        let sending = request.try_clone().ok_or(CallError::Unreachable)?;
+        let mut response = sending.send().await.map_err(|err| {
+            log::warn!("cannot reach the model server {url}: {err}");
+            if err.is_timeout() {
+                CallError::NoAnswer(read_timeout)
+            } else {
+                CallError::Unreachable
+            }
+        })?;
+        let status = response.status().as_u16();
+        if status != 429 && status != 503 {
+            return Ok(response);
+        }
+        let asked = retry_after(response.headers());
+        let wait = asked.unwrap_or(FIRST_BACKOFF * 2u32.pow(attempt.min(6)));
+        let detail = read_error_body(&mut response).await;
+        log::warn!(
+            "model server {url} answered {status} (attempt {}): {detail:.200}",
+            attempt + 1
+        );
+        if attempt >= MAX_RETRIES || Instant::now() + wait >= deadline {
+            return Err(CallError::RateLimited {
+                status,
+                retry_after: asked.map(|d| d.as_secs_f64().ceil() as u64),
+            });
+        }
+        tokio::time::sleep(wait).await;
+        attempt += 1;
+    }
+}
+
+/// `retry-after-ms`, or `Retry-After` in seconds (an HTTP date is not
+/// read: the backoff applies then).
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let number = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|n| n.is_finite() && *n >= 0.0 && *n < 86_400.0)
+    };
+    number("retry-after-ms")
+        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
+        .or_else(|| number("retry-after").map(Duration::from_secs_f64))
+}
+
 async fn read_call(
     request: reqwest::RequestBuilder,
     url: &str,
     read_timeout: Duration,
+    deadline: Instant,
     events: &mpsc::Sender<Upstream>,
 ) -> Result<(), CallError> {
-    let mut response = request.send().await.map_err(|err| {
-        log::warn!("cannot reach the model server {url}: {err}");
-        if err.is_timeout() {
-            CallError::NoAnswer(read_timeout)
-        } else {
-            CallError::Unreachable
-        }
-    })?;
+    let mut response = send_with_retries(request, url, read_timeout, deadline).await?;
     let status = response.status();
     if !status.is_success() {
         let detail = read_error_body(&mut response).await;
