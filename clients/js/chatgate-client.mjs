@@ -104,9 +104,16 @@ export const DEFAULT_REATTACH_ATTEMPTS = 3;
 /** Milliseconds before the first re-attach; the n-th waits n times this. */
 export const REATTACH_BACKOFF_MS = 200;
 
-/** Normalises a reply to [action, text|null], or null for silence. */
+/**
+ * Normalises a reply to [action, text|null, decisions|null], or null for
+ * silence. A reply may be 'confirm', 'modify:<text>', ['modify', text], or
+ * {action: 'confirm', decisions: [{index: 2, decision: 'reject'}, ...]}.
+ */
 export function parseReply(reply) {
   if (reply === null || reply === undefined) return null;
+  if (typeof reply === 'object' && !Array.isArray(reply)) {
+    return [String(reply.action ?? '').trim().toLowerCase(), reply.text ?? null, reply.decisions ?? null];
+  }
   if (Array.isArray(reply)) return [String(reply[0]).trim().toLowerCase(), reply[1] ?? null];
   const text = String(reply);
   const colon = text.indexOf(':');
@@ -160,13 +167,14 @@ export class ChatGateClient {
    * Error answers (4xx/5xx) are one `error` chunk. A stream that closes early
    * throws ChatGateError.
    */
-  async stream(message, { sessionId, confirmationId, signal, lastEventId } = {}) {
+  async stream(message, { sessionId, confirmationId, decisions, signal, lastEventId } = {}) {
     // The client names the session (a fresh UUID unless given), so every
     // request of it can be routed to the same replica (docs/operations.md).
     sessionId ??= globalThis.crypto?.randomUUID?.();
     const body = message === undefined ? {} : { message };
     if (sessionId !== undefined && sessionId !== null) body.session_id = sessionId;
     if (confirmationId !== undefined && confirmationId !== null) body.confirmation_id = confirmationId;
+    if (decisions && decisions.length > 0) body.decisions = decisions;
     const headers = { 'Content-Type': 'application/json', Accept: 'text/event-stream' };
     // For load-balancer affinity only; percent-encoded, since a session id
     // may be any text and a header value must be ASCII.
@@ -203,13 +211,17 @@ export class ChatGateClient {
   }
 
   /**
-   * Answers the pending confirmation of `sessionId`. Resolves to the single
-   * chunk of the answer: `confirmation_received`, or an `error` chunk.
+   * Answers the pending confirmation of `sessionId`. With 'confirm',
+   * `decisions` may decide single tasks ({index, decision: 'approve' |
+   * 'reject' | 'edit' | 'respond', reason?, args?, result?}); tasks not named
+   * are approved. Resolves to the single chunk of the answer:
+   * `confirmation_received` (its `metadata.decisions` says what was decided
+   * per task), or an `error` chunk.
    */
-  async reply(sessionId, action, text = null, { confirmationId } = {}) {
+  async reply(sessionId, action, text = null, { confirmationId, decisions } = {}) {
     let message = `${CONFIRM_PREFIX}:${action}`;
     if (text !== null && text !== undefined) message += `:${text}`;
-    const { chunks } = await this.stream(message, { sessionId, confirmationId });
+    const { chunks } = await this.stream(message, { sessionId, confirmationId, decisions });
     for await (const chunk of chunks) return chunk;
     throw new ChatGateError('empty answer to a reply');
   }
@@ -287,7 +299,7 @@ export class ChatGateClient {
     const answer = parseReply(await onConfirmation(chunk));
     if (!answer) return;
     const confirmationId = chunk.confirmation_data?.confirmation_id;
-    const ack = await this.reply(sessionId, answer[0], answer[1], { confirmationId });
+    const ack = await this.reply(sessionId, answer[0], answer[1], { confirmationId, decisions: answer[2] });
     if (ack.chunk_type === 'error' && onChunk) await onChunk(ack);
   }
 }

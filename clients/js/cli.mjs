@@ -21,6 +21,9 @@ const USAGE = `usage: cli.mjs [--url URL] [--session ID] [--api-key KEY] [--repl
                    modify:<text> (or modify alone: the same plan again). A reply
                    that is not among the offered options cancels the run, exit 1.
   --auto-confirm   confirm every round once the scripted replies are used up
+  --reject N       with the first confirm: do not run task N (repeatable)
+  --edit N=JSON    with the first confirm: run task N with these arguments
+  --respond N=TEXT with the first confirm: do not run task N, use TEXT as its result
   --json           print raw chunks, one JSON per line
 Without replies left, a terminal is asked (until the confirmation expires);
 otherwise the server's timeout decides. Ctrl-C while a confirmation is pending
@@ -42,6 +45,9 @@ async function main(argv) {
         'api-key': { type: 'string', default: process.env.CHATGATE_API_KEY },
         reply: { type: 'string', multiple: true, default: [] },
         'auto-confirm': { type: 'boolean', default: false },
+        reject: { type: 'string', multiple: true, default: [] },
+        edit: { type: 'string', multiple: true, default: [] },
+        respond: { type: 'string', multiple: true, default: [] },
         json: { type: 'boolean', default: false },
         help: { type: 'boolean', short: 'h', default: false },
       },
@@ -59,6 +65,22 @@ async function main(argv) {
     process.stderr.write(`expected exactly one MESSAGE\n${USAGE}\n`);
     return 1;
   }
+  let planned;
+  try {
+    planned = plannedDecisions(values);
+  } catch (err) {
+    process.stderr.write(`${err.message}\n${USAGE}\n`);
+    return 1;
+  }
+  const withPlanned = (reply) => {
+    // The per-task flags go with the first confirm.
+    if (planned.length > 0 && parseReply(reply)?.[0] === 'confirm') {
+      const decisions = planned;
+      planned = [];
+      return { action: 'confirm', decisions };
+    }
+    return reply;
+  };
   const replies = [...values.reply];
   const interactive = Boolean(process.stdin.isTTY);
   const out = process.stdout;
@@ -93,9 +115,9 @@ async function main(argv) {
         throw new ScriptError(
           `scripted reply "${reply}" is not one of the offered options: ${options.join(', ')}`);
       }
-      return reply;
+      return withPlanned(reply);
     }
-    if (values['auto-confirm']) return 'confirm';
+    if (values['auto-confirm']) return withPlanned('confirm');
     if (interactive) return prompt(values.json ? process.stderr : out, data, options);
     return null; // silent: the server's timeout decides
   };
@@ -139,6 +161,74 @@ async function main(argv) {
   return result.exitCode;
 }
 
+/** The decisions of --reject, --edit and --respond; throws if malformed. */
+function plannedDecisions(values) {
+  const planned = values.reject.map((n) => {
+    if (!/^\d+$/.test(n.trim())) throw new Error(`--reject expects a task number, got "${n}"`);
+    return { index: Number(n), decision: 'reject' };
+  });
+  for (const [flag, kind] of [['edit', 'edit'], ['respond', 'respond']]) {
+    for (const given of values[flag]) {
+      const at = given.indexOf('=');
+      const index = given.slice(0, at).trim();
+      if (at < 0 || !/^\d+$/.test(index)) {
+        throw new Error(`--${flag} expects N=${kind === 'edit' ? 'JSON' : 'TEXT'}, got "${given}"`);
+      }
+      const value = given.slice(at + 1);
+      if (kind === 'edit') {
+        let args;
+        try {
+          args = JSON.parse(value);
+        } catch {
+          throw new Error(`--edit ${index}: the arguments are not JSON`);
+        }
+        planned.push({ index: Number(index), decision: 'edit', args });
+      } else {
+        planned.push({ index: Number(index), decision: 'respond', result: value });
+      }
+    }
+  }
+  return planned;
+}
+
+/** Asks about each task; returns the decisions, or null if the prompt gave up. */
+async function decideTasks(ask, output, data) {
+  const decisions = [];
+  for (const task of data.tasks ?? []) {
+    for (;;) {
+      const answer = await ask(`  task ${task.index}: ${task.description} -- run it? (yes / no / edit / respond) `);
+      if (answer === null) return null;
+      const word = answer.trim().toLowerCase();
+      if (['', 'y', 'yes'].includes(word)) break;
+      if (['n', 'no'].includes(word)) {
+        const why = await ask('    why? (optional) ');
+        if (why === null) return null;
+        decisions.push(why.trim() ? { index: task.index, decision: 'reject', reason: why.trim() } : { index: task.index, decision: 'reject' });
+        break;
+      }
+      if (['e', 'edit'].includes(word)) {
+        const text = await ask(`    new arguments (JSON, now ${JSON.stringify(task.args)}): `);
+        if (text === null) return null;
+        try {
+          decisions.push({ index: task.index, decision: 'edit', args: JSON.parse(text) });
+          break;
+        } catch {
+          output.write('    not JSON; try again\n');
+          continue;
+        }
+      }
+      if (['r', 'respond'].includes(word)) {
+        const text = await ask('    the result to use instead: ');
+        if (text === null) return null;
+        decisions.push({ index: task.index, decision: 'respond', result: text.trim() });
+        break;
+      }
+      output.write('    please answer yes, no, edit or respond\n');
+    }
+  }
+  return decisions;
+}
+
 /** Sends cancel for `pending` with a short timeout; says what happened. */
 async function cancelPending(client, sessionId, pending) {
   try {
@@ -166,7 +256,8 @@ async function prompt(output, data, options) {
     ? setTimeout(() => expiry.abort(), Math.max(0, expires - Date.now()) + 1000)
     : null;
   const last = !options.includes('modify');
-  const question = `${options.join(' / ')}?${last ? ' (last round)' : ''} `;
+  const shown = options.includes('confirm') ? [...options, 'decide'] : options;
+  const question = `${shown.join(' / ')}?${last ? ' (last round)' : ''} `;
   const ask = async (text) => {
     try {
       return await rl.question(text, { signal: expiry.signal });
@@ -185,6 +276,11 @@ async function prompt(output, data, options) {
       const answer = line.trim().toLowerCase();
       if (['confirm', 'c', 'y', 'yes'].includes(answer)) return 'confirm';
       if (['cancel', 'n', 'no', 'x'].includes(answer)) return 'cancel';
+      if (['decide', 'd'].includes(answer)) {
+        const decisions = await decideTasks(ask, output, data);
+        if (decisions === null) return null;
+        return { action: 'confirm', decisions };
+      }
       if (!last && ['modify', 'm'].includes(answer)) {
         const text = await ask('what should change? (empty: ask again as is) ');
         if (text === null) return null;

@@ -42,6 +42,7 @@ __all__ = [
     "SSEParser",
     "Event",
     "parse_reply",
+    "decision",
 ]
 
 STREAM_PATH = "/api/v1/chat/stream"
@@ -199,16 +200,32 @@ def parse_reply(reply):
     """Normalise a reply to ``(action, text)``.
 
     Accepts ``"confirm"``, ``"cancel"``, ``"modify:<text>"``, a tuple
-    ``("modify", text)``, or ``None`` (stay silent).
+    ``("modify", text)``, a dict ``{"action": ..., "text": ..., "decisions":
+    [...]}``, or ``None`` (stay silent).
     """
     if reply is None:
         return None
+    if isinstance(reply, dict):
+        return str(reply.get("action", "")).strip().lower(), reply.get("text")
     if isinstance(reply, (tuple, list)):
         action, text = (list(reply) + [None])[:2]
     else:
         action, _, text = str(reply).partition(":")
         text = text if _ else None
     return action.strip().lower(), text
+
+
+def reply_decisions(reply):
+    """The per-task ``decisions`` of a reply given as a dict, else None."""
+    return reply.get("decisions") if isinstance(reply, dict) else None
+
+
+def decision(index, kind, **fields):
+    """One per-task decision: ``decision(2, "reject", reason="...")``,
+    ``decision(3, "edit", args={...})``, ``decision(1, "respond", result="...")``."""
+    entry = {"index": int(index), "decision": kind}
+    entry.update(fields)
+    return entry
 
 
 class ChunkStream:
@@ -297,7 +314,7 @@ class ChatGateClient:
             reason = getattr(err, "reason", err)
             raise ChatGateError("cannot reach %s: %s" % (self.base_url, reason)) from None
 
-    def stream(self, message, session_id=None, confirmation_id=None):
+    def stream(self, message, session_id=None, confirmation_id=None, decisions=None):
         """Send ``message``; return a :class:`ChunkStream` to iterate over.
 
         Error answers (4xx/5xx) are streams of a single ``error`` chunk; the
@@ -308,6 +325,8 @@ class ChatGateClient:
         body = {"message": message, "session_id": session_id or str(uuid.uuid4())}
         if confirmation_id is not None:
             body["confirmation_id"] = confirmation_id
+        if decisions:
+            body["decisions"] = list(decisions)
         return ChunkStream(self._open(body))
 
     def attach(self, session_id, last_event_id=0):
@@ -321,16 +340,19 @@ class ChatGateClient:
         """
         return ChunkStream(self._open({"session_id": session_id}, last_event_id))
 
-    def reply(self, session_id, action, text=None, confirmation_id=None):
+    def reply(self, session_id, action, text=None, confirmation_id=None, decisions=None):
         """Answer the pending confirmation of ``session_id``.
 
-        Returns the single chunk of the answer: ``confirmation_received`` when
-        accepted, an ``error`` chunk (with ``metadata.error_type``) when not.
+        With ``confirm``, ``decisions`` may decide single tasks (see
+        :func:`decision`): tasks not named are approved. Returns the single
+        chunk of the answer: ``confirmation_received`` when accepted (its
+        ``metadata.decisions`` says what was decided per task), an ``error``
+        chunk (with ``metadata.error_type``) when not.
         """
         message = "%s:%s" % (CONFIRM_PREFIX, action)
         if text is not None:
             message += ":" + text
-        with self.stream(message, session_id, confirmation_id) as chunks:
+        with self.stream(message, session_id, confirmation_id, decisions) as chunks:
             for chunk in chunks:
                 return chunk
         raise ChatGateError("empty answer to a reply")
@@ -342,7 +364,8 @@ class ChatGateClient:
 
         ``on_chunk(chunk)`` sees every chunk. ``on_confirmation(chunk)`` is
         called for each ``confirmation_request`` and returns the reply:
-        ``"confirm"``, ``"cancel"``, ``"modify:<text>"``, ``("modify", text)``
+        ``"confirm"``, ``"cancel"``, ``"modify:<text>"``, ``("modify", text)``,
+        ``{"action": "confirm", "decisions": [decision(2, "reject")]}``
         or ``None`` to stay silent (the server's timeout then decides). A
         refused reply is passed to ``on_chunk`` and the run goes on.
 
@@ -390,11 +413,13 @@ class ChatGateClient:
         return RunResult(final, chunks, status, session_id)
 
     def _answer(self, chunk, session_id, on_chunk, on_confirmation):
-        answer = parse_reply(on_confirmation(chunk))
+        reply = on_confirmation(chunk)
+        answer = parse_reply(reply)
         if answer is None:
             return
         data = chunk.get("confirmation_data") or {}
-        ack = self.reply(session_id, answer[0], answer[1], data.get("confirmation_id"))
+        ack = self.reply(session_id, answer[0], answer[1], data.get("confirmation_id"),
+                         reply_decisions(reply))
         if ack.get("chunk_type") == "error" and on_chunk:
             on_chunk(ack)
 
@@ -446,12 +471,62 @@ def _offered(chunk):
     return data.get("options") or ["confirm", "modify", "cancel"]
 
 
+def _decide_tasks(chunk, ask, out):
+    """Per-task questions: returns the decisions, or None if ``ask`` gave up."""
+    decisions = []
+    for task in (chunk.get("confirmation_data") or {}).get("tasks", []):
+        index = task.get("index")
+        while True:
+            out.write("  task %s: %s -- run it? (yes / no / edit / respond) " % (index, task.get("description")))
+            out.flush()
+            answer = ask()
+            if answer is None:
+                return None
+            answer = answer.strip().lower()
+            if answer in ("", "y", "yes"):
+                break
+            if answer in ("n", "no"):
+                out.write("    why? (optional) ")
+                out.flush()
+                why = ask()
+                if why is None:
+                    return None
+                fields = {"reason": why.strip()} if why.strip() else {}
+                decisions.append(decision(index, "reject", **fields))
+                break
+            if answer in ("e", "edit"):
+                out.write("    new arguments (JSON, now %s): " % json.dumps(task.get("args")))
+                out.flush()
+                text = ask()
+                if text is None:
+                    return None
+                try:
+                    args = json.loads(text)
+                except ValueError:
+                    out.write("    not JSON; try again\n")
+                    continue
+                decisions.append(decision(index, "edit", args=args))
+                break
+            if answer in ("r", "respond"):
+                out.write("    the result to use instead: ")
+                out.flush()
+                text = ask()
+                if text is None:
+                    return None
+                decisions.append(decision(index, "respond", result=text.strip()))
+                break
+            out.write("    please answer yes, no, edit or respond\n")
+    return decisions
+
+
 def _prompt(chunk, ask, out):
     """Ask a person on the terminal for one of the offered options; returns
-    a reply, or None when ``ask`` gives up (the confirmation expired)."""
+    a reply, or None when ``ask`` gives up (the confirmation expired).
+    ``decide`` asks about each task, then confirms with those decisions."""
     options = _offered(chunk)
     last = "modify" not in options
-    question = "%s?%s " % (" / ".join(options), " (last round)" if last else "")
+    shown = options + (["decide"] if "confirm" in options else [])
+    question = "%s?%s " % (" / ".join(shown), " (last round)" if last else "")
     while True:
         out.write(question)
         out.flush()
@@ -465,6 +540,11 @@ def _prompt(chunk, ask, out):
             return "confirm"
         if answer in ("cancel", "n", "no", "x"):
             return "cancel"
+        if answer in ("decide", "d"):
+            decisions = _decide_tasks(chunk, ask, out)
+            if decisions is None:
+                return None
+            return {"action": "confirm", "decisions": decisions}
         if not last and answer in ("modify", "m"):
             out.write("what should change? (empty: ask again as is) ")
             out.flush()
@@ -503,6 +583,24 @@ def _cancel_pending(client, session_id, pending):
     return "could not cancel the pending confirmation (%s)" % (meta.get("error_type") or ack.get("chunk"))
 
 
+def _planned_decisions(args):
+    """The decisions of --reject, --edit and --respond; ValueError if malformed."""
+    planned = [decision(n, "reject") for n in args.reject]
+    for flag, kind in (("edit", "edit"), ("respond", "respond")):
+        for given in getattr(args, flag):
+            index, sep, value = given.partition("=")
+            if not sep or not index.strip().isdigit():
+                raise ValueError("--%s expects N=%s, got %r" % (flag, "JSON" if kind == "edit" else "TEXT", given))
+            if kind == "edit":
+                try:
+                    planned.append(decision(int(index), "edit", args=json.loads(value)))
+                except ValueError:
+                    raise ValueError("--edit %s: the arguments are not JSON" % index) from None
+            else:
+                planned.append(decision(int(index), "respond", result=value))
+    return planned
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors exit 1 (an error), not argparse's 2 (which means cancelled here)."""
 
@@ -530,8 +628,18 @@ def main(argv=None):
                         "offered options cancels the run, exit 1")
     parser.add_argument("--auto-confirm", action="store_true",
                         help="confirm every round once the scripted replies are used up")
+    parser.add_argument("--reject", action="append", default=[], type=int, metavar="N",
+                        help="with the first confirm: do not run task N (repeatable)")
+    parser.add_argument("--edit", action="append", default=[], metavar="N=JSON",
+                        help="with the first confirm: run task N with these arguments")
+    parser.add_argument("--respond", action="append", default=[], metavar="N=TEXT",
+                        help="with the first confirm: do not run task N, use TEXT as its result")
     parser.add_argument("--json", action="store_true", help="print raw chunks, one JSON per line")
     args = parser.parse_args(argv)
+    try:
+        planned = _planned_decisions(args)
+    except ValueError as err:
+        parser.error(str(err))
 
     out = sys.stdout
     replies = list(args.reply)
@@ -558,6 +666,13 @@ def main(argv=None):
             out.write(format_chunk(chunk) + "\n")
         out.flush()
 
+    def with_planned(reply):
+        # The per-task flags go with the first confirm.
+        if planned and parse_reply(reply)[0] == "confirm":
+            reply = {"action": "confirm", "decisions": list(planned)}
+            planned.clear()
+        return reply
+
     def on_confirmation(chunk):
         if replies:
             reply = replies.pop(0)
@@ -566,9 +681,9 @@ def main(argv=None):
             if answer is None or answer[0] not in options:
                 raise _ScriptError("scripted reply %r is not one of the offered options: %s"
                                    % (reply, ", ".join(options)))
-            return reply
+            return with_planned(reply)
         if args.auto_confirm:
-            return "confirm"
+            return with_planned("confirm")
         if interactive:
             left = _seconds_left((chunk.get("confirmation_data") or {}).get("expires_at"))
             # Until the confirmation expires (and a second): the server

@@ -182,6 +182,16 @@ describe('library against a server', () => {
     assert.equal(result.outcome, 'completed');
   });
 
+  test('a confirm can decide single tasks', async () => {
+    const result = await new ChatGateClient(serverUrl()).run('one; two', {
+      sessionId: session(),
+      onConfirmation: () => ({ action: 'confirm', decisions: [{ index: 2, decision: 'reject', reason: 'no' }] }),
+    });
+    assert.equal(result.outcome, 'completed');
+    const outputs = result.chunks.filter((c) => c.chunk_type === 'tool_output');
+    assert.deepEqual(outputs.map((o) => o.metadata.skipped), [false, true]);
+  });
+
   test('non-ASCII text round-trips', async () => {
     const result = await client().run('建立报告; envoyer le résumé 📨', {
       sessionId: session(),
@@ -274,6 +284,17 @@ describe('command line', () => {
     assert.equal(done.status, 0);
     assert.match(done.stdout, /CHATGATE_URL/);
     assert.match(done.stdout, /http:\/\/127\.0\.0\.1:8080/);
+  });
+
+  test('--reject, --edit and --respond go with the first confirm', () => {
+    const done = cli(['--json', '--reject', '2', '--edit', '3={"step":"edited"}', '--respond', '4=by hand',
+      '--reply', 'confirm', 'a; b; c; d']);
+    assert.equal(done.status, 0, done.stderr);
+    const chunks = done.stdout.trim().split('\n').map((line) => JSON.parse(line));
+    const received = chunks.find((c) => c.chunk_type === 'confirmation_received');
+    assert.deepEqual(received.metadata.decisions.map((d) => d.decision), ['approve', 'reject', 'edit', 'respond']);
+    const outputs = chunks.filter((c) => c.chunk_type === 'tool_output');
+    assert.deepEqual(outputs.map((o) => o.metadata.skipped), [false, true, false, true]);
   });
 
   test('--json prints one chunk per line', () => {

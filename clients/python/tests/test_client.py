@@ -218,6 +218,19 @@ class LibraryTests(unittest.TestCase):
         self.assertIn("Step 1 done: 建立报告", outputs)
         self.assertIn("Step 3 done: Apply feedback: añadir — ✅", outputs)
 
+    def test_a_confirm_with_per_task_decisions(self):
+        from chatgate_client import decision
+
+        name = session()
+        result = ChatGateClient(server_url()).run(
+            "one; two", name,
+            on_confirmation=lambda chunk: {"action": "confirm",
+                                           "decisions": [decision(1, "reject", reason="no")]})
+        self.assertEqual(result.outcome, "completed")
+        outputs = [c for c in result.chunks if c["chunk_type"] == "tool_output"]
+        self.assertTrue(outputs[0]["metadata"]["skipped"])
+        self.assertFalse(outputs[1]["metadata"]["skipped"])
+
     def test_a_question_streams_content(self):
         result = self.client.run("what is this?", session())
         text = "".join(c["chunk"] for c in result.chunks if c["chunk_type"] == "content")
@@ -420,6 +433,23 @@ class CommandLineTests(unittest.TestCase):
         self.assertIn("made by this client", helped.stdout)
         self.assertIn("CHATGATE_URL", helped.stdout)
 
+    def test_per_task_flags_reject_edit_and_respond_with_the_first_confirm(self):
+        done = self.cli("--json", "--reject", "2", "--edit", '3={"step": "edited"}',
+                        "--respond", "4=by hand", "--reply", "confirm", "a; b; c; d")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        chunks = [json.loads(line) for line in done.stdout.splitlines()]
+        received = next(c for c in chunks if c["chunk_type"] == "confirmation_received")
+        kinds = [d["decision"] for d in received["metadata"]["decisions"]]
+        self.assertEqual(kinds, ["approve", "reject", "edit", "respond"])
+        outputs = [c for c in chunks if c["chunk_type"] == "tool_output"]
+        self.assertEqual([o["metadata"]["skipped"] for o in outputs], [False, True, False, True])
+        self.assertEqual(outputs[3]["metadata"]["result"], "by hand")
+
+    def test_a_malformed_per_task_flag_is_a_usage_error(self):
+        done = self.cli("--edit", "2=not json", "a")
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("not JSON", done.stderr)
+
     def test_json_prints_one_chunk_per_line(self):
         done = self.cli("--json", "--auto-confirm", "one; two")
         self.assertEqual(done.returncode, 0, done.stderr)
@@ -473,12 +503,12 @@ class TerminalTests(unittest.TestCase):
         pid, fd = self.spawn(argv)
         expect = self.expecting(fd)
         expect("1. write the notes")
-        expect("confirm / modify / cancel?")
+        expect("confirm / modify / cancel / decide?")
         os.write(fd, b"m\n")
         expect("what should change?")
         os.write(fd, b"add a title\n")
         expect("Apply feedback: add a title")
-        expect("confirm / modify / cancel?")
+        expect("confirm / modify / cancel / decide?")
         os.write(fd, b"confirm\n")
         expect("[completion]")
         return self.finish(pid, fd)
@@ -487,7 +517,7 @@ class TerminalTests(unittest.TestCase):
         """Nobody answers: the prompt gives up when the run times out."""
         pid, fd = self.spawn(argv)
         expect = self.expecting(fd)
-        expect("confirm / modify / cancel?")
+        expect("confirm / modify / cancel / decide?")
         started = time.monotonic()
         expect("(timeout)", timeout=15)
         code = self.finish(pid, fd)
@@ -497,7 +527,7 @@ class TerminalTests(unittest.TestCase):
         """Ctrl-C at the prompt: the pending confirmation is cancelled."""
         pid, fd = self.spawn(argv)
         expect = self.expecting(fd)
-        expect("confirm / modify / cancel?")
+        expect("confirm / modify / cancel / decide?")
         os.write(fd, b"\x03")
         expect("the pending confirmation was cancelled")
         code = self.finish(pid, fd)
@@ -507,6 +537,27 @@ class TerminalTests(unittest.TestCase):
 
     def js_cli(self):
         return os.path.join(os.path.dirname(CLIENT_DIR), "js", "cli.mjs")
+
+    def decide(self, argv):
+        """decide: per-task questions; task 2 rejected."""
+        pid, fd = self.spawn(argv)
+        expect = self.expecting(fd)
+        expect("confirm / modify / cancel / decide?")
+        os.write(fd, b"d\n")
+        expect("task 1: first -- run it?")
+        os.write(fd, b"yes\n")
+        expect("task 2: second -- run it?")
+        os.write(fd, b"no\n")
+        expect("why?")
+        os.write(fd, b"later\n")
+        expect("[completion]")
+        return self.finish(pid, fd)
+
+    def test_python_cli_asks_about_each_task(self):
+        self.assertEqual(self.decide([sys.executable, CLI, "--url", server_url(), "first; second"]), 0)
+
+    def test_js_cli_asks_about_each_task(self):
+        self.assertEqual(self.decide(["node", self.js_cli(), "--url", server_url(), "first; second"]), 0)
 
     def test_python_cli_stops_prompting_when_the_confirmation_expires(self):
         code, waited = self.expire([sys.executable, CLI, "--url", server_url(), "expire"])
