@@ -8,8 +8,8 @@
 //!
 //! # Layout
 //! Imports flow one way, from the HTTP glue down to the wire types:
-//! `startup` → `http` → `run` → `engine` → `run::{log, stop, stream}` →
-//! `confirmation`, `metrics`, `sse` → `protocol`.
+//! `startup` → `http` → `run` → `engine` → `run::{log, stop, stream}`,
+//! `audit` → `confirmation` → `tools`, `metrics`, `sse` → `protocol`.
 //! - [`protocol`]: wire types and names, the request's rules
 //!   ([`protocol::ValidRequest`]), chunk constructors, the `CONFIRM_ACTION`
 //!   parser (no I/O).
@@ -20,6 +20,10 @@
 //! - [`engine`]: the [`engine::Engine`] trait, the [`engine::RunContext`]
 //!   engines drive, the built-in [`engine::planner`] and [`engine::openai`],
 //!   a real model behind an OpenAI-compatible server (no HTTP serving).
+//! - [`tools`]: the tools file (`--tools`), argument schemas, and the
+//!   `command` and `http` executors (no HTTP serving).
+//! - [`audit`]: the audit log (`--audit-log`), synced before acting, failing
+//!   closed.
 //! - [`sse`]: SSE framing.
 //! - [`http`]: handlers, the error table, access (keys, origins, hosts),
 //!   per-connection deadlines, the request log.
