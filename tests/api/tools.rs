@@ -528,3 +528,75 @@ parameters = { type = "object" }
         .unwrap();
     assert_eq!(executed["ok"], false);
 }
+
+/// A tool that takes half a second, then appends its arguments to `marks`.
+fn slow_mark(dir: &Workdir) -> String {
+    format!(
+        r#"
+[[tool]]
+name = "mark"
+description = "Slowly marks"
+risk = "low"
+command = ["sh", "-c", "sleep 0.5; cat >> {marks}; echo >> {marks}"]
+parameters = {{ type = "object" }}
+"#,
+        marks = dir.path("marks").display()
+    )
+}
+
+fn marks(dir: &Workdir) -> usize {
+    std::fs::read_to_string(dir.path("marks"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_re_attaches_and_new_messages_while_a_tool_runs_run_nothing_twice() {
+    let dir = Workdir::new();
+    let app = app_with_tools(&dir, &slow_mark(&dir), |_| {}).await;
+    let (stream, request) = app.open_paused("busy", "mark it").await;
+    app.reply("busy", "CONFIRM_ACTION:confirm").await;
+    drop(stream); // the client goes; the run goes on (grace 60 s)
+
+    let again: Vec<u16> = futures_util::future::join_all((0..10).map(|_| app.reply("busy", "CONFIRM_ACTION:confirm")))
+        .await
+        .into_iter()
+        .map(|(status, _)| status.as_u16())
+        .collect();
+    let (busy, chunk) = one_chunk(app.chat("busy", "mark it again").await).await;
+    let mut back = EventStream::resumed(app.reattach("busy", request.sequence).await, request.sequence);
+    let last = back.finish().await;
+
+    assert!(again.iter().all(|s| *s == 409 || *s == 404), "{again:?}");
+    assert_eq!((busy.as_u16(), error_type(&chunk)), (409, "session_busy"));
+    assert_eq!(last.chunk_type, ChunkType::Completion);
+    assert_eq!(marks(&dir), 1, "ran exactly once");
+    app.registry_drains().await;
+    let executed = dir.audit().into_iter().filter(|r| r["event"] == "executed").count();
+    assert_eq!(executed, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_while_a_tool_runs_stops_it_once_and_records_it() {
+    let dir = Workdir::new();
+    let app = app_with_tools(&dir, &slow_mark(&dir), |s| {
+        s.keep_alive = Duration::from_millis(50);
+        s.detach_grace = Duration::ZERO;
+    })
+    .await;
+    let (mut stream, _) = app.open_paused("gone", "mark it").await;
+    app.reply("gone", "CONFIRM_ACTION:confirm").await;
+    stream.until(ChunkType::Status).await;
+
+    drop(stream);
+    app.registry_drains().await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+
+    assert_eq!(marks(&dir), 0, "stopped before it wrote");
+    let audit = dir.audit();
+    let executed: Vec<&Value> = audit.iter().filter(|r| r["event"] == "executed").collect();
+    assert_eq!(executed.len(), 1);
+    assert_eq!(executed[0]["ok"], false);
+    let ended = audit.iter().find(|r| r["event"] == "ended").unwrap();
+    assert_eq!(ended["reason"], "client_gone");
+}
