@@ -40,6 +40,16 @@ for round in $(seq "$rounds"); do
     "$bench" --addr "$addr" paused --k "$k" --server-pid "$server"
     stop_server
   done
+  # A confirmed call of a trivial command tool, without and with the audit
+  # log (its fsync per record is the difference).
+  start_server target/release/chatgate --bind "$addr" --step-delay 0 --tools bench/tools.toml
+  "$bench" --addr "$addr" tool --n 300
+  stop_server
+  audit=$(mktemp -d)/audit.jsonl
+  start_server target/release/chatgate --bind "$addr" --step-delay 0 --tools bench/tools.toml --audit-log "$audit"
+  "$bench" --addr "$addr" tool --n 300
+  stop_server
+  rm -f "$audit"
   # What actix-web alone spends per held stream: the floor under `paused`.
   start_server target/release/actix-floor --bind "$addr"
   "$bench" --addr "$addr" paused --k 10000 --hold-only --server-pid "$server"

@@ -49,6 +49,7 @@ pub enum Kind {
     Content,
     Cancelled,
     Error,
+    ToolOutput,
 }
 
 impl Conn {
@@ -281,6 +282,7 @@ fn parse_event(event: &[u8]) -> Event {
         Some(b"content") => Kind::Content,
         Some(b"cancelled") => Kind::Cancelled,
         Some(b"error") => Kind::Error,
+        Some(b"tool_output") => Kind::ToolOutput,
         _ => Kind::Other,
     };
     let confirmation_id = if kind == Kind::ConfirmationRequest {

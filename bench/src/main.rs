@@ -71,6 +71,19 @@ enum Scenario {
         #[arg(long, default_value_t = 10)]
         seconds: u64,
     },
+    /// Confirmed calls of a declared command tool (start the server with
+    /// `--tools bench/tools.toml`): time from the confirm to its
+    /// `tool_output`, against running the same command directly.
+    Tool {
+        #[arg(long, default_value_t = 300)]
+        n: usize,
+        /// The declared tool's name (its steps start with it).
+        #[arg(long, default_value = "trivial")]
+        tool: String,
+        /// The command the tool runs, to time directly for comparison.
+        #[arg(long, num_args = 1.., default_values = ["cat"])]
+        direct: Vec<String>,
+    },
     /// Every scenario in turn (floor, rtt, rtt with 10k paused, throughput, chat, paused 1k..15k).
     All {
         #[arg(long)]
@@ -104,6 +117,7 @@ fn main() -> io::Result<()> {
             } => paused(&addr, k, server_pid, concurrency, hold_only).await,
             Scenario::Throughput { clients, seconds } => throughput(&addr, clients, seconds).await,
             Scenario::Chat { clients, seconds } => chat(&addr, clients, seconds).await,
+            Scenario::Tool { n, tool, direct } => tool_calls(&addr, n, &tool, &direct).await,
             Scenario::All { server_pid } => {
                 floor(&addr, 5000).await?;
                 rtt(&addr, 2000, 0).await?;
@@ -516,6 +530,97 @@ async fn chat(addr: &str, clients: usize, seconds: u64) -> io::Result<()> {
         "chat        {clients} clients {seconds}s: {:.0} chunks/s, {:.0} answers/s",
         chunks as f64 / elapsed,
         answers as f64 / elapsed
+    );
+    Ok(())
+}
+
+/// Sequential flows whose one step calls a declared tool: confirm→output is
+/// from writing the confirm to reading the step's `tool_output` (the reply,
+/// the wake-up, the audit records if any, the process, its output); direct
+/// is spawning the command with the same stdin and waiting for it.
+async fn tool_calls(addr: &str, n: usize, tool: &str, direct: &[String]) -> io::Result<()> {
+    let (mut stream, mut reply) = (Conn::connect(addr).await?, Conn::connect(addr).await?);
+    let mut buf = Vec::with_capacity(256);
+    let message = format!("{tool} call");
+    let mut confirm_to_output = Samples::with_capacity(n);
+    for i in 0..n + 20 {
+        session_json(&mut buf, "tool", i, &message);
+        if stream.post_chat(&buf).await? != 200 {
+            return Err(err("start not 200"));
+        }
+        let id = loop {
+            let event = stream
+                .next_event()
+                .await?
+                .ok_or_else(|| err("ended before pause"))?;
+            if event.kind == Kind::ConfirmationRequest {
+                break event
+                    .confirmation_id
+                    .ok_or_else(|| err("no confirmation id"))?;
+            }
+            if event.finished {
+                return Err(err("finished before pause (is the tool declared?)"));
+            }
+        };
+        reply_json(&mut buf, "tool", i, &id);
+        let sent = Instant::now();
+        if reply.post_chat(&buf).await? != 200 {
+            return Err(err("reply not 200"));
+        }
+        reply.read_to_end().await?;
+        loop {
+            let event = stream
+                .next_event()
+                .await?
+                .ok_or_else(|| err("ended before the output"))?;
+            if event.kind == Kind::ToolOutput {
+                break;
+            }
+            if event.finished {
+                return Err(err("finished without a tool_output"));
+            }
+        }
+        if i >= 20 {
+            confirm_to_output.push(sent.elapsed());
+        }
+        let (_, last) = stream.read_to_end().await?;
+        if last.kind != Kind::Completion {
+            return Err(err("the tool call did not complete (did it fail?)"));
+        }
+    }
+    let mut direct_samples = tokio::task::spawn_blocking({
+        let direct = direct.to_vec();
+        move || -> io::Result<Samples> {
+            use std::io::Write;
+            let mut samples = Samples::with_capacity(n);
+            for i in 0..n + 20 {
+                let start = Instant::now();
+                let mut child = std::process::Command::new(&direct[0])
+                    .args(&direct[1..])
+                    .stdin(std::process::Stdio::piped())
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()?;
+                if let Some(mut stdin) = child.stdin.take() {
+                    stdin.write_all(br#"{"step":"trivial call"}"#)?;
+                }
+                child.wait_with_output()?;
+                if i >= 20 {
+                    samples.push(start.elapsed());
+                }
+            }
+            Ok(samples)
+        }
+    })
+    .await
+    .map_err(|e| err(&e.to_string()))??;
+    let via = confirm_to_output.summary();
+    let own = direct_samples.summary();
+    println!("tool        confirm→output       {via}");
+    println!("            command directly     {own}");
+    println!(
+        "            chatgate adds p50 {} µs over the command ({:.2}x)",
+        via.p50.saturating_sub(own.p50),
+        via.p50 as f64 / own.p50.max(1) as f64
     );
     Ok(())
 }

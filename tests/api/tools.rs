@@ -558,13 +558,18 @@ async fn replies_re_attaches_and_new_messages_while_a_tool_runs_run_nothing_twic
     app.reply("busy", "CONFIRM_ACTION:confirm").await;
     drop(stream); // the client goes; the run goes on (grace 60 s)
 
-    let again: Vec<u16> = futures_util::future::join_all((0..10).map(|_| app.reply("busy", "CONFIRM_ACTION:confirm")))
-        .await
-        .into_iter()
-        .map(|(status, _)| status.as_u16())
-        .collect();
+    let again: Vec<u16> = futures_util::future::join_all(
+        (0..10).map(|_| app.reply("busy", "CONFIRM_ACTION:confirm")),
+    )
+    .await
+    .into_iter()
+    .map(|(status, _)| status.as_u16())
+    .collect();
     let (busy, chunk) = one_chunk(app.chat("busy", "mark it again").await).await;
-    let mut back = EventStream::resumed(app.reattach("busy", request.sequence).await, request.sequence);
+    let mut back = EventStream::resumed(
+        app.reattach("busy", request.sequence).await,
+        request.sequence,
+    );
     let last = back.finish().await;
 
     assert!(again.iter().all(|s| *s == 409 || *s == 404), "{again:?}");
@@ -572,7 +577,11 @@ async fn replies_re_attaches_and_new_messages_while_a_tool_runs_run_nothing_twic
     assert_eq!(last.chunk_type, ChunkType::Completion);
     assert_eq!(marks(&dir), 1, "ran exactly once");
     app.registry_drains().await;
-    let executed = dir.audit().into_iter().filter(|r| r["event"] == "executed").count();
+    let executed = dir
+        .audit()
+        .into_iter()
+        .filter(|r| r["event"] == "executed")
+        .count();
     assert_eq!(executed, 1);
 }
 
