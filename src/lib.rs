@@ -40,4 +40,5 @@ pub mod protocol;
 pub mod run;
 pub mod sse;
 pub mod startup;
+pub mod store;
 pub mod tools;

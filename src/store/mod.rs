@@ -1,0 +1,118 @@
+//! Where paused runs are kept so that they outlive their process.
+//!
+//! `--store URL`: `memory` (the default: nothing outlives the process, as
+//! before) or `sqlite:PATH` (one node: paused runs survive a restart or a
+//! `kill -9`). One [`Store`] trait; each backend in its own file.
+//!
+//! What is stored is a [`PausedRecord`] per paused run: its session (within
+//! its API key's namespace), the engine's state to resume it, the pending
+//! confirmation (id, round, options, tasks, expiry), and the frames a
+//! re-attach must replay with the next sequence number. It is written before
+//! the `confirmation_request` chunk is sent and removed when the run ends. A
+//! decision is recorded before the run acts on it
+//! ([`Store::record_decision`]), so a decision answered 200 survives a crash
+//! that follows: the run is then not run again but ends `interrupted`.
+
+pub mod sqlite;
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::protocol::{Action, TaskSpec};
+
+/// A paused run as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PausedRecord {
+    /// The run's id, unique across restarts.
+    pub run: String,
+    pub owner: Option<u32>,
+    pub session_id: String,
+    /// The engine's name and its state at the pause (see
+    /// [`crate::engine::Engine::resume`]).
+    pub engine: String,
+    pub state: Value,
+    pub message: String,
+    pub confirmation_id: String,
+    pub round: u32,
+    pub options: Vec<Action>,
+    pub tasks: Vec<TaskSpec>,
+    /// When the pause times out, in milliseconds since the Unix epoch.
+    pub expires_at_ms: u64,
+    /// The frames a re-attach replays (the last ones kept), and the
+    /// sequence number of the next chunk.
+    pub frames: Vec<String>,
+    pub next_seq: u64,
+    /// The decision, once one was taken (`None` while the pause waits).
+    pub decision: Option<Value>,
+}
+
+/// The store could not be used.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the store ({store}) failed: {reason}")]
+pub struct StoreError {
+    pub store: String,
+    pub reason: String,
+}
+
+/// Paused runs' records. Cheap to share behind an `Arc`.
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Whether records outlive the process (everything but `memory`).
+    fn is_durable(&self) -> bool;
+    /// Inserts or replaces the record of a paused run.
+    fn save(&self, record: PausedRecord) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Records the decision of run `run`'s pause, before the run acts on it.
+    fn record_decision(&self, run: &str, decision: Value) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Forgets run `run` (it ended, or it is running again after a decision).
+    fn remove(&self, run: &str) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Every record, to restore at start.
+    fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>>;
+}
+
+/// `--store memory`: nothing is kept; a paused run lives as long as its
+/// process (and is cancelled at shutdown, reason `shutdown`).
+#[derive(Debug, Default)]
+pub struct MemoryStore;
+
+impl Store for MemoryStore {
+    fn is_durable(&self) -> bool {
+        false
+    }
+
+    fn save(&self, _record: PausedRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn record_decision(&self, _run: &str, _decision: Value) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn remove(&self, _run: &str) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+/// Opens the store `url` names: `memory` or `sqlite:PATH`.
+pub fn open(url: &str) -> Result<Arc<dyn Store>, String> {
+    if url == "memory" {
+        return Ok(Arc::new(MemoryStore));
+    }
+    if let Some(path) = url.strip_prefix("sqlite:") {
+        let path = path.strip_prefix("//").unwrap_or(path);
+        if path.is_empty() {
+            return Err("--store sqlite:PATH needs a path".to_owned());
+        }
+        return sqlite::SqliteStore::open(std::path::Path::new(path))
+            .map(|store| Arc::new(store) as Arc<dyn Store>)
+            .map_err(|err| format!("--store {url}: {err}"));
+    }
+    Err(format!(
+        "--store `{url}` is not a store: write memory or sqlite:PATH"
+    ))
+}
