@@ -234,6 +234,10 @@ pub struct Settings {
     /// TOML file of tools a confirmed plan may run (docs/tools.md).
     #[arg(long, env = "CHATGATE_TOOLS")]
     pub tools: Option<std::path::PathBuf>,
+    /// Where paused runs are kept: `memory` (they end with the process) or
+    /// `sqlite:PATH` (they survive a restart or a crash).
+    #[arg(long, env = "CHATGATE_STORE", default_value = "memory")]
+    pub store: String,
     /// JSON Lines file recording every proposal, decision, tool call and end,
     /// synced before chatgate acts on it; if it cannot be written nothing runs.
     #[arg(long, env = "CHATGATE_AUDIT_LOG")]
@@ -314,6 +318,8 @@ impl Settings {
             step_delay: self.step_delay,
             tools: Arc::default(),
             audit: None,
+            store: Arc::new(crate::store::MemoryStore),
+            engine_name: "custom",
         }
     }
 

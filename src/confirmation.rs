@@ -162,6 +162,8 @@ pub struct Accepted {
     pub run_id: u64,
     /// For a confirm: the verdict for every task.
     pub decisions: Option<Decisions>,
+    /// The run's id in a durable store, if its pause is kept there.
+    pub stored: Option<Arc<str>>,
     pub ticket: DecisionTicket,
 }
 
@@ -248,6 +250,9 @@ struct Pause {
     options: Vec<Action>,
     /// One per task, in order (task `index` is position + 1).
     tasks: Arc<[TaskCheck]>,
+    /// The run's id in a durable store, when this pause is kept there: its
+    /// decision must be recorded there before the run acts on it.
+    stored: Option<Arc<str>>,
     /// `None` once someone has decided. A decided pause stays in the entry
     /// until the run pauses again or ends, so a second reply to it is told
     /// `AlreadyDecided` (and a new chat message `SessionBusy`) rather than
@@ -364,6 +369,7 @@ impl ConfirmationManager {
             Action::Cancel => Decision::Cancel(CancelReason::User),
         };
         let (confirmation_id, confirmation_round) = (pause.confirmation_id.clone(), pause.round);
+        let stored = pause.stored.clone();
         let run_id = registry.sessions.get(key).map_or(0, |entry| entry.run_id);
         Ok(Accepted {
             action,
@@ -371,6 +377,7 @@ impl ConfirmationManager {
             confirmation_round,
             run_id,
             decisions: verdicts,
+            stored,
             ticket: DecisionTicket {
                 decide_tx: Some(decide_tx),
                 decision: Some(decision),
@@ -527,6 +534,7 @@ impl RunSlot {
         round: u32,
         options: Vec<Action>,
         tasks: Arc<[TaskCheck]>,
+        stored: Option<Arc<str>>,
         stop: CancellationToken,
     ) -> Result<PendingDecision, CancelReason> {
         let (decide_tx, decide_rx) = oneshot::channel();
@@ -538,6 +546,7 @@ impl RunSlot {
                     round,
                     options,
                     tasks,
+                    stored,
                     decide_tx: Some(decide_tx),
                     stop,
                 });
@@ -674,6 +683,7 @@ mod tests {
             round,
             Action::ALL.to_vec(),
             Arc::from(Vec::new()),
+            None,
             CancellationToken::new(),
         )
         .unwrap_or_else(|_| panic!("slot owns its session"))
@@ -822,6 +832,7 @@ mod tests {
                 1,
                 Action::ALL.to_vec(),
                 tasks,
+                None,
                 CancellationToken::new(),
             )
             .unwrap_or_else(|_| panic!("slot owns its session"));
@@ -1006,6 +1017,7 @@ mod tests {
                 1,
                 vec![Action::Confirm, Action::Cancel],
                 Arc::from(Vec::new()),
+                None,
                 CancellationToken::new(),
             )
             .unwrap_or_else(|_| panic!("slot owns its session"));
@@ -1135,6 +1147,7 @@ mod tests {
                 1,
                 Action::ALL.to_vec(),
                 Arc::from(Vec::new()),
+                None,
                 stop.clone(),
             )
             .unwrap_or_else(|_| panic!("slot owns its session"));

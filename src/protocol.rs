@@ -324,6 +324,11 @@ pub enum ErrorType {
     ToolCallLimit,
     /// The model server kept answering 429/503 within the call's deadline.
     RateLimited,
+    /// The store (`--store`) cannot record a pause or a decision.
+    StoreUnavailable,
+    /// The decision was recorded but the process stopped before the run had
+    /// acted on it all: after the restart the run is not run again.
+    Interrupted,
     /// Without API keys, the `Host` header names neither loopback, the bound
     /// address nor an `--allowed-host` (DNS rebinding).
     ForbiddenHost,

@@ -87,6 +87,9 @@ impl Application {
             log::info!("{} tool(s) declared in {}", tools.len(), path.display());
             run_settings.tools = Arc::new(tools);
         }
+        run_settings.store = crate::store::open(&settings.store)
+            .map_err(|why| std::io::Error::new(std::io::ErrorKind::InvalidInput, why))?;
+        run_settings.engine_name = engine.name();
         if let Some(path) = &settings.audit_log {
             let audit = AuditLog::open(path).map_err(|err| {
                 std::io::Error::new(
@@ -165,6 +168,12 @@ impl Application {
             ..
         } = self;
         let handle = server.handle();
+        // Paused runs a durable store kept go on before anything else.
+        match state.runs.restore().await {
+            Ok(0) => {}
+            Ok(n) => log::info!("restored {n} paused run(s) from the store"),
+            Err(why) => log::error!("cannot restore paused runs: {why}"),
+        }
         tokio::select! {
             served = &mut server => return served,
             () = stop_requested(&state.runs.shutdown) => {}

@@ -31,6 +31,7 @@ use crate::protocol::{
 };
 use crate::run::log::RunLog;
 use crate::run::stop::RunStop;
+use crate::store::{MemoryStore, PausedRecord, Store};
 use crate::tools::{Tool, ToolOutcome, Tools};
 
 /// A chat engine. One instance serves every run; it is shared across threads.
@@ -38,6 +39,25 @@ pub trait Engine: Send + Sync + 'static {
     /// Drives one run to its end. Returning is the only way to end a run: the
     /// caller turns the result into the stream's final chunk.
     fn run<'a>(&'a self, ctx: &'a mut RunContext) -> BoxFuture<'a, Result<Completion, RunError>>;
+
+    /// The engine's name in stored records (`--store`).
+    fn name(&self) -> &'static str {
+        "custom"
+    }
+
+    /// Goes on with a run restored from a store: `state` is what the engine
+    /// put in [`Plan::state`] when it paused, `approval` the decision taken
+    /// since. `None`: this engine cannot restore a run (then its paused runs
+    /// are not stored, and end at shutdown as without a store).
+    fn resume<'a>(
+        &'a self,
+        ctx: &'a mut RunContext,
+        state: Value,
+        approval: Approval,
+    ) -> Option<BoxFuture<'a, Result<Completion, RunError>>> {
+        let _ = (ctx, state, approval);
+        None
+    }
 }
 
 /// How a successful run ends: the text and metadata of the `completion` chunk.
@@ -60,6 +80,11 @@ pub enum RunError {
         error_type: ErrorType,
         message: String,
     },
+    /// The process is shutting down and the run's pause is kept in a durable
+    /// store: the run ends here without a final chunk (its stream closes
+    /// after a `retry:` line) and goes on in the next process.
+    #[error("run suspended until the server is back")]
+    Suspended,
     /// Ends with an `error` chunk, `error_type: rate_limited`, and
     /// `metadata.retry_after` (seconds) when the model server said.
     #[error("{message}")]
@@ -76,6 +101,9 @@ pub struct Plan {
     pub summary: String,
     pub tasks: Vec<TaskSpec>,
     pub risk_level: RiskLevel,
+    /// What [`Engine::resume`] needs to go on from this pause after a
+    /// restart; `None` if the engine cannot (the pause is then not stored).
+    pub state: Option<Value>,
 }
 
 /// What the user answered to a plan (cancel arrives as `RunError::Cancelled`).
@@ -88,7 +116,7 @@ pub enum Approval {
 }
 
 /// Per-run knobs and services, from the server's settings; shared by every run.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RunSettings {
     pub confirm_timeout: Duration,
     pub max_rounds: u32,
@@ -97,6 +125,36 @@ pub struct RunSettings {
     pub tools: Arc<Tools>,
     /// The audit log of `--audit-log`, if any.
     pub audit: Option<Arc<AuditLog>>,
+    /// Where paused runs are kept (`--store`).
+    pub store: Arc<dyn Store>,
+    /// The engine's name, for stored records.
+    pub engine_name: &'static str,
+}
+
+impl Default for RunSettings {
+    fn default() -> RunSettings {
+        RunSettings {
+            confirm_timeout: Duration::from_secs(300),
+            max_rounds: 5,
+            step_delay: Duration::ZERO,
+            tools: Arc::default(),
+            audit: None,
+            store: Arc::new(MemoryStore),
+            engine_name: "custom",
+        }
+    }
+}
+
+/// What a restored run's context is made of.
+pub(crate) struct RestoredParts {
+    pub message: String,
+    pub slot: RunSlot,
+    pub settings: Arc<RunSettings>,
+    pub log: Arc<RunLog>,
+    pub stop: RunStop,
+    pub metrics: Arc<Metrics>,
+    pub stored_id: Arc<str>,
+    pub round: u32,
 }
 
 /// A confirmation request on its way to a decision.
@@ -119,6 +177,23 @@ pub struct RunContext {
     /// Fires on every reason to stop, server shutdown included.
     stop: RunStop,
     metrics: Arc<Metrics>,
+    /// The run's id in the store, unique across restarts.
+    stored_id: Arc<str>,
+    /// The current pause is kept in a durable store: a shutdown suspends
+    /// the run instead of cancelling it.
+    pause_stored: bool,
+}
+
+/// A confirmation request, built and not yet asked.
+struct Request {
+    chunk: Chunk,
+    checks: Arc<[TaskCheck]>,
+    options: Vec<Action>,
+    confirmation_id: String,
+    round: u32,
+    /// What the engine needs to resume from this pause (stored if durable).
+    state: Option<Value>,
+    expires_at: SystemTime,
 }
 
 impl RunContext {
@@ -138,7 +213,37 @@ impl RunContext {
             round: 0,
             stop,
             metrics,
+            stored_id: Arc::from(uuid::Uuid::new_v4().to_string()),
+            pause_stored: false,
         }
+    }
+
+    /// The context of a run restored from a store, at its stored round.
+    pub(crate) fn restored(parts: RestoredParts) -> RunContext {
+        let RestoredParts {
+            message,
+            slot,
+            settings,
+            log,
+            stop,
+            metrics,
+            stored_id,
+            round,
+        } = parts;
+        let mut ctx = RunContext::new(message, slot, settings, log, stop, metrics);
+        ctx.stored_id = stored_id;
+        ctx.round = round;
+        ctx
+    }
+
+    /// The run's id in the store.
+    pub(crate) fn stored_id(&self) -> &Arc<str> {
+        &self.stored_id
+    }
+
+    /// The server's shared run settings (store, audit log, tools).
+    pub(crate) fn settings_handle(&self) -> Arc<RunSettings> {
+        self.settings.clone()
     }
 
     /// The user's chat message that started this run.
@@ -228,8 +333,9 @@ impl RunContext {
         // Everything but the wait happens in plain functions: this future is
         // what a paused run holds in memory for the whole pause, so it keeps
         // only what the wait needs.
-        let (plan, confirmation_id) = self.propose(plan).await?;
-        let (pending, asked) = self.ask(plan, confirmation_id)?;
+        // Boxed: its state (the request, the records being written) is
+        // freed before the pause, not kept in this future for all of it.
+        let (pending, asked) = Box::pin(self.prepare(plan)).await?;
         let timeout = self.settings.confirm_timeout;
         let stop = async {
             match asked.sent {
@@ -240,6 +346,16 @@ impl RunContext {
         };
         let decision = self.slot.wait(pending, timeout, stop).await;
         self.answered(decision, asked)
+    }
+
+    /// Everything before the wait: checks and records the proposal, builds
+    /// the request, keeps the pause in a durable store, registers it and
+    /// sends the request.
+    async fn prepare(&mut self, plan: Plan) -> Result<(PendingDecision, Asked), RunError> {
+        let (plan, confirmation_id) = self.propose(plan).await?;
+        let request = self.request(plan, confirmation_id);
+        self.store_pause(&request).await?;
+        self.ask(request)
     }
 
     /// Checks the plan and records it as proposed in the audit log, if
@@ -275,11 +391,8 @@ impl RunContext {
     }
 
     /// Registers the pause and sends the `confirmation_request` chunk.
-    fn ask(
-        &mut self,
-        plan: Plan,
-        confirmation_id: String,
-    ) -> Result<(PendingDecision, Asked), RunError> {
+    /// Builds the confirmation request of `plan` for the next round.
+    fn request(&mut self, plan: Plan, confirmation_id: String) -> Request {
         self.round += 1;
         let round = self.round;
         let timeout = self.settings.confirm_timeout;
@@ -300,24 +413,15 @@ impl RunContext {
                 tool: self.settings.tools.get(&task.tool).cloned(),
             })
             .collect();
-        let pending = self
-            .slot
-            .pause(
-                confirmation_id.clone(),
-                round,
-                options.clone(),
-                checks,
-                self.stop.token(),
-            )
-            .map_err(RunError::Cancelled)?;
+        let expires_at = SystemTime::now() + timeout;
         let data = ConfirmationData {
             confirmation_id: confirmation_id.clone(),
             confirmation_round: round,
             tasks: plan.tasks,
-            options,
+            options: options.clone(),
             // Whole seconds, rounded up: a sub-second timeout is not "0".
             timeout_seconds: timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0),
-            expires_at: humantime::format_rfc3339_seconds(SystemTime::now() + timeout).to_string(),
+            expires_at: humantime::format_rfc3339_seconds(expires_at).to_string(),
             risk_level: plan.risk_level,
             last_round,
         };
@@ -326,8 +430,85 @@ impl RunContext {
         } else {
             plan.summary
         };
-        let chunk = Chunk::confirmation_request(self.session_id(), summary, data);
+        Request {
+            chunk: Chunk::confirmation_request(self.session_id(), summary, data),
+            checks,
+            options,
+            confirmation_id,
+            round,
+            state: plan.state,
+            expires_at,
+        }
+    }
 
+    /// With a durable store and an engine that can resume, keeps the pause
+    /// in the store before anything is asked: its record holds the frames a
+    /// re-attach replays, the request's own included.
+    async fn store_pause(&mut self, request: &Request) -> Result<(), RunError> {
+        self.pause_stored = false;
+        let store = &self.settings.store;
+        let Some(state) = request.state.clone().filter(|_| store.is_durable()) else {
+            return Ok(());
+        };
+        let (mut frames, next_seq) = self.log.snapshot();
+        let mut chunk = request.chunk.clone();
+        chunk.sequence = next_seq;
+        frames.push(String::from_utf8_lossy(&crate::sse::encode(&chunk)).into_owned());
+        let Some(data) = &request.chunk.confirmation_data else {
+            return Ok(());
+        };
+        let record = PausedRecord {
+            run: self.stored_id.to_string(),
+            owner: self.session_key().owner,
+            session_id: self.session_id().to_owned(),
+            engine: self.settings.engine_name.to_owned(),
+            state,
+            message: self.message.clone(),
+            confirmation_id: request.confirmation_id.clone(),
+            round: request.round,
+            options: request.options.clone(),
+            tasks: data.tasks.clone(),
+            expires_at_ms: request
+                .expires_at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            frames,
+            next_seq: next_seq + 1,
+            decision: None,
+        };
+        store.save(record).await.map_err(|err| {
+            log::error!("{err}");
+            RunError::Failed {
+                error_type: ErrorType::StoreUnavailable,
+                message: "the store cannot keep this pause; nothing was asked".to_owned(),
+            }
+        })?;
+        self.pause_stored = true;
+        Ok(())
+    }
+
+    /// Registers the pause and sends the `confirmation_request` chunk.
+    fn ask(&mut self, request: Request) -> Result<(PendingDecision, Asked), RunError> {
+        let Request {
+            chunk,
+            checks,
+            options,
+            confirmation_id,
+            round,
+            ..
+        } = request;
+        let stored = self.pause_stored.then(|| self.stored_id.clone());
+        let pending = self
+            .slot
+            .pause(
+                confirmation_id.clone(),
+                round,
+                options,
+                checks,
+                stored,
+                self.stop.token(),
+            )
+            .map_err(RunError::Cancelled)?;
         // The pause is registered before the chunk leaves, so a client that
         // answers the instant it reads the chunk always finds it pending.
         let sent = match self.push(chunk) {
@@ -350,15 +531,27 @@ impl RunContext {
             Decision::Confirm(_) => (Action::Confirm, "confirm"),
             Decision::Modify(_) => (Action::Modify, "modify"),
             Decision::Cancel(CancelReason::User) => (Action::Cancel, "cancel"),
+            // A stored pause outlives the process: not cancelled, suspended.
+            Decision::Cancel(CancelReason::Shutdown) if self.pause_stored => {
+                return Err(RunError::Suspended);
+            }
             Decision::Cancel(reason) => {
                 self.metrics.decision(reason.as_str(), "accepted");
                 return Err(RunError::Cancelled(*reason));
             }
             Decision::Failed(error_type) => {
+                let message = match error_type {
+                    ErrorType::AuditUnavailable => {
+                        "the decision could not be recorded in the audit log; nothing was run"
+                    }
+                    ErrorType::StoreUnavailable => {
+                        "the decision could not be recorded in the store; nothing was run"
+                    }
+                    _ => "internal error",
+                };
                 return Err(RunError::Failed {
                     error_type: *error_type,
-                    message: "the decision could not be recorded in the audit log; nothing was run"
-                        .to_owned(),
+                    message: message.to_owned(),
                 });
             }
         };
@@ -389,6 +582,47 @@ impl RunContext {
                 message: "internal error".to_owned(),
             }),
         }
+    }
+
+    /// Waits again on a pause restored from a store (its record is
+    /// `record`), with the time it has left, and takes its decision as
+    /// [`RunContext::confirm`] would.
+    pub(crate) async fn resume_pause(
+        &mut self,
+        record: &PausedRecord,
+    ) -> Result<Approval, RunError> {
+        let checks: Arc<[TaskCheck]> = record
+            .tasks
+            .iter()
+            .map(|task| TaskCheck {
+                tool: self.settings.tools.get(&task.tool).cloned(),
+            })
+            .collect();
+        let pending = self
+            .slot
+            .pause(
+                record.confirmation_id.clone(),
+                record.round,
+                record.options.clone(),
+                checks,
+                Some(self.stored_id.clone()),
+                self.stop.token(),
+            )
+            .map_err(RunError::Cancelled)?;
+        self.pause_stored = true;
+        let now_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let left = Duration::from_millis(record.expires_at_ms.saturating_sub(now_ms));
+        let asked = Asked {
+            confirmation_id: record.confirmation_id.clone(),
+            round: record.round,
+            paused_at: Instant::now(),
+            sent: None,
+        };
+        let stop = async { self.stop.stopped().await };
+        let decision = self.slot.wait(pending, left, stop).await;
+        self.answered(decision, asked)
     }
 
     /// The declared tools (`--tools`).
@@ -575,11 +809,13 @@ mod tests {
             summary: String::new(),
             tasks: Vec::new(),
             risk_level: RiskLevel::Low,
+            state: None,
         };
 
         let paused = ctx.confirm(plan);
 
         let size = std::mem::size_of_val(&paused);
+        println!("confirm() future is {size} bytes");
         assert!(size <= 768, "confirm() future is {size} bytes");
     }
 }

@@ -32,16 +32,40 @@ use crate::tools::{ToolOutcome, Tools};
 pub struct PlannerEngine;
 
 impl Engine for PlannerEngine {
+    fn name(&self) -> &'static str {
+        "planner"
+    }
+
     fn run<'a>(&'a self, ctx: &'a mut RunContext) -> BoxFuture<'a, Result<Completion, RunError>> {
         async move {
             let message = ctx.message().trim().to_owned();
             if message.ends_with('?') {
                 answer(ctx, &message).await
             } else {
-                carry_out(ctx, &message).await
+                let steps = plan_steps(&message);
+                let init = ctx
+                    .chunk(
+                        ChunkType::TaskInit,
+                        format!("Planning {} step(s)", steps.len()),
+                    )
+                    .with_meta(meta::TOTAL_TASKS, steps.len());
+                ctx.send(init).await?;
+                carry_out(ctx, steps, None).await
             }
         }
         .boxed()
+    }
+
+    /// The planner's state at a pause is its steps; it goes on from the
+    /// decision as if it had never stopped.
+    fn resume<'a>(
+        &'a self,
+        ctx: &'a mut RunContext,
+        state: Value,
+        approval: Approval,
+    ) -> Option<BoxFuture<'a, Result<Completion, RunError>>> {
+        let steps: Vec<String> = serde_json::from_value(state.get("steps")?.clone()).ok()?;
+        Some(async move { carry_out(ctx, steps, Some(approval)).await }.boxed())
     }
 }
 
@@ -65,19 +89,19 @@ async fn answer(ctx: &mut RunContext, question: &str) -> Result<Completion, RunE
     })
 }
 
-async fn carry_out(ctx: &mut RunContext, message: &str) -> Result<Completion, RunError> {
-    let mut steps = plan_steps(message);
-    let init = ctx
-        .chunk(
-            ChunkType::TaskInit,
-            format!("Planning {} step(s)", steps.len()),
-        )
-        .with_meta(meta::TOTAL_TASKS, steps.len());
-    ctx.send(init).await?;
-
+/// Asks for `steps` (unless `answered`, the decision on them taken before a
+/// restart) until confirmed, then carries them out.
+async fn carry_out(
+    ctx: &mut RunContext,
+    mut steps: Vec<String>,
+    mut answered: Option<Approval>,
+) -> Result<Completion, RunError> {
     let decisions = loop {
-        let plan = plan(&steps, ctx.tools())?;
-        match ctx.confirm(plan).await? {
+        let approval = match answered.take() {
+            Some(approval) => approval,
+            None => ctx.confirm(plan(&steps, ctx.tools())?).await?,
+        };
+        match approval {
             Approval::Confirm(decisions) => break decisions,
             Approval::Modify(feedback) if feedback.trim().is_empty() => {
                 // A modify without text: the same plan, asked again.
@@ -204,6 +228,7 @@ fn plan(steps: &[String], tools: &Tools) -> Result<Plan, RunError> {
         summary: format!("Confirm the plan of {} task(s)?", steps.len()),
         tasks,
         risk_level: risk,
+        state: Some(json!({ "steps": steps })),
     })
 }
 

@@ -47,6 +47,8 @@ pub enum ChatError {
     RequestTimeout,
     #[error("the audit log cannot be written, so this decision was not taken; the run has ended")]
     AuditUnavailable,
+    #[error("the store cannot record this decision, so it was not taken; the run has ended")]
+    StoreUnavailable,
     #[error(
         "no run to re-attach to on this session: none was started, it belongs to another \
          API key, its end was already delivered, or its grace after the client left is over"
@@ -79,6 +81,7 @@ impl ChatError {
                 (S::UNPROCESSABLE_ENTITY, T::InvalidDecision)
             }
             ChatError::AuditUnavailable => (S::SERVICE_UNAVAILABLE, T::AuditUnavailable),
+            ChatError::StoreUnavailable => (S::SERVICE_UNAVAILABLE, T::StoreUnavailable),
             ChatError::Decide(DecideError::AlreadyDecided) => (S::CONFLICT, T::AlreadyDecided),
             ChatError::Begin(BeginError::SessionBusy) => (S::CONFLICT, T::SessionBusy),
             ChatError::Begin(BeginError::Overloaded | BeginError::KeyOverloaded { .. }) => {

@@ -275,6 +275,26 @@ async fn deliver(
     key: &SessionKey,
     accepted: Accepted,
 ) -> Result<(), ChatError> {
+    // A decision on a stored pause is recorded in the store first: a
+    // decision answered 200 must survive a crash that follows.
+    if let Some(run) = &accepted.stored {
+        let decision = serde_json::json!({
+            "action": accepted.action.as_str(),
+            "confirmation_id": accepted.confirmation_id,
+            "decisions": accepted.decisions,
+        });
+        if let Err(err) = state
+            .runs
+            .settings
+            .store
+            .record_decision(run, decision)
+            .await
+        {
+            log::error!("{err}");
+            accepted.ticket.fail(ErrorType::StoreUnavailable);
+            return Err(ChatError::StoreUnavailable);
+        }
+    }
     let Some(audit) = state.runs.settings.audit.clone() else {
         accepted.ticket.deliver();
         return Ok(());

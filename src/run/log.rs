@@ -56,6 +56,10 @@ pub(super) struct LogInner {
     pub(super) next_seq: u64,
     /// The final chunk has been pushed.
     pub(super) finished: bool,
+    /// The run was suspended (see [`RunLog::suspend`]): after the last frame
+    /// the stream gets `trailer`, then ends, with no final chunk.
+    pub(super) suspended: bool,
+    pub(super) trailer: Option<Bytes>,
     pub(super) subscriber: Option<Subscriber>,
     pub(super) next_subscriber_id: u64,
 }
@@ -81,6 +85,8 @@ impl RunLog {
                 bytes: 0,
                 next_seq: 1,
                 finished: false,
+                suspended: false,
+                trailer: None,
                 subscriber: None,
                 next_subscriber_id: 0,
             }),
@@ -131,6 +137,52 @@ impl RunLog {
             waker.wake();
         }
         seq
+    }
+
+    /// The frames kept, as text, and the next sequence number: what a store
+    /// keeps so that a re-attach after a restart replays the same.
+    pub fn snapshot(&self) -> (Vec<String>, u64) {
+        let inner = self.lock();
+        let frames = inner
+            .frames
+            .iter()
+            .map(|frame| String::from_utf8_lossy(frame).into_owned())
+            .collect();
+        (frames, inner.next_seq)
+    }
+
+    /// A log restored from a store: `frames` (the last ones kept) and the
+    /// sequence number the next chunk gets.
+    pub fn restore(
+        limits: LogLimits,
+        stop: RunStop,
+        frames: Vec<String>,
+        next_seq: u64,
+    ) -> Arc<RunLog> {
+        let log = RunLog::new(limits, stop);
+        {
+            let mut inner = log.lock();
+            for frame in frames {
+                inner.bytes += frame.len();
+                inner.frames.push_back(Bytes::from(frame));
+            }
+            inner.next_seq = next_seq.max(inner.frames.len() as u64 + 1);
+        }
+        log
+    }
+
+    /// Ends the log without a final chunk: the run goes on in the next
+    /// process. The client stream gets `trailer` (a `retry:` line), then
+    /// closes, and its client re-attaches.
+    pub fn suspend(&self, trailer: Bytes) {
+        let mut inner = self.lock();
+        inner.trailer = Some(trailer);
+        inner.suspended = true;
+        let waker = inner.subscriber.as_mut().and_then(|s| s.waker.take());
+        drop(inner);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 
     /// True when no client is attached and the run has not delivered its end.

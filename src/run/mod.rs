@@ -25,11 +25,16 @@ use tokio_util::sync::CancellationToken;
 use self::log::{BeyondEnd, LogLimits, LogRegistry, RunLog};
 use self::stop::RunStop;
 use self::stream::{StreamSettings, Subscription};
-use crate::audit::{self, AuditLog};
+use crate::audit;
 use crate::confirmation::{BeginError, ConfirmationManager, RunLimits, SessionKey};
-use crate::engine::{Engine, RunContext, RunError, RunSettings};
+use crate::engine::{Engine, RestoredParts, RunContext, RunError, RunSettings};
 use crate::metrics::Metrics;
-use crate::protocol::{meta, Chunk, ChunkType, ErrorType};
+use crate::protocol::{meta, CancelReason, Chunk, ChunkType, ErrorType};
+use crate::store::PausedRecord;
+
+/// What a suspended run's stream ends with: come back in a second (SSE's
+/// `retry:` field), then the connection closes without a final chunk.
+const SUSPEND_TRAILER: &[u8] = b"retry: 1000\n\n";
 
 /// Everything a run needs from the server: a cheap-clone handle.
 #[derive(Clone)]
@@ -74,8 +79,93 @@ impl Runs {
             stop,
             self.metrics.clone(),
         );
-        tokio::spawn(drive(self.engine.clone(), ctx, self.settings.audit.clone()));
+        tokio::spawn(drive(self.engine.clone(), ctx));
         Ok(subscription)
+    }
+
+    /// Restores the paused runs a durable store kept (at start): each waits
+    /// again, with the time it has left, for its decision, and its engine
+    /// goes on from it. A pause that expired meanwhile ends `timeout`; a run
+    /// whose decision was recorded but whose work was cut short ends
+    /// `interrupted` (never run twice). Either end stays re-attachable for
+    /// `--detach-grace`. Returns how many runs were restored.
+    pub async fn restore(&self) -> Result<usize, String> {
+        let store = self.settings.store.clone();
+        if !store.is_durable() {
+            return Ok(0);
+        }
+        let records = store.load().await.map_err(|err| err.to_string())?;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut restored = 0;
+        for record in records {
+            let key = SessionKey::new(record.owner, &record.session_id);
+            let ending = if record.decision.is_some() {
+                Some(Chunk::failed(
+                    &record.session_id,
+                    ErrorType::Interrupted,
+                    "The server stopped after this run's decision and before its work was done; \
+                     it is not run again (it may have partly run)."
+                        .to_owned(),
+                ))
+            } else if record.expires_at_ms <= now_ms {
+                Some(Chunk::cancelled(&record.session_id, CancelReason::Timeout))
+            } else if record.engine != self.engine.name() {
+                Some(Chunk::failed(
+                    &record.session_id,
+                    ErrorType::Interrupted,
+                    format!(
+                        "This run's engine ({}) is not the server's now.",
+                        record.engine
+                    ),
+                ))
+            } else {
+                None
+            };
+            if let Some(ending) = ending {
+                self.end_restored(key, record, ending).await;
+                continue;
+            }
+            let Ok(slot) = self.manager.begin_run(key.clone(), RunLimits::UNLIMITED) else {
+                continue;
+            };
+            let stop = RunStop::under(&self.shutdown);
+            let log = RunLog::restore(
+                self.log_limits,
+                stop.clone(),
+                record.frames.clone(),
+                record.next_seq,
+            );
+            self.logs.publish(key.clone(), log.clone());
+            stream::expire_unclaimed(log.clone(), key, self.stream.clone());
+            let ctx = RunContext::restored(RestoredParts {
+                message: record.message.clone(),
+                slot,
+                settings: self.settings.clone(),
+                log,
+                stop,
+                metrics: self.metrics.clone(),
+                stored_id: Arc::from(record.run.as_str()),
+                round: record.round,
+            });
+            tokio::spawn(drive_restored(self.engine.clone(), ctx, record));
+            restored += 1;
+        }
+        Ok(restored)
+    }
+
+    /// A stored run that cannot go on: its end is written after its frames,
+    /// kept re-attachable for the grace, and the record is removed.
+    async fn end_restored(&self, key: SessionKey, record: PausedRecord, ending: Chunk) {
+        let stop = RunStop::under(&self.shutdown);
+        let log = RunLog::restore(self.log_limits, stop, record.frames, record.next_seq);
+        log.push(ending);
+        self.logs.publish(key.clone(), log.clone());
+        stream::expire_unclaimed(log, key, self.stream.clone());
+        if let Err(err) = self.settings.store.remove(&record.run).await {
+            ::log::error!("{err}");
+        }
     }
 
     /// Re-attaches to the run of `key`, replaying every chunk after `last_seen`.
@@ -86,25 +176,65 @@ impl Runs {
     }
 }
 
-/// Runs the engine to its end and sends exactly one final chunk; records
-/// the end in the audit log, if there is one.
-async fn drive(engine: Arc<dyn Engine>, mut ctx: RunContext, audit: Option<Arc<AuditLog>>) {
+/// Runs the engine to its end and sends exactly one final chunk.
+async fn drive(engine: Arc<dyn Engine>, mut ctx: RunContext) {
     // A panicking engine must still end its stream with a final chunk and
     // free its session; the panic itself is logged, never sent.
     let result = AssertUnwindSafe(engine.run(&mut ctx))
         .catch_unwind()
         .await
-        .unwrap_or_else(|_| {
-            ::log::error!("engine panicked during a run");
-            Err(RunError::Failed {
-                error_type: ErrorType::Internal,
-                message: "internal error".to_owned(),
-            })
-        });
+        .unwrap_or_else(|_| panicked());
+    conclude(ctx, result).await;
+}
+
+/// A restored run: waits on its stored pause, then its engine goes on.
+async fn drive_restored(engine: Arc<dyn Engine>, mut ctx: RunContext, record: PausedRecord) {
+    let result = match ctx.resume_pause(&record).await {
+        Ok(approval) => match engine.resume(&mut ctx, record.state, approval) {
+            Some(going_on) => AssertUnwindSafe(going_on)
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| panicked()),
+            None => Err(RunError::Failed {
+                error_type: ErrorType::Interrupted,
+                message: "this run's engine cannot go on after a restart".to_owned(),
+            }),
+        },
+        Err(err) => Err(err),
+    };
+    conclude(ctx, result).await;
+}
+
+fn panicked() -> Result<crate::engine::Completion, RunError> {
+    ::log::error!("engine panicked during a run");
+    Err(RunError::Failed {
+        error_type: ErrorType::Internal,
+        message: "internal error".to_owned(),
+    })
+}
+
+/// Ends a run: its final chunk, its store record, its audit record. A run
+/// suspended by a shutdown (its pause kept in a durable store) gets no
+/// final chunk: its stream ends with a `retry:` line, its record stays.
+async fn conclude(ctx: RunContext, result: Result<crate::engine::Completion, RunError>) {
+    let settings = ctx.settings_handle();
+    if matches!(result, Err(RunError::Suspended)) {
+        let (slot, log) = ctx.into_parts();
+        drop(slot);
+        log.suspend(bytes::Bytes::from_static(SUSPEND_TRAILER));
+        ::log::debug!("run suspended until the next start");
+        return;
+    }
+    let stored_id = ctx.stored_id().clone();
     let (run_id, session_id) = (ctx.run_id(), ctx.session_id().to_owned());
     let (ended, why) = finish(ctx, result);
     ::log::debug!("run ended with {ended:?}");
-    if let Some(audit) = audit {
+    if settings.store.is_durable() {
+        if let Err(err) = settings.store.remove(&stored_id).await {
+            ::log::error!("{err}");
+        }
+    }
+    if let Some(audit) = &settings.audit {
         let mut fields = audit::run_fields(run_id, &session_id);
         fields.insert(
             "outcome".into(),
@@ -145,6 +275,11 @@ fn finish(
                 Some(error_type.as_str()),
             )
         }
+        Err(RunError::Suspended) => (
+            // Handled by `conclude`; kept total for the type's sake.
+            Chunk::cancelled(&session_id, CancelReason::Shutdown),
+            Some(CancelReason::Shutdown.as_str()),
+        ),
         Err(RunError::RateLimited {
             message,
             retry_after_secs,

@@ -119,9 +119,28 @@ impl Subscription {
         if finished {
             return Poll::Ready(None);
         }
+        if inner.suspended {
+            // A suspended run's stream ends with its trailer, once.
+            return Poll::Ready(inner.trailer.take());
+        }
         me.waker = Some(cx.waker().clone());
         Poll::Pending
     }
+}
+
+/// A run nobody has attached to yet (restored from a store at start) gets
+/// the same grace as a client that left: if no client attaches within it,
+/// the run is stopped (`client_gone`) and its log forgotten.
+pub fn expire_unclaimed(log: Arc<RunLog>, key: SessionKey, settings: Arc<StreamSettings>) {
+    let grace = settings.detach_grace;
+    tokio::spawn(async move {
+        tokio::time::sleep(grace).await;
+        let unclaimed = log.lock().next_subscriber_id == 0;
+        if unclaimed {
+            settings.registry.forget(&key, &log);
+            log.stop.stop(CancelReason::ClientGone);
+        }
+    });
 }
 
 /// The frame with `"gap":true` put first into its `metadata` object.

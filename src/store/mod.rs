@@ -85,7 +85,11 @@ impl Store for MemoryStore {
         Box::pin(async { Ok(()) })
     }
 
-    fn record_decision(&self, _run: &str, _decision: Value) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn record_decision(
+        &self,
+        _run: &str,
+        _decision: Value,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
     }
 

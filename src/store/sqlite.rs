@@ -95,7 +95,10 @@ impl Store for SqliteStore {
 
     fn remove(&self, run: &str) -> BoxFuture<'_, Result<(), StoreError>> {
         let run = run.to_owned();
-        self.with(move |c| c.execute("DELETE FROM paused_runs WHERE run = ?1", params![run]).map(drop))
+        self.with(move |c| {
+            c.execute("DELETE FROM paused_runs WHERE run = ?1", params![run])
+                .map(drop)
+        })
     }
 
     fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
@@ -127,8 +130,12 @@ impl SqliteStore {
     pub fn get(&self, run: &str) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
         let run = run.to_owned();
         self.with(move |c| {
-            c.query_row("SELECT record FROM paused_runs WHERE run = ?1", params![run], |row| row.get(0))
-                .optional()
+            c.query_row(
+                "SELECT record FROM paused_runs WHERE run = ?1",
+                params![run],
+                |row| row.get(0),
+            )
+            .optional()
         })
     }
 }
@@ -164,7 +171,10 @@ mod tests {
             let store = SqliteStore::open(&path).unwrap();
             store.save(record("r1")).await.unwrap();
             store.save(record("r2")).await.unwrap();
-            store.record_decision("r2", serde_json::json!({"action": "confirm"})).await.unwrap();
+            store
+                .record_decision("r2", serde_json::json!({"action": "confirm"}))
+                .await
+                .unwrap();
             store.remove("r1").await.unwrap();
         }
         let store = SqliteStore::open(&path).unwrap();
@@ -173,7 +183,10 @@ mod tests {
         assert_eq!(loaded.len(), 1);
         assert_eq!(loaded[0].run, "r2");
         assert_eq!(loaded[0].session_id, "会话");
-        assert_eq!(loaded[0].decision, Some(serde_json::json!({"action": "confirm"})));
+        assert_eq!(
+            loaded[0].decision,
+            Some(serde_json::json!({"action": "confirm"}))
+        );
         assert!(store.get("r1").await.unwrap().is_none());
         let _ = std::fs::remove_file(&path);
     }

@@ -265,6 +265,10 @@ impl OpenAiEngine {
 }
 
 impl Engine for OpenAiEngine {
+    fn name(&self) -> &'static str {
+        "openai"
+    }
+
     fn run<'a>(&'a self, ctx: &'a mut RunContext) -> BoxFuture<'a, Result<Completion, RunError>> {
         async move {
             let key = ctx.session_key().clone();
@@ -408,6 +412,7 @@ async fn tool_turn(
     }
     if !batch.is_empty() {
         let plan = Plan {
+            state: None,
             summary: format!("Confirm {} tool call(s)?", batch.len()),
             risk_level: batch
                 .iter()
@@ -586,6 +591,7 @@ fn parse_plan(call: &ToolCall) -> Result<Plan, String> {
         })
         .collect();
     Ok(Plan {
+        state: None,
         summary: arguments
             .summary
             .unwrap_or_else(|| format!("Confirm the plan of {} task(s)?", tasks.len())),
