@@ -6,6 +6,7 @@ mod common;
 mod access;
 mod barrage;
 mod confirm;
+mod durable;
 mod errors;
 mod hardening;
 mod helpers;

@@ -1,0 +1,304 @@
+//! Paused runs that outlive their process (`--store sqlite:PATH`), against
+//! the real binary: graceful restarts, `kill -9`, a pause that expires while
+//! the process is down, and a decision cut short by a crash.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chatgate::protocol::{Chunk, ChunkType};
+use futures_util::StreamExt;
+use serde_json::json;
+
+use crate::common::{start_binary, Binary};
+use crate::helpers::WAIT;
+
+/// A directory for one test's store (and marks), removed at the end.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new() -> Dir {
+        let dir = std::env::temp_dir().join(format!("chatgate-durable-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+
+    fn store(&self) -> String {
+        format!("sqlite:{}", self.0.join("runs.db").display())
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn start(dir: &Dir, extra: &[&str]) -> Binary {
+    let store = dir.store();
+    let mut args = vec!["--store", store.as_str(), "--step-delay", "0"];
+    args.extend_from_slice(extra);
+    start_binary(&args)
+}
+
+fn stream_url(server: &Binary) -> String {
+    format!("{}/api/v1/chat/stream", server.url)
+}
+
+/// Sends SIGTERM and waits for the process to exit.
+fn terminate(server: &mut Binary) {
+    let pid = nix::unistd::Pid::from_raw(server.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    server.child.wait().unwrap();
+}
+
+/// Reads a stream's raw text until it closes (or `until` appears).
+async fn read_raw(response: reqwest::Response, until: Option<&str>) -> String {
+    let mut body = response.bytes_stream();
+    let mut text = String::new();
+    while let Ok(Some(piece)) = tokio::time::timeout(WAIT, body.next()).await {
+        match piece {
+            Ok(bytes) => text.push_str(&String::from_utf8_lossy(&bytes)),
+            Err(_) => break,
+        }
+        if until.is_some_and(|marker| text.contains(marker)) {
+            break;
+        }
+    }
+    text
+}
+
+fn chunks(raw: &str) -> Vec<Chunk> {
+    raw.split("\n\n")
+        .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|json| serde_json::from_str(json).unwrap())
+        .collect()
+}
+
+async fn post(url: &str, body: serde_json::Value, last_event_id: Option<u64>) -> reqwest::Response {
+    let mut request = reqwest::Client::new().post(url).json(&body);
+    if let Some(id) = last_event_id {
+        request = request.header("Last-Event-ID", id.to_string());
+    }
+    request.send().await.unwrap()
+}
+
+async fn reply(url: &str, session: &str, message: &str) -> (u16, Chunk) {
+    let response = post(
+        url,
+        json!({"message": message, "session_id": session}),
+        None,
+    )
+    .await;
+    let status = response.status().as_u16();
+    let raw = read_raw(response, None).await;
+    (status, chunks(&raw).remove(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_restart_keeps_a_paused_run_and_a_reply_decides_it_afterwards() {
+    let dir = Dir::new();
+    let mut first = start(&dir, &[]);
+    let opened = post(
+        &stream_url(&first),
+        json!({"message": "one; two", "session_id": "keep"}),
+        None,
+    )
+    .await;
+    let reading = tokio::spawn(read_raw(opened, None));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    terminate(&mut first);
+    let before = reading.await.unwrap();
+    let seen = chunks(&before);
+
+    assert_eq!(
+        seen.last().unwrap().chunk_type,
+        ChunkType::ConfirmationRequest
+    );
+    assert!(
+        seen.iter().all(|c| !c.finished),
+        "no final chunk: the run is not over"
+    );
+    assert!(before.ends_with("retry: 1000\n\n"), "{before:?}");
+
+    let second = start(&dir, &[]);
+    let last_seen = seen.last().unwrap().sequence;
+    let back = post(
+        &stream_url(&second),
+        json!({"session_id": "keep"}),
+        Some(last_seen),
+    )
+    .await;
+    assert_eq!(back.status(), 200);
+    let rest = tokio::spawn(read_raw(back, None));
+    let (status, ack) = reply(&stream_url(&second), "keep", "CONFIRM_ACTION:confirm").await;
+    let after = chunks(&rest.await.unwrap());
+
+    assert_eq!(status, 200, "{ack:?}");
+    assert_eq!(
+        ack.metadata["confirmation_id"],
+        seen.last().unwrap().metadata["confirmation_id"]
+    );
+    assert_eq!(after[0].sequence, last_seen + 1, "the numbering goes on");
+    assert_eq!(after[0].chunk_type, ChunkType::ConfirmationReceived);
+    assert_eq!(after.last().unwrap().chunk_type, ChunkType::Completion);
+}
+
+/// A tools file whose `mark` tool appends to `marks`, after `delay`.
+fn mark_tool(dir: &Dir, delay: &str) -> PathBuf {
+    let path = dir.path("tools.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[tool]]\nname = \"mark\"\ndescription = \"marks\"\nrisk = \"low\"\n\
+             command = [\"sh\", \"-c\", \"sleep {delay}; echo x >> {marks}\"]\n\
+             parameters = {{ type = \"object\" }}\n",
+            marks = dir.path("marks").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn marks(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("marks"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_kill_9_the_paused_run_is_there_and_runs_its_tool_once() {
+    let dir = Dir::new();
+    let tools = mark_tool(&dir, "0");
+    let tools = tools.to_str().unwrap();
+    let mut first = start(&dir, &["--tools", tools]);
+    let opened = post(
+        &stream_url(&first),
+        json!({"message": "mark it", "session_id": "k9"}),
+        None,
+    )
+    .await;
+    let raw = read_raw(opened, Some("confirmation_request")).await;
+    let request = chunks(&raw).pop().unwrap();
+
+    first.child.kill().unwrap(); // SIGKILL: no shutdown at all
+    first.child.wait().unwrap();
+    let second = start(&dir, &["--tools", tools]);
+    let back = post(
+        &stream_url(&second),
+        json!({"session_id": "k9"}),
+        Some(request.sequence),
+    )
+    .await;
+    let rest = tokio::spawn(read_raw(back, None));
+    let (status, _) = reply(&stream_url(&second), "k9", "CONFIRM_ACTION:confirm").await;
+    let after = chunks(&rest.await.unwrap());
+    let (again, _) = reply(&stream_url(&second), "k9", "CONFIRM_ACTION:confirm").await;
+
+    assert_eq!(status, 200);
+    assert_eq!(after.last().unwrap().chunk_type, ChunkType::Completion);
+    assert_eq!(marks(&dir.0), 1);
+    assert_eq!(again, 404, "decided once; the run is over");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_that_expired_while_the_process_was_down_shows_its_timeout() {
+    let dir = Dir::new();
+    let mut first = start(&dir, &["--confirm-timeout", "1s"]);
+    let opened = post(
+        &stream_url(&first),
+        json!({"message": "late", "session_id": "exp"}),
+        None,
+    )
+    .await;
+    read_raw(opened, Some("confirmation_request")).await;
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+
+    let second = start(&dir, &["--confirm-timeout", "1s"]);
+    let replay = post(&stream_url(&second), json!({"session_id": "exp"}), Some(0)).await;
+    let seen = chunks(&read_raw(replay, None).await);
+    let (status, _) = reply(&stream_url(&second), "exp", "CONFIRM_ACTION:confirm").await;
+
+    let last = seen.last().unwrap();
+    assert_eq!(last.chunk_type, ChunkType::Cancelled);
+    assert_eq!(last.metadata["reason"], "timeout");
+    assert_eq!(status, 404, "nothing is pending any more");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_cut_short_by_a_crash_is_not_run_again_and_ends_interrupted() {
+    let dir = Dir::new();
+    let tools = mark_tool(&dir, "1");
+    let tools = tools.to_str().unwrap();
+    let mut first = start(&dir, &["--tools", tools]);
+    let opened = post(
+        &stream_url(&first),
+        json!({"message": "mark slowly", "session_id": "cut"}),
+        None,
+    )
+    .await;
+    let reading = tokio::spawn(read_raw(opened, Some("\"chunk_type\":\"status\"")));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, _) = reply(&stream_url(&first), "cut", "CONFIRM_ACTION:confirm").await;
+    reading.await.unwrap(); // the tool is running
+
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let second = start(&dir, &["--tools", tools]);
+    let replay = post(&stream_url(&second), json!({"session_id": "cut"}), Some(0)).await;
+    let seen = chunks(&read_raw(replay, None).await);
+    let (again, _) = reply(&stream_url(&second), "cut", "CONFIRM_ACTION:confirm").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    assert_eq!(status, 200, "the decision was acknowledged");
+    let last = seen.last().unwrap();
+    assert_eq!(last.metadata["error_type"], "interrupted", "{last:?}");
+    assert_eq!(
+        again, 404,
+        "no confirmation it already decided is asked or accepted again"
+    );
+    assert!(marks(&dir.0) <= 1, "at most once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_memory_store_a_shutdown_still_cancels_paused_runs() {
+    let mut server = start_binary(&["--step-delay", "0"]);
+    let opened = post(
+        &stream_url(&server),
+        json!({"message": "gone", "session_id": "mem"}),
+        None,
+    )
+    .await;
+    let reading = tokio::spawn(read_raw(opened, None));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    terminate(&mut server);
+    let seen = chunks(&reading.await.unwrap());
+
+    let last = seen.last().unwrap();
+    assert_eq!(last.chunk_type, ChunkType::Cancelled);
+    assert_eq!(last.metadata["reason"], "shutdown");
+}
+
+#[test]
+fn a_bad_store_stops_the_start_with_one_line() {
+    for (store, words) in [
+        ("redis-like:x", "is not a store"),
+        ("sqlite:/no/such/dir/runs.db", "/no/such/dir/runs.db"),
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_chatgate"))
+            .args(["--bind", "127.0.0.1:0", "--store", store])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(words), "{stderr}");
+    }
+}
