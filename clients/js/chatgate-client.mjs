@@ -31,6 +31,8 @@ export class SSEParser {
     this.id = null;
     this.event = '';
     this.lastEventId = null;
+    /** The reconnection time the server asked for (`retry:`), in ms. */
+    this.retry = null;
   }
 
   /** @returns {{data: string, id: string|null, event: string}[]} */
@@ -75,6 +77,7 @@ export class SSEParser {
     else if (field === 'id') {
       if (!value.includes('\0')) this.id = value;
     } else if (field === 'event') this.event = value;
+    else if (field === 'retry' && /^\d+$/.test(value)) this.retry = Number(value);
     return null;
   }
 
@@ -97,7 +100,18 @@ export class ChatGateError extends Error {}
  * A stream ended before its final chunk: the connection broke or closed. The
  * run itself may live on; it can be re-attached.
  */
-export class StreamBroken extends ChatGateError {}
+export class StreamBroken extends ChatGateError {
+  constructor(message, retry = null) {
+    super(message);
+    /** Milliseconds the server asked to wait before coming back (its
+     * `retry:` line when it suspended the run for a restart), or null. */
+    this.retry = retry;
+  }
+}
+
+/** Times a re-attach is tried, `retry:` apart, after the server said it
+ * was restarting (a run suspended to a durable store). */
+export const RESTART_ATTEMPTS = 30;
 
 /** Times `run()` re-attaches a broken stream without a chunk in between. */
 export const DEFAULT_REATTACH_ATTEMPTS = 3;
@@ -280,10 +294,24 @@ export class ChatGateClient {
           }
         }
       } catch (err) {
-        failures += 1;
-        if (!(err instanceof StreamBroken) || status !== 200 || failures > this.reattachAttempts) throw err;
-        await new Promise((resolve) => setTimeout(resolve, REATTACH_BACKOFF_MS * failures));
-        const again = await this.attach(sessionId, lastSeen, { signal });
+        if (!(err instanceof StreamBroken) || status !== 200) throw err;
+        // A server that suspended the run for a restart said when to come
+        // back (`retry:`), and may be unreachable for a while: keep trying.
+        const restarting = err.retry !== null && err.retry !== undefined;
+        let again = null;
+        for (;;) {
+          failures += 1;
+          if (failures > (restarting ? RESTART_ATTEMPTS : this.reattachAttempts)) throw err;
+          const wait = restarting ? err.retry : REATTACH_BACKOFF_MS * failures;
+          await new Promise((resolve) => setTimeout(resolve, wait));
+          try {
+            again = await this.attach(sessionId, lastSeen, { signal });
+          } catch (unreachable) {
+            if (restarting && unreachable instanceof ChatGateError) continue;
+            throw unreachable;
+          }
+          break;
+        }
         if (again.status !== 200) {
           let why = again.status;
           for await (const gone of again.chunks) why = gone.metadata?.error_type ?? why;
@@ -317,7 +345,7 @@ async function* readChunks(response) {
         if (err?.name === 'AbortError') throw err;
         throw new StreamBroken(`stream broke: ${err.message}`);
       }
-      if (read.done) throw new StreamBroken('stream closed before its final chunk');
+      if (read.done) throw new StreamBroken('stream closed before its final chunk', parser.retry);
       for (const event of parser.feed(read.value)) {
         let chunk;
         try {

@@ -55,6 +55,9 @@ REATTACH_BACKOFF = 0.2
 #: Times :meth:`ChatGateClient.run` re-attaches to a run whose stream broke
 #: before its final chunk, without a chunk arriving in between.
 DEFAULT_REATTACH_ATTEMPTS = 3
+#: Times a re-attach is tried, ``retry:`` apart, after the server said it was
+#: restarting (a run suspended to a durable store).
+RESTART_ATTEMPTS = 30
 #: Seconds the cancel the command line sends on Ctrl-C may take.
 CANCEL_TIMEOUT = 2.0
 
@@ -91,6 +94,8 @@ class SSEParser:
         self._id = None
         self._event = ""
         self.last_event_id = None
+        #: The reconnection time the server asked for (``retry:``), in ms.
+        self.retry = None
         self._first = True
 
     def feed(self, raw):
@@ -141,7 +146,9 @@ class SSEParser:
                 self._id = value
         elif field == "event":
             self._event = value
-        # "retry" and unknown fields are ignored.
+        elif field == "retry" and value.isdigit():
+            self.retry = int(value)
+        # Unknown fields are ignored.
         return None
 
     def _dispatch(self):
@@ -163,6 +170,10 @@ class ChatGateError(Exception):
 
 
 class StreamBroken(ChatGateError):
+    #: Milliseconds the server asked to wait before coming back (its
+    #: ``retry:`` line when it suspended the run for a restart), or None.
+    retry = None
+
     """A stream ended before its final chunk: the connection broke, closed or
     went silent. The run itself may live on; it can be re-attached."""
 
@@ -251,7 +262,9 @@ class ChunkStream:
                     # A cut chunked body surfaces as http.client.IncompleteRead.
                     raise StreamBroken("stream broke: %r" % err) from None
                 if not raw:
-                    raise StreamBroken("stream closed before its final chunk")
+                    broken = StreamBroken("stream closed before its final chunk")
+                    broken.retry = parser.retry
+                    raise broken
                 for event in parser.feed(raw):
                     try:
                         chunk = json.loads(event.data)
@@ -401,11 +414,23 @@ class ChatGateClient:
                         if chunk.get("chunk_type") == "confirmation_request" and on_confirmation:
                             self._answer(chunk, session_id, on_chunk, on_confirmation)
             except StreamBroken as broken:
-                failures += 1
-                if status != 200 or failures > self.reattach_attempts:
+                if status != 200:
                     raise
-                time.sleep(REATTACH_BACKOFF * failures)
-                stream = self.attach(session_id, last_seen)
+                # A server that suspended the run for a restart said when to
+                # come back (``retry:``) and may be unreachable for a while.
+                restarting = broken.retry is not None
+                while True:
+                    failures += 1
+                    if failures > (RESTART_ATTEMPTS if restarting else self.reattach_attempts):
+                        raise broken
+                    time.sleep(broken.retry / 1000.0 if restarting else REATTACH_BACKOFF * failures)
+                    try:
+                        stream = self.attach(session_id, last_seen)
+                    except ChatGateError:
+                        if restarting:
+                            continue
+                        raise
+                    break
                 if stream.status != 200:
                     gone = next(iter(stream), {})
                     why = (gone.get("metadata") or {}).get("error_type") or stream.status

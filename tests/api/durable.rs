@@ -9,7 +9,7 @@ use chatgate::protocol::{Chunk, ChunkType};
 use futures_util::StreamExt;
 use serde_json::json;
 
-use crate::common::{start_binary, Binary};
+use crate::common::{start_binary, start_binary_on, Binary};
 use crate::helpers::WAIT;
 
 /// A directory for one test's store (and marks), removed at the end.
@@ -300,5 +300,61 @@ fn a_bad_store_stops_the_start_with_one_line() {
         assert_eq!(output.status.code(), Some(1), "{stderr}");
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         assert!(stderr.contains(words), "{stderr}");
+    }
+}
+
+/// Both sample CLIs ride through a restart: their stream ends with `retry:`,
+/// they re-attach to the restarted server on the same address, and the run
+/// completes once confirmed there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sample_clients_re_attach_across_a_restart() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let clis: [(&str, PathBuf); 2] = [
+        ("python3", root.join("clients/python/chatgate_client.py")),
+        ("node", root.join("clients/js/cli.mjs")),
+    ];
+    for (i, (program, cli)) in clis.into_iter().enumerate() {
+        let dir = Dir::new();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let bind = format!("127.0.0.1:{port}");
+        let store = dir.store();
+        let args = ["--store", store.as_str(), "--step-delay", "0"];
+        let mut first = start_binary_on(&bind, &args);
+        let session = format!("ride-{i}");
+        let url = first.url.clone();
+        let cli_run = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(program)
+                .arg(&cli)
+                .args(["--url", &url, "--session", &session, "one; two"])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap()
+        });
+        tokio::time::sleep(Duration::from_millis(800)).await; // paused by now
+
+        terminate(&mut first);
+        let second = start_binary_on(&bind, &args);
+        tokio::time::sleep(Duration::from_millis(1500)).await; // the client is back
+        let (status, _) = reply(
+            &stream_url(&second),
+            &format!("ride-{i}"),
+            "CONFIRM_ACTION:confirm",
+        )
+        .await;
+        let done = tokio::time::timeout(WAIT, cli_run).await.unwrap().unwrap();
+
+        let stdout = String::from_utf8_lossy(&done.stdout);
+        assert_eq!(status, 200, "{program}");
+        assert_eq!(
+            done.status.code(),
+            Some(0),
+            "{program}: {stdout}\n{}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+        assert!(stdout.contains("[completion]"), "{program}: {stdout}");
     }
 }

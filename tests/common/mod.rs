@@ -22,8 +22,13 @@ impl Drop for Binary {
 /// Starts the binary with `args` (after `--bind 127.0.0.1:0`) and waits for
 /// the address it logs.
 pub fn start_binary(args: &[&str]) -> Binary {
+    start_binary_on("127.0.0.1:0", args)
+}
+
+/// Starts the binary bound to `bind` with `args`.
+pub fn start_binary_on(bind: &str, args: &[&str]) -> Binary {
     let mut child = Command::new(env!("CARGO_BIN_EXE_chatgate"))
-        .args(["--bind", "127.0.0.1:0"])
+        .args(["--bind", bind])
         .args(args)
         .env("RUST_LOG", "warn,chatgate=info")
         .stderr(Stdio::piped())
