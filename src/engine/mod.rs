@@ -177,8 +177,9 @@ pub struct RunContext {
     /// Fires on every reason to stop, server shutdown included.
     stop: RunStop,
     metrics: Arc<Metrics>,
-    /// The run's id in the store, unique across restarts.
-    stored_id: Arc<str>,
+    /// The run's id in the store, unique across restarts; made when the
+    /// run first stores a pause (never with the memory store).
+    stored_id: Option<Arc<str>>,
     /// The current pause is kept in a durable store: a shutdown suspends
     /// the run instead of cancelling it.
     pause_stored: bool,
@@ -213,7 +214,7 @@ impl RunContext {
             round: 0,
             stop,
             metrics,
-            stored_id: Arc::from(uuid::Uuid::new_v4().to_string()),
+            stored_id: None,
             pause_stored: false,
         }
     }
@@ -231,14 +232,14 @@ impl RunContext {
             round,
         } = parts;
         let mut ctx = RunContext::new(message, slot, settings, log, stop, metrics);
-        ctx.stored_id = stored_id;
+        ctx.stored_id = Some(stored_id);
         ctx.round = round;
         ctx
     }
 
     /// The run's id in the store.
-    pub(crate) fn stored_id(&self) -> &Arc<str> {
-        &self.stored_id
+    pub(crate) fn stored_id(&self) -> Option<&Arc<str>> {
+        self.stored_id.as_ref()
     }
 
     /// The server's shared run settings (store, audit log, tools).
@@ -450,6 +451,10 @@ impl RunContext {
         let Some(state) = request.state.clone().filter(|_| store.is_durable()) else {
             return Ok(());
         };
+        let stored_id = self
+            .stored_id
+            .get_or_insert_with(|| Arc::from(uuid::Uuid::new_v4().to_string()))
+            .clone();
         let (mut frames, next_seq) = self.log.snapshot();
         let mut chunk = request.chunk.clone();
         chunk.sequence = next_seq;
@@ -458,7 +463,7 @@ impl RunContext {
             return Ok(());
         };
         let record = PausedRecord {
-            run: self.stored_id.to_string(),
+            run: stored_id.to_string(),
             owner: self.session_key().owner,
             session_id: self.session_id().to_owned(),
             engine: self.settings.engine_name.to_owned(),
@@ -497,7 +502,7 @@ impl RunContext {
             round,
             ..
         } = request;
-        let stored = self.pause_stored.then(|| self.stored_id.clone());
+        let stored = self.stored_id.clone().filter(|_| self.pause_stored);
         let pending = self
             .slot
             .pause(
@@ -605,7 +610,7 @@ impl RunContext {
                 record.round,
                 record.options.clone(),
                 checks,
-                Some(self.stored_id.clone()),
+                self.stored_id.clone(),
                 self.stop.token(),
             )
             .map_err(RunError::Cancelled)?;
@@ -642,13 +647,14 @@ impl RunContext {
         args: &Value,
     ) -> Result<ToolOutcome, RunError> {
         let stop = self.stop.clone();
-        let outcome = tool
-            .run(args, async move {
-                stop.stopped().await;
-            })
-            .await;
-        self.record_tool(index, &tool.name, Some(args), &outcome)
-            .await?;
+        // Boxed, like the record below: an engine's future is as large as
+        // the largest thing it awaits, and a paused run holds that future
+        // for the whole pause; a process's state must not be in it.
+        let outcome = Box::pin(tool.run(args, async move {
+            stop.stopped().await;
+        }))
+        .await;
+        Box::pin(self.record_tool(index, &tool.name, Some(args), &outcome)).await?;
         // Stopped meanwhile: the run ends for that reason, after saying what ran.
         if let Some(reason) = self.stop.reason() {
             return Err(RunError::Cancelled(reason));

@@ -184,7 +184,9 @@ async fn drive(engine: Arc<dyn Engine>, mut ctx: RunContext) {
         .catch_unwind()
         .await
         .unwrap_or_else(|_| panicked());
-    conclude(ctx, result).await;
+    // Boxed: the records written at the end must not enlarge the task every
+    // paused run is held in.
+    Box::pin(conclude(ctx, result)).await;
 }
 
 /// A restored run: waits on its stored pause, then its engine goes on.
@@ -202,7 +204,7 @@ async fn drive_restored(engine: Arc<dyn Engine>, mut ctx: RunContext, record: Pa
         },
         Err(err) => Err(err),
     };
-    conclude(ctx, result).await;
+    Box::pin(conclude(ctx, result)).await;
 }
 
 fn panicked() -> Result<crate::engine::Completion, RunError> {
@@ -225,11 +227,11 @@ async fn conclude(ctx: RunContext, result: Result<crate::engine::Completion, Run
         ::log::debug!("run suspended until the next start");
         return;
     }
-    let stored_id = ctx.stored_id().clone();
+    let stored_id = ctx.stored_id().cloned();
     let (run_id, session_id) = (ctx.run_id(), ctx.session_id().to_owned());
     let (ended, why) = finish(ctx, result);
     ::log::debug!("run ended with {ended:?}");
-    if settings.store.is_durable() {
+    if let Some(stored_id) = stored_id {
         if let Err(err) = settings.store.remove(&stored_id).await {
             ::log::error!("{err}");
         }
