@@ -630,6 +630,12 @@ impl RunContext {
         self.answered(decision, asked)
     }
 
+    /// Whether pauses are kept in a durable store (`--store`): only then is
+    /// [`Plan::state`] used, so an engine may skip building it otherwise.
+    pub fn durable(&self) -> bool {
+        self.settings.store.is_durable()
+    }
+
     /// The declared tools (`--tools`).
     pub fn tools(&self) -> &Arc<Tools> {
         &self.settings.tools

@@ -99,7 +99,10 @@ async fn carry_out(
     let decisions = loop {
         let approval = match answered.take() {
             Some(approval) => approval,
-            None => ctx.confirm(plan(&steps, ctx.tools())?).await?,
+            None => {
+                ctx.confirm(plan(&steps, ctx.tools(), ctx.durable())?)
+                    .await?
+            }
         };
         match approval {
             Approval::Confirm(decisions) => break decisions,
@@ -203,7 +206,7 @@ async fn simulate(ctx: &mut RunContext, index: usize, step: &str) -> Result<Tool
 
 /// The plan of `steps`; a step that calls a declared tool with arguments
 /// that do not fit it ends the run here, before anything is asked.
-fn plan(steps: &[String], tools: &Tools) -> Result<Plan, RunError> {
+fn plan(steps: &[String], tools: &Tools, durable: bool) -> Result<Plan, RunError> {
     let mut risk = if steps.iter().any(|step| {
         has_word(step, |w| {
             ["delet", "remov", "drop"].iter().any(|p| w.starts_with(p)) || w == "rm"
@@ -238,7 +241,8 @@ fn plan(steps: &[String], tools: &Tools) -> Result<Plan, RunError> {
         summary: format!("Confirm the plan of {} task(s)?", steps.len()),
         tasks,
         risk_level: risk,
-        state: Some(json!({ "steps": steps })),
+        // Only a durable store keeps it (and then the planner can resume).
+        state: durable.then(|| json!({ "steps": steps })),
     })
 }
 
@@ -336,7 +340,11 @@ mod tests {
 
     #[test]
     fn risk_is_high_only_when_a_step_mentions_removal() {
-        let risk = |m: &str| plan(&plan_steps(m), &Tools::default()).unwrap().risk_level;
+        let risk = |m: &str| {
+            plan(&plan_steps(m), &Tools::default(), false)
+                .unwrap()
+                .risk_level
+        };
         assert_eq!(risk("create a file; email it"), RiskLevel::Low);
         assert_eq!(risk("back up; Delete old logs"), RiskLevel::High);
         assert_eq!(risk("rm -rf build"), RiskLevel::High);
@@ -350,6 +358,7 @@ mod tests {
         let plan = plan(
             &plan_steps("Create a file; then email it"),
             &Tools::default(),
+            false,
         )
         .unwrap();
         assert_eq!(plan.tasks.len(), 2);
