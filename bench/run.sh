@@ -40,6 +40,13 @@ for round in $(seq "$rounds"); do
     "$bench" --addr "$addr" paused --k "$k" --server-pid "$server"
     stop_server
   done
+  # Paused runs kept in SQLite (--store sqlite:): opening, resuming, a flow.
+  store=$(mktemp -d)
+  start_server target/release/chatgate --bind "$addr" --step-delay 0 --store "sqlite:$store/runs.db"
+  "$bench" --addr "$addr" paused --k 10000 --server-pid "$server"
+  "$bench" --addr "$addr" rtt --n 1000
+  stop_server
+  rm -rf "$store"
   # A confirmed call of a trivial command tool, without and with the audit
   # log (its fsync per record is the difference).
   start_server target/release/chatgate --bind "$addr" --step-delay 0 --tools bench/tools.toml
