@@ -67,6 +67,7 @@ pub const LEGACY_ENV: &[(&str, &str)] = &[
     ),
     ("CHATGATE_LLM_TIMEOUT_SECS", "CHATGATE_LLM_TIMEOUT"),
     ("CHATGATE_LLM_MAX_SECS", "CHATGATE_LLM_MAX_TIME"),
+    ("CHATGATE_OWNER_TTL_SECS", "CHATGATE_OWNER_TTL"),
 ];
 
 /// Copies each old environment variable to its new name, unless the new one
@@ -234,10 +235,29 @@ pub struct Settings {
     /// TOML file of tools a confirmed plan may run (docs/tools.md).
     #[arg(long, env = "CHATGATE_TOOLS")]
     pub tools: Option<std::path::PathBuf>,
-    /// Where paused runs are kept: `memory` (they end with the process) or
-    /// `sqlite:PATH` (they survive a restart or a crash).
+    /// Where paused runs are kept: `memory` (they end with the process),
+    /// `sqlite:PATH` (one node: they survive a restart or a crash) or
+    /// `redis://HOST:PORT/DB` (replicas: a reply may land on any of them).
     #[arg(long, env = "CHATGATE_STORE", default_value = "memory")]
     pub store: String,
+    /// With `redis://`: this replica's name (letters, digits, `.`, `_`, `-`;
+    /// generated at start when not given).
+    #[arg(long, env = "CHATGATE_REPLICA_ID", value_parser = parse_replica_id)]
+    pub replica_id: Option<String>,
+    /// With `redis://` (required): the URL where the other replicas reach
+    /// this one, e.g. http://10.0.0.5:8080.
+    #[arg(long, env = "CHATGATE_ADVERTISE_URL", value_parser = parse_advertise_url)]
+    pub advertise_url: Option<String>,
+    /// With `redis://` (required): a secret all replicas share, at least 16
+    /// characters; forwarded requests carry it, so no client can pose as a replica.
+    #[arg(long, env = "CHATGATE_CLUSTER_SECRET", hide_env_values = true,
+          value_parser = clap::builder::StringValueParser::new().map(Secret::from))]
+    pub cluster_secret: Option<Secret>,
+    /// With `redis://`: how long a replica's ownership of its runs outlives
+    /// its last heartbeat; then another replica may take them over. 1s to 1h.
+    #[arg(long, alias = "owner-ttl-secs", env = "CHATGATE_OWNER_TTL",
+          default_value = "15s", value_parser = DurationArg::secs(Duration::from_secs(1), HOUR))]
+    pub owner_ttl: Duration,
     /// JSON Lines file recording every proposal, decision, tool call and end,
     /// synced before chatgate acts on it; if it cannot be written nothing runs.
     #[arg(long, env = "CHATGATE_AUDIT_LOG")]
@@ -332,6 +352,29 @@ impl Settings {
             (true, None) => (self.max_runs / RUNS_PER_KEY_DIVISOR).max(1),
         }
     }
+}
+
+/// `--replica-id`: 1 to 64 of letters, digits, `.`, `_`, `-`.
+fn parse_replica_id(text: &str) -> Result<String, String> {
+    let fits = (1..=64).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if fits {
+        Ok(text.to_owned())
+    } else {
+        Err("a replica id is 1 to 64 letters, digits, `.`, `_` or `-`".to_owned())
+    }
+}
+
+/// `--advertise-url`: an `http://` or `https://` URL with a host; kept
+/// without its trailing `/`.
+fn parse_advertise_url(text: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(text).map_err(|err| format!("not a URL: {err}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err("write http://HOST:PORT (where the other replicas reach this one)".to_owned());
+    }
+    Ok(text.trim_end_matches('/').to_owned())
 }
 
 /// A duration flag: humantime text (`300s`, `1h 30m`, `500ms`), or a bare

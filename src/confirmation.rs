@@ -168,12 +168,25 @@ pub struct Accepted {
 }
 
 /// A decision taken and on its way to its run. Delivered, the run acts on
-/// it; failed, the run ends with the error and nothing runs. Dropped
-/// without either (which the server never does), the run ends as `internal`.
-#[derive(Debug)]
+/// it; failed, the run ends with the error and nothing runs; withdrawn, the
+/// pause waits again as if the reply had never come. Dropped without any of
+/// these (which the server never does), the run ends as `internal`.
 pub struct DecisionTicket {
     decide_tx: Option<oneshot::Sender<Decision>>,
     decision: Option<Decision>,
+    /// Where the pause is, to hand its sender back on a withdraw.
+    manager: ConfirmationManager,
+    key: SessionKey,
+    run_id: u64,
+}
+
+impl std::fmt::Debug for DecisionTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecisionTicket")
+            .field("decision", &self.decision)
+            .field("run_id", &self.run_id)
+            .finish_non_exhaustive()
+    }
 }
 
 impl DecisionTicket {
@@ -187,6 +200,33 @@ impl DecisionTicket {
     pub fn fail(mut self, error_type: ErrorType) {
         if let Some(tx) = self.decide_tx.take() {
             let _ = tx.send(Decision::Failed(error_type));
+        }
+    }
+
+    /// Takes the decision back (it could not be recorded): the pause is
+    /// undecided again and a later reply may decide it. If the run's own
+    /// fallback (its timeout or a stop) came due meanwhile, that fallback
+    /// decides it now, as it would have without this reply.
+    pub fn withdraw(mut self) {
+        let Some(tx) = self.decide_tx.take() else {
+            return;
+        };
+        let mut registry = self.manager.lock();
+        let pause = registry
+            .sessions
+            .get_mut(&self.key)
+            .filter(|entry| entry.run_id == self.run_id)
+            .and_then(|entry| entry.pause.as_mut())
+            .filter(|pause| pause.decide_tx.is_none());
+        match pause {
+            Some(pause) => match pause.settling {
+                Some(reason) => {
+                    let _ = tx.send(Decision::Cancel(reason));
+                }
+                None => pause.decide_tx = Some(tx),
+            },
+            // The run is gone: nobody waits on the sender.
+            None => drop(tx),
         }
     }
 }
@@ -258,6 +298,9 @@ struct Pause {
     /// `AlreadyDecided` (and a new chat message `SessionBusy`) rather than
     /// depending on how fast the run resumed.
     decide_tx: Option<oneshot::Sender<Decision>>,
+    /// Set when the run's timeout or stop came due while a decision was on
+    /// its way: if that decision is withdrawn, this reason decides.
+    settling: Option<CancelReason>,
     /// The run's stop. Once it fires, the pause belongs to the stop: replies
     /// are refused under this lock, so none is acknowledged after the run
     /// was told to stop and before it noticed (see [`RunSlot::wait`]).
@@ -381,8 +424,16 @@ impl ConfirmationManager {
             ticket: DecisionTicket {
                 decide_tx: Some(decide_tx),
                 decision: Some(decision),
+                manager: self.clone(),
+                key: key.clone(),
+                run_id,
             },
         })
+    }
+
+    /// Whether a run lives on `key`.
+    pub fn holds(&self, key: &SessionKey) -> bool {
+        self.lock().sessions.contains_key(key)
     }
 
     /// Number of sessions with a live run.
@@ -548,6 +599,7 @@ impl RunSlot {
                     tasks,
                     stored,
                     decide_tx: Some(decide_tx),
+                    settling: None,
                     stop,
                 });
                 Ok(PendingDecision { decide_rx })
@@ -598,12 +650,16 @@ impl RunSlot {
             .filter(|entry| entry.run_id == self.run_id)?;
         // Superseded runs (no entry) return None above: the superseding run
         // sent its decision before replacing us.
-        entry
-            .pause
-            .as_mut()
-            .and_then(|pause| pause.decide_tx.take())
+        let pause = entry.pause.as_mut()?;
+        match pause.decide_tx.take() {
             // Nobody decided yet: we do, by dropping the only sender.
-            .map(|_decide_tx| Decision::Cancel(fallback))
+            Some(_decide_tx) => Some(Decision::Cancel(fallback)),
+            None => {
+                // A decision is on its way; should it be withdrawn, ours stands.
+                pause.settling = Some(fallback);
+                None
+            }
+        }
     }
 }
 
@@ -819,6 +875,47 @@ mod tests {
 
         let decision = slot.wait(pending, LONG, pending_reason()).await;
         assert_eq!(decision, Decision::Failed(ErrorType::AuditUnavailable));
+    }
+
+    #[tokio::test]
+    async fn a_withdrawn_decision_leaves_the_pause_to_the_next_reply() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+        let pending = pause(&slot, "c1", 1);
+        let first = manager
+            .decide(&key("s"), &reply("confirm", None), None, None)
+            .unwrap();
+        let meanwhile = decide(&manager, &key("s"), &reply("cancel", None), None);
+
+        first.ticket.withdraw();
+        assert_eq!(manager.paused_runs(), 1, "undecided again");
+        let next = decide(&manager, &key("s"), &reply("cancel", None), None);
+        let decision = slot.wait(pending, LONG, pending_reason()).await;
+
+        assert_eq!(meanwhile, Err(DecideError::AlreadyDecided));
+        assert_eq!(next, Ok((Action::Cancel, 1)));
+        assert_eq!(decision, Decision::Cancel(CancelReason::User));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_withdrawn_decision_yields_to_the_timeout_that_came_due_meanwhile() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+        let pending = pause(&slot, "c1", 1);
+        let accepted = manager
+            .decide(&key("s"), &reply("confirm", None), None, None)
+            .unwrap();
+        let withdrawer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            accepted.ticket.withdraw();
+        });
+
+        let decision = slot
+            .wait(pending, Duration::from_secs(1), pending_reason())
+            .await;
+
+        withdrawer.await.unwrap();
+        assert_eq!(decision, Decision::Cancel(CancelReason::Timeout));
     }
 
     #[tokio::test]

@@ -31,6 +31,7 @@
 //! - [`config`] and [`startup`]: settings, binding, serving, shutdown.
 
 pub mod audit;
+pub mod cluster;
 pub mod config;
 pub mod confirmation;
 pub mod engine;

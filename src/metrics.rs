@@ -42,6 +42,7 @@ pub struct Metrics {
     errors: Family<[(&'static str, &'static str); 1], Counter>,
     confirmation_wait: Histogram,
     first_chunk: Histogram,
+    forwarded: Counter,
 }
 
 impl Default for Metrics {
@@ -94,6 +95,12 @@ impl Metrics {
             "Time from a confirmation request to its decision",
             confirmation_wait.clone(),
         );
+        let forwarded = Counter::default();
+        registry.register(
+            "forwarded_requests",
+            "Requests forwarded to the replica that owns their session",
+            forwarded.clone(),
+        );
         registry.register(
             "time_to_first_chunk_seconds",
             "Time from accepting a run to writing its first chunk",
@@ -109,7 +116,13 @@ impl Metrics {
             errors,
             confirmation_wait,
             first_chunk,
+            forwarded,
         }
+    }
+
+    /// A request was forwarded to its session's owner.
+    pub fn forwarded(&self) {
+        self.forwarded.inc();
     }
 
     pub fn decision(&self, action: &'static str, outcome: &'static str) {

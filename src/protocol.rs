@@ -334,6 +334,10 @@ pub enum ErrorType {
     ForbiddenHost,
     /// A method other than POST (or OPTIONS) on the chat endpoint.
     MethodNotAllowed,
+    /// A request posing as a replica's (a wrong or unexpected cluster secret).
+    ForbiddenReplica,
+    /// The replica that owns the session's run cannot be reached (503).
+    OwnerUnavailable,
     Internal,
 }
 

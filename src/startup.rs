@@ -16,6 +16,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::AuditLog;
+use crate::cluster::Cluster;
 use crate::config::{Secret, Settings};
 use crate::confirmation::{ConfirmationManager, RunLimits};
 use crate::engine::Engine;
@@ -60,10 +61,19 @@ impl Application {
             })?;
             keys.extend(from_file.into_iter().map(Secret::new));
         }
+        let invalid = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+        let cluster = if is_redis(&settings.store) {
+            Some(Arc::new(Cluster::open(&settings).map_err(invalid)?))
+        } else {
+            None
+        };
         let listener = TcpListener::bind(&settings.bind)?;
         let address = listener.local_addr()?;
+        let mut allowed_hosts = settings.allowed_hosts.clone();
+        // Forwarded requests name this replica's advertised address.
+        allowed_hosts.extend(cluster.as_ref().and_then(|c| c.advertised_host()));
         let access = AccessPolicy::new(&keys, settings.cors_origins.clone())
-            .with_hosts(address, &settings.allowed_hosts);
+            .with_hosts(address, &allowed_hosts);
         if !access.requires_keys() && !address.ip().is_loopback() {
             log::warn!(
                 "listening on {address} without API keys: anyone who can reach this address can \
@@ -87,8 +97,10 @@ impl Application {
             log::info!("{} tool(s) declared in {}", tools.len(), path.display());
             run_settings.tools = Arc::new(tools);
         }
-        run_settings.store = crate::store::open(&settings.store)
-            .map_err(|why| std::io::Error::new(std::io::ErrorKind::InvalidInput, why))?;
+        run_settings.store = match &cluster {
+            Some(cluster) => cluster.store().clone(),
+            None => crate::store::open(&settings.store).map_err(invalid)?,
+        };
         run_settings.engine_name = engine.name();
         if let Some(path) = &settings.audit_log {
             let audit = AuditLog::open(path).map_err(|err| {
@@ -115,6 +127,7 @@ impl Application {
             stream,
             shutdown: CancellationToken::new(),
             metrics,
+            cluster,
         };
         let state = AppState {
             runs,
@@ -168,6 +181,17 @@ impl Application {
             ..
         } = self;
         let handle = server.handle();
+        let cluster = state.runs.cluster.clone();
+        if let Some(cluster) = &cluster {
+            // Owns what it starts from the first request on.
+            cluster.start_heartbeat().await;
+            log::info!(
+                "replica {} at {}, store {}",
+                cluster.replica_id(),
+                cluster.advertise_url(),
+                cluster.store().name()
+            );
+        }
         // Paused runs a durable store kept go on before anything else.
         match state.runs.restore().await {
             Ok(0) => {}
@@ -204,6 +228,9 @@ impl Application {
                 tokio::join!(handle.stop(false), server).1
             }
         };
+        if let Some(cluster) = &cluster {
+            cluster.leave().await;
+        }
         log::info!("stopped");
         served
     }
@@ -261,6 +288,11 @@ fn serve(listener: TcpListener, settings: &Settings, state: AppState) -> std::io
         .and_then(http)
     })?;
     Ok(server.run())
+}
+
+/// Whether `--store` names Redis (the replicas' store).
+fn is_redis(store: &str) -> bool {
+    store.starts_with("redis://") || store.starts_with("rediss://")
 }
 
 /// Resolves on SIGINT, SIGTERM, or when `token` is cancelled.

@@ -177,8 +177,9 @@ pub struct RunContext {
     /// Fires on every reason to stop, server shutdown included.
     stop: RunStop,
     metrics: Arc<Metrics>,
-    /// The run's id in the store, unique across restarts; made when the
-    /// run first stores a pause (never with the memory store).
+    /// The run's id in the store, unique across restarts: given at start
+    /// by a replica (its claim on the session), else made when the run
+    /// first stores a pause (never with the memory store).
     stored_id: Option<Arc<str>>,
     /// The current pause is kept in a durable store: a shutdown suspends
     /// the run instead of cancelling it.
@@ -240,6 +241,13 @@ impl RunContext {
     /// The run's id in the store.
     pub(crate) fn stored_id(&self) -> Option<&Arc<str>> {
         self.stored_id.as_ref()
+    }
+
+    /// Gives the run its id in the store from the start (a replica's
+    /// claim on the session names it).
+    pub(crate) fn with_stored_id(mut self, stored_id: Option<Arc<str>>) -> RunContext {
+        self.stored_id = stored_id;
+        self
     }
 
     /// The server's shared run settings (store, audit log, tools).
@@ -589,13 +597,12 @@ impl RunContext {
         }
     }
 
-    /// Waits again on a pause restored from a store (its record is
-    /// `record`), with the time it has left, and takes its decision as
-    /// [`RunContext::confirm`] would.
-    pub(crate) async fn resume_pause(
+    /// Registers again the pause of a run restored from a store (its
+    /// record is `record`): from here on a reply may decide it.
+    pub(crate) fn restore_pause(
         &mut self,
         record: &PausedRecord,
-    ) -> Result<Approval, RunError> {
+    ) -> Result<PendingDecision, RunError> {
         let checks: Arc<[TaskCheck]> = record
             .tasks
             .iter()
@@ -615,6 +622,17 @@ impl RunContext {
             )
             .map_err(RunError::Cancelled)?;
         self.pause_stored = true;
+        Ok(pending)
+    }
+
+    /// Waits on a restored pause (see [`RunContext::restore_pause`]) with
+    /// the time it has left, and takes its decision as
+    /// [`RunContext::confirm`] would.
+    pub(crate) async fn resume_pause(
+        &mut self,
+        pending: PendingDecision,
+        record: &PausedRecord,
+    ) -> Result<Approval, RunError> {
         let now_ms = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);

@@ -47,8 +47,20 @@ pub enum ChatError {
     RequestTimeout,
     #[error("the audit log cannot be written, so this decision was not taken; the run has ended")]
     AuditUnavailable,
-    #[error("the store cannot record this decision, so it was not taken; the run has ended")]
+    #[error(
+        "the store cannot record this decision, so it was not taken; the confirmation is \
+         still pending: retry"
+    )]
     StoreUnavailable,
+    #[error("the store cannot be reached to find or claim this session's run; retry shortly")]
+    StoreUnreachable,
+    #[error(
+        "this request carries a replica's header with a wrong --cluster-secret (or this \
+         server is not a replica): clients must not send x-chatgate-cluster-secret"
+    )]
+    ForbiddenReplica,
+    #[error("the replica that holds this session's run cannot be reached; retry shortly")]
+    OwnerUnavailable,
     #[error(
         "no run to re-attach to on this session: none was started, it belongs to another \
          API key, its end was already delivered, or its grace after the client left is over"
@@ -81,7 +93,9 @@ impl ChatError {
                 (S::UNPROCESSABLE_ENTITY, T::InvalidDecision)
             }
             ChatError::AuditUnavailable => (S::SERVICE_UNAVAILABLE, T::AuditUnavailable),
-            ChatError::StoreUnavailable => (S::SERVICE_UNAVAILABLE, T::StoreUnavailable),
+            ChatError::StoreUnavailable | ChatError::StoreUnreachable => {
+                (S::SERVICE_UNAVAILABLE, T::StoreUnavailable)
+            }
             ChatError::Decide(DecideError::AlreadyDecided) => (S::CONFLICT, T::AlreadyDecided),
             ChatError::Begin(BeginError::SessionBusy) => (S::CONFLICT, T::SessionBusy),
             ChatError::Begin(BeginError::Overloaded | BeginError::KeyOverloaded { .. }) => {
@@ -93,6 +107,8 @@ impl ChatError {
             ChatError::ForbiddenHost => (S::MISDIRECTED_REQUEST, T::ForbiddenHost),
             ChatError::RequestTimeout => (S::REQUEST_TIMEOUT, T::RequestTimeout),
             ChatError::NoSuchRun => (S::NOT_FOUND, T::NoSuchRun),
+            ChatError::ForbiddenReplica => (S::FORBIDDEN, T::ForbiddenReplica),
+            ChatError::OwnerUnavailable => (S::SERVICE_UNAVAILABLE, T::OwnerUnavailable),
         }
     }
 

@@ -7,9 +7,10 @@ use futures_util::StreamExt;
 use super::error::{ChatError, Refusal};
 use super::AppState;
 use crate::audit;
+use crate::cluster::forward;
 use crate::confirmation::{Accepted, SessionKey};
 use crate::protocol::{meta, ChatRequest, Chunk, ErrorType, ValidRequest, MAX_BODY_BYTES};
-use crate::run::ReattachError;
+use crate::run::{Place, ReattachError};
 use crate::sse;
 
 /// The browser chat page, embedded at build time.
@@ -103,6 +104,13 @@ async fn ready(state: web::Data<AppState>) -> HttpResponse {
             "error": "the audit log cannot be written: nothing runs until it can",
         }));
     }
+    if let Err(store) = state.runs.settings.store.health() {
+        return HttpResponse::ServiceUnavailable().json(serde_json::json!({
+            "status": "store_unavailable",
+            "store": store,
+            "error": "the store cannot be reached: decisions are refused until it can",
+        }));
+    }
     if state.runs.shutdown.is_cancelled() {
         HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "shutting_down" }))
     } else {
@@ -193,8 +201,9 @@ async fn chat(
     let headers = req.headers();
     state.access.check_host(headers)?;
     state.access.check_origin(headers)?;
+    let forwarded = forward::is_forwarded(state.runs.cluster.as_deref(), headers)?;
     let owner = state.access.owner(headers)?;
-    let request = tokio::time::timeout(state.request_timeout, read_request(req, payload))
+    let (request, body) = tokio::time::timeout(state.request_timeout, read_request(req, payload))
         .await
         .map_err(|_| ChatError::RequestTimeout)??;
     let last_event_id = headers.get("last-event-id").map(|v| v.as_bytes());
@@ -204,6 +213,9 @@ async fn chat(
             last_seen,
         } => {
             let key = SessionKey::new(owner, &session_id);
+            if let Some(owner_url) = elsewhere(state, &key, forwarded, &session_id).await? {
+                return forward_to(state, &owner_url, req, body, &session_id).await;
+            }
             let subscription = state.runs.reattach(key, last_seen).map_err(|err| {
                 let err = match err {
                     ReattachError::NoSuchRun => ChatError::NoSuchRun,
@@ -223,6 +235,9 @@ async fn chat(
             decisions,
         } => {
             let key = SessionKey::new(owner, &session_id);
+            if let Some(owner_url) = elsewhere(state, &key, forwarded, &session_id).await? {
+                return forward_to(state, &owner_url, req, body, &session_id).await;
+            }
             let accepted = state
                 .runs
                 .manager
@@ -242,7 +257,8 @@ async fn chat(
                 accepted.decisions.as_ref(),
             )
             .finished();
-            deliver(state, req, &key, accepted)
+            let client = forward::client_address(req, forwarded);
+            deliver(state, client, &key, accepted)
                 .await
                 .map_err(|err| Refusal::new(err, &session_id))?;
             Ok(sse::single_chunk(StatusCode::OK, chunk))
@@ -256,13 +272,66 @@ async fn chat(
                 return Err(Refusal::new(ChatError::ShuttingDown, &session_id));
             }
             let key = SessionKey::new(owner, &session_id);
+            let place = state.runs.claim(&key).await.map_err(|err| {
+                log::error!("{err}");
+                Refusal::new(ChatError::StoreUnreachable, &session_id)
+            })?;
+            let stored_id = match place {
+                Place::Here(stored_id) => stored_id,
+                // Forwarded here, yet another replica owns it now: no second hop.
+                Place::Owner(_) if forwarded => {
+                    return Err(Refusal::new(ChatError::OwnerUnavailable, &session_id))
+                }
+                Place::Owner(owner_url) => {
+                    return forward_to(state, &owner_url, req, body, &session_id).await
+                }
+            };
             let subscription = state
                 .runs
-                .start(key, message)
+                .start(key, message, stored_id)
                 .map_err(|err| Refusal::new(err, &session_id))?;
             Ok(sse::stream_response(subscription))
         }
     }
+}
+
+/// The owner's URL when another replica owns `key`'s run; `None` when the
+/// request is answered here (a forwarded request always is).
+async fn elsewhere(
+    state: &AppState,
+    key: &SessionKey,
+    forwarded: bool,
+    session_id: &str,
+) -> Result<Option<String>, Refusal> {
+    if forwarded {
+        return Ok(None);
+    }
+    match state.runs.place(key).await {
+        Ok(Place::Here(_)) => Ok(None),
+        Ok(Place::Owner(url)) => Ok(Some(url)),
+        Err(err) => {
+            log::error!("{err}");
+            Err(Refusal::new(ChatError::StoreUnreachable, session_id))
+        }
+    }
+}
+
+/// The owner's answer to the client's request.
+async fn forward_to(
+    state: &AppState,
+    owner_url: &str,
+    req: &HttpRequest,
+    body: bytes::Bytes,
+    session_id: &str,
+) -> Result<HttpResponse, Refusal> {
+    let Some(cluster) = &state.runs.cluster else {
+        return Err(Refusal::new(ChatError::OwnerUnavailable, session_id));
+    };
+    state.runs.metrics.forwarded();
+    cluster
+        .forward(owner_url, req, body)
+        .await
+        .map_err(|err| Refusal::new(err, session_id))
 }
 
 /// Hands an accepted decision to its run: at once without an audit log;
@@ -271,7 +340,7 @@ async fn chat(
 /// decision is never acted on unrecorded, nor acknowledged unacted.
 async fn deliver(
     state: &AppState,
-    req: &HttpRequest,
+    client: Option<String>,
     key: &SessionKey,
     accepted: Accepted,
 ) -> Result<(), ChatError> {
@@ -291,7 +360,13 @@ async fn deliver(
             .await
         {
             log::error!("{err}");
-            accepted.ticket.fail(ErrorType::StoreUnavailable);
+            // Not recorded, so not taken: the pause waits on, for a retry.
+            accepted.ticket.withdraw();
+            if err.moved {
+                // Another replica took this run over: the copy here is
+                // suspended, and its client re-attaches to the owner.
+                state.runs.relinquish(key);
+            }
             return Err(ChatError::StoreUnavailable);
         }
     }
@@ -311,7 +386,6 @@ async fn deliver(
         serde_json::to_value(&accepted.decisions).unwrap_or_default(),
     );
     fields.insert("key".into(), audit::key_label(key.owner).into());
-    let client = req.peer_addr().map(|peer| peer.ip().to_string());
     fields.insert("client".into(), client.into());
     let ticket = accepted.ticket;
     // A task of its own: a client that goes away while the record is being
@@ -336,10 +410,11 @@ async fn deliver(
 }
 
 /// Reads and decodes the body: JSON only, at most [`MAX_BODY_BYTES`].
+/// Returns the request and the body as it came (a replica forwards it).
 async fn read_request(
     req: &HttpRequest,
     mut payload: web::Payload,
-) -> Result<ChatRequest, ChatError> {
+) -> Result<(ChatRequest, bytes::Bytes), ChatError> {
     let content_type = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -368,7 +443,8 @@ async fn read_request(
         }
         body.extend_from_slice(&piece);
     }
-    serde_json::from_slice(&body).map_err(|err| {
+    let request = serde_json::from_slice(&body).map_err(|err| {
         ChatError::InvalidRequest(format!("body is not a valid chat request: {err}"))
-    })
+    })?;
+    Ok((request, body.freeze()))
 }

@@ -26,11 +26,15 @@ use self::log::{BeyondEnd, LogLimits, LogRegistry, RunLog};
 use self::stop::RunStop;
 use self::stream::{StreamSettings, Subscription};
 use crate::audit;
-use crate::confirmation::{BeginError, ConfirmationManager, RunLimits, SessionKey};
+use crate::cluster::Cluster;
+use crate::confirmation::{
+    BeginError, ConfirmationManager, PendingDecision, RunLimits, SessionKey,
+};
 use crate::engine::{Engine, RestoredParts, RunContext, RunError, RunSettings};
 use crate::metrics::Metrics;
 use crate::protocol::{meta, CancelReason, Chunk, ChunkType, ErrorType};
-use crate::store::PausedRecord;
+use crate::store::redis::{Claim, Owner};
+use crate::store::{PausedRecord, StoreError};
 
 /// What a suspended run's stream ends with: come back in a second (SSE's
 /// `retry:` field), then the connection closes without a final chunk.
@@ -51,6 +55,8 @@ pub struct Runs {
     /// Cancelled once, when shutdown starts; every run's stop is its child.
     pub shutdown: CancellationToken,
     pub metrics: Arc<Metrics>,
+    /// The replicas this server is one of (`--store redis://`).
+    pub cluster: Option<Arc<Cluster>>,
 }
 
 /// Why a re-attach found nothing to attach to.
@@ -62,10 +68,25 @@ pub enum ReattachError {
     Beyond(BeyondEnd),
 }
 
+/// Where a request about a session is to be answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// Here; for a new run, with its id in the store when it has one.
+    Here(Option<Arc<str>>),
+    /// At the replica that owns the session: its advertised URL.
+    Owner(String),
+}
+
 impl Runs {
     /// Starts a run of `message` on `key` (superseding a paused one) and
-    /// returns the stream of its first client.
-    pub fn start(&self, key: SessionKey, message: String) -> Result<Subscription, BeginError> {
+    /// returns the stream of its first client. `stored_id` is the run's id
+    /// in the store when a replica's claim named it (see [`Runs::claim`]).
+    pub fn start(
+        &self,
+        key: SessionKey,
+        message: String,
+        stored_id: Option<Arc<str>>,
+    ) -> Result<Subscription, BeginError> {
         let slot = self.manager.begin_run(key.clone(), self.limits)?;
         let stop = RunStop::under(&self.shutdown);
         let log = RunLog::new(self.log_limits, stop.clone());
@@ -78,81 +99,142 @@ impl Runs {
             log,
             stop,
             self.metrics.clone(),
-        );
+        )
+        .with_stored_id(stored_id);
         tokio::spawn(drive(self.engine.clone(), ctx));
         Ok(subscription)
     }
 
+    /// Where a new run on `key` starts: here (with replicas, once this one
+    /// has claimed the session in the store), or at the live replica that
+    /// owns the session (whose run a new message supersedes or is refused by).
+    pub async fn claim(&self, key: &SessionKey) -> Result<Place, StoreError> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(Place::Here(None));
+        };
+        let run = uuid::Uuid::new_v4().to_string();
+        match cluster.store().claim(key, &run).await? {
+            Claim::Claimed => Ok(Place::Here(Some(Arc::from(run)))),
+            Claim::Owned(url) => Ok(Place::Owner(url)),
+        }
+    }
+
+    /// Where a reply or a re-attach on `key` is answered: here when the
+    /// session's run is here (or nowhere), at its owner when a live replica
+    /// holds it. A run whose owner is gone is taken over and restored here
+    /// first, as after a restart.
+    pub async fn place(&self, key: &SessionKey) -> Result<Place, StoreError> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(Place::Here(None));
+        };
+        if self.holds(key) {
+            return Ok(Place::Here(None));
+        }
+        // One takeover at a time per session: a second request waits, then
+        // finds the run here.
+        let _turn = cluster.stripe(key).lock().await;
+        if self.holds(key) {
+            return Ok(Place::Here(None));
+        }
+        let store = cluster.store();
+        match store.take_over(key).await? {
+            Owner::Nobody | Owner::Mine(_) => {}
+            Owner::Elsewhere(url) => return Ok(Place::Owner(url)),
+            Owner::TakenOver(run) => match store.get(&run).await? {
+                Some(record) => {
+                    ::log::info!("took over run {run} of a replica that is gone");
+                    self.restore_one(record).await;
+                }
+                // It was working when its owner went, or it had ended.
+                None => store.forget(key, &run).await?,
+            },
+        }
+        Ok(Place::Here(None))
+    }
+
+    /// Whether this process has a run (or a run's end, re-attachable) on `key`.
+    fn holds(&self, key: &SessionKey) -> bool {
+        self.logs.find(key).is_some() || self.manager.holds(key)
+    }
+
     /// Restores the paused runs a durable store kept (at start): each waits
     /// again, with the time it has left, for its decision, and its engine
-    /// goes on from it. A pause that expired meanwhile ends `timeout`; a run
-    /// whose decision was recorded but whose work was cut short ends
-    /// `interrupted` (never run twice). Either end stays re-attachable for
-    /// `--detach-grace`. Returns how many runs were restored.
+    /// goes on from it. Returns how many runs were restored. (Replicas
+    /// restore lazily, see [`Runs::place`].)
     pub async fn restore(&self) -> Result<usize, String> {
         let store = self.settings.store.clone();
-        if !store.is_durable() {
+        if !store.is_durable() || self.cluster.is_some() {
             return Ok(0);
         }
         let records = store.load().await.map_err(|err| err.to_string())?;
+        let mut restored = 0;
+        for record in records {
+            restored += usize::from(self.restore_one(record).await);
+        }
+        Ok(restored)
+    }
+
+    /// Restores one stored run; returns whether it waits again. A pause
+    /// that expired meanwhile ends `timeout`; a run whose decision was
+    /// recorded but whose work was cut short ends `interrupted` (never run
+    /// twice). Either end stays re-attachable for `--detach-grace`. The
+    /// pause is registered before this returns: a reply that follows finds it.
+    async fn restore_one(&self, record: PausedRecord) -> bool {
+        let key = SessionKey::new(record.owner, &record.session_id);
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let mut restored = 0;
-        for record in records {
-            let key = SessionKey::new(record.owner, &record.session_id);
-            let ending = if record.decision.is_some() {
-                Some(Chunk::failed(
-                    &record.session_id,
-                    ErrorType::Interrupted,
-                    "The server stopped after this run's decision and before its work was done; \
-                     it is not run again (it may have partly run)."
-                        .to_owned(),
-                ))
-            } else if record.expires_at_ms <= now_ms {
-                Some(Chunk::cancelled(&record.session_id, CancelReason::Timeout))
-            } else if record.engine != self.engine.name() {
-                Some(Chunk::failed(
-                    &record.session_id,
-                    ErrorType::Interrupted,
-                    format!(
-                        "This run's engine ({}) is not the server's now.",
-                        record.engine
-                    ),
-                ))
-            } else {
-                None
-            };
-            if let Some(ending) = ending {
-                self.end_restored(key, record, ending).await;
-                continue;
-            }
-            let Ok(slot) = self.manager.begin_run(key.clone(), RunLimits::UNLIMITED) else {
-                continue;
-            };
-            let stop = RunStop::under(&self.shutdown);
-            let log = RunLog::restore(
-                self.log_limits,
-                stop.clone(),
-                record.frames.clone(),
-                record.next_seq,
-            );
-            self.logs.publish(key.clone(), log.clone());
-            stream::expire_unclaimed(log.clone(), key, self.stream.clone());
-            let ctx = RunContext::restored(RestoredParts {
-                message: record.message.clone(),
-                slot,
-                settings: self.settings.clone(),
-                log,
-                stop,
-                metrics: self.metrics.clone(),
-                stored_id: Arc::from(record.run.as_str()),
-                round: record.round,
-            });
-            tokio::spawn(drive_restored(self.engine.clone(), ctx, record));
-            restored += 1;
+        let ending = if record.decision.is_some() {
+            Some(Chunk::failed(
+                &record.session_id,
+                ErrorType::Interrupted,
+                "The server stopped after this run's decision and before its work was done; \
+                 it is not run again (it may have partly run)."
+                    .to_owned(),
+            ))
+        } else if record.expires_at_ms <= now_ms {
+            Some(Chunk::cancelled(&record.session_id, CancelReason::Timeout))
+        } else if record.engine != self.engine.name() {
+            Some(Chunk::failed(
+                &record.session_id,
+                ErrorType::Interrupted,
+                format!(
+                    "This run's engine ({}) is not the server's now.",
+                    record.engine
+                ),
+            ))
+        } else {
+            None
+        };
+        if let Some(ending) = ending {
+            self.end_restored(key, record, ending).await;
+            return false;
         }
-        Ok(restored)
+        let Ok(slot) = self.manager.begin_run(key.clone(), RunLimits::UNLIMITED) else {
+            return false;
+        };
+        let stop = RunStop::under(&self.shutdown);
+        let log = RunLog::restore(
+            self.log_limits,
+            stop.clone(),
+            record.frames.clone(),
+            record.next_seq,
+        );
+        self.logs.publish(key.clone(), log.clone());
+        stream::expire_unclaimed(log.clone(), key, self.stream.clone());
+        let mut ctx = RunContext::restored(RestoredParts {
+            message: record.message.clone(),
+            slot,
+            settings: self.settings.clone(),
+            log,
+            stop,
+            metrics: self.metrics.clone(),
+            stored_id: Arc::from(record.run.as_str()),
+            round: record.round,
+        });
+        let pending = ctx.restore_pause(&record);
+        tokio::spawn(drive_restored(self.engine.clone(), ctx, record, pending));
+        true
     }
 
     /// A stored run that cannot go on: its end is written after its frames,
@@ -162,9 +244,18 @@ impl Runs {
         let log = RunLog::restore(self.log_limits, stop, record.frames, record.next_seq);
         log.push(ending);
         self.logs.publish(key.clone(), log.clone());
-        stream::expire_unclaimed(log, key, self.stream.clone());
-        if let Err(err) = self.settings.store.remove(&record.run).await {
+        stream::expire_unclaimed(log, key.clone(), self.stream.clone());
+        if let Err(err) = self.settings.store.remove(&record.run, &key).await {
             ::log::error!("{err}");
+        }
+    }
+
+    /// Another replica took the run of `key` over (this one's heartbeat had
+    /// lapsed): the copy here is suspended, as at a shutdown, so that its
+    /// stream ends with `retry:` and its client re-attaches to the owner.
+    pub fn relinquish(&self, key: &SessionKey) {
+        if let Some(log) = self.logs.find(key) {
+            log.stop.stop(CancelReason::Shutdown);
         }
     }
 
@@ -190,8 +281,17 @@ async fn drive(engine: Arc<dyn Engine>, mut ctx: RunContext) {
 }
 
 /// A restored run: waits on its stored pause, then its engine goes on.
-async fn drive_restored(engine: Arc<dyn Engine>, mut ctx: RunContext, record: PausedRecord) {
-    let result = match ctx.resume_pause(&record).await {
+async fn drive_restored(
+    engine: Arc<dyn Engine>,
+    mut ctx: RunContext,
+    record: PausedRecord,
+    pending: Result<PendingDecision, RunError>,
+) {
+    let resumed = match pending {
+        Ok(pending) => ctx.resume_pause(pending, &record).await,
+        Err(err) => Err(err),
+    };
+    let result = match resumed {
         Ok(approval) => match engine.resume(&mut ctx, record.state, approval) {
             Some(going_on) => AssertUnwindSafe(going_on)
                 .catch_unwind()
@@ -221,6 +321,13 @@ fn panicked() -> Result<crate::engine::Completion, RunError> {
 async fn conclude(ctx: RunContext, result: Result<crate::engine::Completion, RunError>) {
     let settings = ctx.settings_handle();
     if matches!(result, Err(RunError::Suspended)) {
+        // The record stays for the next process; with replicas the run is
+        // handed back, for any of them to take over at once.
+        if let Some(stored_id) = ctx.stored_id() {
+            if let Err(err) = settings.store.suspend(stored_id, ctx.session_key()).await {
+                ::log::warn!("{err}");
+            }
+        }
         let (slot, log) = ctx.into_parts();
         drop(slot);
         log.suspend(bytes::Bytes::from_static(SUSPEND_TRAILER));
@@ -228,11 +335,12 @@ async fn conclude(ctx: RunContext, result: Result<crate::engine::Completion, Run
         return;
     }
     let stored_id = ctx.stored_id().cloned();
+    let key = ctx.session_key().clone();
     let (run_id, session_id) = (ctx.run_id(), ctx.session_id().to_owned());
     let (ended, why) = finish(ctx, result);
     ::log::debug!("run ended with {ended:?}");
     if let Some(stored_id) = stored_id {
-        if let Err(err) = settings.store.remove(&stored_id).await {
+        if let Err(err) = settings.store.remove(&stored_id, &key).await {
             ::log::error!("{err}");
         }
     }

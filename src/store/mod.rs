@@ -1,8 +1,10 @@
 //! Where paused runs are kept so that they outlive their process.
 //!
 //! `--store URL`: `memory` (the default: nothing outlives the process, as
-//! before) or `sqlite:PATH` (one node: paused runs survive a restart or a
-//! `kill -9`). One [`Store`] trait; each backend in its own file.
+//! before), `sqlite:PATH` (one node: paused runs survive a restart or a
+//! `kill -9`) or `redis://HOST:PORT/DB` (replicas: any of them takes any
+//! reply; see [`crate::cluster`]). One [`Store`] trait; each backend in its
+//! own file.
 //!
 //! What is stored is a [`PausedRecord`] per paused run: its session (within
 //! its API key's namespace), the engine's state to resume it, the pending
@@ -13,6 +15,7 @@
 //! ([`Store::record_decision`]), so a decision answered 200 survives a crash
 //! that follows: the run is then not run again but ends `interrupted`.
 
+pub mod redis;
 pub mod sqlite;
 
 use std::sync::Arc;
@@ -21,6 +24,7 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::confirmation::SessionKey;
 use crate::protocol::{Action, TaskSpec};
 
 /// A paused run as stored.
@@ -55,6 +59,9 @@ pub struct PausedRecord {
 pub struct StoreError {
     pub store: String,
     pub reason: String,
+    /// Another replica owns the run now (this one's heartbeat had lapsed):
+    /// the copy here must not act.
+    pub moved: bool,
 }
 
 /// Paused runs' records. Cheap to share behind an `Arc`.
@@ -65,10 +72,19 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn save(&self, record: PausedRecord) -> BoxFuture<'_, Result<(), StoreError>>;
     /// Records the decision of run `run`'s pause, before the run acts on it.
     fn record_decision(&self, run: &str, decision: Value) -> BoxFuture<'_, Result<(), StoreError>>;
-    /// Forgets run `run` (it ended, or it is running again after a decision).
-    fn remove(&self, run: &str) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Forgets run `run` of session `key`: it ended.
+    fn remove(&self, run: &str, key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Run `run` was suspended by a shutdown: its record stays, for the
+    /// next process (or another replica) to restore.
+    fn suspend(&self, _run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
     /// Every record, to restore at start.
     fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>>;
+    /// `Err(name)` while the store cannot be used, for `/readyz`.
+    fn health(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// `--store memory`: nothing is kept; a paused run lives as long as its
@@ -93,7 +109,7 @@ impl Store for MemoryStore {
         Box::pin(async { Ok(()) })
     }
 
-    fn remove(&self, _run: &str) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn remove(&self, _run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
     }
 
@@ -102,7 +118,8 @@ impl Store for MemoryStore {
     }
 }
 
-/// Opens the store `url` names: `memory` or `sqlite:PATH`.
+/// Opens the store `url` names: `memory` or `sqlite:PATH` (`redis://` is
+/// opened with its replica's settings by [`crate::cluster::Cluster::open`]).
 pub fn open(url: &str) -> Result<Arc<dyn Store>, String> {
     if url == "memory" {
         return Ok(Arc::new(MemoryStore));
@@ -117,6 +134,6 @@ pub fn open(url: &str) -> Result<Arc<dyn Store>, String> {
             .map_err(|err| format!("--store {url}: {err}"));
     }
     Err(format!(
-        "--store `{url}` is not a store: write memory or sqlite:PATH"
+        "--store `{url}` is not a store: write memory, sqlite:PATH or redis://HOST:PORT/DB"
     ))
 }

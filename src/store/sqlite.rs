@@ -14,6 +14,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 
 use super::{PausedRecord, Store, StoreError};
+use crate::confirmation::SessionKey;
 
 #[derive(Debug)]
 pub struct SqliteStore {
@@ -59,6 +60,7 @@ impl SqliteStore {
             done.map_err(|reason| StoreError {
                 store: self.name.clone(),
                 reason,
+                moved: false,
             })
         })
     }
@@ -93,7 +95,7 @@ impl Store for SqliteStore {
         })
     }
 
-    fn remove(&self, run: &str) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn remove(&self, run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
         let run = run.to_owned();
         self.with(move |c| {
             c.execute("DELETE FROM paused_runs WHERE run = ?1", params![run])
@@ -175,7 +177,10 @@ mod tests {
                 .record_decision("r2", serde_json::json!({"action": "confirm"}))
                 .await
                 .unwrap();
-            store.remove("r1").await.unwrap();
+            store
+                .remove("r1", &SessionKey::new(Some(1), "会话"))
+                .await
+                .unwrap();
         }
         let store = SqliteStore::open(&path).unwrap();
         let loaded = store.load().await.unwrap();

@@ -1,0 +1,108 @@
+//! Forwarding a request to the replica that owns its session, and telling a
+//! forwarded request from a client's.
+//!
+//! The forwarded request is the client's own: the same body, with its
+//! `Authorization`, `Content-Type`, `Last-Event-ID` and `Origin`, plus the
+//! cluster secret and the client's address. The owner applies it exactly as
+//! a local one and never forwards it again. Its answer goes back as it
+//! came: status, the headers a client reads, and the body streamed through
+//! (a re-attach is a proxied stream), so nothing is buffered here.
+
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse};
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::Cluster;
+use crate::http::error::ChatError;
+use crate::http::routes::CHAT_PATH;
+
+/// Carries `--cluster-secret` on a forwarded request.
+pub const SECRET_HEADER: &str = "x-chatgate-cluster-secret";
+/// The client's address, on a forwarded request (for the audit log).
+pub const CLIENT_HEADER: &str = "x-chatgate-client";
+/// The replica that forwarded a request (for logs).
+pub const FROM_HEADER: &str = "x-chatgate-forwarded-by";
+
+/// Request headers the owner needs to answer as if the client had come.
+const PASSED_ON: [&str; 4] = ["authorization", "content-type", "last-event-id", "origin"];
+/// Response headers a client reads.
+const PASSED_BACK: [&str; 6] = [
+    "content-type",
+    "cache-control",
+    "retry-after",
+    "www-authenticate",
+    "x-accel-buffering",
+    "allow",
+];
+
+/// Whether `headers` are a forwarded request's: `Ok(true)` with the right
+/// cluster secret, `Ok(false)` without the header, and an error for a wrong
+/// secret (or any secret when this server is not a replica): a client can
+/// never pose as a replica.
+pub fn is_forwarded(cluster: Option<&Cluster>, headers: &HeaderMap) -> Result<bool, ChatError> {
+    let Some(presented) = headers.get(SECRET_HEADER) else {
+        return Ok(false);
+    };
+    let cluster = cluster.ok_or(ChatError::ForbiddenReplica)?;
+    let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+    if bool::from(digest.ct_eq(&cluster.secret_digest)) {
+        Ok(true)
+    } else {
+        Err(ChatError::ForbiddenReplica)
+    }
+}
+
+/// The client's address: the one a forwarding replica names, or the peer.
+pub fn client_address(req: &HttpRequest, forwarded: bool) -> Option<String> {
+    if forwarded {
+        if let Some(client) = req.headers().get(CLIENT_HEADER) {
+            return client.to_str().ok().map(str::to_owned);
+        }
+    }
+    req.peer_addr().map(|peer| peer.ip().to_string())
+}
+
+impl Cluster {
+    /// Sends the client's request (`body` as it came) to the owner at
+    /// `owner_url` and returns the owner's answer, streamed. An owner that
+    /// cannot be reached is `owner_unavailable` (503, Retry-After).
+    pub async fn forward(
+        &self,
+        owner_url: &str,
+        req: &HttpRequest,
+        body: Bytes,
+    ) -> Result<HttpResponse, ChatError> {
+        let mut request = self
+            .http
+            .post(format!("{owner_url}{CHAT_PATH}"))
+            .header(SECRET_HEADER, self.secret.expose())
+            .header(FROM_HEADER, &self.replica_id)
+            .body(body);
+        for name in PASSED_ON {
+            if let Some(value) = req.headers().get(name) {
+                request = request.header(name, value.as_bytes());
+            }
+        }
+        if let Some(client) = client_address(req, false) {
+            request = request.header(CLIENT_HEADER, client);
+        }
+        let answer = request.send().await.map_err(|err| {
+            log::warn!("cannot reach the owner at {owner_url}: {err}");
+            ChatError::OwnerUnavailable
+        })?;
+        let status =
+            StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let mut response = HttpResponse::build(status);
+        for name in PASSED_BACK {
+            if let Some(value) = answer.headers().get(name) {
+                if let Ok(value) = HeaderValue::from_bytes(value.as_bytes()) {
+                    response.insert_header((HeaderName::from_static(name), value));
+                }
+            }
+        }
+        Ok(response.streaming(answer.bytes_stream()))
+    }
+}

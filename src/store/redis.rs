@@ -1,0 +1,522 @@
+//! `--store redis://HOST:PORT/DB`: paused runs in Redis, for replicas.
+//!
+//! The client is redis-rs with its tokio `ConnectionManager`: one
+//! multiplexed connection per process that reconnects by itself, every
+//! command bounded by a response timeout. Every step that must not race
+//! another replica (claiming a session, taking over a run, recording a
+//! decision) is one Lua script, which Redis runs atomically. A standalone
+//! Redis (or a primary with replicas): the scripts touch keys they compute,
+//! which Redis Cluster does not allow.
+//!
+//! Keys (all under `chatgate:`):
+//! - `replica:ID`: `INSTANCE URL`, with a TTL of `--owner-ttl` that the
+//!   replica keeps refreshing: its heartbeat. `INSTANCE` is `ID/NONCE`, new
+//!   at every start, so a replica restarted under the same id does not pass
+//!   for the process that held the runs before.
+//! - `session:OWNER:SESSION`: a hash, `instance` (who owns the session's
+//!   run; empty once handed back at shutdown) and `run` (its id). Together
+//!   with the heartbeat this is the run's owner record: the owner is alive
+//!   while its heartbeat names the same instance.
+//! - `run:RUN`: a hash, `record` (the [`PausedRecord`] as JSON), `session`
+//!   (its session key) and, once taken, `decision`.
+//!
+//! Every key expires by itself: a session record an hour after its run
+//! started unless a pause extends it, a pause's records `linger` after the
+//! pause's expiry, an ended run's session record after `--detach-grace`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures_util::future::BoxFuture;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
+use serde_json::Value;
+use tokio::sync::OnceCell;
+
+use super::{PausedRecord, Store, StoreError};
+use crate::confirmation::SessionKey;
+
+/// How long a session record lives before a pause extends it: a run that
+/// streams for longer without pausing loses its owner record (a reply or
+/// re-attach elsewhere then finds no run).
+const STREAMING_TTL: Duration = Duration::from_secs(3600);
+/// Bound on every Redis command and connection attempt.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `alive(instance)`: the owner's advertised URL while its heartbeat names
+/// `instance`, else nil. Shared by the scripts that must tell a live owner
+/// from a dead one.
+const ALIVE: &str = r"
+local function alive(inst)
+  if not inst or inst == '' then return nil end
+  local replica = string.match(inst, '^(.+)/[^/]+$')
+  if not replica then return nil end
+  local beat = redis.call('GET', 'chatgate:replica:' .. replica)
+  if not beat then return nil end
+  local sp = string.find(beat, ' ', 1, true)
+  if sp and string.sub(beat, 1, sp - 1) == inst then return string.sub(beat, sp + 1) end
+  return nil
+end
+";
+
+/// KEYS: session. ARGV: instance, run, ttl ms.
+/// A new run takes the session unless a live replica owns it. A paused run
+/// a dead replica left on it is superseded: its record goes.
+const CLAIM: &str = r"
+local inst = redis.call('HGET', KEYS[1], 'instance')
+local old = redis.call('HGET', KEYS[1], 'run')
+if inst ~= ARGV[1] then
+  local url = alive(inst)
+  if url then return {'owned', url} end
+  if old then redis.call('DEL', 'chatgate:run:' .. old) end
+end
+redis.call('HSET', KEYS[1], 'instance', ARGV[1], 'run', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {'claimed'}
+";
+
+/// KEYS: session. ARGV: instance.
+/// Where a session's run is; a run whose owner is gone becomes ours.
+const TAKE_OVER: &str = r"
+local inst = redis.call('HGET', KEYS[1], 'instance')
+local run = redis.call('HGET', KEYS[1], 'run')
+if not run then return {'none'} end
+if inst == ARGV[1] then return {'mine', run} end
+local url = alive(inst)
+if url then return {'owned', url} end
+redis.call('HSET', KEYS[1], 'instance', ARGV[1])
+return {'taken', run}
+";
+
+/// KEYS: run, session. ARGV: record, ttl ms, instance, run id.
+const SAVE: &str = r"
+if redis.call('HGET', KEYS[2], 'instance') ~= ARGV[3] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'record', ARGV[1], 'session', KEYS[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('HSET', KEYS[2], 'run', ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+";
+
+/// KEYS: run. ARGV: decision, instance.
+/// Only the session's owner records, and only the first decision.
+const RECORD_DECISION: &str = r"
+local session = redis.call('HGET', KEYS[1], 'session')
+if not session then return 'gone' end
+if redis.call('HGET', session, 'instance') ~= ARGV[2] then return 'not_owner' end
+if redis.call('HEXISTS', KEYS[1], 'decision') == 1 then return 'decided' end
+redis.call('HSET', KEYS[1], 'decision', ARGV[1])
+return 'ok'
+";
+
+/// KEYS: run, session. ARGV: run id, instance, grace ms.
+/// The run ended: its record goes; its session stays ours for the grace
+/// (a re-attach elsewhere is sent here, where the end is kept).
+const REMOVE: &str = r"
+redis.call('DEL', KEYS[1])
+if redis.call('HGET', KEYS[2], 'run') == ARGV[1]
+   and redis.call('HGET', KEYS[2], 'instance') == ARGV[2] then
+  if tonumber(ARGV[3]) > 0 then
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  else
+    redis.call('DEL', KEYS[2])
+  end
+end
+return 1
+";
+
+/// KEYS: session. ARGV: run id, instance.
+/// At shutdown: the suspended run is anyone's to take over at once.
+const HAND_BACK: &str = r"
+if redis.call('HGET', KEYS[1], 'run') == ARGV[1]
+   and redis.call('HGET', KEYS[1], 'instance') == ARGV[2] then
+  redis.call('HSET', KEYS[1], 'instance', '')
+end
+return 1
+";
+
+/// KEYS: session. ARGV: run id, instance.
+/// A taken-over run had no record (it was working, or it ended): the
+/// session has no run.
+const FORGET: &str = r"
+if redis.call('HGET', KEYS[1], 'run') == ARGV[1]
+   and redis.call('HGET', KEYS[1], 'instance') == ARGV[2] then
+  redis.call('DEL', KEYS[1])
+end
+return 1
+";
+
+/// KEYS: heartbeat. ARGV: value.
+const LEAVE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+";
+
+/// Whether a new run may take its session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    Claimed,
+    /// A live replica owns the session: its advertised URL.
+    Owned(String),
+}
+
+/// Where a session's run is, as [`RedisStore::take_over`] found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// No run on the session.
+    Nobody,
+    /// This process owns it (if it is not here, it has ended).
+    Mine(String),
+    /// A live replica owns it: its advertised URL.
+    Elsewhere(String),
+    /// Its owner was gone: it is this process's now.
+    TakenOver(String),
+}
+
+/// What the store needs to know of its replica.
+#[derive(Debug, Clone)]
+pub struct ReplicaSettings {
+    pub replica_id: String,
+    pub advertise_url: String,
+    /// How long an ended run's session stays ours (`--detach-grace`).
+    pub grace: Duration,
+    /// How long a pause's records outlive its expiry: the grace and the
+    /// owner TTL, so that a replica taking it over late still sees its end.
+    pub linger: Duration,
+}
+
+pub struct RedisStore {
+    client: redis::Client,
+    connection: OnceCell<ConnectionManager>,
+    /// The URL without its password, for messages.
+    name: String,
+    /// `REPLICA/NONCE`: this process.
+    instance: Arc<str>,
+    replica: ReplicaSettings,
+    /// The last command succeeded (for `/readyz`).
+    healthy: AtomicBool,
+    scripts: Scripts,
+}
+
+struct Scripts {
+    claim: Script,
+    take_over: Script,
+    save: Script,
+    record_decision: Script,
+    remove: Script,
+    hand_back: Script,
+    forget: Script,
+    leave: Script,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("name", &self.name)
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Checks `url`; connects on first use (a Redis that is down at start
+    /// is a store that is unavailable for now, not a reason not to start).
+    pub fn open(url: &str, replica: ReplicaSettings) -> Result<RedisStore, String> {
+        let client = redis::Client::open(url).map_err(|err| err.to_string())?;
+        let info = client.get_connection_info();
+        let name = format!("redis://{}/{}", info.addr(), info.redis_settings().db());
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let with_alive = |body: &str| Script::new(&format!("{ALIVE}{body}"));
+        Ok(RedisStore {
+            client,
+            connection: OnceCell::new(),
+            name,
+            instance: Arc::from(format!("{}/{}", replica.replica_id, &nonce[..12])),
+            replica,
+            healthy: AtomicBool::new(true),
+            scripts: Scripts {
+                claim: with_alive(CLAIM),
+                take_over: with_alive(TAKE_OVER),
+                save: Script::new(SAVE),
+                record_decision: Script::new(RECORD_DECISION),
+                remove: Script::new(REMOVE),
+                hand_back: Script::new(HAND_BACK),
+                forget: Script::new(FORGET),
+                leave: Script::new(LEAVE),
+            },
+        })
+    }
+
+    /// This process: `REPLICA/NONCE`.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(COMMAND_TIMEOUT))
+            .set_response_timeout(Some(COMMAND_TIMEOUT))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let client = self.client.clone();
+        self.connection
+            .get_or_try_init(|| ConnectionManager::new_with_config(client, config))
+            .await
+            .cloned()
+            .map_err(|err| self.failed(&err))
+    }
+
+    fn failed(&self, err: &redis::RedisError) -> StoreError {
+        self.healthy.store(false, Ordering::Relaxed);
+        StoreError {
+            store: self.name.clone(),
+            reason: err.to_string(),
+            moved: false,
+        }
+    }
+
+    /// Another replica owns the run now.
+    fn moved(&self, reason: &str) -> StoreError {
+        StoreError {
+            store: self.name.clone(),
+            reason: reason.to_owned(),
+            moved: true,
+        }
+    }
+
+    /// Runs `script` with `keys` and `args`.
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<T, StoreError> {
+        let mut connection = self.connection().await?;
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let value = invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(|err| self.failed(&err))?;
+        self.healthy.store(true, Ordering::Relaxed);
+        Ok(value)
+    }
+
+    /// A new run `run` takes `key`, unless a live replica owns it.
+    pub async fn claim(&self, key: &SessionKey, run: &str) -> Result<Claim, StoreError> {
+        let ttl = STREAMING_TTL.as_millis().to_string();
+        let answer: Vec<String> = self
+            .invoke(
+                &self.scripts.claim,
+                &[&session_key(key)],
+                &[&self.instance, run, &ttl],
+            )
+            .await?;
+        Ok(match answer.as_slice() {
+            [owned, url] if owned == "owned" => Claim::Owned(url.clone()),
+            _ => Claim::Claimed,
+        })
+    }
+
+    /// Where the run of `key` is; one whose owner is gone becomes ours.
+    pub async fn take_over(&self, key: &SessionKey) -> Result<Owner, StoreError> {
+        let answer: Vec<String> = self
+            .invoke(
+                &self.scripts.take_over,
+                &[&session_key(key)],
+                &[&self.instance],
+            )
+            .await?;
+        Ok(match answer.as_slice() {
+            [what, run] if what == "mine" => Owner::Mine(run.clone()),
+            [what, url] if what == "owned" => Owner::Elsewhere(url.clone()),
+            [what, run] if what == "taken" => Owner::TakenOver(run.clone()),
+            _ => Owner::Nobody,
+        })
+    }
+
+    /// The stored record of `run`, with its decision if one was taken.
+    pub async fn get(&self, run: &str) -> Result<Option<PausedRecord>, StoreError> {
+        let mut connection = self.connection().await?;
+        let (record, decision): (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(run_key(run))
+            .arg("record")
+            .arg("decision")
+            .query_async(&mut connection)
+            .await
+            .map_err(|err| self.failed(&err))?;
+        self.healthy.store(true, Ordering::Relaxed);
+        let Some(record) = record else {
+            return Ok(None);
+        };
+        match serde_json::from_str::<PausedRecord>(&record) {
+            Ok(mut record) => {
+                record.decision = decision.and_then(|d| serde_json::from_str(&d).ok());
+                Ok(Some(record))
+            }
+            Err(err) => {
+                log::warn!("skipping an unreadable stored run {run}: {err}");
+                Ok(None)
+            }
+        }
+    }
+
+    /// A run taken over had no record: its session has no run any more.
+    pub async fn forget(&self, key: &SessionKey, run: &str) -> Result<(), StoreError> {
+        self.invoke::<i64>(
+            &self.scripts.forget,
+            &[&session_key(key)],
+            &[run, &self.instance],
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Refreshes this replica's heartbeat for `ttl`. Returns `true` if the
+    /// heartbeat had lapsed (another replica may have taken runs over).
+    pub async fn heartbeat(&self, ttl: Duration) -> Result<bool, StoreError> {
+        let mut connection = self.connection().await?;
+        let previous: Option<String> = redis::cmd("SET")
+            .arg(self.heartbeat_key())
+            .arg(self.heartbeat_value())
+            .arg("PX")
+            .arg(ttl.as_millis() as u64)
+            .arg("GET")
+            .query_async(&mut connection)
+            .await
+            .map_err(|err| self.failed(&err))?;
+        self.healthy.store(true, Ordering::Relaxed);
+        Ok(previous.as_deref() != Some(self.heartbeat_value().as_str()))
+    }
+
+    /// Deletes this process's heartbeat: its runs are anyone's at once.
+    pub async fn leave(&self) -> Result<(), StoreError> {
+        self.invoke::<i64>(
+            &self.scripts.leave,
+            &[&self.heartbeat_key()],
+            &[&self.heartbeat_value()],
+        )
+        .await
+        .map(drop)
+    }
+
+    fn heartbeat_key(&self) -> String {
+        format!("chatgate:replica:{}", self.replica.replica_id)
+    }
+
+    fn heartbeat_value(&self) -> String {
+        format!("{} {}", self.instance, self.replica.advertise_url)
+    }
+}
+
+impl Store for RedisStore {
+    fn is_durable(&self) -> bool {
+        true
+    }
+
+    fn health(&self) -> Result<(), String> {
+        if self.healthy.load(Ordering::Relaxed) {
+            Ok(())
+        } else {
+            Err(self.name.clone())
+        }
+    }
+
+    fn save(&self, record: PausedRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let now_ms = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            let ttl = record.expires_at_ms.saturating_sub(now_ms)
+                + self.replica.linger.as_millis() as u64;
+            let json = serde_json::to_string(&record).unwrap_or_default();
+            let session = session_key(&SessionKey::new(record.owner, &record.session_id));
+            let saved: i64 = self
+                .invoke(
+                    &self.scripts.save,
+                    &[&run_key(&record.run), &session],
+                    &[&json, &ttl.to_string(), &self.instance, &record.run],
+                )
+                .await?;
+            if saved == 1 {
+                Ok(())
+            } else {
+                Err(self.moved("another replica owns this session now"))
+            }
+        })
+    }
+
+    fn record_decision(&self, run: &str, decision: Value) -> BoxFuture<'_, Result<(), StoreError>> {
+        let run = run_key(run);
+        Box::pin(async move {
+            let answer: String = self
+                .invoke(
+                    &self.scripts.record_decision,
+                    &[&run],
+                    &[&decision.to_string(), &self.instance],
+                )
+                .await?;
+            match answer.as_str() {
+                "ok" => Ok(()),
+                "not_owner" => Err(self.moved("another replica owns this run now")),
+                "decided" => Err(self.moved("this pause was decided on another replica")),
+                _ => Err(self.moved("the run's record is gone")),
+            }
+        })
+    }
+
+    fn remove(&self, run: &str, key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
+        let (run, session) = (run.to_owned(), session_key(key));
+        Box::pin(async move {
+            let grace = self.replica.grace.as_millis().to_string();
+            self.invoke::<i64>(
+                &self.scripts.remove,
+                &[&run_key(&run), &session],
+                &[&run, &self.instance, &grace],
+            )
+            .await
+            .map(drop)
+        })
+    }
+
+    fn suspend(&self, run: &str, key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
+        let (run, session) = (run.to_owned(), session_key(key));
+        Box::pin(async move {
+            self.invoke::<i64>(
+                &self.scripts.hand_back,
+                &[&session],
+                &[&run, &self.instance],
+            )
+            .await
+            .map(drop)
+        })
+    }
+
+    fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
+        // Replicas restore lazily: a run is taken over by the replica that
+        // gets its next reply or re-attach (see `crate::run::Runs::place`).
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+fn session_key(key: &SessionKey) -> String {
+    match key.owner {
+        Some(owner) => format!("chatgate:session:k{owner}:{}", key.session_id),
+        None => format!("chatgate:session:-:{}", key.session_id),
+    }
+}
+
+fn run_key(run: &str) -> String {
+    format!("chatgate:run:{run}")
+}
