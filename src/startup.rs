@@ -184,7 +184,7 @@ impl Application {
         let cluster = state.runs.cluster.clone();
         if let Some(cluster) = &cluster {
             // Owns what it starts from the first request on.
-            cluster.start_heartbeat().await;
+            state.runs.start_heartbeat().await;
             log::info!(
                 "replica {} at {}, store {}",
                 cluster.replica_id(),

@@ -142,9 +142,12 @@ impl Cluster {
 
     /// Keeps this replica's heartbeat until it leaves. The first beat is
     /// written before this returns, so the replica owns what it starts.
-    pub async fn start_heartbeat(self: &Arc<Self>) {
+    /// `lapsed` is called whenever a beat finds the previous one expired
+    /// (Redis was out of reach, or the process stalled, for a whole TTL):
+    /// other replicas may have taken over runs held here.
+    pub async fn start_heartbeat(self: &Arc<Self>, lapsed: impl Fn() + Send + 'static) {
         let interval = (self.owner_ttl / 3).min(Duration::from_secs(1));
-        let mut healthy = self.beat(true, true).await;
+        let mut healthy = self.beat(true).await.is_some();
         let cluster = self.clone();
         tokio::spawn(async move {
             loop {
@@ -152,31 +155,33 @@ impl Cluster {
                     () = tokio::time::sleep(interval) => {}
                     () = cluster.leaving.cancelled() => return,
                 }
-                healthy = cluster.beat(healthy, false).await;
+                let beat = cluster.beat(healthy).await;
+                if beat == Some(true) {
+                    log::warn!(
+                        "this replica's heartbeat had lapsed: other replicas may have taken \
+                         over runs paused here; those are handed to them"
+                    );
+                    lapsed();
+                }
+                healthy = beat.is_some();
             }
         });
     }
 
-    /// One heartbeat; logs changes only. Returns whether it was written.
-    async fn beat(&self, was_healthy: bool, first: bool) -> bool {
+    /// One heartbeat; logs changes only. `Some(lapsed)` once written.
+    async fn beat(&self, was_healthy: bool) -> Option<bool> {
         match self.store.heartbeat(self.owner_ttl).await {
             Ok(lapsed) => {
                 if !was_healthy {
                     log::info!("the store ({}) is reachable again", self.store.name());
                 }
-                if lapsed && !first {
-                    log::warn!(
-                        "this replica's heartbeat had lapsed: other replicas may have taken \
-                         over its paused runs (a decision on them here is refused)"
-                    );
-                }
-                true
+                Some(lapsed)
             }
             Err(err) => {
                 if was_healthy {
                     log::error!("heartbeat: {err}");
                 }
-                false
+                None
             }
         }
     }

@@ -250,6 +250,11 @@ impl LogRegistry {
         }
     }
 
+    /// The sessions whose logs are held.
+    pub fn keys(&self) -> Vec<SessionKey> {
+        self.lock().keys().cloned().collect()
+    }
+
     /// Logs held (live runs plus finished ones within their grace).
     pub fn len(&self) -> usize {
         self.lock().len()

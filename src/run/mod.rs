@@ -259,6 +259,46 @@ impl Runs {
         }
     }
 
+    /// With replicas: keeps this replica's heartbeat, and when it finds the
+    /// heartbeat had lapsed, hands over every run here that another replica
+    /// took over meanwhile (see [`Runs::relinquish`]).
+    pub async fn start_heartbeat(&self) {
+        let Some(cluster) = self.cluster.clone() else {
+            return;
+        };
+        let runs = self.clone();
+        cluster
+            .start_heartbeat(move || {
+                let runs = runs.clone();
+                tokio::spawn(async move { runs.hand_over_taken().await });
+            })
+            .await;
+    }
+
+    /// Relinquishes the paused runs here whose session another process owns.
+    async fn hand_over_taken(&self) {
+        let Some(cluster) = &self.cluster else {
+            return;
+        };
+        let keys: Vec<SessionKey> = self
+            .logs
+            .keys()
+            .into_iter()
+            .filter(|key| self.manager.holds(key))
+            .collect();
+        match cluster.store().instances(&keys).await {
+            Ok(owners) => {
+                let me = cluster.store().instance();
+                for (key, owner) in keys.iter().zip(owners) {
+                    if owner.is_some_and(|owner| !owner.is_empty() && owner != me) {
+                        self.relinquish(key);
+                    }
+                }
+            }
+            Err(err) => ::log::warn!("cannot check which runs are still ours: {err}"),
+        }
+    }
+
     /// Re-attaches to the run of `key`, replaying every chunk after `last_seen`.
     pub fn reattach(&self, key: SessionKey, last_seen: u64) -> Result<Subscription, ReattachError> {
         let log = self.logs.find(&key).ok_or(ReattachError::NoSuchRun)?;

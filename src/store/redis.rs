@@ -372,6 +372,21 @@ impl RedisStore {
         }
     }
 
+    /// The instance that owns each of `keys` (`None`: nobody).
+    pub async fn instances(&self, keys: &[SessionKey]) -> Result<Vec<Option<String>>, StoreError> {
+        let mut connection = self.connection().await?;
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("HGET").arg(session_key(key)).arg("instance");
+        }
+        let owners: Vec<Option<String>> = pipe
+            .query_async(&mut connection)
+            .await
+            .map_err(|err| self.failed(&err))?;
+        self.healthy.store(true, Ordering::Relaxed);
+        Ok(owners)
+    }
+
     /// A run taken over had no record: its session has no run any more.
     pub async fn forget(&self, key: &SessionKey, run: &str) -> Result<(), StoreError> {
         self.invoke::<i64>(

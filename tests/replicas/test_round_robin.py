@@ -1,0 +1,501 @@
+"""Three chatgate replicas sharing a Redis, behind nginx with plain
+round-robin (deploy/nginx-round-robin.conf): a reply, a supersede or a
+re-attach may land on any replica.
+
+Run by .ci/run (redis-server and nginx are not on a fresh machine, so
+`cargo test` does not):
+
+    CHATGATE_BIN=target/debug/chatgate python3 -m unittest discover -s tests/replicas
+
+The harness starts its own redis-server on a free port, and every process
+listens on 127.0.0.1; all of them are stopped when the tests end.
+"""
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+
+from chatgate_client import ChatGateClient  # noqa: E402
+
+ROUND_ROBIN_CONF = os.path.join(ROOT, "deploy", "nginx-round-robin.conf")
+STREAM_PATH = "/api/v1/chat/stream"
+SECRET = "test-cluster-secret-0123456789"
+OWNER_TTL = 2.0
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def status_of(url):
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
+def wait_for(url, deadline=15.0, status=200):
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        try:
+            if status_of(url)[0] == status:
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise RuntimeError("%s did not answer %d" % (url, status))
+
+
+def binary():
+    path = os.environ.get("CHATGATE_BIN") or os.path.join(ROOT, "target", "debug", "chatgate")
+    if not os.path.exists(path):
+        raise RuntimeError("no chatgate binary at %s: run `cargo build` or set CHATGATE_BIN" % path)
+    return path
+
+
+class Redis:
+    """A redis-server of our own, on a free port, its data in ``dir``."""
+
+    def __init__(self, dir):
+        server = shutil.which("redis-server") or "/usr/bin/redis-server"
+        if not os.path.exists(server):
+            raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+        self.server = server
+        self.dir = dir
+        self.port = free_port()
+        self.url = "redis://127.0.0.1:%d/0" % self.port
+        self.process = None
+        self.start()
+
+    def start(self):
+        # Append-only, synced: stopped and started again, it keeps its data.
+        self.process = subprocess.Popen(
+            [self.server, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+             "--protected-mode", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(64).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not come up")
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=15)
+
+
+class Replica:
+    """One chatgate process of the cluster."""
+
+    def __init__(self, redis, name, extra=()):
+        self.name = name
+        self.port = free_port()
+        self.address = "127.0.0.1:%d" % self.port
+        self.url = "http://" + self.address
+        self.log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            [binary(), "--bind", self.address, "--store", redis.url, "--replica-id", name,
+             "--advertise-url", self.url, "--cluster-secret", SECRET,
+             "--owner-ttl", "%ds" % OWNER_TTL, "--step-delay", "0", "--keep-alive", "1s",
+             "--workers", "1"] + list(extra),
+            stdout=subprocess.DEVNULL, stderr=self.log,
+            env=dict(os.environ, RUST_LOG="warn,chatgate=info"),
+        )
+        wait_for(self.url + "/readyz")
+
+    def kill(self):
+        self.process.kill()
+        self.process.wait()
+
+    def terminate(self):
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=30)
+
+    def logs(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def metric(self, name, having=""):
+        """The sum of a counter's samples on this replica's /metrics."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as response:
+            text = response.read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name) and having in line)
+
+    def decisions(self):
+        """Confirmations this replica accepted."""
+        return self.metric("chatgate_confirmation_decisions_total", 'outcome="accepted"')
+
+    def forwarded(self):
+        """Requests this replica forwarded to a run's owner."""
+        return self.metric("chatgate_forwarded_requests_total")
+
+
+class Nginx:
+    def __init__(self, dir, replicas):
+        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not os.path.exists(nginx):
+            raise RuntimeError("nginx is not installed (apt-get install nginx-light)")
+        self.port = free_port()
+        with open(ROUND_ROBIN_CONF) as f:
+            site = f.read()
+        for default, replica in zip(["127.0.0.1:8081", "127.0.0.1:8082", "127.0.0.1:8083"], replicas):
+            site = site.replace("server %s;" % default, "server %s;" % replica.address)
+        site = site.replace("listen 127.0.0.1:8000;", "listen 127.0.0.1:%d;" % self.port)
+        with open(os.path.join(dir, "site.conf"), "w") as f:
+            f.write(site)
+        conf = os.path.join(dir, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write("""
+worker_processes 1;
+daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    include {dir}/site.conf;
+}}
+""".format(dir=dir))
+        self.process = subprocess.Popen(
+            [nginx, "-p", dir, "-e", os.path.join(dir, "error.log"), "-c", conf],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        self.url = "http://127.0.0.1:%d" % self.port
+        wait_for(self.url + "/healthz")
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=15)
+
+
+class Cluster:
+    def __init__(self, replicas=3, nginx=True, extra=()):
+        self.dir = tempfile.mkdtemp(prefix="chatgate-cluster-")
+        self.redis = Redis(self.dir)
+        self.replicas = []
+        self.nginx = None
+        try:
+            for i in range(replicas):
+                self.replicas.append(Replica(self.redis, "r%d" % (i + 1), extra))
+            if nginx:
+                self.nginx = Nginx(self.dir, self.replicas)
+        except Exception:
+            self.stop()
+            raise
+
+    def add(self, name, extra=()):
+        replica = Replica(self.redis, name, extra)
+        self.replicas.append(replica)
+        return replica
+
+    def stop(self):
+        if self.nginx:
+            self.nginx.stop()
+        for replica in self.replicas:
+            if replica.process.poll() is None:
+                replica.process.kill()
+                replica.process.wait()
+        self.redis.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def connect(target):
+    """A connection to ``target``: a Replica, or the nginx in front."""
+    return http.client.HTTPConnection("127.0.0.1", target.port, timeout=30)
+
+
+def post(target, body, headers=()):
+    conn = connect(target)
+    conn.request("POST", STREAM_PATH, body=json.dumps(body),
+                 headers=dict({"Content-Type": "application/json"}, **dict(headers)))
+    response = conn.getresponse()
+    response.conn = conn
+    return response
+
+
+def answer(target, session, action, headers=()):
+    """A reply's status and its one chunk."""
+    response = post(target, {"message": "CONFIRM_ACTION:" + action, "session_id": session}, headers)
+    body = response.read().decode()
+    response.conn.close()
+    data = [line[6:] for line in body.splitlines() if line.startswith("data: ")]
+    return response.status, json.loads(data[0]), response
+
+
+def read_until(response, pattern, limit=1 << 20):
+    """Reads the stream until ``pattern`` (bytes regex) matches what came."""
+    seen = b""
+    while not re.search(pattern, seen):
+        piece = response.read1(65536)
+        if not piece or len(seen) > limit:
+            raise AssertionError("stream ended or grew without %r: %r" % (pattern, seen[-400:]))
+        seen += piece
+    return seen
+
+
+def read_to_end(response):
+    seen = b""
+    while True:
+        piece = response.read1(65536)
+        if not piece:
+            return seen
+        seen += piece
+
+
+def chunk_types(raw):
+    return re.findall(rb'"chunk_type":"([a-z_]+)"', raw)
+
+
+def new_session(prefix):
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+
+
+def pause_on(replica, session, message="build; ship"):
+    """Starts a run on ``replica`` and reads it to its confirmation request."""
+    stream = post(replica, {"message": message, "session_id": session})
+    assert stream.status == 200, stream.status
+    read_until(stream, rb'"chunk_type":"confirmation_request"')
+    return stream
+
+
+def setUpModule():
+    global CLUSTER
+    CLUSTER = Cluster()
+
+
+def tearDownModule():
+    CLUSTER.stop()
+
+
+class RoundRobinTests(unittest.TestCase):
+    def test_stream_on_a_modify_on_b_confirm_on_c(self):
+        a, b, c = CLUSTER.replicas[:3]
+        session = new_session("abc")
+        stream = pause_on(a, session)
+
+        modified = answer(b, session, "modify:add a check")
+        read_until(stream, rb'"chunk_type":"confirmation_request","metadata":'
+                           rb'\{"confirmation_id":"[^"]+","confirmation_round":2')
+        confirmed = answer(c, session, "confirm")
+        rest = read_to_end(stream)
+
+        self.assertEqual(modified[0], 200, modified[1])
+        self.assertEqual(modified[1]["metadata"]["action"], "modify")
+        self.assertEqual(confirmed[0], 200, confirmed[1])
+        self.assertEqual(chunk_types(rest)[-1], b"completion")
+        stream.conn.close()
+
+    def test_runs_through_round_robin_all_complete_with_replies_landing_anywhere(self):
+        client = ChatGateClient(CLUSTER.nginx.url)
+        before = [(r.decisions(), r.forwarded()) for r in CLUSTER.replicas[:3]]
+        outcomes = []
+        for i in range(12):
+            # One or two rounds: the runs' streams then land on every replica.
+            replies = ["modify:add a check", "confirm"] if i % 2 else ["confirm"]
+            expected = len(replies)
+            result = client.run("build; ship", on_confirmation=lambda chunk: replies.pop(0))
+            rounds = [c["chunk_type"] for c in result.chunks].count("confirmation_request")
+            outcomes.append((result.outcome, rounds == expected))
+
+        after = [(r.decisions(), r.forwarded()) for r in CLUSTER.replicas[:3]]
+        self.assertEqual(outcomes, [("completed", True)] * 12)
+        decided = [x[0] - y[0] for x, y in zip(after, before)]
+        forwarded = sum(x[1] - y[1] for x, y in zip(after, before))
+        # Decisions are taken by the replica that owns each run, wherever
+        # the reply landed: 6 runs of two rounds, 6 of one.
+        self.assertEqual(sum(decided), 18, decided)
+        self.assertTrue(all(n > 0 for n in decided), "runs on every replica: %r" % decided)
+        self.assertGreater(forwarded, 0, "replies landed on replicas not holding the run")
+
+    def test_fifty_racing_replies_spread_over_three_replicas_have_one_winner(self):
+        a = CLUSTER.replicas[0]
+        session = new_session("race")
+        stream = pause_on(a, session)
+        results = [None] * 50
+        start = threading.Barrier(50)
+
+        def reply(i):
+            start.wait()
+            action = ["confirm", "cancel", "modify:x"][i % 3]
+            status, chunk, _ = answer(CLUSTER.replicas[i % 3], session, action)
+            results[i] = (status, chunk["chunk_type"], (chunk.get("metadata") or {}).get("error_type"))
+
+        threads = [threading.Thread(target=reply, args=(i,)) for i in range(50)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        raw = read_until(stream, rb'"finished":true')
+
+        winners = [r for r in results if r[0] == 200]
+        losers = [r for r in results if r[0] != 200]
+        self.assertEqual(len(winners), 1, results)
+        self.assertEqual(winners[0][1], "confirmation_received")
+        # Too late: decided (409) while the run lives, or no pause (404)
+        # once it has ended.
+        late = {(409, "error", "already_decided"), (404, "error", "no_pending_confirmation")}
+        self.assertTrue(all(r in late for r in losers), losers)
+        self.assertEqual(chunk_types(raw).count(b"confirmation_received"), 1)
+        stream.conn.close()
+
+    def test_a_re_attach_through_another_replica_replays_and_goes_on(self):
+        a, b, c = CLUSTER.replicas[:3]
+        session = new_session("reattach")
+        first = pause_on(a, session)
+        first.conn.close()  # the client's connection breaks
+
+        again = post(b, {"session_id": session}, {"Last-Event-ID": "1"})
+        replayed = read_until(again, rb'"chunk_type":"confirmation_request"')
+        status, _, _ = answer(c, session, "confirm")
+        rest = read_to_end(again)
+
+        self.assertEqual(again.status, 200)
+        self.assertIn(b"id: 2\n", replayed)
+        self.assertNotIn(b"id: 1\n", replayed)
+        self.assertEqual(status, 200)
+        self.assertEqual(chunk_types(rest)[-1], b"completion")
+
+    def test_a_new_message_on_another_replica_supersedes_the_paused_run(self):
+        a, b, _ = CLUSTER.replicas[:3]
+        session = new_session("supersede")
+        old = pause_on(a, session)
+
+        new = post(b, {"message": "again; anew", "session_id": session})
+        read_until(new, rb'"chunk_type":"confirmation_request"')
+        ended = read_to_end(old)
+
+        self.assertIn(b'"reason":"superseded"', ended)
+        self.assertEqual(answer(CLUSTER.replicas[2], session, "cancel")[0], 200)
+        self.assertIn(b'"reason":"user"', read_to_end(new))
+
+    def test_a_client_posing_as_a_replica_is_refused(self):
+        a = CLUSTER.replicas[0]
+        for secret in ["guess", SECRET + "x"]:
+            response = post(a, {"message": "hi"}, {"X-Chatgate-Cluster-Secret": secret})
+            body = response.read().decode()
+            self.assertEqual(response.status, 403)
+            self.assertIn('"error_type":"forbidden_replica"', body)
+
+    def test_kill_9_of_the_owner_while_paused_a_reply_elsewhere_resumes_the_run(self):
+        doomed = CLUSTER.add("doomed")
+        a, b = CLUSTER.replicas[:2]
+        session = new_session("kill9")
+        stream = pause_on(doomed, session)
+
+        doomed.kill()
+        stream.conn.close()
+        time.sleep(OWNER_TTL + 0.5)  # its heartbeat expires
+        status, chunk, _ = answer(a, session, "confirm")
+        again = post(b, {"session_id": session}, {"Last-Event-ID": "2"})
+        rest = read_to_end(again)
+        second = answer(b, session, "confirm")
+
+        self.assertEqual(status, 200, chunk)
+        self.assertEqual(again.status, 200)
+        self.assertEqual(chunk_types(rest), [b"confirmation_received", b"status", b"tool_output",
+                                             b"status", b"tool_output", b"completion"])
+        self.assertEqual(second[0], 404, "nothing runs twice: %r" % (second[1],))
+
+    def test_a_replica_stopping_hands_its_paused_run_over_at_once(self):
+        leaving = CLUSTER.add("leaving")
+        a, b = CLUSTER.replicas[:2]
+        session = new_session("deploy")
+        stream = pause_on(leaving, session)
+
+        leaving.terminate()
+        tail = read_to_end(stream)
+        # No wait for the owner TTL: a stopping replica hands its runs back.
+        again = post(a, {"session_id": session}, {"Last-Event-ID": "2"})
+        status, _, _ = answer(b, session, "confirm")
+        rest = read_to_end(again)
+
+        self.assertIn(b"retry: ", tail)
+        self.assertNotIn(b'"finished":true', tail)
+        self.assertEqual(again.status, 200)
+        self.assertEqual(status, 200)
+        self.assertEqual(chunk_types(rest)[0], b"confirmation_received")
+        self.assertEqual(chunk_types(rest)[-1], b"completion")
+
+
+class RedisOutageTests(unittest.TestCase):
+    """Redis stopped and started again (its data kept), two replicas."""
+
+    def setUp(self):
+        self.cluster = Cluster(replicas=2, nginx=False, extra=["--confirm-timeout", "6s"])
+
+    def tearDown(self):
+        self.cluster.stop()
+
+    def test_decisions_wait_for_redis_and_runs_go_on_when_it_is_back(self):
+        a, b = self.cluster.replicas
+        session = new_session("outage")
+        stream = pause_on(a, session)
+
+        self.cluster.redis.stop()
+        here = answer(a, session, "confirm")
+        there = answer(b, session, "confirm")
+        readyz = status_of(a.url + "/readyz")
+        # The stream stays open meanwhile: keep-alives go on.
+        read_until(stream, rb": keep-alive\n\n")
+        self.cluster.redis.start()
+        for replica in (a, b):
+            wait_for(replica.url + "/readyz")
+        after = answer(b, session, "confirm")
+        rest = read_to_end(stream)
+
+        for status, chunk, response in (here, there):
+            self.assertEqual(status, 503, chunk)
+            self.assertEqual(chunk["metadata"]["error_type"], "store_unavailable")
+            self.assertEqual(response.getheader("Retry-After"), "1")
+        self.assertEqual(readyz[0], 503)
+        self.assertEqual(readyz[1]["status"], "store_unavailable")
+        self.assertIn("redis://", readyz[1]["store"])
+        self.assertEqual(after[0], 200, after[1])
+        self.assertEqual(chunk_types(rest).count(b"confirmation_received"), 1)
+        self.assertEqual(chunk_types(rest)[-1], b"completion")
+
+    def test_a_pause_times_out_as_usual_while_redis_is_down(self):
+        a, _ = self.cluster.replicas
+        session = new_session("timeout")
+        stream = pause_on(a, session)
+
+        self.cluster.redis.stop()
+        rest = read_to_end(stream)
+        self.cluster.redis.start()
+
+        self.assertIn(b'"reason":"timeout"', rest)
+        self.assertEqual(chunk_types(rest)[-1], b"cancelled")
+
+
+if __name__ == "__main__":
+    unittest.main()
