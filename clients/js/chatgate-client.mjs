@@ -112,6 +112,11 @@ export class StreamBroken extends ChatGateError {
 /** Times a re-attach is tried, `retry:` apart, after the server said it
  * was restarting (a run suspended to a durable store). */
 export const RESTART_ATTEMPTS = 30;
+/** A reply refused with 503 and one of these was not taken (the server's
+ * store or the replica holding the run was out of reach for a moment): it is
+ * sent again, `Retry-After` apart, up to REPLY_ATTEMPTS times. */
+export const RETRYABLE_REPLY_ERRORS = ['store_unavailable', 'owner_unavailable', 'shutting_down'];
+export const REPLY_ATTEMPTS = 5;
 
 /** Times `run()` re-attaches a broken stream without a chunk in between. */
 export const DEFAULT_REATTACH_ATTEMPTS = 3;
@@ -209,7 +214,7 @@ export class ChatGateClient {
       const why = cause?.code ?? cause?.errors?.[0]?.code ?? cause?.message ?? err.message;
       throw new ChatGateError(`cannot reach ${this.baseUrl || 'the server'}: ${why}`);
     }
-    return { status: response.status, chunks: readChunks(response) };
+    return { status: response.status, chunks: readChunks(response), retryAfter: retryAfterMs(response) };
   }
 
   /**
@@ -235,9 +240,19 @@ export class ChatGateClient {
   async reply(sessionId, action, text = null, { confirmationId, decisions } = {}) {
     let message = `${CONFIRM_PREFIX}:${action}`;
     if (text !== null && text !== undefined) message += `:${text}`;
-    const { chunks } = await this.stream(message, { sessionId, confirmationId, decisions });
-    for await (const chunk of chunks) return chunk;
-    throw new ChatGateError('empty answer to a reply');
+    for (let attempt = 1; ; attempt += 1) {
+      const { status, chunks, retryAfter } = await this.stream(message, { sessionId, confirmationId, decisions });
+      let chunk = null;
+      for await (const first of chunks) {
+        chunk = first;
+        break;
+      }
+      if (chunk === null) throw new ChatGateError('empty answer to a reply');
+      const retryable = status === 503 && RETRYABLE_REPLY_ERRORS.includes(chunk.metadata?.error_type);
+      if (!retryable || attempt >= REPLY_ATTEMPTS) return chunk;
+      // Not taken: send the same reply again, when told to.
+      await new Promise((resolve) => setTimeout(resolve, retryAfter));
+    }
   }
 
   /**
@@ -310,6 +325,11 @@ export class ChatGateClient {
             if (restarting && unreachable instanceof ChatGateError) continue;
             throw unreachable;
           }
+          if (restarting && again.status === 503) {
+            // Another replica (or the store) is not ready yet.
+            await again.chunks.return?.();
+            continue;
+          }
           break;
         }
         if (again.status !== 200) {
@@ -330,6 +350,12 @@ export class ChatGateClient {
     const ack = await this.reply(sessionId, answer[0], answer[1], { confirmationId, decisions: answer[2] });
     if (ack.chunk_type === 'error' && onChunk) await onChunk(ack);
   }
+}
+
+/** Milliseconds a 503 asked to wait (`Retry-After`), within reason. */
+function retryAfterMs(response, fallback = 1000, longest = 5000) {
+  const seconds = Number(response.headers?.get?.('Retry-After'));
+  return Number.isFinite(seconds) && seconds >= 0 ? Math.min(seconds * 1000, longest) : fallback;
 }
 
 async function* readChunks(response) {

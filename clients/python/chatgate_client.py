@@ -58,6 +58,11 @@ DEFAULT_REATTACH_ATTEMPTS = 3
 #: Times a re-attach is tried, ``retry:`` apart, after the server said it was
 #: restarting (a run suspended to a durable store).
 RESTART_ATTEMPTS = 30
+#: A reply refused with 503 and one of these was not taken (the server's
+#: store or the replica holding the run was out of reach for a moment): it
+#: is sent again, ``Retry-After`` apart, up to ``REPLY_ATTEMPTS`` times.
+RETRYABLE_REPLY_ERRORS = ("store_unavailable", "owner_unavailable", "shutting_down")
+REPLY_ATTEMPTS = 5
 #: Seconds the cancel the command line sends on Ctrl-C may take.
 CANCEL_TIMEOUT = 2.0
 
@@ -365,10 +370,18 @@ class ChatGateClient:
         message = "%s:%s" % (CONFIRM_PREFIX, action)
         if text is not None:
             message += ":" + text
-        with self.stream(message, session_id, confirmation_id, decisions) as chunks:
-            for chunk in chunks:
-                return chunk
-        raise ChatGateError("empty answer to a reply")
+        for attempt in range(1, REPLY_ATTEMPTS + 1):
+            with self.stream(message, session_id, confirmation_id, decisions) as chunks:
+                chunk = next(iter(chunks), None)
+                if chunk is None:
+                    raise ChatGateError("empty answer to a reply")
+                error_type = (chunk.get("metadata") or {}).get("error_type")
+                if (chunks.status != 503 or error_type not in RETRYABLE_REPLY_ERRORS
+                        or attempt == REPLY_ATTEMPTS):
+                    return chunk
+                # Not taken: send the same reply again, when told to.
+                time.sleep(_retry_after(chunks.headers))
+        return chunk
 
     # -- high level ----------------------------------------------------------
 
@@ -430,6 +443,10 @@ class ChatGateClient:
                         if restarting:
                             continue
                         raise
+                    if restarting and stream.status == 503:
+                        # Another replica (or the store) is not ready yet.
+                        stream.close()
+                        continue
                     break
                 if stream.status != 200:
                     gone = next(iter(stream), {})
@@ -450,6 +467,14 @@ class ChatGateClient:
 
 
 # -- command line ------------------------------------------------------------
+
+def _retry_after(headers, default=1.0, longest=5.0):
+    """Seconds a 503 asked to wait (``Retry-After``), within reason."""
+    try:
+        return min(max(float(headers.get("Retry-After")), 0.0), longest)
+    except (TypeError, ValueError):
+        return default
+
 
 def _seconds_left(expires_at):
     try:

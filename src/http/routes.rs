@@ -285,6 +285,7 @@ async fn chat(
                 Place::Owner(owner_url) => {
                     return forward_to(state, &owner_url, req, body, &session_id).await
                 }
+                Place::Draining => return Err(Refusal::new(ChatError::ShuttingDown, &session_id)),
             };
             let subscription = state
                 .runs
@@ -309,6 +310,7 @@ async fn elsewhere(
     match state.runs.place(key).await {
         Ok(Place::Here(_)) => Ok(None),
         Ok(Place::Owner(url)) => Ok(Some(url)),
+        Ok(Place::Draining) => Err(Refusal::new(ChatError::ShuttingDown, session_id)),
         Err(err) => {
             log::error!("{err}");
             Err(Refusal::new(ChatError::StoreUnreachable, session_id))

@@ -185,6 +185,11 @@ impl RunLog {
         }
     }
 
+    /// Whether the run was suspended (it goes on elsewhere or later).
+    pub fn is_suspended(&self) -> bool {
+        self.lock().suspended
+    }
+
     /// True when no client is attached and the run has not delivered its end.
     pub fn is_detached(&self) -> bool {
         let inner = self.lock();

@@ -75,6 +75,9 @@ pub enum Place {
     Here(Option<Arc<str>>),
     /// At the replica that owns the session: its advertised URL.
     Owner(String),
+    /// Nowhere while this replica shuts down: the run's owner is gone, and
+    /// a replica that is stopping takes nothing over (retry elsewhere).
+    Draining,
 }
 
 impl Runs {
@@ -137,9 +140,10 @@ impl Runs {
             return Ok(Place::Here(None));
         }
         let store = cluster.store();
-        match store.take_over(key).await? {
+        match store.take_over(key, !self.shutdown.is_cancelled()).await? {
             Owner::Nobody | Owner::Mine(_) => {}
             Owner::Elsewhere(url) => return Ok(Place::Owner(url)),
+            Owner::Orphan => return Ok(Place::Draining),
             Owner::TakenOver(run) => match store.get(&run).await? {
                 Some(record) => {
                     ::log::info!("took over run {run} of a replica that is gone");
@@ -152,9 +156,10 @@ impl Runs {
         Ok(Place::Here(None))
     }
 
-    /// Whether this process has a run (or a run's end, re-attachable) on `key`.
+    /// Whether this process has a run (or a run's end, re-attachable) on
+    /// `key`. A run suspended here is not: with replicas it goes on elsewhere.
     fn holds(&self, key: &SessionKey) -> bool {
-        self.logs.find(key).is_some() || self.manager.holds(key)
+        self.logs.find(key).is_some_and(|log| !log.is_suspended()) || self.manager.holds(key)
     }
 
     /// Restores the paused runs a durable store kept (at start): each waits

@@ -76,7 +76,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {'claimed'}
 ";
 
-/// KEYS: session. ARGV: instance.
+/// KEYS: session. ARGV: instance, whether it may take the run over.
 /// Where a session's run is; a run whose owner is gone becomes ours.
 const TAKE_OVER: &str = r"
 local inst = redis.call('HGET', KEYS[1], 'instance')
@@ -85,6 +85,7 @@ if not run then return {'none'} end
 if inst == ARGV[1] then return {'mine', run} end
 local url = alive(inst)
 if url then return {'owned', url} end
+if ARGV[2] ~= '1' then return {'orphan', run} end
 redis.call('HSET', KEYS[1], 'instance', ARGV[1])
 return {'taken', run}
 ";
@@ -173,6 +174,8 @@ pub enum Owner {
     Elsewhere(String),
     /// Its owner was gone: it is this process's now.
     TakenOver(String),
+    /// Its owner is gone, and this process may not take it over.
+    Orphan,
 }
 
 /// What the store needs to know of its replica.
@@ -329,19 +332,22 @@ impl RedisStore {
         })
     }
 
-    /// Where the run of `key` is; one whose owner is gone becomes ours.
-    pub async fn take_over(&self, key: &SessionKey) -> Result<Owner, StoreError> {
+    /// Where the run of `key` is; one whose owner is gone becomes ours if
+    /// `may_take` (not while this process shuts down).
+    pub async fn take_over(&self, key: &SessionKey, may_take: bool) -> Result<Owner, StoreError> {
+        let may_take = if may_take { "1" } else { "0" };
         let answer: Vec<String> = self
             .invoke(
                 &self.scripts.take_over,
                 &[&session_key(key)],
-                &[&self.instance],
+                &[&self.instance, may_take],
             )
             .await?;
         Ok(match answer.as_slice() {
             [what, run] if what == "mine" => Owner::Mine(run.clone()),
             [what, url] if what == "owned" => Owner::Elsewhere(url.clone()),
             [what, run] if what == "taken" => Owner::TakenOver(run.clone()),
+            [what, _] if what == "orphan" => Owner::Orphan,
             _ => Owner::Nobody,
         })
     }

@@ -9,7 +9,7 @@ import { cuttingProxy } from './cutting-proxy.mjs';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { ChatGateClient, SSEParser, StreamBroken, parseReply } from '../chatgate-client.mjs';
+import { ChatGateClient, REPLY_ATTEMPTS, SSEParser, StreamBroken, parseReply } from '../chatgate-client.mjs';
 
 const CLI = join(dirname(fileURLToPath(import.meta.url)), '..', 'cli.mjs');
 
@@ -111,6 +111,61 @@ describe('routing header', () => {
     assert.equal(seen[0][0], seen[0][1]);
     assert.match(seen[0][1], /^[0-9a-f-]{36}$/);
     assert.deepEqual(seen[1], ['given-id', 'given-id']);
+  });
+});
+
+describe('replies that were not taken', () => {
+  // A stub that refuses the first replies the way a replica does while its
+  // store is out of reach (503 store_unavailable, Retry-After), then accepts.
+  async function refusing(refusals, errorType) {
+    const { createServer } = await import('node:http');
+    const seen = [];
+    const server = createServer((req, res) => {
+      let raw = '';
+      req.on('data', (d) => (raw += d));
+      req.on('end', () => {
+        const body = JSON.parse(raw);
+        seen.push(body.message);
+        const refused = seen.length <= refusals;
+        const chunk = refused
+          ? { chunk: 'not taken', session_id: body.session_id, finished: true, chunk_type: 'error', metadata: { error_type: errorType }, sequence: 0 }
+          : { chunk: 'Received confirm', session_id: body.session_id, finished: true, chunk_type: 'confirmation_received', metadata: { action: 'confirm' }, sequence: 0 };
+        res.writeHead(refused ? 503 : 200, { 'Content-Type': 'text/event-stream; charset=utf-8', 'Retry-After': '0' });
+        res.end(`data: ${JSON.stringify(chunk)}\n\n`);
+      });
+    });
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return { server, seen, client: new ChatGateClient(`http://127.0.0.1:${server.address().port}`) };
+  }
+
+  test('a 503 store_unavailable reply is sent again until it is taken', async () => {
+    const { server, seen, client } = await refusing(2, 'store_unavailable');
+    let chunk;
+    try {
+      chunk = await client.reply('s', 'confirm');
+    } finally {
+      server.close();
+    }
+    assert.equal(chunk.chunk_type, 'confirmation_received');
+    assert.deepEqual(seen, ['CONFIRM_ACTION:confirm', 'CONFIRM_ACTION:confirm', 'CONFIRM_ACTION:confirm']);
+  });
+
+  test('other refusals and a lasting outage come back as the error chunk', async () => {
+    const busy = await refusing(1, 'overloaded');
+    const down = await refusing(100, 'owner_unavailable');
+    let once;
+    let lasting;
+    try {
+      once = await busy.client.reply('s', 'confirm');
+      lasting = await down.client.reply('s', 'confirm');
+    } finally {
+      busy.server.close();
+      down.server.close();
+    }
+    assert.equal(once.metadata.error_type, 'overloaded');
+    assert.equal(busy.seen.length, 1);
+    assert.equal(lasting.metadata.error_type, 'owner_unavailable');
+    assert.equal(down.seen.length, REPLY_ATTEMPTS);
   });
 });
 

@@ -14,6 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENT_DIR = os.path.dirname(HERE)
 sys.path.insert(0, CLIENT_DIR)
 
+import chatgate_client  # noqa: E402
 from chatgate_client import ChatGateClient, ChatGateError, SSEParser, parse_reply  # noqa: E402
 
 CLI = os.path.join(CLIENT_DIR, "chatgate_client.py")
@@ -143,6 +144,66 @@ class RoutingHeaderTests(unittest.TestCase):
         self.assertEqual(header1, body1)
         uuid.UUID(body1)  # a fresh UUID when none is given
         self.assertEqual((header2, body2), ("given-id", "given-id"))
+
+
+class ReplyRetryTests(unittest.TestCase):
+    """A reply refused with 503 because it was not taken (the store or the
+    run's replica out of reach) is sent again (against a stub)."""
+
+    def refusing(self, refusals, error_type):
+        import http.server
+        import threading
+
+        seen = []
+
+        class Stub(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                seen.append(body["message"])
+                refused = len(seen) <= refusals
+                if refused:
+                    chunk = {"chunk": "not taken", "chunk_type": "error", "finished": True,
+                             "metadata": {"error_type": error_type}}
+                else:
+                    chunk = {"chunk": "Received confirm", "chunk_type": "confirmation_received",
+                             "finished": True, "metadata": {"action": "confirm"}}
+                chunk.update(session_id=body["session_id"], sequence=0)
+                payload = ("data: %s\n\n" % json.dumps(chunk)).encode()
+                self.send_response(503 if refused else 200)
+                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                self.send_header("Retry-After", "0")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.HTTPServer(("127.0.0.1", 0), Stub)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        return ChatGateClient("http://127.0.0.1:%d" % server.server_port), seen
+
+    def test_a_503_store_unavailable_reply_is_sent_again_until_it_is_taken(self):
+        client, seen = self.refusing(2, "store_unavailable")
+
+        chunk = client.reply("s", "confirm")
+
+        self.assertEqual(chunk["chunk_type"], "confirmation_received")
+        self.assertEqual(seen, ["CONFIRM_ACTION:confirm"] * 3)
+
+    def test_other_refusals_and_a_lasting_outage_come_back_as_the_error_chunk(self):
+        busy, busy_seen = self.refusing(1, "overloaded")
+        down, down_seen = self.refusing(100, "owner_unavailable")
+
+        once = busy.reply("s", "confirm")
+        lasting = down.reply("s", "confirm")
+
+        self.assertEqual(once["metadata"]["error_type"], "overloaded")
+        self.assertEqual(len(busy_seen), 1)
+        self.assertEqual(lasting["metadata"]["error_type"], "owner_unavailable")
+        self.assertEqual(len(down_seen), chatgate_client.REPLY_ATTEMPTS)
 
 
 class LibraryTests(unittest.TestCase):
