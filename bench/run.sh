@@ -47,6 +47,22 @@ for round in $(seq "$rounds"); do
   "$bench" --addr "$addr" rtt --n 1000
   stop_server
   rm -rf "$store"
+  # Replicas sharing a Redis of our own (no persistence: the network and
+  # the scripts are measured, not the disk): opening 10,000 paused runs, a
+  # flow, and replies landing on the replica that does not hold the run.
+  if command -v redis-server >/dev/null 2>&1; then
+    redis_dir=$(mktemp -d)
+    redis_port=18191
+    redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
+      --dir "$redis_dir" --daemonize yes --pidfile "$redis_dir/redis.pid" >/dev/null
+    sleep 0.5
+    redis="redis://127.0.0.1:$redis_port/0"
+    "$bench" --store "$redis" paused --k 10000
+    "$bench" --store "$redis" rtt --n 1000
+    "$bench" --store "$redis" cross --n 1000
+    kill "$(cat "$redis_dir/redis.pid")"
+    rm -rf "$redis_dir"
+  fi
   # A confirmed call of a trivial command tool, without and with the audit
   # log (its fsync per record is the difference).
   start_server target/release/chatgate --bind "$addr" --step-delay 0 --tools bench/tools.toml

@@ -3,6 +3,7 @@
 //! `--step-delay-ms 0`. See docs/benchmarks.md for the commands and results.
 
 mod http;
+mod servers;
 mod stats;
 
 use std::io;
@@ -24,6 +25,14 @@ struct Cli {
     /// Client runtime threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Start chatgate itself with this store (`memory`, `sqlite:PATH`,
+    /// `redis://HOST:PORT/DB`) on a free loopback port instead of using the
+    /// server at --addr; with `redis://`, `cross` starts two replicas.
+    #[arg(long)]
+    store: Option<String>,
+    /// The chatgate binary --store starts (default: beside this one).
+    #[arg(long)]
+    server_bin: Option<std::path::PathBuf>,
     #[command(subcommand)]
     scenario: Scenario,
 }
@@ -84,6 +93,16 @@ enum Scenario {
         #[arg(long, num_args = 1.., default_values = ["cat"])]
         direct: Vec<String>,
     },
+    /// Confirm flows whose reply lands on the replica that holds the run
+    /// and on one that does not (it forwards), interleaved: confirm→resume
+    /// of each and their ratio. Needs --other, or --store redis://.
+    Cross {
+        #[arg(long, default_value_t = 1000)]
+        n: usize,
+        /// Another replica of the same cluster, for the replies.
+        #[arg(long)]
+        other: Option<String>,
+    },
     /// Every scenario in turn (floor, rtt, rtt with 10k paused, throughput, chat, paused 1k..15k).
     All {
         #[arg(long)]
@@ -104,9 +123,39 @@ fn main() -> io::Result<()> {
         .worker_threads(cli.threads.max(1))
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
-        let addr: Arc<str> = cli.addr.into();
-        match cli.scenario {
+    let replicas = usize::from(matches!(cli.scenario, Scenario::Cross { .. })) + 1;
+    let started = match &cli.store {
+        Some(store) => servers::start(cli.server_bin.as_deref(), store, replicas)?,
+        None => Vec::new(),
+    };
+    let spawned_pid = started.first().map(|server| server.pid());
+    let addr = started
+        .first()
+        .map_or(cli.addr, |server| server.addr.clone());
+    let scenario = match cli.scenario {
+        Scenario::Paused {
+            k,
+            server_pid,
+            concurrency,
+            hold_only,
+        } => Scenario::Paused {
+            k,
+            server_pid: server_pid.or(spawned_pid),
+            concurrency,
+            hold_only,
+        },
+        Scenario::Cross { n, other } => Scenario::Cross {
+            n,
+            other: other.or_else(|| started.get(1).map(|server| server.addr.clone())),
+        },
+        Scenario::All { server_pid } => Scenario::All {
+            server_pid: server_pid.or(spawned_pid),
+        },
+        other => other,
+    };
+    let result = runtime.block_on(async move {
+        let addr: Arc<str> = addr.into();
+        match scenario {
             Scenario::Floor { n } => floor(&addr, n).await.map(drop),
             Scenario::Rtt { n, paused } => rtt(&addr, n, paused).await,
             Scenario::Paused {
@@ -118,6 +167,11 @@ fn main() -> io::Result<()> {
             Scenario::Throughput { clients, seconds } => throughput(&addr, clients, seconds).await,
             Scenario::Chat { clients, seconds } => chat(&addr, clients, seconds).await,
             Scenario::Tool { n, tool, direct } => tool_calls(&addr, n, &tool, &direct).await,
+            Scenario::Cross { n, other } => {
+                let other =
+                    other.ok_or_else(|| err("cross needs --other ADDR or --store redis://"))?;
+                cross(&addr, &other, n).await
+            }
             Scenario::All { server_pid } => {
                 floor(&addr, 5000).await?;
                 rtt(&addr, 2000, 0).await?;
@@ -130,7 +184,9 @@ fn main() -> io::Result<()> {
                 Ok(())
             }
         }
-    })
+    });
+    drop(started);
+    result
 }
 
 fn err(msg: &str) -> io::Error {
@@ -256,6 +312,41 @@ async fn flow(
         ack,
         total: start.elapsed(),
     })
+}
+
+/// Flows on one stream connection to `addr`, confirmed alternately on
+/// `addr` (the owner) and on `other` (a replica that forwards the reply).
+async fn cross(addr: &str, other: &str, n: usize) -> io::Result<()> {
+    let mut stream = Conn::connect(addr).await?;
+    let mut same = Conn::connect(addr).await?;
+    let mut elsewhere = Conn::connect(other).await?;
+    let mut buf = Vec::with_capacity(256);
+    for i in 0..200 {
+        flow(&mut stream, &mut same, &mut buf, "warm-same", i).await?;
+        flow(&mut stream, &mut elsewhere, &mut buf, "warm-cross", i).await?;
+    }
+    let (mut same_resume, mut cross_resume) =
+        (Samples::with_capacity(n), Samples::with_capacity(n));
+    let (mut same_ack, mut cross_ack) = (Samples::with_capacity(n), Samples::with_capacity(n));
+    for i in 0..n {
+        let f = flow(&mut stream, &mut same, &mut buf, "same", i).await?;
+        same_resume.push(f.resume);
+        same_ack.push(f.ack);
+        let f = flow(&mut stream, &mut elsewhere, &mut buf, "cross", i).await?;
+        cross_resume.push(f.resume);
+        cross_ack.push(f.ack);
+    }
+    let (same, cross) = (same_resume.summary(), cross_resume.summary());
+    println!("cross-replica (stream on {addr}, replies on {addr} / {other})");
+    println!("  confirm→resume, same replica   {same}");
+    println!("  confirm→resume, cross replica  {cross}");
+    println!("  reply ack, same replica        {}", same_ack.summary());
+    println!("  reply ack, cross replica       {}", cross_ack.summary());
+    println!(
+        "  cross / same p50: {:.2}x",
+        cross.p50 as f64 / same.p50.max(1) as f64
+    );
+    Ok(())
 }
 
 async fn rtt(addr: &str, n: usize, background_paused: usize) -> io::Result<()> {
