@@ -232,3 +232,22 @@ async fn a_body_that_trickles_in_too_slowly_gets_408() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_client_posing_as_a_replica_is_refused_by_a_server_that_is_not_one() {
+    let app = spawn_app_with(|_| {}).await;
+
+    let response = app
+        .client
+        .post(app.url())
+        .header("X-Chatgate-Cluster-Secret", "any secret at all, 16+")
+        .json(&json!({ "message": "hello?", "session_id": "posing" }))
+        .send()
+        .await
+        .unwrap();
+    let (status, chunk) = one_chunk(response).await;
+
+    assert_eq!(status, 403);
+    assert_eq!(error_type(&chunk), "forbidden_replica");
+    assert_eq!(app.manager.active_runs(), 0, "nothing started");
+}

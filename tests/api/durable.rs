@@ -232,6 +232,42 @@ async fn a_pause_that_expired_while_the_process_was_down_shows_its_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_the_store_cannot_record_is_refused_and_the_pause_waits_on() {
+    let dir = Dir::new();
+    let server = start(&dir, &[]);
+    let opened = post(
+        &stream_url(&server),
+        json!({"message": "one; two", "session_id": "locked"}),
+        None,
+    )
+    .await;
+    let reading = tokio::spawn(read_raw(opened, None));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Another process holds the database's write lock past chatgate's
+    // busy timeout (5 s): the decision cannot be recorded.
+    let blocker = rusqlite::Connection::open(dir.path("runs.db")).unwrap();
+    blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+
+    let (refused, refusal) = reply(&stream_url(&server), "locked", "CONFIRM_ACTION:confirm").await;
+    blocker.execute_batch("COMMIT").unwrap();
+    let (accepted, _) = reply(&stream_url(&server), "locked", "CONFIRM_ACTION:confirm").await;
+    let seen = chunks(&reading.await.unwrap());
+
+    assert_eq!(refused, 503);
+    assert_eq!(refusal.metadata["error_type"], "store_unavailable");
+    assert_eq!(accepted, 200, "the pause waited on for the retry");
+    let kinds: Vec<ChunkType> = seen.iter().map(|c| c.chunk_type).collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == ChunkType::ConfirmationReceived)
+            .count(),
+        1
+    );
+    assert_eq!(kinds.last(), Some(&ChunkType::Completion));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decision_cut_short_by_a_crash_is_not_run_again_and_ends_interrupted() {
     let dir = Dir::new();
     let tools = mark_tool(&dir, "1");

@@ -196,7 +196,7 @@ type StartCase<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], i32, &'a [&'a str
 fn start_up_errors_are_one_line_naming_the_flag_or_variable_and_the_value() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = taken.local_addr().unwrap().to_string();
-    let cases: [StartCase; 6] = [
+    let cases: [StartCase; 11] = [
         (
             &["--bind", "127.0.0.1"],
             &[],
@@ -228,6 +228,48 @@ fn start_up_errors_are_one_line_naming_the_flag_or_variable_and_the_value() {
             &["cannot listen on", &taken, "--bind"],
         ),
         (&["--engine", "openai"], &[], 1, &["--llm-model"]),
+        (
+            &["--store", "redis://127.0.0.1:1/0"],
+            &[],
+            1,
+            &["--store redis://", "--advertise-url"],
+        ),
+        (
+            &[
+                "--store",
+                "redis://127.0.0.1:1/0",
+                "--advertise-url",
+                "http://127.0.0.1:1",
+            ],
+            &[],
+            1,
+            &["--cluster-secret", "the same on every replica"],
+        ),
+        (
+            &[
+                "--store",
+                "redis://127.0.0.1:1/0",
+                "--advertise-url",
+                "http://127.0.0.1:1",
+                "--cluster-secret",
+                "short",
+            ],
+            &[],
+            1,
+            &["--cluster-secret", "at least 16"],
+        ),
+        (
+            &["--advertise-url", "127.0.0.1:8080"],
+            &[],
+            2,
+            &["--advertise-url", "127.0.0.1:8080"],
+        ),
+        (
+            &["--replica-id", "a/b"],
+            &[],
+            2,
+            &["--replica-id", "a/b", "letters, digits"],
+        ),
     ];
     for (args, env, code, words) in cases {
         let (exit, stderr) = refused_start(args, env);
