@@ -394,3 +394,138 @@ async fn the_sample_clients_re_attach_across_a_restart() {
         assert!(stdout.contains("[completion]"), "{program}: {stdout}");
     }
 }
+
+/// The `openai` engine's paused runs are stored too: its conversation and
+/// the calls awaiting the decision. A restart in the middle of a plan: the
+/// reply decides it in the next process, and the model is told so there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_run_paused_on_its_plan_goes_on_after_a_restart() {
+    use crate::model_server::{fake_model, plan_call, tokens};
+    let model = fake_model(vec![
+        plan_call(
+            "call_plan",
+            &json!({"summary": "Two steps", "tasks": [{"description": "a"}, {"description": "b"}]}),
+        ),
+        tokens(&["Did ", "both."]),
+    ])
+    .await;
+    let dir = Dir::new();
+    let args = [
+        "--engine",
+        "openai",
+        "--llm-url",
+        &model.url,
+        "--llm-model",
+        "m",
+    ];
+    let mut first = start(&dir, &args);
+    let opened = post(
+        &stream_url(&first),
+        json!({"message": "do two things", "session_id": "llm"}),
+        None,
+    )
+    .await;
+    let raw = read_raw(opened, Some("confirmation_request")).await;
+    let request = chunks(&raw).pop().unwrap();
+
+    terminate(&mut first);
+    let second = start(&dir, &args);
+    let back = post(
+        &stream_url(&second),
+        json!({"session_id": "llm"}),
+        Some(request.sequence),
+    )
+    .await;
+    let rest = tokio::spawn(read_raw(back, None));
+    let (status, _) = reply(&stream_url(&second), "llm", "CONFIRM_ACTION:confirm").await;
+    let after = chunks(&rest.await.unwrap());
+
+    assert_eq!(request.chunk_type, ChunkType::ConfirmationRequest);
+    assert_eq!(status, 200);
+    let text: String = after
+        .iter()
+        .filter(|c| c.chunk_type == ChunkType::Content)
+        .map(|c| c.chunk.as_str())
+        .collect();
+    assert_eq!(text, "Did both.");
+    assert_eq!(after.last().unwrap().chunk_type, ChunkType::Completion);
+    let requests = model.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "the plan, then the report after the restart"
+    );
+    let messages = requests[1]["messages"].as_array().unwrap();
+    assert_eq!(
+        messages[1]["content"], "do two things",
+        "the conversation went on"
+    );
+    let result = messages.last().unwrap();
+    assert_eq!(result["role"], "tool");
+    assert_eq!(result["tool_call_id"], "call_plan");
+    assert!(result["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("The user confirmed the plan."));
+}
+
+/// The pending tool calls of a paused `openai` run survive `kill -9`: after
+/// the restart the confirmed call runs once, and its result reaches the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_run_paused_on_tool_calls_runs_them_once_after_kill_9() {
+    use crate::model_server::{event, fake_model, tokens};
+    let call = json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "call_mark",
+        "type": "function", "function": {"name": "mark", "arguments": "{}"}}]}}]});
+    let end = json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]});
+    let model = fake_model(vec![
+        format!("{}{}data: [DONE]\n\n", event(&call), event(&end)),
+        tokens(&["Marked."]),
+    ])
+    .await;
+    let dir = Dir::new();
+    let tools = mark_tool(&dir, "0");
+    let tools = tools.to_str().unwrap();
+    let args = [
+        "--engine",
+        "openai",
+        "--llm-url",
+        &model.url,
+        "--llm-model",
+        "m",
+        "--tools",
+        tools,
+    ];
+    let mut first = start(&dir, &args);
+    let opened = post(
+        &stream_url(&first),
+        json!({"message": "mark it", "session_id": "llm-k9"}),
+        None,
+    )
+    .await;
+    read_raw(opened, Some("confirmation_request")).await;
+
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let second = start(&dir, &args);
+    let (status, _) = reply(&stream_url(&second), "llm-k9", "CONFIRM_ACTION:confirm").await;
+    let back = post(
+        &stream_url(&second),
+        json!({"session_id": "llm-k9"}),
+        Some(0),
+    )
+    .await;
+    let after = chunks(&read_raw(back, None).await);
+
+    assert_eq!(status, 200);
+    assert_eq!(after.last().unwrap().chunk_type, ChunkType::Completion);
+    assert_eq!(marks(&dir.0), 1, "the confirmed call ran once");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    let result = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(result["tool_call_id"], "call_mark");
+}

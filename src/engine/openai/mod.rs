@@ -18,6 +18,9 @@
 //!   one answer (here). Past a bound the run ends with `engine_limit`.
 //! - The model server is read on the runtime the engine was built on, not on
 //!   the HTTP worker that serves the run's client.
+//! - With a durable store a pause keeps the conversation and the calls it
+//!   awaits ([`PausedTurn`]); [`Engine::resume`] goes on from there in
+//!   another process.
 //!
 //! What it does not do: run real tools. "Carrying out" a plan is the model's
 //! own work, written as text; an engine with side effects would run them at
@@ -32,7 +35,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use self::conversations::{ConversationLimits, Conversations};
@@ -131,11 +134,13 @@ impl OpenAiEngine {
 
     /// The model loop: call, show its text, act on its tool calls, give it
     /// the results, until it answers without tools (or the calls a run may
-    /// make are used up: `tool_call_limit`).
+    /// make are used up: `tool_call_limit`). `go_on` says where a run
+    /// restored from a store stands (a fresh run starts with no calls made).
     async fn converse(
         &self,
         ctx: &mut RunContext,
         messages: &mut Vec<Value>,
+        mut go_on: Resumable,
     ) -> Result<Completion, RunError> {
         let tools = ctx.tools().clone();
         // With declared tools the model calls them directly, and each batch
@@ -146,13 +151,13 @@ impl OpenAiEngine {
         } else {
             tools.iter().map(|tool| tool_spec(tool)).collect()
         };
-        let mut acted = false;
-        for _ in 0..MAX_MODEL_CALLS {
+        while go_on.calls_left > 0 {
+            go_on.calls_left -= 1;
             let reply = self.call_model(ctx, messages, &offered).await?;
             messages.push(reply.as_message());
             if reply.tool_calls.is_empty() {
                 return Ok(self.completion(
-                    acted,
+                    go_on.acted,
                     tools.is_empty(),
                     reply.finish_reason.as_deref(),
                 ));
@@ -164,10 +169,10 @@ impl OpenAiEngine {
                     "the model's answer was cut at its length limit in a tool call",
                 ));
             }
-            acted |= if tools.is_empty() {
-                plan_turn(ctx, messages, &reply).await?
+            go_on.acted |= if tools.is_empty() {
+                plan_turn(ctx, messages, &reply, go_on).await?
             } else {
-                tool_turn(ctx, messages, &reply, &tools).await?
+                tool_turn(ctx, messages, &reply, &tools, go_on).await?
             };
         }
         Err(RunError::Failed {
@@ -176,6 +181,48 @@ impl OpenAiEngine {
                 "the model did not finish within the {MAX_MODEL_CALLS} model calls a run may make"
             ),
         })
+    }
+
+    /// A restored run: the decision it paused for is applied where the
+    /// pause left off, then the model loop goes on.
+    async fn go_on(
+        &self,
+        ctx: &mut RunContext,
+        messages: &mut Vec<Value>,
+        pending: Pending,
+        approval: Approval,
+        mut go_on: Resumable,
+    ) -> Result<Completion, RunError> {
+        go_on.acted |= match pending {
+            Pending::Plan { call_id, total } => {
+                plan_answered(ctx, messages, &call_id, total, Ok(approval)).await?
+            }
+            Pending::Tools {
+                call_ids,
+                results,
+                batch,
+                ran,
+            } => {
+                let tools = ctx.tools().clone();
+                let mut calls = Vec::with_capacity(batch.len());
+                for call in batch {
+                    let tool = tools
+                        .get(&call.tool)
+                        .cloned()
+                        .ok_or_else(|| RunError::Failed {
+                            error_type: ErrorType::Interrupted,
+                            message: format!(
+                                "the tool `{}` this run paused to call is no longer declared",
+                                call.tool
+                            ),
+                        })?;
+                    calls.push((call.position, tool, call.args));
+                }
+                let answer = Ok(approval);
+                tools_answered(ctx, messages, &call_ids, results, &calls, answer, ran).await?
+            }
+        };
+        self.converse(ctx, messages, go_on).await
     }
 
     /// The `completion` of an answer without tool calls. An answer cut by
@@ -276,7 +323,12 @@ impl Engine for OpenAiEngine {
             messages.extend(self.conversations_lock().history(&key));
             let turn_starts = messages.len();
             messages.push(json!({ "role": "user", "content": ctx.message() }));
-            let result = self.converse(ctx, &mut messages).await;
+            let fresh = Resumable {
+                turn_starts,
+                calls_left: MAX_MODEL_CALLS,
+                acted: false,
+            };
+            let result = self.converse(ctx, &mut messages, fresh).await;
             // Whatever happened is part of the conversation, a cancel
             // included: this run's turn, in its place among the session's.
             let turn = messages.split_off(turn_starts);
@@ -285,6 +337,101 @@ impl Engine for OpenAiEngine {
         }
         .boxed()
     }
+
+    fn resume<'a>(
+        &'a self,
+        ctx: &'a mut RunContext,
+        state: Value,
+        approval: Approval,
+    ) -> Option<BoxFuture<'a, Result<Completion, RunError>>> {
+        let paused: PausedTurn = serde_json::from_value(state)
+            .map_err(|err| log::warn!("cannot read a stored openai run: {err}"))
+            .ok()?;
+        Some(
+            async move {
+                let key = ctx.session_key().clone();
+                let PausedTurn {
+                    mut messages,
+                    go_on,
+                    pending,
+                } = paused;
+                let result = self
+                    .go_on(ctx, &mut messages, pending, approval, go_on)
+                    .await;
+                // The history before this turn was the process's that
+                // paused; this one keeps the turn, as a fresh run would.
+                let turn = messages.split_off(go_on.turn_starts.min(messages.len()));
+                self.conversations_lock().save(key, ctx.run_id(), turn);
+                result
+            }
+            .boxed(),
+        )
+    }
+}
+
+/// Where a run's model loop stands: what a stored pause must keep to go on.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct Resumable {
+    /// Where this run's turn starts in the messages.
+    turn_starts: usize,
+    /// Model calls the run may still make.
+    calls_left: usize,
+    /// Whether anything was carried out yet (for the completion's text).
+    acted: bool,
+}
+
+/// A paused run of this engine as stored (`--store`): the conversation up
+/// to and including the model's answer whose calls await the decision, and
+/// what those calls are.
+#[derive(Debug, Serialize, Deserialize)]
+struct PausedTurn {
+    messages: Vec<Value>,
+    go_on: Resumable,
+    pending: Pending,
+}
+
+/// The calls a pause awaits the decision on.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Pending {
+    /// A `propose_plan` call and its number of tasks.
+    Plan { call_id: String, total: usize },
+    /// An answer's calls of declared tools: every call's id (the results go
+    /// back in that order), the results known before the pause (errors,
+    /// read-only tools that ran), and the calls put to the user.
+    Tools {
+        call_ids: Vec<String>,
+        results: Vec<String>,
+        batch: Vec<PendingCall>,
+        ran: bool,
+    },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct PendingCall {
+    /// The call's position among the answer's calls.
+    position: usize,
+    tool: String,
+    args: Value,
+}
+
+/// The state a pause stores, when pauses are stored at all.
+fn paused_state(
+    ctx: &RunContext,
+    messages: &[Value],
+    go_on: Resumable,
+    pending: Pending,
+) -> Option<Value> {
+    ctx.durable()
+        .then(|| {
+            serde_json::to_value(PausedTurn {
+                messages: messages.to_vec(),
+                go_on,
+                pending,
+            })
+            .ok()
+        })
+        .flatten()
 }
 
 impl OpenAiEngine {
@@ -302,6 +449,7 @@ async fn plan_turn(
     ctx: &mut RunContext,
     messages: &mut Vec<Value>,
     reply: &ModelReply,
+    go_on: Resumable,
 ) -> Result<bool, RunError> {
     let call = &reply.tool_calls[0];
     // Every call needs a result; only the first plan is put to the user.
@@ -311,7 +459,7 @@ async fn plan_turn(
             "Ignored: propose one plan at a time.",
         ));
     }
-    let plan = match parse_plan(call) {
+    let mut plan = match parse_plan(call) {
         Ok(plan) => plan,
         Err(why) => {
             messages.push(tool_result(&call.id, &why));
@@ -319,9 +467,26 @@ async fn plan_turn(
         }
     };
     let total = plan.tasks.len();
-    match ctx.confirm(plan).await {
+    let pending = Pending::Plan {
+        call_id: call.id.clone(),
+        total,
+    };
+    plan.state = paused_state(ctx, messages, go_on, pending);
+    let answer = ctx.confirm(plan).await;
+    plan_answered(ctx, messages, &call.id, total, answer).await
+}
+
+/// Tells the model what the user answered to its plan (`call_id`).
+async fn plan_answered(
+    ctx: &mut RunContext,
+    messages: &mut Vec<Value>,
+    call_id: &str,
+    total: usize,
+    answer: Result<Approval, RunError>,
+) -> Result<bool, RunError> {
+    match answer {
         Ok(Approval::Confirm(decisions)) => {
-            messages.push(tool_result(&call.id, &confirmed_text(&decisions)));
+            messages.push(tool_result(call_id, &confirmed_text(&decisions)));
             let status = ctx
                 .chunk(ChunkType::Status, format!("Carrying out {total} task(s)"))
                 .with_meta(meta::TOTAL_TASKS, total);
@@ -330,7 +495,7 @@ async fn plan_turn(
         }
         Ok(Approval::Modify(feedback)) => {
             messages.push(tool_result(
-                &call.id,
+                call_id,
                 &format!(
                     "{} Propose a revised plan with propose_plan.",
                     modify_text(&feedback)
@@ -342,7 +507,7 @@ async fn plan_turn(
         }
         Err(RunError::Cancelled(reason)) => {
             messages.push(tool_result(
-                &call.id,
+                call_id,
                 &format!(
                     "The plan was not confirmed ({}); nothing was carried out.",
                     reason.as_str()
@@ -366,8 +531,10 @@ async fn tool_turn(
     messages: &mut Vec<Value>,
     reply: &ModelReply,
     tools: &Tools,
+    go_on: Resumable,
 ) -> Result<bool, RunError> {
     let calls = &reply.tool_calls;
+    let call_ids: Vec<String> = calls.iter().map(|call| call.id.clone()).collect();
     let mut results: Vec<String> = vec![String::new(); calls.len()];
     let mut batch: Vec<(usize, Arc<Tool>, Value)> = Vec::new();
     let mut ran = false;
@@ -410,94 +577,125 @@ async fn tool_turn(
         }
         batch.push((position, tool, args));
     }
-    if !batch.is_empty() {
-        let plan = Plan {
-            state: None,
-            summary: format!("Confirm {} tool call(s)?", batch.len()),
-            risk_level: batch
-                .iter()
-                .map(|(_, tool, _)| tool.risk)
-                .max()
-                .unwrap_or(RiskLevel::Low),
-            tasks: batch
-                .iter()
-                .enumerate()
-                .map(|(k, (_, tool, args))| TaskSpec {
-                    index: k + 1,
-                    description: describe(tool, args),
-                    tool: tool.name.clone(),
-                    args: Some(args.clone()),
-                })
-                .collect(),
-        };
-        match ctx.confirm(plan).await {
-            Ok(Approval::Confirm(decisions)) => {
-                for (k, (position, tool, args)) in batch.iter().enumerate() {
-                    let index = k + 1;
-                    let used = match decisions.verdict(index) {
-                        Verdict::Approve => args.clone(),
-                        Verdict::Edit { args } => args.clone(),
-                        Verdict::Reject { reason } => {
-                            let why = reason.as_deref().unwrap_or("no reason given");
-                            let skipped =
-                                ToolOutcome::skipped(false, None, Some(format!("rejected: {why}")));
-                            ctx.record_tool(index, &tool.name, None, &skipped).await?;
-                            results[*position] =
-                                format!("The user rejected this call ({why}); it was not run.");
-                            continue;
-                        }
-                        Verdict::Respond { result } => {
-                            let answered = ToolOutcome::skipped(true, Some(result.clone()), None);
-                            ctx.record_tool(index, &tool.name, None, &answered).await?;
-                            results[*position] = format!(
-                                "The user gave this result instead of running the call: {result}"
-                            );
-                            continue;
-                        }
-                    };
-                    let status = ctx
-                        .chunk(
-                            ChunkType::Status,
-                            format!("Running {} (task {index})", tool.name),
-                        )
-                        .with_meta(meta::STEP, index)
-                        .with_meta(meta::TOOL, tool.name.as_str());
-                    ctx.send(status).await?;
-                    let outcome = ctx.run_tool(index, tool, &used).await?;
-                    results[*position] = outcome_text(&outcome);
-                    ran = true;
-                }
-            }
-            Ok(Approval::Modify(feedback)) => {
-                let text = format!(
-                    "Not run. {} Call the tools again as they should be.",
-                    modify_text(&feedback)
-                );
-                for (position, _, _) in &batch {
-                    results[*position] = text.clone();
-                }
-                ctx.emit(ChunkType::Status, "Re-planning with your feedback")
-                    .await?;
-            }
-            Err(RunError::Cancelled(reason)) => {
-                for (position, _, _) in &batch {
-                    results[*position] =
-                        format!("Not run: the user did not confirm ({}).", reason.as_str());
-                }
-                push_results(messages, calls, results);
-                return Err(RunError::Cancelled(reason));
-            }
-            Err(failed) => return Err(failed),
-        }
+    if batch.is_empty() {
+        push_results(messages, &call_ids, results);
+        return Ok(ran);
     }
-    push_results(messages, calls, results);
+    let mut plan = Plan {
+        state: None,
+        summary: format!("Confirm {} tool call(s)?", batch.len()),
+        risk_level: batch
+            .iter()
+            .map(|(_, tool, _)| tool.risk)
+            .max()
+            .unwrap_or(RiskLevel::Low),
+        tasks: batch
+            .iter()
+            .enumerate()
+            .map(|(k, (_, tool, args))| TaskSpec {
+                index: k + 1,
+                description: describe(tool, args),
+                tool: tool.name.clone(),
+                args: Some(args.clone()),
+            })
+            .collect(),
+    };
+    let pending = Pending::Tools {
+        call_ids: call_ids.clone(),
+        results: results.clone(),
+        batch: batch
+            .iter()
+            .map(|(position, tool, args)| PendingCall {
+                position: *position,
+                tool: tool.name.clone(),
+                args: args.clone(),
+            })
+            .collect(),
+        ran,
+    };
+    plan.state = paused_state(ctx, messages, go_on, pending);
+    let answer = ctx.confirm(plan).await;
+    tools_answered(ctx, messages, &call_ids, results, &batch, answer, ran).await
+}
+
+/// Runs the confirmed `batch` as decided (or not at all) and gives the
+/// model every call's result. Returns whether any call ran.
+async fn tools_answered(
+    ctx: &mut RunContext,
+    messages: &mut Vec<Value>,
+    call_ids: &[String],
+    mut results: Vec<String>,
+    batch: &[(usize, Arc<Tool>, Value)],
+    answer: Result<Approval, RunError>,
+    mut ran: bool,
+) -> Result<bool, RunError> {
+    match answer {
+        Ok(Approval::Confirm(decisions)) => {
+            for (k, (position, tool, args)) in batch.iter().enumerate() {
+                let index = k + 1;
+                let used = match decisions.verdict(index) {
+                    Verdict::Approve => args.clone(),
+                    Verdict::Edit { args } => args.clone(),
+                    Verdict::Reject { reason } => {
+                        let why = reason.as_deref().unwrap_or("no reason given");
+                        let skipped =
+                            ToolOutcome::skipped(false, None, Some(format!("rejected: {why}")));
+                        ctx.record_tool(index, &tool.name, None, &skipped).await?;
+                        results[*position] =
+                            format!("The user rejected this call ({why}); it was not run.");
+                        continue;
+                    }
+                    Verdict::Respond { result } => {
+                        let answered = ToolOutcome::skipped(true, Some(result.clone()), None);
+                        ctx.record_tool(index, &tool.name, None, &answered).await?;
+                        results[*position] = format!(
+                            "The user gave this result instead of running the call: {result}"
+                        );
+                        continue;
+                    }
+                };
+                let status = ctx
+                    .chunk(
+                        ChunkType::Status,
+                        format!("Running {} (task {index})", tool.name),
+                    )
+                    .with_meta(meta::STEP, index)
+                    .with_meta(meta::TOOL, tool.name.as_str());
+                ctx.send(status).await?;
+                let outcome = ctx.run_tool(index, tool, &used).await?;
+                results[*position] = outcome_text(&outcome);
+                ran = true;
+            }
+        }
+        Ok(Approval::Modify(feedback)) => {
+            let text = format!(
+                "Not run. {} Call the tools again as they should be.",
+                modify_text(&feedback)
+            );
+            for (position, _, _) in batch {
+                results[*position] = text.clone();
+            }
+            ctx.emit(ChunkType::Status, "Re-planning with your feedback")
+                .await?;
+        }
+        Err(RunError::Cancelled(reason)) => {
+            for (position, _, _) in batch {
+                results[*position] =
+                    format!("Not run: the user did not confirm ({}).", reason.as_str());
+            }
+            push_results(messages, call_ids, results);
+            return Err(RunError::Cancelled(reason));
+        }
+        Err(failed) => return Err(failed),
+    }
+    push_results(messages, call_ids, results);
     Ok(ran)
 }
 
 /// One `tool` message per call, in the calls' order.
-fn push_results(messages: &mut Vec<Value>, calls: &[ToolCall], results: Vec<String>) {
-    for (call, result) in calls.iter().zip(results) {
-        messages.push(tool_result(&call.id, &result));
+fn push_results(messages: &mut Vec<Value>, call_ids: &[String], results: Vec<String>) {
+    for (id, result) in call_ids.iter().zip(results) {
+        messages.push(tool_result(id, &result));
     }
 }
 
