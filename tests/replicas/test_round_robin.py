@@ -123,8 +123,8 @@ class Replica:
         self.process = subprocess.Popen(
             [binary(), "--bind", self.address, "--store", redis.url, "--replica-id", name,
              "--advertise-url", self.url, "--cluster-secret", SECRET,
-             "--owner-ttl", "%ds" % OWNER_TTL, "--step-delay", "0", "--keep-alive", "1s",
-             "--workers", "1"] + list(extra),
+             "--owner-ttl", "%ds" % OWNER_TTL, "--keep-alive", "1s", "--workers", "1"]
+            + ([] if "--step-delay" in extra else ["--step-delay", "0"]) + list(extra),
             stdout=subprocess.DEVNULL, stderr=self.log,
             env=dict(os.environ, RUST_LOG="warn,chatgate=info"),
         )
@@ -425,6 +425,27 @@ class RoundRobinTests(unittest.TestCase):
         self.assertEqual(chunk_types(rest), [b"confirmation_received", b"status", b"tool_output",
                                              b"status", b"tool_output", b"completion"])
         self.assertEqual(second[0], 404, "nothing runs twice: %r" % (second[1],))
+
+    def test_a_decision_whose_work_a_kill_9_cut_short_ends_interrupted_elsewhere(self):
+        # Slow steps: the run is still working when its owner dies.
+        doomed = CLUSTER.add("doomed-slow", ["--step-delay", "5s"])
+        a, b = CLUSTER.replicas[:2]
+        session = new_session("interrupted")
+        stream = pause_on(doomed, session)
+
+        status, _, _ = answer(a, session, "confirm")  # forwarded, recorded, acknowledged
+        read_until(stream, rb'"chunk_type":"status"')
+        doomed.kill()
+        stream.conn.close()
+        time.sleep(OWNER_TTL + 0.5)
+        again = post(b, {"session_id": session}, {"Last-Event-ID": "2"})
+        rest = read_to_end(again)
+        late = answer(a, session, "confirm")
+
+        self.assertEqual(status, 200)
+        self.assertIn(b'"error_type":"interrupted"', rest)
+        self.assertEqual(chunk_types(rest)[-1], b"error")
+        self.assertEqual(late[0], 404, "its confirmation is never accepted again")
 
     def test_a_replica_stopping_hands_its_paused_run_over_at_once(self):
         leaving = CLUSTER.add("leaving")
