@@ -37,9 +37,10 @@ use tokio::sync::OnceCell;
 use super::{PausedRecord, Store, StoreError};
 use crate::confirmation::SessionKey;
 
-/// How long a session record lives before a pause extends it: a run that
-/// streams for longer without pausing loses its owner record (a reply or
-/// re-attach elsewhere then finds no run).
+/// How long a session record lives while its run works (from its start,
+/// and again from each decision): a run that works for longer without
+/// pausing loses its owner record (a reply or re-attach elsewhere then
+/// finds no run).
 const STREAMING_TTL: Duration = Duration::from_secs(3600);
 /// Bound on every Redis command and connection attempt.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
@@ -101,14 +102,18 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 ";
 
-/// KEYS: run. ARGV: decision, instance.
-/// Only the session's owner records, and only the first decision.
+/// KEYS: run. ARGV: decision, instance, ttl ms.
+/// Only the session's owner records, and only the first decision. The run
+/// now works for as long as it takes: its records live on (a replica that
+/// takes it over after a crash must find it, to end it `interrupted`).
 const RECORD_DECISION: &str = r"
 local session = redis.call('HGET', KEYS[1], 'session')
 if not session then return 'gone' end
 if redis.call('HGET', session, 'instance') ~= ARGV[2] then return 'not_owner' end
 if redis.call('HEXISTS', KEYS[1], 'decision') == 1 then return 'decided' end
 redis.call('HSET', KEYS[1], 'decision', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', session, ARGV[3])
 return 'ok'
 ";
 
@@ -481,11 +486,12 @@ impl Store for RedisStore {
     fn record_decision(&self, run: &str, decision: Value) -> BoxFuture<'_, Result<(), StoreError>> {
         let run = run_key(run);
         Box::pin(async move {
+            let ttl = STREAMING_TTL.as_millis().to_string();
             let answer: String = self
                 .invoke(
                     &self.scripts.record_decision,
                     &[&run],
-                    &[&decision.to_string(), &self.instance],
+                    &[&decision.to_string(), &self.instance, &ttl],
                 )
                 .await?;
             match answer.as_str() {
