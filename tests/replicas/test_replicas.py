@@ -11,42 +11,27 @@ replicas are stopped when the tests end.
 import http.client
 import json
 import os
-import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 import urllib.request
 import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from chatgate_client import ChatGateClient  # noqa: E402
+from harness import free_port, read_until, start_nginx, wait_for  # noqa: E402
 
 DEPLOY_CONF = os.path.join(ROOT, "deploy", "nginx.conf")
 STREAM_PATH = "/api/v1/chat/stream"
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
-def wait_for(url, deadline=10.0):
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("%s did not come up" % url)
 
 
 class Deployment:
@@ -79,28 +64,7 @@ class Deployment:
         site = (site.replace("127.0.0.1:8080", self.replicas[0])
                     .replace("127.0.0.1:8081", self.replicas[1])
                     .replace("listen 127.0.0.1:8000;", "listen 127.0.0.1:%d;" % self.port))
-        with open(os.path.join(self.dir, "site.conf"), "w") as f:
-            f.write(site)
-        main = """
-worker_processes 1;
-daemon off;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    include {dir}/site.conf;
-}}
-""".format(dir=self.dir)
-        conf = os.path.join(self.dir, "nginx.conf")
-        with open(conf, "w") as f:
-            f.write(main)
-        self.processes.append(subprocess.Popen(
-            [nginx, "-p", self.dir, "-e", os.path.join(self.dir, "error.log"), "-c", conf],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))
+        self.processes.append(start_nginx(self.dir, site))
         self.url = "http://127.0.0.1:%d" % self.port
         wait_for(self.url + "/healthz")
 
@@ -140,15 +104,6 @@ def raw_post(conn, body, headers=()):
     return conn.getresponse()
 
 
-def read_until(response, pattern, limit=1 << 20):
-    """Reads the response until ``pattern`` (bytes regex) matches what came."""
-    seen = b""
-    while not re.search(pattern, seen):
-        piece = response.read1(65536)
-        if not piece or len(seen) > limit:
-            raise AssertionError("stream ended or grew without %r: %r" % (pattern, seen[-300:]))
-        seen += piece
-    return seen
 
 
 class ReplicaTests(unittest.TestCase):

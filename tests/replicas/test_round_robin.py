@@ -30,8 +30,10 @@ import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from chatgate_client import ChatGateClient  # noqa: E402
+from harness import free_port, read_until, start_nginx, wait_for  # noqa: E402
 
 ROUND_ROBIN_CONF = os.path.join(ROOT, "deploy", "nginx-round-robin.conf")
 STREAM_PATH = "/api/v1/chat/stream"
@@ -39,10 +41,6 @@ SECRET = "test-cluster-secret-0123456789"
 OWNER_TTL = 2.0
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def status_of(url):
@@ -53,16 +51,6 @@ def status_of(url):
         return err.code, json.loads(err.read() or b"{}")
 
 
-def wait_for(url, deadline=15.0, status=200):
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        try:
-            if status_of(url)[0] == status:
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    raise RuntimeError("%s did not answer %d" % (url, status))
 
 
 def binary():
@@ -160,36 +148,13 @@ class Replica:
 
 class Nginx:
     def __init__(self, dir, replicas):
-        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-        if not os.path.exists(nginx):
-            raise RuntimeError("nginx is not installed (apt-get install nginx-light)")
         self.port = free_port()
         with open(ROUND_ROBIN_CONF) as f:
             site = f.read()
         for default, replica in zip(["127.0.0.1:8081", "127.0.0.1:8082", "127.0.0.1:8083"], replicas):
             site = site.replace("server %s;" % default, "server %s;" % replica.address)
         site = site.replace("listen 127.0.0.1:8000;", "listen 127.0.0.1:%d;" % self.port)
-        with open(os.path.join(dir, "site.conf"), "w") as f:
-            f.write(site)
-        conf = os.path.join(dir, "nginx.conf")
-        with open(conf, "w") as f:
-            f.write("""
-worker_processes 1;
-daemon off;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    include {dir}/site.conf;
-}}
-""".format(dir=dir))
-        self.process = subprocess.Popen(
-            [nginx, "-p", dir, "-e", os.path.join(dir, "error.log"), "-c", conf],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
+        self.process = start_nginx(dir, site)
         self.url = "http://127.0.0.1:%d" % self.port
         wait_for(self.url + "/healthz")
 
@@ -252,15 +217,6 @@ def answer(target, session, action, headers=()):
     return response.status, json.loads(data[0]), response
 
 
-def read_until(response, pattern, limit=1 << 20):
-    """Reads the stream until ``pattern`` (bytes regex) matches what came."""
-    seen = b""
-    while not re.search(pattern, seen):
-        piece = response.read1(65536)
-        if not piece or len(seen) > limit:
-            raise AssertionError("stream ended or grew without %r: %r" % (pattern, seen[-400:]))
-        seen += piece
-    return seen
 
 
 def read_to_end(response):
