@@ -398,6 +398,7 @@ async fn the_sample_clients_re_attach_across_a_restart() {
 /// The `openai` engine's paused runs are stored too: its conversation and
 /// the calls awaiting the decision. A restart in the middle of a plan: the
 /// reply decides it in the next process, and the model is told so there.
+#[cfg(feature = "openai")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_openai_run_paused_on_its_plan_goes_on_after_a_restart() {
     use crate::model_server::{fake_model, plan_call, tokens};
@@ -471,6 +472,7 @@ async fn an_openai_run_paused_on_its_plan_goes_on_after_a_restart() {
 
 /// The pending tool calls of a paused `openai` run survive `kill -9`: after
 /// the restart the confirmed call runs once, and its result reaches the model.
+#[cfg(feature = "openai")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_openai_run_paused_on_tool_calls_runs_them_once_after_kill_9() {
     use crate::model_server::{event, fake_model, tokens};
