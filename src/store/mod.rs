@@ -15,8 +15,11 @@
 //! ([`Store::record_decision`]), so a decision answered 200 survives a crash
 //! that follows: the run is then not run again but ends `interrupted`.
 
+pub mod memory;
 pub mod redis;
 pub mod sqlite;
+
+pub use memory::MemoryStore;
 
 use std::sync::Arc;
 
@@ -84,37 +87,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// `Err(name)` while the store cannot be used, for `/readyz`.
     fn health(&self) -> Result<(), String> {
         Ok(())
-    }
-}
-
-/// `--store memory`: nothing is kept; a paused run lives as long as its
-/// process (and is cancelled at shutdown, reason `shutdown`).
-#[derive(Debug, Default)]
-pub struct MemoryStore;
-
-impl Store for MemoryStore {
-    fn is_durable(&self) -> bool {
-        false
-    }
-
-    fn save(&self, _record: PausedRecord) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn record_decision(
-        &self,
-        _run: &str,
-        _decision: Value,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn remove(&self, _run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
-        Box::pin(async { Ok(Vec::new()) })
     }
 }
 

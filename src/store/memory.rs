@@ -1,0 +1,38 @@
+//! `--store memory`, the default: nothing outlives the process.
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+
+use super::{PausedRecord, Store, StoreError};
+use crate::confirmation::SessionKey;
+
+/// `--store memory`: nothing is kept; a paused run lives as long as its
+/// process (and is cancelled at shutdown, reason `shutdown`).
+#[derive(Debug, Default)]
+pub struct MemoryStore;
+
+impl Store for MemoryStore {
+    fn is_durable(&self) -> bool {
+        false
+    }
+
+    fn save(&self, _record: PausedRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn record_decision(
+        &self,
+        _run: &str,
+        _decision: Value,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn remove(&self, _run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
