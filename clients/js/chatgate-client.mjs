@@ -312,21 +312,26 @@ export class ChatGateClient {
         if (!(err instanceof StreamBroken) || status !== 200) throw err;
         // A server that suspended the run for a restart said when to come
         // back (`retry:`), and may be unreachable for a while: keep trying.
-        const restarting = err.retry !== null && err.retry !== undefined;
+        let restarting = err.retry !== null && err.retry !== undefined;
+        let wait = restarting ? err.retry : null;
         let again = null;
         for (;;) {
           failures += 1;
           if (failures > (restarting ? RESTART_ATTEMPTS : this.reattachAttempts)) throw err;
-          const wait = restarting ? err.retry : REATTACH_BACKOFF_MS * failures;
-          await new Promise((resolve) => setTimeout(resolve, wait));
+          await new Promise((resolve) => setTimeout(resolve, wait ?? REATTACH_BACKOFF_MS * failures));
           try {
             again = await this.attach(sessionId, lastSeen, { signal });
           } catch (unreachable) {
             if (restarting && unreachable instanceof ChatGateError) continue;
             throw unreachable;
           }
-          if (restarting && again.status === 503) {
-            // Another replica (or the store) is not ready yet.
+          if (again.status === 503) {
+            // Not ready yet: the server restarting, the store out of reach,
+            // or the replica that held the run gone until another may take
+            // it over (Retry-After says when). Worth waiting for, as after
+            // a restart.
+            restarting = true;
+            wait = again.retryAfter;
             await again.chunks.return?.();
             continue;
           }

@@ -432,19 +432,25 @@ class ChatGateClient:
                 # A server that suspended the run for a restart said when to
                 # come back (``retry:``) and may be unreachable for a while.
                 restarting = broken.retry is not None
+                wait = broken.retry / 1000.0 if restarting else None
                 while True:
                     failures += 1
                     if failures > (RESTART_ATTEMPTS if restarting else self.reattach_attempts):
                         raise broken
-                    time.sleep(broken.retry / 1000.0 if restarting else REATTACH_BACKOFF * failures)
+                    time.sleep(wait if wait is not None else REATTACH_BACKOFF * failures)
                     try:
                         stream = self.attach(session_id, last_seen)
                     except ChatGateError:
                         if restarting:
                             continue
                         raise
-                    if restarting and stream.status == 503:
-                        # Another replica (or the store) is not ready yet.
+                    if stream.status == 503:
+                        # Not ready yet: the server restarting, the store out
+                        # of reach, or the replica that held the run gone
+                        # until another may take it over (Retry-After says
+                        # when). Worth waiting for, as after a restart.
+                        restarting = True
+                        wait = _retry_after(stream.headers)
                         stream.close()
                         continue
                     break

@@ -18,6 +18,7 @@ use subtle::ConstantTimeEq;
 use super::Cluster;
 use crate::http::error::ChatError;
 use crate::http::routes::CHAT_PATH;
+use crate::store::redis::Remote;
 
 /// Carries `--cluster-secret` on a forwarded request.
 pub const SECRET_HEADER: &str = "x-chatgate-cluster-secret";
@@ -66,18 +67,19 @@ pub fn client_address(req: &HttpRequest, forwarded: bool) -> Option<String> {
 }
 
 impl Cluster {
-    /// Sends the client's request (`body` as it came) to the owner at
-    /// `owner_url` and returns the owner's answer, streamed. An owner that
-    /// cannot be reached is `owner_unavailable` (503, Retry-After).
+    /// Sends the client's request (`body` as it came) to `owner` and
+    /// returns the owner's answer, streamed. An owner that cannot be reached
+    /// is `owner_unavailable` (503), with a Retry-After of what its
+    /// heartbeat has left: then another replica can take its runs over.
     pub async fn forward(
         &self,
-        owner_url: &str,
+        owner: &Remote,
         req: &HttpRequest,
         body: Bytes,
     ) -> Result<HttpResponse, ChatError> {
         let mut request = self
             .http
-            .post(format!("{owner_url}{CHAT_PATH}"))
+            .post(format!("{}{CHAT_PATH}", owner.url))
             .header(SECRET_HEADER, self.secret.expose())
             .header(FROM_HEADER, &self.replica_id)
             .body(body);
@@ -90,8 +92,10 @@ impl Cluster {
             request = request.header(CLIENT_HEADER, client);
         }
         let answer = request.send().await.map_err(|err| {
-            log::warn!("cannot reach the owner at {owner_url}: {err}");
-            ChatError::OwnerUnavailable
+            log::warn!("cannot reach the owner at {}: {err}", owner.url);
+            ChatError::OwnerUnavailable {
+                retry_after: owner.lease,
+            }
         })?;
         let status =
             StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);

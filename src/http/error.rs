@@ -7,6 +7,8 @@
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::HttpResponse;
+use std::time::Duration;
+
 use serde_json::Value;
 
 use crate::confirmation::{BeginError, DecideError};
@@ -59,8 +61,14 @@ pub enum ChatError {
          server is not a replica): clients must not send x-chatgate-cluster-secret"
     )]
     ForbiddenReplica,
-    #[error("the replica that holds this session's run cannot be reached; retry shortly")]
-    OwnerUnavailable,
+    #[error(
+        "the replica that holds this session's run cannot be reached; retry after the \
+         Retry-After seconds, when another replica may take the run over"
+    )]
+    OwnerUnavailable {
+        /// Until the owner's heartbeat expires (at least a second).
+        retry_after: Duration,
+    },
     #[error(
         "no run to re-attach to on this session: none was started, it belongs to another \
          API key, its end was already delivered, or its grace after the client left is over"
@@ -108,7 +116,7 @@ impl ChatError {
             ChatError::RequestTimeout => (S::REQUEST_TIMEOUT, T::RequestTimeout),
             ChatError::NoSuchRun => (S::NOT_FOUND, T::NoSuchRun),
             ChatError::ForbiddenReplica => (S::FORBIDDEN, T::ForbiddenReplica),
-            ChatError::OwnerUnavailable => (S::SERVICE_UNAVAILABLE, T::OwnerUnavailable),
+            ChatError::OwnerUnavailable { .. } => (S::SERVICE_UNAVAILABLE, T::OwnerUnavailable),
         }
     }
 
@@ -118,6 +126,24 @@ impl ChatError {
 
     pub fn error_type(&self) -> ErrorType {
         self.wire().1
+    }
+
+    /// An owner that cannot be reached, to try again in a second.
+    pub fn owner_unavailable() -> ChatError {
+        ChatError::OwnerUnavailable {
+            retry_after: Duration::from_secs(1),
+        }
+    }
+
+    /// Whole seconds a 503 asks the client to wait (`Retry-After`): until
+    /// an unreachable owner's runs can be taken over, else one.
+    fn retry_after_secs(&self) -> u64 {
+        match self {
+            ChatError::OwnerUnavailable { retry_after } => {
+                retry_after.as_millis().div_ceil(1000).max(1) as u64
+            }
+            _ => 1,
+        }
     }
 
     /// The actions a reply could have used, for `invalid_confirm_action`.
@@ -159,7 +185,10 @@ impl ChatError {
         }
         let headers = response.headers_mut();
         if status == StatusCode::SERVICE_UNAVAILABLE {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            headers.insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(self.retry_after_secs()),
+            );
         }
         if matches!(self, ChatError::Unauthorized) {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -188,5 +217,29 @@ impl Refusal {
 impl<E: Into<ChatError>> From<E> for Refusal {
     fn from(error: E) -> Refusal {
         Refusal::new(error, "")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retry_after(error: ChatError) -> String {
+        let response = error.to_response("s");
+        let value = response.headers().get(header::RETRY_AFTER).unwrap();
+        value.to_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn an_unreachable_owner_asks_to_wait_for_what_its_heartbeat_has_left() {
+        let owner = |ms| ChatError::OwnerUnavailable {
+            retry_after: Duration::from_millis(ms),
+        };
+        assert_eq!(retry_after(owner(14_200)), "15");
+        assert_eq!(retry_after(owner(1_000)), "1");
+        // Expired or unknown: a second, never 0 (a client must not spin).
+        assert_eq!(retry_after(owner(0)), "1");
+        assert_eq!(retry_after(ChatError::StoreUnavailable), "1");
+        assert_eq!(retry_after(ChatError::ShuttingDown), "1");
     }
 }

@@ -12,6 +12,7 @@ use crate::confirmation::{Accepted, SessionKey};
 use crate::protocol::{meta, ChatRequest, Chunk, ErrorType, ValidRequest, MAX_BODY_BYTES};
 use crate::run::{Place, ReattachError};
 use crate::sse;
+use crate::store::redis::Remote;
 
 /// The browser chat page, embedded at build time.
 const INDEX_HTML: &str = include_str!("../../clients/web/index.html");
@@ -213,8 +214,8 @@ async fn chat(
             last_seen,
         } => {
             let key = SessionKey::new(owner, &session_id);
-            if let Some(owner_url) = elsewhere(state, &key, forwarded, &session_id).await? {
-                return forward_to(state, &owner_url, req, body, &session_id).await;
+            if let Some(owner) = elsewhere(state, &key, forwarded, &session_id).await? {
+                return forward_to(state, &owner, req, body, &session_id).await;
             }
             let subscription = state.runs.reattach(key, last_seen).map_err(|err| {
                 let err = match err {
@@ -235,8 +236,8 @@ async fn chat(
             decisions,
         } => {
             let key = SessionKey::new(owner, &session_id);
-            if let Some(owner_url) = elsewhere(state, &key, forwarded, &session_id).await? {
-                return forward_to(state, &owner_url, req, body, &session_id).await;
+            if let Some(owner) = elsewhere(state, &key, forwarded, &session_id).await? {
+                return forward_to(state, &owner, req, body, &session_id).await;
             }
             let accepted = state
                 .runs
@@ -280,10 +281,10 @@ async fn chat(
                 Place::Here(stored_id) => stored_id,
                 // Forwarded here, yet another replica owns it now: no second hop.
                 Place::Owner(_) if forwarded => {
-                    return Err(Refusal::new(ChatError::OwnerUnavailable, &session_id))
+                    return Err(Refusal::new(ChatError::owner_unavailable(), &session_id))
                 }
-                Place::Owner(owner_url) => {
-                    return forward_to(state, &owner_url, req, body, &session_id).await
+                Place::Owner(owner) => {
+                    return forward_to(state, &owner, req, body, &session_id).await
                 }
                 Place::Draining => return Err(Refusal::new(ChatError::ShuttingDown, &session_id)),
             };
@@ -296,20 +297,20 @@ async fn chat(
     }
 }
 
-/// The owner's URL when another replica owns `key`'s run; `None` when the
+/// The owner when another replica owns `key`'s run; `None` when the
 /// request is answered here (a forwarded request always is).
 async fn elsewhere(
     state: &AppState,
     key: &SessionKey,
     forwarded: bool,
     session_id: &str,
-) -> Result<Option<String>, Refusal> {
+) -> Result<Option<Remote>, Refusal> {
     if forwarded {
         return Ok(None);
     }
     match state.runs.place(key).await {
         Ok(Place::Here(_)) => Ok(None),
-        Ok(Place::Owner(url)) => Ok(Some(url)),
+        Ok(Place::Owner(owner)) => Ok(Some(owner)),
         Ok(Place::Draining) => Err(Refusal::new(ChatError::ShuttingDown, session_id)),
         Err(err) => {
             log::error!("{err}");
@@ -321,17 +322,17 @@ async fn elsewhere(
 /// The owner's answer to the client's request.
 async fn forward_to(
     state: &AppState,
-    owner_url: &str,
+    owner: &Remote,
     req: &HttpRequest,
     body: bytes::Bytes,
     session_id: &str,
 ) -> Result<HttpResponse, Refusal> {
     let Some(cluster) = &state.runs.cluster else {
-        return Err(Refusal::new(ChatError::OwnerUnavailable, session_id));
+        return Err(Refusal::new(ChatError::owner_unavailable(), session_id));
     };
     state.runs.metrics.forwarded();
     cluster
-        .forward(owner_url, req, body)
+        .forward(owner, req, body)
         .await
         .map_err(|err| Refusal::new(err, session_id))
 }

@@ -33,7 +33,7 @@ use crate::confirmation::{
 use crate::engine::{Engine, RestoredParts, RunContext, RunError, RunSettings};
 use crate::metrics::Metrics;
 use crate::protocol::{meta, CancelReason, Chunk, ChunkType, ErrorType};
-use crate::store::redis::{Claim, Owner};
+use crate::store::redis::{Claim, Owner, Remote};
 use crate::store::{PausedRecord, StoreError};
 
 /// What a suspended run's stream ends with: come back in a second (SSE's
@@ -73,8 +73,8 @@ pub enum ReattachError {
 pub enum Place {
     /// Here; for a new run, with its id in the store when it has one.
     Here(Option<Arc<str>>),
-    /// At the replica that owns the session: its advertised URL.
-    Owner(String),
+    /// At the live replica that owns the session.
+    Owner(Remote),
     /// Nowhere while this replica shuts down: the run's owner is gone, and
     /// a replica that is stopping takes nothing over (retry elsewhere).
     Draining,
@@ -118,7 +118,7 @@ impl Runs {
         let run = uuid::Uuid::new_v4().to_string();
         match cluster.store().claim(key, &run).await? {
             Claim::Claimed => Ok(Place::Here(Some(Arc::from(run)))),
-            Claim::Owned(url) => Ok(Place::Owner(url)),
+            Claim::Owned(owner) => Ok(Place::Owner(owner)),
         }
     }
 
@@ -142,7 +142,7 @@ impl Runs {
         let store = cluster.store();
         match store.take_over(key, !self.shutdown.is_cancelled()).await? {
             Owner::Nobody | Owner::Mine(_) => {}
-            Owner::Elsewhere(url) => return Ok(Place::Owner(url)),
+            Owner::Elsewhere(owner) => return Ok(Place::Owner(owner)),
             Owner::Orphan => return Ok(Place::Draining),
             Owner::TakenOver(run) => match store.get(&run).await? {
                 Some(record) => {

@@ -45,18 +45,21 @@ const STREAMING_TTL: Duration = Duration::from_secs(3600);
 /// Bound on every Redis command and connection attempt.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// `alive(instance)`: the owner's advertised URL while its heartbeat names
-/// `instance`, else nil. Shared by the scripts that must tell a live owner
-/// from a dead one.
+/// `alive(instance)`: the owner's advertised URL and the milliseconds its
+/// heartbeat has left while the heartbeat names `instance`, else nil.
+/// Shared by the scripts that must tell a live owner from a dead one.
 const ALIVE: &str = r"
 local function alive(inst)
   if not inst or inst == '' then return nil end
   local replica = string.match(inst, '^(.+)/[^/]+$')
   if not replica then return nil end
-  local beat = redis.call('GET', 'chatgate:replica:' .. replica)
+  local key = 'chatgate:replica:' .. replica
+  local beat = redis.call('GET', key)
   if not beat then return nil end
   local sp = string.find(beat, ' ', 1, true)
-  if sp and string.sub(beat, 1, sp - 1) == inst then return string.sub(beat, sp + 1) end
+  if sp and string.sub(beat, 1, sp - 1) == inst then
+    return string.sub(beat, sp + 1), tostring(redis.call('PTTL', key))
+  end
   return nil
 end
 ";
@@ -68,8 +71,8 @@ const CLAIM: &str = r"
 local inst = redis.call('HGET', KEYS[1], 'instance')
 local old = redis.call('HGET', KEYS[1], 'run')
 if inst ~= ARGV[1] then
-  local url = alive(inst)
-  if url then return {'owned', url} end
+  local url, left = alive(inst)
+  if url then return {'owned', url, left} end
   if old then redis.call('DEL', 'chatgate:run:' .. old) end
 end
 redis.call('HSET', KEYS[1], 'instance', ARGV[1], 'run', ARGV[2])
@@ -84,8 +87,8 @@ local inst = redis.call('HGET', KEYS[1], 'instance')
 local run = redis.call('HGET', KEYS[1], 'run')
 if not run then return {'none'} end
 if inst == ARGV[1] then return {'mine', run} end
-local url = alive(inst)
-if url then return {'owned', url} end
+local url, left = alive(inst)
+if url then return {'owned', url, left} end
 if ARGV[2] ~= '1' then return {'orphan', run} end
 redis.call('HSET', KEYS[1], 'instance', ARGV[1])
 return {'taken', run}
@@ -160,12 +163,32 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 1
 ";
 
+/// A live replica that owns a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remote {
+    /// Its advertised URL.
+    pub url: String,
+    /// How long its heartbeat has left: if it cannot be reached, its runs
+    /// can be taken over once this has passed.
+    pub lease: Duration,
+}
+
+impl Remote {
+    fn parse(url: &str, left_ms: Option<&String>) -> Remote {
+        let left = left_ms.and_then(|ms| ms.parse::<u64>().ok()).unwrap_or(0);
+        Remote {
+            url: url.to_owned(),
+            lease: Duration::from_millis(left),
+        }
+    }
+}
+
 /// Whether a new run may take its session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     Claimed,
-    /// A live replica owns the session: its advertised URL.
-    Owned(String),
+    /// A live replica owns the session.
+    Owned(Remote),
 }
 
 /// Where a session's run is, as [`RedisStore::take_over`] found it.
@@ -175,8 +198,8 @@ pub enum Owner {
     Nobody,
     /// This process owns it (if it is not here, it has ended).
     Mine(String),
-    /// A live replica owns it: its advertised URL.
-    Elsewhere(String),
+    /// A live replica owns it.
+    Elsewhere(Remote),
     /// Its owner was gone: it is this process's now.
     TakenOver(String),
     /// Its owner is gone, and this process may not take it over.
@@ -332,7 +355,9 @@ impl RedisStore {
             )
             .await?;
         Ok(match answer.as_slice() {
-            [owned, url] if owned == "owned" => Claim::Owned(url.clone()),
+            [owned, url, rest @ ..] if owned == "owned" => {
+                Claim::Owned(Remote::parse(url, rest.first()))
+            }
             _ => Claim::Claimed,
         })
     }
@@ -350,7 +375,9 @@ impl RedisStore {
             .await?;
         Ok(match answer.as_slice() {
             [what, run] if what == "mine" => Owner::Mine(run.clone()),
-            [what, url] if what == "owned" => Owner::Elsewhere(url.clone()),
+            [what, url, rest @ ..] if what == "owned" => {
+                Owner::Elsewhere(Remote::parse(url, rest.first()))
+            }
             [what, run] if what == "taken" => Owner::TakenOver(run.clone()),
             [what, _] if what == "orphan" => Owner::Orphan,
             _ => Owner::Nobody,

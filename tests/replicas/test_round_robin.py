@@ -382,6 +382,25 @@ class RoundRobinTests(unittest.TestCase):
                                              b"status", b"tool_output", b"completion"])
         self.assertEqual(second[0], 404, "nothing runs twice: %r" % (second[1],))
 
+    def test_a_reply_before_a_dead_owners_heartbeat_expires_is_told_how_long_to_wait(self):
+        doomed = CLUSTER.add("doomed-early")
+        a = CLUSTER.replicas[0]
+        session = new_session("early")
+        stream = pause_on(doomed, session)
+
+        doomed.kill()
+        stream.conn.close()
+        early = answer(a, session, "confirm")
+        wait = int(early[2].getheader("Retry-After"))
+        time.sleep(wait + 0.3)  # what it said: the heartbeat has expired
+        later = answer(a, session, "confirm")
+
+        self.assertEqual(early[0], 503, early[1])
+        self.assertEqual(early[1]["metadata"]["error_type"], "owner_unavailable")
+        # What the dead owner's heartbeat had left, in whole seconds.
+        self.assertTrue(1 <= wait <= OWNER_TTL, wait)
+        self.assertEqual(later[0], 200, later[1])
+
     def test_a_decision_whose_work_a_kill_9_cut_short_ends_interrupted_elsewhere(self):
         # Slow steps: the run is still working when its owner dies.
         doomed = CLUSTER.add("doomed-slow", ["--step-delay", "5s"])
@@ -422,6 +441,72 @@ class RoundRobinTests(unittest.TestCase):
         self.assertEqual(status, 200)
         self.assertEqual(chunk_types(rest)[0], b"confirmation_received")
         self.assertEqual(chunk_types(rest)[-1], b"completion")
+
+
+class SampleClientTests(unittest.TestCase):
+    """The sample client behind round-robin rides out the kill -9 of the
+    replica that holds its run: a cluster of its own, since one of the
+    replicas behind nginx dies."""
+
+    def setUp(self):
+        self.cluster = Cluster()
+
+    def tearDown(self):
+        self.cluster.stop()
+
+    def owner_of_the_paused_run(self):
+        owners = [r for r in self.cluster.replicas if r.metric("chatgate_paused_runs") == 1]
+        self.assertEqual(len(owners), 1, "one replica holds the paused run")
+        return owners[0]
+
+    def test_the_python_client_resumes_its_run_after_the_owner_is_killed(self):
+        client = ChatGateClient(self.cluster.nginx.url)
+        killed = []
+
+        def on_confirmation(chunk):
+            if not killed:
+                owner = self.owner_of_the_paused_run()
+                owner.kill()  # its stream breaks; its heartbeat lives on for the TTL
+                killed.append(owner.name)
+            return "confirm"
+
+        started = time.monotonic()
+        result = client.run("build; ship", on_confirmation=on_confirmation)
+        took = time.monotonic() - started
+
+        types = [c["chunk_type"] for c in result.chunks]
+        self.assertEqual(len(killed), 1)
+        self.assertEqual(result.outcome, "completed", result.final)
+        self.assertEqual(types.count("confirmation_request"), 1)
+        self.assertEqual(types.count("confirmation_received"), 1)
+        self.assertEqual(types[-1], "completion")
+        self.assertLess(took, OWNER_TTL + 15, "waited about the TTL, not more")
+        survivors = [r for r in self.cluster.replicas if r.name not in killed]
+        self.assertEqual(sum(r.decisions() for r in survivors), 1, "decided once, elsewhere")
+
+
+    def test_the_python_client_re_attaches_after_the_owner_is_killed(self):
+        client = ChatGateClient(self.cluster.nginx.url)
+        session = new_session("sample")
+        killed = []
+
+        def on_confirmation(chunk):
+            owner = self.owner_of_the_paused_run()
+            owner.kill()
+            killed.append(owner.name)
+            # Somebody else answers, once another replica may take the run.
+            later = threading.Timer(OWNER_TTL + 1.5, lambda: answer(self.cluster.nginx, session, "confirm"))
+            later.start()
+            return None  # stay silent here
+
+        result = client.run("build; ship", session_id=session, on_confirmation=on_confirmation)
+
+        types = [c["chunk_type"] for c in result.chunks]
+        self.assertEqual(len(killed), 1)
+        self.assertEqual(result.outcome, "completed", result.final)
+        self.assertEqual(types.count("confirmation_request"), 1)
+        self.assertEqual(types.count("confirmation_received"), 1)
+        self.assertEqual(types[-1], "completion")
 
 
 class RedisOutageTests(unittest.TestCase):

@@ -169,6 +169,47 @@ describe('replies that were not taken', () => {
   });
 });
 
+describe('re-attach refused for a while', () => {
+  test('a 503 re-attach is tried again, Retry-After apart, until the run is back', async () => {
+    const { createServer } = await import('node:http');
+    const attaches = [];
+    const server = createServer((req, res) => {
+      let raw = '';
+      req.on('data', (d) => (raw += d));
+      req.on('end', () => {
+        const body = JSON.parse(raw);
+        const last = req.headers['last-event-id'];
+        if (last === undefined) {
+          // The first stream: one chunk, then the replica dies.
+          const chunk = { chunk: 'Planning', session_id: body.session_id, finished: false, chunk_type: 'task_init', metadata: {}, sequence: 1 };
+          res.writeHead(200, { 'Content-Type': 'text/event-stream; charset=utf-8' });
+          res.write(`id: 1\ndata: ${JSON.stringify(chunk)}\n\n`, () => setTimeout(() => res.socket.destroy(), 20));
+          return;
+        }
+        attaches.push(last);
+        const refused = attaches.length <= 3;
+        const chunk = refused
+          ? { chunk: 'owner gone', session_id: body.session_id, finished: true, chunk_type: 'error', metadata: { error_type: 'owner_unavailable' }, sequence: 0 }
+          : { chunk: 'Done', session_id: body.session_id, finished: true, chunk_type: 'completion', metadata: {}, sequence: 2 };
+        res.writeHead(refused ? 503 : 200, { 'Content-Type': 'text/event-stream; charset=utf-8', 'Retry-After': '0' });
+        res.end(`id: ${chunk.sequence}\ndata: ${JSON.stringify(chunk)}\n\n`);
+      });
+    });
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    let result;
+    try {
+      result = await new ChatGateClient(`http://127.0.0.1:${server.address().port}`).run('hello?');
+    } finally {
+      server.close();
+    }
+    assert.equal(result.outcome, 'completed');
+    assert.deepEqual(result.chunks.map((c) => c.chunk_type), ['task_init', 'completion']);
+    // Three refusals and the fourth re-attach, each from where it broke:
+    // more than the re-attaches allowed for a plain broken stream.
+    assert.deepEqual(attaches, ['1', '1', '1', '1']);
+  });
+});
+
 describe('library against a server', () => {
   const client = () => new ChatGateClient(serverUrl());
 

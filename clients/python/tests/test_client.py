@@ -206,6 +206,72 @@ class ReplyRetryTests(unittest.TestCase):
         self.assertEqual(len(down_seen), chatgate_client.REPLY_ATTEMPTS)
 
 
+class ReattachRetryTests(unittest.TestCase):
+    """A broken stream whose re-attach is refused with 503 (the replica that
+    held the run is gone until another may take it over) is re-attached
+    again, Retry-After apart (against a stub)."""
+
+    def test_a_503_re_attach_is_tried_again_until_the_run_is_back(self):
+        import http.server
+        import threading
+
+        attaches = []
+
+        class Stub(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                session = body["session_id"]
+                last = self.headers.get("Last-Event-ID")
+                if last is None:
+                    # The first stream: one chunk, then the replica dies.
+                    chunk = {"chunk": "Planning", "chunk_type": "task_init", "finished": False,
+                             "session_id": session, "sequence": 1}
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                    self.send_header("Content-Length", "100000")
+                    self.end_headers()
+                    self.wfile.write(("id: 1\ndata: %s\n\n" % json.dumps(chunk)).encode())
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                attaches.append(last)
+                refused = len(attaches) <= 3
+                if refused:
+                    chunk = {"chunk": "owner gone", "chunk_type": "error", "finished": True,
+                             "metadata": {"error_type": "owner_unavailable"}, "sequence": 0}
+                else:
+                    chunk = {"chunk": "Done", "chunk_type": "completion", "finished": True,
+                             "metadata": {}, "sequence": 2}
+                chunk["session_id"] = session
+                payload = ("id: %d\ndata: %s\n\n" % (chunk["sequence"], json.dumps(chunk))).encode()
+                self.send_response(503 if refused else 200)
+                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                self.send_header("Retry-After", "0")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        client = ChatGateClient("http://127.0.0.1:%d" % server.server_port)
+
+        result = client.run("hello?")
+
+        self.assertEqual(result.outcome, "completed")
+        self.assertEqual([c["chunk_type"] for c in result.chunks], ["task_init", "completion"])
+        # Three refusals and the fourth re-attach, each from where it broke:
+        # more than the re-attaches allowed for a plain broken stream.
+        self.assertEqual(attaches, ["1"] * 4)
+        self.assertGreater(len(attaches), chatgate_client.DEFAULT_REATTACH_ATTEMPTS)
+
+
 class LibraryTests(unittest.TestCase):
     def setUp(self):
         self.client = ChatGateClient(server_url())
