@@ -340,6 +340,7 @@ impl Settings {
             audit: None,
             store: Arc::new(crate::store::MemoryStore),
             engine_name: "custom",
+            namespaces: crate::store::Namespaces::default(),
         }
     }
 

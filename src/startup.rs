@@ -62,8 +62,12 @@ impl Application {
             keys.extend(from_file.into_iter().map(Secret::new));
         }
         let invalid = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+        let access = AccessPolicy::new(&keys, settings.cors_origins.clone());
+        let namespaces = access.namespaces();
         let cluster = if is_redis(&settings.store) {
-            Some(Arc::new(Cluster::open(&settings).map_err(invalid)?))
+            Some(Arc::new(
+                Cluster::open(&settings, namespaces.clone()).map_err(invalid)?,
+            ))
         } else {
             None
         };
@@ -72,8 +76,7 @@ impl Application {
         let mut allowed_hosts = settings.allowed_hosts.clone();
         // Forwarded requests name this replica's advertised address.
         allowed_hosts.extend(cluster.as_ref().and_then(|c| c.advertised_host()));
-        let access = AccessPolicy::new(&keys, settings.cors_origins.clone())
-            .with_hosts(address, &allowed_hosts);
+        let access = access.with_hosts(address, &allowed_hosts);
         if !access.requires_keys() && !address.ip().is_loopback() {
             log::warn!(
                 "listening on {address} without API keys: anyone who can reach this address can \
@@ -90,6 +93,7 @@ impl Application {
             registry: logs.clone(),
         });
         let mut run_settings = settings.run_settings();
+        run_settings.namespaces = namespaces;
         if let Some(path) = &settings.tools {
             let tools = Tools::load(path).map_err(|err| {
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, err.to_string())

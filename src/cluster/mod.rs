@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Secret, Settings};
 use crate::confirmation::SessionKey;
 use crate::store::redis::{RedisStore, ReplicaSettings};
+use crate::store::Namespaces;
 
 /// Stripes of the takeover lock: requests for one session that is not here
 /// take turns, so a run is restored once before the next request looks.
@@ -57,7 +58,7 @@ pub struct Cluster {
 impl Cluster {
     /// The cluster `settings` describe, with `--store redis://...`: the
     /// replica flags are checked here (a start-up error names what is missing).
-    pub fn open(settings: &Settings) -> Result<Cluster, String> {
+    pub fn open(settings: &Settings, namespaces: Namespaces) -> Result<Cluster, String> {
         let advertise_url = settings.advertise_url.clone().ok_or(
             "--store redis:// needs --advertise-url (where the other replicas reach this one)",
         )?;
@@ -81,6 +82,7 @@ impl Cluster {
                 advertise_url: advertise_url.clone(),
                 grace: settings.detach_grace,
                 linger: settings.detach_grace + settings.owner_ttl,
+                namespaces,
             },
         )
         .map_err(|err| format!("--store {}: {err}", settings.store))?;

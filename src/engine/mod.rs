@@ -31,7 +31,7 @@ use crate::protocol::{
 };
 use crate::run::log::RunLog;
 use crate::run::stop::RunStop;
-use crate::store::{MemoryStore, PausedRecord, Store};
+use crate::store::{MemoryStore, Namespaces, PausedRecord, Store};
 use crate::tools::{Tool, ToolOutcome, Tools};
 
 /// A chat engine. One instance serves every run; it is shared across threads.
@@ -129,6 +129,8 @@ pub struct RunSettings {
     pub store: Arc<dyn Store>,
     /// The engine's name, for stored records.
     pub engine_name: &'static str,
+    /// The API keys' namespaces as stored records name them.
+    pub namespaces: Namespaces,
 }
 
 impl Default for RunSettings {
@@ -141,6 +143,7 @@ impl Default for RunSettings {
             audit: None,
             store: Arc::new(MemoryStore),
             engine_name: "custom",
+            namespaces: Namespaces::default(),
         }
     }
 }
@@ -472,7 +475,7 @@ impl RunContext {
         };
         let record = PausedRecord {
             run: stored_id.to_string(),
-            owner: self.session_key().owner,
+            namespace: self.settings.namespaces.name(self.session_key().owner),
             session_id: self.session_id().to_owned(),
             engine: self.settings.engine_name.to_owned(),
             state,

@@ -23,6 +23,7 @@ use subtle::ConstantTimeEq;
 
 use super::error::ChatError;
 use crate::config::Secret;
+use crate::store::Namespaces;
 
 /// SHA-256 of a key: what the policy keeps and compares, so comparisons
 /// take the same time whatever the lengths, and no key sits in memory as text.
@@ -31,6 +32,8 @@ type KeyDigest = [u8; 32];
 #[derive(Debug, Clone)]
 pub struct AccessPolicy {
     key_digests: Vec<KeyDigest>,
+    /// What a store calls each key's namespace (same order as the digests).
+    namespaces: Namespaces,
     cors_origins: Vec<String>,
     /// Lower-cased host names accepted besides loopback and the bound address.
     allowed_hosts: Vec<String>,
@@ -39,17 +42,23 @@ pub struct AccessPolicy {
 
 impl AccessPolicy {
     pub fn new(keys: &[Secret], cors_origins: Vec<String>) -> AccessPolicy {
+        let keys: Vec<&str> = keys
+            .iter()
+            .map(Secret::expose)
+            .filter(|k| !k.is_empty())
+            .collect();
         AccessPolicy {
-            key_digests: keys
-                .iter()
-                .map(Secret::expose)
-                .filter(|k| !k.is_empty())
-                .map(digest)
-                .collect(),
+            key_digests: keys.iter().copied().map(digest).collect(),
+            namespaces: Namespaces::of_keys(keys.iter().copied()),
             cors_origins,
             allowed_hosts: Vec::new(),
             bound: IpAddr::from([127, 0, 0, 1]),
         }
+    }
+
+    /// The keys' namespaces as a store names them.
+    pub fn namespaces(&self) -> Namespaces {
+        self.namespaces.clone()
     }
 
     /// Accepts `Host` values naming `bound` (the listening address) or one

@@ -185,7 +185,21 @@ impl Runs {
     /// twice). Either end stays re-attachable for `--detach-grace`. The
     /// pause is registered before this returns: a reply that follows finds it.
     async fn restore_one(&self, record: PausedRecord) -> bool {
-        let key = SessionKey::new(record.owner, &record.session_id);
+        let Some(owner) = self.settings.namespaces.owner(record.namespace.as_deref()) else {
+            // Its API key is not configured any more: no client can reach
+            // it, and it must not land in anyone else's namespace.
+            ::log::warn!(
+                "dropping stored run {} of session {:?}: its API key is not configured",
+                record.run,
+                record.session_id
+            );
+            let orphan = SessionKey::new(None, &record.session_id);
+            if let Err(err) = self.settings.store.remove(&record.run, &orphan).await {
+                ::log::error!("{err}");
+            }
+            return false;
+        };
+        let key = SessionKey::new(owner, &record.session_id);
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);

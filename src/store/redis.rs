@@ -13,10 +13,11 @@
 //!   replica keeps refreshing: its heartbeat. `INSTANCE` is `ID/NONCE`, new
 //!   at every start, so a replica restarted under the same id does not pass
 //!   for the process that held the runs before.
-//! - `session:OWNER:SESSION`: a hash, `instance` (who owns the session's
-//!   run; empty once handed back at shutdown) and `run` (its id). Together
-//!   with the heartbeat this is the run's owner record: the owner is alive
-//!   while its heartbeat names the same instance.
+//! - `session:NAMESPACE:SESSION` (`NAMESPACE`: the API key's, as
+//!   [`Namespaces`] names it, or `-` without keys): a hash, `instance` (who
+//!   owns the session's run; empty once handed back at shutdown) and `run`
+//!   (its id). Together with the heartbeat this is the run's owner record:
+//!   the owner is alive while its heartbeat names the same instance.
 //! - `run:RUN`: a hash, `record` (the [`PausedRecord`] as JSON), `session`
 //!   (its session key) and, once taken, `decision`.
 //!
@@ -34,7 +35,7 @@ use redis::Script;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
-use super::{PausedRecord, Store, StoreError};
+use super::{Namespaces, PausedRecord, Store, StoreError};
 use crate::confirmation::SessionKey;
 
 /// How long a session record lives while its run works (from its start,
@@ -216,6 +217,9 @@ pub struct ReplicaSettings {
     /// How long a pause's records outlive its expiry: the grace and the
     /// owner TTL, so that a replica taking it over late still sees its end.
     pub linger: Duration,
+    /// The API keys' namespaces as keys in Redis name them (the same on
+    /// every replica, whatever the order of its keys).
+    pub namespaces: Namespaces,
 }
 
 pub struct RedisStore {
@@ -350,7 +354,7 @@ impl RedisStore {
         let answer: Vec<String> = self
             .invoke(
                 &self.scripts.claim,
-                &[&session_key(key)],
+                &[&self.session_key(key)],
                 &[&self.instance, run, &ttl],
             )
             .await?;
@@ -369,7 +373,7 @@ impl RedisStore {
         let answer: Vec<String> = self
             .invoke(
                 &self.scripts.take_over,
-                &[&session_key(key)],
+                &[&self.session_key(key)],
                 &[&self.instance, may_take],
             )
             .await?;
@@ -415,7 +419,7 @@ impl RedisStore {
         let mut connection = self.connection().await?;
         let mut pipe = redis::pipe();
         for key in keys {
-            pipe.cmd("HGET").arg(session_key(key)).arg("instance");
+            pipe.cmd("HGET").arg(self.session_key(key)).arg("instance");
         }
         let owners: Vec<Option<String>> = pipe
             .query_async(&mut connection)
@@ -429,7 +433,7 @@ impl RedisStore {
     pub async fn forget(&self, key: &SessionKey, run: &str) -> Result<(), StoreError> {
         self.invoke::<i64>(
             &self.scripts.forget,
-            &[&session_key(key)],
+            &[&self.session_key(key)],
             &[run, &self.instance],
         )
         .await
@@ -464,6 +468,12 @@ impl RedisStore {
         .map(drop)
     }
 
+    /// The Redis key of `key`'s session record.
+    fn session_key(&self, key: &SessionKey) -> String {
+        let namespace = self.replica.namespaces.name(key.owner);
+        session_key(namespace.as_deref(), &key.session_id)
+    }
+
     fn heartbeat_key(&self) -> String {
         format!("chatgate:replica:{}", self.replica.replica_id)
     }
@@ -494,7 +504,7 @@ impl Store for RedisStore {
             let ttl = record.expires_at_ms.saturating_sub(now_ms)
                 + self.replica.linger.as_millis() as u64;
             let json = serde_json::to_string(&record).unwrap_or_default();
-            let session = session_key(&SessionKey::new(record.owner, &record.session_id));
+            let session = session_key(record.namespace.as_deref(), &record.session_id);
             let saved: i64 = self
                 .invoke(
                     &self.scripts.save,
@@ -531,7 +541,7 @@ impl Store for RedisStore {
     }
 
     fn remove(&self, run: &str, key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
-        let (run, session) = (run.to_owned(), session_key(key));
+        let (run, session) = (run.to_owned(), self.session_key(key));
         Box::pin(async move {
             let grace = self.replica.grace.as_millis().to_string();
             self.invoke::<i64>(
@@ -545,7 +555,7 @@ impl Store for RedisStore {
     }
 
     fn suspend(&self, run: &str, key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
-        let (run, session) = (run.to_owned(), session_key(key));
+        let (run, session) = (run.to_owned(), self.session_key(key));
         Box::pin(async move {
             self.invoke::<i64>(
                 &self.scripts.hand_back,
@@ -564,11 +574,9 @@ impl Store for RedisStore {
     }
 }
 
-fn session_key(key: &SessionKey) -> String {
-    match key.owner {
-        Some(owner) => format!("chatgate:session:k{owner}:{}", key.session_id),
-        None => format!("chatgate:session:-:{}", key.session_id),
-    }
+/// `chatgate:session:NAMESPACE:SESSION`, `-` for the namespace without keys.
+fn session_key(namespace: Option<&str>, session_id: &str) -> String {
+    format!("chatgate:session:{}:{session_id}", namespace.unwrap_or("-"))
 }
 
 fn run_key(run: &str) -> String {

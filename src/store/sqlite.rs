@@ -150,7 +150,7 @@ mod tests {
     fn record(run: &str) -> PausedRecord {
         PausedRecord {
             run: run.into(),
-            owner: Some(1),
+            namespace: Some("k0123".into()),
             session_id: "会话".into(),
             engine: "planner".into(),
             state: serde_json::json!({"steps": ["a"]}),

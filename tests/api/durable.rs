@@ -148,6 +148,87 @@ async fn a_graceful_restart_keeps_a_paused_run_and_a_reply_decides_it_afterwards
     assert_eq!(after.last().unwrap().chunk_type, ChunkType::Completion);
 }
 
+async fn post_as(
+    url: &str,
+    key: &str,
+    body: serde_json::Value,
+    last_event_id: Option<u64>,
+) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(key)
+        .json(&body);
+    if let Some(id) = last_event_id {
+        request = request.header("Last-Event-ID", id.to_string());
+    }
+    request.send().await.unwrap()
+}
+
+async fn reply_as(url: &str, key: &str, session: &str, message: &str) -> (u16, Chunk) {
+    let body = json!({"message": message, "session_id": session});
+    let response = post_as(url, key, body, None).await;
+    let status = response.status().as_u16();
+    (status, chunks(&read_raw(response, None).await).remove(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_run_stays_in_its_api_keys_namespace_when_the_keys_change() {
+    let dir = Dir::new();
+    let keys = |list: &[&str]| {
+        let path = dir.path("keys");
+        std::fs::write(&path, list.join("\n")).unwrap();
+        path.display().to_string()
+    };
+    let file = keys(&["alpha-key-000000", "beta-key-0000000"]);
+    let mut first = start(&dir, &["--api-keys-file", &file]);
+    let url = stream_url(&first);
+    for (key, session) in [("alpha-key-000000", "shared"), ("beta-key-0000000", "beta")] {
+        let opened = post_as(
+            &url,
+            key,
+            json!({"message": "one", "session_id": session}),
+            None,
+        )
+        .await;
+        read_raw(opened, Some("confirmation_request")).await;
+    }
+    terminate(&mut first);
+
+    // alpha first, then beta, became: a new key first, then beta; alpha gone.
+    let file = keys(&["gamma-key-000000", "beta-key-0000000"]);
+    let second = start(&dir, &["--api-keys-file", &file]);
+    let url = stream_url(&second);
+    let (gamma, gamma_chunk) =
+        reply_as(&url, "gamma-key-000000", "shared", "CONFIRM_ACTION:confirm").await;
+    let gamma_attach = post_as(
+        &url,
+        "gamma-key-000000",
+        json!({"session_id": "shared"}),
+        Some(0),
+    )
+    .await;
+    let gamma_attach = gamma_attach.status().as_u16();
+    let beta_attach = post_as(
+        &url,
+        "beta-key-0000000",
+        json!({"session_id": "beta"}),
+        Some(0),
+    )
+    .await;
+    assert_eq!(beta_attach.status(), 200);
+    let rest = tokio::spawn(read_raw(beta_attach, None));
+    let (beta, beta_chunk) =
+        reply_as(&url, "beta-key-0000000", "beta", "CONFIRM_ACTION:confirm").await;
+    let after = chunks(&rest.await.unwrap());
+
+    // The key now in alpha's place in the list sees nothing of alpha's run.
+    assert_eq!(gamma, 404, "{gamma_chunk:?}");
+    assert_eq!(gamma_attach, 404);
+    // beta moved in the list, and its run is still its own.
+    assert_eq!(beta, 200, "{beta_chunk:?}");
+    assert_eq!(after.last().unwrap().chunk_type, ChunkType::Completion);
+}
+
 /// A tools file whose `mark` tool appends to `marks`, after `delay`.
 fn mark_tool(dir: &Dir, delay: &str) -> PathBuf {
     let path = dir.path("tools.toml");

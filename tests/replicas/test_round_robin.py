@@ -509,6 +509,38 @@ class SampleClientTests(unittest.TestCase):
         self.assertEqual(types[-1], "completion")
 
 
+class ApiKeyTests(unittest.TestCase):
+    """Replicas whose API keys are listed in different orders: a run stays
+    in its own key's namespace wherever a request lands."""
+
+    def setUp(self):
+        self.cluster = Cluster(replicas=0, nginx=False)
+        self.a = self.cluster.add("keys-a", ["--api-key", "first-key-0000", "--api-key", "second-key-000"])
+        self.b = self.cluster.add("keys-b", ["--api-key", "second-key-000", "--api-key", "first-key-0000"])
+
+    def tearDown(self):
+        self.cluster.stop()
+
+    def test_a_run_of_one_key_is_not_another_keys_on_a_replica_that_lists_them_differently(self):
+        session = new_session("keys")
+        second = {"Authorization": "Bearer second-key-000"}
+        first = {"Authorization": "Bearer first-key-0000"}
+        stream = post(self.a, {"message": "build; ship", "session_id": session}, second)
+        read_until(stream, rb'"chunk_type":"confirmation_request"')
+
+        # On b, first-key is where second-key is on a: it must find nothing.
+        intruder = answer(self.b, session, "confirm", first)
+        peek = post(self.b, {"session_id": session}, dict(first, **{"Last-Event-ID": "0"}))
+        peek_status = peek.status
+        peek.read()
+        owner = answer(self.b, session, "confirm", second)
+
+        self.assertEqual(intruder[0], 404, intruder[1])
+        self.assertEqual(peek_status, 404)
+        self.assertEqual(owner[0], 200, owner[1])
+        self.assertEqual(chunk_types(read_to_end(stream))[-1], b"completion")
+
+
 class RedisOutageTests(unittest.TestCase):
     """Redis stopped and started again (its data kept), two replicas."""
 
