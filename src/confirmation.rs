@@ -284,6 +284,15 @@ struct Entry {
     pause: Option<Pause>,
 }
 
+impl Entry {
+    /// Paused on a confirmation nobody decided (nor stopped).
+    fn waits(&self) -> bool {
+        self.pause
+            .as_ref()
+            .is_some_and(|p| p.decide_tx.is_some() && !p.stop.is_cancelled())
+    }
+}
+
 struct Pause {
     confirmation_id: String,
     round: u32,
@@ -436,6 +445,11 @@ impl ConfirmationManager {
         self.lock().sessions.contains_key(key)
     }
 
+    /// Whether the run on `key` is paused on a confirmation nobody decided.
+    pub fn is_paused(&self, key: &SessionKey) -> bool {
+        self.lock().sessions.get(key).is_some_and(Entry::waits)
+    }
+
     /// Number of sessions with a live run.
     pub fn active_runs(&self) -> usize {
         self.lock().sessions.len()
@@ -451,15 +465,7 @@ impl ConfirmationManager {
         let registry = self.lock();
         RunCounts {
             active: registry.sessions.len(),
-            paused: registry
-                .sessions
-                .values()
-                .filter(|e| {
-                    e.pause
-                        .as_ref()
-                        .is_some_and(|p| p.decide_tx.is_some() && !p.stop.is_cancelled())
-                })
-                .count(),
+            paused: registry.sessions.values().filter(|e| e.waits()).count(),
         }
     }
 
@@ -758,6 +764,21 @@ mod tests {
 
         assert_eq!(decision, Decision::Confirm(Decisions::approve_all(0)));
         assert_eq!(manager.paused_runs(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_run_is_paused_until_its_pause_is_decided() {
+        let manager = ConfirmationManager::new();
+        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+        assert!(!manager.is_paused(&key("s")), "working");
+        let _pending = pause(&slot, "c1", 1);
+        assert!(manager.is_paused(&key("s")));
+        assert!(!manager.is_paused(&key("other")));
+
+        decide(&manager, &key("s"), &reply("confirm", None), None).unwrap();
+
+        assert!(!manager.is_paused(&key("s")), "decided: at work again");
+        assert!(manager.holds(&key("s")));
     }
 
     #[tokio::test(start_paused = true)]

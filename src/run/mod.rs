@@ -294,7 +294,10 @@ impl Runs {
             .await;
     }
 
-    /// Relinquishes the paused runs here whose session another process owns.
+    /// Relinquishes the paused runs here whose session another process
+    /// owns. Only paused ones: a run at work here goes on to its end (what
+    /// it does was decided here, and stopping it would be a shutdown that
+    /// is not one).
     async fn hand_over_taken(&self) {
         let Some(cluster) = &self.cluster else {
             return;
@@ -303,7 +306,7 @@ impl Runs {
             .logs
             .keys()
             .into_iter()
-            .filter(|key| self.manager.holds(key))
+            .filter(|key| self.manager.is_paused(key))
             .collect();
         match cluster.store().instances(&keys).await {
             Ok(owners) => {
