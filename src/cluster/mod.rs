@@ -23,6 +23,7 @@
 
 pub mod forward;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Secret, Settings};
 use crate::confirmation::SessionKey;
-use crate::store::redis::{RedisStore, ReplicaSettings};
+use crate::store::redis::{Beat, RedisStore, ReplicaSettings};
 use crate::store::Namespaces;
 
 /// Stripes of the takeover lock: requests for one session that is not here
@@ -53,6 +54,8 @@ pub struct Cluster {
     stripes: Box<[tokio::sync::Mutex<()>]>,
     /// Cancelled when the replica leaves (its heartbeat stops).
     leaving: CancellationToken,
+    /// Another process was found beating under this replica's id (said once).
+    contested: AtomicBool,
 }
 
 impl Cluster {
@@ -107,6 +110,7 @@ impl Cluster {
             http,
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             leaving: CancellationToken::new(),
+            contested: AtomicBool::new(false),
         })
     }
 
@@ -144,12 +148,14 @@ impl Cluster {
 
     /// Keeps this replica's heartbeat until it leaves. The first beat is
     /// written before this returns, so the replica owns what it starts.
-    /// `lapsed` is called whenever a beat finds the previous one expired
-    /// (Redis was out of reach, or the process stalled, for a whole TTL):
-    /// other replicas may have taken over runs held here.
+    /// `lapsed` is called whenever a beat finds the previous one gone or
+    /// replaced (Redis was out of reach, or the process stalled, for a whole
+    /// TTL; or another process uses this replica id): other replicas may
+    /// have taken over runs held here.
     pub async fn start_heartbeat(self: &Arc<Self>, lapsed: impl Fn() + Send + 'static) {
         let interval = (self.owner_ttl / 3).min(Duration::from_secs(1));
-        let mut healthy = self.beat(true).await.is_some();
+        // The first beat replaces this replica's previous process, if any.
+        let mut healthy = self.beat(true, true).await.is_some();
         let cluster = self.clone();
         tokio::spawn(async move {
             loop {
@@ -157,12 +163,8 @@ impl Cluster {
                     () = tokio::time::sleep(interval) => {}
                     () = cluster.leaving.cancelled() => return,
                 }
-                let beat = cluster.beat(healthy).await;
-                if beat == Some(true) {
-                    log::warn!(
-                        "this replica's heartbeat had lapsed: other replicas may have taken \
-                         over runs paused here; those are handed to them"
-                    );
+                let beat = cluster.beat(healthy, false).await;
+                if beat.as_ref().is_some_and(|beat| *beat != Beat::Kept) {
                     lapsed();
                 }
                 healthy = beat.is_some();
@@ -170,14 +172,31 @@ impl Cluster {
         });
     }
 
-    /// One heartbeat; logs changes only. `Some(lapsed)` once written.
-    async fn beat(&self, was_healthy: bool) -> Option<bool> {
+    /// One heartbeat; logs changes only. `Some(beat)` once written.
+    async fn beat(&self, was_healthy: bool, first: bool) -> Option<Beat> {
         match self.store.heartbeat(self.owner_ttl).await {
-            Ok(lapsed) => {
+            Ok(beat) => {
                 if !was_healthy {
                     log::info!("the store ({}) is reachable again", self.store.name());
                 }
-                Some(lapsed)
+                match &beat {
+                    Beat::Lapsed if !first => log::warn!(
+                        "this replica's heartbeat had lapsed: other replicas may have taken \
+                         over runs paused here; those are handed to them"
+                    ),
+                    Beat::Replaced(other)
+                        if !first && !self.contested.swap(true, Ordering::Relaxed) =>
+                    {
+                        log::error!(
+                            "another process beats as replica {} ({other}): two replicas \
+                             share --replica-id, and their runs pass from one to the other; \
+                             give each replica its own id",
+                            self.replica_id
+                        );
+                    }
+                    _ => {}
+                }
+                Some(beat)
             }
             Err(err) => {
                 if was_healthy {

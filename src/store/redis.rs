@@ -207,6 +207,18 @@ pub enum Owner {
     Orphan,
 }
 
+/// What a heartbeat found in its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Beat {
+    /// This process's previous beat.
+    Kept,
+    /// Nothing: the heartbeat had expired.
+    Lapsed,
+    /// Another process's beat (`INSTANCE URL`): at start, this replica's
+    /// previous process; later, another process with the same replica id.
+    Replaced(String),
+}
+
 /// What the store needs to know of its replica.
 #[derive(Debug, Clone)]
 pub struct ReplicaSettings {
@@ -440,9 +452,10 @@ impl RedisStore {
         .map(drop)
     }
 
-    /// Refreshes this replica's heartbeat for `ttl`. Returns `true` if the
-    /// heartbeat had lapsed (another replica may have taken runs over).
-    pub async fn heartbeat(&self, ttl: Duration) -> Result<bool, StoreError> {
+    /// Refreshes this replica's heartbeat for `ttl`. Returns what it
+    /// replaced: this process's own beat, nothing (it had lapsed: another
+    /// replica may have taken runs over), or another process's.
+    pub async fn heartbeat(&self, ttl: Duration) -> Result<Beat, StoreError> {
         let mut connection = self.connection().await?;
         let previous: Option<String> = redis::cmd("SET")
             .arg(self.heartbeat_key())
@@ -454,7 +467,11 @@ impl RedisStore {
             .await
             .map_err(|err| self.failed(&err))?;
         self.healthy.store(true, Ordering::Relaxed);
-        Ok(previous.as_deref() != Some(self.heartbeat_value().as_str()))
+        Ok(match previous {
+            None => Beat::Lapsed,
+            Some(previous) if previous == self.heartbeat_value() => Beat::Kept,
+            Some(previous) => Beat::Replaced(previous),
+        })
     }
 
     /// Deletes this process's heartbeat: its runs are anyone's at once.

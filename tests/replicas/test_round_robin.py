@@ -541,6 +541,25 @@ class ApiKeyTests(unittest.TestCase):
         self.assertEqual(chunk_types(read_to_end(stream))[-1], b"completion")
 
 
+class ReplicaIdTests(unittest.TestCase):
+    def test_two_replicas_given_one_id_are_told_in_the_log(self):
+        cluster = Cluster(replicas=0, nginx=False)
+        self.addCleanup(cluster.stop)
+        first = cluster.add("twin")
+        second = cluster.add("twin")
+
+        deadline = time.monotonic() + 10
+        said = []
+        while time.monotonic() < deadline and not said:
+            time.sleep(0.2)
+            said = [r for r in (first, second) if "share --replica-id" in r.logs()]
+
+        self.assertTrue(said, first.logs() + second.logs())
+        # Said once, not at every beat.
+        time.sleep(1.5)
+        self.assertEqual(said[0].logs().count("share --replica-id"), 1)
+
+
 class RedisOutageTests(unittest.TestCase):
     """Redis stopped and started again (its data kept), two replicas."""
 
