@@ -57,6 +57,11 @@ pub enum ChatError {
     #[error("the store cannot be reached to find or claim this session's run; retry shortly")]
     StoreUnreachable,
     #[error(
+        "the store no longer has this run's record (did Redis restart without its data?), so \
+         this decision was not taken and the run has ended; nothing was run"
+    )]
+    StoreLost,
+    #[error(
         "this request carries a replica's header with a wrong --cluster-secret (or this \
          server is not a replica): clients must not send x-chatgate-cluster-secret"
     )]
@@ -101,7 +106,7 @@ impl ChatError {
                 (S::UNPROCESSABLE_ENTITY, T::InvalidDecision)
             }
             ChatError::AuditUnavailable => (S::SERVICE_UNAVAILABLE, T::AuditUnavailable),
-            ChatError::StoreUnavailable | ChatError::StoreUnreachable => {
+            ChatError::StoreUnavailable | ChatError::StoreUnreachable | ChatError::StoreLost => {
                 (S::SERVICE_UNAVAILABLE, T::StoreUnavailable)
             }
             ChatError::Decide(DecideError::AlreadyDecided) => (S::CONFLICT, T::AlreadyDecided),

@@ -13,6 +13,7 @@ use crate::protocol::{meta, ChatRequest, Chunk, ErrorType, ValidRequest, MAX_BOD
 use crate::run::{Place, ReattachError};
 use crate::sse;
 use crate::store::redis::Remote;
+use crate::store::Fault;
 
 /// The browser chat page, embedded at build time.
 const INDEX_HTML: &str = include_str!("../../clients/web/index.html");
@@ -363,14 +364,27 @@ async fn deliver(
             .await
         {
             log::error!("{err}");
-            // Not recorded, so not taken: the pause waits on, for a retry.
-            accepted.ticket.withdraw();
-            if err.moved {
-                // Another replica took this run over: the copy here is
-                // suspended, and its client re-attaches to the owner.
-                state.runs.relinquish(key);
-            }
-            return Err(ChatError::StoreUnavailable);
+            let refused = match err.fault {
+                // Not recorded, so not taken: the pause waits on, for a retry.
+                Fault::Unreachable => {
+                    accepted.ticket.withdraw();
+                    ChatError::StoreUnavailable
+                }
+                Fault::Moved => {
+                    // Another replica took this run over: the copy here is
+                    // suspended, and its client re-attaches to the owner.
+                    accepted.ticket.withdraw();
+                    state.runs.relinquish(key);
+                    ChatError::StoreUnavailable
+                }
+                // Nobody can decide it any more: it ends, nothing run, with
+                // an error chunk that says so.
+                Fault::Lost => {
+                    accepted.ticket.fail(ErrorType::StoreUnavailable);
+                    ChatError::StoreLost
+                }
+            };
+            return Err(refused);
         }
     }
     let Some(audit) = state.runs.settings.audit.clone() else {

@@ -124,9 +124,21 @@ impl Namespaces {
 pub struct StoreError {
     pub store: String,
     pub reason: String,
+    pub fault: Fault,
+}
+
+/// What went wrong with a store, for what the run does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// It could not be used (out of reach, a failing disk): try again.
+    Unreachable,
     /// Another replica owns the run now (this one's heartbeat had lapsed):
-    /// the copy here must not act.
-    pub moved: bool,
+    /// the copy here must not act; its client re-attaches to the owner.
+    Moved,
+    /// The run's record is gone (a Redis that restarted without its data,
+    /// or a new run on the session elsewhere while this replica passed for
+    /// dead): the run cannot be decided any more, here or anywhere.
+    Lost,
 }
 
 /// Paused runs' records. Cheap to share behind an `Arc`.

@@ -35,7 +35,7 @@ use redis::Script;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
-use super::{Namespaces, PausedRecord, Store, StoreError};
+use super::{Fault, Namespaces, PausedRecord, Store, StoreError};
 use crate::confirmation::SessionKey;
 
 /// How long a session record lives while its run works (from its start,
@@ -324,16 +324,16 @@ impl RedisStore {
         StoreError {
             store: self.name.clone(),
             reason: err.to_string(),
-            moved: false,
+            fault: Fault::Unreachable,
         }
     }
 
-    /// Another replica owns the run now.
-    fn moved(&self, reason: &str) -> StoreError {
+    /// The run cannot be used from here: `fault` says why.
+    fn refused(&self, fault: Fault, reason: &str) -> StoreError {
         StoreError {
             store: self.name.clone(),
             reason: reason.to_owned(),
-            moved: true,
+            fault,
         }
     }
 
@@ -532,7 +532,7 @@ impl Store for RedisStore {
             if saved == 1 {
                 Ok(())
             } else {
-                Err(self.moved("another replica owns this session now"))
+                Err(self.refused(Fault::Moved, "another replica owns this session now"))
             }
         })
     }
@@ -550,9 +550,11 @@ impl Store for RedisStore {
                 .await?;
             match answer.as_str() {
                 "ok" => Ok(()),
-                "not_owner" => Err(self.moved("another replica owns this run now")),
-                "decided" => Err(self.moved("this pause was decided on another replica")),
-                _ => Err(self.moved("the run's record is gone")),
+                "not_owner" => Err(self.refused(Fault::Moved, "another replica owns this run now")),
+                "decided" => {
+                    Err(self.refused(Fault::Moved, "this pause was decided on another replica"))
+                }
+                _ => Err(self.refused(Fault::Lost, "the run's record is gone")),
             }
         })
     }

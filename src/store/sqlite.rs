@@ -13,7 +13,7 @@ use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 
-use super::{PausedRecord, Store, StoreError};
+use super::{Fault, PausedRecord, Store, StoreError};
 use crate::confirmation::SessionKey;
 
 #[derive(Debug)]
@@ -60,7 +60,7 @@ impl SqliteStore {
             done.map_err(|reason| StoreError {
                 store: self.name.clone(),
                 reason,
-                moved: false,
+                fault: Fault::Unreachable,
             })
         })
     }

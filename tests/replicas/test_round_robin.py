@@ -98,6 +98,12 @@ class Redis:
             self.process.terminate()
             self.process.wait(timeout=15)
 
+    def command(self, line):
+        """Sends one inline command; returns the first line of the answer."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+            sock.sendall(line + b"\r\n")
+            return sock.recv(256).split(b"\r\n")[0]
+
 
 class Replica:
     """One chatgate process of the cluster."""
@@ -596,6 +602,28 @@ class RedisOutageTests(unittest.TestCase):
         self.assertEqual(after[0], 200, after[1])
         self.assertEqual(chunk_types(rest).count(b"confirmation_received"), 1)
         self.assertEqual(chunk_types(rest)[-1], b"completion")
+
+    def test_a_run_whose_record_redis_lost_ends_with_one_error_and_nothing_runs(self):
+        a, b = self.cluster.replicas
+        session = new_session("lost")
+        stream = pause_on(a, session)
+
+        self.cluster.redis.command(b"FLUSHALL")  # as a Redis restarted without its data
+        elsewhere = answer(b, session, "confirm")  # no record tells b where the run is
+        lost = answer(a, session, "confirm")
+        rest = read_to_end(stream)
+        again = answer(a, session, "confirm")
+
+        self.assertEqual(elsewhere[0], 404, elsewhere[1])
+        self.assertEqual(lost[0], 503, lost[1])
+        self.assertEqual(lost[1]["metadata"]["error_type"], "store_unavailable")
+        self.assertIn("no longer has this run's record", lost[1]["chunk"])
+        finals = [t for t in re.findall(rb'"finished":(true|false)', rest) if t == b"true"]
+        self.assertEqual(len(finals), 1, rest)
+        self.assertEqual(chunk_types(rest)[-1], b"error")
+        self.assertIn(b'"error_type":"store_unavailable"', rest)
+        self.assertNotIn(b"tool_output", rest, "nothing ran")
+        self.assertEqual(again[0], 404, again[1])
 
     def test_a_pause_times_out_as_usual_while_redis_is_down(self):
         a, _ = self.cluster.replicas
