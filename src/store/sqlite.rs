@@ -6,7 +6,8 @@
 //! 200 survives a `kill -9` or a power cut. Writes are small (one row per
 //! paused run, its record as JSON) and run off the async threads.
 
-use std::path::Path;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
@@ -20,10 +21,34 @@ use crate::confirmation::SessionKey;
 pub struct SqliteStore {
     connection: Arc<Mutex<Connection>>,
     name: String,
+    /// `PATH.lock`, locked for as long as this process keeps the store (the
+    /// kernel lets go when the process ends, `kill -9` included).
+    _lock: File,
 }
 
 impl SqliteStore {
+    /// Opens (or creates) the store at `path`, for this process alone: a
+    /// second process on the same file would restore the same paused runs
+    /// and could act on one twice, so it is refused.
     pub fn open(path: &Path) -> Result<SqliteStore, String> {
+        let lock_path = PathBuf::from(format!("{}.lock", path.display()));
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|err| format!("{err}: {}", lock_path.display()))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(format!(
+                    "another chatgate process uses this store ({} is locked); one process \
+                     per sqlite: file (replicas share redis:// instead)",
+                    lock_path.display()
+                ))
+            }
+            Err(TryLockError::Error(err)) => return Err(format!("{err}: {}", lock_path.display())),
+        }
         let connection = Connection::open(path).map_err(|err| err.to_string())?;
         connection
             .execute_batch(
@@ -40,6 +65,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             connection: Arc::new(Mutex::new(connection)),
             name: format!("sqlite:{}", path.display()),
+            _lock: lock,
         })
     }
 
@@ -184,6 +210,8 @@ mod tests {
         }
         let store = SqliteStore::open(&path).unwrap();
         let loaded = store.load().await.unwrap();
+        let second = SqliteStore::open(&path).unwrap_err();
+        assert!(second.contains("another chatgate process"), "{second}");
 
         assert_eq!(loaded.len(), 1);
         assert_eq!(loaded[0].run, "r2");
@@ -194,5 +222,6 @@ mod tests {
         );
         assert!(store.get("r1").await.unwrap().is_none());
         let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(format!("{}.lock", path.display()));
     }
 }

@@ -420,6 +420,26 @@ fn a_bad_store_stops_the_start_with_one_line() {
     }
 }
 
+#[test]
+fn a_second_process_on_one_sqlite_file_refuses_to_start() {
+    let dir = Dir::new();
+    let first = start(&dir, &[]);
+    let store = dir.store();
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_chatgate"))
+        .args(["--bind", "127.0.0.1:0", "--store", &store])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+
+    // It would restore the first one's paused runs and could act twice.
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("another chatgate process"), "{stderr}");
+    assert!(stderr.contains("runs.db.lock"), "{stderr}");
+    drop(first);
+}
+
 /// Both sample CLIs ride through a restart: their stream ends with `retry:`,
 /// they re-attach to the restarted server on the same address, and the run
 /// completes once confirmed there.
