@@ -112,12 +112,21 @@ impl Store for SqliteStore {
     fn record_decision(&self, run: &str, decision: Value) -> BoxFuture<'_, Result<(), StoreError>> {
         let run = run.to_owned();
         let json = decision.to_string();
-        self.with(move |c| {
+        let updating = self.with(move |c| {
             c.execute(
                 "UPDATE paused_runs SET decision = ?2 WHERE run = ?1",
                 params![run, json],
             )
-            .map(drop)
+        });
+        Box::pin(async move {
+            match updating.await? {
+                0 => Err(StoreError {
+                    store: self.name.clone(),
+                    reason: "the run's record is gone".to_owned(),
+                    fault: Fault::Lost,
+                }),
+                _ => Ok(()),
+            }
         })
     }
 
@@ -221,6 +230,12 @@ mod tests {
             Some(serde_json::json!({"action": "confirm"}))
         );
         assert!(store.get("r1").await.unwrap().is_none());
+        // A decision for a record that is gone is not recorded, and says so.
+        let gone = store
+            .record_decision("r1", serde_json::json!({"action": "confirm"}))
+            .await
+            .unwrap_err();
+        assert_eq!(gone.fault, Fault::Lost);
         let _ = std::fs::remove_file(&path);
         let _ = std::fs::remove_file(format!("{}.lock", path.display()));
     }
