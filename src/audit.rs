@@ -118,11 +118,16 @@ impl AuditLog {
     }
 }
 
-/// The fields every record of a run carries.
-pub fn run_fields(run_id: u64, session_id: &str) -> Map<String, Value> {
+/// The fields every record of a run carries. `run_id` counts runs in this
+/// process; with a durable store `stored_run_id`, the run's id there (a
+/// UUID), ties its records together across restarts and replicas.
+pub fn run_fields(run_id: u64, session_id: &str, stored: Option<&str>) -> Map<String, Value> {
     let mut fields = Map::new();
     fields.insert("run_id".to_owned(), json!(run_id));
     fields.insert("session_id".to_owned(), json!(session_id));
+    if let Some(stored) = stored {
+        fields.insert("stored_run_id".to_owned(), json!(stored));
+    }
     fields
 }
 
@@ -144,11 +149,11 @@ mod tests {
     async fn records_are_json_lines_with_event_and_time() {
         let path = temp("lines");
         let log = AuditLog::open(&path).unwrap();
-        let mut fields = run_fields(7, "s");
+        let mut fields = run_fields(7, "s", None);
         fields.insert("tool".into(), json!("x"));
 
         log.write("executed", fields).await.unwrap();
-        log.write("ended", run_fields(7, "s")).await.unwrap();
+        log.write("ended", run_fields(7, "s", None)).await.unwrap();
 
         let text = std::fs::read_to_string(&path).unwrap();
         let records: Vec<Value> = text
@@ -169,12 +174,14 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         std::fs::create_dir(&path).unwrap(); // a directory where the file was
 
-        let failed = log.write("proposed", run_fields(1, "s")).await;
+        let failed = log.write("proposed", run_fields(1, "s", None)).await;
 
         assert!(failed.is_err());
         assert!(!log.is_healthy());
         std::fs::remove_dir(&path).unwrap();
-        log.write("proposed", run_fields(1, "s")).await.unwrap();
+        log.write("proposed", run_fields(1, "s", None))
+            .await
+            .unwrap();
         assert!(log.is_healthy(), "recovers when writable again");
         std::fs::remove_file(&path).unwrap();
     }

@@ -440,6 +440,12 @@ impl ConfirmationManager {
         })
     }
 
+    /// A run number of this process for a run that never registers (one
+    /// a store kept that ended as it was restored), for its records.
+    pub fn number_run(&self) -> u64 {
+        self.shared.next_run_id.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// Whether a run lives on `key`.
     pub fn holds(&self, key: &SessionKey) -> bool {
         self.lock().sessions.contains_key(key)

@@ -378,8 +378,13 @@ impl RunContext {
         }
         check_plan_size(&plan)?;
         let confirmation_id = uuid::Uuid::new_v4().to_string();
+        if self.durable() && self.stored_id.is_none() {
+            // Named before the first record, which then carries it.
+            self.stored_id = Some(Arc::from(uuid::Uuid::new_v4().to_string()));
+        }
         if let Some(audit) = &self.settings.audit {
-            let mut fields = audit::run_fields(self.run_id(), self.session_id());
+            let mut fields =
+                audit::run_fields(self.run_id(), self.session_id(), self.stored_id.as_deref());
             fields.insert(
                 "key".into(),
                 audit::key_label(self.session_key().owner).into(),
@@ -733,7 +738,8 @@ impl RunContext {
             return Ok(());
         }
         if let Some(audit) = self.settings.audit.clone() {
-            let mut fields = audit::run_fields(self.run_id(), self.session_id());
+            let mut fields =
+                audit::run_fields(self.run_id(), self.session_id(), self.stored_id.as_deref());
             fields.insert("tool".into(), tool.into());
             fields.insert("args".into(), args.cloned().unwrap_or(Value::Null));
             fields.insert("ok".into(), outcome.ok.into());

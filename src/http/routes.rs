@@ -391,7 +391,8 @@ async fn deliver(
         accepted.ticket.deliver();
         return Ok(());
     };
-    let mut fields = audit::run_fields(accepted.run_id, &key.session_id);
+    let mut fields =
+        audit::run_fields(accepted.run_id, &key.session_id, accepted.stored.as_deref());
     fields.insert(
         meta::CONFIRMATION_ID.into(),
         accepted.confirmation_id.into(),

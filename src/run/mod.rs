@@ -259,6 +259,16 @@ impl Runs {
     /// A stored run that cannot go on: its end is written after its frames,
     /// kept re-attachable for the grace, and the record is removed.
     async fn end_restored(&self, key: SessionKey, record: PausedRecord, ending: Chunk) {
+        if let Some(audit) = &self.settings.audit {
+            let run_id = self.manager.number_run();
+            let fields = audit::run_fields(run_id, &record.session_id, Some(&record.run));
+            let why = ending
+                .metadata
+                .get(meta::REASON)
+                .or(ending.metadata.get(meta::ERROR_TYPE));
+            let why = why.and_then(|w| w.as_str()).map(str::to_owned);
+            audit_ended(audit, fields, ending.chunk_type, why.as_deref()).await;
+        }
         let stop = RunStop::under(&self.shutdown);
         let log = RunLog::restore(self.log_limits, stop, record.frames, record.next_seq);
         log.push(ending);
@@ -401,21 +411,32 @@ async fn conclude(ctx: RunContext, result: Result<crate::engine::Completion, Run
     let (run_id, session_id) = (ctx.run_id(), ctx.session_id().to_owned());
     let (ended, why) = finish(ctx, result);
     ::log::debug!("run ended with {ended:?}");
-    if let Some(stored_id) = stored_id {
-        if let Err(err) = settings.store.remove(&stored_id, &key).await {
+    if let Some(stored_id) = &stored_id {
+        if let Err(err) = settings.store.remove(stored_id, &key).await {
             ::log::error!("{err}");
         }
     }
     if let Some(audit) = &settings.audit {
-        let mut fields = audit::run_fields(run_id, &session_id);
-        fields.insert(
-            "outcome".into(),
-            serde_json::to_value(ended).unwrap_or_default(),
-        );
-        fields.insert("reason".into(), why.into());
-        // The run is over: a failure here is logged and shows on /readyz.
-        let _ = audit.write("ended", fields).await;
+        let fields = audit::run_fields(run_id, &session_id, stored_id.as_deref());
+        audit_ended(audit, fields, ended, why).await;
     }
+}
+
+/// The `ended` audit record: the run's outcome (its final chunk's type)
+/// and reason (a cancel's reason or an error's type).
+async fn audit_ended(
+    audit: &Arc<audit::AuditLog>,
+    mut fields: serde_json::Map<String, serde_json::Value>,
+    ended: ChunkType,
+    why: Option<&str>,
+) {
+    fields.insert(
+        "outcome".into(),
+        serde_json::to_value(ended).unwrap_or_default(),
+    );
+    fields.insert("reason".into(), why.into());
+    // The run is over: a failure here is logged and shows on /readyz.
+    let _ = audit.write("ended", fields).await;
 }
 
 /// Turns the engine's result into the final chunk, frees the session, then

@@ -256,7 +256,8 @@ async fn after_kill_9_the_paused_run_is_there_and_runs_its_tool_once() {
     let dir = Dir::new();
     let tools = mark_tool(&dir, "0");
     let tools = tools.to_str().unwrap();
-    let mut first = start(&dir, &["--tools", tools]);
+    let audit = dir.path("audit.jsonl").display().to_string();
+    let mut first = start(&dir, &["--tools", tools, "--audit-log", &audit]);
     let opened = post(
         &stream_url(&first),
         json!({"message": "mark it", "session_id": "k9"}),
@@ -268,7 +269,7 @@ async fn after_kill_9_the_paused_run_is_there_and_runs_its_tool_once() {
 
     first.child.kill().unwrap(); // SIGKILL: no shutdown at all
     first.child.wait().unwrap();
-    let second = start(&dir, &["--tools", tools]);
+    let second = start(&dir, &["--tools", tools, "--audit-log", &audit]);
     let back = post(
         &stream_url(&second),
         json!({"session_id": "k9"}),
@@ -284,12 +285,38 @@ async fn after_kill_9_the_paused_run_is_there_and_runs_its_tool_once() {
     assert_eq!(after.last().unwrap().chunk_type, ChunkType::Completion);
     assert_eq!(marks(&dir.0), 1);
     assert_eq!(again, 404, "decided once; the run is over");
+    // One trail across both processes, tied by the run's stored id.
+    let (events, stored) = audit_trail(&dir.path("audit.jsonl"), "k9");
+    assert_eq!(events, ["proposed", "decided", "executed", "ended"]);
+    assert_eq!(stored.len(), 1, "{stored:?}");
+}
+
+/// The events recorded for `session` in an audit log, and the distinct
+/// `stored_run_id`s they carry.
+fn audit_trail(path: &Path, session: &str) -> (Vec<String>, Vec<String>) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .filter(|r: &serde_json::Value| r["session_id"] == session)
+        .collect();
+    let events = records
+        .iter()
+        .map(|r| r["event"].as_str().unwrap().to_owned())
+        .collect();
+    let mut stored: Vec<String> = records
+        .iter()
+        .map(|r| r["stored_run_id"].as_str().unwrap_or("none").to_owned())
+        .collect();
+    stored.dedup();
+    (events, stored)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_that_expired_while_the_process_was_down_shows_its_timeout() {
     let dir = Dir::new();
-    let mut first = start(&dir, &["--confirm-timeout", "1s"]);
+    let audit = dir.path("audit.jsonl").display().to_string();
+    let mut first = start(&dir, &["--confirm-timeout", "1s", "--audit-log", &audit]);
     let opened = post(
         &stream_url(&first),
         json!({"message": "late", "session_id": "exp"}),
@@ -301,7 +328,7 @@ async fn a_pause_that_expired_while_the_process_was_down_shows_its_timeout() {
     first.child.wait().unwrap();
     tokio::time::sleep(Duration::from_millis(1300)).await;
 
-    let second = start(&dir, &["--confirm-timeout", "1s"]);
+    let second = start(&dir, &["--confirm-timeout", "1s", "--audit-log", &audit]);
     let replay = post(&stream_url(&second), json!({"session_id": "exp"}), Some(0)).await;
     let seen = chunks(&read_raw(replay, None).await);
     let (status, _) = reply(&stream_url(&second), "exp", "CONFIRM_ACTION:confirm").await;
@@ -310,6 +337,14 @@ async fn a_pause_that_expired_while_the_process_was_down_shows_its_timeout() {
     assert_eq!(last.chunk_type, ChunkType::Cancelled);
     assert_eq!(last.metadata["reason"], "timeout");
     assert_eq!(status, 404, "nothing is pending any more");
+    // Its end is on the record too, with the reason, under the same run.
+    let (events, stored) = audit_trail(&dir.path("audit.jsonl"), "exp");
+    assert_eq!(events, ["proposed", "ended"]);
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    let text = std::fs::read_to_string(dir.path("audit.jsonl")).unwrap();
+    let ended: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(ended["outcome"], "cancelled");
+    assert_eq!(ended["reason"], "timeout");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
