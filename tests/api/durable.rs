@@ -79,7 +79,20 @@ fn chunks(raw: &str) -> Vec<Chunk> {
 }
 
 async fn post(url: &str, body: serde_json::Value, last_event_id: Option<u64>) -> reqwest::Response {
+    post_with(url, None, body, last_event_id).await
+}
+
+/// POSTs `body`, with the API key `key` if given.
+async fn post_with(
+    url: &str,
+    key: Option<&str>,
+    body: serde_json::Value,
+    last_event_id: Option<u64>,
+) -> reqwest::Response {
     let mut request = reqwest::Client::new().post(url).json(&body);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
     if let Some(id) = last_event_id {
         request = request.header("Last-Event-ID", id.to_string());
     }
@@ -87,15 +100,15 @@ async fn post(url: &str, body: serde_json::Value, last_event_id: Option<u64>) ->
 }
 
 async fn reply(url: &str, session: &str, message: &str) -> (u16, Chunk) {
-    let response = post(
-        url,
-        json!({"message": message, "session_id": session}),
-        None,
-    )
-    .await;
+    reply_with(url, None, session, message).await
+}
+
+/// A reply's status and its one chunk.
+async fn reply_with(url: &str, key: Option<&str>, session: &str, message: &str) -> (u16, Chunk) {
+    let body = json!({"message": message, "session_id": session});
+    let response = post_with(url, key, body, None).await;
     let status = response.status().as_u16();
-    let raw = read_raw(response, None).await;
-    (status, chunks(&raw).remove(0))
+    (status, chunks(&read_raw(response, None).await).remove(0))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,29 +161,6 @@ async fn a_graceful_restart_keeps_a_paused_run_and_a_reply_decides_it_afterwards
     assert_eq!(after.last().unwrap().chunk_type, ChunkType::Completion);
 }
 
-async fn post_as(
-    url: &str,
-    key: &str,
-    body: serde_json::Value,
-    last_event_id: Option<u64>,
-) -> reqwest::Response {
-    let mut request = reqwest::Client::new()
-        .post(url)
-        .bearer_auth(key)
-        .json(&body);
-    if let Some(id) = last_event_id {
-        request = request.header("Last-Event-ID", id.to_string());
-    }
-    request.send().await.unwrap()
-}
-
-async fn reply_as(url: &str, key: &str, session: &str, message: &str) -> (u16, Chunk) {
-    let body = json!({"message": message, "session_id": session});
-    let response = post_as(url, key, body, None).await;
-    let status = response.status().as_u16();
-    (status, chunks(&read_raw(response, None).await).remove(0))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restored_run_stays_in_its_api_keys_namespace_when_the_keys_change() {
     let dir = Dir::new();
@@ -183,9 +173,9 @@ async fn a_restored_run_stays_in_its_api_keys_namespace_when_the_keys_change() {
     let mut first = start(&dir, &["--api-keys-file", &file]);
     let url = stream_url(&first);
     for (key, session) in [("alpha-key-000000", "shared"), ("beta-key-0000000", "beta")] {
-        let opened = post_as(
+        let opened = post_with(
             &url,
-            key,
+            Some(key),
             json!({"message": "one", "session_id": session}),
             None,
         )
@@ -198,27 +188,37 @@ async fn a_restored_run_stays_in_its_api_keys_namespace_when_the_keys_change() {
     let file = keys(&["gamma-key-000000", "beta-key-0000000"]);
     let second = start(&dir, &["--api-keys-file", &file]);
     let url = stream_url(&second);
-    let (gamma, gamma_chunk) =
-        reply_as(&url, "gamma-key-000000", "shared", "CONFIRM_ACTION:confirm").await;
-    let gamma_attach = post_as(
+    let (gamma, gamma_chunk) = reply_with(
         &url,
-        "gamma-key-000000",
+        Some("gamma-key-000000"),
+        "shared",
+        "CONFIRM_ACTION:confirm",
+    )
+    .await;
+    let gamma_attach = post_with(
+        &url,
+        Some("gamma-key-000000"),
         json!({"session_id": "shared"}),
         Some(0),
     )
     .await;
     let gamma_attach = gamma_attach.status().as_u16();
-    let beta_attach = post_as(
+    let beta_attach = post_with(
         &url,
-        "beta-key-0000000",
+        Some("beta-key-0000000"),
         json!({"session_id": "beta"}),
         Some(0),
     )
     .await;
     assert_eq!(beta_attach.status(), 200);
     let rest = tokio::spawn(read_raw(beta_attach, None));
-    let (beta, beta_chunk) =
-        reply_as(&url, "beta-key-0000000", "beta", "CONFIRM_ACTION:confirm").await;
+    let (beta, beta_chunk) = reply_with(
+        &url,
+        Some("beta-key-0000000"),
+        "beta",
+        "CONFIRM_ACTION:confirm",
+    )
+    .await;
     let after = chunks(&rest.await.unwrap());
 
     // The key now in alpha's place in the list sees nothing of alpha's run.
