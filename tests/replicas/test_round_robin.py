@@ -428,6 +428,33 @@ class RoundRobinTests(unittest.TestCase):
         self.assertEqual(chunk_types(rest)[-1], b"error")
         self.assertEqual(late[0], 404, "its confirmation is never accepted again")
 
+    def test_a_run_at_work_on_a_replica_thought_dead_finishes_there(self):
+        # Two slow steps: the run is at work while its replica is frozen
+        # past its TTL and another replica takes the session over.
+        frozen = CLUSTER.add("frozen", ["--step-delay", "3s"])
+        a, b = CLUSTER.replicas[:2]
+        session = new_session("frozen")
+        stream = pause_on(frozen, session)
+        status, _, _ = answer(a, session, "confirm")
+        read_until(stream, rb'"chunk_type":"status"')
+
+        frozen.process.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(OWNER_TTL + 0.7)  # its heartbeat expires
+            taken = post(b, {"session_id": session}, {"Last-Event-ID": "2"})
+            taken_rest = read_to_end(taken)
+        finally:
+            frozen.process.send_signal(signal.SIGCONT)
+        rest = read_to_end(stream)
+
+        self.assertEqual(status, 200)
+        # The taker may not run it again: it shows it interrupted.
+        self.assertIn(b'"error_type":"interrupted"', taken_rest)
+        # Its own replica, back, finds its heartbeat lapsed, yet the run it
+        # decided goes on to its end there: no stop that is no shutdown.
+        self.assertEqual(chunk_types(rest)[-1], b"completion", rest)
+        self.assertNotIn(b'"reason":"shutdown"', rest)
+
     def test_a_replica_stopping_hands_its_paused_run_over_at_once(self):
         leaving = CLUSTER.add("leaving")
         a, b = CLUSTER.replicas[:2]
