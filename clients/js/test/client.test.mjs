@@ -85,24 +85,31 @@ describe('SSE parser', () => {
   });
 });
 
+/**
+ * A stub server on loopback: `onPost(req, res, body)` answers each POST (its
+ * JSON body decoded). Resolves to `{ server, client }`, a client of it.
+ */
+async function startStub(onPost) {
+  const { createServer } = await import('node:http');
+  const server = createServer((req, res) => {
+    let raw = '';
+    req.on('data', (d) => (raw += d));
+    req.on('end', () => onPost(req, res, JSON.parse(raw)));
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { server, client: new ChatGateClient(`http://127.0.0.1:${server.address().port}`) };
+}
+
 describe('routing header', () => {
   test('the client names the session and sends it as X-Chatgate-Session', async () => {
-    const { createServer } = await import('node:http');
     const seen = [];
-    const server = createServer((req, res) => {
-      let raw = '';
-      req.on('data', (d) => (raw += d));
-      req.on('end', () => {
-        const body = JSON.parse(raw);
-        seen.push([req.headers['x-chatgate-session'], body.session_id]);
-        const chunk = { chunk: '', session_id: body.session_id, finished: true, chunk_type: 'completion', metadata: {}, sequence: 1 };
-        res.writeHead(200, { 'Content-Type': 'text/event-stream; charset=utf-8' });
-        res.end(`id: 1\ndata: ${JSON.stringify(chunk)}\n\n`);
-      });
+    const { server, client } = await startStub((req, res, body) => {
+      seen.push([req.headers['x-chatgate-session'], body.session_id]);
+      const chunk = { chunk: '', session_id: body.session_id, finished: true, chunk_type: 'completion', metadata: {}, sequence: 1 };
+      res.writeHead(200, { 'Content-Type': 'text/event-stream; charset=utf-8' });
+      res.end(`id: 1\ndata: ${JSON.stringify(chunk)}\n\n`);
     });
-    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
     try {
-      const client = new ChatGateClient(`http://127.0.0.1:${server.address().port}`);
       await client.run('hello?');
       await client.run('hello?', { sessionId: 'given-id' });
     } finally {
@@ -118,24 +125,17 @@ describe('replies that were not taken', () => {
   // A stub that refuses the first replies the way a replica does while its
   // store is out of reach (503 store_unavailable, Retry-After), then accepts.
   async function refusing(refusals, errorType) {
-    const { createServer } = await import('node:http');
     const seen = [];
-    const server = createServer((req, res) => {
-      let raw = '';
-      req.on('data', (d) => (raw += d));
-      req.on('end', () => {
-        const body = JSON.parse(raw);
-        seen.push(body.message);
-        const refused = seen.length <= refusals;
-        const chunk = refused
-          ? { chunk: 'not taken', session_id: body.session_id, finished: true, chunk_type: 'error', metadata: { error_type: errorType }, sequence: 0 }
-          : { chunk: 'Received confirm', session_id: body.session_id, finished: true, chunk_type: 'confirmation_received', metadata: { action: 'confirm' }, sequence: 0 };
-        res.writeHead(refused ? 503 : 200, { 'Content-Type': 'text/event-stream; charset=utf-8', 'Retry-After': '0' });
-        res.end(`data: ${JSON.stringify(chunk)}\n\n`);
-      });
+    const { server, client } = await startStub((req, res, body) => {
+      seen.push(body.message);
+      const refused = seen.length <= refusals;
+      const chunk = refused
+        ? { chunk: 'not taken', session_id: body.session_id, finished: true, chunk_type: 'error', metadata: { error_type: errorType }, sequence: 0 }
+        : { chunk: 'Received confirm', session_id: body.session_id, finished: true, chunk_type: 'confirmation_received', metadata: { action: 'confirm' }, sequence: 0 };
+      res.writeHead(refused ? 503 : 200, { 'Content-Type': 'text/event-stream; charset=utf-8', 'Retry-After': '0' });
+      res.end(`data: ${JSON.stringify(chunk)}\n\n`);
     });
-    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-    return { server, seen, client: new ChatGateClient(`http://127.0.0.1:${server.address().port}`) };
+    return { server, seen, client };
   }
 
   test('a 503 store_unavailable reply is sent again until it is taken', async () => {
@@ -171,34 +171,27 @@ describe('replies that were not taken', () => {
 
 describe('re-attach refused for a while', () => {
   test('a 503 re-attach is tried again, Retry-After apart, until the run is back', async () => {
-    const { createServer } = await import('node:http');
     const attaches = [];
-    const server = createServer((req, res) => {
-      let raw = '';
-      req.on('data', (d) => (raw += d));
-      req.on('end', () => {
-        const body = JSON.parse(raw);
-        const last = req.headers['last-event-id'];
-        if (last === undefined) {
-          // The first stream: one chunk, then the replica dies.
-          const chunk = { chunk: 'Planning', session_id: body.session_id, finished: false, chunk_type: 'task_init', metadata: {}, sequence: 1 };
-          res.writeHead(200, { 'Content-Type': 'text/event-stream; charset=utf-8' });
-          res.write(`id: 1\ndata: ${JSON.stringify(chunk)}\n\n`, () => setTimeout(() => res.socket.destroy(), 20));
-          return;
-        }
-        attaches.push(last);
-        const refused = attaches.length <= 3;
-        const chunk = refused
-          ? { chunk: 'owner gone', session_id: body.session_id, finished: true, chunk_type: 'error', metadata: { error_type: 'owner_unavailable' }, sequence: 0 }
-          : { chunk: 'Done', session_id: body.session_id, finished: true, chunk_type: 'completion', metadata: {}, sequence: 2 };
-        res.writeHead(refused ? 503 : 200, { 'Content-Type': 'text/event-stream; charset=utf-8', 'Retry-After': '0' });
-        res.end(`id: ${chunk.sequence}\ndata: ${JSON.stringify(chunk)}\n\n`);
-      });
+    const { server, client } = await startStub((req, res, body) => {
+      const last = req.headers['last-event-id'];
+      if (last === undefined) {
+        // The first stream: one chunk, then the replica dies.
+        const chunk = { chunk: 'Planning', session_id: body.session_id, finished: false, chunk_type: 'task_init', metadata: {}, sequence: 1 };
+        res.writeHead(200, { 'Content-Type': 'text/event-stream; charset=utf-8' });
+        res.write(`id: 1\ndata: ${JSON.stringify(chunk)}\n\n`, () => setTimeout(() => res.socket.destroy(), 20));
+        return;
+      }
+      attaches.push(last);
+      const refused = attaches.length <= 3;
+      const chunk = refused
+        ? { chunk: 'owner gone', session_id: body.session_id, finished: true, chunk_type: 'error', metadata: { error_type: 'owner_unavailable' }, sequence: 0 }
+        : { chunk: 'Done', session_id: body.session_id, finished: true, chunk_type: 'completion', metadata: {}, sequence: 2 };
+      res.writeHead(refused ? 503 : 200, { 'Content-Type': 'text/event-stream; charset=utf-8', 'Retry-After': '0' });
+      res.end(`id: ${chunk.sequence}\ndata: ${JSON.stringify(chunk)}\n\n`);
     });
-    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
     let result;
     try {
-      result = await new ChatGateClient(`http://127.0.0.1:${server.address().port}`).run('hello?');
+      result = await client.run('hello?');
     } finally {
       server.close();
     }

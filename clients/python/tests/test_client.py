@@ -66,6 +66,42 @@ EXPECTED = [
 ]
 
 
+def answer_with_chunk(handler, status, chunk, event_id=None, retry_after=None):
+    """A stub's answer: one SSE event holding ``chunk``."""
+    head = "id: %d\n" % event_id if event_id is not None else ""
+    payload = ("%sdata: %s\n\n" % (head, json.dumps(chunk))).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "text/event-stream; charset=utf-8")
+    if retry_after is not None:
+        handler.send_header("Retry-After", retry_after)
+    handler.send_header("Content-Length", str(len(payload)))
+    handler.end_headers()
+    handler.wfile.write(payload)
+
+
+def start_stub(test, on_post):
+    """A stub server on loopback: ``on_post(handler, body)`` answers each
+    POST (its JSON body decoded). Returns a client of it; it stops when
+    ``test`` ends."""
+    import http.server
+    import threading
+
+    class Stub(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            on_post(self, json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    test.addCleanup(server.server_close)
+    test.addCleanup(server.shutdown)
+    return ChatGateClient("http://127.0.0.1:%d" % server.server_port)
+
+
 class ParserTests(unittest.TestCase):
     def check(self, events):
         self.assertEqual([(e.data, e.id, e.event) for e in events], EXPECTED)
@@ -111,35 +147,18 @@ class RoutingHeaderTests(unittest.TestCase):
     for load balancers (checked against a recording stub, not chatgate)."""
 
     def test_the_session_is_named_by_the_client_and_sent_as_a_header(self):
-        import http.server
-        import threading
-
         seen = []
 
-        class Recorder(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                seen.append((self.headers.get("X-Chatgate-Session"), body.get("session_id")))
-                chunk = {"chunk": "", "session_id": body["session_id"], "finished": True,
-                         "chunk_type": "completion", "metadata": {}, "sequence": 1}
-                payload = ("id: 1\ndata: %s\n\n" % json.dumps(chunk)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+        def record(handler, body):
+            seen.append((handler.headers.get("X-Chatgate-Session"), body.get("session_id")))
+            chunk = {"chunk": "", "session_id": body["session_id"], "finished": True,
+                     "chunk_type": "completion", "metadata": {}, "sequence": 1}
+            answer_with_chunk(handler, 200, chunk, event_id=1)
 
-            def log_message(self, *args):
-                pass
+        client = start_stub(self, record)
+        client.run("hello?")
+        client.run("hello?", session_id="given-id")
 
-        server = http.server.HTTPServer(("127.0.0.1", 0), Recorder)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        try:
-            client = ChatGateClient("http://127.0.0.1:%d" % server.server_port)
-            client.run("hello?")
-            client.run("hello?", session_id="given-id")
-        finally:
-            server.shutdown()
         (header1, body1), (header2, body2) = seen
         self.assertEqual(header1, body1)
         uuid.UUID(body1)  # a fresh UUID when none is given
@@ -151,39 +170,21 @@ class ReplyRetryTests(unittest.TestCase):
     run's replica out of reach) is sent again (against a stub)."""
 
     def refusing(self, refusals, error_type):
-        import http.server
-        import threading
-
         seen = []
 
-        class Stub(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                seen.append(body["message"])
-                refused = len(seen) <= refusals
-                if refused:
-                    chunk = {"chunk": "not taken", "chunk_type": "error", "finished": True,
-                             "metadata": {"error_type": error_type}}
-                else:
-                    chunk = {"chunk": "Received confirm", "chunk_type": "confirmation_received",
-                             "finished": True, "metadata": {"action": "confirm"}}
-                chunk.update(session_id=body["session_id"], sequence=0)
-                payload = ("data: %s\n\n" % json.dumps(chunk)).encode()
-                self.send_response(503 if refused else 200)
-                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-                self.send_header("Retry-After", "0")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+        def refuse(handler, body):
+            seen.append(body["message"])
+            refused = len(seen) <= refusals
+            if refused:
+                chunk = {"chunk": "not taken", "chunk_type": "error", "finished": True,
+                         "metadata": {"error_type": error_type}}
+            else:
+                chunk = {"chunk": "Received confirm", "chunk_type": "confirmation_received",
+                         "finished": True, "metadata": {"action": "confirm"}}
+            chunk.update(session_id=body["session_id"], sequence=0)
+            answer_with_chunk(handler, 503 if refused else 200, chunk, retry_after="0")
 
-            def log_message(self, *args):
-                pass
-
-        server = http.server.HTTPServer(("127.0.0.1", 0), Stub)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        self.addCleanup(server.server_close)
-        self.addCleanup(server.shutdown)
-        return ChatGateClient("http://127.0.0.1:%d" % server.server_port), seen
+        return start_stub(self, refuse), seen
 
     def test_a_503_store_unavailable_reply_is_sent_again_until_it_is_taken(self):
         client, seen = self.refusing(2, "store_unavailable")
@@ -212,55 +213,36 @@ class ReattachRetryTests(unittest.TestCase):
     again, Retry-After apart (against a stub)."""
 
     def test_a_503_re_attach_is_tried_again_until_the_run_is_back(self):
-        import http.server
-        import threading
-
         attaches = []
 
-        class Stub(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        def serve(handler, body):
+            session = body["session_id"]
+            last = handler.headers.get("Last-Event-ID")
+            if last is None:
+                # The first stream: one chunk, then the replica dies.
+                chunk = {"chunk": "Planning", "chunk_type": "task_init", "finished": False,
+                         "session_id": session, "sequence": 1}
+                handler.send_response(200)
+                handler.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                handler.send_header("Content-Length", "100000")
+                handler.end_headers()
+                handler.wfile.write(("id: 1\ndata: %s\n\n" % json.dumps(chunk)).encode())
+                handler.wfile.flush()
+                handler.close_connection = True
+                return
+            attaches.append(last)
+            refused = len(attaches) <= 3
+            if refused:
+                chunk = {"chunk": "owner gone", "chunk_type": "error", "finished": True,
+                         "metadata": {"error_type": "owner_unavailable"}, "sequence": 0}
+            else:
+                chunk = {"chunk": "Done", "chunk_type": "completion", "finished": True,
+                         "metadata": {}, "sequence": 2}
+            chunk["session_id"] = session
+            answer_with_chunk(handler, 503 if refused else 200, chunk,
+                              event_id=chunk["sequence"], retry_after="0")
 
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                session = body["session_id"]
-                last = self.headers.get("Last-Event-ID")
-                if last is None:
-                    # The first stream: one chunk, then the replica dies.
-                    chunk = {"chunk": "Planning", "chunk_type": "task_init", "finished": False,
-                             "session_id": session, "sequence": 1}
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-                    self.send_header("Content-Length", "100000")
-                    self.end_headers()
-                    self.wfile.write(("id: 1\ndata: %s\n\n" % json.dumps(chunk)).encode())
-                    self.wfile.flush()
-                    self.close_connection = True
-                    return
-                attaches.append(last)
-                refused = len(attaches) <= 3
-                if refused:
-                    chunk = {"chunk": "owner gone", "chunk_type": "error", "finished": True,
-                             "metadata": {"error_type": "owner_unavailable"}, "sequence": 0}
-                else:
-                    chunk = {"chunk": "Done", "chunk_type": "completion", "finished": True,
-                             "metadata": {}, "sequence": 2}
-                chunk["session_id"] = session
-                payload = ("id: %d\ndata: %s\n\n" % (chunk["sequence"], json.dumps(chunk))).encode()
-                self.send_response(503 if refused else 200)
-                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-                self.send_header("Retry-After", "0")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args):
-                pass
-
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        self.addCleanup(server.server_close)
-        self.addCleanup(server.shutdown)
-        client = ChatGateClient("http://127.0.0.1:%d" % server.server_port)
+        client = start_stub(self, serve)
 
         result = client.run("hello?")
 
