@@ -24,7 +24,84 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::protocol::{Action, ChunkType, Decisions, RiskLevel, TaskSpec};
+
+/// The fields every record of a run carries. `run_id` counts runs in this
+/// process; with a durable store `stored_run_id`, the run's id there (a
+/// UUID), ties its records together across restarts and replicas.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunFields {
+    pub run_id: u64,
+    pub session_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stored_run_id: Option<String>,
+}
+
+impl RunFields {
+    pub fn new(run_id: u64, session_id: &str, stored: Option<&str>) -> RunFields {
+        RunFields {
+            run_id,
+            session_id: session_id.to_owned(),
+            stored_run_id: stored.map(str::to_owned),
+        }
+    }
+}
+
+/// One record: `event` names its kind; `at` is added when it is written.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum AuditRecord {
+    /// A plan put to the user (before it is asked).
+    Proposed {
+        #[serde(flatten)]
+        run: RunFields,
+        /// Who asked: the API key's label.
+        key: String,
+        confirmation_id: String,
+        round: u32,
+        risk_level: RiskLevel,
+        tasks: Vec<TaskSpec>,
+    },
+    /// A reply's decision (before the run acts on it).
+    Decided {
+        #[serde(flatten)]
+        run: RunFields,
+        confirmation_id: String,
+        round: u32,
+        action: Action,
+        decisions: Option<Decisions>,
+        /// Who decided: the API key's label, and the client's address.
+        key: String,
+        client: Option<String>,
+    },
+    /// A tool call that ran: the arguments actually used, its outcome, the
+    /// size and SHA-256 of its output.
+    Executed {
+        #[serde(flatten)]
+        run: RunFields,
+        tool: String,
+        args: Value,
+        ok: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        exit_status: Option<i32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        http_status: Option<u16>,
+        duration_ms: u64,
+        output_bytes: usize,
+        output_sha256: String,
+    },
+    /// How the run ended: its final chunk's type, and a cancel's reason or
+    /// an error's type.
+    Ended {
+        #[serde(flatten)]
+        run: RunFields,
+        outcome: ChunkType,
+        reason: Option<String>,
+    },
+}
 
 /// The audit log could not be written.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -64,21 +141,17 @@ impl AuditLog {
         self.healthy.load(Ordering::Relaxed)
     }
 
-    /// Writes one record (`event` and `at` are added) and syncs it to disk,
+    /// Writes one record (with `at`, the time now) and syncs it to disk,
     /// off the async threads.
-    pub async fn write(
-        self: &Arc<Self>,
-        event: &str,
-        fields: Map<String, Value>,
-    ) -> Result<(), AuditError> {
-        let mut record = Map::new();
-        record.insert("event".to_owned(), Value::from(event));
-        record.insert(
-            "at".to_owned(),
-            Value::from(humantime::format_rfc3339_millis(SystemTime::now()).to_string()),
-        );
-        record.extend(fields);
-        let mut line = serde_json::to_vec(&Value::Object(record)).unwrap_or_default();
+    pub async fn write(self: &Arc<Self>, record: &AuditRecord) -> Result<(), AuditError> {
+        let mut value = serde_json::to_value(record).unwrap_or_default();
+        if let Value::Object(fields) = &mut value {
+            fields.insert(
+                "at".to_owned(),
+                Value::from(humantime::format_rfc3339_millis(SystemTime::now()).to_string()),
+            );
+        }
+        let mut line = serde_json::to_vec(&value).unwrap_or_default();
         line.push(b'\n');
         let log = self.clone();
         let written = tokio::task::spawn_blocking(move || log.append(&line))
@@ -118,28 +191,24 @@ impl AuditLog {
     }
 }
 
-/// The fields every record of a run carries. `run_id` counts runs in this
-/// process; with a durable store `stored_run_id`, the run's id there (a
-/// UUID), ties its records together across restarts and replicas.
-pub fn run_fields(run_id: u64, session_id: &str, stored: Option<&str>) -> Map<String, Value> {
-    let mut fields = Map::new();
-    fields.insert("run_id".to_owned(), json!(run_id));
-    fields.insert("session_id".to_owned(), json!(session_id));
-    if let Some(stored) = stored {
-        fields.insert("stored_run_id".to_owned(), json!(stored));
-    }
-    fields
-}
-
-/// How a record names who acted: the API key's label (`key-2`, its place in
-/// the list, never the key), or `anonymous` without keys.
-pub fn key_label(owner: Option<u32>) -> String {
-    owner.map_or_else(|| "anonymous".to_owned(), |i| format!("key-{}", i + 1))
+/// The SHA-256 of `bytes`, in lower-case hex: how a record names an output
+/// (and a store a key) without holding it.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(bytes))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ended(run_id: u64) -> AuditRecord {
+        AuditRecord::Ended {
+            run: RunFields::new(run_id, "s", None),
+            outcome: ChunkType::Completion,
+            reason: None,
+        }
+    }
 
     fn temp(name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("chatgate-audit-{name}-{}", uuid::Uuid::new_v4()))
@@ -149,11 +218,8 @@ mod tests {
     async fn records_are_json_lines_with_event_and_time() {
         let path = temp("lines");
         let log = AuditLog::open(&path).unwrap();
-        let mut fields = run_fields(7, "s", None);
-        fields.insert("tool".into(), json!("x"));
-
-        log.write("executed", fields).await.unwrap();
-        log.write("ended", run_fields(7, "s", None)).await.unwrap();
+        log.write(&ended(7)).await.unwrap();
+        log.write(&ended(8)).await.unwrap();
 
         let text = std::fs::read_to_string(&path).unwrap();
         let records: Vec<Value> = text
@@ -161,8 +227,10 @@ mod tests {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         assert_eq!(records.len(), 2);
-        assert_eq!(records[0]["event"], "executed");
+        assert_eq!(records[0]["event"], "ended");
         assert_eq!(records[0]["run_id"], 7);
+        assert_eq!(records[0]["outcome"], "completion");
+        assert!(records[0].get("stored_run_id").is_none());
         assert!(records[0]["at"].as_str().unwrap().ends_with('Z'));
         std::fs::remove_file(&path).unwrap();
     }
@@ -174,14 +242,12 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         std::fs::create_dir(&path).unwrap(); // a directory where the file was
 
-        let failed = log.write("proposed", run_fields(1, "s", None)).await;
+        let failed = log.write(&ended(1)).await;
 
         assert!(failed.is_err());
         assert!(!log.is_healthy());
         std::fs::remove_dir(&path).unwrap();
-        log.write("proposed", run_fields(1, "s", None))
-            .await
-            .unwrap();
+        log.write(&ended(1)).await.unwrap();
         assert!(log.is_healthy(), "recovers when writable again");
         std::fs::remove_file(&path).unwrap();
     }

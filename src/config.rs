@@ -6,52 +6,24 @@
 //! [`apply_legacy_env`]). Every flag's range is checked at start.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::builder::TypedValueParser;
 use clap::{Parser, ValueEnum};
+use secrecy::SecretString;
 
-#[cfg(feature = "openai")]
-use crate::engine::openai::{OpenAiConfig, OpenAiEngine};
-use crate::engine::planner::PlannerEngine;
-use crate::engine::{Engine, RunSettings};
+use crate::cluster::OWNER_TTL;
+use crate::confirmation::MAX_RUNS;
+use crate::engine::llm::{
+    CONVERSATION_MEMORY, CONVERSATION_TTL, LLM_MAX_TIME, LLM_TIMEOUT, LLM_URL,
+};
+use crate::http::connection::REQUEST_TIMEOUT;
+use crate::run::log::{REPLAY_BUFFER, REPLAY_BUFFER_BYTES};
+use crate::run::settings::{CONFIRM_TIMEOUT, MAX_CONFIRM_TIMEOUT, MAX_ROUNDS, STEP_DELAY};
+use crate::run::stream::{DETACH_GRACE, KEEP_ALIVE};
 
-/// Default of `--confirm-timeout`: how long a pause waits for an answer.
-pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(300);
-/// Longest `--confirm-timeout`: 30 days (an expiry must stay a valid date).
-pub const MAX_CONFIRM_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
-/// Default of `--keep-alive`: silence before a `: keep-alive` comment.
-pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
-/// Default of `--step-delay`: the planner's simulated work per step.
-pub const STEP_DELAY: Duration = Duration::from_millis(100);
-/// Default of `--max-rounds`: confirmation rounds one run may use.
-pub const MAX_ROUNDS: u32 = 5;
 /// Default of `--shutdown-timeout`: how long shutdown waits for streams to end.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default of `--request-timeout`: time allowed for a request head, and for its body.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default of `--detach-grace`: how long a run outlives its vanished client.
-pub const DETACH_GRACE: Duration = Duration::from_secs(60);
-/// Default of `--replay-buffer`: chunks kept per run for re-attach.
-pub const REPLAY_BUFFER: usize = 1024;
-/// Default of `--replay-buffer-bytes`: bytes of chunks kept per run.
-pub const REPLAY_BUFFER_BYTES: usize = 1024 * 1024;
-/// Default of `--max-runs`: runs held at once (the open-files limit is 20,000).
-pub const MAX_RUNS: usize = 20_000;
-/// With API keys on and no `--max-runs-per-key`, one key may hold this
-/// fraction of `--max-runs` (1/4), so one key cannot lock the others out.
-pub const RUNS_PER_KEY_DIVISOR: usize = 4;
-/// Default of `--llm-url`: Ollama's OpenAI-compatible API on this machine.
-pub const LLM_URL: &str = "http://127.0.0.1:11434/v1";
-/// Default of `--llm-timeout`: longest silence from the model server.
-pub const LLM_TIMEOUT: Duration = Duration::from_secs(60);
-/// Default of `--llm-max-time`: longest a single model call may take in all.
-pub const LLM_MAX_TIME: Duration = Duration::from_secs(300);
-/// Default of `--conversation-ttl`: an idle conversation is forgotten after it.
-pub const CONVERSATION_TTL: Duration = Duration::from_secs(3600);
-/// Default of `--conversation-memory`: bytes of history kept for all sessions.
-pub const CONVERSATION_MEMORY: usize = 64 * 1024 * 1024;
 
 /// Old environment variables and the ones that replaced them. A bare number
 /// means the same thing in both (seconds, or milliseconds for the step delay).
@@ -101,39 +73,6 @@ impl fmt::Display for EngineKind {
     }
 }
 
-/// A secret from the command line or the environment: `{:?}` never prints it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Secret {
-        Secret(value.into())
-    }
-
-    /// The secret itself, for the one place that must send or compare it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(redacted)")
-    }
-}
-
-impl From<&str> for Secret {
-    fn from(value: &str) -> Secret {
-        Secret(value.to_owned())
-    }
-}
-
-impl From<String> for Secret {
-    fn from(value: String) -> Secret {
-        Secret(value)
-    }
-}
-
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "chatgate",
@@ -152,15 +91,15 @@ pub struct Settings {
     pub engine: EngineKind,
     /// How long a confirmation waits before the run is cancelled (reason `timeout`); 1s to 30 days.
     #[arg(long, alias = "confirm-timeout-secs", env = "CHATGATE_CONFIRM_TIMEOUT",
-          default_value = "300s", value_parser = DurationArg::secs(Duration::from_secs(1), MAX_CONFIRM_TIMEOUT))]
+          default_value = text(CONFIRM_TIMEOUT), value_parser = DurationArg::secs(Duration::from_secs(1), MAX_CONFIRM_TIMEOUT))]
     pub confirm_timeout: Duration,
     /// Silence before a `: keep-alive` comment is written; 10ms to 1h.
     #[arg(long, alias = "keep-alive-secs", env = "CHATGATE_KEEP_ALIVE",
-          default_value = "15s", value_parser = DurationArg::secs(Duration::from_millis(10), HOUR))]
+          default_value = text(KEEP_ALIVE), value_parser = DurationArg::secs(Duration::from_millis(10), HOUR))]
     pub keep_alive: Duration,
     /// Time the planner spends on each step (0 for benchmarks); up to 1h.
     #[arg(long, alias = "step-delay-ms", env = "CHATGATE_STEP_DELAY",
-          default_value = "100ms", value_parser = DurationArg::millis(Duration::ZERO, HOUR))]
+          default_value = text(STEP_DELAY), value_parser = DurationArg::millis(Duration::ZERO, HOUR))]
     pub step_delay: Duration,
     /// Confirmation rounds a run may use; one more modify cancels it (reason `max_rounds`).
     #[arg(long, env = "CHATGATE_MAX_ROUNDS", default_value_t = MAX_ROUNDS,
@@ -172,7 +111,7 @@ pub struct Settings {
     /// How long a run whose client vanished stays re-attachable (and a paused
     /// one decidable) before it is cancelled with reason `client_gone`. 0: at once.
     #[arg(long, alias = "detach-grace-secs", env = "CHATGATE_DETACH_GRACE",
-          default_value = "60s", value_parser = DurationArg::secs(Duration::ZERO, DAY))]
+          default_value = text(DETACH_GRACE), value_parser = DurationArg::secs(Duration::ZERO, DAY))]
     pub detach_grace: Duration,
     /// Chunks kept per run for re-attach; an attached client that falls this far
     /// behind stops the run (reason `slow_consumer`).
@@ -199,9 +138,9 @@ pub struct Settings {
         env = "CHATGATE_API_KEY",
         value_delimiter = ',',
         hide_env_values = true,
-        value_parser = clap::builder::StringValueParser::new().map(Secret::from)
+        value_parser = clap::builder::StringValueParser::new().map(SecretString::from)
     )]
-    pub api_keys: Vec<Secret>,
+    pub api_keys: Vec<SecretString>,
     /// File of API keys, one per line (`#` comments allowed).
     #[arg(long, env = "CHATGATE_API_KEYS_FILE")]
     pub api_keys_file: Option<std::path::PathBuf>,
@@ -222,11 +161,11 @@ pub struct Settings {
     pub allowed_hosts: Vec<String>,
     /// Time a client may take to send a request head, and again its body; 100ms to 1h.
     #[arg(long, alias = "request-timeout-secs", env = "CHATGATE_REQUEST_TIMEOUT",
-          default_value = "5s", value_parser = DurationArg::secs(Duration::from_millis(100), HOUR))]
+          default_value = text(REQUEST_TIMEOUT), value_parser = DurationArg::secs(Duration::from_millis(100), HOUR))]
     pub request_timeout: Duration,
     /// How long shutdown waits for open streams to send their final chunk; up to 1h.
     #[arg(long, alias = "shutdown-timeout-secs", env = "CHATGATE_SHUTDOWN_TIMEOUT",
-          default_value = "10s", value_parser = DurationArg::secs(Duration::ZERO, HOUR))]
+          default_value = text(SHUTDOWN_TIMEOUT), value_parser = DurationArg::secs(Duration::ZERO, HOUR))]
     pub shutdown_timeout: Duration,
     /// `--engine openai`: base URL of an OpenAI-compatible API, up to `/v1`
     /// (Ollama: http://127.0.0.1:11434/v1).
@@ -251,12 +190,12 @@ pub struct Settings {
     /// With `redis://` (required): a secret all replicas share, at least 16
     /// characters; forwarded requests carry it, so no client can pose as a replica.
     #[arg(long, env = "CHATGATE_CLUSTER_SECRET", hide_env_values = true,
-          value_parser = clap::builder::StringValueParser::new().map(Secret::from))]
-    pub cluster_secret: Option<Secret>,
+          value_parser = clap::builder::StringValueParser::new().map(SecretString::from))]
+    pub cluster_secret: Option<SecretString>,
     /// With `redis://`: how long a replica's ownership of its runs outlives
     /// its last heartbeat; then another replica may take them over. 1s to 1h.
     #[arg(long, alias = "owner-ttl-secs", env = "CHATGATE_OWNER_TTL",
-          default_value = "15s", value_parser = DurationArg::secs(Duration::from_secs(1), HOUR))]
+          default_value = text(OWNER_TTL), value_parser = DurationArg::secs(Duration::from_secs(1), HOUR))]
     pub owner_ttl: Duration,
     /// JSON Lines file recording every proposal, decision, tool call and end,
     /// synced before chatgate acts on it; if it cannot be written nothing runs.
@@ -267,19 +206,19 @@ pub struct Settings {
     pub llm_model: Option<String>,
     /// `--engine openai`: bearer key for the model server, if it needs one.
     #[arg(long, env = "CHATGATE_LLM_API_KEY", hide_env_values = true,
-          value_parser = clap::builder::StringValueParser::new().map(Secret::from))]
-    pub llm_api_key: Option<Secret>,
+          value_parser = clap::builder::StringValueParser::new().map(SecretString::from))]
+    pub llm_api_key: Option<SecretString>,
     /// `--engine openai`: longest silence from the model server, connecting or streaming; 100ms to 1h.
     #[arg(long, alias = "llm-timeout-secs", env = "CHATGATE_LLM_TIMEOUT",
-          default_value = "60s", value_parser = DurationArg::secs(Duration::from_millis(100), HOUR))]
+          default_value = text(LLM_TIMEOUT), value_parser = DurationArg::secs(Duration::from_millis(100), HOUR))]
     pub llm_timeout: Duration,
     /// `--engine openai`: longest one model call may take in all, however
     /// often the server sends something; 1s to 1 day.
     #[arg(long, alias = "llm-max-secs", env = "CHATGATE_LLM_MAX_TIME",
-          default_value = "300s", value_parser = DurationArg::secs(Duration::from_secs(1), DAY))]
+          default_value = text(LLM_MAX_TIME), value_parser = DurationArg::secs(Duration::from_secs(1), DAY))]
     pub llm_max_time: Duration,
     /// `--engine openai`: a conversation nobody used for this long is forgotten; 1s to 30 days.
-    #[arg(long, env = "CHATGATE_CONVERSATION_TTL", default_value = "1h",
+    #[arg(long, env = "CHATGATE_CONVERSATION_TTL", default_value = text(CONVERSATION_TTL),
           value_parser = DurationArg::secs(Duration::from_secs(1), MAX_CONFIRM_TIMEOUT))]
     pub conversation_ttl: Duration,
     /// `--engine openai`: bytes of conversation history kept for all sessions
@@ -297,62 +236,11 @@ impl Settings {
     pub fn for_bind(bind: &str) -> Settings {
         Settings::parse_from(["chatgate", "--bind", bind])
     }
+}
 
-    /// The engine named by `--engine`, configured by the other flags.
-    pub fn build_engine(&self) -> Result<Arc<dyn Engine>, String> {
-        match self.engine {
-            EngineKind::Planner => Ok(Arc::new(PlannerEngine)),
-            #[cfg(not(feature = "openai"))]
-            EngineKind::Openai => Err(
-                "this chatgate was built without the `openai` feature; rebuild with \
-                 `cargo build --features openai`"
-                    .to_owned(),
-            ),
-            #[cfg(feature = "openai")]
-            EngineKind::Openai => {
-                let model = self
-                    .llm_model
-                    .clone()
-                    .ok_or("--engine openai needs --llm-model (or CHATGATE_LLM_MODEL)")?;
-                let config = OpenAiConfig {
-                    base_url: self.llm_url.clone(),
-                    model,
-                    api_key: self.llm_api_key.clone(),
-                    timeout: self.llm_timeout,
-                    max_time: self.llm_max_time,
-                    conversation_ttl: self.conversation_ttl,
-                    conversation_memory: self.conversation_memory,
-                };
-                let engine = OpenAiEngine::new(config)
-                    .map_err(|err| format!("cannot set up the model client: {err}"))?;
-                Ok(Arc::new(engine))
-            }
-        }
-    }
-
-    /// The run knobs; the tools and the audit log are loaded by the caller.
-    pub fn run_settings(&self) -> RunSettings {
-        RunSettings {
-            confirm_timeout: self.confirm_timeout,
-            max_rounds: self.max_rounds,
-            step_delay: self.step_delay,
-            tools: Arc::default(),
-            audit: None,
-            store: Arc::new(crate::store::MemoryStore),
-            engine_name: "custom",
-            namespaces: crate::store::Namespaces::default(),
-        }
-    }
-
-    /// Runs one API key may hold: `--max-runs-per-key`, or with keys on a
-    /// quarter of `--max-runs`; without keys, all of `--max-runs`.
-    pub fn runs_per_key(&self, keys_on: bool) -> usize {
-        match (keys_on, self.max_runs_per_key) {
-            (false, _) => self.max_runs,
-            (true, Some(limit)) => limit.min(self.max_runs),
-            (true, None) => (self.max_runs / RUNS_PER_KEY_DIVISOR).max(1),
-        }
-    }
+/// A duration as a flag's default shows it (`5m`, `100ms`).
+fn text(duration: Duration) -> String {
+    humantime::format_duration(duration).to_string()
 }
 
 /// `--replica-id`: 1 to 64 of letters, digits, `.`, `_`, `-`.
@@ -481,24 +369,10 @@ fn invalid_value(cmd: &clap::Command, arg: Option<&clap::Arg>, why: &str) -> cla
 #[cfg(test)]
 mod tests {
     use super::*;
+    use secrecy::ExposeSecret;
 
     fn settings(args: &[&str]) -> Result<Settings, clap::Error> {
         Settings::try_parse_from(std::iter::once("chatgate").chain(args.iter().copied()))
-    }
-
-    #[cfg(feature = "openai")]
-    #[tokio::test]
-    async fn engines_are_built_by_name_and_openai_needs_a_model() {
-        assert!(settings(&[]).unwrap().build_engine().is_ok(), "planner");
-        let without_model = settings(&["--engine", "openai"]).unwrap().build_engine();
-        assert!(without_model.err().unwrap().contains("--llm-model"));
-        let with_model = settings(&["--engine", "openai", "--llm-model", "m"]).unwrap();
-        assert!(with_model.build_engine().is_ok());
-        let unknown = settings(&["--engine", "gpt"]).unwrap_err().to_string();
-        assert!(
-            unknown.contains("planner") && unknown.contains("openai"),
-            "{unknown}"
-        );
     }
 
     #[test]
@@ -519,6 +393,13 @@ mod tests {
         assert_eq!(defaults.llm_timeout, LLM_TIMEOUT);
         assert_eq!(defaults.llm_max_time, LLM_MAX_TIME);
         assert_eq!(defaults.conversation_ttl, CONVERSATION_TTL);
+        assert_eq!(defaults.owner_ttl, OWNER_TTL);
+        assert_eq!(defaults.max_rounds, MAX_ROUNDS);
+        assert_eq!(defaults.max_runs, MAX_RUNS);
+        assert_eq!(defaults.replay_buffer, REPLAY_BUFFER);
+        assert_eq!(defaults.replay_buffer_bytes, REPLAY_BUFFER_BYTES);
+        assert_eq!(defaults.conversation_memory, CONVERSATION_MEMORY);
+        assert_eq!(defaults.llm_url, LLM_URL);
     }
 
     #[test]
@@ -548,15 +429,6 @@ mod tests {
         let s = settings(&["--api-key", "sk-top", "--llm-api-key", "sk-model"]).unwrap();
         let printed = format!("{s:?}");
         assert!(!printed.contains("sk-top") && !printed.contains("sk-model"));
-        assert_eq!(s.api_keys[0].expose(), "sk-top");
-    }
-
-    #[test]
-    fn one_key_may_hold_a_quarter_of_the_runs_unless_told_otherwise() {
-        let s = settings(&["--max-runs", "100"]).unwrap();
-        assert_eq!(s.runs_per_key(false), 100);
-        assert_eq!(s.runs_per_key(true), 25);
-        let set = settings(&["--max-runs", "100", "--max-runs-per-key", "60"]).unwrap();
-        assert_eq!(set.runs_per_key(true), 60);
+        assert_eq!(s.api_keys[0].expose_secret(), "sk-top");
     }
 }

@@ -32,6 +32,7 @@ use crate::protocol::{
     Action, CancelReason, Decisions, ErrorType, ReplyMessage, TaskDecision, TaskDecisionRequest,
     Verdict, MAX_MODIFY_TEXT_BYTES,
 };
+use crate::session::SessionKey;
 use crate::tools::Tool;
 
 /// The outcome of one pause, as the waiting run sees it.
@@ -65,6 +66,12 @@ pub enum BeginError {
     KeyOverloaded { limit: usize },
 }
 
+/// Default of `--max-runs`: runs held at once (the open-files limit is 20,000).
+pub const MAX_RUNS: usize = 20_000;
+/// With API keys on and no `--max-runs-per-key`, one key may hold this
+/// fraction of `--max-runs` (1/4), so one key cannot lock the others out.
+pub const RUNS_PER_KEY_DIVISOR: usize = 4;
+
 /// How many runs the registry holds: in all, and per owner (API key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunLimits {
@@ -73,6 +80,21 @@ pub struct RunLimits {
 }
 
 impl RunLimits {
+    /// `max_runs` in all; per API key `per_key` (at most `max_runs`), or
+    /// with keys on a quarter of `max_runs`; without keys the one
+    /// anonymous owner may use all of it.
+    pub fn for_keys(max_runs: usize, per_key: Option<usize>, keys_on: bool) -> RunLimits {
+        let per_owner = match (keys_on, per_key) {
+            (false, _) => max_runs,
+            (true, Some(limit)) => limit.min(max_runs),
+            (true, None) => (max_runs / RUNS_PER_KEY_DIVISOR).max(1),
+        };
+        RunLimits {
+            max_runs,
+            per_owner,
+        }
+    }
+
     /// No limit at all (tests).
     pub const UNLIMITED: RunLimits = RunLimits {
         max_runs: usize::MAX,
@@ -84,26 +106,6 @@ impl RunLimits {
         RunLimits {
             max_runs: max,
             per_owner: max,
-        }
-    }
-}
-
-/// Identifies a session in the registry: the session id within the
-/// namespace of the API key that started it (`None` when keys are off).
-/// Runs of one key are invisible to every other key.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SessionKey {
-    pub owner: Option<u32>,
-    /// Shared: a run's key is held by the registry, the run, its log and its
-    /// client stream, and every copy of a held run costs memory.
-    pub session_id: Arc<str>,
-}
-
-impl SessionKey {
-    pub fn new(owner: Option<u32>, session_id: &str) -> SessionKey {
-        SessionKey {
-            owner,
-            session_id: Arc::from(session_id),
         }
     }
 }
@@ -1286,6 +1288,14 @@ mod tests {
         assert_eq!(reply, Err(DecideError::AlreadyDecided));
         assert_eq!(decision, Decision::Cancel(CancelReason::ClientGone));
         assert_eq!(manager.paused_runs(), 0);
+    }
+
+    #[test]
+    fn one_key_may_hold_a_quarter_of_the_runs_unless_told_otherwise() {
+        assert_eq!(RunLimits::for_keys(100, None, false).per_owner, 100);
+        assert_eq!(RunLimits::for_keys(100, None, true).per_owner, 25);
+        assert_eq!(RunLimits::for_keys(100, Some(60), true).per_owner, 60);
+        assert_eq!(RunLimits::for_keys(100, Some(600), true).per_owner, 100);
     }
 
     #[tokio::test]

@@ -39,6 +39,7 @@ pub mod http;
 pub mod metrics;
 pub mod protocol;
 pub mod run;
+pub mod session;
 pub mod sse;
 pub mod startup;
 pub mod store;

@@ -44,12 +44,8 @@ fn main() -> ExitCode {
 }
 
 async fn serve(settings: Settings) -> Result<(), String> {
-    let bind = settings.bind.clone();
     let engine = settings.engine;
-    let app = Application::build(settings).map_err(|err| match err.kind() {
-        std::io::ErrorKind::InvalidInput => err.to_string(),
-        _ => format!("cannot listen on {bind} (--bind): {err}"),
-    })?;
+    let app = Application::build(settings).map_err(|err| err.to_string())?;
     log::info!(
         "chatgate listening on http://{} (engine: {engine})",
         app.address()

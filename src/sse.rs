@@ -18,6 +18,12 @@ use crate::protocol::Chunk;
 /// The SSE comment written while a stream is idle.
 pub const KEEP_ALIVE_COMMENT: &[u8] = b": keep-alive\n\n";
 
+/// What a suspended run's stream ends with: come back in a second (SSE's
+/// `retry:` field); then the connection closes without a final chunk.
+pub fn retry_trailer() -> Bytes {
+    Bytes::from_static(b"retry: 1000\n\n")
+}
+
 /// Frames one chunk as `id: <sequence>\ndata: <json>\n\n`. serde_json escapes
 /// every control character inside strings, so the JSON is always one line and
 /// no message text can forge an extra event.

@@ -4,6 +4,7 @@
 //! Tests and the binary start the server the same way.
 
 use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,22 +13,59 @@ use actix_service::{fn_service, map_config, ServiceFactoryExt};
 use actix_web::dev::{AppConfig, Server};
 use actix_web::middleware::from_fn;
 use actix_web::{web, App};
+use secrecy::{ExposeSecret, SecretString};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::AuditLog;
-use crate::cluster::Cluster;
-use crate::config::{Secret, Settings};
+use crate::audit::{AuditError, AuditLog};
+use crate::cluster::{Cluster, ClusterConfig};
+use crate::config::{EngineKind, Settings};
 use crate::confirmation::{ConfirmationManager, RunLimits};
-use crate::engine::Engine;
+#[cfg(feature = "openai")]
+use crate::engine::llm::OpenAiConfig;
+#[cfg(feature = "openai")]
+use crate::engine::openai::OpenAiEngine;
+use crate::engine::planner::PlannerEngine;
 use crate::http::access::{read_keys_file, AccessPolicy};
+use crate::http::access_log;
 use crate::http::connection::{self, GuardedStream};
-use crate::http::{access_log, AppState};
+use crate::http::state::AppState;
 use crate::metrics::Metrics;
+use crate::run::engine::Engine;
 use crate::run::log::{LogLimits, LogRegistry};
+use crate::run::settings::RunSettings;
 use crate::run::stream::StreamSettings;
 use crate::run::Runs;
-use crate::tools::Tools;
+use crate::session::Namespaces;
+use crate::store::memory::MemoryStore;
+use crate::store::sqlite::SqliteStore;
+use crate::store::Store;
+use crate::tools::{Tools, ToolsFileError};
+
+/// Why the server cannot start: one line each, naming the flag at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("cannot listen on {bind} (--bind): {source}")]
+    Bind {
+        bind: String,
+        source: std::io::Error,
+    },
+    #[error("cannot read --api-keys-file {}: {source}", path.display())]
+    KeysFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Tools(#[from] ToolsFileError),
+    #[error("--audit-log: {0}")]
+    Audit(#[from] AuditError),
+    /// `--store`, or a replica flag it needs.
+    #[error("{0}")]
+    Store(String),
+    /// `--engine` and the flags it needs.
+    #[error("{0}")]
+    Engine(String),
+}
 
 pub struct Application {
     address: SocketAddr,
@@ -39,10 +77,8 @@ pub struct Application {
 impl Application {
     /// Binds `settings.bind` and prepares the server; nothing is served until
     /// [`Application::run_until_stopped`].
-    pub fn build(settings: Settings) -> std::io::Result<Application> {
-        let engine = settings
-            .build_engine()
-            .map_err(|why| std::io::Error::new(std::io::ErrorKind::InvalidInput, why))?;
+    pub fn build(settings: Settings) -> Result<Application, StartupError> {
+        let engine = build_engine(&settings)?;
         Application::build_with_engine(settings, engine)
     }
 
@@ -50,29 +86,30 @@ impl Application {
     pub fn build_with_engine(
         settings: Settings,
         engine: Arc<dyn Engine>,
-    ) -> std::io::Result<Application> {
-        let mut keys = settings.api_keys.clone();
+    ) -> Result<Application, StartupError> {
+        let mut keys: Vec<SecretString> = settings.api_keys.clone();
         if let Some(path) = &settings.api_keys_file {
-            let from_file = read_keys_file(path).map_err(|err| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!("cannot read --api-keys-file {}: {err}", path.display()),
-                )
+            let from_file = read_keys_file(path).map_err(|source| StartupError::KeysFile {
+                path: path.clone(),
+                source,
             })?;
-            keys.extend(from_file.into_iter().map(Secret::new));
+            keys.extend(from_file.into_iter().map(SecretString::from));
         }
-        let invalid = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+        // A key's place in this list is its owner, for access and stores alike.
+        let keys: Vec<&str> = keys
+            .iter()
+            .map(ExposeSecret::expose_secret)
+            .filter(|key| !key.is_empty())
+            .collect();
+        let namespaces = Namespaces::of_keys(keys.iter().copied());
         let access = AccessPolicy::new(&keys, settings.cors_origins.clone());
-        let namespaces = access.namespaces();
-        let cluster = if is_redis(&settings.store) {
-            Some(Arc::new(
-                Cluster::open(&settings, namespaces.clone()).map_err(invalid)?,
-            ))
-        } else {
-            None
+        let cluster = open_cluster(&settings, &namespaces)?;
+        let bind_error = |source| StartupError::Bind {
+            bind: settings.bind.clone(),
+            source,
         };
-        let listener = TcpListener::bind(&settings.bind)?;
-        let address = listener.local_addr()?;
+        let listener = TcpListener::bind(&settings.bind).map_err(bind_error)?;
+        let address = listener.local_addr().map_err(bind_error)?;
         let mut allowed_hosts = settings.allowed_hosts.clone();
         // Forwarded requests name this replica's advertised address.
         allowed_hosts.extend(cluster.as_ref().and_then(|c| c.advertised_host()));
@@ -83,7 +120,6 @@ impl Application {
                  start and decide runs; set --api-key or --api-keys-file, or bind 127.0.0.1"
             );
         }
-        let shutdown_timeout = settings.shutdown_timeout;
         let metrics = Arc::new(Metrics::new());
         let logs = LogRegistry::default();
         let stream = Arc::new(StreamSettings {
@@ -92,29 +128,23 @@ impl Application {
             metrics: metrics.clone(),
             registry: logs.clone(),
         });
-        let mut run_settings = settings.run_settings();
-        run_settings.namespaces = namespaces;
-        if let Some(path) = &settings.tools {
-            let tools = Tools::load(path).map_err(|err| {
-                std::io::Error::new(std::io::ErrorKind::InvalidInput, err.to_string())
-            })?;
-            log::info!("{} tool(s) declared in {}", tools.len(), path.display());
-            run_settings.tools = Arc::new(tools);
-        }
-        run_settings.store = match &cluster {
-            Some(cluster) => cluster.store().clone(),
-            None => crate::store::open(&settings.store).map_err(invalid)?,
+        let run_settings = RunSettings {
+            confirm_timeout: settings.confirm_timeout,
+            max_rounds: settings.max_rounds,
+            step_delay: settings.step_delay,
+            tools: Arc::new(load_tools(&settings)?),
+            audit: settings
+                .audit_log
+                .as_deref()
+                .map(AuditLog::open)
+                .transpose()?,
+            store: match &cluster {
+                Some(cluster) => cluster.store().clone(),
+                None => open_store(&settings.store)?,
+            },
+            engine_name: engine.name(),
+            namespaces,
         };
-        run_settings.engine_name = engine.name();
-        if let Some(path) = &settings.audit_log {
-            let audit = AuditLog::open(path).map_err(|err| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!("--audit-log: {err}"),
-                )
-            })?;
-            run_settings.audit = Some(audit);
-        }
         let runs = Runs {
             manager: ConfirmationManager::new(),
             logs,
@@ -124,10 +154,11 @@ impl Application {
                 frames: settings.replay_buffer,
                 bytes: settings.replay_buffer_bytes,
             },
-            limits: RunLimits {
-                max_runs: settings.max_runs,
-                per_owner: settings.runs_per_key(access.requires_keys()),
-            },
+            limits: RunLimits::for_keys(
+                settings.max_runs,
+                settings.max_runs_per_key,
+                access.requires_keys(),
+            ),
             stream,
             shutdown: CancellationToken::new(),
             metrics,
@@ -138,12 +169,12 @@ impl Application {
             access,
             request_timeout: settings.request_timeout,
         };
-        let server = serve(listener, &settings, state.clone())?;
+        let server = serve(listener, &settings, state.clone()).map_err(bind_error)?;
         Ok(Application {
             address,
             server,
             state,
-            shutdown_timeout,
+            shutdown_timeout: settings.shutdown_timeout,
         })
     }
 
@@ -294,9 +325,102 @@ fn serve(listener: TcpListener, settings: &Settings, state: AppState) -> std::io
     Ok(server.run())
 }
 
-/// Whether `--store` names Redis (the replicas' store).
-fn is_redis(store: &str) -> bool {
-    store.starts_with("redis://") || store.starts_with("rediss://")
+/// The engine `--engine` names, configured by the other flags.
+pub fn build_engine(settings: &Settings) -> Result<Arc<dyn Engine>, StartupError> {
+    match settings.engine {
+        EngineKind::Planner => Ok(Arc::new(PlannerEngine)),
+        #[cfg(not(feature = "openai"))]
+        EngineKind::Openai => Err(StartupError::Engine(
+            "this chatgate was built without the `openai` feature; rebuild with \
+             `cargo build --features openai`"
+                .to_owned(),
+        )),
+        #[cfg(feature = "openai")]
+        EngineKind::Openai => {
+            let model = settings.llm_model.clone().ok_or_else(|| {
+                StartupError::Engine(
+                    "--engine openai needs --llm-model (or CHATGATE_LLM_MODEL)".to_owned(),
+                )
+            })?;
+            let config = OpenAiConfig {
+                base_url: settings.llm_url.clone(),
+                model,
+                api_key: settings.llm_api_key.clone(),
+                timeout: settings.llm_timeout,
+                max_time: settings.llm_max_time,
+                conversation_ttl: settings.conversation_ttl,
+                conversation_memory: settings.conversation_memory,
+            };
+            let engine = OpenAiEngine::new(config).map_err(|err| {
+                StartupError::Engine(format!("cannot set up the model client: {err}"))
+            })?;
+            Ok(Arc::new(engine))
+        }
+    }
+}
+
+/// The tools of `--tools` (none without it).
+fn load_tools(settings: &Settings) -> Result<Tools, StartupError> {
+    let Some(path) = &settings.tools else {
+        return Ok(Tools::default());
+    };
+    let tools = Tools::load(path)?;
+    log::info!("{} tool(s) declared in {}", tools.len(), path.display());
+    Ok(tools)
+}
+
+/// The store `--store` names: `memory` or `sqlite:PATH` (`redis://` is the
+/// cluster's, see [`open_cluster`]).
+fn open_store(url: &str) -> Result<Arc<dyn Store>, StartupError> {
+    if url == "memory" {
+        return Ok(Arc::new(MemoryStore));
+    }
+    if let Some(path) = url.strip_prefix("sqlite:") {
+        let path = path.strip_prefix("//").unwrap_or(path);
+        if path.is_empty() {
+            return Err(StartupError::Store(
+                "--store sqlite:PATH needs a path".to_owned(),
+            ));
+        }
+        return SqliteStore::open(std::path::Path::new(path))
+            .map(|store| Arc::new(store) as Arc<dyn Store>)
+            .map_err(|err| StartupError::Store(format!("--store {url}: {err}")));
+    }
+    Err(StartupError::Store(format!(
+        "--store `{url}` is not a store: write memory, sqlite:PATH or redis://HOST:PORT/DB"
+    )))
+}
+
+/// With `--store redis://`, this replica in its cluster; the replica flags
+/// it needs are checked here.
+fn open_cluster(
+    settings: &Settings,
+    namespaces: &Namespaces,
+) -> Result<Option<Arc<Cluster>>, StartupError> {
+    let url = &settings.store;
+    if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+        return Ok(None);
+    }
+    let missing = |what: &str| StartupError::Store(format!("--store redis:// needs {what}"));
+    let config = ClusterConfig {
+        store_url: url.clone(),
+        replica_id: settings.replica_id.clone(),
+        advertise_url: settings
+            .advertise_url
+            .clone()
+            .ok_or_else(|| missing("--advertise-url (where the other replicas reach this one)"))?,
+        secret: settings
+            .cluster_secret
+            .clone()
+            .ok_or_else(|| missing("--cluster-secret (the same on every replica)"))?,
+        owner_ttl: settings.owner_ttl,
+        keep_alive: settings.keep_alive,
+        detach_grace: settings.detach_grace,
+        namespaces: namespaces.clone(),
+    };
+    Cluster::open(config)
+        .map(|cluster| Some(Arc::new(cluster)))
+        .map_err(StartupError::Store)
 }
 
 /// Resolves on SIGINT, SIGTERM, or when `token` is cancelled.
@@ -320,5 +444,44 @@ async fn stop_requested(token: &CancellationToken) {
         _ = interrupt => log::info!("SIGINT received"),
         () = terminate => log::info!("SIGTERM received"),
         () = token.cancelled() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn settings(args: &[&str]) -> Settings {
+        Settings::try_parse_from(std::iter::once("chatgate").chain(args.iter().copied())).unwrap()
+    }
+
+    #[cfg(feature = "openai")]
+    #[tokio::test]
+    async fn engines_are_built_by_name_and_openai_needs_a_model() {
+        assert!(build_engine(&settings(&[])).is_ok(), "planner");
+        let without_model = build_engine(&settings(&["--engine", "openai"]));
+        assert!(without_model
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("--llm-model"));
+        let with_model = settings(&["--engine", "openai", "--llm-model", "m"]);
+        assert!(build_engine(&with_model).is_ok());
+        let unknown = Settings::try_parse_from(["chatgate", "--engine", "gpt"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            unknown.contains("planner") && unknown.contains("openai"),
+            "{unknown}"
+        );
+    }
+
+    #[test]
+    fn a_store_that_is_none_is_named_at_start() {
+        let err = open_store("postgres://x").err().unwrap().to_string();
+        assert!(err.contains("--store `postgres://x`"), "{err}");
+        let err = open_store("sqlite:").err().unwrap().to_string();
+        assert!(err.contains("needs a path"), "{err}");
     }
 }

@@ -21,32 +21,98 @@
 //! replicas never own one run, and the run is restored from its record as
 //! after a restart.
 
-pub mod forward;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Secret, Settings};
-use crate::confirmation::SessionKey;
-use crate::store::redis::{Beat, RedisStore, ReplicaSettings};
-use crate::store::Namespaces;
+use crate::session::{Namespaces, SessionKey};
+use crate::store::redis::{Beat, Claim, Owner, RedisStore, Remote, ReplicaSettings};
+use crate::store::{PausedRecord, StoreError};
 
 /// Stripes of the takeover lock: requests for one session that is not here
 /// take turns, so a run is restored once before the next request looks.
 const STRIPES: usize = 64;
+/// Default of `--owner-ttl`: how long a replica's ownership of its runs
+/// outlives its last heartbeat.
+pub const OWNER_TTL: Duration = Duration::from_secs(15);
 /// Shortest `--cluster-secret`.
 pub const MIN_SECRET_LEN: usize = 16;
+
+/// What a replica is told at start (`--store redis://` and the replica flags).
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// `redis://HOST:PORT/DB`.
+    pub store_url: String,
+    /// `--replica-id`; made at start when `None`.
+    pub replica_id: Option<String>,
+    /// `--advertise-url`: where the other replicas reach this one.
+    pub advertise_url: String,
+    /// `--cluster-secret`, shared by every replica.
+    pub secret: SecretString,
+    /// `--owner-ttl`.
+    pub owner_ttl: Duration,
+    /// `--keep-alive`: an owner's stream is silent at most this long.
+    pub keep_alive: Duration,
+    /// `--detach-grace`: how long an ended run's session stays its owner's.
+    pub detach_grace: Duration,
+    /// The API keys' namespaces as Redis keys name them.
+    pub namespaces: Namespaces,
+}
+
+/// A live replica that owns a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// Its advertised URL.
+    pub url: String,
+    /// How long its heartbeat has left: if it cannot be reached, its runs
+    /// can be taken over once this has passed.
+    pub lease: Duration,
+}
+
+impl From<Remote> for Peer {
+    fn from(remote: Remote) -> Peer {
+        Peer {
+            url: remote.url,
+            lease: remote.lease,
+        }
+    }
+}
+
+/// Whether a new run may take its session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    /// It is this replica's, under this run id.
+    Here(Arc<str>),
+    /// A live replica owns the session.
+    Elsewhere(Peer),
+}
+
+/// Where a session's run is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Located {
+    /// No run on the session.
+    Nobody,
+    /// This replica owns it, under this run id.
+    Mine(String),
+    /// A live replica owns it.
+    Elsewhere(Peer),
+    /// Its owner was gone: it is this replica's now, under this run id.
+    TakenOver(String),
+    /// Its owner is gone, and this replica may not take it over.
+    Orphan,
+}
 
 /// This replica in the cluster.
 pub struct Cluster {
     store: Arc<RedisStore>,
     replica_id: String,
     advertise_url: String,
-    secret: Secret,
+    secret: SecretString,
     /// SHA-256 of the secret, compared in constant time.
     secret_digest: [u8; 32],
     owner_ttl: Duration,
@@ -59,40 +125,33 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// The cluster `settings` describe, with `--store redis://...`: the
-    /// replica flags are checked here (a start-up error names what is missing).
-    pub fn open(settings: &Settings, namespaces: Namespaces) -> Result<Cluster, String> {
-        let advertise_url = settings.advertise_url.clone().ok_or(
-            "--store redis:// needs --advertise-url (where the other replicas reach this one)",
-        )?;
-        let secret = settings
-            .cluster_secret
-            .clone()
-            .ok_or("--store redis:// needs --cluster-secret (the same on every replica)")?;
-        if secret.expose().len() < MIN_SECRET_LEN {
+    /// Connects (lazily) to the cluster's Redis as the replica `config`
+    /// describes. The error names the flag at fault.
+    pub fn open(config: ClusterConfig) -> Result<Cluster, String> {
+        if config.secret.expose_secret().len() < MIN_SECRET_LEN {
             return Err(format!(
                 "--cluster-secret must be at least {MIN_SECRET_LEN} characters"
             ));
         }
-        let replica_id = settings.replica_id.clone().unwrap_or_else(|| {
+        let replica_id = config.replica_id.clone().unwrap_or_else(|| {
             let nonce = uuid::Uuid::new_v4().simple().to_string();
             format!("replica-{}", &nonce[..8])
         });
         let store = RedisStore::open(
-            &settings.store,
+            &config.store_url,
             ReplicaSettings {
                 replica_id: replica_id.clone(),
-                advertise_url: advertise_url.clone(),
-                grace: settings.detach_grace,
-                linger: settings.detach_grace + settings.owner_ttl,
-                namespaces,
+                advertise_url: config.advertise_url.clone(),
+                grace: config.detach_grace,
+                linger: config.detach_grace + config.owner_ttl,
+                namespaces: config.namespaces.clone(),
             },
         )
-        .map_err(|err| format!("--store {}: {err}", settings.store))?;
+        .map_err(|err| format!("--store {}: {err}", config.store_url))?;
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2))
             // The owner writes at least a keep-alive comment this often.
-            .read_timeout(settings.keep_alive * 2 + Duration::from_secs(5))
+            .read_timeout(config.keep_alive * 2 + Duration::from_secs(5))
             // Shorter than the owner's idle keep-alive, so a pooled
             // connection is never reused just as the owner closes it.
             .pool_idle_timeout(Duration::from_secs(2))
@@ -101,17 +160,74 @@ impl Cluster {
             .build()
             .map_err(|err| format!("cannot set up the replica client: {err}"))?;
         Ok(Cluster {
-            secret_digest: Sha256::digest(secret.expose().as_bytes()).into(),
+            secret_digest: Sha256::digest(config.secret.expose_secret().as_bytes()).into(),
             store: Arc::new(store),
             replica_id,
-            advertise_url,
-            secret,
-            owner_ttl: settings.owner_ttl,
+            advertise_url: config.advertise_url,
+            secret: config.secret,
+            owner_ttl: config.owner_ttl,
             http,
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             leaving: CancellationToken::new(),
             contested: AtomicBool::new(false),
         })
+    }
+
+    /// A new run `run` takes `key`, unless a live replica owns it.
+    pub async fn claim(&self, key: &SessionKey) -> Result<Claimed, StoreError> {
+        let run = uuid::Uuid::new_v4().to_string();
+        Ok(match self.store.claim(key, &run).await? {
+            Claim::Claimed => Claimed::Here(Arc::from(run)),
+            Claim::Owned(remote) => Claimed::Elsewhere(remote.into()),
+        })
+    }
+
+    /// Where the run of `key` is; one whose owner is gone becomes this
+    /// replica's if `may_take` (not while it shuts down).
+    pub async fn locate(&self, key: &SessionKey, may_take: bool) -> Result<Located, StoreError> {
+        Ok(match self.store.take_over(key, may_take).await? {
+            Owner::Nobody => Located::Nobody,
+            Owner::Mine(run) => Located::Mine(run),
+            Owner::Elsewhere(remote) => Located::Elsewhere(remote.into()),
+            Owner::TakenOver(run) => Located::TakenOver(run),
+            Owner::Orphan => Located::Orphan,
+        })
+    }
+
+    /// The stored record of `run`, with its decision if one was taken.
+    pub async fn record(&self, run: &str) -> Result<Option<PausedRecord>, StoreError> {
+        self.store.get(run).await
+    }
+
+    /// A run taken over had no record: its session has no run any more.
+    pub async fn forget(&self, key: &SessionKey, run: &str) -> Result<(), StoreError> {
+        self.store.forget(key, run).await
+    }
+
+    /// The process that owns each of `keys` (`None`: nobody).
+    pub async fn owners(&self, keys: &[SessionKey]) -> Result<Vec<Option<String>>, StoreError> {
+        self.store.instances(keys).await
+    }
+
+    /// This process, as owner records name it.
+    pub fn instance(&self) -> &str {
+        self.store.instance()
+    }
+
+    /// Whether `presented` is the cluster secret (in constant time).
+    pub fn is_secret(&self, presented: &[u8]) -> bool {
+        let digest: [u8; 32] = Sha256::digest(presented).into();
+        bool::from(digest.ct_eq(&self.secret_digest))
+    }
+
+    /// The cluster secret, for the one place that sends it.
+    pub fn secret(&self) -> &SecretString {
+        &self.secret
+    }
+
+    /// The client that forwards requests to other replicas.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
     }
 
     pub fn store(&self) -> &Arc<RedisStore> {

@@ -23,8 +23,11 @@ use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use serde_json::{json, Map, Value};
 
-use super::{Approval, Completion, Engine, Plan, RunContext, RunError};
 use crate::protocol::{meta, ChunkType, ErrorType, RiskLevel, TaskSpec, Verdict};
+use crate::run::context::RunContext;
+use crate::run::engine::Engine;
+use crate::run::outcome::{Completion, RunError};
+use crate::run::plan::{Approval, Plan};
 use crate::tools::{ToolOutcome, Tools};
 
 /// The planner engine; stateless, so one value serves every run.
@@ -383,10 +386,11 @@ mod tests {
 #[cfg(test)]
 mod size {
     use super::*;
-    use crate::confirmation::{ConfirmationManager, RunLimits, SessionKey};
-    use crate::engine::RunSettings;
+    use crate::confirmation::{ConfirmationManager, RunLimits};
     use crate::run::log::{LogLimits, RunLog};
+    use crate::run::settings::RunSettings;
     use crate::run::stop::RunStop;
+    use crate::session::SessionKey;
     use std::sync::Arc;
 
     /// The planner's future is what a paused planner run holds for the whole

@@ -22,8 +22,6 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::error::ChatError;
-use crate::config::Secret;
-use crate::store::Namespaces;
 
 /// SHA-256 of a key: what the policy keeps and compares, so comparisons
 /// take the same time whatever the lengths, and no key sits in memory as text.
@@ -32,8 +30,6 @@ type KeyDigest = [u8; 32];
 #[derive(Debug, Clone)]
 pub struct AccessPolicy {
     key_digests: Vec<KeyDigest>,
-    /// What a store calls each key's namespace (same order as the digests).
-    namespaces: Namespaces,
     cors_origins: Vec<String>,
     /// Lower-cased host names accepted besides loopback and the bound address.
     allowed_hosts: Vec<String>,
@@ -41,24 +37,15 @@ pub struct AccessPolicy {
 }
 
 impl AccessPolicy {
-    pub fn new(keys: &[Secret], cors_origins: Vec<String>) -> AccessPolicy {
-        let keys: Vec<&str> = keys
-            .iter()
-            .map(Secret::expose)
-            .filter(|k| !k.is_empty())
-            .collect();
+    /// A policy for `keys` (none: the endpoint is open), in order: a key's
+    /// place in the list is its owner.
+    pub fn new(keys: &[&str], cors_origins: Vec<String>) -> AccessPolicy {
         AccessPolicy {
             key_digests: keys.iter().copied().map(digest).collect(),
-            namespaces: Namespaces::of_keys(keys.iter().copied()),
             cors_origins,
             allowed_hosts: Vec::new(),
             bound: IpAddr::from([127, 0, 0, 1]),
         }
-    }
-
-    /// The keys' namespaces as a store names them.
-    pub fn namespaces(&self) -> Namespaces {
-        self.namespaces.clone()
     }
 
     /// Accepts `Host` values naming `bound` (the listening address) or one
@@ -202,10 +189,6 @@ mod tests {
         map
     }
 
-    fn keys(keys: &[&str]) -> Vec<Secret> {
-        keys.iter().map(|k| Secret::new(*k)).collect()
-    }
-
     #[test]
     fn without_keys_everyone_is_the_same_anonymous_owner() {
         let policy = AccessPolicy::new(&[], vec![]);
@@ -214,7 +197,7 @@ mod tests {
 
     #[test]
     fn with_keys_the_key_s_position_is_the_owner() {
-        let policy = AccessPolicy::new(&keys(&["alpha", "beta"]), vec![]);
+        let policy = AccessPolicy::new(&["alpha", "beta"], vec![]);
         for good in ["Bearer beta", "bearer beta", "BEARER  beta "] {
             let owner = policy.owner(&headers(&[("authorization", good)])).unwrap();
             assert_eq!(owner, Some(1), "{good:?}");
@@ -287,7 +270,7 @@ mod tests {
             "no Host: not a browser"
         );
 
-        let keyed = AccessPolicy::new(&keys(&["k"]), vec![]).with_hosts(bound, &[]);
+        let keyed = AccessPolicy::new(&["k"], vec![]).with_hosts(bound, &[]);
         assert!(keyed
             .check_host(&headers(&[("host", "rebind.attacker.example")]))
             .is_ok());

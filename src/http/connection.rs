@@ -41,6 +41,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
+/// Default of `--request-timeout`: time allowed for a request head, and
+/// again for its body.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a kept-alive connection may sit idle between requests.
 pub const KEEP_ALIVE_IDLE: Duration = Duration::from_secs(5);
 

@@ -13,7 +13,10 @@ use serde_json::Value;
 
 use crate::confirmation::{BeginError, DecideError};
 use crate::protocol::{meta, Action, Chunk, ErrorType, RequestError, MAX_BODY_BYTES};
+use crate::run::decide::ReplyError;
+use crate::run::ReattachError;
 use crate::sse;
+use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
@@ -31,7 +34,9 @@ pub enum ChatError {
     #[error("{0} is not allowed here: send POST with a JSON body")]
     MethodNotAllowed(String),
     #[error("{0}")]
-    Decide(#[from] DecideError),
+    Reply(#[from] ReplyError),
+    #[error("{0}")]
+    Reattach(#[from] ReattachError),
     #[error("{0}")]
     Begin(#[from] BeginError),
     #[error("the server is shutting down; retry on another replica or later")]
@@ -47,20 +52,8 @@ pub enum ChatError {
     ForbiddenHost,
     #[error("the request body did not arrive in time")]
     RequestTimeout,
-    #[error("the audit log cannot be written, so this decision was not taken; the run has ended")]
-    AuditUnavailable,
-    #[error(
-        "the store cannot record this decision, so it was not taken; the confirmation is \
-         still pending: retry"
-    )]
-    StoreUnavailable,
     #[error("the store cannot be reached to find or claim this session's run; retry shortly")]
     StoreUnreachable,
-    #[error(
-        "the store no longer has this run's record (did Redis restart without its data?), so \
-         this decision was not taken and the run has ended; nothing was run"
-    )]
-    StoreLost,
     #[error(
         "this request carries a replica's header with a wrong --cluster-secret (or this \
          server is not a replica): clients must not send x-chatgate-cluster-secret"
@@ -74,11 +67,15 @@ pub enum ChatError {
         /// Until the owner's heartbeat expires (at least a second).
         retry_after: Duration,
     },
-    #[error(
-        "no run to re-attach to on this session: none was started, it belongs to another \
-         API key, its end was already delivered, or its grace after the client left is over"
-    )]
-    NoSuchRun,
+}
+
+impl From<StoreError> for ChatError {
+    /// A store that cannot say where a session's run is (the details are
+    /// logged, never sent).
+    fn from(err: StoreError) -> ChatError {
+        log::error!("{err}");
+        ChatError::StoreUnreachable
+    }
 }
 
 impl ChatError {
@@ -97,19 +94,24 @@ impl ChatError {
                 (S::UNSUPPORTED_MEDIA_TYPE, T::UnsupportedMediaType)
             }
             ChatError::MethodNotAllowed(_) => (S::METHOD_NOT_ALLOWED, T::MethodNotAllowed),
-            ChatError::Decide(DecideError::NoPending) => (S::NOT_FOUND, T::NoPendingConfirmation),
-            ChatError::Decide(
-                DecideError::NotOffered { .. } | DecideError::ModifyTooLong { .. },
-            ) => (S::UNPROCESSABLE_ENTITY, T::InvalidConfirmAction),
-            ChatError::Decide(DecideError::Stale) => (S::CONFLICT, T::StaleConfirmation),
-            ChatError::Decide(DecideError::InvalidDecision(_)) => {
-                (S::UNPROCESSABLE_ENTITY, T::InvalidDecision)
+            ChatError::Reply(ReplyError::Refused(refused)) => match refused {
+                DecideError::NoPending => (S::NOT_FOUND, T::NoPendingConfirmation),
+                DecideError::NotOffered { .. } | DecideError::ModifyTooLong { .. } => {
+                    (S::UNPROCESSABLE_ENTITY, T::InvalidConfirmAction)
+                }
+                DecideError::Stale => (S::CONFLICT, T::StaleConfirmation),
+                DecideError::InvalidDecision(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidDecision),
+                DecideError::AlreadyDecided => (S::CONFLICT, T::AlreadyDecided),
+            },
+            ChatError::Reply(ReplyError::AuditUnavailable) => {
+                (S::SERVICE_UNAVAILABLE, T::AuditUnavailable)
             }
-            ChatError::AuditUnavailable => (S::SERVICE_UNAVAILABLE, T::AuditUnavailable),
-            ChatError::StoreUnavailable | ChatError::StoreUnreachable | ChatError::StoreLost => {
-                (S::SERVICE_UNAVAILABLE, T::StoreUnavailable)
+            ChatError::Reply(ReplyError::StoreUnavailable | ReplyError::StoreLost)
+            | ChatError::StoreUnreachable => (S::SERVICE_UNAVAILABLE, T::StoreUnavailable),
+            ChatError::Reattach(ReattachError::NoSuchRun) => (S::NOT_FOUND, T::NoSuchRun),
+            ChatError::Reattach(ReattachError::Beyond { .. }) => {
+                (S::BAD_REQUEST, T::InvalidRequest)
             }
-            ChatError::Decide(DecideError::AlreadyDecided) => (S::CONFLICT, T::AlreadyDecided),
             ChatError::Begin(BeginError::SessionBusy) => (S::CONFLICT, T::SessionBusy),
             ChatError::Begin(BeginError::Overloaded | BeginError::KeyOverloaded { .. }) => {
                 (S::SERVICE_UNAVAILABLE, T::Overloaded)
@@ -119,7 +121,6 @@ impl ChatError {
             ChatError::ForbiddenOrigin => (S::FORBIDDEN, T::ForbiddenOrigin),
             ChatError::ForbiddenHost => (S::MISDIRECTED_REQUEST, T::ForbiddenHost),
             ChatError::RequestTimeout => (S::REQUEST_TIMEOUT, T::RequestTimeout),
-            ChatError::NoSuchRun => (S::NOT_FOUND, T::NoSuchRun),
             ChatError::ForbiddenReplica => (S::FORBIDDEN, T::ForbiddenReplica),
             ChatError::OwnerUnavailable { .. } => (S::SERVICE_UNAVAILABLE, T::OwnerUnavailable),
         }
@@ -155,9 +156,9 @@ impl ChatError {
     fn options(&self) -> Option<Vec<Action>> {
         match self {
             ChatError::Request(RequestError::MalformedReply(_)) => Some(Action::ALL.to_vec()),
-            ChatError::Decide(
+            ChatError::Reply(ReplyError::Refused(
                 DecideError::NotOffered { options, .. } | DecideError::ModifyTooLong { options },
-            ) => Some(options.clone()),
+            )) => Some(options.clone()),
             _ => None,
         }
     }
@@ -167,7 +168,7 @@ impl ChatError {
         matches!(
             self,
             ChatError::Request(RequestError::MalformedReply(_) | RequestError::ReplyWithoutSession)
-                | ChatError::Decide(_)
+                | ChatError::Reply(ReplyError::Refused(_))
         )
     }
 
@@ -244,7 +245,7 @@ mod tests {
         assert_eq!(retry_after(owner(1_000)), "1");
         // Expired or unknown: a second, never 0 (a client must not spin).
         assert_eq!(retry_after(owner(0)), "1");
-        assert_eq!(retry_after(ChatError::StoreUnavailable), "1");
+        assert_eq!(retry_after(ChatError::StoreUnreachable), "1");
         assert_eq!(retry_after(ChatError::ShuttingDown), "1");
     }
 }

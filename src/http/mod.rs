@@ -1,42 +1,41 @@
-//! The HTTP glue: handlers ([`routes`]), the error table ([`error`]), who may
-//! call ([`access`]), per-connection deadlines ([`connection`]) and the
-//! request log ([`access_log`]). Extract, validate, call [`crate::run`] or the
-//! manager, respond: nothing else.
+//! The HTTP glue: the routes ([`configure`]), the chat endpoint ([`chat`]),
+//! probes ([`probes`]), the page ([`page`]), forwarding to a run's owner
+//! ([`forward`]), the error table ([`error`]), who may call ([`access`]),
+//! per-connection deadlines ([`connection`]) and the request log
+//! ([`access_log`]). Extract, validate, call [`crate::run`], respond:
+//! nothing else.
 
 pub mod access;
 pub mod access_log;
+pub mod chat;
 pub mod connection;
 pub mod error;
-pub mod routes;
+pub mod forward;
+pub mod page;
+pub mod probes;
+pub mod state;
 
-use std::time::Duration;
+use actix_web::http::Method;
+use actix_web::web;
 
-use actix_web::HttpResponse;
+use crate::protocol::CHAT_PATH;
 
-use self::access::AccessPolicy;
-use self::error::Refusal;
-use crate::run::Runs;
-
-pub use self::routes::configure;
-
-/// What every handler shares. Cheap to clone.
-#[derive(Clone)]
-pub struct AppState {
-    pub runs: Runs,
-    pub access: AccessPolicy,
-    /// Time allowed to receive a request body.
-    pub request_timeout: Duration,
-}
-
-impl AppState {
-    /// Counts a refused request and answers it: the one place refusals are
-    /// counted.
-    pub fn refuse(&self, refusal: Refusal) -> HttpResponse {
-        let Refusal { error, session_id } = refusal;
-        self.runs.metrics.error(error.error_type());
-        if error.is_refused_reply() {
-            self.runs.metrics.decision("reply", "refused");
-        }
-        error.to_response(&session_id)
-    }
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource(CHAT_PATH)
+            .route(web::post().to(chat::chat_stream))
+            .route(web::method(Method::OPTIONS).to(chat::preflight))
+            .default_service(web::to(chat::method_not_allowed)),
+    )
+    .route("/healthz", web::get().to(probes::health))
+    .route("/health", web::get().to(probes::health))
+    // simacode's paths, for its clients and probes.
+    .route("/health/", web::get().to(probes::health))
+    .route("/health/live", web::get().to(probes::health))
+    .route("/health/ready", web::get().to(probes::ready))
+    .route("/readyz", web::get().to(probes::ready))
+    .route("/metrics", web::get().to(probes::metrics))
+    .route("/", web::get().to(page::index))
+    .route("/chatgate-client.mjs", web::get().to(page::client_module))
+    .default_service(web::to(page::not_found));
 }

@@ -19,9 +19,14 @@ use std::task::Waker;
 use bytes::Bytes;
 
 use super::stop::RunStop;
-use crate::confirmation::SessionKey;
 use crate::protocol::{CancelReason, Chunk};
+use crate::session::SessionKey;
 use crate::sse;
+
+/// Default of `--replay-buffer`: chunks kept per run for re-attach.
+pub const REPLAY_BUFFER: usize = 1024;
+/// Default of `--replay-buffer-bytes`: bytes of chunks kept per run.
+pub const REPLAY_BUFFER_BYTES: usize = 1024 * 1024;
 
 /// How much of a run's output its log keeps.
 #[derive(Debug, Clone, Copy)]

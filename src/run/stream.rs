@@ -22,10 +22,15 @@ use futures_util::Stream;
 use tokio::time::Sleep;
 
 use super::log::{BeyondEnd, LogRegistry, RunLog};
-use crate::confirmation::SessionKey;
 use crate::metrics::Metrics;
 use crate::protocol::CancelReason;
+use crate::session::SessionKey;
 use crate::sse;
+
+/// Default of `--keep-alive`: silence before a `: keep-alive` comment.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Default of `--detach-grace`: how long a run outlives its vanished client.
+pub const DETACH_GRACE: Duration = Duration::from_secs(60);
 
 /// Settings of a subscription.
 #[derive(Clone)]

@@ -4,7 +4,7 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use super::{PausedRecord, Store, StoreError};
-use crate::confirmation::SessionKey;
+use crate::session::SessionKey;
 
 /// `--store memory`: nothing is kept; a paused run lives as long as its
 /// process (and is cancelled at shutdown, reason `shutdown`).

@@ -19,16 +19,12 @@ pub mod memory;
 pub mod redis;
 pub mod sqlite;
 
-pub use memory::MemoryStore;
-
-use std::sync::Arc;
-
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::confirmation::SessionKey;
 use crate::protocol::{Action, TaskSpec};
+use crate::session::SessionKey;
 
 /// A paused run as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -55,67 +51,6 @@ pub struct PausedRecord {
     pub next_seq: u64,
     /// The decision, once one was taken (`None` while the pause waits).
     pub decision: Option<Value>,
-}
-
-/// The stored names of the API keys' namespaces.
-///
-/// In memory a run's owner is its key's place in this process's list (see
-/// [`SessionKey`]); that place changes when keys are added, removed or
-/// reordered, between restarts or between replicas. What is stored names
-/// the key instead: `k` and 32 hex digits of a SHA-256 of the key (the key
-/// itself is never stored). So a stored run is only ever restored into its
-/// own key's namespace, and one whose key is no longer configured is
-/// reachable by nobody.
-#[derive(Debug, Clone, Default)]
-pub struct Namespaces {
-    names: Arc<[String]>,
-}
-
-impl Namespaces {
-    /// The namespaces of `keys`, in their order (the owners' indices).
-    pub fn of_keys<'a>(keys: impl IntoIterator<Item = &'a str>) -> Namespaces {
-        use sha2::{Digest, Sha256};
-        let names = keys
-            .into_iter()
-            .map(|key| {
-                let digest = Sha256::new()
-                    .chain_update(b"chatgate namespace\0")
-                    .chain_update(key.as_bytes())
-                    .finalize();
-                let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-                format!("k{hex}")
-            })
-            .collect();
-        Namespaces { names }
-    }
-
-    /// The stored name of `owner`'s namespace (`None`: no keys). An owner
-    /// this table does not know (no server makes one) gets a name no key's
-    /// namespace has, never another key's or the keyless one.
-    pub fn name(&self, owner: Option<u32>) -> Option<String> {
-        owner.map(|i| {
-            self.names
-                .get(i as usize)
-                .cloned()
-                .unwrap_or_else(|| format!("unknown-{i}"))
-        })
-    }
-
-    /// The owner a stored `namespace` belongs to in this process, or
-    /// `None` when no client can reach it now (its key is not configured;
-    /// or it was stored without keys and keys are required now, or the
-    /// other way round).
-    pub fn owner(&self, namespace: Option<&str>) -> Option<Option<u32>> {
-        match namespace {
-            None if self.names.is_empty() => Some(None),
-            None => None,
-            Some(name) => self
-                .names
-                .iter()
-                .position(|n| n == name)
-                .map(|i| Some(i as u32)),
-        }
-    }
 }
 
 /// The store could not be used.
@@ -161,59 +96,5 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// `Err(name)` while the store cannot be used, for `/readyz`.
     fn health(&self) -> Result<(), String> {
         Ok(())
-    }
-}
-
-/// Opens the store `url` names: `memory` or `sqlite:PATH` (`redis://` is
-/// opened with its replica's settings by [`crate::cluster::Cluster::open`]).
-pub fn open(url: &str) -> Result<Arc<dyn Store>, String> {
-    if url == "memory" {
-        return Ok(Arc::new(MemoryStore));
-    }
-    if let Some(path) = url.strip_prefix("sqlite:") {
-        let path = path.strip_prefix("//").unwrap_or(path);
-        if path.is_empty() {
-            return Err("--store sqlite:PATH needs a path".to_owned());
-        }
-        return sqlite::SqliteStore::open(std::path::Path::new(path))
-            .map(|store| Arc::new(store) as Arc<dyn Store>)
-            .map_err(|err| format!("--store {url}: {err}"));
-    }
-    Err(format!(
-        "--store `{url}` is not a store: write memory, sqlite:PATH or redis://HOST:PORT/DB"
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_namespace_names_its_key_whatever_the_keys_order() {
-        let before = Namespaces::of_keys(["alpha-key", "beta-key"]);
-        let after = Namespaces::of_keys(["gamma-key", "beta-key"]);
-
-        let beta = before.name(Some(1)).unwrap();
-        assert_eq!(after.name(Some(1)).as_deref(), Some(beta.as_str()));
-        assert_eq!(after.owner(Some(&beta)), Some(Some(1)));
-        // alpha-key was removed: its runs are nobody's, not gamma-key's.
-        let alpha = before.name(Some(0)).unwrap();
-        assert_eq!(after.owner(Some(&alpha)), None);
-        assert_ne!(alpha, beta);
-        assert!(beta.starts_with('k') && beta.len() == 33);
-        assert!(!beta.contains("beta"), "the key is never stored");
-    }
-
-    #[test]
-    fn keyless_runs_belong_to_a_server_without_keys_only() {
-        let keyless = Namespaces::of_keys([]);
-        let keyed = Namespaces::of_keys(["alpha-key"]);
-
-        assert_eq!(keyless.name(None), None);
-        assert_eq!(keyless.owner(None), Some(None));
-        assert_eq!(keyed.owner(None), None);
-        assert_eq!(keyless.owner(keyed.name(Some(0)).as_deref()), None);
-        // An index no key has is never another namespace.
-        assert_eq!(keyed.name(Some(7)).as_deref(), Some("unknown-7"));
     }
 }

@@ -35,8 +35,9 @@ use redis::Script;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
-use super::{Fault, Namespaces, PausedRecord, Store, StoreError};
-use crate::confirmation::SessionKey;
+use super::{Fault, PausedRecord, Store, StoreError};
+use crate::session::Namespaces;
+use crate::session::SessionKey;
 
 /// How long a session record lives while its run works (from its start,
 /// and again from each decision): a run that works for longer without

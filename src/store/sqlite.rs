@@ -15,7 +15,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 
 use super::{Fault, PausedRecord, Store, StoreError};
-use crate::confirmation::SessionKey;
+use crate::session::SessionKey;
 
 #[derive(Debug)]
 pub struct SqliteStore {

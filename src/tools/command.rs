@@ -5,7 +5,7 @@
 //!   ever becomes part of the command line.
 //! - The process gets only `PATH` plus the variables named in `env = [...]`,
 //!   runs in `cwd` if given, and in its own process group.
-//! - stdout is the result, kept up to [`super::MAX_OUTPUT_BYTES`] (the rest is
+//! - stdout is the result, kept up to [`MAX_OUTPUT_BYTES`](super::outcome::MAX_OUTPUT_BYTES) (the rest is
 //!   read and dropped, so the child never blocks on a full pipe); a non-zero
 //!   exit fails the call with the tail of stderr.
 //! - On timeout, or when the run is stopped, the whole group gets SIGTERM,
@@ -21,7 +21,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
-use super::{CappedOutput, ToolOutcome, MAX_STDERR_TAIL};
+use super::outcome::{CappedOutput, ToolOutcome, MAX_STDERR_TAIL};
 
 /// Time between SIGTERM and SIGKILL for a command that must stop.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -157,7 +157,7 @@ fn signal_group(group: Option<Pid>, signal: Signal) {
     }
 }
 
-/// Reads `pipe` to its end, keeping the first [`super::MAX_OUTPUT_BYTES`]
+/// Reads `pipe` to its end, keeping the first [`MAX_OUTPUT_BYTES`](super::outcome::MAX_OUTPUT_BYTES)
 /// (`tail == usize::MAX`) or the last `tail` bytes.
 async fn drain(pipe: Option<impl AsyncRead + Unpin>, tail: usize) -> CappedOutput {
     let mut out = CappedOutput::default();
@@ -317,7 +317,7 @@ mod tests {
         assert!(outcome.truncated);
         assert_eq!(
             outcome.result.unwrap().len(),
-            super::super::MAX_OUTPUT_BYTES
+            crate::tools::outcome::MAX_OUTPUT_BYTES
         );
         assert_eq!(outcome.output_bytes, 200_000);
     }

@@ -4,7 +4,7 @@
 //!   they are resolved once at start (a missing variable is a start-up
 //!   error) and kept as secrets: never logged, never in `{:?}`.
 //! - A 2xx answer is a successful call whose body (up to
-//!   [`super::MAX_OUTPUT_BYTES`], the rest not read) is the result; any other
+//!   [`MAX_OUTPUT_BYTES`](super::outcome::MAX_OUTPUT_BYTES), the rest not read) is the result; any other
 //!   status, or no answer within the tool's timeout, fails the call.
 
 use std::collections::HashMap;
@@ -12,15 +12,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{CappedOutput, ToolOutcome};
-use crate::config::Secret;
+use super::outcome::{CappedOutput, ToolOutcome, MAX_OUTPUT_BYTES};
+use secrecy::{ExposeSecret, SecretString};
 
 /// An http tool's executor, as checked at start.
 #[derive(Debug)]
 pub struct HttpSpec {
     pub url: reqwest::Url,
     /// Header names and their resolved values.
-    headers: Vec<(reqwest::header::HeaderName, Secret)>,
+    headers: Vec<(reqwest::header::HeaderName, SecretString)>,
     client: reqwest::Client,
 }
 
@@ -41,7 +41,7 @@ impl HttpSpec {
             reqwest::header::HeaderValue::from_str(&value).map_err(|_| {
                 format!("key `headers`: the value of `{name}` is not a valid header value")
             })?;
-            resolved.push((header, Secret::new(value)));
+            resolved.push((header, SecretString::from(value)));
         }
         let client = reqwest::Client::builder()
             .build()
@@ -63,7 +63,7 @@ impl HttpSpec {
         let call = async {
             let mut request = self.client.post(self.url.clone()).json(args);
             for (name, value) in &self.headers {
-                request = request.header(name.clone(), value.expose());
+                request = request.header(name.clone(), value.expose_secret());
             }
             let mut response = request
                 .send()
@@ -71,7 +71,7 @@ impl HttpSpec {
                 .map_err(|err| (None, err.to_string()))?;
             let status = response.status();
             let mut body = CappedOutput::default();
-            while body.kept.len() < super::MAX_OUTPUT_BYTES {
+            while body.kept.len() < MAX_OUTPUT_BYTES {
                 match response.chunk().await {
                     Ok(Some(bytes)) => body.push(&bytes),
                     Ok(None) => break,
@@ -81,8 +81,7 @@ impl HttpSpec {
                 }
             }
             // Past the cap the rest is not read: whether there was more.
-            if body.kept.len() >= super::MAX_OUTPUT_BYTES
-                && matches!(response.chunk().await, Ok(Some(_)))
+            if body.kept.len() >= MAX_OUTPUT_BYTES && matches!(response.chunk().await, Ok(Some(_)))
             {
                 body.total += 1;
             }

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatgate::engine::openai::{OpenAiConfig, OpenAiEngine};
+use chatgate::engine::llm::OpenAiConfig;
+use chatgate::engine::openai::OpenAiEngine;
 use chatgate::protocol::{ChunkType, RiskLevel};
 use serde_json::{json, Value};
 

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatgate::engine::{Completion, Engine, RunContext, RunError};
 use chatgate::protocol::ChunkType;
+use chatgate::run::{Completion, Engine, RunContext, RunError};
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 

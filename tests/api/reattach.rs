@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use chatgate::engine::{Completion, Engine, RunContext, RunError};
 use chatgate::protocol::ChunkType;
+use chatgate::run::{Completion, Engine, RunContext, RunError};
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 

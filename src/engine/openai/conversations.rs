@@ -20,8 +20,8 @@ use lru::LruCache;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::confirmation::SessionKey;
 use crate::protocol::json_len;
+use crate::session::SessionKey;
 
 /// Messages kept per conversation (older ones are dropped, whole turns at a time).
 pub const MAX_HISTORY: usize = 40;

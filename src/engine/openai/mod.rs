@@ -27,33 +27,32 @@
 //! the same place, after `confirm` returned `Approval::Confirm`.
 
 pub mod conversations;
-mod reply;
+pub mod reply;
 pub mod upstream;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
+use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use self::conversations::{ConversationLimits, Conversations};
 use self::reply::{ModelReply, ToolCall};
 use self::upstream::{CallError, ModelCall, Upstream};
-use super::{Approval, Completion, Engine, Plan, RunContext, RunError};
-use crate::config::Secret;
+use super::llm::OpenAiConfig;
 use crate::protocol::{
     meta, ChunkType, Decisions, ErrorType, RiskLevel, TaskSpec, Verdict, MAX_PLAN_TASKS,
 };
+use crate::run::context::RunContext;
+use crate::run::engine::Engine;
+use crate::run::outcome::{Completion, RunError};
+use crate::run::plan::{Approval, Plan};
 use crate::tools::{Tool, ToolOutcome, Tools};
 
 /// Model calls one run may make (a plan, its revisions, the report).
 const MAX_MODEL_CALLS: usize = 12;
-/// Tool calls one answer of the model may make (indexes 0 to 15).
-pub const MAX_TOOL_CALLS: usize = 16;
-/// Bytes of arguments of all tool calls of one answer.
-pub const MAX_TOOL_ARGUMENT_BYTES: usize = 64 * 1024;
 /// Bytes of text of one answer.
 pub const MAX_ANSWER_TEXT_BYTES: usize = 256 * 1024;
 /// The only tool the model has.
@@ -65,36 +64,6 @@ done it: call the propose_plan tool with the numbered tasks you would carry out 
 honest risk_level (high for anything destructive or irreversible). The tool's result \
 tells you whether the user confirmed, asked for changes, or cancelled. Only after a \
 confirmation, carry the plan out and report the result of each task.";
-
-/// Where the model is and how to reach it (`--llm-*` and `--conversation-*` flags).
-#[derive(Debug, Clone)]
-pub struct OpenAiConfig {
-    /// Base URL of the API, up to and including `/v1`.
-    pub base_url: String,
-    pub model: String,
-    pub api_key: Option<Secret>,
-    /// Longest silence allowed while connecting or streaming.
-    pub timeout: Duration,
-    /// Longest one model call may take in all.
-    pub max_time: Duration,
-    pub conversation_ttl: Duration,
-    pub conversation_memory: usize,
-}
-
-impl OpenAiConfig {
-    /// A config with the flags' defaults for everything but where the model is.
-    pub fn new(base_url: &str, model: &str) -> OpenAiConfig {
-        OpenAiConfig {
-            base_url: base_url.to_owned(),
-            model: model.to_owned(),
-            api_key: None,
-            timeout: crate::config::LLM_TIMEOUT,
-            max_time: crate::config::LLM_MAX_TIME,
-            conversation_ttl: crate::config::CONVERSATION_TTL,
-            conversation_memory: crate::config::CONVERSATION_MEMORY,
-        }
-    }
-}
 
 /// The engine; one value serves every run.
 pub struct OpenAiEngine {
@@ -269,7 +238,7 @@ impl OpenAiEngine {
         });
         let mut request = self.http.post(&url).json(&body);
         if let Some(key) = &self.config.api_key {
-            request = request.bearer_auth(key.expose());
+            request = request.bearer_auth(key.expose_secret());
         }
         let mut call = ModelCall::start(
             &self.runtime,

@@ -20,7 +20,11 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 
 use super::upstream::{FunctionPart, ToolCallPart};
-use super::{MAX_TOOL_ARGUMENT_BYTES, MAX_TOOL_CALLS};
+
+/// Tool calls one answer of the model may make (indexes 0 to 15).
+pub const MAX_TOOL_CALLS: usize = 16;
+/// Bytes of arguments of all tool calls of one answer.
+pub const MAX_TOOL_ARGUMENT_BYTES: usize = 64 * 1024;
 
 /// What one model call produced.
 #[derive(Debug, Default)]

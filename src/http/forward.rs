@@ -12,13 +12,11 @@ use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse};
 use bytes::Bytes;
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use secrecy::ExposeSecret;
 
-use super::Cluster;
-use crate::http::error::ChatError;
-use crate::http::routes::CHAT_PATH;
-use crate::store::redis::Remote;
+use super::error::ChatError;
+use crate::cluster::{Cluster, Peer};
+use crate::protocol::CHAT_PATH;
 
 /// Carries `--cluster-secret` on a forwarded request.
 pub const SECRET_HEADER: &str = "x-chatgate-cluster-secret";
@@ -48,8 +46,7 @@ pub fn is_forwarded(cluster: Option<&Cluster>, headers: &HeaderMap) -> Result<bo
         return Ok(false);
     };
     let cluster = cluster.ok_or(ChatError::ForbiddenReplica)?;
-    let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-    if bool::from(digest.ct_eq(&cluster.secret_digest)) {
+    if cluster.is_secret(presented.as_bytes()) {
         Ok(true)
     } else {
         Err(ChatError::ForbiddenReplica)
@@ -66,47 +63,44 @@ pub fn client_address(req: &HttpRequest, forwarded: bool) -> Option<String> {
     req.peer_addr().map(|peer| peer.ip().to_string())
 }
 
-impl Cluster {
-    /// Sends the client's request (`body` as it came) to `owner` and
-    /// returns the owner's answer, streamed. An owner that cannot be reached
-    /// is `owner_unavailable` (503), with a Retry-After of what its
-    /// heartbeat has left: then another replica can take its runs over.
-    pub async fn forward(
-        &self,
-        owner: &Remote,
-        req: &HttpRequest,
-        body: Bytes,
-    ) -> Result<HttpResponse, ChatError> {
-        let mut request = self
-            .http
-            .post(format!("{}{CHAT_PATH}", owner.url))
-            .header(SECRET_HEADER, self.secret.expose())
-            .header(FROM_HEADER, &self.replica_id)
-            .body(body);
-        for name in PASSED_ON {
-            if let Some(value) = req.headers().get(name) {
-                request = request.header(name, value.as_bytes());
-            }
+/// Sends the client's request (`body` as it came) to `owner` and returns
+/// the owner's answer, streamed. An owner that cannot be reached is
+/// `owner_unavailable` (503), with a Retry-After of what its heartbeat has
+/// left: then another replica can take its runs over.
+pub async fn forward(
+    cluster: &Cluster,
+    owner: &Peer,
+    req: &HttpRequest,
+    body: Bytes,
+) -> Result<HttpResponse, ChatError> {
+    let mut request = cluster
+        .http()
+        .post(format!("{}{CHAT_PATH}", owner.url))
+        .header(SECRET_HEADER, cluster.secret().expose_secret())
+        .header(FROM_HEADER, cluster.replica_id())
+        .body(body);
+    for name in PASSED_ON {
+        if let Some(value) = req.headers().get(name) {
+            request = request.header(name, value.as_bytes());
         }
-        if let Some(client) = client_address(req, false) {
-            request = request.header(CLIENT_HEADER, client);
-        }
-        let answer = request.send().await.map_err(|err| {
-            log::warn!("cannot reach the owner at {}: {err}", owner.url);
-            ChatError::OwnerUnavailable {
-                retry_after: owner.lease,
-            }
-        })?;
-        let status =
-            StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-        let mut response = HttpResponse::build(status);
-        for name in PASSED_BACK {
-            if let Some(value) = answer.headers().get(name) {
-                if let Ok(value) = HeaderValue::from_bytes(value.as_bytes()) {
-                    response.insert_header((HeaderName::from_static(name), value));
-                }
-            }
-        }
-        Ok(response.streaming(answer.bytes_stream()))
     }
+    if let Some(client) = client_address(req, false) {
+        request = request.header(CLIENT_HEADER, client);
+    }
+    let answer = request.send().await.map_err(|err| {
+        log::warn!("cannot reach the owner at {}: {err}", owner.url);
+        ChatError::OwnerUnavailable {
+            retry_after: owner.lease,
+        }
+    })?;
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut response = HttpResponse::build(status);
+    for name in PASSED_BACK {
+        if let Some(value) = answer.headers().get(name) {
+            if let Ok(value) = HeaderValue::from_bytes(value.as_bytes()) {
+                response.insert_header((HeaderName::from_static(name), value));
+            }
+        }
+    }
+    Ok(response.streaming(answer.bytes_stream()))
 }

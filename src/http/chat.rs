@@ -1,0 +1,239 @@
+//! `POST /api/v1/chat/stream`: extract, check who may call, read and
+//! validate the request, then one call below HTTP (start a run, decide a
+//! pause, re-attach) or a forward to the replica that owns the session;
+//! respond. A refusal goes through the error table ([`super::error`]).
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, HttpRequest, HttpResponse};
+use futures_util::StreamExt;
+
+use super::error::{ChatError, Refusal};
+use super::forward;
+use super::state::AppState;
+use crate::cluster::Peer;
+use crate::protocol::{ChatRequest, ValidRequest, MAX_BODY_BYTES};
+use crate::run::decide::Reply;
+use crate::run::place::Place;
+use crate::session::SessionKey;
+use crate::sse;
+
+/// `POST /api/v1/chat/stream`: a chat message starts a run; a
+/// `CONFIRM_ACTION` message decides the pause of the session's run.
+pub async fn chat_stream(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let mut response = match chat(&req, payload, &state).await {
+        Ok(response) => response,
+        Err(refusal) => state.refuse(refusal),
+    };
+    allow_origin(&req, &state, &mut response);
+    response
+}
+
+/// CORS preflight: allowed origins may POST JSON with a bearer key.
+pub async fn preflight(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    if let Err(err) = state.access.check_host(req.headers()) {
+        return state.refuse(Refusal::from(err));
+    }
+    let mut response = match state.access.allowed_origin(req.headers()) {
+        Some(_) => HttpResponse::NoContent()
+            .insert_header((header::ACCESS_CONTROL_ALLOW_METHODS, "POST"))
+            .insert_header((
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                "Content-Type, Authorization, Last-Event-ID",
+            ))
+            .insert_header((header::ACCESS_CONTROL_MAX_AGE, "600"))
+            .finish(),
+        None => HttpResponse::Forbidden().finish(),
+    };
+    allow_origin(&req, &state, &mut response);
+    response
+}
+
+/// Names an allowed origin in the response (never `*`).
+fn allow_origin(req: &HttpRequest, state: &AppState, response: &mut HttpResponse) {
+    if let Some(origin) = state.access.allowed_origin(req.headers()) {
+        if let Ok(value) = header::HeaderValue::from_str(origin) {
+            let headers = response.headers_mut();
+            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, value);
+            headers.insert(header::VARY, header::HeaderValue::from_static("Origin"));
+        }
+    }
+}
+
+async fn chat(
+    req: &HttpRequest,
+    payload: web::Payload,
+    state: &AppState,
+) -> Result<HttpResponse, Refusal> {
+    let headers = req.headers();
+    state.access.check_host(headers)?;
+    state.access.check_origin(headers)?;
+    let forwarded = forward::is_forwarded(state.runs.cluster.as_deref(), headers)?;
+    let owner = state.access.owner(headers)?;
+    let (request, body) = tokio::time::timeout(state.request_timeout, read_request(req, payload))
+        .await
+        .map_err(|_| ChatError::RequestTimeout)??;
+    let last_event_id = headers.get("last-event-id").map(|v| v.as_bytes());
+    match request.validate(last_event_id)? {
+        ValidRequest::Reattach {
+            session_id,
+            last_seen,
+        } => {
+            let refused = |err: ChatError| Refusal::new(err, &session_id);
+            let key = SessionKey::new(owner, &session_id);
+            if let Some(peer) = elsewhere(state, &key, forwarded).await.map_err(refused)? {
+                return forward_to(state, &peer, req, body).await.map_err(refused);
+            }
+            let subscription = state
+                .runs
+                .reattach(key, last_seen)
+                .map_err(|err| refused(err.into()))?;
+            Ok(sse::stream_response(subscription))
+        }
+        ValidRequest::Reply {
+            session_id,
+            reply,
+            confirmation_id,
+            decisions,
+        } => {
+            let refused = |err: ChatError| Refusal::new(err, &session_id);
+            let key = SessionKey::new(owner, &session_id);
+            if let Some(peer) = elsewhere(state, &key, forwarded).await.map_err(refused)? {
+                return forward_to(state, &peer, req, body).await.map_err(refused);
+            }
+            let client = forward::client_address(req, forwarded);
+            let reply = Reply {
+                message: &reply,
+                confirmation_id: confirmation_id.as_deref(),
+                decisions: decisions.as_deref(),
+                client: client.as_deref(),
+            };
+            let decided = state
+                .runs
+                .decide(&key, reply)
+                .await
+                .map_err(|err| refused(err.into()))?;
+            Ok(sse::single_chunk(
+                StatusCode::OK,
+                decided.acknowledgement(&session_id),
+            ))
+        }
+        ValidRequest::Chat {
+            session_id,
+            message,
+        } => {
+            let session_id = session_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            let refused = |err: ChatError| Refusal::new(err, &session_id);
+            if state.runs.shutdown.is_cancelled() {
+                return Err(refused(ChatError::ShuttingDown));
+            }
+            let key = SessionKey::new(owner, &session_id);
+            let stored_id = match state
+                .runs
+                .claim(&key)
+                .await
+                .map_err(|err| refused(err.into()))?
+            {
+                Place::Here(stored_id) => stored_id,
+                // Forwarded here, yet another replica owns it now: no second hop.
+                Place::Owner(_) if forwarded => {
+                    return Err(refused(ChatError::owner_unavailable()))
+                }
+                Place::Owner(peer) => {
+                    return forward_to(state, &peer, req, body).await.map_err(refused)
+                }
+                Place::Draining => return Err(refused(ChatError::ShuttingDown)),
+            };
+            let subscription = state
+                .runs
+                .start(key, message, stored_id)
+                .map_err(|err| refused(err.into()))?;
+            Ok(sse::stream_response(subscription))
+        }
+    }
+}
+
+/// The owner when another replica owns `key`'s run; `None` when the
+/// request is answered here (a forwarded request always is).
+async fn elsewhere(
+    state: &AppState,
+    key: &SessionKey,
+    forwarded: bool,
+) -> Result<Option<Peer>, ChatError> {
+    if forwarded {
+        return Ok(None);
+    }
+    match state.runs.place(key).await? {
+        Place::Here(_) => Ok(None),
+        Place::Owner(owner) => Ok(Some(owner)),
+        Place::Draining => Err(ChatError::ShuttingDown),
+    }
+}
+
+/// The owner's answer to the client's request.
+async fn forward_to(
+    state: &AppState,
+    owner: &Peer,
+    req: &HttpRequest,
+    body: bytes::Bytes,
+) -> Result<HttpResponse, ChatError> {
+    let Some(cluster) = &state.runs.cluster else {
+        return Err(ChatError::owner_unavailable());
+    };
+    state.runs.metrics.forwarded();
+    forward::forward(cluster, owner, req, body).await
+}
+
+/// Any other method on the chat endpoint: 405, `Allow: POST`, and the error
+/// as the endpoint's one-chunk stream.
+pub async fn method_not_allowed(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    let err = ChatError::MethodNotAllowed(req.method().to_string());
+    let mut response = state.refuse(Refusal::from(err));
+    response
+        .headers_mut()
+        .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+    response
+}
+
+/// Reads and decodes the body: JSON only, at most [`MAX_BODY_BYTES`].
+/// Returns the request and the body as it came (a replica forwards it).
+async fn read_request(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+) -> Result<(ChatRequest, bytes::Bytes), ChatError> {
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+    let is_json = content_type
+        .as_deref()
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return Err(ChatError::UnsupportedMediaType(content_type));
+    }
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > MAX_BODY_BYTES) {
+        return Err(ChatError::PayloadTooLarge);
+    }
+    let mut body = bytes::BytesMut::with_capacity(declared.unwrap_or(1024).min(MAX_BODY_BYTES));
+    while let Some(piece) = payload.next().await {
+        let piece =
+            piece.map_err(|err| ChatError::InvalidRequest(format!("unreadable body: {err}")))?;
+        if body.len() + piece.len() > MAX_BODY_BYTES {
+            return Err(ChatError::PayloadTooLarge);
+        }
+        body.extend_from_slice(&piece);
+    }
+    let request = serde_json::from_slice(&body).map_err(|err| {
+        ChatError::InvalidRequest(format!("body is not a valid chat request: {err}"))
+    })?;
+    Ok((request, body.freeze()))
+}

@@ -1,0 +1,70 @@
+//! Probes: liveness, readiness (shutdown, the audit log, the store) and the
+//! Prometheus metrics.
+
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+
+use super::state::AppState;
+
+/// Alive: answers as long as the process serves HTTP.
+pub async fn health() -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+}
+
+/// Ready for new runs: 503 from the moment shutdown starts.
+pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
+    if let Some(audit) = state
+        .runs
+        .settings
+        .audit
+        .as_ref()
+        .filter(|a| !a.is_healthy())
+    {
+        return HttpResponse::ServiceUnavailable().json(serde_json::json!({
+            "status": "audit_unavailable",
+            "audit_log": audit.path().display().to_string(),
+            "error": "the audit log cannot be written: nothing runs until it can",
+        }));
+    }
+    if let Err(store) = state.runs.settings.store.health() {
+        return HttpResponse::ServiceUnavailable().json(serde_json::json!({
+            "status": "store_unavailable",
+            "store": store,
+            "error": "the store cannot be reached: decisions are refused until it can",
+        }));
+    }
+    if state.runs.shutdown.is_cancelled() {
+        HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "shutting_down" }))
+    } else {
+        HttpResponse::Ok().json(serde_json::json!({ "status": "ready" }))
+    }
+}
+
+/// Prometheus text (0.0.4) by default, OpenMetrics when the scraper asks
+/// for it in `Accept`.
+pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    let openmetrics = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("application/openmetrics-text"));
+    let runs = &state.runs;
+    let counts = runs.manager.counts();
+    let gauges = crate::metrics::RunGauges {
+        active: counts.active,
+        paused: counts.paused,
+        detached: runs.logs.detached(),
+    };
+    let (content_type, body) = if openmetrics {
+        (
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            runs.metrics.render_openmetrics(gauges),
+        )
+    } else {
+        (
+            "text/plain; version=0.0.4; charset=utf-8",
+            runs.metrics.render_text(gauges),
+        )
+    };
+    HttpResponse::Ok().content_type(content_type).body(body)
+}

@@ -1,0 +1,228 @@
+//! The chunk: one JSON object on the stream, and one constructor per kind
+//! of chunk the server builds in more than one place; the confirmation data
+//! a pause carries and the verdicts a confirm gives its tasks.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::names::{meta, Action, CancelReason, ChunkType, ErrorType, RiskLevel};
+
+/// Most tasks one plan may put to the user; a larger plan ends the run with
+/// `plan_too_large` before anything is asked.
+pub const MAX_PLAN_TASKS: usize = 100;
+/// Largest `confirmation_data` of one request, in bytes of JSON: what a
+/// paused run holds for its pause (`plan_too_large` beyond it).
+pub const MAX_CONFIRMATION_BYTES: usize = 128 * 1024;
+
+/// What was decided for one task of a confirmed plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum Verdict {
+    /// Runs as proposed.
+    Approve,
+    /// Does not run; the engine may tell why.
+    Reject {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Runs with these arguments instead (checked against the tool's schema).
+    Edit { args: Value },
+    /// Does not run; `result` stands in for its output.
+    Respond { result: String },
+}
+
+/// A task's verdict, with the task's index.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskDecision {
+    pub index: usize,
+    #[serde(flatten)]
+    pub verdict: Verdict,
+}
+
+/// The verdicts of a confirmed plan, one per task, in task order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Decisions(pub Vec<TaskDecision>);
+
+impl Decisions {
+    /// Every one of `tasks` tasks approved.
+    pub fn approve_all(tasks: usize) -> Decisions {
+        Decisions(
+            (1..=tasks)
+                .map(|index| TaskDecision {
+                    index,
+                    verdict: Verdict::Approve,
+                })
+                .collect(),
+        )
+    }
+
+    /// The verdict for task `index` (approved unless said otherwise).
+    pub fn verdict(&self, index: usize) -> &Verdict {
+        self.0
+            .iter()
+            .find(|d| d.index == index)
+            .map_or(&Verdict::Approve, |d| &d.verdict)
+    }
+
+    /// Whether any task was not simply approved.
+    pub fn any_changed(&self) -> bool {
+        self.0.iter().any(|d| d.verdict != Verdict::Approve)
+    }
+}
+
+/// One step of a plan shown to the user for confirmation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    /// 1-based position in the plan.
+    pub index: usize,
+    pub description: String,
+    pub tool: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args: Option<Value>,
+}
+
+/// The `confirmation_data` object of a `confirmation_request` chunk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfirmationData {
+    pub confirmation_id: String,
+    pub confirmation_round: u32,
+    pub tasks: Vec<TaskSpec>,
+    pub options: Vec<Action>,
+    pub timeout_seconds: u64,
+    /// RFC 3339, UTC.
+    pub expires_at: String,
+    pub risk_level: RiskLevel,
+    /// This is the last round: `modify` is not offered.
+    #[serde(default)]
+    pub last_round: bool,
+}
+
+/// One JSON object on the stream, written as one `data:` line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Chunk {
+    pub chunk: String,
+    pub session_id: String,
+    pub finished: bool,
+    pub chunk_type: ChunkType,
+    pub metadata: Map<String, Value>,
+    pub confirmation_data: Option<ConfirmationData>,
+    pub requires_response: bool,
+    pub stream_paused: bool,
+    pub sequence: u64,
+}
+
+impl Chunk {
+    /// A plain chunk; callers set the flags that differ.
+    pub fn new(
+        chunk_type: ChunkType,
+        text: impl Into<String>,
+        session_id: &str,
+        sequence: u64,
+    ) -> Chunk {
+        Chunk {
+            chunk: text.into(),
+            session_id: session_id.to_owned(),
+            finished: false,
+            chunk_type,
+            metadata: Map::new(),
+            confirmation_data: None,
+            requires_response: false,
+            stream_paused: false,
+            sequence,
+        }
+    }
+
+    pub fn with_meta(mut self, key: &str, value: impl Into<Value>) -> Chunk {
+        self.metadata.insert(key.to_owned(), value.into());
+        self
+    }
+
+    pub fn finished(mut self) -> Chunk {
+        self.finished = true;
+        self
+    }
+
+    /// `confirmation_received`: a decision was taken on a confirmation
+    /// (with the verdict per task for a confirm).
+    pub fn confirmation_received(
+        session_id: &str,
+        text: String,
+        action: Action,
+        confirmation_id: &str,
+        round: u32,
+        decisions: Option<&Decisions>,
+    ) -> Chunk {
+        let mut chunk = Chunk::new(ChunkType::ConfirmationReceived, text, session_id, 0)
+            .with_meta(meta::ACTION, action.as_str())
+            .with_meta(meta::CONFIRMATION_ID, confirmation_id)
+            .with_meta(meta::CONFIRMATION_ROUND, round);
+        if let Some(decisions) = decisions {
+            chunk = chunk.with_meta(
+                meta::DECISIONS,
+                serde_json::to_value(decisions).unwrap_or_default(),
+            );
+        }
+        chunk
+    }
+
+    /// `confirmation_request`: the run pauses on `data`.
+    pub fn confirmation_request(
+        session_id: &str,
+        summary: String,
+        data: ConfirmationData,
+    ) -> Chunk {
+        let mut chunk = Chunk::new(ChunkType::ConfirmationRequest, summary, session_id, 0)
+            .with_meta(meta::TOTAL_TASKS, data.tasks.len())
+            .with_meta(meta::RISK_LEVEL, data.risk_level.as_str())
+            .with_meta(meta::TIMEOUT_SECONDS, data.timeout_seconds)
+            .with_meta(meta::CONFIRMATION_ROUND, data.confirmation_round)
+            .with_meta(meta::CONFIRMATION_ID, data.confirmation_id.as_str());
+        if data.last_round {
+            chunk = chunk.with_meta(meta::LAST_ROUND, true);
+        }
+        chunk.confirmation_data = Some(data);
+        chunk.requires_response = true;
+        chunk.stream_paused = true;
+        chunk
+    }
+
+    /// The final `cancelled` chunk.
+    pub fn cancelled(session_id: &str, reason: CancelReason) -> Chunk {
+        Chunk::new(ChunkType::Cancelled, reason.text(), session_id, 0)
+            .with_meta(meta::REASON, reason.as_str())
+            .finished()
+    }
+
+    /// The final `error` chunk of a failed run or a refused request.
+    pub fn failed(session_id: &str, error_type: ErrorType, message: String) -> Chunk {
+        Chunk::new(ChunkType::Error, message, session_id, 0)
+            .with_meta(meta::ERROR_TYPE, error_type.as_str())
+            .finished()
+    }
+
+    /// The final `completion` chunk.
+    pub fn completion(session_id: &str, text: String, metadata: Map<String, Value>) -> Chunk {
+        let mut chunk = Chunk::new(ChunkType::Completion, text, session_id, 0).finished();
+        chunk.metadata = metadata;
+        chunk
+    }
+}
+
+/// The length of `value`'s JSON encoding, in bytes, without building it.
+pub fn json_len(value: &impl Serialize) -> usize {
+    struct ByteCount(usize);
+    impl std::io::Write for ByteCount {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = ByteCount(0);
+    // Counting cannot fail; a value that cannot serialize counts what it wrote.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}

@@ -1,0 +1,26 @@
+//! The wire contract of `POST /api/v1/chat/stream`, as data: no I/O.
+//!
+//! - [`request`]: the request and its rules ([`ChatRequest::validate`] turns
+//!   a decoded body into a [`ValidRequest`]), the `CONFIRM_ACTION` parser.
+//! - [`chunk`]: the chunk shape and its constructors, a pause's data, the
+//!   verdicts of a confirm.
+//! - [`names`]: the spelling of every chunk type, metadata key, error type,
+//!   action and cancel reason.
+//!
+//! SSE framing lives in [`crate::sse`]; what the server does with a valid
+//! request lives in [`crate::http`] and [`crate::run`].
+
+pub mod chunk;
+pub mod names;
+pub mod request;
+
+pub use chunk::{
+    json_len, Chunk, ConfirmationData, Decisions, TaskDecision, TaskSpec, Verdict,
+    MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
+};
+pub use names::{meta, Action, CancelReason, ChunkType, ErrorType, RiskLevel};
+pub use request::{
+    is_valid_session_id, parse_reply, ChatRequest, ReplyMessage, ReplySyntaxError, RequestError,
+    TaskDecisionRequest, ValidRequest, CHAT_PATH, CONFIRM_PREFIX, MAX_BODY_BYTES,
+    MAX_MESSAGE_BYTES, MAX_MODIFY_TEXT_BYTES, MAX_SESSION_ID_CHARS,
+};

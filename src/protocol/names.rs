@@ -1,0 +1,234 @@
+//! The spelling of everything the wire names: chunk types, cancel reasons,
+//! error types, actions, risk levels and metadata keys, each defined once
+//! with its serde name (the clients use the same spelling).
+
+use serde::{Deserialize, Serialize};
+use strum::{EnumIter, IntoStaticStr};
+
+/// Metadata keys, spelled once.
+pub mod meta {
+    pub const ACTION: &str = "action";
+    pub const DECISIONS: &str = "decisions";
+    pub const DURATION_MS: &str = "duration_ms";
+    pub const ERROR: &str = "error";
+    pub const RESULT: &str = "result";
+    pub const RETRY_AFTER: &str = "retry_after";
+    pub const SKIPPED: &str = "skipped";
+    pub const TRUNCATED: &str = "truncated";
+    pub const CONFIRMATION_ID: &str = "confirmation_id";
+    pub const CONFIRMATION_ROUND: &str = "confirmation_round";
+    pub const ERROR_TYPE: &str = "error_type";
+    pub const FINISH_REASON: &str = "finish_reason";
+    pub const GAP: &str = "gap";
+    pub const LAST_ROUND: &str = "last_round";
+    pub const MODEL: &str = "model";
+    pub const OK: &str = "ok";
+    pub const OPTIONS: &str = "options";
+    pub const REASON: &str = "reason";
+    pub const RISK_LEVEL: &str = "risk_level";
+    pub const STEP: &str = "step";
+    pub const TASKS_COMPLETED: &str = "tasks_completed";
+    pub const TIMEOUT_SECONDS: &str = "timeout_seconds";
+    pub const TOOL: &str = "tool";
+    pub const TOTAL_TASKS: &str = "total_tasks";
+}
+
+/// What a chunk is, as written in `chunk_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChunkType {
+    TaskInit,
+    Status,
+    Content,
+    ToolOutput,
+    ConfirmationRequest,
+    ConfirmationReceived,
+    Completion,
+    Cancelled,
+    Error,
+}
+
+/// Why a run ended with a `cancelled` chunk, as written in `metadata.reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, EnumIter)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum CancelReason {
+    /// The user answered `cancel`.
+    User,
+    /// Nobody answered before the confirmation expired.
+    Timeout,
+    /// More modify rounds than `--max-rounds`.
+    MaxRounds,
+    /// A new chat message on the same session replaced the paused run.
+    Superseded,
+    /// The client of the stream went away.
+    ClientGone,
+    /// The server is shutting down.
+    Shutdown,
+    /// The attached client read so slowly that the replay buffer overflowed.
+    SlowConsumer,
+}
+
+impl CancelReason {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// The human text of a `cancelled` chunk.
+    pub fn text(self) -> &'static str {
+        match self {
+            CancelReason::User => "Cancelled by the user; nothing was executed.",
+            CancelReason::Timeout => {
+                "No answer before the confirmation expired; nothing was executed."
+            }
+            CancelReason::MaxRounds => "Too many modify rounds; nothing was executed.",
+            CancelReason::Superseded => "Superseded by a new message on this session.",
+            CancelReason::ClientGone => "The client went away.",
+            CancelReason::Shutdown => "The server is shutting down.",
+            CancelReason::SlowConsumer => "The client read too slowly; the run was stopped.",
+        }
+    }
+}
+
+/// The `metadata.error_type` of an `error` chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, EnumIter)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum ErrorType {
+    InvalidRequest,
+    NoPendingConfirmation,
+    AlreadyDecided,
+    StaleConfirmation,
+    SessionBusy,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    InvalidConfirmAction,
+    TaskFailed,
+    ShuttingDown,
+    Overloaded,
+    Unauthorized,
+    ForbiddenOrigin,
+    RequestTimeout,
+    NoSuchRun,
+    /// The engine's model server could not be reached or failed.
+    EngineUnavailable,
+    /// The model server sent more than chatgate accepts (an index, a line,
+    /// arguments or text past a documented bound).
+    EngineLimit,
+    /// The plan has more than [`MAX_PLAN_TASKS`] tasks or more than
+    /// [`MAX_CONFIRMATION_BYTES`] of confirmation data.
+    PlanTooLarge,
+    /// A plan's step would call a declared tool with arguments that do not
+    /// fit its schema; nothing was asked.
+    InvalidToolArgs,
+    /// A reply's `decisions` do not fit the pending confirmation (422).
+    InvalidDecision,
+    /// The audit log cannot be written: nothing runs (fail closed).
+    AuditUnavailable,
+    /// The model kept calling tools past the calls a run may make.
+    ToolCallLimit,
+    /// The model server kept answering 429/503 within the call's deadline.
+    RateLimited,
+    /// The store (`--store`) cannot record a pause or a decision.
+    StoreUnavailable,
+    /// The decision was recorded but the process stopped before the run had
+    /// acted on it all: after the restart the run is not run again.
+    Interrupted,
+    /// Without API keys, the `Host` header names neither loopback, the bound
+    /// address nor an `--allowed-host` (DNS rebinding).
+    ForbiddenHost,
+    /// A method other than POST (or OPTIONS) on the chat endpoint.
+    MethodNotAllowed,
+    /// A request posing as a replica's (a wrong or unexpected cluster secret).
+    ForbiddenReplica,
+    /// The replica that owns the session's run cannot be reached (503).
+    OwnerUnavailable,
+    Internal,
+}
+
+impl ErrorType {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// An answer a user can give to a confirmation request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, EnumIter)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Action {
+    Confirm,
+    Modify,
+    Cancel,
+}
+
+impl Action {
+    /// Every action, in the order offered by default.
+    pub const ALL: [Action; 3] = [Action::Confirm, Action::Modify, Action::Cancel];
+
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// Parses an already trimmed, lower-cased action word.
+    pub fn from_word(word: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.as_str() == word)
+    }
+}
+
+/// How risky a plan is, as judged by the engine.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    IntoStaticStr,
+    EnumIter,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum RiskLevel {
+    Low,
+    Medium,
+    High,
+}
+
+impl RiskLevel {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    #[test]
+    fn wire_names_match_serde_names_for_every_variant() {
+        use strum::IntoEnumIterator;
+        for reason in CancelReason::iter() {
+            assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
+        }
+        for error_type in ErrorType::iter() {
+            assert_eq!(
+                serde_json::to_value(error_type).unwrap(),
+                error_type.as_str()
+            );
+        }
+        for action in Action::iter() {
+            assert_eq!(serde_json::to_value(action).unwrap(), action.as_str());
+        }
+        assert_eq!(ErrorType::EngineLimit.as_str(), "engine_limit");
+        assert_eq!(CancelReason::ClientGone.as_str(), "client_gone");
+        assert_eq!(
+            serde_json::to_value(ChunkType::ConfirmationRequest).unwrap(),
+            Value::from("confirmation_request")
+        );
+    }
+}

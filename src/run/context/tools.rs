@@ -1,0 +1,107 @@
+//! Running a declared tool for an engine: the call, once, then its
+//! `tool_output` chunk and its `executed` audit record.
+
+use serde_json::Value;
+
+use super::{audit_failed, RunContext};
+use crate::audit::{self, AuditRecord};
+use crate::protocol::{meta, Chunk, ChunkType};
+use crate::run::outcome::RunError;
+use crate::tools::{Tool, ToolOutcome};
+
+impl RunContext {
+    /// Runs one call of `tool` with `args` (already checked against its
+    /// schema, and confirmed unless the tool needs no confirmation), then
+    /// reports it: a `tool_output` chunk and an `executed` audit record. A
+    /// stop terminates a running command; its outcome is still reported and
+    /// recorded. The call runs exactly once.
+    pub async fn run_tool(
+        &mut self,
+        index: usize,
+        tool: &Tool,
+        args: &Value,
+    ) -> Result<ToolOutcome, RunError> {
+        let stop = self.stop.clone();
+        // Boxed, like the record below: an engine's future is as large as
+        // the largest thing it awaits, and a paused run holds that future
+        // for the whole pause; a process's state must not be in it.
+        let outcome = Box::pin(tool.run(args, async move {
+            stop.stopped().await;
+        }))
+        .await;
+        Box::pin(self.record_tool(index, &tool.name, Some(args), &outcome)).await?;
+        // Stopped meanwhile: the run ends for that reason, after saying what ran.
+        if let Some(reason) = self.stop.reason() {
+            return Err(RunError::Cancelled(reason));
+        }
+        Ok(outcome)
+    }
+
+    /// The `tool_output` chunk of a call's outcome; `text` replaces the
+    /// one-line summary.
+    pub fn tool_output(
+        &self,
+        index: usize,
+        tool: &str,
+        outcome: &ToolOutcome,
+        text: Option<String>,
+    ) -> Chunk {
+        let chunk = self
+            .chunk(
+                ChunkType::ToolOutput,
+                text.unwrap_or_else(|| outcome.summary(tool)),
+            )
+            .with_meta(meta::STEP, index)
+            .with_meta(meta::TOOL, tool)
+            .with_meta(meta::OK, outcome.ok)
+            .with_meta(meta::SKIPPED, outcome.skipped)
+            .with_meta(meta::TRUNCATED, outcome.truncated)
+            .with_meta(meta::DURATION_MS, outcome.duration_ms);
+        match (&outcome.result, &outcome.error) {
+            (Some(result), _) => chunk.with_meta(meta::RESULT, result.as_str()),
+            (None, Some(error)) => chunk.with_meta(meta::ERROR, error.as_str()),
+            (None, None) => chunk.with_meta(meta::RESULT, ""),
+        }
+    }
+
+    /// Reports a call's outcome (run, skipped or answered by the user): a
+    /// `tool_output` chunk and, for a call that ran, an `executed` record.
+    /// The chunk is written even if the run was told to stop: what ran is
+    /// always shown.
+    pub async fn record_tool(
+        &mut self,
+        index: usize,
+        tool: &str,
+        args: Option<&Value>,
+        outcome: &ToolOutcome,
+    ) -> Result<(), RunError> {
+        let chunk = self.tool_output(index, tool, outcome, None);
+        self.log.push(chunk);
+        if outcome.skipped {
+            return Ok(());
+        }
+        if let Some(audit) = self.settings.audit.clone() {
+            let output = outcome
+                .result
+                .as_deref()
+                .or(outcome.error.as_deref())
+                .unwrap_or("");
+            let record = AuditRecord::Executed {
+                run: self.audit_fields(),
+                tool: tool.to_owned(),
+                args: args.cloned().unwrap_or(Value::Null),
+                ok: outcome.ok,
+                exit_status: outcome.exit_status,
+                http_status: outcome.http_status,
+                duration_ms: outcome.duration_ms,
+                output_bytes: outcome.output_bytes,
+                output_sha256: audit::sha256_hex(output.as_bytes()),
+            };
+            audit
+                .write(&record)
+                .await
+                .map_err(|err| audit_failed(&err))?;
+        }
+        Ok(())
+    }
+}

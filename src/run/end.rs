@@ -1,0 +1,172 @@
+//! A run's end: driving its engine (or a restored run's) to exactly one
+//! final chunk, then its store record and its `ended` audit record. A run
+//! suspended by a shutdown ends without a final chunk instead (its stream
+//! gets SSE's `retry:`), its record kept for the next process.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+
+use super::context::RunContext;
+use super::engine::Engine;
+use super::outcome::{Completion, RunError};
+use crate::audit::{AuditLog, AuditRecord, RunFields};
+use crate::confirmation::PendingDecision;
+use crate::protocol::{meta, CancelReason, Chunk, ChunkType, ErrorType};
+use crate::sse;
+use crate::store::PausedRecord;
+
+/// Runs the engine to its end and sends exactly one final chunk.
+pub(super) async fn drive(engine: Arc<dyn Engine>, mut ctx: RunContext) {
+    // A panicking engine must still end its stream with a final chunk and
+    // free its session; the panic itself is logged, never sent.
+    let result = AssertUnwindSafe(engine.run(&mut ctx))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| panicked());
+    // Boxed: the records written at the end must not enlarge the task every
+    // paused run is held in.
+    Box::pin(conclude(ctx, result)).await;
+}
+
+/// A restored run: waits on its stored pause, then its engine goes on.
+pub(super) async fn drive_restored(
+    engine: Arc<dyn Engine>,
+    mut ctx: RunContext,
+    record: PausedRecord,
+    pending: Result<PendingDecision, RunError>,
+) {
+    let resumed = match pending {
+        Ok(pending) => ctx.resume_pause(pending, &record).await,
+        Err(err) => Err(err),
+    };
+    let result = match resumed {
+        Ok(approval) => match engine.resume(&mut ctx, record.state, approval) {
+            Some(going_on) => AssertUnwindSafe(going_on)
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| panicked()),
+            None => Err(RunError::Failed {
+                error_type: ErrorType::Interrupted,
+                message: "this run's engine cannot go on after a restart".to_owned(),
+            }),
+        },
+        Err(err) => Err(err),
+    };
+    Box::pin(conclude(ctx, result)).await;
+}
+
+fn panicked() -> Result<Completion, RunError> {
+    ::log::error!("engine panicked during a run");
+    Err(RunError::Failed {
+        error_type: ErrorType::Internal,
+        message: "internal error".to_owned(),
+    })
+}
+
+/// Ends a run: its final chunk, its store record, its audit record. A run
+/// suspended by a shutdown (its pause kept in a durable store) gets no
+/// final chunk: its stream ends with a `retry:` line, its record stays.
+async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
+    let settings = ctx.settings_handle();
+    if matches!(result, Err(RunError::Suspended)) {
+        // The record stays for the next process; with replicas the run is
+        // handed back, for any of them to take over at once.
+        if let Some(stored_id) = ctx.stored_id() {
+            if let Err(err) = settings.store.suspend(stored_id, ctx.session_key()).await {
+                ::log::warn!("{err}");
+            }
+        }
+        let (slot, log) = ctx.into_parts();
+        drop(slot);
+        log.suspend(sse::retry_trailer());
+        ::log::debug!("run suspended until the next start");
+        return;
+    }
+    let stored_id = ctx.stored_id().cloned();
+    let key = ctx.session_key().clone();
+    let (run_id, session_id) = (ctx.run_id(), ctx.session_id().to_owned());
+    let (ended, why) = finish(ctx, result);
+    ::log::debug!("run ended with {ended:?}");
+    if let Some(stored_id) = &stored_id {
+        if let Err(err) = settings.store.remove(stored_id, &key).await {
+            ::log::error!("{err}");
+        }
+    }
+    if let Some(audit) = &settings.audit {
+        let run = RunFields::new(run_id, &session_id, stored_id.as_deref());
+        audit_ended(audit, run, ended, why).await;
+    }
+}
+
+/// The `ended` audit record: the run's outcome (its final chunk's type)
+/// and reason (a cancel's reason or an error's type).
+pub(super) async fn audit_ended(
+    audit: &Arc<AuditLog>,
+    run: RunFields,
+    outcome: ChunkType,
+    why: Option<&str>,
+) {
+    let record = AuditRecord::Ended {
+        run,
+        outcome,
+        reason: why.map(str::to_owned),
+    };
+    // The run is over: a failure here is logged and shows on /readyz.
+    let _ = audit.write(&record).await;
+}
+
+/// Turns the engine's result into the final chunk, frees the session, then
+/// sends the final chunk. Returns its type and its reason or error type.
+///
+/// The session is freed *before* the final chunk is sent: a client that
+/// sends its next message the instant it reads the final chunk must not be
+/// told `session_busy` by a run that is already over.
+fn finish(
+    ctx: RunContext,
+    result: Result<Completion, RunError>,
+) -> (ChunkType, Option<&'static str>) {
+    let session_id = ctx.session_id().to_owned();
+    let (chunk, why) = match result {
+        Ok(completion) => (
+            Chunk::completion(&session_id, completion.text, completion.metadata),
+            None,
+        ),
+        Err(RunError::Cancelled(reason)) => {
+            (Chunk::cancelled(&session_id, reason), Some(reason.as_str()))
+        }
+        Err(RunError::Failed {
+            error_type,
+            message,
+        }) => {
+            ctx.metrics().error(error_type);
+            (
+                Chunk::failed(&session_id, error_type, message),
+                Some(error_type.as_str()),
+            )
+        }
+        Err(RunError::Suspended) => (
+            // Handled by `conclude`; kept total for the type's sake.
+            Chunk::cancelled(&session_id, CancelReason::Shutdown),
+            Some(CancelReason::Shutdown.as_str()),
+        ),
+        Err(RunError::RateLimited {
+            message,
+            retry_after_secs,
+        }) => {
+            let error_type = ErrorType::RateLimited;
+            ctx.metrics().error(error_type);
+            let mut chunk = Chunk::failed(&session_id, error_type, message);
+            if let Some(secs) = retry_after_secs {
+                chunk = chunk.with_meta(meta::RETRY_AFTER, secs);
+            }
+            (chunk, Some(error_type.as_str()))
+        }
+    };
+    let (slot, log) = ctx.into_parts();
+    drop(slot);
+    let chunk_type = chunk.chunk_type;
+    log.push(chunk);
+    (chunk_type, why)
+}

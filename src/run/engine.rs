@@ -1,0 +1,44 @@
+//! The seam between a run and whatever produces its answer: the [`Engine`]
+//! trait an engine implements, and the types it speaks with its
+//! [`RunContext`](super::context::RunContext): the [`Plan`] it puts to the
+//! user, the [`Approval`] it gets back, how it ends ([`Completion`] or
+//! [`RunError`]).
+//!
+//! An engine drives one run: it streams chunks (token by token if it likes),
+//! asks for confirmation as many times as it needs, and returns how the run
+//! ended. It knows nothing of HTTP; the context knows nothing of a particular
+//! engine. Conversation state across runs belongs to the engine, keyed by
+//! [`RunContext::session_key`](super::context::RunContext::session_key).
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+
+use super::context::RunContext;
+use super::outcome::{Completion, RunError};
+use super::plan::Approval;
+
+/// A chat engine. One instance serves every run; it is shared across threads.
+pub trait Engine: Send + Sync + 'static {
+    /// Drives one run to its end. Returning is the only way to end a run: the
+    /// caller turns the result into the stream's final chunk.
+    fn run<'a>(&'a self, ctx: &'a mut RunContext) -> BoxFuture<'a, Result<Completion, RunError>>;
+
+    /// The engine's name in stored records (`--store`).
+    fn name(&self) -> &'static str {
+        "custom"
+    }
+
+    /// Goes on with a run restored from a store: `state` is what the engine
+    /// put in [`Plan::state`] when it paused, `approval` the decision taken
+    /// since. `None`: this engine cannot restore a run (then its paused runs
+    /// are not stored, and end at shutdown as without a store).
+    fn resume<'a>(
+        &'a self,
+        ctx: &'a mut RunContext,
+        state: Value,
+        approval: Approval,
+    ) -> Option<BoxFuture<'a, Result<Completion, RunError>>> {
+        let _ = (ctx, state, approval);
+        None
+    }
+}

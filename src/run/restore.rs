@@ -1,0 +1,188 @@
+//! Runs a durable store kept: restored at start (`sqlite:`) or when taken
+//! over from a replica that is gone (`redis://`), ended when they cannot go
+//! on, and handed back when another replica took them over.
+
+use std::sync::Arc;
+
+use super::context::{RestoredParts, RunContext};
+use super::end::{audit_ended, drive_restored};
+use super::log::RunLog;
+use super::stop::RunStop;
+use super::stream;
+use super::Runs;
+use crate::audit::RunFields;
+use crate::confirmation::RunLimits;
+use crate::protocol::{meta, CancelReason, Chunk, ErrorType};
+use crate::session::SessionKey;
+use crate::store::PausedRecord;
+
+impl Runs {
+    /// Restores the paused runs a durable store kept (at start): each waits
+    /// again, with the time it has left, for its decision, and its engine
+    /// goes on from it. Returns how many runs were restored. (Replicas
+    /// restore lazily, see [`Runs::place`].)
+    pub async fn restore(&self) -> Result<usize, String> {
+        let store = self.settings.store.clone();
+        if !store.is_durable() || self.cluster.is_some() {
+            return Ok(0);
+        }
+        let records = store.load().await.map_err(|err| err.to_string())?;
+        let mut restored = 0;
+        for record in records {
+            restored += usize::from(self.restore_one(record).await);
+        }
+        Ok(restored)
+    }
+
+    /// Restores one stored run; returns whether it waits again. A pause
+    /// that expired meanwhile ends `timeout`; a run whose decision was
+    /// recorded but whose work was cut short ends `interrupted` (never run
+    /// twice). Either end stays re-attachable for `--detach-grace`. The
+    /// pause is registered before this returns: a reply that follows finds it.
+    pub(super) async fn restore_one(&self, record: PausedRecord) -> bool {
+        let Some(owner) = self.settings.namespaces.owner(record.namespace.as_deref()) else {
+            // Its API key is not configured any more: no client can reach
+            // it, and it must not land in anyone else's namespace.
+            ::log::warn!(
+                "dropping stored run {} of session {:?}: its API key is not configured",
+                record.run,
+                record.session_id
+            );
+            let orphan = SessionKey::new(None, &record.session_id);
+            if let Err(err) = self.settings.store.remove(&record.run, &orphan).await {
+                ::log::error!("{err}");
+            }
+            return false;
+        };
+        let key = SessionKey::new(owner, &record.session_id);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let ending = if record.decision.is_some() {
+            Some(Chunk::failed(
+                &record.session_id,
+                ErrorType::Interrupted,
+                "The server stopped after this run's decision and before its work was done; \
+                 it is not run again (it may have partly run)."
+                    .to_owned(),
+            ))
+        } else if record.expires_at_ms <= now_ms {
+            Some(Chunk::cancelled(&record.session_id, CancelReason::Timeout))
+        } else if record.engine != self.engine.name() {
+            Some(Chunk::failed(
+                &record.session_id,
+                ErrorType::Interrupted,
+                format!(
+                    "This run's engine ({}) is not the server's now.",
+                    record.engine
+                ),
+            ))
+        } else {
+            None
+        };
+        if let Some(ending) = ending {
+            self.end_restored(key, record, ending).await;
+            return false;
+        }
+        let Ok(slot) = self.manager.begin_run(key.clone(), RunLimits::UNLIMITED) else {
+            return false;
+        };
+        let stop = RunStop::under(&self.shutdown);
+        let log = RunLog::restore(
+            self.log_limits,
+            stop.clone(),
+            record.frames.clone(),
+            record.next_seq,
+        );
+        self.logs.publish(key.clone(), log.clone());
+        stream::expire_unclaimed(log.clone(), key, self.stream.clone());
+        let mut ctx = RunContext::restored(RestoredParts {
+            message: record.message.clone(),
+            slot,
+            settings: self.settings.clone(),
+            log,
+            stop,
+            metrics: self.metrics.clone(),
+            stored_id: Arc::from(record.run.as_str()),
+            round: record.round,
+        });
+        let pending = ctx.restore_pause(&record);
+        tokio::spawn(drive_restored(self.engine.clone(), ctx, record, pending));
+        true
+    }
+
+    /// A stored run that cannot go on: its end is written after its frames,
+    /// kept re-attachable for the grace, and the record is removed.
+    async fn end_restored(&self, key: SessionKey, record: PausedRecord, ending: Chunk) {
+        if let Some(audit) = &self.settings.audit {
+            let run_id = self.manager.number_run();
+            let run = RunFields::new(run_id, &record.session_id, Some(&record.run));
+            let why = ending
+                .metadata
+                .get(meta::REASON)
+                .or(ending.metadata.get(meta::ERROR_TYPE));
+            let why = why.and_then(|w| w.as_str()).map(str::to_owned);
+            audit_ended(audit, run, ending.chunk_type, why.as_deref()).await;
+        }
+        let stop = RunStop::under(&self.shutdown);
+        let log = RunLog::restore(self.log_limits, stop, record.frames, record.next_seq);
+        log.push(ending);
+        self.logs.publish(key.clone(), log.clone());
+        stream::expire_unclaimed(log, key.clone(), self.stream.clone());
+        if let Err(err) = self.settings.store.remove(&record.run, &key).await {
+            ::log::error!("{err}");
+        }
+    }
+
+    /// Another replica took the run of `key` over (this one's heartbeat had
+    /// lapsed): the copy here is suspended, as at a shutdown, so that its
+    /// stream ends with `retry:` and its client re-attaches to the owner.
+    pub fn relinquish(&self, key: &SessionKey) {
+        if let Some(log) = self.logs.find(key) {
+            log.stop.stop(CancelReason::Shutdown);
+        }
+    }
+
+    /// With replicas: keeps this replica's heartbeat, and when it finds the
+    /// heartbeat had lapsed, hands over every run here that another replica
+    /// took over meanwhile (see [`Runs::relinquish`]).
+    pub async fn start_heartbeat(&self) {
+        let Some(cluster) = self.cluster.clone() else {
+            return;
+        };
+        let runs = self.clone();
+        cluster
+            .start_heartbeat(move || {
+                let runs = runs.clone();
+                tokio::spawn(async move { runs.hand_over_taken().await });
+            })
+            .await;
+    }
+
+    /// Relinquishes the paused runs here whose session another process
+    /// owns. Only paused ones: a run at work here goes on to its end (what
+    /// it does was decided here, and stopping it would be a shutdown that
+    /// is not one).
+    async fn hand_over_taken(&self) {
+        let Some(cluster) = &self.cluster else {
+            return;
+        };
+        let keys: Vec<SessionKey> = self
+            .logs
+            .keys()
+            .into_iter()
+            .filter(|key| self.manager.is_paused(key))
+            .collect();
+        match cluster.owners(&keys).await {
+            Ok(owners) => {
+                let me = cluster.instance();
+                for (key, owner) in keys.iter().zip(owners) {
+                    if owner.is_some_and(|owner| !owner.is_empty() && owner != me) {
+                        self.relinquish(key);
+                    }
+                }
+            }
+            Err(err) => ::log::warn!("cannot check which runs are still ours: {err}"),
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The knobs and services every run shares, from the server's settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::audit::AuditLog;
+use crate::session::Namespaces;
+use crate::store::memory::MemoryStore;
+use crate::store::Store;
+use crate::tools::Tools;
+
+/// Default of `--confirm-timeout`: how long a pause waits for an answer.
+pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest `--confirm-timeout`: 30 days (an expiry must stay a valid date).
+pub const MAX_CONFIRM_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Default of `--max-rounds`: confirmation rounds one run may use.
+pub const MAX_ROUNDS: u32 = 5;
+/// Default of `--step-delay`: the planner's simulated work per step.
+pub const STEP_DELAY: Duration = Duration::from_millis(100);
+
+/// Per-run knobs and services, from the server's settings; shared by every run.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    pub confirm_timeout: Duration,
+    pub max_rounds: u32,
+    pub step_delay: Duration,
+    /// The tools of `--tools` (empty without).
+    pub tools: Arc<Tools>,
+    /// The audit log of `--audit-log`, if any.
+    pub audit: Option<Arc<AuditLog>>,
+    /// Where paused runs are kept (`--store`).
+    pub store: Arc<dyn Store>,
+    /// The engine's name, for stored records.
+    pub engine_name: &'static str,
+    /// The API keys' namespaces as stored records name them.
+    pub namespaces: Namespaces,
+}
+
+impl Default for RunSettings {
+    fn default() -> RunSettings {
+        RunSettings {
+            confirm_timeout: CONFIRM_TIMEOUT,
+            max_rounds: MAX_ROUNDS,
+            step_delay: Duration::ZERO,
+            tools: Arc::default(),
+            audit: None,
+            store: Arc::new(MemoryStore),
+            engine_name: "custom",
+            namespaces: Namespaces::default(),
+        }
+    }
+}

@@ -1,0 +1,402 @@
+//! The tools file (`--tools`): one `[[tool]]` table per tool, checked at
+//! start ([`Tools::load`]), each tool's argument schema
+//! ([`Tool::check_args`]) and executor ([`Tool::run`]).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::command;
+#[cfg(feature = "openai")]
+use super::http;
+use super::outcome::ToolOutcome;
+use crate::protocol::RiskLevel;
+
+/// Default of a tool's `timeout_secs`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a tool's `timeout_secs` may be.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// The tools of `--tools`, by name. Cheap to share behind an `Arc`.
+#[derive(Debug, Default)]
+pub struct Tools {
+    by_name: HashMap<String, Arc<Tool>>,
+    /// In file order, for offering them to a model.
+    order: Vec<String>,
+}
+
+/// One declared tool.
+pub struct Tool {
+    pub name: String,
+    pub description: String,
+    pub risk: RiskLevel,
+    /// `false` only for read-only tools, which the `openai` engine then runs
+    /// without asking. The planner always asks.
+    pub confirm: bool,
+    /// The JSON Schema of its arguments, as written.
+    pub parameters: Value,
+    validator: jsonschema::Validator,
+    pub timeout: Duration,
+    pub executor: Executor,
+}
+
+impl fmt::Debug for Tool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tool")
+            .field("name", &self.name)
+            .field("risk", &self.risk)
+            .field("confirm", &self.confirm)
+            .field("executor", &self.executor)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a tool runs.
+#[derive(Debug)]
+pub enum Executor {
+    Command(command::CommandSpec),
+    #[cfg(feature = "openai")]
+    Http(http::HttpSpec),
+}
+
+/// Why the tools file cannot be used: one line naming the file, the tool
+/// and the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: {place}: {message}")]
+pub struct ToolsFileError {
+    pub file: String,
+    /// `tool "name"`, `tool #3` when the name is missing, or `the file`.
+    pub place: String,
+    pub message: String,
+}
+
+/// A tool as written in the file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolEntry {
+    name: Option<String>,
+    description: Option<String>,
+    parameters: Option<toml::Value>,
+    risk: Option<String>,
+    #[serde(default = "yes")]
+    confirm: bool,
+    command: Option<Vec<String>>,
+    http: Option<String>,
+    timeout_secs: Option<f64>,
+    cwd: Option<PathBuf>,
+    #[serde(default)]
+    env: Vec<String>,
+    #[serde(default)]
+    headers: HashMap<String, String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolsFile {
+    #[serde(default)]
+    tool: Vec<toml::Value>,
+}
+
+impl Tools {
+    /// Reads and checks `path`. Relative `command` programs with a `/` and
+    /// relative `cwd`s are taken from the directory the server starts in.
+    pub fn load(path: &Path) -> Result<Tools, ToolsFileError> {
+        let file = path.display().to_string();
+        let whole = |message: String| ToolsFileError {
+            file: file.clone(),
+            place: "the file".to_owned(),
+            message,
+        };
+        let text =
+            std::fs::read_to_string(path).map_err(|err| whole(format!("cannot read it: {err}")))?;
+        let parsed: ToolsFile = toml::from_str(&text).map_err(|err| {
+            whole(format!(
+                "not a tools file: {}",
+                err.to_string().lines().collect::<Vec<_>>().join(" ")
+            ))
+        })?;
+        let mut tools = Tools::default();
+        for (position, raw) in parsed.tool.into_iter().enumerate() {
+            let name_hint = raw
+                .get("name")
+                .and_then(toml::Value::as_str)
+                .map(|name| format!("tool \"{name}\""))
+                .unwrap_or_else(|| format!("tool #{}", position + 1));
+            let fail = |message: String| ToolsFileError {
+                file: file.clone(),
+                place: name_hint.clone(),
+                message,
+            };
+            let entry: ToolEntry = raw
+                .try_into()
+                .map_err(|err: toml::de::Error| fail(err.message().to_owned()))?;
+            let tool = build(entry).map_err(fail)?;
+            if tools.by_name.contains_key(&tool.name) {
+                return Err(ToolsFileError {
+                    file: file.clone(),
+                    place: name_hint,
+                    message: "key `name`: a tool of that name is declared earlier".to_owned(),
+                });
+            }
+            tools.order.push(tool.name.clone());
+            tools.by_name.insert(tool.name.clone(), Arc::new(tool));
+        }
+        Ok(tools)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Tool>> {
+        self.by_name.get(name)
+    }
+
+    /// The tools in file order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Tool>> {
+        self.order.iter().filter_map(|name| self.by_name.get(name))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+}
+
+/// Checks one entry and builds its tool; the error names the key.
+fn build(entry: ToolEntry) -> Result<Tool, String> {
+    let name = entry.name.ok_or("key `name` is missing")?;
+    let valid_name = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !valid_name {
+        return Err(format!(
+            "key `name`: `{name}` must be 1-64 characters of A-Z a-z 0-9 _ -"
+        ));
+    }
+    let description = entry.description.ok_or("key `description` is missing")?;
+    let risk = match entry.risk.as_deref() {
+        Some("low") => RiskLevel::Low,
+        Some("medium") => RiskLevel::Medium,
+        Some("high") => RiskLevel::High,
+        Some(other) => return Err(format!("key `risk`: `{other}` is not low, medium or high")),
+        None => return Err("key `risk` is missing (low, medium or high)".to_owned()),
+    };
+    let parameters = entry
+        .parameters
+        .ok_or("key `parameters` is missing (a JSON Schema object)")?;
+    let parameters = serde_json::to_value(parameters)
+        .map_err(|err| format!("key `parameters`: not a JSON value: {err}"))?;
+    if parameters.get("type").and_then(Value::as_str) != Some("object") {
+        return Err("key `parameters`: the schema must have `type = \"object\"`".to_owned());
+    }
+    jsonschema::meta::validate(&parameters)
+        .map_err(|err| format!("key `parameters`: not a valid JSON Schema: {err}"))?;
+    let validator = jsonschema::validator_for(&parameters)
+        .map_err(|err| format!("key `parameters`: not a valid JSON Schema: {err}"))?;
+    let timeout = match entry.timeout_secs {
+        None => DEFAULT_TIMEOUT,
+        Some(secs) if secs > 0.0 && secs <= MAX_TIMEOUT.as_secs_f64() => {
+            Duration::from_secs_f64(secs)
+        }
+        Some(secs) => {
+            return Err(format!(
+                "key `timeout_secs`: {secs} is not from 0 to {} seconds",
+                MAX_TIMEOUT.as_secs()
+            ))
+        }
+    };
+    let executor = match (entry.command, entry.http) {
+        (Some(_), Some(_)) => {
+            return Err("keys `command` and `http`: a tool has exactly one executor".to_owned())
+        }
+        (None, None) => {
+            return Err("key `command` or `http` is missing: a tool needs an executor".to_owned())
+        }
+        (Some(argv), None) => {
+            if !entry.headers.is_empty() {
+                return Err("key `headers`: only for `http` tools".to_owned());
+            }
+            Executor::Command(command::CommandSpec::new(argv, entry.cwd, entry.env)?)
+        }
+        (None, Some(url)) => {
+            if entry.cwd.is_some() || !entry.env.is_empty() {
+                return Err("keys `cwd` and `env`: only for `command` tools".to_owned());
+            }
+            http_executor(url, entry.headers)?
+        }
+    };
+    Ok(Tool {
+        name,
+        description,
+        risk,
+        confirm: entry.confirm,
+        parameters,
+        validator,
+        timeout,
+        executor,
+    })
+}
+
+#[cfg(feature = "openai")]
+fn http_executor(url: String, headers: HashMap<String, String>) -> Result<Executor, String> {
+    Ok(Executor::Http(http::HttpSpec::new(url, headers)?))
+}
+
+#[cfg(not(feature = "openai"))]
+fn http_executor(_url: String, _headers: HashMap<String, String>) -> Result<Executor, String> {
+    Err(
+        "key `http`: this chatgate was built without the `openai` feature, which http tools need"
+            .to_owned(),
+    )
+}
+
+impl Tool {
+    /// Checks `args` against the tool's schema; the error lists what is wrong.
+    pub fn check_args(&self, args: &Value) -> Result<(), String> {
+        let errors: Vec<String> = self
+            .validator
+            .iter_errors(args)
+            .take(5)
+            .map(|err| {
+                let at = err.instance_path().to_string();
+                if at.is_empty() {
+                    err.to_string()
+                } else {
+                    format!("{at}: {err}")
+                }
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+
+    /// Runs one call with `args` (already checked), unless `stop` resolves
+    /// first: then a running command is terminated (SIGTERM, SIGKILL 2 s
+    /// later) and the outcome says it was stopped.
+    pub async fn run(
+        &self,
+        args: &Value,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> ToolOutcome {
+        match &self.executor {
+            Executor::Command(spec) => spec.run(args, self.timeout, stop).await,
+            #[cfg(feature = "openai")]
+            Executor::Http(spec) => spec.run(args, self.timeout, stop).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// The tools file `text`, removed when dropped.
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        file
+    }
+
+    const GOOD: &str = r#"
+[[tool]]
+name = "echo_args"
+description = "Prints its arguments"
+risk = "low"
+command = ["cat"]
+parameters = { type = "object", properties = { step = { type = "string" } }, required = ["step"] }
+"#;
+
+    #[test]
+    fn a_good_file_loads_and_arguments_are_checked_against_the_schema() {
+        let f = file(GOOD);
+        let tools = Tools::load(f.path()).unwrap();
+        let tool = tools.get("echo_args").unwrap();
+
+        assert_eq!(tool.risk, RiskLevel::Low);
+        assert!(tool.confirm);
+        assert_eq!(tool.timeout, DEFAULT_TIMEOUT);
+        assert!(tool.check_args(&serde_json::json!({"step": "x"})).is_ok());
+        let wrong = tool
+            .check_args(&serde_json::json!({"step": 3}))
+            .unwrap_err();
+        assert!(wrong.contains("/step"), "{wrong}");
+        assert!(tool.check_args(&serde_json::json!({})).is_err());
+    }
+
+    #[test]
+    fn every_mistake_is_one_line_naming_the_file_the_tool_and_the_key() {
+        let cases = [
+            (
+                GOOD.replace("risk = \"low\"", "risk = \"low\"\ncolour = \"red\""),
+                "tool \"echo_args\"",
+                "colour",
+            ),
+            (
+                GOOD.replace(
+                    "type = \"object\", properties",
+                    "type = \"objekt\", properties",
+                ),
+                "tool \"echo_args\"",
+                "parameters",
+            ),
+            (
+                GOOD.replace(
+                    "command = [\"cat\"]",
+                    "command = [\"cat\"]\nhttp = \"http://127.0.0.1:1/\"",
+                ),
+                "tool \"echo_args\"",
+                "http",
+            ),
+            (format!("{GOOD}{GOOD}"), "tool \"echo_args\"", "name"),
+            (
+                GOOD.replace("[\"cat\"]", "[\"no-such-program-here\"]"),
+                "tool \"echo_args\"",
+                "command",
+            ),
+            (
+                GOOD.replace("name = \"echo_args\"\n", ""),
+                "tool #1",
+                "name",
+            ),
+            (
+                GOOD.replace("risk = \"low\"", "risk = \"severe\""),
+                "tool \"echo_args\"",
+                "risk",
+            ),
+            (
+                GOOD.replace(
+                    "properties = { step = { type = \"string\" } }",
+                    "properties = { step = { type = 5 } }",
+                ),
+                "tool \"echo_args\"",
+                "parameters",
+            ),
+            ("[[tool]\n".to_owned(), "the file", "not a tools file"),
+        ];
+        for (text, place, key) in cases {
+            let f = file(&text);
+            let err = Tools::load(f.path()).expect_err(&text);
+            let line = err.to_string();
+            assert!(!line.contains('\n'), "one line: {line}");
+            assert!(line.starts_with(&f.path().display().to_string()), "{line}");
+            assert_eq!(err.place, place, "{line}");
+            assert!(line.contains(key), "{key} in {line}");
+        }
+        let _ = std::io::stdout().flush();
+    }
+}

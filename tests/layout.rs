@@ -1,0 +1,491 @@
+//! The shape of `src/`, checked: imports flow one way (no cycle among the
+//! modules), and no file grows past a size one reads in a sitting without
+//! saying why in its `//!` header.
+//!
+//! The import graph has one node per file (`src/run/mod.rs` is `run`,
+//! `src/run/log.rs` is `run::log`) and an edge for every path a file names
+//! outside its test modules: `use crate::...`, `use super::...`,
+//! `use self::...`, and paths written inline (`crate::store::open(..)`).
+//! A path counts as naming the deepest module file it reaches.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Longest file, in lines, that needs no reason.
+const MAX_LINES: usize = 600;
+
+#[test]
+fn imports_under_src_form_no_cycle() {
+    let edges = import_edges();
+    let names: BTreeSet<String> = modules().keys().cloned().collect();
+    let cycles = find_cycles(&names, &edges);
+    assert!(
+        cycles.is_empty(),
+        "import cycles among the files under src/:\n{}",
+        cycles.join("\n")
+    );
+}
+
+#[test]
+fn imports_between_top_level_modules_form_no_cycle() {
+    // `engine` naming `run::log` while `run` names `engine` is a cycle of
+    // the two layers even when no two files name each other.
+    let top = |module: &str| module.split("::").next().unwrap_or(module).to_owned();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, targets) in import_edges() {
+        for to in targets {
+            if top(&from) != top(&to) {
+                edges.entry(top(&from)).or_default().insert(top(&to));
+            }
+        }
+    }
+    let names: BTreeSet<String> = modules().keys().map(|m| top(m)).collect();
+    let cycles = find_cycles(&names, &edges);
+    assert!(
+        cycles.is_empty(),
+        "import cycles among the top-level modules:\n{}",
+        cycles.join("\n")
+    );
+}
+
+/// Who names whom: module -> the modules it names.
+fn import_edges() -> BTreeMap<String, BTreeSet<String>> {
+    let modules = modules();
+    let names: BTreeSet<String> = modules.keys().cloned().collect();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, file) in &modules {
+        let text = without_tests(&std::fs::read_to_string(file).unwrap());
+        for path in paths(&text) {
+            // A child naming its parent is an edge too: the parent
+            // declares the child, but declaring is not importing.
+            if let Some(target) = resolve(module, &path, &names).filter(|t| t != module) {
+                edges.entry(module.clone()).or_default().insert(target);
+            }
+        }
+    }
+    edges
+}
+
+#[test]
+fn no_file_under_src_is_long_without_saying_why() {
+    let mut long = Vec::new();
+    for file in rust_files(Path::new("src")) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines = text.lines().count();
+        let header: String = text
+            .lines()
+            .take_while(|line| line.starts_with("//!"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        if lines > MAX_LINES && !header.contains("Longer than") {
+            long.push(format!("{} ({lines} lines)", file.display()));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "files over {MAX_LINES} lines whose `//!` does not say why (\"Longer than ... because ...\"):\n{}",
+        long.join("\n")
+    );
+}
+
+/// Every module file of the library, by module path.
+fn modules() -> BTreeMap<String, PathBuf> {
+    let mut modules = BTreeMap::new();
+    for file in rust_files(Path::new("src")) {
+        let relative = file.strip_prefix("src").unwrap().with_extension("");
+        let parts: Vec<String> = relative
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        let name = match parts.as_slice() {
+            [only] if only == "lib" => "crate".to_owned(),
+            [only] if only == "main" => continue, // the binary: another crate
+            [rest @ .., last] if last == "mod" => rest.join("::"),
+            all => all.join("::"),
+        };
+        modules.insert(name, file);
+    }
+    modules
+}
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The text without `#[cfg(test)]` items (test modules and helpers) and
+/// without comments and string literals, which may mention any path.
+fn without_tests(text: &str) -> String {
+    let code = strip_comments_and_strings(text);
+    let mut out = String::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at..];
+        // Skip the item: to the end of its first `{...}` block, or its `;`.
+        let brace = after.find('{');
+        let semi = after.find(';');
+        let end = match (brace, semi) {
+            (Some(b), Some(s)) if s < b => s + 1,
+            (Some(b), _) => {
+                let mut depth = 0;
+                let mut end = after.len();
+                for (i, c) in after[b..].char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = b + i + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                end
+            }
+            (None, Some(s)) => s + 1,
+            (None, None) => after.len(),
+        };
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn strip_comments_and_strings(text: &str) -> String {
+    let bytes: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        let next = bytes.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < bytes.len() && bytes[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            i += 2;
+            while i + 1 < bytes.len() && !(bytes[i] == '*' && bytes[i + 1] == '/') {
+                i += 1;
+            }
+            i += 2;
+        } else if c == 'r' && (next == Some('"') || next == Some('#')) && is_raw_start(&bytes, i) {
+            // r"..." or r#"..."#
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while bytes.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            j += 1; // the quote
+            loop {
+                if j >= bytes.len() {
+                    break;
+                }
+                if bytes[j] == '"' && (0..hashes).all(|k| bytes.get(j + 1 + k) == Some(&'#')) {
+                    j += 1 + hashes;
+                    break;
+                }
+                j += 1;
+            }
+            out.push_str("\"\"");
+            i = j;
+        } else if c == '"' {
+            i += 1;
+            while i < bytes.len() && bytes[i] != '"' {
+                if bytes[i] == '\\' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            i += 1;
+            out.push_str("\"\"");
+        } else if c == '\'' && next.is_some() && bytes.get(i + 2) == Some(&'\'') {
+            // a char literal like '{'
+            out.push_str("' '");
+            i += 3;
+        } else if c == '\'' && next == Some('\\') {
+            // an escaped char literal like '\n' or '\''
+            let mut j = i + 2;
+            while j < bytes.len() && bytes[j] != '\'' {
+                j += 1;
+            }
+            if bytes.get(i + 2) == Some(&'\'') {
+                j = i + 3;
+                while j < bytes.len() && bytes[j] != '\'' {
+                    j += 1;
+                }
+            }
+            out.push_str("' '");
+            i = j + 1;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn is_raw_start(chars: &[char], at: usize) -> bool {
+    let before = at.checked_sub(1).map(|i| chars[i]);
+    !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+}
+
+/// Every path the code names that starts with `crate`, `super` or `self`,
+/// as segments (use trees expanded).
+fn paths(code: &str) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    // `use` statements, trees expanded.
+    let mut rest = code;
+    while let Some(at) = find_word(rest, "use") {
+        let after = &rest[at + 3..];
+        let Some(end) = after.find(';') else { break };
+        let tree: String = after[..end]
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        expand(&tree, &mut Vec::new(), &mut found);
+        rest = &after[end..];
+    }
+    // Inline paths: `a::b(::c)*` anywhere in the code (`crate::x::y`,
+    // `super::x`, or a child module's `log::RunLog`).
+    let chars: Vec<char> = code.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let starts_word = (chars[i].is_alphabetic() || chars[i] == '_')
+            && !(i > 0
+                && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_' || chars[i - 1] == ':'));
+        if !starts_word {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_' || chars[i] == ':')
+        {
+            i += 1;
+        }
+        let path: String = chars[start..i].iter().collect();
+        let segments: Vec<String> = path
+            .split("::")
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if segments.len() > 1 && path.contains("::") {
+            found.push(segments);
+        }
+    }
+    found
+}
+
+fn find_word(text: &str, word: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(at) = text[from..].find(word) {
+        let at = from + at;
+        let before = text[..at].chars().next_back();
+        let after = text[at + word.len()..].chars().next();
+        let boundary = |c: Option<char>| !c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+        if boundary(before) && boundary(after) {
+            return Some(at);
+        }
+        from = at + word.len();
+    }
+    None
+}
+
+/// Expands a use tree (`a::{b, c::{d, e}}`) into paths.
+fn expand(tree: &str, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    let tree = tree.trim_start_matches("::");
+    if let Some(open) = tree.find('{') {
+        let head: Vec<String> = tree[..open]
+            .split("::")
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+        let mut depth = 0;
+        let mut start = 0;
+        let mut parts = Vec::new();
+        for (i, c) in inner.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    parts.push(&inner[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        parts.push(&inner[start..]);
+        let len = prefix.len();
+        prefix.extend(head);
+        for part in parts.into_iter().filter(|p| !p.is_empty()) {
+            expand(part, prefix, out);
+        }
+        prefix.truncate(len);
+    } else {
+        let name = tree.split(" as ").next().unwrap_or(tree);
+        let mut path = prefix.clone();
+        path.extend(
+            name.split("::")
+                .filter(|s| !s.is_empty() && *s != "*")
+                .map(str::to_owned),
+        );
+        if !path.is_empty() {
+            out.push(path);
+        }
+    }
+}
+
+/// The deepest module a path reaches, from `module`.
+fn resolve(module: &str, path: &[String], names: &BTreeSet<String>) -> Option<String> {
+    let mut base: Vec<String> = if module == "crate" {
+        Vec::new()
+    } else {
+        module.split("::").map(str::to_owned).collect()
+    };
+    let mut segments = path.iter();
+    match segments.next()?.as_str() {
+        "crate" => base.clear(),
+        "self" => {}
+        "super" => {
+            base.pop();
+            for next in segments.clone() {
+                if next == "super" {
+                    base.pop();
+                    segments.next();
+                } else {
+                    break;
+                }
+            }
+        }
+        // A relative path: a child module of this one (`log::RunLog` in
+        // `run`), or something else (a crate, a type): no module edge.
+        first => {
+            let mut child = base.clone();
+            child.push(first.to_owned());
+            if !names.contains(&child.join("::")) {
+                return None;
+            }
+            base = child;
+        }
+    }
+    let mut best = if base.is_empty() {
+        "crate".to_owned()
+    } else {
+        base.join("::")
+    };
+    let mut current = base;
+    for segment in segments {
+        current.push(segment.clone());
+        let name = current.join("::");
+        if names.contains(&name) {
+            best = name;
+        } else {
+            break;
+        }
+    }
+    names.contains(&best).then_some(best)
+}
+
+fn find_cycles(
+    names: &BTreeSet<String>,
+    edges: &BTreeMap<String, BTreeSet<String>>,
+) -> Vec<String> {
+    // Tarjan's strongly connected components; a component of more than one
+    // module is a cycle, shown with one path around it.
+    struct State<'a> {
+        edges: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<String, usize>,
+        low: BTreeMap<String, usize>,
+        stack: Vec<String>,
+        on_stack: BTreeSet<String>,
+        next: usize,
+        components: Vec<Vec<String>>,
+    }
+    fn visit(state: &mut State<'_>, node: &str) {
+        state.index.insert(node.to_owned(), state.next);
+        state.low.insert(node.to_owned(), state.next);
+        state.next += 1;
+        state.stack.push(node.to_owned());
+        state.on_stack.insert(node.to_owned());
+        let targets: Vec<String> = state
+            .edges
+            .get(node)
+            .map(|t| t.iter().cloned().collect())
+            .unwrap_or_default();
+        for target in targets {
+            if !state.index.contains_key(&target) {
+                visit(state, &target);
+                let low = state.low[node].min(state.low[&target]);
+                state.low.insert(node.to_owned(), low);
+            } else if state.on_stack.contains(&target) {
+                let low = state.low[node].min(state.index[&target]);
+                state.low.insert(node.to_owned(), low);
+            }
+        }
+        if state.low[node] == state.index[node] {
+            let mut component = Vec::new();
+            loop {
+                let top = state.stack.pop().unwrap();
+                state.on_stack.remove(&top);
+                let done = top == node;
+                component.push(top);
+                if done {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                state.components.push(component);
+            }
+        }
+    }
+    let mut state = State {
+        edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        next: 0,
+        components: Vec::new(),
+    };
+    for name in names {
+        if !state.index.contains_key(name) {
+            visit(&mut state, name);
+        }
+    }
+    state
+        .components
+        .iter()
+        .map(|component| {
+            let members: BTreeSet<&String> = component.iter().collect();
+            format!(
+                "{} (edges inside: {})",
+                component.join(", "),
+                component
+                    .iter()
+                    .flat_map(|from| {
+                        edges
+                            .get(from)
+                            .into_iter()
+                            .flatten()
+                            .filter(|to| members.contains(to))
+                            .map(move |to| format!("{from} -> {to}"))
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
+        })
+        .collect()
+}
