@@ -210,13 +210,10 @@ mod tests {
         }
     }
 
-    fn temp(name: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("chatgate-audit-{name}-{}", uuid::Uuid::new_v4()))
-    }
-
     #[tokio::test]
     async fn records_are_json_lines_with_event_and_time() {
-        let path = temp("lines");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
         let log = AuditLog::open(&path).unwrap();
         log.write(&ended(7)).await.unwrap();
         log.write(&ended(8)).await.unwrap();
@@ -232,12 +229,12 @@ mod tests {
         assert_eq!(records[0]["outcome"], "completion");
         assert!(records[0].get("stored_run_id").is_none());
         assert!(records[0]["at"].as_str().unwrap().ends_with('Z'));
-        std::fs::remove_file(&path).unwrap();
     }
 
     #[tokio::test]
     async fn a_path_that_becomes_unwritable_fails_and_health_follows() {
-        let path = temp("gone");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
         let log = AuditLog::open(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         std::fs::create_dir(&path).unwrap(); // a directory where the file was
@@ -249,7 +246,6 @@ mod tests {
         std::fs::remove_dir(&path).unwrap();
         log.write(&ended(1)).await.unwrap();
         assert!(log.is_healthy(), "recovers when writable again");
-        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

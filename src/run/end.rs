@@ -12,7 +12,7 @@ use super::context::RunContext;
 use super::engine::Engine;
 use super::outcome::{Completion, RunError};
 use crate::audit::{AuditLog, AuditRecord, RunFields};
-use crate::confirmation::PendingDecision;
+use crate::confirmation::slot::PendingDecision;
 use crate::protocol::{meta, CancelReason, Chunk, ChunkType, ErrorType};
 use crate::sse;
 use crate::store::PausedRecord;

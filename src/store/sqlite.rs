@@ -203,7 +203,8 @@ mod tests {
 
     #[tokio::test]
     async fn records_survive_reopening_and_decisions_are_kept_with_them() {
-        let path = std::env::temp_dir().join(format!("chatgate-store-{}.db", uuid::Uuid::new_v4()));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.db");
         {
             let store = SqliteStore::open(&path).unwrap();
             store.save(record("r1")).await.unwrap();
@@ -236,7 +237,5 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(gone.fault, Fault::Lost);
-        let _ = std::fs::remove_file(&path);
-        let _ = std::fs::remove_file(format!("{}.lock", path.display()));
     }
 }

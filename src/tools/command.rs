@@ -324,7 +324,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_timeout_kills_the_process_and_its_children() {
-        let marker = std::env::temp_dir().join(format!("chatgate-child-{}", uuid::Uuid::new_v4()));
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("child");
         let script = format!("(sleep 3; touch {}) & sleep 30", marker.display());
         let started = Instant::now();
         let outcome = spec(&["sh", "-c", &script])

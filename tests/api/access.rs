@@ -105,7 +105,8 @@ async fn another_key_cannot_re_attach_to_a_run() {
 
 #[tokio::test]
 async fn keys_can_come_from_a_file() {
-    let path = std::env::temp_dir().join(format!("chatgate-keys-{}", std::process::id()));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keys");
     std::fs::write(&path, "# team keys\n\nfrom-file\n").unwrap();
     let app = spawn_app_with(|s| s.api_keys_file = Some(path.clone())).await;
 
@@ -113,7 +114,6 @@ async fn keys_can_come_from_a_file() {
     let allowed = post_as(&app, Some("from-file"), "s", "hi?").await.status();
 
     assert_eq!((denied.as_u16(), allowed.as_u16()), (401, 200));
-    std::fs::remove_file(path).ok();
 }
 
 async fn browser_post(app: &TestApp, origin: &str) -> reqwest::Response {

@@ -13,27 +13,19 @@ use crate::common::{start_binary, start_binary_on, Binary};
 use crate::helpers::WAIT;
 
 /// A directory for one test's store (and marks), removed at the end.
-struct Dir(PathBuf);
+struct Dir(tempfile::TempDir);
 
 impl Dir {
     fn new() -> Dir {
-        let dir = std::env::temp_dir().join(format!("chatgate-durable-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
+        Dir(tempfile::tempdir().unwrap())
     }
 
     fn store(&self) -> String {
-        format!("sqlite:{}", self.0.join("runs.db").display())
+        format!("sqlite:{}", self.path("runs.db").display())
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.0.path().join(name)
     }
 }
 
@@ -69,6 +61,74 @@ async fn read_raw(response: reqwest::Response, until: Option<&str>) -> String {
         }
     }
     text
+}
+
+/// A stream read in the background: what has arrived so far can be waited
+/// on, and [`Reading::finish`] yields the whole text once it closes.
+struct Reading {
+    text: tokio::sync::watch::Receiver<String>,
+    done: tokio::task::JoinHandle<String>,
+}
+
+impl Reading {
+    fn start(response: reqwest::Response) -> Reading {
+        let (text_tx, text) = tokio::sync::watch::channel(String::new());
+        let done = tokio::spawn(async move {
+            let mut body = response.bytes_stream();
+            while let Ok(Some(Ok(bytes))) = tokio::time::timeout(WAIT, body.next()).await {
+                text_tx.send_modify(|text| text.push_str(&String::from_utf8_lossy(&bytes)));
+            }
+            text_tx.borrow().clone()
+        });
+        Reading { text, done }
+    }
+
+    /// Waits until `marker` has arrived.
+    async fn until(&mut self, marker: &str) {
+        tokio::time::timeout(WAIT, self.text.wait_for(|text| text.contains(marker)))
+            .await
+            .unwrap_or_else(|_| panic!("{marker} never arrived"))
+            .ok();
+    }
+
+    async fn finish(self) -> String {
+        self.done.await.unwrap()
+    }
+}
+
+/// Opens a run with `body` and reads its stream until its pause; the rest
+/// is read in the background.
+async fn open_paused(url: &str, body: serde_json::Value) -> Reading {
+    let mut reading = Reading::start(post(url, body, None).await);
+    reading
+        .until("\"chunk_type\":\"confirmation_request\"")
+        .await;
+    reading
+}
+
+/// Waits until the gauge `name` of `/metrics` at `server` reads `value`.
+async fn wait_for_gauge(server: &str, name: &str, value: i64) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let text = reqwest::get(format!("{server}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let now = text
+            .lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .and_then(|v| v.parse::<i64>().ok());
+        if now == Some(value) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} never read {value} at {server}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 fn chunks(raw: &str) -> Vec<Chunk> {
@@ -115,17 +175,14 @@ async fn reply_with(url: &str, key: Option<&str>, session: &str, message: &str) 
 async fn a_graceful_restart_keeps_a_paused_run_and_a_reply_decides_it_afterwards() {
     let dir = Dir::new();
     let mut first = start(&dir, &[]);
-    let opened = post(
+    let reading = open_paused(
         &stream_url(&first),
         json!({"message": "one; two", "session_id": "keep"}),
-        None,
     )
     .await;
-    let reading = tokio::spawn(read_raw(opened, None));
-    tokio::time::sleep(Duration::from_millis(300)).await;
 
     terminate(&mut first);
-    let before = reading.await.unwrap();
+    let before = reading.finish().await;
     let seen = chunks(&before);
 
     assert_eq!(
@@ -283,7 +340,7 @@ async fn after_kill_9_the_paused_run_is_there_and_runs_its_tool_once() {
 
     assert_eq!(status, 200);
     assert_eq!(after.last().unwrap().chunk_type, ChunkType::Completion);
-    assert_eq!(marks(&dir.0), 1);
+    assert_eq!(marks(dir.0.path()), 1);
     assert_eq!(again, 404, "decided once; the run is over");
     // One trail across both processes, tied by the run's stored id.
     let (events, stored) = audit_trail(&dir.path("audit.jsonl"), "k9");
@@ -351,14 +408,11 @@ async fn a_pause_that_expired_while_the_process_was_down_shows_its_timeout() {
 async fn a_decision_the_store_cannot_record_is_refused_and_the_pause_waits_on() {
     let dir = Dir::new();
     let server = start(&dir, &[]);
-    let opened = post(
+    let reading = open_paused(
         &stream_url(&server),
         json!({"message": "one; two", "session_id": "locked"}),
-        None,
     )
     .await;
-    let reading = tokio::spawn(read_raw(opened, None));
-    tokio::time::sleep(Duration::from_millis(300)).await;
     // Another process holds the database's write lock past chatgate's
     // busy timeout (5 s): the decision cannot be recorded.
     let blocker = rusqlite::Connection::open(dir.path("runs.db")).unwrap();
@@ -367,7 +421,7 @@ async fn a_decision_the_store_cannot_record_is_refused_and_the_pause_waits_on() 
     let (refused, refusal) = reply(&stream_url(&server), "locked", "CONFIRM_ACTION:confirm").await;
     blocker.execute_batch("COMMIT").unwrap();
     let (accepted, _) = reply(&stream_url(&server), "locked", "CONFIRM_ACTION:confirm").await;
-    let seen = chunks(&reading.await.unwrap());
+    let seen = chunks(&reading.finish().await);
 
     assert_eq!(refused, 503);
     assert_eq!(refusal.metadata["error_type"], "store_unavailable");
@@ -389,16 +443,13 @@ async fn a_decision_cut_short_by_a_crash_is_not_run_again_and_ends_interrupted()
     let tools = mark_tool(&dir, "1");
     let tools = tools.to_str().unwrap();
     let mut first = start(&dir, &["--tools", tools]);
-    let opened = post(
+    let mut reading = open_paused(
         &stream_url(&first),
         json!({"message": "mark slowly", "session_id": "cut"}),
-        None,
     )
     .await;
-    let reading = tokio::spawn(read_raw(opened, Some("\"chunk_type\":\"status\"")));
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let (status, _) = reply(&stream_url(&first), "cut", "CONFIRM_ACTION:confirm").await;
-    reading.await.unwrap(); // the tool is running
+    reading.until("\"chunk_type\":\"status\"").await; // the tool is running
 
     first.child.kill().unwrap();
     first.child.wait().unwrap();
@@ -415,23 +466,20 @@ async fn a_decision_cut_short_by_a_crash_is_not_run_again_and_ends_interrupted()
         again, 404,
         "no confirmation it already decided is asked or accepted again"
     );
-    assert!(marks(&dir.0) <= 1, "at most once");
+    assert!(marks(dir.0.path()) <= 1, "at most once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_memory_store_a_shutdown_still_cancels_paused_runs() {
     let mut server = start_binary(&["--step-delay", "0"]);
-    let opened = post(
+    let reading = open_paused(
         &stream_url(&server),
         json!({"message": "gone", "session_id": "mem"}),
-        None,
     )
     .await;
-    let reading = tokio::spawn(read_raw(opened, None));
-    tokio::time::sleep(Duration::from_millis(300)).await;
 
     terminate(&mut server);
-    let seen = chunks(&reading.await.unwrap());
+    let seen = chunks(&reading.finish().await);
 
     let last = seen.last().unwrap();
     assert_eq!(last.chunk_type, ChunkType::Cancelled);
@@ -506,11 +554,11 @@ async fn the_sample_clients_re_attach_across_a_restart() {
                 .output()
                 .unwrap()
         });
-        tokio::time::sleep(Duration::from_millis(800)).await; // paused by now
+        wait_for_gauge(&first.url, "chatgate_paused_runs", 1).await;
 
         terminate(&mut first);
         let second = start_binary_on(&bind, &args);
-        tokio::time::sleep(Duration::from_millis(1500)).await; // the client is back
+        wait_for_gauge(&second.url, "chatgate_open_streams", 1).await; // the client is back
         let (status, _) = reply(
             &stream_url(&second),
             &format!("ride-{i}"),
@@ -656,7 +704,7 @@ async fn an_openai_run_paused_on_tool_calls_runs_them_once_after_kill_9() {
 
     assert_eq!(status, 200);
     assert_eq!(after.last().unwrap().chunk_type, ChunkType::Completion);
-    assert_eq!(marks(&dir.0), 1, "the confirmed call ran once");
+    assert_eq!(marks(dir.0.path()), 1, "the confirmed call ran once");
     let requests = model.requests();
     assert_eq!(requests.len(), 2);
     let result = requests[1]["messages"]

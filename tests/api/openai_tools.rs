@@ -15,14 +15,12 @@ use crate::openai::{app_with_engine_config, app_with_model};
 /// A tools file in a fresh directory: `note` (writes notes there, asks),
 /// `peek` (read-only, `confirm = false`), `danger` (high risk).
 struct Tooling {
-    dir: std::path::PathBuf,
+    dir: tempfile::TempDir,
 }
 
 impl Tooling {
     fn new() -> Tooling {
-        let dir =
-            std::env::temp_dir().join(format!("chatgate-openai-tools-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = tempfile::tempdir().unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tools/write_note.py");
         let text = format!(
             r#"
@@ -49,21 +47,21 @@ command = ["python3", "{script}", "{notes}"]
 parameters = {{ type = "object", properties = {{ step = {{ type = "string" }} }}, required = ["step"] }}
 "#,
             script = script.display(),
-            notes = dir.join("notes").display(),
+            notes = dir.path().join("notes").display(),
         );
-        std::fs::write(dir.join("tools.toml"), text).unwrap();
+        std::fs::write(dir.path().join("tools.toml"), text).unwrap();
         Tooling { dir }
     }
 
     fn notes(&self) -> Vec<String> {
-        std::fs::read_to_string(self.dir.join("notes/notes.txt"))
+        std::fs::read_to_string(self.dir.path().join("notes/notes.txt"))
             .map(|t| t.lines().map(str::to_owned).collect())
             .unwrap_or_default()
     }
 
     fn configure(&self) -> impl FnOnce(&mut chatgate::config::Settings) {
-        let tools = self.dir.join("tools.toml");
-        let audit = self.dir.join("audit.jsonl");
+        let tools = self.dir.path().join("tools.toml");
+        let audit = self.dir.path().join("audit.jsonl");
         move |s| {
             s.tools = Some(tools);
             s.audit_log = Some(audit);
@@ -71,7 +69,7 @@ parameters = {{ type = "object", properties = {{ step = {{ type = "string" }} }}
     }
 
     fn audit_events(&self) -> Vec<String> {
-        std::fs::read_to_string(self.dir.join("audit.jsonl"))
+        std::fs::read_to_string(self.dir.path().join("audit.jsonl"))
             .unwrap_or_default()
             .lines()
             .map(|l| {
@@ -81,12 +79,6 @@ parameters = {{ type = "object", properties = {{ step = {{ type = "string" }} }}
                     .to_owned()
             })
             .collect()
-    }
-}
-
-impl Drop for Tooling {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -12,18 +12,15 @@ use crate::helpers::{
 };
 
 /// A directory of its own for one test: tools file, notes, audit log.
-struct Workdir(PathBuf);
+struct Workdir(tempfile::TempDir);
 
 impl Workdir {
     fn new() -> Workdir {
-        let dir =
-            std::env::temp_dir().join(format!("chatgate-tools-test-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Workdir(dir)
+        Workdir(tempfile::tempdir().unwrap())
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
+        self.0.path().join(name)
     }
 
     /// The notes the `note` tool wrote, one per line.
@@ -63,12 +60,6 @@ parameters = {{ type = "object", properties = {{ step = {{ type = "string", maxL
             .lines()
             .map(|line| serde_json::from_str(line).unwrap())
             .collect()
-    }
-}
-
-impl Drop for Workdir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

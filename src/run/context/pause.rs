@@ -9,7 +9,9 @@ use serde_json::Value;
 
 use super::{audit_failed, RunContext};
 use crate::audit::AuditRecord;
-use crate::confirmation::{Decision, PendingDecision, TaskCheck};
+use crate::confirmation::decisions::TaskCheck;
+use crate::confirmation::slot::PendingDecision;
+use crate::confirmation::Decision;
 use crate::protocol::{
     json_len, Action, CancelReason, Chunk, ConfirmationData, ErrorType, MAX_CONFIRMATION_BYTES,
     MAX_PLAN_TASKS,
@@ -118,13 +120,7 @@ impl RunContext {
         };
 
         // What a reply's per-task decisions are checked against.
-        let checks: Arc<[TaskCheck]> = plan
-            .tasks
-            .iter()
-            .map(|task| TaskCheck {
-                tool: self.settings.tools.get(&task.tool).cloned(),
-            })
-            .collect();
+        let checks = TaskCheck::of(&plan.tasks, &self.settings.tools);
         let expires_at = SystemTime::now() + timeout;
         let data = ConfirmationData {
             confirmation_id: confirmation_id.clone(),
@@ -306,13 +302,7 @@ impl RunContext {
         &mut self,
         record: &PausedRecord,
     ) -> Result<PendingDecision, RunError> {
-        let checks: Arc<[TaskCheck]> = record
-            .tasks
-            .iter()
-            .map(|task| TaskCheck {
-                tool: self.settings.tools.get(&task.tool).cloned(),
-            })
-            .collect();
+        let checks = TaskCheck::of(&record.tasks, &self.settings.tools);
         let pending = self
             .slot
             .pause(

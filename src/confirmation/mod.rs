@@ -1,0 +1,453 @@
+//! The run registry and the pause/decide handshake.
+//!
+//! [`ConfirmationManager`] knows, per session, which run is live and whether it
+//! is paused on a confirmation. It does not know HTTP, SSE or engines.
+//!
+//! # How a decision travels
+//! A pause owns a `oneshot` channel. Its sender sits in the registry under the
+//! lock; its receiver is awaited by the run. Whoever *takes* the sender decides
+//! the pause, and there is exactly one sender, so there is exactly one decision:
+//! a user's reply, a superseding chat message, or the run itself when it times
+//! out or is told to stop. The value is sent while the lock is held, so a reply
+//! that lands before the run starts waiting is simply buffered in the channel
+//! (no lost wake-up), and every pause has a fresh channel, so a decision can
+//! never leak into the next round (no stale wake-up).
+//!
+//! # Cleanup
+//! A [`RunSlot`] is the registry entry's owner: dropping it removes the entry
+//! (only if the entry still belongs to that run, since a superseding run may
+//! have taken the session). Completion, cancel, timeout, supersede, client gone
+//! and shutdown all end the run task, and so all free the entry the same way.//!
+//! # Files
+//! Each file adds to the types defined here: [`slot`] the run's side (pause,
+//! wait, settle, free), [`ticket`] a decision on its way (deliver, fail,
+//! withdraw), [`decisions`] the per-task decisions a confirm may carry.
+
+pub mod decisions;
+pub mod slot;
+pub mod ticket;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{oneshot, Notify};
+use tokio_util::sync::CancellationToken;
+
+use self::decisions::{check_decisions, TaskCheck};
+use crate::protocol::{
+    Action, CancelReason, Decisions, ErrorType, ReplyMessage, TaskDecisionRequest,
+    MAX_MODIFY_TEXT_BYTES,
+};
+use crate::session::SessionKey;
+
+/// The outcome of one pause, as the waiting run sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// With the verdict for every task (approved unless said otherwise).
+    Confirm(Decisions),
+    Modify(String),
+    /// `CancelReason::User` for a `cancel` reply, otherwise why the run stopped.
+    Cancel(CancelReason),
+    /// The decision could not be acted on (the audit log could not record
+    /// it): the run ends with this error and nothing runs.
+    Failed(ErrorType),
+}
+
+/// Why a new run could not take its session.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BeginError {
+    #[error("a run on this session is streaming; wait for it to finish or pause")]
+    SessionBusy,
+    #[error("the server holds its maximum number of runs; retry later")]
+    Overloaded,
+    #[error("this API key holds its maximum of {limit} runs (--max-runs-per-key); retry later")]
+    KeyOverloaded { limit: usize },
+}
+
+/// Default of `--max-runs`: runs held at once (the open-files limit is 20,000).
+pub const MAX_RUNS: usize = 20_000;
+/// With API keys on and no `--max-runs-per-key`, one key may hold this
+/// fraction of `--max-runs` (1/4), so one key cannot lock the others out.
+pub const RUNS_PER_KEY_DIVISOR: usize = 4;
+
+/// How many runs the registry holds: in all, and per owner (API key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    pub max_runs: usize,
+    pub per_owner: usize,
+}
+
+impl RunLimits {
+    /// `max_runs` in all; per API key `per_key` (at most `max_runs`), or
+    /// with keys on a quarter of `max_runs`; without keys the one
+    /// anonymous owner may use all of it.
+    pub fn for_keys(max_runs: usize, per_key: Option<usize>, keys_on: bool) -> RunLimits {
+        let per_owner = match (keys_on, per_key) {
+            (false, _) => max_runs,
+            (true, Some(limit)) => limit.min(max_runs),
+            (true, None) => (max_runs / RUNS_PER_KEY_DIVISOR).max(1),
+        };
+        RunLimits {
+            max_runs,
+            per_owner,
+        }
+    }
+
+    /// No limit at all (tests).
+    pub const UNLIMITED: RunLimits = RunLimits {
+        max_runs: usize::MAX,
+        per_owner: usize::MAX,
+    };
+
+    /// `max` runs in all, and all of them for one owner.
+    pub fn total(max: usize) -> RunLimits {
+        RunLimits {
+            max_runs: max,
+            per_owner: max,
+        }
+    }
+}
+
+/// A snapshot of the registry, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunCounts {
+    pub active: usize,
+    pub paused: usize,
+}
+
+/// Why a reply was refused. The variants are listed in the order they are checked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecideError {
+    #[error(
+        "no confirmation is pending for this session: it has no run (none was started, or \
+         it belongs to another API key), its run has ended (completed, cancelled, timed out), \
+         or its run is working and has not paused"
+    )]
+    NoPending,
+    #[error("`{action}` is not one of the offered options: {}", names(options))]
+    NotOffered {
+        action: String,
+        options: Vec<Action>,
+    },
+    #[error(
+        "the modify text is longer than {MAX_MODIFY_TEXT_BYTES} bytes; the options are: {}",
+        names(options)
+    )]
+    ModifyTooLong { options: Vec<Action> },
+    #[error("confirmation_id does not match the pending confirmation")]
+    Stale,
+    #[error("{0}")]
+    InvalidDecision(String),
+    #[error("this confirmation has already been decided")]
+    AlreadyDecided,
+}
+
+/// `confirm, modify, cancel`.
+fn names(options: &[Action]) -> String {
+    options
+        .iter()
+        .map(|a| a.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What an accepted reply decided. The pause is decided for everyone from
+/// this moment; the run learns the decision when `ticket` is delivered
+/// (after the audit log, if any, has recorded it).
+#[derive(Debug)]
+pub struct Accepted {
+    pub action: Action,
+    pub confirmation_id: String,
+    pub confirmation_round: u32,
+    pub run_id: u64,
+    /// For a confirm: the verdict for every task.
+    pub decisions: Option<Decisions>,
+    /// The run's id in a durable store, if its pause is kept there.
+    pub stored: Option<Arc<str>>,
+    pub ticket: DecisionTicket,
+}
+
+/// A decision taken and on its way to its run. Delivered, the run acts on
+/// it; failed, the run ends with the error and nothing runs; withdrawn, the
+/// pause waits again as if the reply had never come. Dropped without any of
+/// these (which the server never does), the run ends as `internal`.
+pub struct DecisionTicket {
+    decide_tx: Option<oneshot::Sender<Decision>>,
+    decision: Option<Decision>,
+    /// Where the pause is, to hand its sender back on a withdraw.
+    manager: ConfirmationManager,
+    key: SessionKey,
+    run_id: u64,
+}
+
+impl std::fmt::Debug for DecisionTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecisionTicket")
+            .field("decision", &self.decision)
+            .field("run_id", &self.run_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Cheap-clone handle to the registry.
+#[derive(Clone, Default)]
+pub struct ConfirmationManager {
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    registry: Mutex<Registry>,
+    next_run_id: AtomicU64,
+    /// Woken whenever an entry is removed; see [`ConfirmationManager::wait_until_empty`].
+    entry_removed: Notify,
+}
+
+#[derive(Default)]
+struct Registry {
+    sessions: HashMap<SessionKey, Entry>,
+    /// Live runs per owner, kept with `sessions` under one lock.
+    per_owner: HashMap<Option<u32>, usize>,
+}
+
+impl Registry {
+    fn insert(&mut self, key: SessionKey, entry: Entry) {
+        if self.sessions.insert(key.clone(), entry).is_none() {
+            *self.per_owner.entry(key.owner).or_default() += 1;
+        }
+    }
+
+    fn remove(&mut self, key: &SessionKey) {
+        if self.sessions.remove(key).is_some() {
+            if let Some(count) = self.per_owner.get_mut(&key.owner) {
+                *count -= 1;
+                if *count == 0 {
+                    self.per_owner.remove(&key.owner);
+                }
+            }
+        }
+    }
+}
+
+struct Entry {
+    run_id: u64,
+    pause: Option<Pause>,
+}
+
+impl Entry {
+    /// Paused on a confirmation nobody decided (nor stopped).
+    fn waits(&self) -> bool {
+        self.pause
+            .as_ref()
+            .is_some_and(|p| p.decide_tx.is_some() && !p.stop.is_cancelled())
+    }
+}
+
+struct Pause {
+    confirmation_id: String,
+    round: u32,
+    options: Vec<Action>,
+    /// One per task, in order (task `index` is position + 1).
+    tasks: Arc<[TaskCheck]>,
+    /// The run's id in a durable store, when this pause is kept there: its
+    /// decision must be recorded there before the run acts on it.
+    stored: Option<Arc<str>>,
+    /// `None` once someone has decided. A decided pause stays in the entry
+    /// until the run pauses again or ends, so a second reply to it is told
+    /// `AlreadyDecided` (and a new chat message `SessionBusy`) rather than
+    /// depending on how fast the run resumed.
+    decide_tx: Option<oneshot::Sender<Decision>>,
+    /// Set when the run's timeout or stop came due while a decision was on
+    /// its way: if that decision is withdrawn, this reason decides.
+    settling: Option<CancelReason>,
+    /// The run's stop. Once it fires, the pause belongs to the stop: replies
+    /// are refused under this lock, so none is acknowledged after the run
+    /// was told to stop and before it noticed (see [`RunSlot::wait`]).
+    stop: CancellationToken,
+}
+
+impl ConfirmationManager {
+    pub fn new() -> ConfirmationManager {
+        ConfirmationManager::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        // A panic while holding this lock leaves plain data behind (every
+        // update of the two maps happens in one non-panicking step), so a
+        // poisoned lock is still usable.
+        self.shared
+            .registry
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Registers a new run on `session_id`. A run that is paused and not yet
+    /// decided is superseded (its pause is decided as `Cancel(Superseded)`);
+    /// a run that is streaming, or whose decision is on its way, keeps the
+    /// session and the new run is refused. A new session is refused when
+    /// `limits.max_runs` runs are registered already, or its owner holds
+    /// `limits.per_owner`.
+    pub fn begin_run(&self, key: SessionKey, limits: RunLimits) -> Result<RunSlot, BeginError> {
+        let run_id = self.shared.next_run_id.fetch_add(1, Ordering::Relaxed);
+        let mut registry = self.lock();
+        if !registry.sessions.contains_key(&key) {
+            if registry.sessions.len() >= limits.max_runs {
+                return Err(BeginError::Overloaded);
+            }
+            let owned = registry.per_owner.get(&key.owner).copied().unwrap_or(0);
+            if owned >= limits.per_owner {
+                return Err(BeginError::KeyOverloaded {
+                    limit: limits.per_owner,
+                });
+            }
+        }
+        if let Some(entry) = registry.sessions.get_mut(&key) {
+            let decide_tx = entry
+                .pause
+                .as_mut()
+                .and_then(|pause| pause.decide_tx.take())
+                .ok_or(BeginError::SessionBusy)?;
+            // The old run may have just dropped its receiver (it is ending
+            // anyway); either way it no longer owns the session.
+            let _ = decide_tx.send(Decision::Cancel(CancelReason::Superseded));
+        }
+        registry.insert(
+            key.clone(),
+            Entry {
+                run_id,
+                pause: None,
+            },
+        );
+        Ok(RunSlot {
+            manager: self.clone(),
+            key,
+            run_id,
+        })
+    }
+
+    /// Applies a user's reply (and its per-task `decisions`) to the pause of
+    /// `session_id`. A refused reply leaves the pause exactly as it was.
+    pub fn decide(
+        &self,
+        key: &SessionKey,
+        reply: &ReplyMessage,
+        confirmation_id: Option<&str>,
+        decisions: Option<&[TaskDecisionRequest]>,
+    ) -> Result<Accepted, DecideError> {
+        let mut registry = self.lock();
+        let pause = registry
+            .sessions
+            .get_mut(key)
+            .and_then(|entry| entry.pause.as_mut())
+            .ok_or(DecideError::NoPending)?;
+        let action = Action::from_word(&reply.action)
+            .filter(|action| pause.options.contains(action))
+            .ok_or_else(|| DecideError::NotOffered {
+                action: reply.action.clone(),
+                options: pause.options.clone(),
+            })?;
+        // A modify without text is accepted: the plan is put again unchanged.
+        let text = reply.text.as_deref().unwrap_or("");
+        if action == Action::Modify && text.len() > MAX_MODIFY_TEXT_BYTES {
+            return Err(DecideError::ModifyTooLong {
+                options: pause.options.clone(),
+            });
+        }
+        if confirmation_id.is_some_and(|id| id != pause.confirmation_id) {
+            return Err(DecideError::Stale);
+        }
+        let verdicts = check_decisions(action, decisions, &pause.tasks)
+            .map_err(DecideError::InvalidDecision)?;
+        if pause.stop.is_cancelled() {
+            // The run was told to stop: the stop decides this pause.
+            return Err(DecideError::AlreadyDecided);
+        }
+        // Taken under the lock: from here on the pause is decided for
+        // everyone (later replies: AlreadyDecided; a new message: SessionBusy).
+        let decide_tx = pause.decide_tx.take().ok_or(DecideError::AlreadyDecided)?;
+        let decision = match action {
+            Action::Confirm => Decision::Confirm(verdicts.clone().unwrap_or_default()),
+            Action::Modify => Decision::Modify(text.to_owned()),
+            Action::Cancel => Decision::Cancel(CancelReason::User),
+        };
+        let (confirmation_id, confirmation_round) = (pause.confirmation_id.clone(), pause.round);
+        let stored = pause.stored.clone();
+        let run_id = registry.sessions.get(key).map_or(0, |entry| entry.run_id);
+        Ok(Accepted {
+            action,
+            confirmation_id,
+            confirmation_round,
+            run_id,
+            decisions: verdicts,
+            stored,
+            ticket: DecisionTicket {
+                decide_tx: Some(decide_tx),
+                decision: Some(decision),
+                manager: self.clone(),
+                key: key.clone(),
+                run_id,
+            },
+        })
+    }
+
+    /// A run number of this process for a run that never registers (one
+    /// a store kept that ended as it was restored), for its records.
+    pub fn number_run(&self) -> u64 {
+        self.shared.next_run_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Whether a run lives on `key`.
+    pub fn holds(&self, key: &SessionKey) -> bool {
+        self.lock().sessions.contains_key(key)
+    }
+
+    /// Whether the run on `key` is paused on a confirmation nobody decided.
+    pub fn is_paused(&self, key: &SessionKey) -> bool {
+        self.lock().sessions.get(key).is_some_and(Entry::waits)
+    }
+
+    /// Number of sessions with a live run.
+    pub fn active_runs(&self) -> usize {
+        self.lock().sessions.len()
+    }
+
+    /// Number of runs paused on a confirmation nobody has decided yet.
+    pub fn paused_runs(&self) -> usize {
+        self.counts().paused
+    }
+
+    /// Active and paused runs, read under one lock.
+    pub fn counts(&self) -> RunCounts {
+        let registry = self.lock();
+        RunCounts {
+            active: registry.sessions.len(),
+            paused: registry.sessions.values().filter(|e| e.waits()).count(),
+        }
+    }
+
+    /// Resolves once no run is registered (used to drain on shutdown).
+    pub async fn wait_until_empty(&self) {
+        loop {
+            let removed = self.shared.entry_removed.notified();
+            tokio::pin!(removed);
+            // Register interest before looking, so a removal in between is not missed.
+            removed.as_mut().enable();
+            if self.lock().sessions.is_empty() {
+                return;
+            }
+            removed.await;
+        }
+    }
+}
+
+/// Ownership of one session's registry entry for the life of one run.
+/// Dropping it frees the entry.
+pub struct RunSlot {
+    manager: ConfirmationManager,
+    key: SessionKey,
+    run_id: u64,
+}
+
+#[cfg(test)]
+mod tests;

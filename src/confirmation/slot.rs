@@ -1,0 +1,136 @@
+//! The run's side of the handshake: a [`RunSlot`] registers a pause, waits
+//! for its decision (or decides it itself on a timeout or a stop), and frees
+//! the session's entry when dropped.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::decisions::TaskCheck;
+use super::{Decision, Pause, RunSlot};
+use crate::protocol::{Action, CancelReason};
+use crate::session::SessionKey;
+
+/// A registered pause, waiting for its decision.
+pub struct PendingDecision {
+    decide_rx: oneshot::Receiver<Decision>,
+}
+
+impl RunSlot {
+    pub fn session_id(&self) -> &str {
+        &self.key.session_id
+    }
+
+    pub fn key(&self) -> &SessionKey {
+        &self.key
+    }
+
+    pub fn run_id(&self) -> u64 {
+        self.run_id
+    }
+
+    /// Registers a pause. Replies are accepted from this moment on, so call it
+    /// before telling the client about the confirmation request. Once `stop`
+    /// fires, replies are refused (`AlreadyDecided`): the stop decides.
+    pub fn pause(
+        &self,
+        confirmation_id: String,
+        round: u32,
+        options: Vec<Action>,
+        tasks: Arc<[TaskCheck]>,
+        stored: Option<Arc<str>>,
+        stop: CancellationToken,
+    ) -> Result<PendingDecision, CancelReason> {
+        let (decide_tx, decide_rx) = oneshot::channel();
+        let mut registry = self.manager.lock();
+        match registry.sessions.get_mut(&self.key) {
+            Some(entry) if entry.run_id == self.run_id => {
+                entry.pause = Some(Pause {
+                    confirmation_id,
+                    round,
+                    options,
+                    tasks,
+                    stored,
+                    decide_tx: Some(decide_tx),
+                    settling: None,
+                    stop,
+                });
+                Ok(PendingDecision { decide_rx })
+            }
+            // Another run took the session while this one was streaming.
+            _ => Err(CancelReason::Superseded),
+        }
+    }
+
+    /// Waits for the decision of `pending`, deciding it ourselves if `timeout`
+    /// passes first (`Cancel(Timeout)`) or `stop` resolves first
+    /// (`Cancel(<its reason>)`). Whatever wins, the pause is decided when this
+    /// returns; later replies get `AlreadyDecided` while the run lives, and
+    /// `NoPending` once it has ended.
+    pub async fn wait(
+        &self,
+        pending: PendingDecision,
+        timeout: Duration,
+        stop: impl Future<Output = CancelReason>,
+    ) -> Decision {
+        let mut decide_rx = pending.decide_rx;
+        let fallback = tokio::select! {
+            decided = &mut decide_rx => {
+                // Only a superseding run drops a sender unsent... and it sends.
+                return decided.unwrap_or(Decision::Cancel(CancelReason::Superseded));
+            }
+            () = tokio::time::sleep(timeout) => CancelReason::Timeout,
+            reason = stop => reason,
+        };
+        match self.settle(fallback) {
+            Some(decision) => decision,
+            // Somebody decided first and their decision is on its way (an
+            // audit record being written): it stands, so wait for it.
+            None => decide_rx
+                .await
+                .unwrap_or(Decision::Cancel(CancelReason::Superseded)),
+        }
+    }
+
+    /// Decides the pause with `fallback` if nobody has yet (`Some`); `None`
+    /// when a decision was taken first: a reply that was (or will be) told
+    /// `confirmation_received` is never overruled.
+    fn settle(&self, fallback: CancelReason) -> Option<Decision> {
+        let mut registry = self.manager.lock();
+        let entry = registry
+            .sessions
+            .get_mut(&self.key)
+            .filter(|entry| entry.run_id == self.run_id)?;
+        // Superseded runs (no entry) return None above: the superseding run
+        // sent its decision before replacing us.
+        let pause = entry.pause.as_mut()?;
+        match pause.decide_tx.take() {
+            // Nobody decided yet: we do, by dropping the only sender.
+            Some(_decide_tx) => Some(Decision::Cancel(fallback)),
+            None => {
+                // A decision is on its way; should it be withdrawn, ours stands.
+                pause.settling = Some(fallback);
+                None
+            }
+        }
+    }
+}
+
+impl Drop for RunSlot {
+    fn drop(&mut self) {
+        let mut registry = self.manager.lock();
+        if registry
+            .sessions
+            .get(&self.key)
+            .is_some_and(|entry| entry.run_id == self.run_id)
+        {
+            registry.remove(&self.key);
+        }
+        drop(registry);
+        // Woken after the lock is released.
+        self.manager.shared.entry_removed.notify_waiters();
+    }
+}

@@ -1,0 +1,152 @@
+//! Which replies a pause accepts: the offered options, the bounds of a
+//! modify, the per-task decisions of a confirm, in the documented order.
+
+use super::*;
+
+#[tokio::test]
+async fn per_task_decisions_are_checked_against_the_pending_tasks() {
+    let manager = ConfirmationManager::new();
+    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let tasks: Arc<[TaskCheck]> = vec![TaskCheck::default(), TaskCheck::default()].into();
+    let _pending = slot
+        .pause(
+            "c1".into(),
+            1,
+            Action::ALL.to_vec(),
+            tasks,
+            None,
+            CancellationToken::new(),
+        )
+        .unwrap_or_else(|_| panic!("slot owns its session"));
+    let request = |index: u64, decision: &str| TaskDecisionRequest {
+        index,
+        decision: decision.into(),
+        reason: None,
+        args: None,
+        result: None,
+    };
+    let refused = |reply_action: &str, decisions: Vec<TaskDecisionRequest>| match manager.decide(
+        &key("s"),
+        &reply(reply_action, None),
+        None,
+        Some(&decisions),
+    ) {
+        Err(DecideError::InvalidDecision(why)) => why,
+        other => panic!("refused as invalid: {other:?}"),
+    };
+
+    assert!(refused("confirm", vec![request(3, "approve")]).contains("no task 3"));
+    assert!(refused("confirm", vec![request(0, "approve")]).contains("no task 0"));
+    assert!(
+        refused("confirm", vec![request(1, "reject"), request(1, "approve")]).contains("twice")
+    );
+    assert!(refused("confirm", vec![request(1, "skip")]).contains("`skip`"));
+    assert!(refused("confirm", vec![request(1, "edit")]).contains("args"));
+    assert!(refused("confirm", vec![request(2, "respond")]).contains("result"));
+    assert!(refused("cancel", vec![request(1, "reject")]).contains("confirm only"));
+
+    let mut reject = request(2, "reject");
+    reject.reason = Some("not now".into());
+    let accepted = manager
+        .decide(&key("s"), &reply("confirm", None), None, Some(&[reject]))
+        .unwrap();
+    let decisions = accepted.decisions.clone().unwrap();
+    assert_eq!(decisions.verdict(1), &Verdict::Approve);
+    assert_eq!(
+        decisions.verdict(2),
+        &Verdict::Reject {
+            reason: Some("not now".into())
+        }
+    );
+    accepted.ticket.deliver();
+}
+
+#[tokio::test]
+async fn refused_replies_are_checked_in_the_documented_order_and_change_nothing() {
+    let manager = ConfirmationManager::new();
+    assert_eq!(
+        decide(&manager, &key("s"), &reply("confirm", None), None),
+        Err(DecideError::NoPending)
+    );
+    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    assert_eq!(
+        decide(&manager, &key("s"), &reply("launch", None), Some("wrong")),
+        Err(DecideError::NoPending),
+        "a streaming run has nothing pending"
+    );
+    let pending = pause(&slot, "c1", 1);
+
+    assert!(matches!(
+        decide(&manager, &key("s"), &reply("launch", None), Some("wrong")),
+        Err(DecideError::NotOffered { .. })
+    ));
+    let long = "x".repeat(MAX_MODIFY_TEXT_BYTES + 1);
+    assert!(matches!(
+        decide(
+            &manager,
+            &key("s"),
+            &reply("modify", Some(&long)),
+            Some("wrong")
+        ),
+        Err(DecideError::ModifyTooLong { .. })
+    ));
+    assert_eq!(
+        decide(&manager, &key("s"), &reply("confirm", None), Some("wrong")),
+        Err(DecideError::Stale)
+    );
+    let accepted = decide(&manager, &key("s"), &reply("confirm", None), Some("c1")).unwrap();
+    assert_eq!(accepted.1, 1);
+    assert_eq!(
+        decide(&manager, &key("s"), &reply("confirm", None), Some("wrong")),
+        Err(DecideError::Stale)
+    );
+    assert_eq!(
+        decide(&manager, &key("s"), &reply("cancel", None), None),
+        Err(DecideError::AlreadyDecided)
+    );
+    assert_eq!(
+        slot.wait(pending, LONG, pending_reason()).await,
+        Decision::Confirm(Decisions::approve_all(0))
+    );
+}
+
+#[tokio::test]
+async fn only_the_offered_options_are_accepted() {
+    let manager = ConfirmationManager::new();
+    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let _pending = slot
+        .pause(
+            "c1".into(),
+            1,
+            vec![Action::Confirm, Action::Cancel],
+            Arc::from(Vec::new()),
+            None,
+            CancellationToken::new(),
+        )
+        .unwrap_or_else(|_| panic!("slot owns its session"));
+
+    let refused = decide(&manager, &key("s"), &reply("modify", Some("x")), None);
+
+    assert_eq!(
+        refused,
+        Err(DecideError::NotOffered {
+            action: "modify".into(),
+            options: vec![Action::Confirm, Action::Cancel]
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_modify_text_over_the_bound_is_refused_and_the_pause_stays() {
+    let manager = ConfirmationManager::new();
+    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let _pending = pause(&slot, "c1", 1);
+    let long = "x".repeat(MAX_MODIFY_TEXT_BYTES + 1);
+
+    let refused = decide(&manager, &key("s"), &reply("modify", Some(&long)), None);
+    let fits = "x".repeat(MAX_MODIFY_TEXT_BYTES);
+    let accepted = decide(&manager, &key("s"), &reply("modify", Some(&fits)), None);
+
+    assert!(matches!(refused, Err(DecideError::ModifyTooLong { .. })));
+    assert!(accepted.is_ok());
+}

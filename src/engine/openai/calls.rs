@@ -1,0 +1,230 @@
+//! With declared tools (`--tools`) the model calls them directly: each
+//! answer's calls are checked, the ones that need a yes are one
+//! confirmation (a task per call), and what is confirmed is exactly what
+//! runs, once; every call's result goes back to the model.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::reply::ModelReply;
+use super::turn::{modify_text, paused_state, tool_result, Pending, PendingCall, Resumable};
+use crate::protocol::{meta, ChunkType, RiskLevel, TaskSpec, Verdict};
+use crate::run::context::RunContext;
+use crate::run::outcome::RunError;
+use crate::run::plan::{Approval, Plan};
+use crate::tools::{Tool, ToolOutcome, Tools};
+
+/// One answer's calls of declared tools. Calls to unknown tools, and calls
+/// whose arguments are not a JSON object fitting the tool's schema, go back
+/// to the model as errors and never reach the user. Calls to `confirm =
+/// false` tools run at once. The rest are one confirmation, one task per
+/// call; after a confirm each runs as decided (approved, edited, rejected or
+/// answered by the user). Every call gets its result as a `tool` message.
+/// Returns whether any call ran.
+pub async fn tool_turn(
+    ctx: &mut RunContext,
+    messages: &mut Vec<Value>,
+    reply: &ModelReply,
+    tools: &Tools,
+    go_on: Resumable,
+) -> Result<bool, RunError> {
+    let calls = &reply.tool_calls;
+    let call_ids: Vec<String> = calls.iter().map(|call| call.id.clone()).collect();
+    let mut results: Vec<String> = vec![String::new(); calls.len()];
+    let mut batch: Vec<(usize, Arc<Tool>, Value)> = Vec::new();
+    let mut ran = false;
+    for (position, call) in calls.iter().enumerate() {
+        let Some(tool) = tools.get(&call.name).cloned() else {
+            let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+            results[position] = format!(
+                "Error: there is no tool `{}`; the tools are: {}.",
+                call.name,
+                names.join(", ")
+            );
+            continue;
+        };
+        let args = match serde_json::from_str::<Value>(&call.arguments) {
+            Ok(args) if args.is_object() => args,
+            Ok(_) | Err(_) => {
+                results[position] = "Error: the arguments were not a JSON object. Call the tool again with valid arguments.".to_owned();
+                continue;
+            }
+        };
+        if let Err(why) = tool.check_args(&args) {
+            results[position] = format!(
+                "Error: the arguments do not fit the tool's parameters: {why}. Call it again with valid arguments."
+            );
+            continue;
+        }
+        if !tool.confirm {
+            // Read-only by the tools file's word, never by the model's.
+            let status = ctx
+                .chunk(
+                    ChunkType::Status,
+                    format!("Running {} (read-only, no confirmation)", tool.name),
+                )
+                .with_meta(meta::TOOL, tool.name.as_str());
+            ctx.send(status).await?;
+            let outcome = ctx.run_tool(position + 1, &tool, &args).await?;
+            results[position] = outcome_text(&outcome);
+            ran = true;
+            continue;
+        }
+        batch.push((position, tool, args));
+    }
+    if batch.is_empty() {
+        push_results(messages, &call_ids, results);
+        return Ok(ran);
+    }
+    let mut plan = Plan {
+        state: None,
+        summary: format!("Confirm {} tool call(s)?", batch.len()),
+        risk_level: batch
+            .iter()
+            .map(|(_, tool, _)| tool.risk)
+            .max()
+            .unwrap_or(RiskLevel::Low),
+        tasks: batch
+            .iter()
+            .enumerate()
+            .map(|(k, (_, tool, args))| TaskSpec {
+                index: k + 1,
+                description: describe(tool, args),
+                tool: tool.name.clone(),
+                args: Some(args.clone()),
+            })
+            .collect(),
+    };
+    let pending = Pending::Tools {
+        call_ids: call_ids.clone(),
+        results: results.clone(),
+        batch: batch
+            .iter()
+            .map(|(position, tool, args)| PendingCall {
+                position: *position,
+                tool: tool.name.clone(),
+                args: args.clone(),
+            })
+            .collect(),
+        ran,
+    };
+    plan.state = paused_state(ctx, messages, go_on, pending);
+    let answer = ctx.confirm(plan).await;
+    tools_answered(ctx, messages, &call_ids, results, &batch, answer, ran).await
+}
+
+/// Runs the confirmed `batch` as decided (or not at all) and gives the
+/// model every call's result. Returns whether any call ran.
+pub async fn tools_answered(
+    ctx: &mut RunContext,
+    messages: &mut Vec<Value>,
+    call_ids: &[String],
+    mut results: Vec<String>,
+    batch: &[(usize, Arc<Tool>, Value)],
+    answer: Result<Approval, RunError>,
+    mut ran: bool,
+) -> Result<bool, RunError> {
+    match answer {
+        Ok(Approval::Confirm(decisions)) => {
+            for (k, (position, tool, args)) in batch.iter().enumerate() {
+                let index = k + 1;
+                let used = match decisions.verdict(index) {
+                    Verdict::Approve => args.clone(),
+                    Verdict::Edit { args } => args.clone(),
+                    Verdict::Reject { reason } => {
+                        let why = reason.as_deref().unwrap_or("no reason given");
+                        let skipped =
+                            ToolOutcome::skipped(false, None, Some(format!("rejected: {why}")));
+                        ctx.record_tool(index, &tool.name, None, &skipped).await?;
+                        results[*position] =
+                            format!("The user rejected this call ({why}); it was not run.");
+                        continue;
+                    }
+                    Verdict::Respond { result } => {
+                        let answered = ToolOutcome::skipped(true, Some(result.clone()), None);
+                        ctx.record_tool(index, &tool.name, None, &answered).await?;
+                        results[*position] = format!(
+                            "The user gave this result instead of running the call: {result}"
+                        );
+                        continue;
+                    }
+                };
+                let status = ctx
+                    .chunk(
+                        ChunkType::Status,
+                        format!("Running {} (task {index})", tool.name),
+                    )
+                    .with_meta(meta::STEP, index)
+                    .with_meta(meta::TOOL, tool.name.as_str());
+                ctx.send(status).await?;
+                let outcome = ctx.run_tool(index, tool, &used).await?;
+                results[*position] = outcome_text(&outcome);
+                ran = true;
+            }
+        }
+        Ok(Approval::Modify(feedback)) => {
+            let text = format!(
+                "Not run. {} Call the tools again as they should be.",
+                modify_text(&feedback)
+            );
+            for (position, _, _) in batch {
+                results[*position] = text.clone();
+            }
+            ctx.emit(ChunkType::Status, "Re-planning with your feedback")
+                .await?;
+        }
+        Err(RunError::Cancelled(reason)) => {
+            for (position, _, _) in batch {
+                results[*position] =
+                    format!("Not run: the user did not confirm ({}).", reason.as_str());
+            }
+            push_results(messages, call_ids, results);
+            return Err(RunError::Cancelled(reason));
+        }
+        Err(failed) => return Err(failed),
+    }
+    push_results(messages, call_ids, results);
+    Ok(ran)
+}
+
+/// One `tool` message per call, in the calls' order.
+fn push_results(messages: &mut Vec<Value>, call_ids: &[String], results: Vec<String>) {
+    for (id, result) in call_ids.iter().zip(results) {
+        messages.push(tool_result(id, &result));
+    }
+}
+
+/// What the model is told a call did.
+fn outcome_text(outcome: &ToolOutcome) -> String {
+    match (outcome.ok, &outcome.result, &outcome.error) {
+        (true, Some(result), _) if outcome.truncated => {
+            format!("{result}\n[output truncated at {} bytes]", result.len())
+        }
+        (true, Some(result), _) => result.clone(),
+        (_, _, Some(error)) => format!("Error: {error}"),
+        _ => "Error: the call failed".to_owned(),
+    }
+}
+
+/// A task's readable description: the tool and its arguments, on one line.
+fn describe(tool: &Tool, args: &Value) -> String {
+    let args = args.to_string();
+    let mut text = format!("{} {}", tool.name, args);
+    if text.chars().count() > 200 {
+        text = text.chars().take(199).collect::<String>() + "…";
+    }
+    text
+}
+
+/// A declared tool, as the model is offered it.
+pub fn tool_spec(tool: &Tool) -> Value {
+    json!({
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        }
+    })
+}
