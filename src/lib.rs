@@ -7,28 +7,22 @@
 //! session decides, and the original stream resumes. See `docs/protocol.md`.
 //!
 //! # Layout
-//! Imports flow one way, from the HTTP glue down to the wire types:
-//! `startup` → `http` → `run` → `engine` → `run::{log, stop, stream}`,
-//! `audit` → `confirmation` → `tools`, `metrics`, `sse` → `protocol`.
-//! - [`protocol`]: wire types and names, the request's rules
-//!   ([`protocol::ValidRequest`]), chunk constructors, the `CONFIRM_ACTION`
-//!   parser (no I/O).
-//! - [`confirmation`]: [`confirmation::ConfirmationManager`], the run registry
-//!   and the pause/decide handshake (no HTTP).
-//! - [`run`]: a run's home: start, re-attach, drive to one final chunk; its
-//!   stop, its bounded log, its client streams (no HTTP).
-//! - [`engine`]: the [`engine::Engine`] trait, the [`engine::RunContext`]
-//!   engines drive, the built-in [`engine::planner`] and [`engine::openai`],
-//!   a real model behind an OpenAI-compatible server (no HTTP serving).
-//! - [`tools`]: the tools file (`--tools`), argument schemas, and the
-//!   `command` and `http` executors (no HTTP serving).
-//! - [`audit`]: the audit log (`--audit-log`), synced before acting, failing
-//!   closed.
-//! - [`sse`]: SSE framing.
-//! - [`http`]: handlers, the error table, access (keys, origins, hosts),
-//!   per-connection deadlines, the request log.
-//! - [`metrics`]: the Prometheus metrics behind `GET /metrics`.
-//! - [`config`] and [`startup`]: settings, binding, serving, shutdown.
+//! Imports flow one way, top to bottom; a module names only modules below
+//! it (`tests/layout.rs` checks it, for files and for these modules):
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`startup`] | build (engines, stores, tools, the cluster) and bind; serve; shut down |
+//! | [`config`] | the settings (flags and environment), describing only |
+//! | [`http`] | handlers: extract, check access, validate, one call into [`run`], respond; forwarding to a run's owner; the error table |
+//! | [`engine`] | the engines ([`engine::planner`], [`engine::openai`]), each using only [`run::RunContext`] |
+//! | [`run`] | a run's home: start, re-attach, decide ([`run::decide`]), where it lives ([`run::place`]), restore, its one final chunk; the engine seam ([`run::Engine`], [`run::RunContext`]); its stop, bounded log and client streams |
+//! | [`cluster`] | replicas over Redis: identity, heartbeat, claim and takeover |
+//! | [`store`] | paused runs' records: [`store::memory`], [`store::sqlite`], [`store::redis`] |
+//! | [`confirmation`] | the run registry and the pause/decide handshake (no I/O) |
+//! | [`audit`], [`metrics`], [`tools`] | the audit log; Prometheus metrics; declared tools and their executors |
+//! | [`session`], [`sse`] | who a session belongs to; SSE framing (the only place that writes SSE bytes) |
+//! | [`protocol`] | wire types and names, the request's rules, chunk constructors (no I/O) |
 
 pub mod audit;
 pub mod cluster;

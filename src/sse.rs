@@ -56,6 +56,31 @@ const SCRATCH_CAPACITY: usize = 4096;
 /// Scratch capacity a thread keeps between frames.
 const MAX_SCRATCH_CAPACITY: usize = 64 * 1024;
 
+/// The frame with `"gap":true` put first into its `metadata` object.
+///
+/// No re-parsing (which could fail, on deep nesting say, and lose the flag):
+/// `metadata` is the first object-valued field of a chunk, and the text of
+/// the string fields before it is JSON-escaped, so it has no bare `"` and
+/// cannot contain the key; the first `"metadata":{` is always the real one.
+pub fn with_gap(frame: &Bytes) -> Bytes {
+    const KEY: &[u8] = b"\"metadata\":{";
+    let Some(at) = memchr::memmem::find(frame, KEY) else {
+        // Every frame is an encoded chunk; kept for the type's sake.
+        return frame.clone();
+    };
+    let open = at + KEY.len();
+    let flag: &[u8] = if frame.get(open) == Some(&b'}') {
+        b"\"gap\":true"
+    } else {
+        b"\"gap\":true,"
+    };
+    let mut out = Vec::with_capacity(frame.len() + flag.len());
+    out.extend_from_slice(&frame[..open]);
+    out.extend_from_slice(flag);
+    out.extend_from_slice(&frame[open..]);
+    Bytes::from(out)
+}
+
 fn builder(status: StatusCode) -> HttpResponseBuilder {
     let mut builder = HttpResponse::build(status);
     builder

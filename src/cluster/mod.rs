@@ -8,7 +8,7 @@
 //! [`crate::store::redis`] for the keys.
 //!
 //! A reply, a supersede or a re-attach that lands on a replica that does not
-//! own the session is forwarded to the owner over HTTP ([`forward`]), with
+//! own the session is forwarded to the owner over HTTP ([`crate::http::forward`]), with
 //! `--cluster-secret`, and applied there exactly as a local one: first
 //! decision wins, cluster-wide, because only the owner decides. HTTP rather
 //! than Redis request/reply: the owner's answer (status, error chunk, a

@@ -3,7 +3,7 @@
 //! - With API keys configured, every chat request needs
 //!   `Authorization: Bearer <key>`. The key's position in the list is the
 //!   run's owner; sessions live in their owner's namespace (see
-//!   [`crate::confirmation::SessionKey`]), so one key can neither see nor
+//!   [`crate::session::SessionKey`]), so one key can neither see nor
 //!   touch another key's runs.
 //! - Browsers: a request the browser marks `Sec-Fetch-Site: cross-site` is
 //!   refused unless its `Origin` is on the `--cors-origin` allowlist; allowed

@@ -218,7 +218,7 @@ impl AsyncWrite for GuardedStream {
 /// its response body. Requests on connections that are not guarded (none
 /// in the server) pass untouched.
 ///
-/// The future is boxed, as in [`crate::access_log`]: it is freed when the
+/// The future is boxed, as in [`super::access_log`]: it is freed when the
 /// response head is ready, while the body wrapper (one `Rc`) stays.
 pub fn mark_requests<B: MessageBody + 'static>(
     req: ServiceRequest,

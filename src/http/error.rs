@@ -2,7 +2,7 @@
 //! This is the one place that maps errors to the wire: [`ChatError::wire`]
 //! is the table, [`ChatError::to_response`] the answer. Handlers return a
 //! [`Refusal`] (the error and the session it concerns) with `?`, and
-//! [`super::AppState::refuse`] counts and answers it.
+//! [`super::state::AppState::refuse`] counts and answers it.
 
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;

@@ -115,8 +115,8 @@ pub enum ErrorType {
     /// The model server sent more than chatgate accepts (an index, a line,
     /// arguments or text past a documented bound).
     EngineLimit,
-    /// The plan has more than [`MAX_PLAN_TASKS`] tasks or more than
-    /// [`MAX_CONFIRMATION_BYTES`] of confirmation data.
+    /// The plan has more than [`MAX_PLAN_TASKS`](super::MAX_PLAN_TASKS) tasks or more than
+    /// [`MAX_CONFIRMATION_BYTES`](super::MAX_CONFIRMATION_BYTES) of confirmation data.
     PlanTooLarge,
     /// A plan's step would call a declared tool with arguments that do not
     /// fit its schema; nothing was asked.

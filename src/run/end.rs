@@ -10,10 +10,10 @@ use futures_util::FutureExt;
 
 use super::context::RunContext;
 use super::engine::Engine;
-use super::outcome::{Completion, RunError};
+use super::outcome::{Completion, Ending, RunError};
 use crate::audit::{AuditLog, AuditRecord, RunFields};
 use crate::confirmation::slot::PendingDecision;
-use crate::protocol::{meta, CancelReason, Chunk, ChunkType, ErrorType};
+use crate::protocol::{ChunkType, ErrorType};
 use crate::sse;
 use crate::store::PausedRecord;
 
@@ -47,10 +47,10 @@ pub(super) async fn drive_restored(
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| panicked()),
-            None => Err(RunError::Failed {
-                error_type: ErrorType::Interrupted,
-                message: "this run's engine cannot go on after a restart".to_owned(),
-            }),
+            None => Err(RunError::failed(
+                ErrorType::Interrupted,
+                "this run's engine cannot go on after a restart",
+            )),
         },
         Err(err) => Err(err),
     };
@@ -59,10 +59,7 @@ pub(super) async fn drive_restored(
 
 fn panicked() -> Result<Completion, RunError> {
     ::log::error!("engine panicked during a run");
-    Err(RunError::Failed {
-        error_type: ErrorType::Internal,
-        message: "internal error".to_owned(),
-    })
+    Err(RunError::unacted(ErrorType::Internal))
 }
 
 /// Ends a run: its final chunk, its store record, its audit record. A run
@@ -127,46 +124,13 @@ fn finish(
     ctx: RunContext,
     result: Result<Completion, RunError>,
 ) -> (ChunkType, Option<&'static str>) {
-    let session_id = ctx.session_id().to_owned();
-    let (chunk, why) = match result {
-        Ok(completion) => (
-            Chunk::completion(&session_id, completion.text, completion.metadata),
-            None,
-        ),
-        Err(RunError::Cancelled(reason)) => {
-            (Chunk::cancelled(&session_id, reason), Some(reason.as_str()))
-        }
-        Err(RunError::Failed {
-            error_type,
-            message,
-        }) => {
-            ctx.metrics().error(error_type);
-            (
-                Chunk::failed(&session_id, error_type, message),
-                Some(error_type.as_str()),
-            )
-        }
-        Err(RunError::Suspended) => (
-            // Handled by `conclude`; kept total for the type's sake.
-            Chunk::cancelled(&session_id, CancelReason::Shutdown),
-            Some(CancelReason::Shutdown.as_str()),
-        ),
-        Err(RunError::RateLimited {
-            message,
-            retry_after_secs,
-        }) => {
-            let error_type = ErrorType::RateLimited;
-            ctx.metrics().error(error_type);
-            let mut chunk = Chunk::failed(&session_id, error_type, message);
-            if let Some(secs) = retry_after_secs {
-                chunk = chunk.with_meta(meta::RETRY_AFTER, secs);
-            }
-            (chunk, Some(error_type.as_str()))
-        }
-    };
+    let ending = Ending::of(ctx.session_id(), result);
+    if let Some(error_type) = ending.error {
+        ctx.metrics().error(error_type);
+    }
     let (slot, log) = ctx.into_parts();
     drop(slot);
-    let chunk_type = chunk.chunk_type;
-    log.push(chunk);
-    (chunk_type, why)
+    let chunk_type = ending.chunk.chunk_type;
+    log.push(ending.chunk);
+    (chunk_type, ending.why)
 }

@@ -1,6 +1,6 @@
 //! The seam between a run and whatever produces its answer: the [`Engine`]
 //! trait an engine implements, and the types it speaks with its
-//! [`RunContext`](super::context::RunContext): the [`Plan`] it puts to the
+//! [`RunContext`]: the [`Plan`](super::plan::Plan) it puts to the
 //! user, the [`Approval`] it gets back, how it ends ([`Completion`] or
 //! [`RunError`]).
 //!
@@ -29,7 +29,7 @@ pub trait Engine: Send + Sync + 'static {
     }
 
     /// Goes on with a run restored from a store: `state` is what the engine
-    /// put in [`Plan::state`] when it paused, `approval` the decision taken
+    /// put in [`Plan::state`](crate::run::Plan::state) when it paused, `approval` the decision taken
     /// since. `None`: this engine cannot restore a run (then its paused runs
     /// are not stored, and end at shutdown as without a store).
     fn resume<'a>(

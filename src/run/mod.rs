@@ -15,8 +15,8 @@
 //! - [`engine`], [`context`], [`plan`], [`outcome`]: what an engine
 //!   implements and the context it drives ([`RunContext`]).
 //! - [`decide`]: the one path a decision takes (manager, store, audit,
-//!   delivery); [`place`]: where a session's run lives; [`restore`]: runs a
-//!   durable store kept; [`end`]: a run's one final chunk.
+//!   delivery); [`place`]: where a session's run lives; `restore`: runs a
+//!   durable store kept; `end`: a run's one final chunk.
 //!
 //! The run task ends when the engine returns. The engine returns promptly
 //! when the run is stopped: by shutdown, by a slow client, or when a detached

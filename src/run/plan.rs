@@ -13,7 +13,7 @@ pub struct Plan {
     pub summary: String,
     pub tasks: Vec<TaskSpec>,
     pub risk_level: RiskLevel,
-    /// What [`Engine::resume`] needs to go on from this pause after a
+    /// What [`Engine::resume`](crate::run::Engine::resume) needs to go on from this pause after a
     /// restart; `None` if the engine cannot (the pause is then not stored).
     pub state: Option<Value>,
 }

@@ -116,7 +116,7 @@ impl Subscription {
             drop(guard);
             self.delivered_final |= last;
             return Poll::Ready(Some(if std::mem::take(&mut self.announce_gap) {
-                with_gap(&frame)
+                sse::with_gap(&frame)
             } else {
                 frame
             }));
@@ -146,31 +146,6 @@ pub fn expire_unclaimed(log: Arc<RunLog>, key: SessionKey, settings: Arc<StreamS
             log.stop.stop(CancelReason::ClientGone);
         }
     });
-}
-
-/// The frame with `"gap":true` put first into its `metadata` object.
-///
-/// No re-parsing (which could fail, on deep nesting say, and lose the flag):
-/// `metadata` is the first object-valued field of a chunk, and the text of
-/// the string fields before it is JSON-escaped, so it has no bare `"` and
-/// cannot contain the key; the first `"metadata":{` is always the real one.
-fn with_gap(frame: &Bytes) -> Bytes {
-    const KEY: &[u8] = b"\"metadata\":{";
-    let Some(at) = memchr::memmem::find(frame, KEY) else {
-        // Every frame is an encoded chunk; kept for the type's sake.
-        return frame.clone();
-    };
-    let open = at + KEY.len();
-    let flag: &[u8] = if frame.get(open) == Some(&b'}') {
-        b"\"gap\":true"
-    } else {
-        b"\"gap\":true,"
-    };
-    let mut out = Vec::with_capacity(frame.len() + flag.len());
-    out.extend_from_slice(&frame[..open]);
-    out.extend_from_slice(flag);
-    out.extend_from_slice(&frame[open..]);
-    Bytes::from(out)
 }
 
 impl Stream for Subscription {
@@ -448,11 +423,11 @@ mod tests {
             text.contains("\"metadata\":{\"gap\":true,\"args\":[[["),
             "{text}"
         );
-        let empty = with_gap(&sse::encode(&chunk("plain")));
+        let empty = sse::with_gap(&sse::encode(&chunk("plain")));
         assert!(std::str::from_utf8(&empty)
             .unwrap()
             .contains("\"metadata\":{\"gap\":true}"));
-        let with_text = with_gap(&sse::encode(&Chunk::new(
+        let with_text = sse::with_gap(&sse::encode(&Chunk::new(
             ChunkType::Status,
             "\"metadata\":{",
             "s",

@@ -31,11 +31,11 @@ use crate::session::SessionKey;
 pub struct PausedRecord {
     /// The run's id, unique across restarts.
     pub run: String,
-    /// The API key's namespace (see [`Namespaces`]); `None` without keys.
+    /// The API key's namespace (see [`crate::session::Namespaces`]); `None` without keys.
     pub namespace: Option<String>,
     pub session_id: String,
     /// The engine's name and its state at the pause (see
-    /// [`crate::engine::Engine::resume`]).
+    /// [`crate::run::Engine::resume`]).
     pub engine: String,
     pub state: Value,
     pub message: String,

@@ -4,7 +4,7 @@
 //!   they are resolved once at start (a missing variable is a start-up
 //!   error) and kept as secrets: never logged, never in `{:?}`.
 //! - A 2xx answer is a successful call whose body (up to
-//!   [`MAX_OUTPUT_BYTES`](super::outcome::MAX_OUTPUT_BYTES), the rest not read) is the result; any other
+//!   [`MAX_OUTPUT_BYTES`], the rest not read) is the result; any other
 //!   status, or no answer within the tool's timeout, fails the call.
 
 use std::collections::HashMap;

@@ -1,5 +1,5 @@
 //! What one tool call did ([`ToolOutcome`]), and the bound on what a call's
-//! output may make chatgate hold ([`CappedOutput`]).
+//! output may make chatgate hold (`CappedOutput`).
 
 use serde::Serialize;
 

@@ -19,7 +19,7 @@
 //! - The model server is read on the runtime the engine was built on, not on
 //!   the HTTP worker that serves the run's client.
 //! - With a durable store a pause keeps the conversation and the calls it
-//!   awaits ([`PausedTurn`]); [`Engine::resume`] goes on from there in
+//!   awaits (`PausedTurn`); [`Engine::resume`] goes on from there in
 //!   another process.
 //!
 //! What it does not do: run real tools. "Carrying out" a plan is the model's

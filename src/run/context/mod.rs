@@ -1,6 +1,6 @@
 //! [`RunContext`]: everything an engine may do during a run. Sending chunks,
 //! waiting, asking ([`RunContext::confirm`], whose machinery is in
-//! [`pause`]), and running declared tools ([`tools`]).
+//! `pause`), and running declared tools (`tools`).
 //!
 //! A paused run holds the future of its `confirm` call for the whole pause:
 //! every method keeps what it awaits small, and boxes what it need not hold.
@@ -193,7 +193,7 @@ impl RunContext {
     }
 
     /// Whether pauses are kept in a durable store (`--store`): only then is
-    /// [`Plan::state`] used, so an engine may skip building it otherwise.
+    /// [`Plan::state`](crate::run::Plan::state) used, so an engine may skip building it otherwise.
     pub fn durable(&self) -> bool {
         self.settings.store.is_durable()
     }

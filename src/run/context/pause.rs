@@ -251,21 +251,7 @@ impl RunContext {
                 self.metrics.decision(reason.as_str(), "accepted");
                 return Err(RunError::Cancelled(*reason));
             }
-            Decision::Failed(error_type) => {
-                let message = match error_type {
-                    ErrorType::AuditUnavailable => {
-                        "the decision could not be recorded in the audit log; nothing was run"
-                    }
-                    ErrorType::StoreUnavailable => {
-                        "the decision could not be recorded in the store; nothing was run"
-                    }
-                    _ => "internal error",
-                };
-                return Err(RunError::Failed {
-                    error_type: *error_type,
-                    message: message.to_owned(),
-                });
-            }
+            Decision::Failed(error_type) => return Err(RunError::unacted(*error_type)),
         };
         self.metrics.decision(decided_by, "accepted");
         let round = asked.round;
@@ -289,10 +275,7 @@ impl RunContext {
             Decision::Confirm(decisions) => Ok(Approval::Confirm(decisions)),
             Decision::Modify(text) => Ok(Approval::Modify(text)),
             Decision::Cancel(reason) => Err(RunError::Cancelled(reason)),
-            Decision::Failed(error_type) => Err(RunError::Failed {
-                error_type,
-                message: "internal error".to_owned(),
-            }),
+            Decision::Failed(error_type) => Err(RunError::unacted(error_type)),
         }
     }
 
