@@ -81,6 +81,32 @@ pub fn with_gap(frame: &Bytes) -> Bytes {
     Bytes::from(out)
 }
 
+/// The frame as sequence `sequence`: its `id:` line and the chunk's
+/// `sequence`, which ends the chunk's JSON (the struct's last field), both
+/// rewritten; nothing else is touched.
+pub fn renumber(frame: &Bytes, sequence: u64) -> Bytes {
+    const FIELD: &[u8] = b"\"sequence\":";
+    let (Some(line_end), Some(field)) = (
+        memchr::memchr(b'\n', frame),
+        memchr::memmem::rfind(frame, FIELD),
+    ) else {
+        // Every frame is an encoded chunk; kept for the type's sake.
+        return frame.clone();
+    };
+    let digits = field + FIELD.len();
+    let digits_end = digits
+        + frame[digits..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+    let mut out = Vec::with_capacity(frame.len() + 8);
+    write!(out, "id: {sequence}").expect("write to Vec");
+    out.extend_from_slice(&frame[line_end..digits]);
+    write!(out, "{sequence}").expect("write to Vec");
+    out.extend_from_slice(&frame[digits_end..]);
+    Bytes::from(out)
+}
+
 fn builder(status: StatusCode) -> HttpResponseBuilder {
     let mut builder = HttpResponse::build(status);
     builder
@@ -109,6 +135,20 @@ where
 mod tests {
     use super::*;
     use crate::protocol::ChunkType;
+
+    #[test]
+    fn a_renumbered_frame_changes_its_id_and_sequence_only() {
+        let chunk = Chunk::new(ChunkType::Status, "\"sequence\":5 in the text", "s", 5);
+
+        let frame = renumber(&encode(&chunk), 42);
+
+        let text = std::str::from_utf8(&frame).unwrap();
+        assert!(text.starts_with("id: 42\ndata: {"), "{text}");
+        let json = text.trim_end().strip_prefix("id: 42\ndata: ").unwrap();
+        let back: Chunk = serde_json::from_str(json).unwrap();
+        assert_eq!(back.sequence, 42);
+        assert_eq!(back.chunk, chunk.chunk);
+    }
 
     #[test]
     fn a_chunk_is_one_id_line_and_one_data_line() {

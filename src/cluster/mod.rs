@@ -31,9 +31,15 @@ use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
 use crate::session::{Namespaces, SessionKey};
-use crate::store::redis::{Beat, Claim, Owner, RedisStore, Remote, ReplicaSettings};
-use crate::store::{PausedRecord, StoreError};
+use crate::store::redis::ownership::{Beat, Claim, Owner, Remote};
+use crate::store::redis::{RedisStore, ReplicaSettings};
+use crate::store::{Fault, PausedRecord, Resolution, StoreError, StoredDecision};
 
+/// How long a request waits for a claim whose outcome was unknown to be
+/// settled before it answers `outcome_unknown`.
+pub const SETTLE_PATIENCE: Duration = Duration::from_secs(4);
+/// Time between two attempts to settle an unknown outcome.
+pub const SETTLE_RETRY: Duration = Duration::from_millis(250);
 /// Stripes of the takeover lock: requests for one session that is not here
 /// take turns, so a run is restored once before the next request looks.
 const STRIPES: usize = 64;
@@ -90,6 +96,21 @@ pub enum Claimed {
     Here(Arc<str>),
     /// A live replica owns the session.
     Elsewhere(Peer),
+    /// The paused run the claim was to supersede is no longer this
+    /// replica's to decide (taken over, or decided meanwhile).
+    Moved,
+    /// Redis did not say, and still does not: settle it with
+    /// [`Cluster::settle_claim`].
+    Unknown(PendingClaim),
+}
+
+/// A claim whose outcome is not known yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingClaim {
+    key: SessionKey,
+    /// The run id it claimed the session for.
+    pub run: Arc<str>,
+    nonce: String,
 }
 
 /// Where a session's run is.
@@ -141,6 +162,7 @@ impl Cluster {
             &config.store_url,
             ReplicaSettings {
                 replica_id: replica_id.clone(),
+                secret: config.secret.clone(),
                 advertise_url: config.advertise_url.clone(),
                 grace: config.detach_grace,
                 linger: config.detach_grace + config.owner_ttl,
@@ -173,13 +195,65 @@ impl Cluster {
         })
     }
 
-    /// A new run `run` takes `key`, unless a live replica owns it.
-    pub async fn claim(&self, key: &SessionKey) -> Result<Claimed, StoreError> {
-        let run = uuid::Uuid::new_v4().to_string();
-        Ok(match self.store.claim(key, &run).await? {
-            Claim::Claimed => Claimed::Here(Arc::from(run)),
+    /// A new run takes `key`, unless a live replica owns it; `superseded`
+    /// (this replica's paused run on the session, and its decision) is
+    /// decided in the same step. A claim whose outcome is unknown (Redis did
+    /// not answer in time) is settled before this returns, or within
+    /// [`SETTLE_PATIENCE`]: then it answers [`Fault::Unknown`] and
+    /// [`Cluster::settle_claim`] goes on with it.
+    pub async fn claim(
+        &self,
+        key: &SessionKey,
+        superseded: Option<(&str, &StoredDecision)>,
+    ) -> Result<Claimed, StoreError> {
+        let run: Arc<str> = Arc::from(uuid::Uuid::new_v4().to_string());
+        let nonce = match superseded {
+            Some((_, decision)) => decision.nonce.clone(),
+            None => uuid::Uuid::new_v4().simple().to_string(),
+        };
+        let claimed = self.store.claim(key, &run, &nonce, superseded).await;
+        let claimed = match claimed {
+            Err(err) if err.fault == Fault::Unknown => {
+                log::warn!("{err}; settling the claim");
+                let pending = PendingClaim {
+                    key: key.clone(),
+                    run: run.clone(),
+                    nonce,
+                };
+                return match self.settle_claim(&pending, SETTLE_PATIENCE).await {
+                    Ok(Resolution::Recorded) => Ok(Claimed::Here(run)),
+                    Ok(Resolution::Void) => Err(err.with_fault(Fault::Unreachable)),
+                    Err(_) => Ok(Claimed::Unknown(pending)),
+                };
+            }
+            claimed => claimed?,
+        };
+        Ok(match claimed {
+            Claim::Claimed => Claimed::Here(run),
             Claim::Owned(remote) => Claimed::Elsewhere(remote.into()),
+            Claim::Moved => Claimed::Moved,
         })
+    }
+
+    /// Learns what became of a claim whose outcome was unknown, trying for
+    /// `patience`: [`Resolution::Void`] means it never takes effect.
+    pub async fn settle_claim(
+        &self,
+        claim: &PendingClaim,
+        patience: Duration,
+    ) -> Result<Resolution, StoreError> {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            match self
+                .store
+                .resolve_claim(&claim.key, &claim.run, &claim.nonce)
+                .await
+            {
+                Ok(resolution) => return Ok(resolution),
+                Err(err) if tokio::time::Instant::now() >= deadline => return Err(err),
+                Err(_) => tokio::time::sleep(SETTLE_RETRY).await,
+            }
+        }
     }
 
     /// Where the run of `key` is; one whose owner is gone becomes this
@@ -271,7 +345,13 @@ impl Cluster {
     pub async fn start_heartbeat(self: &Arc<Self>, lapsed: impl Fn() + Send + 'static) {
         let interval = (self.owner_ttl / 3).min(Duration::from_secs(1));
         // The first beat replaces this replica's previous process, if any.
-        let mut healthy = self.beat(true, true).await.is_some();
+        let sent = tokio::time::Instant::now();
+        let first = self.beat(true, true).await;
+        // Until when this replica's ownership surely holds, by its own
+        // clock: a beat's TTL runs from when Redis set it, which is after
+        // it was sent.
+        let mut lease = first.as_ref().map(|_| sent + self.owner_ttl);
+        let mut healthy = first.is_some();
         let cluster = self.clone();
         tokio::spawn(async move {
             loop {
@@ -279,9 +359,25 @@ impl Cluster {
                     () = tokio::time::sleep(interval) => {}
                     () = cluster.leaving.cancelled() => return,
                 }
+                let sent = tokio::time::Instant::now();
                 let beat = cluster.beat(healthy, false).await;
-                if beat.as_ref().is_some_and(|beat| *beat != Beat::Kept) {
-                    lapsed();
+                if let Some(beat) = &beat {
+                    // A lapse is told by this clock as well as by what
+                    // Redis answers: a late SET (a beat sent before a stall,
+                    // run after it) brings an expired key back, and then
+                    // the next beat finds it "kept".
+                    let lapsed_here = lease.is_some_and(|until| sent > until);
+                    if *beat != Beat::Kept || lapsed_here {
+                        if lapsed_here && *beat == Beat::Kept {
+                            log::warn!(
+                                "this replica's heartbeat went unrenewed longer than \
+                                 --owner-ttl: other replicas may have taken over runs paused \
+                                 here; those are handed to them"
+                            );
+                        }
+                        lapsed();
+                    }
+                    lease = Some(sent + cluster.owner_ttl);
                 }
                 healthy = beat.is_some();
             }

@@ -139,6 +139,11 @@ pub enum DecideError {
     Stale,
     #[error("{0}")]
     InvalidDecision(String),
+    #[error(
+        "an earlier reply to this confirmation has an outcome that is not known yet (the \
+         store did not answer in time); it is being settled: retry in a moment"
+    )]
+    Settling,
     #[error("this confirmation has already been decided")]
     AlreadyDecided,
 }
@@ -166,6 +171,39 @@ pub struct Accepted {
     /// The run's id in a durable store, if its pause is kept there.
     pub stored: Option<Arc<str>>,
     pub ticket: DecisionTicket,
+}
+
+/// What [`ConfirmationManager::begin_run`] found on the session.
+pub enum Begun {
+    /// The session was free: the new run holds it.
+    Fresh(RunSlot),
+    /// The session's run was paused: its pause is taken, to be decided
+    /// `superseded` once that is recorded.
+    Supersedes(Superseding),
+}
+
+/// A paused run's pause, taken by a new message on its session and not yet
+/// handed over: completed, the old run ends `superseded` and the new run
+/// holds the session; withdrawn (the supersede could not be recorded), the
+/// pause waits again. Dropped without either, it is withdrawn.
+pub struct Superseding {
+    decide_tx: Option<oneshot::Sender<Decision>>,
+    manager: ConfirmationManager,
+    key: SessionKey,
+    old_run_id: u64,
+    new_run_id: u64,
+    /// The old run's id in a durable store, if its pause is kept there.
+    stored: Option<Arc<str>>,
+    confirmation_id: String,
+}
+
+impl std::fmt::Debug for Superseding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Superseding")
+            .field("old_run_id", &self.old_run_id)
+            .field("new_run_id", &self.new_run_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A decision taken and on its way to its run. Delivered, the run acts on
@@ -212,6 +250,32 @@ struct Registry {
 }
 
 impl Registry {
+    /// Hands a taken pause's sender back to run `run_id`'s pause on `key`
+    /// (its decision could not be recorded): the pause waits again, unless
+    /// the run's own fallback (its timeout, a stop) came due meanwhile, which
+    /// then decides it, as it would have without the taker.
+    fn give_back(&mut self, key: &SessionKey, run_id: u64, tx: oneshot::Sender<Decision>) {
+        let pause = self
+            .sessions
+            .get_mut(key)
+            .filter(|entry| entry.run_id == run_id)
+            .and_then(|entry| entry.pause.as_mut())
+            .filter(|pause| pause.decide_tx.is_none());
+        match pause {
+            Some(pause) => {
+                pause.in_doubt = false;
+                match pause.settling {
+                    Some(reason) => {
+                        let _ = tx.send(Decision::Cancel(reason));
+                    }
+                    None => pause.decide_tx = Some(tx),
+                }
+            }
+            // The run is gone: nobody waits on the sender.
+            None => drop(tx),
+        }
+    }
+
     fn insert(&mut self, key: SessionKey, entry: Entry) {
         if self.sessions.insert(key.clone(), entry).is_none() {
             *self.per_owner.entry(key.owner).or_default() += 1;
@@ -261,6 +325,9 @@ struct Pause {
     /// Set when the run's timeout or stop came due while a decision was on
     /// its way: if that decision is withdrawn, this reason decides.
     settling: Option<CancelReason>,
+    /// The decision on its way had an unknown outcome in the store and is
+    /// being settled: other replies are told to retry, not that it stands.
+    in_doubt: bool,
     /// The run's stop. Once it fires, the pause belongs to the stop: replies
     /// are refused under this lock, so none is acknowledged after the run
     /// was told to stop and before it noticed (see [`RunSlot::wait`]).
@@ -282,35 +349,41 @@ impl ConfirmationManager {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Registers a new run on `session_id`. A run that is paused and not yet
-    /// decided is superseded (its pause is decided as `Cancel(Superseded)`);
-    /// a run that is streaming, or whose decision is on its way, keeps the
-    /// session and the new run is refused. A new session is refused when
-    /// `limits.max_runs` runs are registered already, or its owner holds
-    /// `limits.per_owner`.
-    pub fn begin_run(&self, key: SessionKey, limits: RunLimits) -> Result<RunSlot, BeginError> {
+    /// Registers a new run on `key`. A run that is paused and not yet
+    /// decided is to be superseded: its pause is taken ([`Begun::Supersedes`])
+    /// and the new run gets the session once the supersede is recorded
+    /// ([`Superseding::complete`]). A run that is streaming, or whose
+    /// decision is on its way, keeps the session and the new run is refused.
+    /// A new session is refused when `limits.max_runs` runs are registered
+    /// already, or its owner holds `limits.per_owner`.
+    pub fn begin_run(&self, key: SessionKey, limits: RunLimits) -> Result<Begun, BeginError> {
         let run_id = self.shared.next_run_id.fetch_add(1, Ordering::Relaxed);
         let mut registry = self.lock();
-        if !registry.sessions.contains_key(&key) {
-            if registry.sessions.len() >= limits.max_runs {
-                return Err(BeginError::Overloaded);
-            }
-            let owned = registry.per_owner.get(&key.owner).copied().unwrap_or(0);
-            if owned >= limits.per_owner {
-                return Err(BeginError::KeyOverloaded {
-                    limit: limits.per_owner,
-                });
-            }
-        }
         if let Some(entry) = registry.sessions.get_mut(&key) {
-            let decide_tx = entry
-                .pause
-                .as_mut()
-                .and_then(|pause| pause.decide_tx.take())
-                .ok_or(BeginError::SessionBusy)?;
-            // The old run may have just dropped its receiver (it is ending
-            // anyway); either way it no longer owns the session.
-            let _ = decide_tx.send(Decision::Cancel(CancelReason::Superseded));
+            // Taken under the lock: from here on the old pause is decided
+            // for everyone (replies: AlreadyDecided; new messages:
+            // SessionBusy) until the supersede completes or is withdrawn.
+            let pause = entry.pause.as_mut().ok_or(BeginError::SessionBusy)?;
+            let decide_tx = pause.decide_tx.take().ok_or(BeginError::SessionBusy)?;
+            let taken = Superseding {
+                decide_tx: Some(decide_tx),
+                manager: self.clone(),
+                key,
+                old_run_id: entry.run_id,
+                new_run_id: run_id,
+                stored: pause.stored.clone(),
+                confirmation_id: pause.confirmation_id.clone(),
+            };
+            return Ok(Begun::Supersedes(taken));
+        }
+        if registry.sessions.len() >= limits.max_runs {
+            return Err(BeginError::Overloaded);
+        }
+        let owned = registry.per_owner.get(&key.owner).copied().unwrap_or(0);
+        if owned >= limits.per_owner {
+            return Err(BeginError::KeyOverloaded {
+                limit: limits.per_owner,
+            });
         }
         registry.insert(
             key.clone(),
@@ -319,11 +392,11 @@ impl ConfirmationManager {
                 pause: None,
             },
         );
-        Ok(RunSlot {
+        Ok(Begun::Fresh(RunSlot {
             manager: self.clone(),
             key,
             run_id,
-        })
+        }))
     }
 
     /// Applies a user's reply (and its per-task `decisions`) to the pause of
@@ -362,6 +435,9 @@ impl ConfirmationManager {
         if pause.stop.is_cancelled() {
             // The run was told to stop: the stop decides this pause.
             return Err(DecideError::AlreadyDecided);
+        }
+        if pause.decide_tx.is_none() && pause.in_doubt {
+            return Err(DecideError::Settling);
         }
         // Taken under the lock: from here on the pause is decided for
         // everyone (later replies: AlreadyDecided; a new message: SessionBusy).

@@ -56,6 +56,7 @@ impl RunSlot {
                     stored,
                     decide_tx: Some(decide_tx),
                     settling: None,
+                    in_doubt: false,
                     stop,
                 });
                 Ok(PendingDecision { decide_rx })

@@ -402,7 +402,8 @@ mod size {
         let manager = ConfirmationManager::new();
         let slot = manager
             .begin_run(SessionKey::new(None, "s"), RunLimits::total(1))
-            .unwrap();
+            .unwrap()
+            .now();
         let stop = RunStop::default();
         let limits = LogLimits {
             frames: 8,

@@ -8,12 +8,13 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use futures_util::StreamExt;
 
 use super::error::{ChatError, Refusal};
-use super::forward;
+use super::forward::{self, Forwarding};
 use super::state::AppState;
 use crate::cluster::Peer;
 use crate::protocol::{ChatRequest, ValidRequest, MAX_BODY_BYTES};
 use crate::run::decide::Reply;
 use crate::run::place::Place;
+use crate::run::start::Started;
 use crate::session::SessionKey;
 use crate::sse;
 
@@ -71,7 +72,8 @@ async fn chat(
     let headers = req.headers();
     state.access.check_host(headers)?;
     state.access.check_origin(headers)?;
-    let forwarded = forward::is_forwarded(state.runs.cluster.as_deref(), headers)?;
+    let forwarded = forward::forwarded(state.runs.cluster.as_deref(), headers)?;
+    let not_after = forwarded.and_then(|f| f.not_after);
     let owner = state.access.owner(headers)?;
     let (request, body) = tokio::time::timeout(state.request_timeout, read_request(req, payload))
         .await
@@ -84,8 +86,12 @@ async fn chat(
         } => {
             let refused = |err: ChatError| Refusal::new(err, &session_id);
             let key = SessionKey::new(owner, &session_id);
-            if let Some(peer) = elsewhere(state, &key, forwarded).await.map_err(refused)? {
-                return forward_to(state, &peer, req, body).await.map_err(refused);
+            if forwarded.is_none() {
+                if let Some(peer) = elsewhere(state, &key).await.map_err(refused)? {
+                    return forward_to(state, &peer, req, body, Forwarding::Read)
+                        .await
+                        .map_err(refused);
+                }
             }
             let subscription = state
                 .runs
@@ -101,15 +107,20 @@ async fn chat(
         } => {
             let refused = |err: ChatError| Refusal::new(err, &session_id);
             let key = SessionKey::new(owner, &session_id);
-            if let Some(peer) = elsewhere(state, &key, forwarded).await.map_err(refused)? {
-                return forward_to(state, &peer, req, body).await.map_err(refused);
+            if forwarded.is_none() {
+                if let Some(peer) = elsewhere(state, &key).await.map_err(refused)? {
+                    return forward_to(state, &peer, req, body, Forwarding::Change)
+                        .await
+                        .map_err(refused);
+                }
             }
-            let client = forward::client_address(req, forwarded);
+            let client = forward::client_address(req, forwarded.is_some());
             let reply = Reply {
                 message: &reply,
                 confirmation_id: confirmation_id.as_deref(),
                 decisions: decisions.as_deref(),
                 client: client.as_deref(),
+                not_after,
             };
             let decided = state
                 .runs
@@ -131,43 +142,30 @@ async fn chat(
                 return Err(refused(ChatError::ShuttingDown));
             }
             let key = SessionKey::new(owner, &session_id);
-            let stored_id = match state
+            let started = state
                 .runs
-                .claim(&key)
+                .start(key, message, not_after)
                 .await
-                .map_err(|err| refused(err.into()))?
-            {
-                Place::Here(stored_id) => stored_id,
-                // Forwarded here, yet another replica owns it now: no second hop.
-                Place::Owner(_) if forwarded => {
-                    return Err(refused(ChatError::owner_unavailable()))
-                }
-                Place::Owner(peer) => {
-                    return forward_to(state, &peer, req, body).await.map_err(refused)
-                }
-                Place::Draining => return Err(refused(ChatError::ShuttingDown)),
-            };
-            let subscription = state
-                .runs
-                .start(key, message, stored_id)
                 .map_err(|err| refused(err.into()))?;
-            Ok(sse::stream_response(subscription))
+            match started {
+                Started::Here(subscription) => Ok(sse::stream_response(subscription)),
+                // Forwarded here, yet another replica owns it now: no second hop.
+                Started::Elsewhere(_) if forwarded.is_some() => {
+                    Err(refused(ChatError::owner_unavailable()))
+                }
+                Started::Elsewhere(peer) => forward_to(state, &peer, req, body, Forwarding::Change)
+                    .await
+                    .map_err(refused),
+            }
         }
     }
 }
 
 /// The owner when another replica owns `key`'s run; `None` when the
-/// request is answered here (a forwarded request always is).
-async fn elsewhere(
-    state: &AppState,
-    key: &SessionKey,
-    forwarded: bool,
-) -> Result<Option<Peer>, ChatError> {
-    if forwarded {
-        return Ok(None);
-    }
+/// request is answered here.
+async fn elsewhere(state: &AppState, key: &SessionKey) -> Result<Option<Peer>, ChatError> {
     match state.runs.place(key).await? {
-        Place::Here(_) => Ok(None),
+        Place::Here => Ok(None),
         Place::Owner(owner) => Ok(Some(owner)),
         Place::Draining => Err(ChatError::ShuttingDown),
     }
@@ -179,12 +177,13 @@ async fn forward_to(
     owner: &Peer,
     req: &HttpRequest,
     body: bytes::Bytes,
+    forwarding: Forwarding,
 ) -> Result<HttpResponse, ChatError> {
     let Some(cluster) = &state.runs.cluster else {
         return Err(ChatError::owner_unavailable());
     };
     state.runs.metrics.forwarded();
-    forward::forward(cluster, owner, req, body).await
+    forward::forward(cluster, owner, req, body, forwarding).await
 }
 
 /// Any other method on the chat endpoint: 405, `Allow: POST`, and the error

@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::confirmation::{BeginError, DecideError};
 use crate::protocol::{meta, Action, Chunk, ErrorType, RequestError, MAX_BODY_BYTES};
 use crate::run::decide::ReplyError;
+use crate::run::start::StartError;
 use crate::run::ReattachError;
 use crate::sse;
 use crate::store::StoreError;
@@ -38,7 +39,7 @@ pub enum ChatError {
     #[error("{0}")]
     Reattach(#[from] ReattachError),
     #[error("{0}")]
-    Begin(#[from] BeginError),
+    Start(#[from] StartError),
     #[error("the server is shutting down; retry on another replica or later")]
     ShuttingDown,
     #[error("missing or unknown API key: send `Authorization: Bearer <key>`")]
@@ -67,6 +68,11 @@ pub enum ChatError {
         /// Until the owner's heartbeat expires (at least a second).
         retry_after: Duration,
     },
+    #[error(
+        "the replica that holds this session's run did not answer in time, so whether this \
+         request was taken is not known; re-attach (Last-Event-ID) to see the run's state"
+    )]
+    OutcomeUnknown,
 }
 
 impl From<StoreError> for ChatError {
@@ -94,6 +100,15 @@ impl ChatError {
                 (S::UNSUPPORTED_MEDIA_TYPE, T::UnsupportedMediaType)
             }
             ChatError::MethodNotAllowed(_) => (S::METHOD_NOT_ALLOWED, T::MethodNotAllowed),
+            ChatError::Reply(ReplyError::OutcomeUnknown)
+            | ChatError::Start(StartError::Unknown)
+            | ChatError::OutcomeUnknown => (S::GATEWAY_TIMEOUT, T::OutcomeUnknown),
+            ChatError::Reply(ReplyError::Late) | ChatError::Start(StartError::Late) => {
+                (S::SERVICE_UNAVAILABLE, T::OwnerUnavailable)
+            }
+            ChatError::Start(StartError::Store(_) | StartError::Moved) => {
+                (S::SERVICE_UNAVAILABLE, T::StoreUnavailable)
+            }
             ChatError::Reply(ReplyError::Refused(refused)) => match refused {
                 DecideError::NoPending => (S::NOT_FOUND, T::NoPendingConfirmation),
                 DecideError::NotOffered { .. } | DecideError::ModifyTooLong { .. } => {
@@ -102,6 +117,7 @@ impl ChatError {
                 DecideError::Stale => (S::CONFLICT, T::StaleConfirmation),
                 DecideError::InvalidDecision(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidDecision),
                 DecideError::AlreadyDecided => (S::CONFLICT, T::AlreadyDecided),
+                DecideError::Settling => (S::SERVICE_UNAVAILABLE, T::StoreUnavailable),
             },
             ChatError::Reply(ReplyError::AuditUnavailable) => {
                 (S::SERVICE_UNAVAILABLE, T::AuditUnavailable)
@@ -112,10 +128,12 @@ impl ChatError {
             ChatError::Reattach(ReattachError::Beyond { .. }) => {
                 (S::BAD_REQUEST, T::InvalidRequest)
             }
-            ChatError::Begin(BeginError::SessionBusy) => (S::CONFLICT, T::SessionBusy),
-            ChatError::Begin(BeginError::Overloaded | BeginError::KeyOverloaded { .. }) => {
-                (S::SERVICE_UNAVAILABLE, T::Overloaded)
+            ChatError::Start(StartError::Begin(BeginError::SessionBusy)) => {
+                (S::CONFLICT, T::SessionBusy)
             }
+            ChatError::Start(StartError::Begin(
+                BeginError::Overloaded | BeginError::KeyOverloaded { .. },
+            )) => (S::SERVICE_UNAVAILABLE, T::Overloaded),
             ChatError::ShuttingDown => (S::SERVICE_UNAVAILABLE, T::ShuttingDown),
             ChatError::Unauthorized => (S::UNAUTHORIZED, T::Unauthorized),
             ChatError::ForbiddenOrigin => (S::FORBIDDEN, T::ForbiddenOrigin),

@@ -7,6 +7,17 @@
 //! a local one and never forwards it again. Its answer goes back as it
 //! came: status, the headers a client reads, and the body streamed through
 //! (a re-attach is a proxied stream), so nothing is buffered here.
+//!
+//! A reply or a new message is forwarded with a deadline
+//! ([`DEADLINE_HEADER`], [`FORWARD_BUDGET`] from now): the owner takes
+//! nothing past it. The forwarder waits [`FORWARD_WAIT`] for the owner's
+//! answer; an owner it could not reach is `owner_unavailable` (503: not
+//! taken), one that did not answer in time `outcome_unknown` (504: it may
+//! have been taken before its deadline; the client re-attaches to see).
+//! Deadlines are wall-clock times: the replicas' clocks must agree to well
+//! within [`FORWARD_WAIT`] - [`FORWARD_BUDGET`] (NTP does).
+
+use std::time::{Duration, SystemTime};
 
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
@@ -24,6 +35,31 @@ pub const SECRET_HEADER: &str = "x-chatgate-cluster-secret";
 pub const CLIENT_HEADER: &str = "x-chatgate-client";
 /// The replica that forwarded a request (for logs).
 pub const FROM_HEADER: &str = "x-chatgate-forwarded-by";
+/// A forwarded request's deadline, in milliseconds since the Unix epoch:
+/// the owner takes nothing past it.
+pub const DEADLINE_HEADER: &str = "x-chatgate-deadline";
+/// How long after forwarding a reply or a message the owner may still take it.
+pub const FORWARD_BUDGET: Duration = Duration::from_secs(5);
+/// How long the forwarder waits for the owner's answer: the budget, plus
+/// time for a decision taken at its last instant to be recorded.
+pub const FORWARD_WAIT: Duration = Duration::from_secs(9);
+
+/// A request, as forwarding sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forwarding {
+    /// A reply or a new message: it changes something, so an answer that
+    /// does not come means an unknown outcome.
+    Change,
+    /// A re-attach: it changes nothing.
+    Read,
+}
+
+/// A forwarded request, as its owner sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Forwarded {
+    /// Past this, nothing is taken (its forwarder has given up).
+    pub not_after: Option<SystemTime>,
+}
 
 /// Request headers the owner needs to answer as if the client had come.
 const PASSED_ON: [&str; 4] = ["authorization", "content-type", "last-event-id", "origin"];
@@ -37,20 +73,27 @@ const PASSED_BACK: [&str; 6] = [
     "allow",
 ];
 
-/// Whether `headers` are a forwarded request's: `Ok(true)` with the right
-/// cluster secret, `Ok(false)` without the header, and an error for a wrong
-/// secret (or any secret when this server is not a replica): a client can
-/// never pose as a replica.
-pub fn is_forwarded(cluster: Option<&Cluster>, headers: &HeaderMap) -> Result<bool, ChatError> {
+/// Whether `headers` are a forwarded request's: `Some` with the right
+/// cluster secret (and its deadline), `None` without the header, and an
+/// error for a wrong secret (or any secret when this server is not a
+/// replica): a client can never pose as a replica.
+pub fn forwarded(
+    cluster: Option<&Cluster>,
+    headers: &HeaderMap,
+) -> Result<Option<Forwarded>, ChatError> {
     let Some(presented) = headers.get(SECRET_HEADER) else {
-        return Ok(false);
+        return Ok(None);
     };
     let cluster = cluster.ok_or(ChatError::ForbiddenReplica)?;
-    if cluster.is_secret(presented.as_bytes()) {
-        Ok(true)
-    } else {
-        Err(ChatError::ForbiddenReplica)
+    if !cluster.is_secret(presented.as_bytes()) {
+        return Err(ChatError::ForbiddenReplica);
     }
+    let not_after = headers
+        .get(DEADLINE_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+    Ok(Some(Forwarded { not_after }))
 }
 
 /// The client's address: the one a forwarding replica names, or the peer.
@@ -65,19 +108,26 @@ pub fn client_address(req: &HttpRequest, forwarded: bool) -> Option<String> {
 
 /// Sends the client's request (`body` as it came) to `owner` and returns
 /// the owner's answer, streamed. An owner that cannot be reached is
-/// `owner_unavailable` (503), with a Retry-After of what its heartbeat has
-/// left: then another replica can take its runs over.
+/// `owner_unavailable` (503: nothing was taken), with a Retry-After of what
+/// its heartbeat has left: then another replica can take its runs over. A
+/// change the owner did not answer in time is `outcome_unknown` (504).
 pub async fn forward(
     cluster: &Cluster,
     owner: &Peer,
     req: &HttpRequest,
     body: Bytes,
+    forwarding: Forwarding,
 ) -> Result<HttpResponse, ChatError> {
+    let deadline = SystemTime::now() + FORWARD_BUDGET;
+    let deadline_ms = deadline
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
     let mut request = cluster
         .http()
         .post(format!("{}{CHAT_PATH}", owner.url))
         .header(SECRET_HEADER, cluster.secret().expose_secret())
         .header(FROM_HEADER, cluster.replica_id())
+        .header(DEADLINE_HEADER, deadline_ms.to_string())
         .body(body);
     for name in PASSED_ON {
         if let Some(value) = req.headers().get(name) {
@@ -87,12 +137,29 @@ pub async fn forward(
     if let Some(client) = client_address(req, false) {
         request = request.header(CLIENT_HEADER, client);
     }
-    let answer = request.send().await.map_err(|err| {
-        log::warn!("cannot reach the owner at {}: {err}", owner.url);
-        ChatError::OwnerUnavailable {
-            retry_after: owner.lease,
+    let unreachable = || ChatError::OwnerUnavailable {
+        retry_after: owner.lease,
+    };
+    let answer = match tokio::time::timeout(FORWARD_WAIT, request.send()).await {
+        Ok(Ok(answer)) => answer,
+        // Never connected: nothing was sent, so nothing was taken.
+        Ok(Err(err)) if err.is_connect() || forwarding == Forwarding::Read => {
+            log::warn!("cannot reach the owner at {}: {err}", owner.url);
+            return Err(unreachable());
         }
-    })?;
+        Ok(Err(err)) => {
+            log::warn!("the owner at {} did not answer: {err}", owner.url);
+            return Err(ChatError::OutcomeUnknown);
+        }
+        Err(_) if forwarding == Forwarding::Read => {
+            log::warn!("the owner at {} did not answer in time", owner.url);
+            return Err(unreachable());
+        }
+        Err(_) => {
+            log::warn!("the owner at {} did not answer in time", owner.url);
+            return Err(ChatError::OutcomeUnknown);
+        }
+    };
     let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut response = HttpResponse::build(status);
     for name in PASSED_BACK {

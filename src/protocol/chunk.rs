@@ -15,7 +15,7 @@ pub const MAX_PLAN_TASKS: usize = 100;
 pub const MAX_CONFIRMATION_BYTES: usize = 128 * 1024;
 
 /// What was decided for one task of a confirmed plan.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]
 pub enum Verdict {
     /// Runs as proposed.
@@ -32,7 +32,7 @@ pub enum Verdict {
 }
 
 /// A task's verdict, with the task's index.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskDecision {
     pub index: usize,
     #[serde(flatten)]
@@ -40,7 +40,7 @@ pub struct TaskDecision {
 }
 
 /// The verdicts of a confirmed plan, one per task, in task order.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Decisions(pub Vec<TaskDecision>);
 

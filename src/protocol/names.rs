@@ -141,8 +141,12 @@ pub enum ErrorType {
     MethodNotAllowed,
     /// A request posing as a replica's (a wrong or unexpected cluster secret).
     ForbiddenReplica,
-    /// The replica that owns the session's run cannot be reached (503).
+    /// The replica that owns the session's run cannot be reached (503):
+    /// the request was not taken.
     OwnerUnavailable,
+    /// Whether the request was taken is not known (504): the store or the
+    /// owning replica did not answer in time. Re-attach to see the run.
+    OutcomeUnknown,
     Internal,
 }
 

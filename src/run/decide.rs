@@ -3,13 +3,26 @@
 //! answered 200 survives a crash that follows), the audit log records it
 //! (fail closed), and only then is it delivered to the run. Nothing acts on
 //! a decision that was not recorded, and nothing acknowledged is lost.
+//!
+//! Every answer tells the truth: "not taken" (503) only when the decision
+//! certainly was not and never will be; when the store did not answer in
+//! time the reply is told the outcome is unknown (504), the pause stays
+//! decided-in-doubt, and the decision is settled in the background by
+//! asking the store, which then either has it (the run acts on it) or
+//! voids it for good (the pause waits again).
+
+use std::sync::Arc;
+use std::time::SystemTime;
 
 use super::Runs;
-use crate::audit::{self, AuditRecord};
+use crate::audit::{self, AuditLog, AuditRecord};
+use crate::cluster::SETTLE_RETRY;
 use crate::confirmation::{Accepted, DecideError};
-use crate::protocol::{Action, Chunk, Decisions, ErrorType, ReplyMessage, TaskDecisionRequest};
+use crate::protocol::{
+    Action, CancelReason, Chunk, Decisions, ErrorType, ReplyMessage, TaskDecisionRequest,
+};
 use crate::session::SessionKey;
-use crate::store::Fault;
+use crate::store::{Fault, Resolution, Store, StoredDecision};
 
 /// A reply, as the decision path takes it.
 #[derive(Debug, Clone, Copy)]
@@ -21,6 +34,9 @@ pub struct Reply<'a> {
     pub decisions: Option<&'a [TaskDecisionRequest]>,
     /// Where it came from, for the audit log.
     pub client: Option<&'a str>,
+    /// A forwarded reply's deadline: its forwarding replica gives up then,
+    /// so after it the reply is not taken.
+    pub not_after: Option<SystemTime>,
 }
 
 /// Why a reply was not taken.
@@ -45,6 +61,17 @@ pub enum ReplyError {
     /// The audit log cannot record it: the run has ended, nothing ran.
     #[error("the audit log cannot be written, so this decision was not taken; the run has ended")]
     AuditUnavailable,
+    /// The store did not answer in time: the decision may or may not have
+    /// been recorded. It is being settled; the run's stream shows which.
+    #[error(
+        "the store did not answer in time, so whether this decision was taken is not known \
+         yet; it is being settled: re-attach (Last-Event-ID) to see the outcome on the run's \
+         stream, where a taken decision shows as confirmation_received"
+    )]
+    OutcomeUnknown,
+    /// Forwarded here after the replica that forwarded it gave up on it.
+    #[error("this forwarded reply came after its forwarding replica gave up; it was not taken")]
+    Late,
 }
 
 /// What a taken reply decided: its acknowledgement.
@@ -76,6 +103,14 @@ impl Runs {
     /// then audit log) and delivered, or refused with the pause as it was
     /// (or, when the audit log or the store lost it, with the run ended).
     pub async fn decide(&self, key: &SessionKey, reply: Reply<'_>) -> Result<Decided, ReplyError> {
+        // As late as can be before the pause is taken: a reply whose
+        // forwarder answered "not taken" must not be taken now.
+        if reply
+            .not_after
+            .is_some_and(|deadline| SystemTime::now() > deadline)
+        {
+            return Err(ReplyError::Late);
+        }
         let accepted =
             self.manager
                 .decide(key, reply.message, reply.confirmation_id, reply.decisions)?;
@@ -85,28 +120,23 @@ impl Runs {
             round: accepted.confirmation_round,
             decisions: accepted.decisions.clone(),
         };
-        let accepted = self.record_in_store(key, accepted).await?;
-        self.audit_and_deliver(key, reply.client, accepted).await?;
-        Ok(decided)
-    }
-
-    /// A decision on a stored pause is recorded in the store first: a
-    /// decision answered 200 must survive a crash that follows.
-    async fn record_in_store(
-        &self,
-        key: &SessionKey,
-        accepted: Accepted,
-    ) -> Result<Accepted, ReplyError> {
-        let Some(run) = &accepted.stored else {
-            return Ok(accepted);
+        let recorder = Recorder {
+            key: key.clone(),
+            client: reply.client.map(str::to_owned),
+            audit: self.settings.audit.clone(),
         };
-        let decision = serde_json::json!({
-            "action": accepted.action.as_str(),
-            "confirmation_id": accepted.confirmation_id,
-            "decisions": accepted.decisions,
-        });
-        let Err(err) = self.settings.store.record_decision(run, decision).await else {
-            return Ok(accepted);
+        let Some(run) = accepted.stored.clone() else {
+            return recorder.audit_and_deliver(accepted).await.map(|()| decided);
+        };
+        let reason = (accepted.action == Action::Cancel).then_some(CancelReason::User);
+        let decision = StoredDecision::new(
+            accepted.action,
+            &accepted.confirmation_id,
+            accepted.decisions.clone(),
+            reason,
+        );
+        let Err(err) = self.settings.store.record_decision(&run, &decision).await else {
+            return recorder.audit_and_deliver(accepted).await.map(|()| decided);
         };
         log::error!("{err}");
         Err(match err.fault {
@@ -128,36 +158,51 @@ impl Runs {
                 accepted.ticket.fail(ErrorType::StoreUnavailable);
                 ReplyError::StoreLost
             }
+            Fault::Unknown => {
+                accepted.ticket.in_doubt();
+                let settling = Settling {
+                    store: self.settings.store.clone(),
+                    run,
+                    nonce: decision.nonce,
+                    shutdown: self.shutdown.clone(),
+                };
+                tokio::spawn(settling.settle(recorder, accepted));
+                ReplyError::OutcomeUnknown
+            }
         })
     }
+}
 
+/// What a decision's records need: who decided, and the audit log.
+struct Recorder {
+    key: SessionKey,
+    client: Option<String>,
+    audit: Option<Arc<AuditLog>>,
+}
+
+impl Recorder {
     /// Hands the decision to its run: at once without an audit log; with
     /// one, only once the `decided` record is on disk. If it cannot be
     /// written the run ends with `audit_unavailable` and the reply is
     /// refused: a decision is never acted on unrecorded, nor acknowledged
     /// unacted.
-    async fn audit_and_deliver(
-        &self,
-        key: &SessionKey,
-        client: Option<&str>,
-        accepted: Accepted,
-    ) -> Result<(), ReplyError> {
-        let Some(audit) = self.settings.audit.clone() else {
+    async fn audit_and_deliver(self, accepted: Accepted) -> Result<(), ReplyError> {
+        let Some(audit) = self.audit else {
             accepted.ticket.deliver();
             return Ok(());
         };
         let record = AuditRecord::Decided {
             run: audit::RunFields::new(
                 accepted.run_id,
-                &key.session_id,
+                &self.key.session_id,
                 accepted.stored.as_deref(),
             ),
             confirmation_id: accepted.confirmation_id,
             round: accepted.confirmation_round,
             action: accepted.action,
             decisions: accepted.decisions,
-            key: crate::session::owner_label(key.owner),
-            client: client.map(str::to_owned),
+            key: crate::session::owner_label(self.key.owner),
+            client: self.client,
         };
         let ticket = accepted.ticket;
         // A task of its own: a client that goes away while the record is
@@ -178,6 +223,52 @@ impl Runs {
         match written {
             Ok(true) => Ok(()),
             _ => Err(ReplyError::AuditUnavailable),
+        }
+    }
+}
+
+/// A decision whose recording had an unknown outcome, being settled.
+struct Settling {
+    store: Arc<dyn Store>,
+    run: Arc<str>,
+    nonce: String,
+    /// At shutdown the decision is left to the store: the next process (or
+    /// replica) finds it recorded, or not.
+    shutdown: tokio_util::sync::CancellationToken,
+}
+
+impl Settling {
+    /// Asks the store, [`SETTLE_RETRY`] apart, until it answers: recorded,
+    /// the run acts on the decision (the audit log records it first);
+    /// void, the pause waits again.
+    async fn settle(self, recorder: Recorder, accepted: Accepted) {
+        loop {
+            let resolved = tokio::select! {
+                resolved = self.store.resolve(&self.run, &self.nonce) => resolved,
+                () = self.shutdown.cancelled() => {
+                    accepted.ticket.withdraw();
+                    return;
+                }
+            };
+            match resolved {
+                Ok(Resolution::Recorded) => {
+                    log::info!("a decision with an unknown outcome was recorded; it stands");
+                    let _ = recorder.audit_and_deliver(accepted).await;
+                    return;
+                }
+                Ok(Resolution::Void) => {
+                    log::info!(
+                        "a decision with an unknown outcome was not recorded; the pause waits"
+                    );
+                    accepted.ticket.withdraw();
+                    return;
+                }
+                Err(err) if err.fault == Fault::Lost => {
+                    accepted.ticket.fail(ErrorType::StoreUnavailable);
+                    return;
+                }
+                Err(_) => tokio::time::sleep(SETTLE_RETRY).await,
+            }
         }
     }
 }

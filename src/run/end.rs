@@ -5,6 +5,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::FutureExt;
 
@@ -14,8 +15,14 @@ use super::outcome::{Completion, Ending, RunError};
 use crate::audit::{AuditLog, AuditRecord, RunFields};
 use crate::confirmation::slot::PendingDecision;
 use crate::protocol::{ChunkType, ErrorType};
+use crate::session::SessionKey;
 use crate::sse;
-use crate::store::PausedRecord;
+use crate::store::{PausedRecord, Store};
+
+/// First wait before removing an ended run's record again.
+const REMOVAL_RETRY: Duration = Duration::from_secs(1);
+/// How long an ended run's record is tried to be removed.
+const REMOVAL_RETRY_FOR: Duration = Duration::from_secs(3600);
 
 /// Runs the engine to its end and sends exactly one final chunk.
 pub(super) async fn drive(engine: Arc<dyn Engine>, mut ctx: RunContext) {
@@ -87,14 +94,42 @@ async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
     let (ended, why) = finish(ctx, result);
     ::log::debug!("run ended with {ended:?}");
     if let Some(stored_id) = &stored_id {
-        if let Err(err) = settings.store.remove(stored_id, &key).await {
-            ::log::error!("{err}");
-        }
+        remove_record(&settings.store, stored_id, &key).await;
     }
     if let Some(audit) = &settings.audit {
         let run = RunFields::new(run_id, &session_id, stored_id.as_deref());
         audit_ended(audit, run, ended, why).await;
     }
+}
+
+/// Removes an ended run's record; a removal that fails is tried again in
+/// the background, [`REMOVAL_RETRY`] apart and doubling, for
+/// [`REMOVAL_RETRY_FOR`] (one task per run that ended while the store
+/// could not write). Nothing ended comes back meanwhile, nor if it never
+/// succeeds: every decision that ends a stored pause is recorded in the
+/// store before the run acts on it, so a restore shows the run's end.
+pub(super) async fn remove_record(store: &Arc<dyn Store>, run: &str, key: &SessionKey) {
+    let Err(err) = store.remove(run, key).await else {
+        return;
+    };
+    ::log::error!("{err}; trying again in the background");
+    let (store, run, key) = (store.clone(), run.to_owned(), key.clone());
+    tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        let mut delay = REMOVAL_RETRY;
+        while started.elapsed() < REMOVAL_RETRY_FOR {
+            tokio::time::sleep(delay).await;
+            match store.remove(&run, &key).await {
+                Ok(()) => {
+                    ::log::info!("the ended run {run}'s record is removed");
+                    return;
+                }
+                Err(err) => ::log::debug!("{err}"),
+            }
+            delay = (delay * 2).min(Duration::from_secs(60));
+        }
+        ::log::warn!("gave up removing the ended run {run}'s record; a restart shows its end");
+    });
 }
 
 /// The `ended` audit record: the run's outcome (its final chunk's type)

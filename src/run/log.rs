@@ -16,6 +16,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
+use tokio::sync::Notify;
+
 use bytes::Bytes;
 
 use super::stop::RunStop;
@@ -51,6 +53,9 @@ pub struct RunLog {
     inner: Mutex<LogInner>,
     limits: LogLimits,
     pub(super) stop: RunStop,
+    /// Woken when the run's pause ends (see [`RunLog::pause_ended`]) and
+    /// when its final chunk is pushed.
+    changed: Notify,
 }
 
 pub(super) struct LogInner {
@@ -61,18 +66,40 @@ pub(super) struct LogInner {
     pub(super) next_seq: u64,
     /// The final chunk has been pushed.
     pub(super) finished: bool,
+    /// The run is paused on an undecided pause: a client that goes away
+    /// then starts no grace (a pause waits for its decision, not for its
+    /// connection).
+    pub(super) paused: bool,
     /// The run was suspended (see [`RunLog::suspend`]): after the last frame
     /// the stream gets `trailer`, then ends, with no final chunk.
     pub(super) suspended: bool,
     pub(super) trailer: Option<Bytes>,
     pub(super) subscriber: Option<Subscriber>,
     pub(super) next_subscriber_id: u64,
+    /// Restored from a store: the process that wrote the stored frames may
+    /// have sent more than it stored, so a client's `Last-Event-ID` may name
+    /// chunks this log never had. See [`RunLog::restore`].
+    pub(super) restored: Option<Restored>,
+}
+
+/// How a restored log tells the ids it knows from the ones it cannot.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Restored {
+    /// The sequence of the first chunk this process wrote.
+    pub(super) first_own: u64,
+    /// Ids at or past `first_own` are ambiguous: the run was at work when
+    /// its process stopped, which may have sent chunks under them.
+    pub(super) ambiguous: bool,
 }
 
 pub(super) struct Subscriber {
     pub(super) id: u64,
     /// The sequence number this subscriber sends next.
     pub(super) cursor: u64,
+    /// Added to every id this subscriber is sent: a re-attach whose
+    /// `Last-Event-ID` a restored log cannot place is sent the log from a
+    /// known point, numbered on from that id.
+    pub(super) offset: u64,
     pub(super) waker: Option<Waker>,
 }
 
@@ -90,16 +117,19 @@ impl RunLog {
                 bytes: 0,
                 next_seq: 1,
                 finished: false,
+                paused: false,
                 suspended: false,
                 trailer: None,
                 subscriber: None,
                 next_subscriber_id: 0,
+                restored: None,
             }),
             limits: LogLimits {
                 frames: limits.frames.max(1),
                 bytes: limits.bytes,
             },
             stop,
+            changed: Notify::new(),
         })
     }
 
@@ -134,6 +164,9 @@ impl RunLog {
         inner.finished |= chunk.finished;
         let waker = inner.subscriber.as_mut().and_then(|s| s.waker.take());
         drop(inner);
+        if chunk.finished {
+            self.changed.notify_waiters();
+        }
         if overflowed {
             // The attached client could not keep up: stop rather than buffer more.
             self.stop.stop(CancelReason::SlowConsumer);
@@ -157,12 +190,17 @@ impl RunLog {
     }
 
     /// A log restored from a store: `frames` (the last ones kept) and the
-    /// sequence number the next chunk gets.
+    /// sequence number the next chunk gets. `at_work`: the run's decision
+    /// was recorded and its process stopped while it acted on it, so that
+    /// process may have sent chunks past the stored ones, under the ids this
+    /// log gives its own; a re-attach naming such an id is sent this log's
+    /// own chunks from the first, renumbered past it, with the gap announced.
     pub fn restore(
         limits: LogLimits,
         stop: RunStop,
         frames: Vec<String>,
         next_seq: u64,
+        at_work: bool,
     ) -> Arc<RunLog> {
         let log = RunLog::new(limits, stop);
         {
@@ -172,6 +210,10 @@ impl RunLog {
                 inner.frames.push_back(Bytes::from(frame));
             }
             inner.next_seq = next_seq.max(inner.frames.len() as u64 + 1);
+            inner.restored = Some(Restored {
+                first_own: inner.next_seq,
+                ambiguous: at_work,
+            });
         }
         log
     }
@@ -190,6 +232,39 @@ impl RunLog {
         }
     }
 
+    /// The run paused: until [`RunLog::pause_ended`], a client that goes
+    /// away starts no grace.
+    pub fn pause_started(&self) {
+        self.lock().paused = true;
+    }
+
+    /// The run's pause was decided (or the run stopped): a detached run's
+    /// grace may run again.
+    pub fn pause_ended(&self) {
+        self.lock().paused = false;
+        self.changed.notify_waiters();
+    }
+
+    /// Whether the run waits on an undecided pause.
+    pub(super) fn is_paused(&self) -> bool {
+        let inner = self.lock();
+        inner.paused && !inner.finished
+    }
+
+    /// Resolves once the run has pushed its final chunk.
+    pub(super) async fn until_finished(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Interest first, then the look: an end in between is not missed.
+            changed.as_mut().enable();
+            if self.lock().finished {
+                return;
+            }
+            changed.await;
+        }
+    }
+
     /// Whether the run was suspended (it goes on elsewhere or later).
     pub fn is_suspended(&self) -> bool {
         self.lock().suspended
@@ -203,22 +278,48 @@ impl RunLog {
 
     /// Attaches a new subscriber that starts after `last_seen` (0: from the
     /// start). A previous subscriber is detached and its stream ends. A
-    /// `last_seen` beyond the last chunk sent is refused and takes nothing over.
-    pub(super) fn attach(&self, last_seen: u64) -> Result<u64, BeyondEnd> {
+    /// `last_seen` beyond the last chunk sent is refused and takes nothing
+    /// over, unless the log was restored (see [`RunLog::restore`]): then the
+    /// subscriber is sent the log from the chunk it can be sure of (this
+    /// process's first, or the last stored one: the pause), numbered on from
+    /// `last_seen`, the gap announced. Returns the subscriber's id and
+    /// whether a gap is to be announced.
+    pub(super) fn attach(&self, last_seen: u64) -> Result<(u64, bool), BeyondEnd> {
         let inner = self.lock();
         let last_sent = inner.next_seq - 1;
-        if last_seen > last_sent {
-            return Err(BeyondEnd { last_sent });
-        }
-        Ok(self.attach_locked(inner, last_seen))
+        let unplaced = match inner.restored {
+            Some(restored) if restored.ambiguous && last_seen >= restored.first_own => {
+                Some(restored.first_own)
+            }
+            Some(restored) if last_seen > last_sent => Some(if last_sent >= restored.first_own {
+                restored.first_own
+            } else {
+                last_sent.max(1)
+            }),
+            None if last_seen > last_sent => return Err(BeyondEnd { last_sent }),
+            _ => None,
+        };
+        Ok(match unplaced {
+            Some(from) => {
+                let offset = last_seen + 1 - from;
+                (self.attach_locked(inner, from - 1, offset), true)
+            }
+            None => (self.attach_locked(inner, last_seen, 0), false),
+        })
     }
 
-    pub(super) fn attach_locked(&self, mut inner: MutexGuard<'_, LogInner>, last_seen: u64) -> u64 {
+    pub(super) fn attach_locked(
+        &self,
+        mut inner: MutexGuard<'_, LogInner>,
+        last_seen: u64,
+        offset: u64,
+    ) -> u64 {
         let id = inner.next_subscriber_id;
         inner.next_subscriber_id += 1;
         let previous = inner.subscriber.replace(Subscriber {
             id,
             cursor: last_seen + 1,
+            offset,
             waker: None,
         });
         drop(inner);

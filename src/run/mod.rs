@@ -14,7 +14,8 @@
 
 //! - [`engine`], [`context`], [`plan`], [`outcome`]: what an engine
 //!   implements and the context it drives ([`RunContext`]).
-//! - [`decide`]: the one path a decision takes (manager, store, audit,
+//! - [`start`]: a new message's path (supersede, claim, start);
+//!   [`decide`]: the one path a decision takes (manager, store, audit,
 //!   delivery); [`place`]: where a session's run lives; `restore`: runs a
 //!   durable store kept; `end`: a run's one final chunk.
 //!
@@ -32,6 +33,7 @@ pub mod place;
 pub mod plan;
 mod restore;
 pub mod settings;
+pub mod start;
 pub mod stop;
 pub mod stream;
 
@@ -44,13 +46,11 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use self::end::drive;
-use self::log::{BeyondEnd, LogLimits, LogRegistry, RunLog};
+use self::log::{BeyondEnd, LogLimits, LogRegistry};
 use self::settings::RunSettings;
-use self::stop::RunStop;
 use self::stream::{StreamSettings, Subscription};
 use crate::cluster::Cluster;
-use crate::confirmation::{BeginError, ConfirmationManager, RunLimits};
+use crate::confirmation::{ConfirmationManager, RunLimits};
 use crate::metrics::Metrics;
 use crate::session::SessionKey;
 
@@ -88,33 +88,6 @@ pub enum ReattachError {
 }
 
 impl Runs {
-    /// Starts a run of `message` on `key` (superseding a paused one) and
-    /// returns the stream of its first client. `stored_id` is the run's id
-    /// in the store when a replica's claim named it (see [`Runs::claim`]).
-    pub fn start(
-        &self,
-        key: SessionKey,
-        message: String,
-        stored_id: Option<Arc<str>>,
-    ) -> Result<Subscription, BeginError> {
-        let slot = self.manager.begin_run(key.clone(), self.limits)?;
-        let stop = RunStop::under(&self.shutdown);
-        let log = RunLog::new(self.log_limits, stop.clone());
-        self.logs.publish(key.clone(), log.clone());
-        let subscription = Subscription::open(log.clone(), key, self.stream.clone());
-        let ctx = RunContext::new(
-            message,
-            slot,
-            self.settings.clone(),
-            log,
-            stop,
-            self.metrics.clone(),
-        )
-        .with_stored_id(stored_id);
-        tokio::spawn(drive(self.engine.clone(), ctx));
-        Ok(subscription)
-    }
-
     /// Re-attaches to the run of `key`, replaying every chunk after `last_seen`.
     pub fn reattach(&self, key: SessionKey, last_seen: u64) -> Result<Subscription, ReattachError> {
         let log = self.logs.find(&key).ok_or(ReattachError::NoSuchRun)?;

@@ -5,16 +5,16 @@
 use std::sync::Arc;
 
 use super::context::{RestoredParts, RunContext};
-use super::end::{audit_ended, drive_restored};
+use super::end::{audit_ended, drive_restored, remove_record};
 use super::log::RunLog;
 use super::stop::RunStop;
 use super::stream;
 use super::Runs;
 use crate::audit::RunFields;
-use crate::confirmation::RunLimits;
-use crate::protocol::{meta, CancelReason, Chunk, ErrorType};
+use crate::confirmation::{Begun, RunLimits};
+use crate::protocol::{meta, Action, CancelReason, Chunk, ErrorType};
 use crate::session::SessionKey;
-use crate::store::PausedRecord;
+use crate::store::{PausedRecord, StoredDecision};
 
 impl Runs {
     /// Restores the paused runs a durable store kept (at start): each waits
@@ -49,16 +49,23 @@ impl Runs {
                 record.session_id
             );
             let orphan = SessionKey::new(None, &record.session_id);
-            if let Err(err) = self.settings.store.remove(&record.run, &orphan).await {
-                ::log::error!("{err}");
-            }
+            self.remove_record(&record.run, &orphan).await;
             return false;
         };
         let key = SessionKey::new(owner, &record.session_id);
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let ending = if record.decision.is_some() {
+        let decided = StoredDecision::of(&record);
+        let cancelled = decided
+            .as_ref()
+            .filter(|decision| decision.action == Action::Cancel);
+        let ending = if let Some(cancel) = cancelled {
+            // Decided, and it ends here: a cancel (a user's, a supersede, a
+            // timeout) whose end was not removed from the store in time.
+            let reason = cancel.reason.unwrap_or(CancelReason::User);
+            Some(Chunk::cancelled(&record.session_id, reason))
+        } else if record.decision.is_some() {
             Some(Chunk::failed(
                 &record.session_id,
                 ErrorType::Interrupted,
@@ -81,10 +88,14 @@ impl Runs {
             None
         };
         if let Some(ending) = ending {
-            self.end_restored(key, record, ending).await;
+            // A run that was at work may have sent chunks past its record.
+            let at_work = record.decision.is_some() && cancelled.is_none();
+            self.end_restored(key, record, ending, at_work).await;
             return false;
         }
-        let Ok(slot) = self.manager.begin_run(key.clone(), RunLimits::UNLIMITED) else {
+        // A restored run never supersedes anything: the session is free.
+        let Ok(Begun::Fresh(slot)) = self.manager.begin_run(key.clone(), RunLimits::UNLIMITED)
+        else {
             return false;
         };
         let stop = RunStop::under(&self.shutdown);
@@ -93,6 +104,7 @@ impl Runs {
             stop.clone(),
             record.frames.clone(),
             record.next_seq,
+            false,
         );
         self.logs.publish(key.clone(), log.clone());
         stream::expire_unclaimed(log.clone(), key, self.stream.clone());
@@ -113,7 +125,13 @@ impl Runs {
 
     /// A stored run that cannot go on: its end is written after its frames,
     /// kept re-attachable for the grace, and the record is removed.
-    async fn end_restored(&self, key: SessionKey, record: PausedRecord, ending: Chunk) {
+    async fn end_restored(
+        &self,
+        key: SessionKey,
+        record: PausedRecord,
+        ending: Chunk,
+        at_work: bool,
+    ) {
         if let Some(audit) = &self.settings.audit {
             let run_id = self.manager.number_run();
             let run = RunFields::new(run_id, &record.session_id, Some(&record.run));
@@ -125,13 +143,23 @@ impl Runs {
             audit_ended(audit, run, ending.chunk_type, why.as_deref()).await;
         }
         let stop = RunStop::under(&self.shutdown);
-        let log = RunLog::restore(self.log_limits, stop, record.frames, record.next_seq);
+        let log = RunLog::restore(
+            self.log_limits,
+            stop,
+            record.frames,
+            record.next_seq,
+            at_work,
+        );
         log.push(ending);
         self.logs.publish(key.clone(), log.clone());
         stream::expire_unclaimed(log, key.clone(), self.stream.clone());
-        if let Err(err) = self.settings.store.remove(&record.run, &key).await {
-            ::log::error!("{err}");
-        }
+        self.remove_record(&record.run, &key).await;
+    }
+
+    /// Removes a stored run's record (tried again in the background if the
+    /// store cannot at the moment).
+    async fn remove_record(&self, run: &str, key: &SessionKey) {
+        remove_record(&self.settings.store, run, key).await;
     }
 
     /// Another replica took the run of `key` over (this one's heartbeat had

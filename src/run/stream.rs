@@ -8,7 +8,9 @@
 //! went away), the run is *detached*: it goes on, and a POST with
 //! `Last-Event-ID` may re-attach within `--detach-grace`. After the grace the
 //! run is stopped (`client_gone`) and its log forgotten, unless a client
-//! attached since: each grace belongs to the detach that started it.
+//! attached since: each grace belongs to the detach that started it. A run
+//! paused on an undecided pause is not stopped by a grace: it waits for its
+//! decision (or its timeout), and its grace starts again when it goes on.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -59,7 +61,7 @@ pub struct Subscription {
 impl Subscription {
     /// The first client of a run: every chunk from the start.
     pub fn open(log: Arc<RunLog>, key: SessionKey, settings: Arc<StreamSettings>) -> Subscription {
-        let id = log.attach_locked(log.lock(), 0);
+        let id = log.attach_locked(log.lock(), 0, 0);
         Subscription::new(log, key, id, settings)
     }
 
@@ -70,8 +72,10 @@ impl Subscription {
         last_seen: u64,
         settings: Arc<StreamSettings>,
     ) -> Result<Subscription, BeyondEnd> {
-        let id = log.attach(last_seen)?;
-        Ok(Subscription::new(log, key, id, settings))
+        let (id, gap) = log.attach(last_seen)?;
+        let mut subscription = Subscription::new(log, key, id, settings);
+        subscription.announce_gap = gap;
+        Ok(subscription)
     }
 
     fn new(
@@ -110,11 +114,18 @@ impl Subscription {
         }
         if me.cursor < next_seq {
             let index = (me.cursor - first) as usize;
+            let sequence = me.cursor;
             me.cursor += 1;
             let frame = inner.frames[index].clone();
             let last = finished && me.cursor == next_seq;
+            let offset = me.offset;
             drop(guard);
             self.delivered_final |= last;
+            let frame = if offset == 0 {
+                frame
+            } else {
+                sse::renumber(&frame, sequence + offset)
+            };
             return Poll::Ready(Some(if std::mem::take(&mut self.announce_gap) {
                 sse::with_gap(&frame)
             } else {
@@ -134,16 +145,55 @@ impl Subscription {
 }
 
 /// A run nobody has attached to yet (restored from a store at start) gets
-/// the same grace as a client that left: if no client attaches within it,
-/// the run is stopped (`client_gone`) and its log forgotten.
+/// the same grace as a client that left (see [`detached`]).
 pub fn expire_unclaimed(log: Arc<RunLog>, key: SessionKey, settings: Arc<StreamSettings>) {
+    detached(log, key, &settings, None);
+}
+
+/// A run whose client went away (`detached_as`: that client's id; `None`:
+/// a restored run nobody attached to yet) is re-attachable for the grace;
+/// then, if nobody attached since, it is stopped (`client_gone`) and its log
+/// forgotten. A paused run waits for its decision, not for its client: the
+/// grace does not end it; it goes on to its end when decided, and its end
+/// stays re-attachable for a grace after that. Each grace belongs to the
+/// detach that started it: attach ids only grow, so "nobody attached since"
+/// is "the next id is still ours + 1".
+fn detached(
+    log: Arc<RunLog>,
+    key: SessionKey,
+    settings: &StreamSettings,
+    detached_as: Option<u64>,
+) {
+    let registry = settings.registry.clone();
     let grace = settings.detach_grace;
+    let claimed = move |log: &RunLog| {
+        let inner = log.lock();
+        let next = detached_as.map_or(0, |id| id + 1);
+        inner.subscriber.is_some() || inner.next_subscriber_id != next
+    };
+    if grace.is_zero() && !log.is_paused() {
+        if !claimed(&log) {
+            registry.forget(&key, &log);
+            log.stop.stop(CancelReason::ClientGone);
+        }
+        return;
+    }
     tokio::spawn(async move {
         tokio::time::sleep(grace).await;
-        let unclaimed = log.lock().next_subscriber_id == 0;
-        if unclaimed {
-            settings.registry.forget(&key, &log);
+        if claimed(&log) {
+            return;
+        }
+        if !log.is_paused() {
+            registry.forget(&key, &log);
             log.stop.stop(CancelReason::ClientGone);
+            return;
+        }
+        // Paused: it ends by its decision or its timeout; its end is then
+        // kept for a grace, for its client to come back and read it.
+        log.until_finished().await;
+        tokio::time::sleep(grace).await;
+        if !claimed(&log) {
+            registry.forget(&key, &log);
         }
     });
 }
@@ -193,35 +243,12 @@ impl Drop for Subscription {
             return;
         }
         // The client went away early: detach, and give it the grace to return.
-        // The grace belongs to this detach: it acts only if no client has
-        // attached since (a later attach, even one that left again, has its
-        // own grace; attach ids only grow, so "nobody attached since" is
-        // "the next id is still ours + 1").
-        let (log, key, registry) = (
+        detached(
             self.log.clone(),
             self.key.clone(),
-            self.settings.registry.clone(),
+            &self.settings,
+            Some(self.id),
         );
-        let grace = self.settings.detach_grace;
-        let detached_as = self.id;
-        let expire = move || {
-            let unclaimed = {
-                let inner = log.lock();
-                inner.subscriber.is_none() && inner.next_subscriber_id == detached_as + 1
-            };
-            if unclaimed {
-                registry.forget(&key, &log);
-                log.stop.stop(CancelReason::ClientGone);
-            }
-        };
-        if grace.is_zero() {
-            expire();
-        } else {
-            tokio::spawn(async move {
-                tokio::time::sleep(grace).await;
-                expire();
-            });
-        }
     }
 }
 

@@ -1,9 +1,8 @@
 //! `--store memory`, the default: nothing outlives the process.
 
 use futures_util::future::BoxFuture;
-use serde_json::Value;
 
-use super::{PausedRecord, Store, StoreError};
+use super::{PausedRecord, Resolution, Store, StoreError, StoredDecision};
 use crate::session::SessionKey;
 
 /// `--store memory`: nothing is kept; a paused run lives as long as its
@@ -20,12 +19,21 @@ impl Store for MemoryStore {
         Box::pin(async { Ok(()) })
     }
 
-    fn record_decision(
-        &self,
-        _run: &str,
-        _decision: Value,
-    ) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn record_decision<'a>(
+        &'a self,
+        _run: &'a str,
+        _decision: &'a StoredDecision,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        _run: &'a str,
+        _nonce: &'a str,
+    ) -> BoxFuture<'a, Result<Resolution, StoreError>> {
+        // Nothing is ever unknown here: every decision was recorded.
+        Box::pin(async { Ok(Resolution::Recorded) })
     }
 
     fn remove(&self, _run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {

@@ -13,7 +13,15 @@
 //! the `confirmation_request` chunk is sent and removed when the run ends. A
 //! decision is recorded before the run acts on it
 //! ([`Store::record_decision`]), so a decision answered 200 survives a crash
-//! that follows: the run is then not run again but ends `interrupted`.
+//! that follows: the run is then not run again but ends `interrupted` (or,
+//! for a cancel, `cancelled` with its reason). Every decision that ends a
+//! stored pause is recorded, a new message's supersede and a replica's own
+//! timeout included, so an ended pause never comes back.
+//!
+//! A store command whose outcome is unknown (a timeout after it was sent)
+//! is [`Fault::Unknown`]: recording a decision carries a nonce, so that
+//! [`Store::resolve`] can learn afterwards whether it was recorded, and make
+//! sure it never will be if it was not.
 
 pub mod memory;
 pub mod redis;
@@ -23,7 +31,7 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::protocol::{Action, TaskSpec};
+use crate::protocol::{Action, CancelReason, Decisions, TaskSpec};
 use crate::session::SessionKey;
 
 /// A paused run as stored.
@@ -62,11 +70,77 @@ pub struct StoreError {
     pub fault: Fault,
 }
 
+/// A pause's decision as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredDecision {
+    /// What was decided: `confirm`, `modify`, `cancel`.
+    pub action: Action,
+    pub confirmation_id: String,
+    /// A confirm's verdict per task.
+    #[serde(default)]
+    pub decisions: Option<Decisions>,
+    /// Why a cancel was decided (`user`, `superseded`, `timeout`, ...).
+    #[serde(default)]
+    pub reason: Option<CancelReason>,
+    /// New for every attempt to record a decision: the same nonce recorded
+    /// twice is one decision, and [`Store::resolve`] looks for it.
+    #[serde(default)]
+    pub nonce: String,
+}
+
+impl StoredDecision {
+    /// A decision to record, with a fresh nonce.
+    pub fn new(
+        action: Action,
+        confirmation_id: &str,
+        decisions: Option<Decisions>,
+        reason: Option<CancelReason>,
+    ) -> StoredDecision {
+        StoredDecision {
+            action,
+            confirmation_id: confirmation_id.to_owned(),
+            decisions,
+            reason,
+            nonce: uuid::Uuid::new_v4().simple().to_string(),
+        }
+    }
+
+    /// A stored run's decision, if its record has a readable one.
+    pub fn of(record: &PausedRecord) -> Option<StoredDecision> {
+        record
+            .decision
+            .as_ref()
+            .and_then(|value| serde_json::from_value(value.clone()).ok())
+    }
+}
+
+/// What became of a decision whose recording had an unknown outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    /// It was recorded: the decision stands.
+    Recorded,
+    /// It was not, and now never will be: the pause is undecided.
+    Void,
+}
+
+impl StoreError {
+    /// The same failure, counted as `fault`.
+    pub fn with_fault(mut self, fault: Fault) -> StoreError {
+        self.fault = fault;
+        self
+    }
+}
+
 /// What went wrong with a store, for what the run does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
-    /// It could not be used (out of reach, a failing disk): try again.
+    /// It could not be used (out of reach, a failing disk) and did nothing:
+    /// try again.
     Unreachable,
+    /// The command was sent and no answer came in time: it may have been
+    /// carried out, now or later. A decision's is learnt with
+    /// [`Store::resolve`].
+    Unknown,
     /// Another replica owns the run now (this one's heartbeat had lapsed):
     /// the copy here must not act; its client re-attaches to the owner.
     Moved,
@@ -83,7 +157,19 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Inserts or replaces the record of a paused run.
     fn save(&self, record: PausedRecord) -> BoxFuture<'_, Result<(), StoreError>>;
     /// Records the decision of run `run`'s pause, before the run acts on it.
-    fn record_decision(&self, run: &str, decision: Value) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Recording the same nonce again is not an error: it is one decision.
+    fn record_decision<'a>(
+        &'a self,
+        run: &'a str,
+        decision: &'a StoredDecision,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// After [`Fault::Unknown`]: whether the decision of `nonce` was
+    /// recorded; if it was not, it never will be.
+    fn resolve<'a>(
+        &'a self,
+        run: &'a str,
+        nonce: &'a str,
+    ) -> BoxFuture<'a, Result<Resolution, StoreError>>;
     /// Forgets run `run` of session `key`: it ended.
     fn remove(&self, run: &str, key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>>;
     /// Run `run` was suspended by a shutdown: its record stays, for the

@@ -7,47 +7,53 @@
 //! paused run, its record as JSON) and run off the async threads.
 
 use std::fs::{File, OpenOptions, TryLockError};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
-use serde_json::Value;
 
-use super::{Fault, PausedRecord, Store, StoreError};
+use super::{Fault, PausedRecord, Resolution, Store, StoreError, StoredDecision};
 use crate::session::SessionKey;
 
 #[derive(Debug)]
 pub struct SqliteStore {
     connection: Arc<Mutex<Connection>>,
     name: String,
-    /// `PATH.lock`, locked for as long as this process keeps the store (the
-    /// kernel lets go when the process ends, `kill -9` included).
-    _lock: File,
+    path: PathBuf,
+    /// The database file itself, locked (`flock`) for as long as this
+    /// process keeps the store: every name of the file (a symlink, a hard
+    /// link) is the same lock. The kernel lets go when the process ends,
+    /// `kill -9` included.
+    file: File,
+    /// The last write succeeded (for `/readyz`).
+    healthy: Arc<AtomicBool>,
 }
 
 impl SqliteStore {
     /// Opens (or creates) the store at `path`, for this process alone: a
-    /// second process on the same file would restore the same paused runs
-    /// and could act on one twice, so it is refused.
+    /// second process on the same file, under any name, would restore the
+    /// same paused runs and could act on one twice, so it is refused.
     pub fn open(path: &Path) -> Result<SqliteStore, String> {
-        let lock_path = PathBuf::from(format!("{}.lock", path.display()));
-        let lock = OpenOptions::new()
+        let file = OpenOptions::new()
             .create(true)
             .truncate(false)
+            .read(true)
             .write(true)
-            .open(&lock_path)
-            .map_err(|err| format!("{err}: {}", lock_path.display()))?;
-        match lock.try_lock() {
+            .open(path)
+            .map_err(|err| format!("{err}: {}", path.display()))?;
+        match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 return Err(format!(
-                    "another chatgate process uses this store ({} is locked); one process \
-                     per sqlite: file (replicas share redis:// instead)",
-                    lock_path.display()
+                    "another chatgate process uses this store ({} is locked, under this name \
+                     or another); one process per sqlite: file (replicas share redis:// instead)",
+                    path.display()
                 ))
             }
-            Err(TryLockError::Error(err)) => return Err(format!("{err}: {}", lock_path.display())),
+            Err(TryLockError::Error(err)) => return Err(format!("{err}: {}", path.display())),
         }
         let connection = Connection::open(path).map_err(|err| err.to_string())?;
         connection
@@ -65,7 +71,9 @@ impl SqliteStore {
         Ok(SqliteStore {
             connection: Arc::new(Mutex::new(connection)),
             name: format!("sqlite:{}", path.display()),
-            _lock: lock,
+            path: path.to_owned(),
+            file,
+            healthy: Arc::new(AtomicBool::new(true)),
         })
     }
 
@@ -83,6 +91,8 @@ impl SqliteStore {
             })
             .await
             .unwrap_or_else(|err| Err(err.to_string()));
+            self.healthy.store(done.is_ok(), Ordering::Relaxed);
+            // An SQLite statement that fails is rolled back: it did nothing.
             done.map_err(|reason| StoreError {
                 store: self.name.clone(),
                 reason,
@@ -97,6 +107,27 @@ impl Store for SqliteStore {
         true
     }
 
+    /// Not ready while writes fail, or once the file is no longer the one
+    /// this process holds (removed or replaced: what is written then is lost
+    /// at the next restart), or no longer writable for this process (the
+    /// next restart would fail).
+    fn health(&self) -> Result<(), String> {
+        let same_file = match (std::fs::metadata(&self.path), self.file.metadata()) {
+            (Ok(named), Ok(held)) => named.dev() == held.dev() && named.ino() == held.ino(),
+            _ => false,
+        };
+        let writable = nix::unistd::access(&self.path, nix::unistd::AccessFlags::W_OK).is_ok();
+        match (self.healthy.load(Ordering::Relaxed), same_file, writable) {
+            (true, true, true) => Ok(()),
+            (false, _, _) => Err(format!("{} (writes fail)", self.name)),
+            (_, false, _) => Err(format!(
+                "{} (the file was removed or replaced: records written now would be lost)",
+                self.name
+            )),
+            (_, _, false) => Err(format!("{} (the file is read-only)", self.name)),
+        }
+    }
+
     fn save(&self, record: PausedRecord) -> BoxFuture<'_, Result<(), StoreError>> {
         let json = serde_json::to_string(&record).unwrap_or_default();
         self.with(move |c| {
@@ -109,9 +140,13 @@ impl Store for SqliteStore {
         })
     }
 
-    fn record_decision(&self, run: &str, decision: Value) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn record_decision<'a>(
+        &'a self,
+        run: &'a str,
+        decision: &'a StoredDecision,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         let run = run.to_owned();
-        let json = decision.to_string();
+        let json = serde_json::to_string(decision).unwrap_or_default();
         let updating = self.with(move |c| {
             c.execute(
                 "UPDATE paused_runs SET decision = ?2 WHERE run = ?1",
@@ -127,6 +162,35 @@ impl Store for SqliteStore {
                 }),
                 _ => Ok(()),
             }
+        })
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        run: &'a str,
+        nonce: &'a str,
+    ) -> BoxFuture<'a, Result<Resolution, StoreError>> {
+        // SQLite's answers are never unknown; this only reads what is there.
+        let run = run.to_owned();
+        let reading = self.with(move |c| {
+            c.query_row(
+                "SELECT decision FROM paused_runs WHERE run = ?1",
+                params![run],
+                |row| row.get::<_, Option<String>>(0),
+            )
+            .optional()
+        });
+        let nonce = nonce.to_owned();
+        Box::pin(async move {
+            let decided = reading.await?.flatten();
+            let ours = decided
+                .and_then(|d| serde_json::from_str::<StoredDecision>(&d).ok())
+                .is_some_and(|d| d.nonce == nonce);
+            Ok(if ours {
+                Resolution::Recorded
+            } else {
+                Resolution::Void
+            })
         })
     }
 
@@ -205,14 +269,12 @@ mod tests {
     async fn records_survive_reopening_and_decisions_are_kept_with_them() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runs.db");
+        let confirm = StoredDecision::new(Action::Confirm, "c", None, None);
         {
             let store = SqliteStore::open(&path).unwrap();
             store.save(record("r1")).await.unwrap();
             store.save(record("r2")).await.unwrap();
-            store
-                .record_decision("r2", serde_json::json!({"action": "confirm"}))
-                .await
-                .unwrap();
+            store.record_decision("r2", &confirm).await.unwrap();
             store
                 .remove("r1", &SessionKey::new(Some(1), "会话"))
                 .await
@@ -226,16 +288,47 @@ mod tests {
         assert_eq!(loaded.len(), 1);
         assert_eq!(loaded[0].run, "r2");
         assert_eq!(loaded[0].session_id, "会话");
+        assert_eq!(StoredDecision::of(&loaded[0]), Some(confirm.clone()));
         assert_eq!(
-            loaded[0].decision,
-            Some(serde_json::json!({"action": "confirm"}))
+            store.resolve("r2", &confirm.nonce).await.unwrap(),
+            Resolution::Recorded
+        );
+        assert_eq!(
+            store.resolve("r2", "another").await.unwrap(),
+            Resolution::Void
         );
         assert!(store.get("r1").await.unwrap().is_none());
         // A decision for a record that is gone is not recorded, and says so.
-        let gone = store
-            .record_decision("r1", serde_json::json!({"action": "confirm"}))
-            .await
-            .unwrap_err();
+        let gone = store.record_decision("r1", &confirm).await.unwrap_err();
         assert_eq!(gone.fault, Fault::Lost);
+    }
+
+    #[test]
+    fn one_file_under_two_names_is_one_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let _first = SqliteStore::open(&path).unwrap();
+        let symlink = dir.path().join("current.db");
+        std::os::unix::fs::symlink(&path, &symlink).unwrap();
+        let hard_link = dir.path().join("hard.db");
+        std::fs::hard_link(&path, &hard_link).unwrap();
+
+        for other in [symlink, hard_link] {
+            let refused = SqliteStore::open(&other).unwrap_err();
+            assert!(refused.contains("another chatgate process"), "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_store_file_removed_under_the_process_is_not_ready() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.db");
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.health(), Ok(()));
+
+        std::fs::remove_file(&path).unwrap();
+
+        let unready = store.health().unwrap_err();
+        assert!(unready.contains("removed or replaced"), "{unready}");
     }
 }

@@ -101,22 +101,37 @@ async fn a_new_message_right_after_the_final_chunk_starts_a_new_run() {
 }
 
 #[tokio::test]
-async fn a_client_that_goes_away_during_a_pause_frees_its_session() {
+async fn a_client_that_goes_away_during_a_pause_leaves_the_pause_to_its_decision() {
     let app = spawn_app_with(|s| {
         s.keep_alive = std::time::Duration::from_millis(200);
         s.detach_grace = std::time::Duration::from_secs(0);
     })
     .await;
-    let (stream, _) = app.open_paused("gone", "wait").await;
-    assert_eq!(app.manager.paused_runs(), 1);
+    let (stream, request) = app.open_paused("gone", "wait").await;
 
     drop(stream);
-    app.registry_drains().await;
-    let (status, chunk) = app.reply("gone", "CONFIRM_ACTION:confirm").await;
+    app.eventually("the run is detached", |app| app.logs.detached() == 1)
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await; // past the grace (0)
+    let still_paused = app.manager.paused_runs();
+    let mut back = EventStream::resumed(
+        app.reattach("gone", request.sequence).await,
+        request.sequence,
+    );
+    let (status, _) = app.reply("gone", "CONFIRM_ACTION:confirm").await;
+    let last = back.finish().await;
 
-    assert_eq!(status, 404);
-    assert_eq!(error_type(&chunk), "no_pending_confirmation");
-    assert_eq!(app.manager.paused_runs(), 0);
+    assert_eq!(
+        still_paused, 1,
+        "a pause waits for its decision, not its client"
+    );
+    assert_eq!(status, 200);
+    assert_eq!(
+        last.chunk_type,
+        ChunkType::Completion,
+        "the decided work ran"
+    );
+    app.registry_drains().await;
 }
 
 #[tokio::test]

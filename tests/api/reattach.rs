@@ -129,24 +129,51 @@ async fn a_bad_last_event_id_is_400() {
 }
 
 #[tokio::test]
-async fn after_the_grace_a_detached_run_is_cancelled_and_freed() {
+async fn after_the_grace_a_detached_run_at_work_is_cancelled_and_freed() {
     let app = spawn_app_with(|s| {
         s.keep_alive = std::time::Duration::from_millis(200);
         s.detach_grace = std::time::Duration::from_millis(300);
+        s.step_delay = std::time::Duration::from_secs(30);
     })
     .await;
-    let (stream, _) = app.open_paused("late", "wait").await;
+    let (mut stream, _) = app.open_paused("late", "one slow step").await;
+    app.reply("late", "CONFIRM_ACTION:confirm").await;
+    stream.until(ChunkType::Status).await; // at work
     drop(stream);
 
     app.registry_drains().await;
     app.eventually("the log is forgotten", |app| app.logs.is_empty())
         .await;
-    let (status, _) = app.reply("late", "CONFIRM_ACTION:confirm").await;
     let (reattach, chunk) = one_chunk(app.reattach("late", 2).await).await;
 
-    assert_eq!(status, 404);
     assert_eq!(reattach, 404);
     assert_eq!(error_type(&chunk), "no_such_run");
+}
+
+#[tokio::test]
+async fn a_paused_run_whose_client_left_outlives_the_grace_and_its_end_can_be_read() {
+    let app = spawn_app_with(|s| {
+        s.keep_alive = std::time::Duration::from_millis(200);
+        s.detach_grace = std::time::Duration::from_millis(300);
+    })
+    .await;
+    let (stream, request) = app.open_paused("away", "one; two").await;
+    drop(stream);
+    app.eventually("the run is detached", |app| app.logs.detached() == 1)
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await; // two graces
+
+    let (status, _) = app.reply("away", "CONFIRM_ACTION:confirm").await;
+    app.eventually("the run ended", |app| app.manager.active_runs() == 0)
+        .await;
+    let mut read_later = EventStream::resumed(
+        app.reattach("away", request.sequence).await,
+        request.sequence,
+    );
+    let last = read_later.finish().await;
+
+    assert_eq!(status, 200, "the pause waited for its decision");
+    assert_eq!(last.chunk_type, ChunkType::Completion);
 }
 
 #[tokio::test]

@@ -11,6 +11,15 @@ use super::decisions::TaskCheck;
 use super::slot::PendingDecision;
 use crate::protocol::{TaskDecisionRequest, Verdict};
 
+/// Begins a run, completing a supersede at once (nothing to record here).
+fn begin(
+    manager: &ConfirmationManager,
+    key: SessionKey,
+    limits: RunLimits,
+) -> Result<RunSlot, BeginError> {
+    manager.begin_run(key, limits).map(Begun::now)
+}
+
 fn key(session_id: &str) -> SessionKey {
     SessionKey::new(None, session_id)
 }
@@ -18,9 +27,12 @@ fn key(session_id: &str) -> SessionKey {
 #[tokio::test]
 async fn sessions_of_different_owners_never_meet() {
     let manager = ConfirmationManager::new();
-    let mine = manager
-        .begin_run(SessionKey::new(Some(1), "s"), RunLimits::UNLIMITED)
-        .unwrap();
+    let mine = begin(
+        &manager,
+        SessionKey::new(Some(1), "s"),
+        RunLimits::UNLIMITED,
+    )
+    .unwrap();
     let _pending = pause(&mine, "c1", 1);
 
     let theirs = decide(
@@ -29,7 +41,11 @@ async fn sessions_of_different_owners_never_meet() {
         &reply("confirm", None),
         None,
     );
-    let their_run = manager.begin_run(SessionKey::new(Some(2), "s"), RunLimits::UNLIMITED);
+    let their_run = begin(
+        &manager,
+        SessionKey::new(Some(2), "s"),
+        RunLimits::UNLIMITED,
+    );
 
     assert_eq!(theirs, Err(DecideError::NoPending));
     assert!(their_run.is_ok(), "another owner's run lives beside mine");
@@ -77,7 +93,7 @@ const LONG: Duration = Duration::from_secs(300);
 #[tokio::test]
 async fn a_reply_that_lands_before_the_wait_is_not_lost() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     decide(&manager, &key("s"), &reply("confirm", None), None).unwrap();
 
@@ -90,7 +106,7 @@ async fn a_reply_that_lands_before_the_wait_is_not_lost() {
 #[tokio::test]
 async fn a_run_is_paused_until_its_pause_is_decided() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     assert!(!manager.is_paused(&key("s")), "working");
     let _pending = pause(&slot, "c1", 1);
     assert!(manager.is_paused(&key("s")));
@@ -105,7 +121,7 @@ async fn a_run_is_paused_until_its_pause_is_decided() {
 #[tokio::test(start_paused = true)]
 async fn a_decision_does_not_leak_into_the_next_round() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let first = pause(&slot, "c1", 1);
     decide(&manager, &key("s"), &reply("modify", Some("more")), None).unwrap();
     assert_eq!(
@@ -125,7 +141,7 @@ async fn a_decision_does_not_leak_into_the_next_round() {
 #[tokio::test(start_paused = true)]
 async fn timeout_cancels_and_later_replies_find_nothing_pending() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
 
     let decision = slot
@@ -144,7 +160,7 @@ async fn timeout_cancels_and_later_replies_find_nothing_pending() {
 #[tokio::test(start_paused = true)]
 async fn a_reply_just_before_the_deadline_wins() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     let replier = {
         let manager = manager.clone();
@@ -165,7 +181,7 @@ async fn a_reply_just_before_the_deadline_wins() {
 #[tokio::test]
 async fn a_decision_already_sent_stands_against_a_stop() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     decide(&manager, &key("s"), &reply("confirm", None), None).unwrap();
 
@@ -181,7 +197,7 @@ async fn a_decision_already_sent_stands_against_a_stop() {
 #[tokio::test]
 async fn a_decision_in_flight_to_the_run_stands_against_a_stop_that_fires_meanwhile() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     // Taken (an audit record being written), not delivered yet.
     let accepted = manager
@@ -207,7 +223,7 @@ async fn a_decision_in_flight_to_the_run_stands_against_a_stop_that_fires_meanwh
 #[tokio::test]
 async fn a_failed_ticket_ends_the_run_with_its_error() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     let accepted = manager
         .decide(&key("s"), &reply("confirm", None), None, None)
@@ -222,7 +238,7 @@ async fn a_failed_ticket_ends_the_run_with_its_error() {
 #[tokio::test]
 async fn a_withdrawn_decision_leaves_the_pause_to_the_next_reply() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     let first = manager
         .decide(&key("s"), &reply("confirm", None), None, None)
@@ -242,7 +258,7 @@ async fn a_withdrawn_decision_leaves_the_pause_to_the_next_reply() {
 #[tokio::test(start_paused = true)]
 async fn a_withdrawn_decision_yields_to_the_timeout_that_came_due_meanwhile() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     let accepted = manager
         .decide(&key("s"), &reply("confirm", None), None, None)
@@ -263,7 +279,7 @@ async fn a_withdrawn_decision_yields_to_the_timeout_that_came_due_meanwhile() {
 #[tokio::test]
 async fn a_stop_decides_an_undecided_pause_and_refuses_later_replies() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
 
     let decision = slot
@@ -286,7 +302,7 @@ async fn a_stop_decides_an_undecided_pause_and_refuses_later_replies() {
 #[tokio::test]
 async fn a_second_reply_after_the_run_resumed_is_already_decided() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     decide(&manager, &key("s"), &reply("confirm", None), None).unwrap();
     assert_eq!(
@@ -306,7 +322,7 @@ async fn a_second_reply_after_the_run_resumed_is_already_decided() {
 async fn concurrent_replies_yield_exactly_one_decision() {
     for round in 0..200 {
         let manager = ConfirmationManager::new();
-        let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+        let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
         let pending = pause(&slot, "c1", 1);
         let barrier = Arc::new(tokio::sync::Barrier::new(16));
         let replies: Vec<_> = (0..16)
@@ -341,14 +357,14 @@ async fn concurrent_replies_yield_exactly_one_decision() {
 #[tokio::test]
 async fn a_chat_message_supersedes_a_paused_run_but_not_a_streaming_one() {
     let manager = ConfirmationManager::new();
-    let old = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let old = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     assert_eq!(
-        manager.begin_run(key("s"), RunLimits::UNLIMITED).err(),
+        begin(&manager, key("s"), RunLimits::UNLIMITED).err(),
         Some(BeginError::SessionBusy)
     );
     let pending = pause(&old, "c1", 1);
 
-    let new = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let new = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
 
     assert_eq!(
         old.wait(pending, LONG, pending_reason()).await,
@@ -367,12 +383,12 @@ async fn a_chat_message_supersedes_a_paused_run_but_not_a_streaming_one() {
 #[tokio::test]
 async fn a_decided_but_not_yet_resumed_run_is_busy_not_superseded() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     decide(&manager, &key("s"), &reply("confirm", None), None).unwrap();
 
     assert_eq!(
-        manager.begin_run(key("s"), RunLimits::UNLIMITED).err(),
+        begin(&manager, key("s"), RunLimits::UNLIMITED).err(),
         Some(BeginError::SessionBusy)
     );
     assert_eq!(
@@ -388,16 +404,12 @@ async fn every_ending_frees_the_registry() {
         .into_iter()
         .enumerate()
     {
-        let slot = manager
-            .begin_run(key(&format!("s{i}")), RunLimits::UNLIMITED)
-            .unwrap();
+        let slot = begin(&manager, key(&format!("s{i}")), RunLimits::UNLIMITED).unwrap();
         let pending = pause(&slot, "c", 1);
         slot.wait(pending, LONG, async move { stop }).await;
         drop(slot);
     }
-    let slot = manager
-        .begin_run(key("done"), RunLimits::UNLIMITED)
-        .unwrap();
+    let slot = begin(&manager, key("done"), RunLimits::UNLIMITED).unwrap();
     drop(slot);
 
     assert_eq!(manager.active_runs(), 0);
@@ -409,7 +421,7 @@ async fn every_ending_frees_the_registry() {
 #[tokio::test]
 async fn wait_until_empty_wakes_when_the_last_run_ends() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let waiter = tokio::spawn({
         let manager = manager.clone();
         async move { manager.wait_until_empty().await }
@@ -428,15 +440,15 @@ async fn wait_until_empty_wakes_when_the_last_run_ends() {
 #[tokio::test]
 async fn a_full_registry_refuses_new_sessions_but_still_supersedes() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("a"), RunLimits::total(1)).unwrap();
+    let slot = begin(&manager, key("a"), RunLimits::total(1)).unwrap();
     let _pending = pause(&slot, "c1", 1);
 
     assert_eq!(
-        manager.begin_run(key("b"), RunLimits::total(1)).err(),
+        begin(&manager, key("b"), RunLimits::total(1)).err(),
         Some(BeginError::Overloaded)
     );
     assert!(
-        manager.begin_run(key("a"), RunLimits::total(1)).is_ok(),
+        begin(&manager, key("a"), RunLimits::total(1)).is_ok(),
         "a supersede does not grow the registry"
     );
 }
@@ -444,7 +456,7 @@ async fn a_full_registry_refuses_new_sessions_but_still_supersedes() {
 #[tokio::test]
 async fn a_reply_after_the_stop_fired_is_refused_and_the_stop_decides() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let stop = CancellationToken::new();
     let pending = slot
         .pause(
@@ -485,24 +497,24 @@ async fn one_owner_cannot_take_the_runs_of_the_others() {
         per_owner: 2,
     };
     let owned = |owner, session: &str| SessionKey::new(Some(owner), session);
-    let _a1 = manager.begin_run(owned(1, "a1"), limits).unwrap();
-    let a2 = manager.begin_run(owned(1, "a2"), limits).unwrap();
+    let _a1 = begin(&manager, owned(1, "a1"), limits).unwrap();
+    let a2 = begin(&manager, owned(1, "a2"), limits).unwrap();
     let _pending = pause(&a2, "c", 1);
 
     assert_eq!(
-        manager.begin_run(owned(1, "a3"), limits).err(),
+        begin(&manager, owned(1, "a3"), limits).err(),
         Some(BeginError::KeyOverloaded { limit: 2 })
     );
     assert!(
-        manager.begin_run(owned(1, "a2"), limits).is_ok(),
+        begin(&manager, owned(1, "a2"), limits).is_ok(),
         "a supersede"
     );
     assert!(
-        manager.begin_run(owned(2, "b1"), limits).is_ok(),
+        begin(&manager, owned(2, "b1"), limits).is_ok(),
         "another key"
     );
     drop(_a1);
-    assert!(manager.begin_run(owned(1, "a3"), limits).is_ok(), "freed");
+    assert!(begin(&manager, owned(1, "a3"), limits).is_ok(), "freed");
 }
 
 fn pending_reason() -> impl Future<Output = CancelReason> {

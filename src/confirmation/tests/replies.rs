@@ -6,7 +6,7 @@ use super::*;
 #[tokio::test]
 async fn per_task_decisions_are_checked_against_the_pending_tasks() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let tasks: Arc<[TaskCheck]> = vec![TaskCheck::default(), TaskCheck::default()].into();
     let _pending = slot
         .pause(
@@ -68,7 +68,7 @@ async fn refused_replies_are_checked_in_the_documented_order_and_change_nothing(
         decide(&manager, &key("s"), &reply("confirm", None), None),
         Err(DecideError::NoPending)
     );
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     assert_eq!(
         decide(&manager, &key("s"), &reply("launch", None), Some("wrong")),
         Err(DecideError::NoPending),
@@ -113,7 +113,7 @@ async fn refused_replies_are_checked_in_the_documented_order_and_change_nothing(
 #[tokio::test]
 async fn only_the_offered_options_are_accepted() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let _pending = slot
         .pause(
             "c1".into(),
@@ -139,7 +139,7 @@ async fn only_the_offered_options_are_accepted() {
 #[tokio::test]
 async fn a_modify_text_over_the_bound_is_refused_and_the_pause_stays() {
     let manager = ConfirmationManager::new();
-    let slot = manager.begin_run(key("s"), RunLimits::UNLIMITED).unwrap();
+    let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let _pending = pause(&slot, "c1", 1);
     let long = "x".repeat(MAX_MODIFY_TEXT_BYTES + 1);
 

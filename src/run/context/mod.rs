@@ -243,7 +243,8 @@ mod tests {
         let manager = ConfirmationManager::new();
         let slot = manager
             .begin_run(SessionKey::new(None, "s"), RunLimits::total(1))
-            .unwrap();
+            .unwrap()
+            .now();
         let stop = RunStop::default();
         let settings = Arc::new(RunSettings {
             confirm_timeout: Duration::from_secs(1),

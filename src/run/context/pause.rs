@@ -18,7 +18,7 @@ use crate::protocol::{
 };
 use crate::run::outcome::RunError;
 use crate::run::plan::{Approval, Plan};
-use crate::store::PausedRecord;
+use crate::store::{Fault, PausedRecord, StoredDecision};
 
 /// A confirmation request on its way to a decision.
 struct Asked {
@@ -62,7 +62,49 @@ impl RunContext {
             }
         };
         let decision = self.slot.wait(pending, timeout, stop).await;
+        self.log.pause_ended();
+        // Boxed, like `prepare`: a store call does not grow every pause.
+        let decision = Box::pin(self.record_fallback(decision, &asked.confirmation_id)).await?;
         self.answered(decision, asked)
+    }
+
+    /// A stored pause decided by the run's own fallback (its timeout): the
+    /// decision is recorded as a reply's is, so that an ended pause never
+    /// comes back; and if another replica owns the run now (this one's
+    /// lease lapsed), the copy here is handed over rather than ended.
+    async fn record_fallback(
+        &self,
+        decision: Decision,
+        confirmation_id: &str,
+    ) -> Result<Decision, RunError> {
+        let Decision::Cancel(reason) = decision else {
+            return Ok(decision);
+        };
+        // A reply's cancel and a supersede were recorded by their taker; a
+        // shutdown keeps the pause for the next process.
+        let decided_elsewhere = matches!(
+            reason,
+            CancelReason::User | CancelReason::Superseded | CancelReason::Shutdown
+        );
+        let Some(run) = self.stored_id.as_ref().filter(|_| self.pause_stored) else {
+            return Ok(decision);
+        };
+        if decided_elsewhere {
+            return Ok(decision);
+        }
+        let recorded = StoredDecision::new(Action::Cancel, confirmation_id, None, Some(reason));
+        match self.settings.store.record_decision(run, &recorded).await {
+            Err(err) if err.fault == Fault::Moved => {
+                log::info!("{err}: the paused run is handed to its new owner");
+                Err(RunError::Suspended)
+            }
+            // It ends here as decided; a restore finds its pause expired.
+            Err(err) => {
+                log::warn!("{err}");
+                Ok(decision)
+            }
+            Ok(()) => Ok(decision),
+        }
     }
 
     /// Everything before the wait: checks and records the proposal, builds
@@ -222,7 +264,9 @@ impl RunContext {
             )
             .map_err(RunError::Cancelled)?;
         // The pause is registered before the chunk leaves, so a client that
-        // answers the instant it reads the chunk always finds it pending.
+        // answers the instant it reads the chunk always finds it pending;
+        // and the log knows it, so a client that leaves ends nothing.
+        self.log.pause_started();
         let sent = match self.push(chunk) {
             Err(RunError::Cancelled(reason)) => Some(reason),
             _ => None,
@@ -298,6 +342,7 @@ impl RunContext {
             )
             .map_err(RunError::Cancelled)?;
         self.pause_stored = true;
+        self.log.pause_started();
         Ok(pending)
     }
 
@@ -321,6 +366,8 @@ impl RunContext {
         };
         let stop = async { self.stop.stopped().await };
         let decision = self.slot.wait(pending, left, stop).await;
+        self.log.pause_ended();
+        let decision = Box::pin(self.record_fallback(decision, &asked.confirmation_id)).await?;
         self.answered(decision, asked)
     }
 }

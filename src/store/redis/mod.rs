@@ -9,40 +9,51 @@
 //! which Redis Cluster does not allow.
 //!
 //! Keys (all under `chatgate:`):
-//! - `replica:ID`: `INSTANCE URL`, with a TTL of `--owner-ttl` that the
-//!   replica keeps refreshing: its heartbeat. `INSTANCE` is `ID/NONCE`, new
-//!   at every start, so a replica restarted under the same id does not pass
-//!   for the process that held the runs before.
+//! - `replica:ID`: `INSTANCE URL SIGNATURE`, with a TTL of `--owner-ttl`
+//!   that the replica keeps refreshing: its heartbeat. `INSTANCE` is
+//!   `ID/NONCE`, new at every start, so a replica restarted under the same
+//!   id does not pass for the process that held the runs before.
+//!   `SIGNATURE` is an HMAC-SHA256 of `INSTANCE URL` with `--cluster-secret`:
+//!   a replica forwards a client's request (its `Authorization`, and the
+//!   cluster secret) only to a URL the secret signed, so whoever can write
+//!   to the Redis database cannot send those to an address of their own.
 //! - `session:NAMESPACE:SESSION` (`NAMESPACE`: the API key's, as
 //!   [`Namespaces`] names it, or `-` without keys): a hash, `instance` (who
-//!   owns the session's run; empty once handed back at shutdown) and `run`
-//!   (its id). Together with the heartbeat this is the run's owner record:
-//!   the owner is alive while its heartbeat names the same instance.
+//!   owns the session's run; empty once handed back at shutdown), `run`
+//!   (its id) and `epoch` (incremented by every claim and takeover: the
+//!   fence every later script of that owner's checks), and `void:NONCE`
+//!   for claims whose outcome was unknown and that must not happen any more.
+//!   Together with the heartbeat this is the run's owner record: the owner
+//!   is alive while its heartbeat names the same instance.
 //! - `run:RUN`: a hash, `record` (the [`PausedRecord`] as JSON), `session`
-//!   (its session key) and, once taken, `decision`.
+//!   (its session key), once taken `decision` and `decision_nonce`, and
+//!   `void:NONCE` for decisions whose recording had an unknown outcome and
+//!   was then found not to have happened.
 //!
 //! Every key expires by itself: a session record an hour after its run
 //! started unless a pause extends it, a pause's records `linger` after the
 //! pause's expiry, an ended run's session record after `--detach-grace`.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
-use serde_json::Value;
+use secrecy::SecretString;
 use tokio::sync::OnceCell;
 
+pub mod ownership;
 mod scripts;
 
 use self::scripts::{
-    ALIVE, CLAIM, FORGET, HAND_BACK, LEAVE, RECORD_DECISION, REMOVE, SAVE, TAKE_OVER,
+    ALIVE, CLAIM, FORGET, HAND_BACK, LEAVE, RECORD_DECISION, REMOVE, RESOLVE, RESOLVE_CLAIM, SAVE,
+    TAKE_OVER,
 };
-use super::{Fault, PausedRecord, Store, StoreError};
-use crate::session::Namespaces;
-use crate::session::SessionKey;
+use super::{Fault, PausedRecord, Resolution, Store, StoreError, StoredDecision};
+use crate::session::{Namespaces, SessionKey};
 
 /// How long a session record lives while its run works (from its start,
 /// and again from each decision): a run that works for longer without
@@ -51,67 +62,13 @@ use crate::session::SessionKey;
 const STREAMING_TTL: Duration = Duration::from_secs(3600);
 /// Bound on every Redis command and connection attempt.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A live replica that owns a session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Remote {
-    /// Its advertised URL.
-    pub url: String,
-    /// How long its heartbeat has left: if it cannot be reached, its runs
-    /// can be taken over once this has passed.
-    pub lease: Duration,
-}
-
-impl Remote {
-    fn parse(url: &str, left_ms: Option<&String>) -> Remote {
-        let left = left_ms.and_then(|ms| ms.parse::<u64>().ok()).unwrap_or(0);
-        Remote {
-            url: url.to_owned(),
-            lease: Duration::from_millis(left),
-        }
-    }
-}
-
-/// Whether a new run may take its session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Claim {
-    Claimed,
-    /// A live replica owns the session.
-    Owned(Remote),
-}
-
-/// Where a session's run is, as [`RedisStore::take_over`] found it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Owner {
-    /// No run on the session.
-    Nobody,
-    /// This process owns it (if it is not here, it has ended).
-    Mine(String),
-    /// A live replica owns it.
-    Elsewhere(Remote),
-    /// Its owner was gone: it is this process's now.
-    TakenOver(String),
-    /// Its owner is gone, and this process may not take it over.
-    Orphan,
-}
-
-/// What a heartbeat found in its key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Beat {
-    /// This process's previous beat.
-    Kept,
-    /// Nothing: the heartbeat had expired.
-    Lapsed,
-    /// Another process's beat (`INSTANCE URL`): at start, this replica's
-    /// previous process; later, another process with the same replica id.
-    Replaced(String),
-}
-
 /// What the store needs to know of its replica.
 #[derive(Debug, Clone)]
 pub struct ReplicaSettings {
     pub replica_id: String,
     pub advertise_url: String,
+    /// Signs this replica's heartbeat, and checks the others'.
+    pub secret: SecretString,
     /// How long an ended run's session stays ours (`--detach-grace`).
     pub grace: Duration,
     /// How long a pause's records outlive its expiry: the grace and the
@@ -132,14 +89,20 @@ pub struct RedisStore {
     replica: ReplicaSettings,
     /// The last command succeeded (for `/readyz`).
     healthy: AtomicBool,
+    /// The epoch under which this process holds each of its runs (set by a
+    /// claim or a takeover, gone with the run): every script that changes
+    /// a run is fenced by it.
+    epochs: Mutex<HashMap<String, String>>,
     scripts: Scripts,
 }
 
 struct Scripts {
     claim: Script,
+    resolve_claim: Script,
     take_over: Script,
     save: Script,
     record_decision: Script,
+    resolve: Script,
     remove: Script,
     hand_back: Script,
     forget: Script,
@@ -171,11 +134,14 @@ impl RedisStore {
             instance: Arc::from(format!("{}/{}", replica.replica_id, &nonce[..12])),
             replica,
             healthy: AtomicBool::new(true),
+            epochs: Mutex::default(),
             scripts: Scripts {
                 claim: with_alive(CLAIM),
+                resolve_claim: Script::new(RESOLVE_CLAIM),
                 take_over: with_alive(TAKE_OVER),
                 save: Script::new(SAVE),
-                record_decision: Script::new(RECORD_DECISION),
+                record_decision: with_alive(RECORD_DECISION),
+                resolve: Script::new(RESOLVE),
                 remove: Script::new(REMOVE),
                 hand_back: Script::new(HAND_BACK),
                 forget: Script::new(FORGET),
@@ -207,12 +173,19 @@ impl RedisStore {
             .map_err(|err| self.failed(&err))
     }
 
+    /// A command failed. Refused connections did nothing; anything else
+    /// (a timeout above all) may have been carried out, now or later.
     fn failed(&self, err: &redis::RedisError) -> StoreError {
         self.healthy.store(false, Ordering::Relaxed);
+        let fault = if err.is_connection_refusal() {
+            Fault::Unreachable
+        } else {
+            Fault::Unknown
+        };
         StoreError {
             store: self.name.clone(),
             reason: err.to_string(),
-            fault: Fault::Unreachable,
+            fault,
         }
     }
 
@@ -248,44 +221,23 @@ impl RedisStore {
         Ok(value)
     }
 
-    /// A new run `run` takes `key`, unless a live replica owns it.
-    pub async fn claim(&self, key: &SessionKey, run: &str) -> Result<Claim, StoreError> {
-        let ttl = STREAMING_TTL.as_millis().to_string();
-        let answer: Vec<String> = self
-            .invoke(
-                &self.scripts.claim,
-                &[&self.session_key(key)],
-                &[&self.instance, run, &ttl],
-            )
-            .await?;
-        Ok(match answer.as_slice() {
-            [owned, url, rest @ ..] if owned == "owned" => {
-                Claim::Owned(Remote::parse(url, rest.first()))
-            }
-            _ => Claim::Claimed,
-        })
+    /// The epoch this process holds run `run` under ("" if none: every
+    /// fenced script then refuses).
+    fn epoch(&self, run: &str) -> String {
+        self.epochs_lock().get(run).cloned().unwrap_or_default()
     }
 
-    /// Where the run of `key` is; one whose owner is gone becomes ours if
-    /// `may_take` (not while this process shuts down).
-    pub async fn take_over(&self, key: &SessionKey, may_take: bool) -> Result<Owner, StoreError> {
-        let may_take = if may_take { "1" } else { "0" };
-        let answer: Vec<String> = self
-            .invoke(
-                &self.scripts.take_over,
-                &[&self.session_key(key)],
-                &[&self.instance, may_take],
-            )
-            .await?;
-        Ok(match answer.as_slice() {
-            [what, run] if what == "mine" => Owner::Mine(run.clone()),
-            [what, url, rest @ ..] if what == "owned" => {
-                Owner::Elsewhere(Remote::parse(url, rest.first()))
-            }
-            [what, run] if what == "taken" => Owner::TakenOver(run.clone()),
-            [what, _] if what == "orphan" => Owner::Orphan,
-            _ => Owner::Nobody,
-        })
+    fn hold(&self, run: &str, epoch: &str) {
+        self.epochs_lock().insert(run.to_owned(), epoch.to_owned());
+    }
+
+    fn let_go(&self, run: &str) {
+        self.epochs_lock().remove(run);
+    }
+
+    fn epochs_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        // Plain data; a panic elsewhere leaves it consistent.
+        self.epochs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The stored record of `run`, with its decision if one was taken.
@@ -314,77 +266,10 @@ impl RedisStore {
         }
     }
 
-    /// The instance that owns each of `keys` (`None`: nobody).
-    pub async fn instances(&self, keys: &[SessionKey]) -> Result<Vec<Option<String>>, StoreError> {
-        let mut connection = self.connection().await?;
-        let mut pipe = redis::pipe();
-        for key in keys {
-            pipe.cmd("HGET").arg(self.session_key(key)).arg("instance");
-        }
-        let owners: Vec<Option<String>> = pipe
-            .query_async(&mut connection)
-            .await
-            .map_err(|err| self.failed(&err))?;
-        self.healthy.store(true, Ordering::Relaxed);
-        Ok(owners)
-    }
-
-    /// A run taken over had no record: its session has no run any more.
-    pub async fn forget(&self, key: &SessionKey, run: &str) -> Result<(), StoreError> {
-        self.invoke::<i64>(
-            &self.scripts.forget,
-            &[&self.session_key(key)],
-            &[run, &self.instance],
-        )
-        .await
-        .map(drop)
-    }
-
-    /// Refreshes this replica's heartbeat for `ttl`. Returns what it
-    /// replaced: this process's own beat, nothing (it had lapsed: another
-    /// replica may have taken runs over), or another process's.
-    pub async fn heartbeat(&self, ttl: Duration) -> Result<Beat, StoreError> {
-        let mut connection = self.connection().await?;
-        let previous: Option<String> = redis::cmd("SET")
-            .arg(self.heartbeat_key())
-            .arg(self.heartbeat_value())
-            .arg("PX")
-            .arg(ttl.as_millis() as u64)
-            .arg("GET")
-            .query_async(&mut connection)
-            .await
-            .map_err(|err| self.failed(&err))?;
-        self.healthy.store(true, Ordering::Relaxed);
-        Ok(match previous {
-            None => Beat::Lapsed,
-            Some(previous) if previous == self.heartbeat_value() => Beat::Kept,
-            Some(previous) => Beat::Replaced(previous),
-        })
-    }
-
-    /// Deletes this process's heartbeat: its runs are anyone's at once.
-    pub async fn leave(&self) -> Result<(), StoreError> {
-        self.invoke::<i64>(
-            &self.scripts.leave,
-            &[&self.heartbeat_key()],
-            &[&self.heartbeat_value()],
-        )
-        .await
-        .map(drop)
-    }
-
     /// The Redis key of `key`'s session record.
     fn session_key(&self, key: &SessionKey) -> String {
         let namespace = self.replica.namespaces.name(key.owner);
         session_key(namespace.as_deref(), &key.session_id)
-    }
-
-    fn heartbeat_key(&self) -> String {
-        format!("chatgate:replica:{}", self.replica.replica_id)
-    }
-
-    fn heartbeat_value(&self) -> String {
-        format!("{} {}", self.instance, self.replica.advertise_url)
     }
 }
 
@@ -410,11 +295,12 @@ impl Store for RedisStore {
                 + self.replica.linger.as_millis() as u64;
             let json = serde_json::to_string(&record).unwrap_or_default();
             let session = session_key(record.namespace.as_deref(), &record.session_id);
+            let epoch = self.epoch(&record.run);
             let saved: i64 = self
                 .invoke(
                     &self.scripts.save,
                     &[&run_key(&record.run), &session],
-                    &[&json, &ttl.to_string(), &self.instance, &record.run],
+                    &[&json, &ttl.to_string(), &self.instance, &record.run, &epoch],
                 )
                 .await?;
             if saved == 1 {
@@ -425,23 +311,55 @@ impl Store for RedisStore {
         })
     }
 
-    fn record_decision(&self, run: &str, decision: Value) -> BoxFuture<'_, Result<(), StoreError>> {
-        let run = run_key(run);
+    fn record_decision<'a>(
+        &'a self,
+        run: &'a str,
+        decision: &'a StoredDecision,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let ttl = STREAMING_TTL.as_millis().to_string();
+            let json = serde_json::to_string(decision).unwrap_or_default();
             let answer: String = self
                 .invoke(
                     &self.scripts.record_decision,
-                    &[&run],
-                    &[&decision.to_string(), &self.instance, &ttl],
+                    &[&run_key(run)],
+                    &[
+                        &json,
+                        &decision.nonce,
+                        &self.instance,
+                        &self.epoch(run),
+                        &ttl,
+                    ],
                 )
                 .await?;
             match answer.as_str() {
                 "ok" => Ok(()),
                 "not_owner" => Err(self.refused(Fault::Moved, "another replica owns this run now")),
-                "decided" => {
-                    Err(self.refused(Fault::Moved, "this pause was decided on another replica"))
-                }
+                "decided" => Err(self.refused(Fault::Moved, "this pause was decided elsewhere")),
+                // This replica's heartbeat has expired in Redis: until it
+                // beats again nothing is decided here, nor taken over.
+                "lapsed" => Err(self.refused(
+                    Fault::Unreachable,
+                    "this replica's heartbeat has lapsed; it decides nothing until it beats again",
+                )),
+                "void" => Err(self.refused(Fault::Unreachable, "this attempt was given up on")),
+                _ => Err(self.refused(Fault::Lost, "the run's record is gone")),
+            }
+        })
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        run: &'a str,
+        nonce: &'a str,
+    ) -> BoxFuture<'a, Result<Resolution, StoreError>> {
+        Box::pin(async move {
+            let answer: String = self
+                .invoke(&self.scripts.resolve, &[&run_key(run)], &[nonce])
+                .await?;
+            match answer.as_str() {
+                "recorded" => Ok(Resolution::Recorded),
+                "void" => Ok(Resolution::Void),
                 _ => Err(self.refused(Fault::Lost, "the run's record is gone")),
             }
         })
@@ -451,23 +369,27 @@ impl Store for RedisStore {
         let (run, session) = (run.to_owned(), self.session_key(key));
         Box::pin(async move {
             let grace = self.replica.grace.as_millis().to_string();
+            let epoch = self.epoch(&run);
             self.invoke::<i64>(
                 &self.scripts.remove,
                 &[&run_key(&run), &session],
-                &[&run, &self.instance, &grace],
+                &[&run, &self.instance, &grace, &epoch],
             )
-            .await
-            .map(drop)
+            .await?;
+            self.let_go(&run);
+            Ok(())
         })
     }
 
     fn suspend(&self, run: &str, key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
         let (run, session) = (run.to_owned(), self.session_key(key));
         Box::pin(async move {
+            let epoch = self.epoch(&run);
+            self.let_go(&run);
             self.invoke::<i64>(
                 &self.scripts.hand_back,
                 &[&session],
-                &[&run, &self.instance],
+                &[&run, &self.instance, &epoch],
             )
             .await
             .map(drop)
@@ -476,7 +398,7 @@ impl Store for RedisStore {
 
     fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
         // Replicas restore lazily: a run is taken over by the replica that
-        // gets its next reply or re-attach (see `crate::run::Runs::place`).
+        // gets its next reply or re-attach (see `crate::run::place`).
         Box::pin(async { Ok(Vec::new()) })
     }
 }

@@ -1,10 +1,18 @@
 //! The Lua scripts every step that must not race another replica runs as:
 //! Redis runs each one atomically. Keys and values are described in
 //! [`super`].
+//!
+//! A script a replica sent may run late: its client gave up after the
+//! command timeout, and Redis runs it when it gets to it (after a stall, a
+//! slow fsync). So every script that changes a run or a session checks the
+//! caller's fence first: its instance *and* the session's epoch, which every
+//! claim and takeover increments; a decision or a claim carries a nonce,
+//! and once [`RESOLVE`] or [`RESOLVE_CLAIM`] has voided a nonce, a late
+//! script carrying it changes nothing.
 
-/// `alive(instance)`: the owner's advertised URL and the milliseconds its
-/// heartbeat has left while the heartbeat names `instance`, else nil.
-/// Shared by the scripts that must tell a live owner from a dead one.
+/// `alive(instance)`: the owner's heartbeat (`INSTANCE URL SIGNATURE`) and
+/// the milliseconds it has left while it names `instance`, else nil. Shared by the scripts that must tell a live owner
+/// from a dead one.
 pub const ALIVE: &str = r"
 local function alive(inst)
   if not inst or inst == '' then return nil end
@@ -15,45 +23,73 @@ local function alive(inst)
   if not beat then return nil end
   local sp = string.find(beat, ' ', 1, true)
   if sp and string.sub(beat, 1, sp - 1) == inst then
-    return string.sub(beat, sp + 1), tostring(redis.call('PTTL', key))
+    return beat, tostring(redis.call('PTTL', key))
   end
   return nil
 end
 ";
 
-/// KEYS: session. ARGV: instance, run, ttl ms.
+/// KEYS: session. ARGV: instance, new run, ttl ms, nonce, superseded run
+/// (or ''), its epoch, its decision.
 /// A new run takes the session unless a live replica owns it. A paused run
-/// a dead replica left on it is superseded: its record goes.
+/// a dead replica left on it goes; one of this replica's own is decided
+/// `superseded` in the same step, fenced by its epoch.
 pub const CLAIM: &str = r"
+if redis.call('HEXISTS', KEYS[1], 'void:' .. ARGV[4]) == 1 then return {'void'} end
 local inst = redis.call('HGET', KEYS[1], 'instance')
 local old = redis.call('HGET', KEYS[1], 'run')
 if inst ~= ARGV[1] then
-  local url, left = alive(inst)
-  if url then return {'owned', url, left} end
+  local beat, left = alive(inst)
+  if beat then return {'owned', beat, left} end
+  if ARGV[5] ~= '' then return {'moved'} end
   if old then redis.call('DEL', 'chatgate:run:' .. old) end
+elseif ARGV[5] ~= '' then
+  if old ~= ARGV[5] or redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[6] then
+    return {'moved'}
+  end
+  local rk = 'chatgate:run:' .. ARGV[5]
+  if redis.call('EXISTS', rk) == 1 then
+    if redis.call('HEXISTS', rk, 'decision_nonce') == 1 then return {'decided'} end
+    redis.call('HSET', rk, 'decision', ARGV[7], 'decision_nonce', ARGV[4])
+  end
 end
+local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'instance', ARGV[1], 'run', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {'claimed'}
+return {'claimed', tostring(epoch)}
+";
+
+/// KEYS: session. ARGV: nonce, new run.
+/// After a claim whose outcome was unknown: whether it took the session;
+/// if it did not, it never will.
+pub const RESOLVE_CLAIM: &str = r"
+if redis.call('HGET', KEYS[1], 'run') == ARGV[2] then return 'recorded' end
+redis.call('HSET', KEYS[1], 'void:' .. ARGV[1], '1')
+if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], 3600000) end
+return 'void'
 ";
 
 /// KEYS: session. ARGV: instance, whether it may take the run over.
-/// Where a session's run is; a run whose owner is gone becomes ours.
+/// Where a session's run is; a run whose owner is gone becomes ours, under
+/// a new epoch.
 pub const TAKE_OVER: &str = r"
 local inst = redis.call('HGET', KEYS[1], 'instance')
 local run = redis.call('HGET', KEYS[1], 'run')
 if not run then return {'none'} end
-if inst == ARGV[1] then return {'mine', run} end
-local url, left = alive(inst)
-if url then return {'owned', url, left} end
+local epoch = redis.call('HGET', KEYS[1], 'epoch') or '0'
+if inst == ARGV[1] then return {'mine', run, epoch} end
+local rest, left = alive(inst)
+if rest then return {'owned', rest, left} end
 if ARGV[2] ~= '1' then return {'orphan', run} end
+epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'instance', ARGV[1])
-return {'taken', run}
+return {'taken', run, tostring(epoch)}
 ";
 
-/// KEYS: run, session. ARGV: record, ttl ms, instance, run id.
+/// KEYS: run, session. ARGV: record, ttl ms, instance, run id, epoch.
 pub const SAVE: &str = r"
-if redis.call('HGET', KEYS[2], 'instance') ~= ARGV[3] then return 0 end
+if redis.call('HGET', KEYS[2], 'instance') ~= ARGV[3]
+   or redis.call('HGET', KEYS[2], 'epoch') ~= ARGV[5] then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'record', ARGV[1], 'session', KEYS[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -62,28 +98,48 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 ";
 
-/// KEYS: run. ARGV: decision, instance, ttl ms.
-/// Only the session's owner records, and only the first decision. The run
-/// now works for as long as it takes: its records live on (a replica that
-/// takes it over after a crash must find it, to end it `interrupted`).
+/// KEYS: run. ARGV: decision, nonce, instance, epoch, ttl ms.
+/// Only the session's owner records, only under its epoch and while its
+/// heartbeat lives, and only the first decision; the same nonce again is
+/// that decision (`ok`). The run now works for as long as it takes: its
+/// records live on (a replica that takes it over after a crash must find
+/// it, to end it `interrupted`).
 pub const RECORD_DECISION: &str = r"
 local session = redis.call('HGET', KEYS[1], 'session')
 if not session then return 'gone' end
-if redis.call('HGET', session, 'instance') ~= ARGV[2] then return 'not_owner' end
-if redis.call('HEXISTS', KEYS[1], 'decision') == 1 then return 'decided' end
-redis.call('HSET', KEYS[1], 'decision', ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('PEXPIRE', session, ARGV[3])
+if redis.call('HEXISTS', KEYS[1], 'void:' .. ARGV[2]) == 1 then return 'void' end
+local recorded = redis.call('HGET', KEYS[1], 'decision_nonce')
+if recorded then
+  if recorded == ARGV[2] then return 'ok' end
+  return 'decided'
+end
+if redis.call('HGET', session, 'instance') ~= ARGV[3]
+   or redis.call('HGET', session, 'epoch') ~= ARGV[4] then return 'not_owner' end
+if not alive(ARGV[3]) then return 'lapsed' end
+redis.call('HSET', KEYS[1], 'decision', ARGV[1], 'decision_nonce', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('PEXPIRE', session, ARGV[5])
 return 'ok'
 ";
 
-/// KEYS: run, session. ARGV: run id, instance, grace ms.
+/// KEYS: run. ARGV: nonce.
+/// After a decision whose recording had an unknown outcome: whether it was
+/// recorded; if it was not, it never will be.
+pub const RESOLVE: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'gone' end
+if redis.call('HGET', KEYS[1], 'decision_nonce') == ARGV[1] then return 'recorded' end
+redis.call('HSET', KEYS[1], 'void:' .. ARGV[1], '1')
+return 'void'
+";
+
+/// KEYS: run, session. ARGV: run id, instance, grace ms, epoch.
 /// The run ended: its record goes; its session stays ours for the grace
 /// (a re-attach elsewhere is sent here, where the end is kept).
 pub const REMOVE: &str = r"
 redis.call('DEL', KEYS[1])
 if redis.call('HGET', KEYS[2], 'run') == ARGV[1]
-   and redis.call('HGET', KEYS[2], 'instance') == ARGV[2] then
+   and redis.call('HGET', KEYS[2], 'instance') == ARGV[2]
+   and redis.call('HGET', KEYS[2], 'epoch') == ARGV[4] then
   if tonumber(ARGV[3]) > 0 then
     redis.call('PEXPIRE', KEYS[2], ARGV[3])
   else
@@ -93,22 +149,24 @@ end
 return 1
 ";
 
-/// KEYS: session. ARGV: run id, instance.
+/// KEYS: session. ARGV: run id, instance, epoch.
 /// At shutdown: the suspended run is anyone's to take over at once.
 pub const HAND_BACK: &str = r"
 if redis.call('HGET', KEYS[1], 'run') == ARGV[1]
-   and redis.call('HGET', KEYS[1], 'instance') == ARGV[2] then
+   and redis.call('HGET', KEYS[1], 'instance') == ARGV[2]
+   and redis.call('HGET', KEYS[1], 'epoch') == ARGV[3] then
   redis.call('HSET', KEYS[1], 'instance', '')
 end
 return 1
 ";
 
-/// KEYS: session. ARGV: run id, instance.
+/// KEYS: session. ARGV: run id, instance, epoch.
 /// A taken-over run had no record (it was working, or it ended): the
 /// session has no run.
 pub const FORGET: &str = r"
 if redis.call('HGET', KEYS[1], 'run') == ARGV[1]
-   and redis.call('HGET', KEYS[1], 'instance') == ARGV[2] then
+   and redis.call('HGET', KEYS[1], 'instance') == ARGV[2]
+   and redis.call('HGET', KEYS[1], 'epoch') == ARGV[3] then
   redis.call('DEL', KEYS[1])
 end
 return 1

@@ -1,0 +1,187 @@
+//! A new message's path: it takes its session (superseding the session's
+//! paused run, a decision recorded like any other before it takes effect),
+//! claims the session in the cluster when there is one, and starts its run.
+//!
+//! A supersede is a decision on the old pause: with a durable store it is
+//! recorded before the old run is told, so that an old pause that was
+//! superseded never comes back after a restart or at another replica. With
+//! replicas the record and the claim of the session are one Redis script.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::context::RunContext;
+use super::end::drive;
+use super::log::RunLog;
+use super::stop::RunStop;
+use super::stream::Subscription;
+use super::Runs;
+use crate::cluster::{Claimed, Cluster, Peer, SETTLE_PATIENCE};
+use crate::confirmation::{BeginError, Begun, RunSlot};
+use crate::protocol::{Action, CancelReason};
+use crate::session::SessionKey;
+use crate::store::{Fault, Resolution, StoreError, StoredDecision};
+
+/// Where a new message went.
+pub enum Started {
+    /// Its run started here: its first client's stream.
+    Here(Subscription),
+    /// A live replica owns the session: the message is to be forwarded.
+    Elsewhere(Peer),
+}
+
+/// Why a new message did not start a run. None of these took effect.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Begin(#[from] BeginError),
+    /// The store cannot record the supersede, or claim the session.
+    #[error("the store cannot record this message's run now, so it was not started; retry")]
+    Store(StoreError),
+    /// The session's paused run is another replica's now: retry (the
+    /// retry reaches the owner).
+    #[error(
+        "this session's paused run was taken over by another replica meanwhile; nothing was \
+         started: retry"
+    )]
+    Moved,
+    /// The store did not say whether the session was claimed.
+    #[error(
+        "the store did not answer in time, so whether this message started a run is not known \
+         yet; re-attach (Last-Event-ID) to see the session's run, or send the message again"
+    )]
+    Unknown,
+    /// Forwarded here, after the replica that forwarded it gave up on it.
+    #[error("this forwarded request came after its forwarding replica gave up; it was not taken")]
+    Late,
+}
+
+impl Runs {
+    /// Starts a run of `message` on `key`, superseding the session's paused
+    /// run, and returns the stream of its first client; or names the live
+    /// replica that owns the session. `not_after`: a forwarded request's
+    /// deadline, past which nothing is taken.
+    pub async fn start(
+        &self,
+        key: SessionKey,
+        message: String,
+        not_after: Option<SystemTime>,
+    ) -> Result<Started, StartError> {
+        if not_after.is_some_and(|deadline| SystemTime::now() > deadline) {
+            return Err(StartError::Late);
+        }
+        let begun = self.manager.begin_run(key.clone(), self.limits)?;
+        let (slot, stored_id) = match &self.cluster {
+            None => (self.supersede_in_store(begun).await?, None),
+            Some(cluster) => match self.claim(cluster.clone(), &key, begun).await? {
+                Claim::Here(slot, run) => (slot, Some(run)),
+                Claim::Elsewhere(peer) => return Ok(Started::Elsewhere(peer)),
+            },
+        };
+        let stop = RunStop::under(&self.shutdown);
+        let log = RunLog::new(self.log_limits, stop.clone());
+        self.logs.publish(key.clone(), log.clone());
+        let subscription = Subscription::open(log.clone(), key, self.stream.clone());
+        let ctx = RunContext::new(
+            message,
+            slot,
+            self.settings.clone(),
+            log,
+            stop,
+            self.metrics.clone(),
+        )
+        .with_stored_id(stored_id);
+        tokio::spawn(drive(self.engine.clone(), ctx));
+        Ok(Started::Here(subscription))
+    }
+
+    /// One node: a superseded pause kept in the store has its decision
+    /// recorded before the new run takes the session.
+    async fn supersede_in_store(&self, begun: Begun) -> Result<RunSlot, StartError> {
+        let Begun::Supersedes(taken) = &begun else {
+            return Ok(begun.now());
+        };
+        let Some(run) = taken.stored() else {
+            return Ok(begun.now());
+        };
+        let decision = superseded(taken.confirmation_id());
+        match self.settings.store.record_decision(run, &decision).await {
+            Ok(()) => Ok(begun.now()),
+            // Nothing of it is left to protect: supersede it.
+            Err(err) if err.fault == Fault::Lost => Ok(begun.now()),
+            // `begun` is dropped: the old pause waits again.
+            Err(err) => {
+                log::error!("{err}");
+                Err(StartError::Store(err))
+            }
+        }
+    }
+
+    /// Replicas: the session is claimed for the new run (the superseded
+    /// pause, this replica's, decided in the same step).
+    async fn claim(
+        &self,
+        cluster: Arc<Cluster>,
+        key: &SessionKey,
+        begun: Begun,
+    ) -> Result<Claim, StartError> {
+        let decision = match &begun {
+            Begun::Supersedes(taken) => taken
+                .stored()
+                .map(|run| (run.clone(), superseded(taken.confirmation_id()))),
+            Begun::Fresh(_) => None,
+        };
+        let claimed = cluster
+            .claim(key, decision.as_ref().map(|(run, d)| (run.as_ref(), d)))
+            .await;
+        match claimed {
+            Ok(Claimed::Here(run)) => Ok(Claim::Here(begun.now(), run)),
+            Ok(Claimed::Elsewhere(peer)) => {
+                if matches!(begun, Begun::Supersedes(_)) {
+                    // The copy here is stale: another replica owns it now.
+                    drop(begun);
+                    self.relinquish(key);
+                }
+                Ok(Claim::Elsewhere(peer))
+            }
+            Ok(Claimed::Moved) => {
+                drop(begun);
+                self.relinquish(key);
+                Err(StartError::Moved)
+            }
+            Ok(Claimed::Unknown(pending)) => {
+                // Settled in the background; the client re-attaches to learn.
+                tokio::spawn(async move {
+                    let settled = cluster.settle_claim(&pending, SETTLE_PATIENCE * 15).await;
+                    match (settled, begun) {
+                        (Ok(Resolution::Recorded), Begun::Supersedes(taken)) => taken.abandon(),
+                        // Void, or still unknown: the old pause waits again;
+                        // a late claim is fenced (its epoch) and never acts.
+                        (_, begun) => drop(begun),
+                    }
+                });
+                Err(StartError::Unknown)
+            }
+            Err(err) => {
+                log::error!("{err}");
+                Err(StartError::Store(err))
+            }
+        }
+    }
+}
+
+/// What a claim gave the new run.
+enum Claim {
+    Here(RunSlot, Arc<str>),
+    Elsewhere(Peer),
+}
+
+/// The decision a supersede records on the pause it ends.
+fn superseded(confirmation_id: &str) -> StoredDecision {
+    StoredDecision::new(
+        Action::Cancel,
+        confirmation_id,
+        None,
+        Some(CancelReason::Superseded),
+    )
+}

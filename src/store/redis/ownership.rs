@@ -1,0 +1,280 @@
+//! Who owns a session's run: claims, takeovers, the heartbeat and its
+//! signature; what [`crate::cluster`] builds on.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use secrecy::ExposeSecret;
+use sha2::Sha256;
+
+use super::{RedisStore, STREAMING_TTL};
+use crate::session::SessionKey;
+use crate::store::{Fault, Resolution, StoreError, StoredDecision};
+
+/// A live replica that owns a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remote {
+    /// Its advertised URL, as its signed heartbeat names it.
+    pub url: String,
+    /// How long its heartbeat has left: if it cannot be reached, its runs
+    /// can be taken over once this has passed.
+    pub lease: Duration,
+}
+
+/// What a claim of a session found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The session is this process's, under this epoch.
+    Claimed,
+    /// A live replica owns the session.
+    Owned(Remote),
+    /// The paused run this claim was to supersede is not this process's to
+    /// decide any more (another replica took it over, or it was decided).
+    Moved,
+}
+
+/// Where a session's run is, as [`RedisStore::take_over`] found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// No run on the session.
+    Nobody,
+    /// This process owns it (if it is not here, it is to be restored).
+    Mine(String),
+    /// A live replica owns it.
+    Elsewhere(Remote),
+    /// Its owner was gone: it is this process's now.
+    TakenOver(String),
+    /// Its owner is gone, and this process may not take it over.
+    Orphan,
+}
+
+/// What a heartbeat found in its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Beat {
+    /// This process's previous beat.
+    Kept,
+    /// Nothing: the heartbeat had expired.
+    Lapsed,
+    /// Another process's beat (`INSTANCE URL SIGNATURE`): at start, this
+    /// replica's previous process; later, another process with the same
+    /// replica id.
+    Replaced(String),
+}
+
+impl RedisStore {
+    /// A new run `run` takes `key`, unless a live replica owns it; the
+    /// paused run of this process it supersedes, if any, is decided so in
+    /// the same step. `nonce` names the attempt (see [`Self::resolve_claim`]).
+    pub async fn claim(
+        &self,
+        key: &SessionKey,
+        run: &str,
+        nonce: &str,
+        superseded: Option<(&str, &StoredDecision)>,
+    ) -> Result<Claim, StoreError> {
+        let ttl = STREAMING_TTL.as_millis().to_string();
+        let (old_run, old_epoch, decision) = match superseded {
+            Some((old, decision)) => (
+                old.to_owned(),
+                self.epoch(old),
+                serde_json::to_string(decision).unwrap_or_default(),
+            ),
+            None => Default::default(),
+        };
+        let answer: Vec<String> = self
+            .invoke(
+                &self.scripts.claim,
+                &[&self.session_key(key)],
+                &[
+                    &self.instance,
+                    run,
+                    &ttl,
+                    nonce,
+                    &old_run,
+                    &old_epoch,
+                    &decision,
+                ],
+            )
+            .await?;
+        match answer.as_slice() {
+            [what, epoch] if what == "claimed" => {
+                if !old_run.is_empty() {
+                    self.let_go(&old_run);
+                }
+                self.hold(run, epoch);
+                Ok(Claim::Claimed)
+            }
+            [what, beat, left @ ..] if what == "owned" => {
+                Ok(Claim::Owned(self.remote(beat, left.first())?))
+            }
+            [what] if what == "void" => Err(self.refused(
+                Fault::Unreachable,
+                "this claim was given up on after an unknown outcome",
+            )),
+            _ => Ok(Claim::Moved),
+        }
+    }
+
+    /// After a claim whose outcome was unknown: whether run `run` took the
+    /// session; if it did not, the claim never will.
+    pub async fn resolve_claim(
+        &self,
+        key: &SessionKey,
+        run: &str,
+        nonce: &str,
+    ) -> Result<Resolution, StoreError> {
+        let answer: String = self
+            .invoke(
+                &self.scripts.resolve_claim,
+                &[&self.session_key(key)],
+                &[nonce, run],
+            )
+            .await?;
+        Ok(if answer == "recorded" {
+            Resolution::Recorded
+        } else {
+            Resolution::Void
+        })
+    }
+
+    /// Where the run of `key` is; one whose owner is gone becomes ours if
+    /// `may_take` (not while this process shuts down).
+    pub async fn take_over(&self, key: &SessionKey, may_take: bool) -> Result<Owner, StoreError> {
+        let may_take = if may_take { "1" } else { "0" };
+        let answer: Vec<String> = self
+            .invoke(
+                &self.scripts.take_over,
+                &[&self.session_key(key)],
+                &[&self.instance, may_take],
+            )
+            .await?;
+        Ok(match answer.as_slice() {
+            [what, run, epoch] if what == "mine" => {
+                self.hold(run, epoch);
+                Owner::Mine(run.clone())
+            }
+            [what, beat, left @ ..] if what == "owned" => {
+                Owner::Elsewhere(self.remote(beat, left.first())?)
+            }
+            [what, run, epoch] if what == "taken" => {
+                self.hold(run, epoch);
+                Owner::TakenOver(run.clone())
+            }
+            [what, _] if what == "orphan" => Owner::Orphan,
+            _ => Owner::Nobody,
+        })
+    }
+
+    /// The instance that owns each of `keys` (`None`: nobody).
+    pub async fn instances(&self, keys: &[SessionKey]) -> Result<Vec<Option<String>>, StoreError> {
+        let mut connection = self.connection().await?;
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("HGET").arg(self.session_key(key)).arg("instance");
+        }
+        let owners: Vec<Option<String>> = pipe
+            .query_async(&mut connection)
+            .await
+            .map_err(|err| self.failed(&err))?;
+        self.healthy.store(true, Ordering::Relaxed);
+        Ok(owners)
+    }
+
+    /// A run taken over had no record: its session has no run any more.
+    pub async fn forget(&self, key: &SessionKey, run: &str) -> Result<(), StoreError> {
+        let epoch = self.epoch(run);
+        self.let_go(run);
+        self.invoke::<i64>(
+            &self.scripts.forget,
+            &[&self.session_key(key)],
+            &[run, &self.instance, &epoch],
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Refreshes this replica's heartbeat for `ttl`. Returns what it
+    /// replaced: this process's own beat, nothing (it had lapsed: another
+    /// replica may have taken runs over), or another process's.
+    pub async fn heartbeat(&self, ttl: Duration) -> Result<Beat, StoreError> {
+        let mut connection = self.connection().await?;
+        let value = self.heartbeat_value();
+        let previous: Option<String> = redis::cmd("SET")
+            .arg(self.heartbeat_key())
+            .arg(&value)
+            .arg("PX")
+            .arg(ttl.as_millis() as u64)
+            .arg("GET")
+            .query_async(&mut connection)
+            .await
+            .map_err(|err| self.failed(&err))?;
+        self.healthy.store(true, Ordering::Relaxed);
+        Ok(match previous {
+            None => Beat::Lapsed,
+            Some(previous) if previous == value => Beat::Kept,
+            Some(previous) => Beat::Replaced(previous),
+        })
+    }
+
+    /// Deletes this process's heartbeat: its runs are anyone's at once.
+    pub async fn leave(&self) -> Result<(), StoreError> {
+        self.invoke::<i64>(
+            &self.scripts.leave,
+            &[&self.heartbeat_key()],
+            &[&self.heartbeat_value()],
+        )
+        .await
+        .map(drop)
+    }
+
+    fn heartbeat_key(&self) -> String {
+        format!("chatgate:replica:{}", self.replica.replica_id)
+    }
+
+    /// `INSTANCE URL SIGNATURE`.
+    fn heartbeat_value(&self) -> String {
+        let signed = format!("{} {}", self.instance, self.replica.advertise_url);
+        let signature = self.sign(&signed);
+        format!("{signed} {signature}")
+    }
+
+    fn sign(&self, text: &str) -> String {
+        // Any key length is accepted by HMAC.
+        let mut mac =
+            Hmac::<Sha256>::new_from_slice(self.replica.secret.expose_secret().as_bytes())
+                .expect("HMAC takes keys of any length");
+        mac.update(text.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// The owner a live heartbeat (`INSTANCE URL SIGNATURE`) names, once
+    /// its signature is checked; `left_ms`: what the heartbeat has left. A
+    /// beat the cluster secret did not sign names no owner: nothing is ever
+    /// forwarded to its URL.
+    fn remote(&self, beat: &str, left_ms: Option<&String>) -> Result<Remote, StoreError> {
+        let forged = || {
+            log::error!(
+                "a replica heartbeat in Redis is not signed with this --cluster-secret; \
+                 nothing is forwarded to it (is something else writing to this database?)"
+            );
+            self.refused(
+                Fault::Unreachable,
+                "a replica heartbeat with a bad signature",
+            )
+        };
+        let (signed, signature) = beat.rsplit_once(' ').ok_or_else(forged)?;
+        let mut mac =
+            Hmac::<Sha256>::new_from_slice(self.replica.secret.expose_secret().as_bytes())
+                .expect("HMAC takes keys of any length");
+        mac.update(signed.as_bytes());
+        let signature = hex::decode(signature).map_err(|_| forged())?;
+        mac.verify_slice(&signature).map_err(|_| forged())?;
+        let (_instance, url) = signed.split_once(' ').ok_or_else(forged)?;
+        let left = left_ms.and_then(|ms| ms.parse::<u64>().ok()).unwrap_or(0);
+        Ok(Remote {
+            url: url.to_owned(),
+            lease: Duration::from_millis(left),
+        })
+    }
+}
