@@ -19,6 +19,7 @@
 //! fails the next record rather than writing into a file nobody sees.
 
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -116,8 +117,19 @@ pub struct AuditError {
 pub struct AuditLog {
     path: PathBuf,
     healthy: AtomicBool,
-    /// Keeps records whole and in order: one writer at a time.
-    writing: Mutex<()>,
+    /// Keeps records whole and in order: one writer at a time. Holds where
+    /// the file must be cut back to before the next record, when a failed
+    /// record could not be rolled back at once.
+    writing: Mutex<Option<CutBack>>,
+}
+
+/// Where a file (this inode, not another one rotated in at the path) must
+/// be cut back to.
+#[derive(Debug, Clone, Copy)]
+struct CutBack {
+    dev: u64,
+    ino: u64,
+    len: u64,
 }
 
 impl AuditLog {
@@ -126,7 +138,7 @@ impl AuditLog {
         let log = AuditLog {
             path: path.to_owned(),
             healthy: AtomicBool::new(true),
-            writing: Mutex::new(()),
+            writing: Mutex::new(None),
         };
         log.append(b"").map_err(|reason| log.error(reason))?;
         Ok(Arc::new(log))
@@ -171,16 +183,44 @@ impl AuditLog {
         }
     }
 
+    /// Appends `line` whole or not at all: a record that cannot be written
+    /// and synced (a full disk, an I/O error) is cut off again, so that every
+    /// line of the file is one whole record, and a failed record (whose
+    /// decision was refused) is not on the record.
     fn append(&self, line: &[u8]) -> Result<(), String> {
         // Plain data behind the lock; a panic elsewhere leaves nothing half-done.
-        let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cut_back = self.writing.lock().unwrap_or_else(|p| p.into_inner());
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.path)
             .map_err(|err| err.to_string())?;
-        file.write_all(line).map_err(|err| err.to_string())?;
-        file.sync_data().map_err(|err| err.to_string())
+        let meta = file.metadata().map_err(|err| err.to_string())?;
+        if let Some(cut) = cut_back.take() {
+            if cut.dev == meta.dev() && cut.ino == meta.ino() && meta.len() > cut.len {
+                file.set_len(cut.len)
+                    .and_then(|()| file.sync_data())
+                    .map_err(|err| {
+                        *cut_back = Some(cut);
+                        format!("cannot cut back a torn record: {err}")
+                    })?;
+            }
+        }
+        // Where this record starts: the end, once a torn record is cut off.
+        let len = file.metadata().map_err(|err| err.to_string())?.len();
+        let written = file
+            .write_all(line)
+            .and_then(|()| file.sync_data())
+            .map_err(|err| err.to_string());
+        if written.is_err() && file.set_len(len).and_then(|()| file.sync_data()).is_err() {
+            // Tried again first thing next time.
+            *cut_back = Some(CutBack {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                len,
+            });
+        }
+        written
     }
 
     fn error(&self, reason: String) -> AuditError {

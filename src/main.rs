@@ -14,6 +14,13 @@ use chatgate::startup::Application;
 fn main() -> ExitCode {
     // Before any thread exists: it may set environment variables.
     apply_legacy_env();
+    // A file that reaches the process's size limit (RLIMIT_FSIZE) fails the
+    // write that crosses it (the audit log and the store then fail closed)
+    // rather than killing the server. Tools get the default back.
+    // SAFETY: one thread yet; SIG_IGN has no handler to be unsafe in.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let settings = match Settings::try_parse() {
         Ok(settings) => settings,

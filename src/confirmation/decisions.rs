@@ -27,8 +27,9 @@ impl TaskCheck {
 }
 
 /// Checks a reply's per-task decisions against the pending tasks: only with
-/// `confirm`, each index once and known, a known kind, `edit` with `args`
-/// that fit the task's tool, `respond` with a `result`. Returns the verdict
+/// `confirm`, each index once and known, a known kind, `edit` only of a
+/// declared tool's call and with `args` that fit it, `respond` with a
+/// `result`. Returns the verdict
 /// for every task (approved unless named) for a confirm.
 pub fn check_decisions(
     action: Action,
@@ -69,16 +70,20 @@ pub fn check_decisions(
                     .args
                     .clone()
                     .ok_or_else(|| format!("decisions: task {index}: edit needs args"))?;
-                if let Some(tool) = &tasks[index - 1].tool {
-                    tool.check_args(&args).map_err(|why| {
-                        format!(
-                            "decisions: task {index}: the args do not fit the tool `{}`: {why}",
-                            tool.name
-                        )
-                    })?;
-                } else if !args.is_object() {
-                    return Err(format!("decisions: task {index}: args must be an object"));
-                }
+                // What is recorded is what runs: only a declared tool's
+                // call runs with arguments an edit can change.
+                let tool = tasks[index - 1].tool.as_ref().ok_or_else(|| {
+                    format!(
+                        "decisions: task {index} calls no declared tool, so there are no \
+                         arguments to edit; reject it, respond for it, or modify the plan"
+                    )
+                })?;
+                tool.check_args(&args).map_err(|why| {
+                    format!(
+                        "decisions: task {index}: the args do not fit the tool `{}`: {why}",
+                        tool.name
+                    )
+                })?;
                 Verdict::Edit { args }
             }
             "respond" => Verdict::Respond {

@@ -8,23 +8,30 @@
 //! - stdout is the result, kept up to [`MAX_OUTPUT_BYTES`](super::outcome::MAX_OUTPUT_BYTES) (the rest is
 //!   read and dropped, so the child never blocks on a full pipe); a non-zero
 //!   exit fails the call with the tail of stderr.
-//! - On timeout, or when the run is stopped, the whole group gets SIGTERM,
-//!   then SIGKILL [`KILL_GRACE`] later: children the tool started go too.
+//! - Between chatgate and the tool runs a keeper ([`super::keeper`]): when
+//!   the tool exits, every process it started is killed, `setsid` daemons
+//!   included, and the exit status decides `ok`; the output is read until
+//!   then (and [`DRAIN_GRACE`] more). On timeout, or when the run is
+//!   stopped, the tool gets SIGTERM, then everything SIGKILL
+//!   [`KILL_GRACE`] later. A tool dies with chatgate, `kill -9` included.
 
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
+use super::keeper::{self, KILL_GRACE};
 use super::outcome::{CappedOutput, ToolOutcome, MAX_STDERR_TAIL};
 
-/// Time between SIGTERM and SIGKILL for a command that must stop.
-pub const KILL_GRACE: Duration = Duration::from_secs(2);
+/// How long a call's output is still read after the call ended (its keeper
+/// exited): what a descendant that escaped the keeper writes later is not
+/// waited for.
+pub const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
 /// A command tool's executor, as checked at start.
 #[derive(Debug, Clone)]
@@ -77,9 +84,11 @@ impl CommandSpec {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // The keeper's own group: signals for it never reach the tool's.
             .process_group(0)
             // A run that ends while its command runs must not leave it behind.
             .kill_on_drop(true);
+        keeper::keep(&mut command);
         if let Some(path) = std::env::var_os("PATH") {
             command.env("PATH", path);
         }
@@ -95,74 +104,102 @@ impl CommandSpec {
             Ok(child) => child,
             Err(err) => return failed(started, format!("cannot start `{}`: {err}", self.argv[0])),
         };
-        let group = child.id().map(|id| Pid::from_raw(id as i32));
+        let keeper = child.id().map(|id| Pid::from_raw(id as i32));
         let input = serde_json::to_vec(args).unwrap_or_default();
         let mut stdin = child.stdin.take();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
 
-        let feed = async move {
-            if let Some(stdin) = stdin.as_mut() {
-                // A tool that does not read its input may close it: fine.
-                let _ = stdin.write_all(&input).await;
-                let _ = stdin.shutdown().await;
+        let mut out = CappedOutput::default();
+        let mut err = CappedOutput::default();
+        let (ended, why_stopped) = {
+            let feed = async move {
+                if let Some(stdin) = stdin.as_mut() {
+                    // A tool that does not read its input may close it: fine.
+                    let _ = stdin.write_all(&input).await;
+                    let _ = stdin.shutdown().await;
+                }
+                drop(stdin);
+            };
+            let io = async {
+                tokio::join!(
+                    feed,
+                    drain(stdout, &mut out, usize::MAX),
+                    drain(stderr, &mut err, MAX_STDERR_TAIL)
+                )
+            };
+            tokio::pin!(io);
+            tokio::pin!(stop);
+            let deadline = tokio::time::sleep(timeout);
+            tokio::pin!(deadline);
+            let mut io_done = false;
+            let mut why_stopped = None;
+            // The call ends when its keeper exits (the tool's end, every
+            // descendant killed): its output is read meanwhile, never
+            // waited for past that.
+            let ended = loop {
+                tokio::select! {
+                    _ = &mut io, if !io_done => io_done = true,
+                    ended = child.wait() => break ended,
+                    () = &mut deadline, if why_stopped.is_none() => {
+                        why_stopped = Some(format!(
+                            "timed out after {}",
+                            humantime::format_duration(timeout)
+                        ));
+                        terminate(keeper, &mut child).await;
+                    }
+                    () = &mut stop, if why_stopped.is_none() => {
+                        why_stopped = Some("stopped: the run was stopped".to_owned());
+                        terminate(keeper, &mut child).await;
+                    }
+                }
+            };
+            if !io_done {
+                // What is left in the pipes, briefly: a descendant that
+                // escaped the keeper may hold them open forever.
+                let _ = tokio::time::timeout(DRAIN_GRACE, &mut io).await;
             }
-            drop(stdin);
+            (ended, why_stopped)
         };
-        let read_out = drain(stdout, usize::MAX);
-        let read_err = drain(stderr, MAX_STDERR_TAIL);
-        let finished = async {
-            let ((), out, err, status) = tokio::join!(feed, read_out, read_err, child.wait());
-            (out, err, status)
-        };
-        tokio::pin!(finished);
-        tokio::pin!(stop);
-
-        let why_stopped = tokio::select! {
-            (out, err, status) = &mut finished => {
-                return outcome(started, out, err, status);
-            }
-            () = tokio::time::sleep(timeout) => {
-                format!("timed out after {}", humantime::format_duration(timeout))
-            }
-            () = &mut stop => "stopped: the run was stopped".to_owned(),
-        };
-        // Terminate the whole group, give it the grace, then kill it.
-        signal_group(group, Signal::SIGTERM);
-        let (out, _err, status) = match tokio::time::timeout(KILL_GRACE, &mut finished).await {
-            Ok(done) => done,
-            Err(_) => {
-                signal_group(group, Signal::SIGKILL);
-                finished.await
-            }
-        };
-        ToolOutcome {
-            ok: false,
-            skipped: false,
-            truncated: out.truncated(),
-            result: None,
-            error: Some(why_stopped),
-            duration_ms: started.elapsed().as_millis() as u64,
-            exit_status: status.ok().and_then(|s| s.code()),
-            http_status: None,
-            output_bytes: out.total,
+        match why_stopped {
+            None => outcome(started, out, err, ended),
+            Some(why_stopped) => ToolOutcome {
+                ok: false,
+                skipped: false,
+                truncated: out.truncated(),
+                result: None,
+                error: Some(why_stopped),
+                duration_ms: started.elapsed().as_millis() as u64,
+                exit_status: ended.ok().and_then(|s| s.code()),
+                http_status: None,
+                output_bytes: out.total,
+            },
         }
     }
 }
 
-fn signal_group(group: Option<Pid>, signal: Signal) {
-    if let Some(group) = group {
-        // The group may be gone already; nothing to do then.
-        let _ = killpg(group, signal);
+/// Asks the keeper to stop the call: it passes `SIGTERM` to the tool and
+/// kills everything [`KILL_GRACE`] later. If it has not exited a second
+/// after that (it always has), it is killed itself.
+async fn terminate(keeper: Option<Pid>, child: &mut tokio::process::Child) {
+    let Some(keeper) = keeper else {
+        return;
+    };
+    // It may be gone already; nothing to do then.
+    let _ = kill(keeper, Signal::SIGTERM);
+    let bound = KILL_GRACE + Duration::from_secs(1);
+    if tokio::time::timeout(bound, child.wait()).await.is_err() {
+        log::error!("a tool's keeper did not exit {bound:?} after SIGTERM; killing it");
+        let _ = kill(keeper, Signal::SIGKILL);
     }
 }
 
-/// Reads `pipe` to its end, keeping the first [`MAX_OUTPUT_BYTES`](super::outcome::MAX_OUTPUT_BYTES)
-/// (`tail == usize::MAX`) or the last `tail` bytes.
-async fn drain(pipe: Option<impl AsyncRead + Unpin>, tail: usize) -> CappedOutput {
-    let mut out = CappedOutput::default();
+/// Reads `pipe` to its end into `out`, keeping the first
+/// [`MAX_OUTPUT_BYTES`](super::outcome::MAX_OUTPUT_BYTES) (`tail ==
+/// usize::MAX`) or the last `tail` bytes.
+async fn drain(pipe: Option<impl AsyncRead + Unpin>, out: &mut CappedOutput, tail: usize) {
     let Some(mut pipe) = pipe else {
-        return out;
+        return;
     };
     let mut buf = vec![0u8; 8192];
     loop {
@@ -178,7 +215,6 @@ async fn drain(pipe: Option<impl AsyncRead + Unpin>, tail: usize) -> CappedOutpu
             }
         }
     }
-    out
 }
 
 fn outcome(
@@ -340,6 +376,58 @@ mod tests {
         );
         tokio::time::sleep(Duration::from_millis(3500)).await;
         assert!(!marker.exists(), "the child was killed with the group");
+    }
+
+    /// Whether a process whose command line contains `needle` is alive.
+    fn alive(needle: &str) -> bool {
+        std::process::Command::new("pgrep")
+            .args(["-f", needle])
+            .output()
+            .map(|out| out.status.success())
+            .unwrap_or(false)
+    }
+
+    #[tokio::test]
+    async fn a_tool_that_exits_at_once_is_done_though_its_daemon_holds_stdout() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("daemon");
+        // The daemon leaves the tool's session (setsid) and keeps stdout.
+        let script = format!(
+            "setsid sh -c 'sleep 2; touch {}' & echo started",
+            marker.display()
+        );
+        let started = Instant::now();
+        let outcome = spec(&["sh", "-c", &script])
+            .run(&json!({}), Duration::from_secs(30), never())
+            .await;
+
+        assert!(outcome.ok, "the exit status decides: {outcome:?}");
+        assert_eq!(outcome.result.as_deref(), Some("started\n"));
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "not held by the daemon: {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert!(!marker.exists(), "the daemon ended with the call");
+    }
+
+    #[tokio::test]
+    async fn a_daemon_holding_stdout_cannot_hold_a_call_past_its_timeout() {
+        let needle = "sleep 1000.4321";
+        let script = format!("setsid {needle} & {needle}");
+        let started = Instant::now();
+        let outcome = spec(&["sh", "-c", &script])
+            .run(&json!({}), Duration::from_millis(500), never())
+            .await;
+
+        assert!(outcome.error.unwrap().starts_with("timed out after 500ms"));
+        assert!(
+            started.elapsed() < Duration::from_millis(500) + KILL_GRACE + Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(!alive(needle), "every process of the call is gone");
     }
 
     #[tokio::test]

@@ -6,6 +6,9 @@
 //! - A 2xx answer is a successful call whose body (up to
 //!   [`MAX_OUTPUT_BYTES`], the rest not read) is the result; any other
 //!   status, or no answer within the tool's timeout, fails the call.
+//! - Redirects are not followed: a 3xx fails the call, naming the status
+//!   and its `Location`. Following one would POST the call again, and send
+//!   its arguments and secret headers to another address.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -44,6 +47,9 @@ impl HttpSpec {
             resolved.push((header, SecretString::from(value)));
         }
         let client = reqwest::Client::builder()
+            // A redirect would send the call again, and its secret headers
+            // to wherever the answer points: not followed, it fails.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|err| format!("key `http`: cannot set up an HTTP client: {err}"))?;
         Ok(HttpSpec {
@@ -70,6 +76,11 @@ impl HttpSpec {
                 .await
                 .map_err(|err| (None, err.to_string()))?;
             let status = response.status();
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|value| value.to_str().ok())
+                .map(|value| value.chars().take(500).collect::<String>());
             let mut body = CappedOutput::default();
             while body.kept.len() < MAX_OUTPUT_BYTES {
                 match response.chunk().await {
@@ -85,7 +96,7 @@ impl HttpSpec {
             {
                 body.total += 1;
             }
-            Ok((status, body))
+            Ok((status, location, body))
         };
         let result = tokio::select! {
             result = tokio::time::timeout(timeout, call) => result,
@@ -113,11 +124,19 @@ impl HttpSpec {
                 Some(why),
                 CappedOutput::default(),
             ),
-            Ok(Ok((status, body))) if status.is_success() => {
+            Ok(Ok((status, _, body))) if status.is_success() => {
                 let text = body.text();
                 outcome(started, true, Some(status.as_u16()), Some(text), None, body)
             }
-            Ok(Ok((status, body))) => {
+            Ok(Ok((status, location, body))) if status.is_redirection() => {
+                let why = format!(
+                    "HTTP {status}: a redirect to {}, not followed (the call is POSTed once, \
+                     to the declared URL only)",
+                    location.as_deref().unwrap_or("nowhere given")
+                );
+                outcome(started, false, Some(status.as_u16()), None, Some(why), body)
+            }
+            Ok(Ok((status, _, body))) => {
                 let snippet: String = body.text().chars().take(500).collect();
                 let why = format!("HTTP {status}: {}", snippet.trim());
                 outcome(started, false, Some(status.as_u16()), None, Some(why), body)

@@ -15,6 +15,7 @@ pub mod command;
 pub mod declared;
 #[cfg(feature = "openai")]
 pub mod http;
+pub mod keeper;
 pub mod outcome;
 
 pub use declared::{Executor, Tool, Tools, ToolsFileError, DEFAULT_TIMEOUT, MAX_TIMEOUT};

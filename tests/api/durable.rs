@@ -715,3 +715,115 @@ async fn an_openai_run_paused_on_tool_calls_runs_them_once_after_kill_9() {
         .clone();
     assert_eq!(result["tool_call_id"], "call_mark");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_a_re_attach_with_any_id_the_client_saw_shows_the_run_s_end() {
+    let dir = Dir::new();
+    let tools = mark_tool(&dir, "5");
+    let tools = tools.to_str().unwrap();
+    let mut first = start(&dir, &["--tools", tools]);
+    let mut reading = open_paused(
+        &stream_url(&first),
+        json!({"message": "mark slowly", "session_id": "seen"}),
+    )
+    .await;
+    reply(&stream_url(&first), "seen", "CONFIRM_ACTION:confirm").await;
+    // The client reads past what the store kept: the decision, the status.
+    reading.until("\"chunk_type\":\"status\"").await;
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let seen = chunks(&reading.finish().await);
+    let last_seen = seen.last().unwrap().sequence;
+
+    let second = start(&dir, &["--tools", tools]);
+    let replay = post(
+        &stream_url(&second),
+        json!({"session_id": "seen"}),
+        Some(last_seen),
+    )
+    .await;
+    let status = replay.status();
+    let shown = chunks(&read_raw(replay, None).await);
+
+    assert_eq!(status, 200, "never 400 for an id the client saw");
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_eq!(shown[0].metadata["error_type"], "interrupted");
+    assert_eq!(shown[0].metadata["gap"], true, "the gap is announced");
+    assert!(shown[0].sequence > last_seen, "numbered past what it saw");
+    assert!(shown[0].finished);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_message_the_store_cannot_record_supersedes_nothing() {
+    let dir = Dir::new();
+    let server = start(&dir, &[]);
+    let reading = open_paused(
+        &stream_url(&server),
+        json!({"message": "one; two", "session_id": "sup"}),
+    )
+    .await;
+    // Another process holds the database's write lock past chatgate's
+    // busy timeout: the supersede cannot be recorded.
+    let blocker = rusqlite::Connection::open(dir.path("runs.db")).unwrap();
+    blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+
+    let refused = post(
+        &stream_url(&server),
+        json!({"message": "something else", "session_id": "sup"}),
+        None,
+    )
+    .await;
+    let refused_status = refused.status().as_u16();
+    let refusal = chunks(&read_raw(refused, None).await).remove(0);
+    blocker.execute_batch("COMMIT").unwrap();
+    let (confirmed, _) = reply(&stream_url(&server), "sup", "CONFIRM_ACTION:confirm").await;
+    let seen = chunks(&reading.finish().await);
+
+    assert_eq!(refused_status, 503);
+    assert_eq!(refusal.metadata["error_type"], "store_unavailable");
+    assert_eq!(confirmed, 200, "the old pause waited on, untouched");
+    assert_eq!(seen.last().unwrap().chunk_type, ChunkType::Completion);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_whose_end_was_recorded_is_never_reopened_by_a_restart() {
+    let dir = Dir::new();
+    let mut first = start(&dir, &[]);
+    let reading = open_paused(
+        &stream_url(&first),
+        json!({"message": "one; two", "session_id": "ended"}),
+    )
+    .await;
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    drop(reading);
+    // As a run superseded (its decision recorded) whose record's removal
+    // failed before the crash.
+    let db = rusqlite::Connection::open(dir.path("runs.db")).unwrap();
+    let superseded = json!({
+        "action": "cancel", "confirmation_id": "x", "reason": "superseded", "nonce": "n"
+    });
+    let changed = db
+        .execute(
+            "UPDATE paused_runs SET decision = ?1",
+            [superseded.to_string()],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(db);
+
+    let second = start(&dir, &[]);
+    let replay = post(
+        &stream_url(&second),
+        json!({"session_id": "ended"}),
+        Some(0),
+    )
+    .await;
+    let shown = chunks(&read_raw(replay, None).await);
+    let (status, _) = reply(&stream_url(&second), "ended", "CONFIRM_ACTION:confirm").await;
+
+    let last = shown.last().unwrap();
+    assert_eq!(last.chunk_type, ChunkType::Cancelled);
+    assert_eq!(last.metadata["reason"], "superseded");
+    assert_eq!(status, 404, "an ended pause is not asked again");
+}

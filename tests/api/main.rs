@@ -8,6 +8,7 @@ mod barrage;
 mod confirm;
 mod durable;
 mod errors;
+mod faults;
 mod hardening;
 mod helpers;
 #[cfg(feature = "openai")]

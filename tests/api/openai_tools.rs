@@ -312,6 +312,33 @@ async fn a_read_only_tool_runs_at_once_and_the_highest_risk_of_a_batch_counts() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_without_confirmation_are_bounded_per_run() {
+    let tooling = Tooling::new();
+    // 16 read-only calls an answer (the most an answer may make), three times.
+    let calls: Vec<Value> = (0..16)
+        .map(|i| call(Some(i), Some(&format!("c{i}")), Some("peek"), json!("{}")))
+        .collect();
+    let burst = answer(&calls, "tool_calls");
+    let model = fake_model(vec![burst.clone(), burst.clone(), burst]).await;
+    let app = app_with_model(&model.url, tooling.configure()).await;
+
+    let mut stream = app.open("burst", "peek a lot").await;
+    let last = stream.finish().await;
+
+    let ran = stream
+        .chunks
+        .iter()
+        .filter(|c| c.chunk_type == ChunkType::ToolOutput)
+        .count();
+    assert_eq!(
+        ran,
+        chatgate::run::context::tools::MAX_UNCONFIRMED_CALLS,
+        "no call past the bound"
+    );
+    assert_eq!(last.metadata["error_type"], "tool_call_limit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_that_never_stops_calling_tools_ends_with_tool_call_limit() {
     let tooling = Tooling::new();
     let peek = answer(

@@ -27,7 +27,26 @@ pub fn start_binary(args: &[&str]) -> Binary {
 
 /// Starts the binary bound to `bind` with `args`.
 pub fn start_binary_on(bind: &str, args: &[&str]) -> Binary {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_chatgate"))
+    start(&[], bind, args)
+}
+
+/// Starts the binary with `args` through `prefix` (a program that execs the
+/// rest of its command line, such as `prlimit ... --`).
+pub fn start_binary_with_prefix(prefix: &[&str], args: &[&str]) -> Binary {
+    start(prefix, "127.0.0.1:0", args)
+}
+
+fn start(prefix: &[&str], bind: &str, args: &[&str]) -> Binary {
+    let binary = env!("CARGO_BIN_EXE_chatgate");
+    let mut command = match prefix.split_first() {
+        Some((program, rest)) => {
+            let mut command = Command::new(program);
+            command.args(rest).arg(binary);
+            command
+        }
+        None => Command::new(binary),
+    };
+    let mut child = command
         .args(["--bind", bind])
         .args(args)
         .env("RUST_LOG", "warn,chatgate=info")

@@ -377,7 +377,7 @@ describe('command line', () => {
 
   test('--reject, --edit and --respond go with the first confirm', () => {
     const done = cli(['--json', '--reject', '2', '--edit', '3={"step":"edited"}', '--respond', '4=by hand',
-      '--reply', 'confirm', 'a; b; c; d']);
+      '--reply', 'confirm', 'a; b; echo_args c; d']);
     assert.equal(done.status, 0, done.stderr);
     const chunks = done.stdout.trim().split('\n').map((line) => JSON.parse(line));
     const received = chunks.find((c) => c.chunk_type === 'confirmation_received');

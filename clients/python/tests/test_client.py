@@ -544,7 +544,7 @@ class CommandLineTests(unittest.TestCase):
 
     def test_per_task_flags_reject_edit_and_respond_with_the_first_confirm(self):
         done = self.cli("--json", "--reject", "2", "--edit", '3={"step": "edited"}',
-                        "--respond", "4=by hand", "--reply", "confirm", "a; b; c; d")
+                        "--respond", "4=by hand", "--reply", "confirm", "a; b; echo_args c; d")
         self.assertEqual(done.returncode, 0, done.stderr)
         chunks = [json.loads(line) for line in done.stdout.splitlines()]
         received = next(c for c in chunks if c["chunk_type"] == "confirmation_received")

@@ -42,6 +42,12 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
     );
     assert!(refused("confirm", vec![request(1, "skip")]).contains("`skip`"));
     assert!(refused("confirm", vec![request(1, "edit")]).contains("args"));
+    let mut edit = request(1, "edit");
+    edit.args = Some(serde_json::json!({"step": "changed"}));
+    assert!(
+        refused("confirm", vec![edit]).contains("calls no declared tool"),
+        "an edit that would change nothing that runs is refused"
+    );
     assert!(refused("confirm", vec![request(2, "respond")]).contains("result"));
     assert!(refused("cancel", vec![request(1, "reject")]).contains("confirm only"));
 

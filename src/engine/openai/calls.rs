@@ -59,6 +59,7 @@ pub async fn tool_turn(
         }
         if !tool.confirm {
             // Read-only by the tools file's word, never by the model's.
+            ctx.unconfirmed_call()?;
             let status = ctx
                 .chunk(
                     ChunkType::Status,

@@ -6,7 +6,7 @@
 //! every method keeps what it awaits small, and boxes what it need not hold.
 
 mod pause;
-mod tools;
+pub mod tools;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -54,6 +54,8 @@ pub struct RunContext {
     /// The current pause is kept in a durable store: a shutdown suspends
     /// the run instead of cancelling it.
     pause_stored: bool,
+    /// Calls run without a confirmation so far (`confirm = false` tools).
+    unconfirmed_calls: usize,
 }
 
 impl RunContext {
@@ -75,6 +77,7 @@ impl RunContext {
             metrics,
             stored_id: None,
             pause_stored: false,
+            unconfirmed_calls: 0,
         }
     }
 

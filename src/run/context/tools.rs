@@ -5,11 +5,33 @@ use serde_json::Value;
 
 use super::{audit_failed, RunContext};
 use crate::audit::{self, AuditRecord};
-use crate::protocol::{meta, Chunk, ChunkType};
+use crate::protocol::{meta, Chunk, ChunkType, ErrorType};
 use crate::run::outcome::RunError;
 use crate::tools::{Tool, ToolOutcome};
 
+/// Calls one run may make without a confirmation (`confirm = false`
+/// tools): past it the run ends with `tool_call_limit`. Every confirmed
+/// call has its own yes; these have none, so a model cannot make a run
+/// call them without end.
+pub const MAX_UNCONFIRMED_CALLS: usize = 32;
+
 impl RunContext {
+    /// Counts one call about to run without a confirmation; past
+    /// [`MAX_UNCONFIRMED_CALLS`] the run ends (`tool_call_limit`).
+    pub fn unconfirmed_call(&mut self) -> Result<(), RunError> {
+        self.unconfirmed_calls += 1;
+        if self.unconfirmed_calls > MAX_UNCONFIRMED_CALLS {
+            return Err(RunError::failed(
+                ErrorType::ToolCallLimit,
+                format!(
+                    "the model made more than {MAX_UNCONFIRMED_CALLS} calls without confirmation \
+                     in one run"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Runs one call of `tool` with `args` (already checked against its
     /// schema, and confirmed unless the tool needs no confirmation), then
     /// reports it: a `tool_output` chunk and an `executed` audit record. A
