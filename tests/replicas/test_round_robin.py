@@ -108,7 +108,7 @@ class Redis:
 class Replica:
     """One chatgate process of the cluster."""
 
-    def __init__(self, redis, name, extra=()):
+    def __init__(self, redis, name, extra=(), owner_ttl=None):
         self.name = name
         self.port = free_port()
         self.address = "127.0.0.1:%d" % self.port
@@ -117,7 +117,8 @@ class Replica:
         self.process = subprocess.Popen(
             [binary(), "--bind", self.address, "--store", redis.url, "--replica-id", name,
              "--advertise-url", self.url, "--cluster-secret", SECRET,
-             "--owner-ttl", "%ds" % OWNER_TTL, "--keep-alive", "1s", "--workers", "1"]
+             "--owner-ttl", "%gs" % (owner_ttl or OWNER_TTL), "--keep-alive", "1s",
+             "--workers", "1"]
             + ([] if "--step-delay" in extra else ["--step-delay", "0"]) + list(extra),
             stdout=subprocess.DEVNULL, stderr=self.log,
             env=dict(os.environ, RUST_LOG="warn,chatgate=info"),
@@ -170,14 +171,14 @@ class Nginx:
 
 
 class Cluster:
-    def __init__(self, replicas=3, nginx=True, extra=()):
+    def __init__(self, replicas=3, nginx=True, extra=(), owner_ttl=None):
         self.dir = tempfile.mkdtemp(prefix="chatgate-cluster-")
         self.redis = Redis(self.dir)
         self.replicas = []
         self.nginx = None
         try:
             for i in range(replicas):
-                self.replicas.append(Replica(self.redis, "r%d" % (i + 1), extra))
+                self.replicas.append(Replica(self.redis, "r%d" % (i + 1), extra, owner_ttl))
             if nginx:
                 self.nginx = Nginx(self.dir, self.replicas)
         except Exception:
