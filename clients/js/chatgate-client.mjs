@@ -114,8 +114,13 @@ export class StreamBroken extends ChatGateError {
 export const RESTART_ATTEMPTS = 30;
 /** A reply refused with 503 and one of these was not taken (the server's
  * store or the replica holding the run was out of reach for a moment): it is
- * sent again, `Retry-After` apart, up to REPLY_ATTEMPTS times. */
+ * sent again, `Retry-After` apart, up to REPLY_ATTEMPTS times. A reply
+ * whose outcome is not known (504 `outcome_unknown`, or a 502/504 of a
+ * proxy in front) is sent again too: if the first was taken after all, the
+ * server answers `already_decided`, and the run's stream shows the
+ * decision that stands. */
 export const RETRYABLE_REPLY_ERRORS = ['store_unavailable', 'owner_unavailable', 'shutting_down'];
+export const UNKNOWN_OUTCOME_STATUSES = [502, 504];
 export const REPLY_ATTEMPTS = 5;
 
 /** Times `run()` re-attaches a broken stream without a chunk in between. */
@@ -243,14 +248,27 @@ export class ChatGateClient {
     for (let attempt = 1; ; attempt += 1) {
       const { status, chunks, retryAfter } = await this.stream(message, { sessionId, confirmationId, decisions });
       let chunk = null;
-      for await (const first of chunks) {
-        chunk = first;
-        break;
+      try {
+        for await (const first of chunks) {
+          chunk = first;
+          break;
+        }
+      } catch (err) {
+        // A proxy's own error page is not a stream of chunks.
+        if (!UNKNOWN_OUTCOME_STATUSES.includes(status)) throw err;
       }
-      if (chunk === null) throw new ChatGateError('empty answer to a reply');
-      const retryable = status === 503 && RETRYABLE_REPLY_ERRORS.includes(chunk.metadata?.error_type);
+      const unknown = UNKNOWN_OUTCOME_STATUSES.includes(status);
+      if (chunk === null) {
+        if (!unknown) throw new ChatGateError('empty answer to a reply');
+        chunk = {
+          chunk: `the reply's outcome is not known (HTTP ${status})`, session_id: sessionId, finished: true,
+          chunk_type: 'error', metadata: { error_type: 'outcome_unknown' }, confirmation_data: null,
+          requires_response: false, stream_paused: false, sequence: 1,
+        };
+      }
+      const retryable = unknown || (status === 503 && RETRYABLE_REPLY_ERRORS.includes(chunk.metadata?.error_type));
       if (!retryable || attempt >= REPLY_ATTEMPTS) return chunk;
-      // Not taken: send the same reply again, when told to.
+      // Not taken, or not known: send the same reply again, when told to.
       await new Promise((resolve) => setTimeout(resolve, retryAfter));
     }
   }

@@ -62,6 +62,11 @@ RESTART_ATTEMPTS = 30
 #: store or the replica holding the run was out of reach for a moment): it
 #: is sent again, ``Retry-After`` apart, up to ``REPLY_ATTEMPTS`` times.
 RETRYABLE_REPLY_ERRORS = ("store_unavailable", "owner_unavailable", "shutting_down")
+#: A reply whose outcome is not known (504 ``outcome_unknown``, or a 502 or
+#: 504 of a proxy in front) is sent again too: if the first was taken after
+#: all, the server answers ``already_decided``, and the run's stream shows
+#: the decision that stands.
+UNKNOWN_OUTCOME_STATUSES = (502, 504)
 REPLY_ATTEMPTS = 5
 #: Seconds the cancel the command line sends on Ctrl-C may take.
 CANCEL_TIMEOUT = 2.0
@@ -372,14 +377,28 @@ class ChatGateClient:
             message += ":" + text
         for attempt in range(1, REPLY_ATTEMPTS + 1):
             with self.stream(message, session_id, confirmation_id, decisions) as chunks:
-                chunk = next(iter(chunks), None)
+                unknown = chunks.status in UNKNOWN_OUTCOME_STATUSES
+                try:
+                    chunk = next(iter(chunks), None)
+                except ChatGateError:
+                    # A proxy's own error page is not a stream of chunks.
+                    if not unknown:
+                        raise
+                    chunk = None
                 if chunk is None:
-                    raise ChatGateError("empty answer to a reply")
+                    if not unknown:
+                        raise ChatGateError("empty answer to a reply")
+                    chunk = {"chunk": "the reply's outcome is not known (HTTP %d)" % chunks.status,
+                             "session_id": session_id, "finished": True, "chunk_type": "error",
+                             "metadata": {"error_type": "outcome_unknown"},
+                             "confirmation_data": None, "requires_response": False,
+                             "stream_paused": False, "sequence": 1}
                 error_type = (chunk.get("metadata") or {}).get("error_type")
-                if (chunks.status != 503 or error_type not in RETRYABLE_REPLY_ERRORS
-                        or attempt == REPLY_ATTEMPTS):
+                retryable = unknown or (chunks.status == 503
+                                        and error_type in RETRYABLE_REPLY_ERRORS)
+                if not retryable or attempt == REPLY_ATTEMPTS:
                     return chunk
-                # Not taken: send the same reply again, when told to.
+                # Not taken, or not known: send the same reply again, when told to.
                 time.sleep(_retry_after(chunks.headers))
         return chunk
 

@@ -169,6 +169,35 @@ describe('replies that were not taken', () => {
   });
 });
 
+describe('replies whose outcome is not known', () => {
+  test('a 504 or a proxy 502 page is sent again, and the answer after it returned', async () => {
+    const seen = [];
+    const { server, client } = await startStub((req, res, body) => {
+      seen.push(body.message);
+      if (seen.length === 1) {
+        const chunk = { chunk: 'not known', session_id: body.session_id, finished: true, chunk_type: 'error', metadata: { error_type: 'outcome_unknown' }, sequence: 1 };
+        res.writeHead(504, { 'Content-Type': 'text/event-stream; charset=utf-8', 'Retry-After': '0' });
+        res.end(`data: ${JSON.stringify(chunk)}\n\n`);
+      } else if (seen.length === 2) {
+        res.writeHead(502, { 'Content-Type': 'text/html', 'Retry-After': '0' });
+        res.end('<html><body>502 Bad Gateway</body></html>');
+      } else {
+        const chunk = { chunk: 'already decided', session_id: body.session_id, finished: true, chunk_type: 'error', metadata: { error_type: 'already_decided' }, sequence: 1 };
+        res.writeHead(409, { 'Content-Type': 'text/event-stream; charset=utf-8' });
+        res.end(`data: ${JSON.stringify(chunk)}\n\n`);
+      }
+    });
+    let chunk;
+    try {
+      chunk = await client.reply('s', 'confirm');
+    } finally {
+      server.close();
+    }
+    assert.deepEqual(seen, ['CONFIRM_ACTION:confirm', 'CONFIRM_ACTION:confirm', 'CONFIRM_ACTION:confirm']);
+    assert.equal(chunk.metadata.error_type, 'already_decided');
+  });
+});
+
 describe('re-attach refused for a while', () => {
   test('a 503 re-attach is tried again, Retry-After apart, until the run is back', async () => {
     const attaches = [];

@@ -207,6 +207,43 @@ class ReplyRetryTests(unittest.TestCase):
         self.assertEqual(len(down_seen), chatgate_client.REPLY_ATTEMPTS)
 
 
+class UnknownOutcomeTests(unittest.TestCase):
+    """A reply whose outcome is not known (504 outcome_unknown, or a proxy's
+    502 page) is sent again; the server then says whether it stands
+    (against a stub)."""
+
+    def test_an_unknown_outcome_is_sent_again_and_the_answer_after_it_returned(self):
+        seen = []
+
+        def answer(handler, body):
+            seen.append(body["message"])
+            if len(seen) == 1:
+                chunk = {"chunk": "not known", "chunk_type": "error", "finished": True,
+                         "metadata": {"error_type": "outcome_unknown"}}
+                chunk.update(session_id=body["session_id"], sequence=1)
+                answer_with_chunk(handler, 504, chunk, retry_after="0")
+            elif len(seen) == 2:
+                page = b"<html><body>502 Bad Gateway</body></html>"
+                handler.send_response(502)
+                handler.send_header("Content-Type", "text/html")
+                handler.send_header("Retry-After", "0")
+                handler.send_header("Content-Length", str(len(page)))
+                handler.end_headers()
+                handler.wfile.write(page)
+            else:
+                chunk = {"chunk": "already decided", "chunk_type": "error", "finished": True,
+                         "metadata": {"error_type": "already_decided"}}
+                chunk.update(session_id=body["session_id"], sequence=1)
+                answer_with_chunk(handler, 409, chunk)
+
+        client = start_stub(self, answer)
+
+        chunk = client.reply("s", "confirm")
+
+        self.assertEqual(seen, ["CONFIRM_ACTION:confirm"] * 3)
+        self.assertEqual(chunk["metadata"]["error_type"], "already_decided")
+
+
 class ReattachRetryTests(unittest.TestCase):
     """A broken stream whose re-attach is refused with 503 (the replica that
     held the run is gone until another may take it over) is re-attached
