@@ -8,7 +8,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use futures_util::StreamExt;
 
 use super::error::{ChatError, Refusal};
-use super::forward::{self, Forwarding};
+use super::forward::{self, Forwarded, Forwarding};
 use super::state::AppState;
 use crate::cluster::Peer;
 use crate::protocol::{ChatRequest, ValidRequest, MAX_BODY_BYTES};
@@ -86,12 +86,10 @@ async fn chat(
         } => {
             let refused = |err: ChatError| Refusal::new(err, &session_id);
             let key = SessionKey::new(owner, &session_id);
-            if forwarded.is_none() {
-                if let Some(peer) = elsewhere(state, &key).await.map_err(refused)? {
-                    return forward_to(state, &peer, req, body, Forwarding::Read)
-                        .await
-                        .map_err(refused);
-                }
+            if let Some(peer) = elsewhere(state, &key, forwarded).await.map_err(refused)? {
+                return forward_to(state, &peer, req, body, Forwarding::Read)
+                    .await
+                    .map_err(refused);
             }
             let subscription = state
                 .runs
@@ -107,12 +105,10 @@ async fn chat(
         } => {
             let refused = |err: ChatError| Refusal::new(err, &session_id);
             let key = SessionKey::new(owner, &session_id);
-            if forwarded.is_none() {
-                if let Some(peer) = elsewhere(state, &key).await.map_err(refused)? {
-                    return forward_to(state, &peer, req, body, Forwarding::Change)
-                        .await
-                        .map_err(refused);
-                }
+            if let Some(peer) = elsewhere(state, &key, forwarded).await.map_err(refused)? {
+                return forward_to(state, &peer, req, body, Forwarding::Change)
+                    .await
+                    .map_err(refused);
             }
             let client = forward::client_address(req, forwarded.is_some());
             let reply = Reply {
@@ -162,10 +158,18 @@ async fn chat(
 }
 
 /// The owner when another replica owns `key`'s run; `None` when the
-/// request is answered here.
-async fn elsewhere(state: &AppState, key: &SessionKey) -> Result<Option<Peer>, ChatError> {
+/// request is answered here. A forwarded request is answered here, its run
+/// restored first if this replica owns it without holding it (a takeover of
+/// its own that ran late); if another replica owns it by now, there is no
+/// second hop: the forwarder is told to retry.
+async fn elsewhere(
+    state: &AppState,
+    key: &SessionKey,
+    forwarded: Option<Forwarded>,
+) -> Result<Option<Peer>, ChatError> {
     match state.runs.place(key).await? {
         Place::Here => Ok(None),
+        Place::Owner(_) if forwarded.is_some() => Err(ChatError::owner_unavailable()),
         Place::Owner(owner) => Ok(Some(owner)),
         Place::Draining => Err(ChatError::ShuttingDown),
     }

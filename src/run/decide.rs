@@ -22,7 +22,7 @@ use crate::protocol::{
     Action, CancelReason, Chunk, Decisions, ErrorType, ReplyMessage, TaskDecisionRequest,
 };
 use crate::session::SessionKey;
-use crate::store::{Fault, Resolution, Store, StoredDecision};
+use crate::store::{Fault, Resolution, StoredDecision};
 
 /// A reply, as the decision path takes it.
 #[derive(Debug, Clone, Copy)]
@@ -135,7 +135,12 @@ impl Runs {
             accepted.decisions.clone(),
             reason,
         );
-        let Err(err) = self.settings.store.record_decision(&run, &decision).await else {
+        let Err(err) = self
+            .settings
+            .store
+            .record_decision(&run, key, &decision)
+            .await
+        else {
             return recorder.audit_and_deliver(accepted).await.map(|()| decided);
         };
         log::error!("{err}");
@@ -161,10 +166,9 @@ impl Runs {
             Fault::Unknown => {
                 accepted.ticket.in_doubt();
                 let settling = Settling {
-                    store: self.settings.store.clone(),
+                    runs: self.clone(),
                     run,
                     nonce: decision.nonce,
-                    shutdown: self.shutdown.clone(),
                 };
                 tokio::spawn(settling.settle(recorder, accepted));
                 ReplyError::OutcomeUnknown
@@ -229,12 +233,9 @@ impl Recorder {
 
 /// A decision whose recording had an unknown outcome, being settled.
 struct Settling {
-    store: Arc<dyn Store>,
+    runs: Runs,
     run: Arc<str>,
     nonce: String,
-    /// At shutdown the decision is left to the store: the next process (or
-    /// replica) finds it recorded, or not.
-    shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl Settling {
@@ -242,10 +243,13 @@ impl Settling {
     /// the run acts on the decision (the audit log records it first);
     /// void, the pause waits again.
     async fn settle(self, recorder: Recorder, accepted: Accepted) {
+        let store = self.runs.settings.store.clone();
         loop {
             let resolved = tokio::select! {
-                resolved = self.store.resolve(&self.run, &self.nonce) => resolved,
-                () = self.shutdown.cancelled() => {
+                resolved = store.resolve(&self.run, &recorder.key, &self.nonce) => resolved,
+                // At shutdown the decision is left to the store: the next
+                // process (or replica) finds it recorded, or not.
+                () = self.runs.shutdown.cancelled() => {
                     accepted.ticket.withdraw();
                     return;
                 }
@@ -265,6 +269,12 @@ impl Settling {
                 }
                 Err(err) if err.fault == Fault::Lost => {
                     accepted.ticket.fail(ErrorType::StoreUnavailable);
+                    return;
+                }
+                Err(err) if err.fault == Fault::Moved => {
+                    // Another replica owns the run now: it decides there.
+                    accepted.ticket.withdraw();
+                    self.runs.relinquish(&recorder.key);
                     return;
                 }
                 Err(_) => tokio::time::sleep(SETTLE_RETRY).await,

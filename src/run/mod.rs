@@ -90,7 +90,10 @@ pub enum ReattachError {
 impl Runs {
     /// Re-attaches to the run of `key`, replaying every chunk after `last_seen`.
     pub fn reattach(&self, key: SessionKey, last_seen: u64) -> Result<Subscription, ReattachError> {
-        let log = self.logs.find(&key).ok_or(ReattachError::NoSuchRun)?;
+        let log = self.logs.find(&key).ok_or_else(|| {
+            ::log::debug!("session {:?}: nothing to re-attach to", key.session_id);
+            ReattachError::NoSuchRun
+        })?;
         Subscription::attach(log, key, last_seen, self.stream.clone()).map_err(
             |BeyondEnd { last_sent }| ReattachError::Beyond {
                 last_seen,

@@ -38,7 +38,9 @@ impl Runs {
         if self.holds(key) {
             return Ok(Place::Here);
         }
-        match cluster.locate(key, !self.shutdown.is_cancelled()).await? {
+        let located = cluster.locate(key, !self.shutdown.is_cancelled()).await?;
+        ::log::debug!("session {:?}: {located:?}", key.session_id);
+        match located {
             Located::Nobody => {}
             Located::Elsewhere(owner) => return Ok(Place::Owner(owner)),
             Located::Orphan => return Ok(Place::Draining),
@@ -51,7 +53,10 @@ impl Runs {
                     self.restore_one(record).await;
                 }
                 // It was working when its owner went, or it had ended.
-                None => cluster.forget(key, &run).await?,
+                None => {
+                    ::log::debug!("session {:?}: run {run} has no record", key.session_id);
+                    cluster.forget(key, &run).await?
+                }
             },
         }
         Ok(Place::Here)

@@ -166,6 +166,7 @@ impl Runs {
     /// lapsed): the copy here is suspended, as at a shutdown, so that its
     /// stream ends with `retry:` and its client re-attaches to the owner.
     pub fn relinquish(&self, key: &SessionKey) {
+        ::log::debug!("session {:?}: handed over", key.session_id);
         if let Some(log) = self.logs.find(key) {
             log.stop.stop(CancelReason::Shutdown);
         }

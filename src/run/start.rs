@@ -72,7 +72,7 @@ impl Runs {
         }
         let begun = self.manager.begin_run(key.clone(), self.limits)?;
         let (slot, stored_id) = match &self.cluster {
-            None => (self.supersede_in_store(begun).await?, None),
+            None => (self.supersede_in_store(&key, begun).await?, None),
             Some(cluster) => match self.claim(cluster.clone(), &key, begun).await? {
                 Claim::Here(slot, run) => (slot, Some(run)),
                 Claim::Elsewhere(peer) => return Ok(Started::Elsewhere(peer)),
@@ -97,7 +97,11 @@ impl Runs {
 
     /// One node: a superseded pause kept in the store has its decision
     /// recorded before the new run takes the session.
-    async fn supersede_in_store(&self, begun: Begun) -> Result<RunSlot, StartError> {
+    async fn supersede_in_store(
+        &self,
+        key: &SessionKey,
+        begun: Begun,
+    ) -> Result<RunSlot, StartError> {
         let Begun::Supersedes(taken) = &begun else {
             return Ok(begun.now());
         };
@@ -105,7 +109,12 @@ impl Runs {
             return Ok(begun.now());
         };
         let decision = superseded(taken.confirmation_id());
-        match self.settings.store.record_decision(run, &decision).await {
+        match self
+            .settings
+            .store
+            .record_decision(run, key, &decision)
+            .await
+        {
             Ok(()) => Ok(begun.now()),
             // Nothing of it is left to protect: supersede it.
             Err(err) if err.fault == Fault::Lost => Ok(begun.now()),

@@ -22,6 +22,7 @@ impl Store for MemoryStore {
     fn record_decision<'a>(
         &'a self,
         _run: &'a str,
+        _key: &'a SessionKey,
         _decision: &'a StoredDecision,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
@@ -30,6 +31,7 @@ impl Store for MemoryStore {
     fn resolve<'a>(
         &'a self,
         _run: &'a str,
+        _key: &'a SessionKey,
         _nonce: &'a str,
     ) -> BoxFuture<'a, Result<Resolution, StoreError>> {
         // Nothing is ever unknown here: every decision was recorded.

@@ -156,11 +156,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn is_durable(&self) -> bool;
     /// Inserts or replaces the record of a paused run.
     fn save(&self, record: PausedRecord) -> BoxFuture<'_, Result<(), StoreError>>;
-    /// Records the decision of run `run`'s pause, before the run acts on it.
-    /// Recording the same nonce again is not an error: it is one decision.
+    /// Records the decision of run `run`'s pause (of session `key`), before
+    /// the run acts on it. Recording the same nonce again is not an error:
+    /// it is one decision.
     fn record_decision<'a>(
         &'a self,
         run: &'a str,
+        key: &'a SessionKey,
         decision: &'a StoredDecision,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
     /// After [`Fault::Unknown`]: whether the decision of `nonce` was
@@ -168,6 +170,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn resolve<'a>(
         &'a self,
         run: &'a str,
+        key: &'a SessionKey,
         nonce: &'a str,
     ) -> BoxFuture<'a, Result<Resolution, StoreError>>;
     /// Forgets run `run` of session `key`: it ended.

@@ -143,6 +143,7 @@ impl Store for SqliteStore {
     fn record_decision<'a>(
         &'a self,
         run: &'a str,
+        _key: &'a SessionKey,
         decision: &'a StoredDecision,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let run = run.to_owned();
@@ -168,6 +169,7 @@ impl Store for SqliteStore {
     fn resolve<'a>(
         &'a self,
         run: &'a str,
+        _key: &'a SessionKey,
         nonce: &'a str,
     ) -> BoxFuture<'a, Result<Resolution, StoreError>> {
         // SQLite's answers are never unknown; this only reads what is there.
@@ -270,11 +272,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runs.db");
         let confirm = StoredDecision::new(Action::Confirm, "c", None, None);
+        let key = SessionKey::new(Some(1), "会话");
         {
             let store = SqliteStore::open(&path).unwrap();
             store.save(record("r1")).await.unwrap();
             store.save(record("r2")).await.unwrap();
-            store.record_decision("r2", &confirm).await.unwrap();
+            store.record_decision("r2", &key, &confirm).await.unwrap();
             store
                 .remove("r1", &SessionKey::new(Some(1), "会话"))
                 .await
@@ -290,16 +293,19 @@ mod tests {
         assert_eq!(loaded[0].session_id, "会话");
         assert_eq!(StoredDecision::of(&loaded[0]), Some(confirm.clone()));
         assert_eq!(
-            store.resolve("r2", &confirm.nonce).await.unwrap(),
+            store.resolve("r2", &key, &confirm.nonce).await.unwrap(),
             Resolution::Recorded
         );
         assert_eq!(
-            store.resolve("r2", "another").await.unwrap(),
+            store.resolve("r2", &key, "another").await.unwrap(),
             Resolution::Void
         );
         assert!(store.get("r1").await.unwrap().is_none());
         // A decision for a record that is gone is not recorded, and says so.
-        let gone = store.record_decision("r1", &confirm).await.unwrap_err();
+        let gone = store
+            .record_decision("r1", &key, &confirm)
+            .await
+            .unwrap_err();
         assert_eq!(gone.fault, Fault::Lost);
     }
 

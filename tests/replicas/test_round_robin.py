@@ -114,14 +114,20 @@ class Replica:
         self.address = "127.0.0.1:%d" % self.port
         self.url = "http://" + self.address
         self.log = tempfile.TemporaryFile()
-        self.process = subprocess.Popen(
+        self.args = (
             [binary(), "--bind", self.address, "--store", redis.url, "--replica-id", name,
              "--advertise-url", self.url, "--cluster-secret", SECRET,
              "--owner-ttl", "%gs" % (owner_ttl or OWNER_TTL), "--keep-alive", "1s",
              "--workers", "1"]
-            + ([] if "--step-delay" in extra else ["--step-delay", "0"]) + list(extra),
-            stdout=subprocess.DEVNULL, stderr=self.log,
-            env=dict(os.environ, RUST_LOG="warn,chatgate=info"),
+            + ([] if "--step-delay" in extra else ["--step-delay", "0"]) + list(extra)
+        )
+        self.start()
+
+    def start(self):
+        """Starts (or starts again, after a kill) this replica's process."""
+        self.process = subprocess.Popen(
+            self.args, stdout=subprocess.DEVNULL, stderr=self.log,
+            env=dict(os.environ, RUST_LOG=os.environ.get("CHATGATE_LOG", "warn,chatgate=info")),
         )
         wait_for(self.url + "/readyz")
 
@@ -159,7 +165,7 @@ class Nginx:
         with open(ROUND_ROBIN_CONF) as f:
             site = f.read()
         for default, replica in zip(["127.0.0.1:8081", "127.0.0.1:8082", "127.0.0.1:8083"], replicas):
-            site = site.replace("server %s;" % default, "server %s;" % replica.address)
+            site = site.replace("server %s " % default, "server %s " % replica.address)
         site = site.replace("listen 127.0.0.1:8000;", "listen 127.0.0.1:%d;" % self.port)
         self.process = start_nginx(dir, site)
         self.url = "http://127.0.0.1:%d" % self.port

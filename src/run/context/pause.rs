@@ -93,7 +93,12 @@ impl RunContext {
             return Ok(decision);
         }
         let recorded = StoredDecision::new(Action::Cancel, confirmation_id, None, Some(reason));
-        match self.settings.store.record_decision(run, &recorded).await {
+        match self
+            .settings
+            .store
+            .record_decision(run, self.session_key(), &recorded)
+            .await
+        {
             Err(err) if err.fault == Fault::Moved => {
                 log::info!("{err}: the paused run is handed to its new owner");
                 Err(RunError::Suspended)

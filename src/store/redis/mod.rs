@@ -314,6 +314,7 @@ impl Store for RedisStore {
     fn record_decision<'a>(
         &'a self,
         run: &'a str,
+        key: &'a SessionKey,
         decision: &'a StoredDecision,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
@@ -322,7 +323,7 @@ impl Store for RedisStore {
             let answer: String = self
                 .invoke(
                     &self.scripts.record_decision,
-                    &[&run_key(run)],
+                    &[&run_key(run), &self.session_key(key)],
                     &[
                         &json,
                         &decision.nonce,
@@ -351,15 +352,21 @@ impl Store for RedisStore {
     fn resolve<'a>(
         &'a self,
         run: &'a str,
+        key: &'a SessionKey,
         nonce: &'a str,
     ) -> BoxFuture<'a, Result<Resolution, StoreError>> {
         Box::pin(async move {
             let answer: String = self
-                .invoke(&self.scripts.resolve, &[&run_key(run)], &[nonce])
+                .invoke(
+                    &self.scripts.resolve,
+                    &[&run_key(run), &self.session_key(key)],
+                    &[nonce, &self.instance, &self.epoch(run)],
+                )
                 .await?;
             match answer.as_str() {
                 "recorded" => Ok(Resolution::Recorded),
                 "void" => Ok(Resolution::Void),
+                "not_owner" => Err(self.refused(Fault::Moved, "another replica owns this run now")),
                 _ => Err(self.refused(Fault::Lost, "the run's record is gone")),
             }
         })

@@ -124,17 +124,20 @@ impl RedisStore {
         run: &str,
         nonce: &str,
     ) -> Result<Resolution, StoreError> {
-        let answer: String = self
+        let answer: Vec<String> = self
             .invoke(
                 &self.scripts.resolve_claim,
                 &[&self.session_key(key)],
-                &[nonce, run],
+                &[nonce, run, &self.instance],
             )
             .await?;
-        Ok(if answer == "recorded" {
-            Resolution::Recorded
-        } else {
-            Resolution::Void
+        Ok(match answer.as_slice() {
+            [what, epoch] if what == "recorded" => {
+                self.hold(run, epoch);
+                Resolution::Recorded
+            }
+            // Not claimed, or claimed and taken over since: not ours.
+            _ => Resolution::Void,
         })
     }
 

@@ -59,14 +59,19 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {'claimed', tostring(epoch)}
 ";
 
-/// KEYS: session. ARGV: nonce, new run.
-/// After a claim whose outcome was unknown: whether it took the session;
-/// if it did not, it never will.
+/// KEYS: session. ARGV: nonce, new run, instance.
+/// After a claim whose outcome was unknown: whether it took the session
+/// (and still holds it: then its epoch); if it did not, it never will.
 pub const RESOLVE_CLAIM: &str = r"
-if redis.call('HGET', KEYS[1], 'run') == ARGV[2] then return 'recorded' end
+if redis.call('HGET', KEYS[1], 'run') == ARGV[2] then
+  if redis.call('HGET', KEYS[1], 'instance') == ARGV[3] then
+    return {'recorded', redis.call('HGET', KEYS[1], 'epoch') or '0'}
+  end
+  return {'moved'}
+end
 redis.call('HSET', KEYS[1], 'void:' .. ARGV[1], '1')
 if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], 3600000) end
-return 'void'
+return {'void'}
 ";
 
 /// KEYS: session. ARGV: instance, whether it may take the run over.
@@ -98,35 +103,45 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 ";
 
-/// KEYS: run. ARGV: decision, nonce, instance, epoch, ttl ms.
+/// KEYS: run, session. ARGV: decision, nonce, instance, epoch, ttl ms.
 /// Only the session's owner records, only under its epoch and while its
 /// heartbeat lives, and only the first decision; the same nonce again is
-/// that decision (`ok`). The run now works for as long as it takes: its
+/// that decision (`ok`). A run whose record is gone is `not_owner` when the
+/// session is no longer this owner's (another replica took it over, and
+/// ended it), else `gone`. The run now works for as long as it takes: its
 /// records live on (a replica that takes it over after a crash must find
 /// it, to end it `interrupted`).
 pub const RECORD_DECISION: &str = r"
-local session = redis.call('HGET', KEYS[1], 'session')
-if not session then return 'gone' end
+local owns = redis.call('HGET', KEYS[2], 'instance') == ARGV[3]
+   and redis.call('HGET', KEYS[2], 'epoch') == ARGV[4]
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if owns then return 'gone' end
+  return 'not_owner'
+end
 if redis.call('HEXISTS', KEYS[1], 'void:' .. ARGV[2]) == 1 then return 'void' end
 local recorded = redis.call('HGET', KEYS[1], 'decision_nonce')
 if recorded then
   if recorded == ARGV[2] then return 'ok' end
   return 'decided'
 end
-if redis.call('HGET', session, 'instance') ~= ARGV[3]
-   or redis.call('HGET', session, 'epoch') ~= ARGV[4] then return 'not_owner' end
+if not owns then return 'not_owner' end
 if not alive(ARGV[3]) then return 'lapsed' end
 redis.call('HSET', KEYS[1], 'decision', ARGV[1], 'decision_nonce', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
-redis.call('PEXPIRE', session, ARGV[5])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
 return 'ok'
 ";
 
-/// KEYS: run. ARGV: nonce.
+/// KEYS: run, session. ARGV: nonce, instance, epoch.
 /// After a decision whose recording had an unknown outcome: whether it was
-/// recorded; if it was not, it never will be.
+/// recorded; if it was not, it never will be. A record that is gone is
+/// `not_owner` when the session is another replica's by now.
 pub const RESOLVE: &str = r"
-if redis.call('EXISTS', KEYS[1]) == 0 then return 'gone' end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if redis.call('HGET', KEYS[2], 'instance') == ARGV[2]
+     and redis.call('HGET', KEYS[2], 'epoch') == ARGV[3] then return 'gone' end
+  return 'not_owner'
+end
 if redis.call('HGET', KEYS[1], 'decision_nonce') == ARGV[1] then return 'recorded' end
 redis.call('HSET', KEYS[1], 'void:' .. ARGV[1], '1')
 return 'void'
