@@ -122,6 +122,8 @@ class Stream:
             except OSError:
                 time.sleep(0.5)
                 continue
+            self.flow.timeline.append(
+                (round(time.monotonic() - T0, 2), "attach", response.status, self.last_seen))
             if response.status == 200:
                 return response
             body = response.read()
@@ -163,6 +165,10 @@ class Stream:
             self.flow.note("a chunk again: %d after %d" % (sequence, self.last_seen))
             return
         self.last_seen = sequence
+        if chunk["chunk_type"] in ("confirmation_request", "confirmation_received", "completion",
+                                   "cancelled", "error"):
+            self.flow.timeline.append((round(time.monotonic() - T0, 2), chunk["chunk_type"],
+                                       sequence, chunk["metadata"].get("gap")))
         with self.changed:
             if chunk["chunk_type"] == "confirmation_request":
                 self.pending = chunk["confirmation_data"]
