@@ -140,7 +140,7 @@ impl Application {
                 .transpose()?,
             store: match &cluster {
                 Some(cluster) => cluster.store().clone(),
-                None => open_store(&settings.store)?,
+                None => open_store(&settings.store, settings.detach_grace)?,
             },
             engine_name: engine.name(),
             namespaces,
@@ -371,7 +371,7 @@ fn load_tools(settings: &Settings) -> Result<Tools, StartupError> {
 
 /// The store `--store` names: `memory` or `sqlite:PATH` (`redis://` is the
 /// cluster's, see [`open_cluster`]).
-fn open_store(url: &str) -> Result<Arc<dyn Store>, StartupError> {
+fn open_store(url: &str, grace: Duration) -> Result<Arc<dyn Store>, StartupError> {
     if url == "memory" {
         return Ok(Arc::new(MemoryStore));
     }
@@ -382,7 +382,7 @@ fn open_store(url: &str) -> Result<Arc<dyn Store>, StartupError> {
                 "--store sqlite:PATH needs a path".to_owned(),
             ));
         }
-        return SqliteStore::open(std::path::Path::new(path))
+        return SqliteStore::open(std::path::Path::new(path), grace)
             .map(|store| Arc::new(store) as Arc<dyn Store>)
             .map_err(|err| StartupError::Store(format!("--store {url}: {err}")));
     }
@@ -450,10 +450,13 @@ async fn stop_requested(token: &CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
+    #[cfg(feature = "openai")]
     fn settings(args: &[&str]) -> Settings {
-        Settings::try_parse_from(std::iter::once("chatgate").chain(args.iter().copied())).unwrap()
+        <Settings as clap::Parser>::try_parse_from(
+            std::iter::once("chatgate").chain(args.iter().copied()),
+        )
+        .unwrap()
     }
 
     #[cfg(feature = "openai")]
@@ -468,7 +471,7 @@ mod tests {
             .contains("--llm-model"));
         let with_model = settings(&["--engine", "openai", "--llm-model", "m"]);
         assert!(build_engine(&with_model).is_ok());
-        let unknown = Settings::try_parse_from(["chatgate", "--engine", "gpt"])
+        let unknown = <Settings as clap::Parser>::try_parse_from(["chatgate", "--engine", "gpt"])
             .unwrap_err()
             .to_string();
         assert!(
@@ -479,9 +482,15 @@ mod tests {
 
     #[test]
     fn a_store_that_is_none_is_named_at_start() {
-        let err = open_store("postgres://x").err().unwrap().to_string();
+        let err = open_store("postgres://x", Duration::ZERO)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("--store `postgres://x`"), "{err}");
-        let err = open_store("sqlite:").err().unwrap().to_string();
+        let err = open_store("sqlite:", Duration::ZERO)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("needs a path"), "{err}");
     }
 }

@@ -1,5 +1,6 @@
 //! A run's end: driving its engine (or a restored run's) to exactly one
-//! final chunk, then its store record and its `ended` audit record. A run
+//! final chunk, then its store record (which keeps the end for the grace)
+//! and its `ended` audit record. A run
 //! suspended by a shutdown ends without a final chunk instead (its stream
 //! gets SSE's `retry:`), its record kept for the next process.
 
@@ -7,22 +8,24 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 
 use super::context::RunContext;
 use super::engine::Engine;
+use super::log::RunLog;
 use super::outcome::{Completion, Ending, RunError};
 use crate::audit::{AuditLog, AuditRecord, RunFields};
 use crate::confirmation::slot::PendingDecision;
 use crate::protocol::{ChunkType, ErrorType};
 use crate::session::SessionKey;
 use crate::sse;
-use crate::store::{PausedRecord, Store};
+use crate::store::{PausedRecord, RunEnd, Store, StoreError};
 
-/// First wait before removing an ended run's record again.
-const REMOVAL_RETRY: Duration = Duration::from_secs(1);
-/// How long an ended run's record is tried to be removed.
-const REMOVAL_RETRY_FOR: Duration = Duration::from_secs(3600);
+/// First wait before writing an ended run's record again.
+const STORE_RETRY: Duration = Duration::from_secs(1);
+/// How long an ended run's record is tried to be written.
+const STORE_RETRY_FOR: Duration = Duration::from_secs(3600);
 
 /// Runs the engine to its end and sends exactly one final chunk.
 pub(super) async fn drive(engine: Arc<dyn Engine>, mut ctx: RunContext) {
@@ -91,10 +94,10 @@ async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
     let stored_id = ctx.stored_id().cloned();
     let key = ctx.session_key().clone();
     let (run_id, session_id) = (ctx.run_id(), ctx.session_id().to_owned());
-    let (ended, why) = finish(ctx, result);
+    let (ended, why, log) = finish(ctx, result);
     ::log::debug!("run ended with {ended:?}");
     if let Some(stored_id) = &stored_id {
-        remove_record(&settings.store, stored_id, &key).await;
+        end_record(&settings.store, stored_id, &key, log.end()).await;
     }
     if let Some(audit) = &settings.audit {
         let run = RunFields::new(run_id, &session_id, stored_id.as_deref());
@@ -102,33 +105,60 @@ async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
     }
 }
 
-/// Removes an ended run's record; a removal that fails is tried again in
-/// the background, [`REMOVAL_RETRY`] apart and doubling, for
-/// [`REMOVAL_RETRY_FOR`] (one task per run that ended while the store
-/// could not write). Nothing ended comes back meanwhile, nor if it never
+/// Keeps only an ended run's end in its record, for the grace (see
+/// [`Store::end`]); see [`retry`] for a store that cannot write.
+pub(super) async fn end_record(store: &Arc<dyn Store>, run: &str, key: &SessionKey, end: RunEnd) {
+    let end = Arc::new(end);
+    retry(store, run, key, "end", move |store, run, key| {
+        let end = end.clone();
+        Box::pin(async move { store.end(&run, &key, &end).await })
+    })
+    .await;
+}
+
+/// Removes the record of a run no client can reach; see [`retry`].
+pub(super) async fn remove_record(store: &Arc<dyn Store>, run: &str, key: &SessionKey) {
+    retry(store, run, key, "removal", |store, run, key| {
+        Box::pin(async move { store.remove(&run, &key).await })
+    })
+    .await;
+}
+
+/// Writes an ended run's record with `write`; one that fails is tried
+/// again in the background, [`STORE_RETRY`] apart and doubling, for
+/// [`STORE_RETRY_FOR`] (one task per run that ended while the store could
+/// not write). Nothing ended comes back meanwhile, nor if it never
 /// succeeds: every decision that ends a stored pause is recorded in the
 /// store before the run acts on it, so a restore shows the run's end.
-pub(super) async fn remove_record(store: &Arc<dyn Store>, run: &str, key: &SessionKey) {
-    let Err(err) = store.remove(run, key).await else {
+async fn retry(
+    store: &Arc<dyn Store>,
+    run: &str,
+    key: &SessionKey,
+    what: &'static str,
+    write: impl Fn(Arc<dyn Store>, String, SessionKey) -> BoxFuture<'static, Result<(), StoreError>>
+        + Send
+        + 'static,
+) {
+    let Err(err) = write(store.clone(), run.to_owned(), key.clone()).await else {
         return;
     };
-    ::log::error!("{err}; trying again in the background");
+    ::log::error!("{err}; trying the {what} of run {run} again in the background");
     let (store, run, key) = (store.clone(), run.to_owned(), key.clone());
     tokio::spawn(async move {
         let started = tokio::time::Instant::now();
-        let mut delay = REMOVAL_RETRY;
-        while started.elapsed() < REMOVAL_RETRY_FOR {
+        let mut delay = STORE_RETRY;
+        while started.elapsed() < STORE_RETRY_FOR {
             tokio::time::sleep(delay).await;
-            match store.remove(&run, &key).await {
+            match write(store.clone(), run.clone(), key.clone()).await {
                 Ok(()) => {
-                    ::log::info!("the ended run {run}'s record is removed");
+                    ::log::info!("the ended run {run}'s record is written ({what})");
                     return;
                 }
                 Err(err) => ::log::debug!("{err}"),
             }
             delay = (delay * 2).min(Duration::from_secs(60));
         }
-        ::log::warn!("gave up removing the ended run {run}'s record; a restart shows its end");
+        ::log::warn!("gave up the {what} of the ended run {run}'s record; a restart shows its end");
     });
 }
 
@@ -150,7 +180,8 @@ pub(super) async fn audit_ended(
 }
 
 /// Turns the engine's result into the final chunk, frees the session, then
-/// sends the final chunk. Returns its type and its reason or error type.
+/// sends the final chunk. Returns its type, its reason or error type, and
+/// the run's log.
 ///
 /// The session is freed *before* the final chunk is sent: a client that
 /// sends its next message the instant it reads the final chunk must not be
@@ -158,7 +189,7 @@ pub(super) async fn audit_ended(
 fn finish(
     ctx: RunContext,
     result: Result<Completion, RunError>,
-) -> (ChunkType, Option<&'static str>) {
+) -> (ChunkType, Option<&'static str>, Arc<RunLog>) {
     let ending = Ending::of(ctx.session_id(), result);
     if let Some(error_type) = ending.error {
         ctx.metrics().error(error_type);
@@ -167,5 +198,5 @@ fn finish(
     drop(slot);
     let chunk_type = ending.chunk.chunk_type;
     log.push(ending.chunk);
-    (chunk_type, ending.why)
+    (chunk_type, ending.why, log)
 }

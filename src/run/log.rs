@@ -24,6 +24,7 @@ use super::stop::RunStop;
 use crate::protocol::{CancelReason, Chunk};
 use crate::session::SessionKey;
 use crate::sse;
+use crate::store::RunEnd;
 
 /// Default of `--replay-buffer`: chunks kept per run for re-attach.
 pub const REPLAY_BUFFER: usize = 1024;
@@ -216,6 +217,20 @@ impl RunLog {
             });
         }
         log
+    }
+
+    /// The log of a run that had ended when its process stopped, restored
+    /// from the end its store kept: its final chunk is among `end`'s frames.
+    pub fn restore_ended(limits: LogLimits, stop: RunStop, end: RunEnd) -> Arc<RunLog> {
+        let log = RunLog::restore(limits, stop, end.frames, end.next_seq, false);
+        log.lock().finished = true;
+        log
+    }
+
+    /// The log as a store keeps an ended run's end.
+    pub fn end(&self) -> RunEnd {
+        let (frames, next_seq) = self.snapshot();
+        RunEnd { frames, next_seq }
     }
 
     /// Ends the log without a final chunk: the run goes on in the next

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::context::{RestoredParts, RunContext};
-use super::end::{audit_ended, drive_restored, remove_record};
+use super::end::{audit_ended, drive_restored, end_record, remove_record};
 use super::log::RunLog;
 use super::stop::RunStop;
 use super::stream;
@@ -49,10 +49,20 @@ impl Runs {
                 record.session_id
             );
             let orphan = SessionKey::new(None, &record.session_id);
-            self.remove_record(&record.run, &orphan).await;
+            remove_record(&self.settings.store, &record.run, &orphan).await;
             return false;
         };
         let key = SessionKey::new(owner, &record.session_id);
+        if let Some(end) = record.ended {
+            // It had ended, and its client may not have read the end: shown
+            // for the rest of the grace, as the process that ended it would.
+            let stop = RunStop::under(&self.shutdown);
+            let log = RunLog::restore_ended(self.log_limits, stop, end.clone());
+            self.logs.publish(key.clone(), log.clone());
+            stream::expire_unclaimed(log, key.clone(), self.stream.clone());
+            end_record(&self.settings.store, &record.run, &key, end).await;
+            return false;
+        }
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -124,7 +134,7 @@ impl Runs {
     }
 
     /// A stored run that cannot go on: its end is written after its frames,
-    /// kept re-attachable for the grace, and the record is removed.
+    /// and kept re-attachable (and in its record) for the grace.
     async fn end_restored(
         &self,
         key: SessionKey,
@@ -152,14 +162,8 @@ impl Runs {
         );
         log.push(ending);
         self.logs.publish(key.clone(), log.clone());
-        stream::expire_unclaimed(log, key.clone(), self.stream.clone());
-        self.remove_record(&record.run, &key).await;
-    }
-
-    /// Removes a stored run's record (tried again in the background if the
-    /// store cannot at the moment).
-    async fn remove_record(&self, run: &str, key: &SessionKey) {
-        remove_record(&self.settings.store, run, key).await;
+        stream::expire_unclaimed(log.clone(), key.clone(), self.stream.clone());
+        end_record(&self.settings.store, &record.run, &key, log.end()).await;
     }
 
     /// Another replica took the run of `key` over (this one's heartbeat had

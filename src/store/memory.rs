@@ -2,7 +2,7 @@
 
 use futures_util::future::BoxFuture;
 
-use super::{PausedRecord, Resolution, Store, StoreError, StoredDecision};
+use super::{PausedRecord, Resolution, RunEnd, Store, StoreError, StoredDecision};
 use crate::session::SessionKey;
 
 /// `--store memory`: nothing is kept; a paused run lives as long as its
@@ -36,6 +36,15 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Resolution, StoreError>> {
         // Nothing is ever unknown here: every decision was recorded.
         Box::pin(async { Ok(Resolution::Recorded) })
+    }
+
+    fn end<'a>(
+        &'a self,
+        _run: &'a str,
+        _key: &'a SessionKey,
+        _end: &'a RunEnd,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
     }
 
     fn remove(&self, _run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {

@@ -10,7 +10,11 @@
 //! its API key's namespace), the engine's state to resume it, the pending
 //! confirmation (id, round, options, tasks, expiry), and the frames a
 //! re-attach must replay with the next sequence number. It is written before
-//! the `confirmation_request` chunk is sent and removed when the run ends. A
+//! the `confirmation_request` chunk is sent. When the run ends, the record
+//! keeps only its end ([`RunEnd`]: the last frames, the final chunk among
+//! them) for `--detach-grace`, then goes: a client that had not read the
+//! end when its server stopped (a restart, a `kill -9`, a replica gone)
+//! still reads it from whoever restores the record within the grace. A
 //! decision is recorded before the run acts on it
 //! ([`Store::record_decision`]), so a decision answered 200 survives a crash
 //! that follows: the run is then not run again but ends `interrupted` (or,
@@ -59,6 +63,18 @@ pub struct PausedRecord {
     pub next_seq: u64,
     /// The decision, once one was taken (`None` while the pause waits).
     pub decision: Option<Value>,
+    /// Once the run ended: its end, kept for the grace (see [`Store::end`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<RunEnd>,
+}
+
+/// An ended run as its record keeps it for the grace: the frames a
+/// re-attach replays, the final chunk the last of them, and the sequence
+/// number past it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunEnd {
+    pub frames: Vec<String>,
+    pub next_seq: u64,
 }
 
 /// The store could not be used.
@@ -173,7 +189,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         key: &'a SessionKey,
         nonce: &'a str,
     ) -> BoxFuture<'a, Result<Resolution, StoreError>>;
-    /// Forgets run `run` of session `key`: it ended.
+    /// Run `run` of session `key` ended: its record keeps only `end` for
+    /// the store's grace (`--detach-grace`), then goes; with no grace it
+    /// goes at once. A restore within the grace shows the end as it was.
+    fn end<'a>(
+        &'a self,
+        run: &'a str,
+        key: &'a SessionKey,
+        end: &'a RunEnd,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// Forgets run `run` of session `key` at once (a record no client can
+    /// reach any more).
     fn remove(&self, run: &str, key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>>;
     /// Run `run` was suspended by a shutdown: its record stays, for the
     /// next process (or another replica) to restore.

@@ -5,17 +5,24 @@
 //! FULL`: a record is on disk when a write returns, so a decision answered
 //! 200 survives a `kill -9` or a power cut. Writes are small (one row per
 //! paused run, its record as JSON) and run off the async threads.
+//!
+//! An ended run's row keeps its end (`ended`, the frames as JSON) until
+//! `ended_until` (milliseconds since the Unix epoch: the end plus
+//! `--detach-grace`); every end written, and every start, deletes the rows
+//! past theirs. A file from an earlier version gets the two columns at
+//! open.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{Fault, PausedRecord, Resolution, Store, StoreError, StoredDecision};
+use super::{Fault, PausedRecord, Resolution, RunEnd, Store, StoreError, StoredDecision};
 use crate::session::SessionKey;
 
 #[derive(Debug)]
@@ -30,13 +37,15 @@ pub struct SqliteStore {
     file: File,
     /// The last write succeeded (for `/readyz`).
     healthy: Arc<AtomicBool>,
+    /// How long an ended run's end is kept (`--detach-grace`).
+    grace: Duration,
 }
 
 impl SqliteStore {
     /// Opens (or creates) the store at `path`, for this process alone: a
     /// second process on the same file, under any name, would restore the
     /// same paused runs and could act on one twice, so it is refused.
-    pub fn open(path: &Path) -> Result<SqliteStore, String> {
+    pub fn open(path: &Path, grace: Duration) -> Result<SqliteStore, String> {
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -62,18 +71,22 @@ impl SqliteStore {
                  PRAGMA synchronous = FULL;
                  PRAGMA busy_timeout = 5000;
                  CREATE TABLE IF NOT EXISTS paused_runs (
-                     run      TEXT PRIMARY KEY,
-                     record   TEXT NOT NULL,
-                     decision TEXT
+                     run         TEXT PRIMARY KEY,
+                     record      TEXT NOT NULL,
+                     decision    TEXT,
+                     ended       TEXT,
+                     ended_until INTEGER
                  );",
             )
             .map_err(|err| err.to_string())?;
+        add_end_columns(&connection).map_err(|err| err.to_string())?;
         Ok(SqliteStore {
             connection: Arc::new(Mutex::new(connection)),
             name: format!("sqlite:{}", path.display()),
             path: path.to_owned(),
             file,
             healthy: Arc::new(AtomicBool::new(true)),
+            grace,
         })
     }
 
@@ -133,7 +146,8 @@ impl Store for SqliteStore {
         self.with(move |c| {
             c.execute(
                 "INSERT INTO paused_runs (run, record, decision) VALUES (?1, ?2, NULL)
-                 ON CONFLICT(run) DO UPDATE SET record = excluded.record, decision = NULL",
+                 ON CONFLICT(run) DO UPDATE SET record = excluded.record, decision = NULL,
+                     ended = NULL, ended_until = NULL",
                 params![record.run, json],
             )
             .map(drop)
@@ -196,6 +210,28 @@ impl Store for SqliteStore {
         })
     }
 
+    fn end<'a>(
+        &'a self,
+        run: &'a str,
+        key: &'a SessionKey,
+        end: &'a RunEnd,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        if self.grace.is_zero() {
+            return self.remove(run, key);
+        }
+        let run = run.to_owned();
+        let json = serde_json::to_string(end).unwrap_or_default();
+        let now = now_ms();
+        let until = now + self.grace.as_millis() as i64;
+        self.with(move |c| {
+            c.execute(
+                "UPDATE paused_runs SET ended = ?2, ended_until = ?3 WHERE run = ?1",
+                params![run, json, until],
+            )?;
+            delete_past_ends(c, now)
+        })
+    }
+
     fn remove(&self, run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
         let run = run.to_owned();
         self.with(move |c| {
@@ -204,20 +240,31 @@ impl Store for SqliteStore {
         })
     }
 
+    /// Every record, ended ones within their grace first, oldest first: a
+    /// session's paused run is restored after (and so over) its ended ones.
     fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
         self.with(|c| {
-            let mut statement = c.prepare("SELECT record, decision FROM paused_runs")?;
+            delete_past_ends(c, now_ms())?;
+            let mut statement = c.prepare(
+                "SELECT record, decision, ended FROM paused_runs
+                 ORDER BY ended IS NULL, ended_until",
+            )?;
             let rows = statement.query_map([], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, Option<String>>(1)?))
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, Option<String>>(1)?,
+                    row.get::<_, Option<String>>(2)?,
+                ))
             })?;
             let mut records = Vec::new();
             for row in rows {
-                let (record, decision) = row?;
+                let (record, decision, ended) = row?;
                 // A record this version cannot read is skipped (and logged),
                 // not a reason to refuse to start.
                 match serde_json::from_str::<PausedRecord>(&record) {
                     Ok(mut record) => {
                         record.decision = decision.and_then(|d| serde_json::from_str(&d).ok());
+                        record.ended = ended.and_then(|e| serde_json::from_str(&e).ok());
                         records.push(record);
                     }
                     Err(err) => log::warn!("skipping an unreadable stored run: {err}"),
@@ -226,6 +273,39 @@ impl Store for SqliteStore {
             Ok(records)
         })
     }
+}
+
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Deletes the ended runs whose grace is over.
+fn delete_past_ends(c: &Connection, now: i64) -> rusqlite::Result<()> {
+    c.execute(
+        "DELETE FROM paused_runs WHERE ended_until IS NOT NULL AND ended_until <= ?1",
+        params![now],
+    )
+    .map(drop)
+}
+
+/// A table an earlier version made lacks the end's columns.
+fn add_end_columns(c: &Connection) -> rusqlite::Result<()> {
+    let mut columns = c.prepare("SELECT name FROM pragma_table_info('paused_runs')")?;
+    let names: Vec<String> = columns
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    if !names.iter().any(|name| name == "ended") {
+        c.execute_batch(
+            "ALTER TABLE paused_runs ADD COLUMN ended TEXT;
+             ALTER TABLE paused_runs ADD COLUMN ended_until INTEGER;",
+        )?;
+    }
+    c.execute_batch(
+        "CREATE INDEX IF NOT EXISTS paused_runs_ended_until ON paused_runs (ended_until)",
+    )
 }
 
 impl SqliteStore {
@@ -248,6 +328,8 @@ mod tests {
     use super::*;
     use crate::protocol::Action;
 
+    const GRACE: Duration = Duration::from_secs(60);
+
     fn record(run: &str) -> PausedRecord {
         PausedRecord {
             run: run.into(),
@@ -264,6 +346,7 @@ mod tests {
             frames: vec!["id: 1\ndata: {}\n\n".into()],
             next_seq: 2,
             decision: None,
+            ended: None,
         }
     }
 
@@ -274,7 +357,7 @@ mod tests {
         let confirm = StoredDecision::new(Action::Confirm, "c", None, None);
         let key = SessionKey::new(Some(1), "会话");
         {
-            let store = SqliteStore::open(&path).unwrap();
+            let store = SqliteStore::open(&path, GRACE).unwrap();
             store.save(record("r1")).await.unwrap();
             store.save(record("r2")).await.unwrap();
             store.record_decision("r2", &key, &confirm).await.unwrap();
@@ -283,9 +366,9 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let store = SqliteStore::open(&path).unwrap();
+        let store = SqliteStore::open(&path, GRACE).unwrap();
         let loaded = store.load().await.unwrap();
-        let second = SqliteStore::open(&path).unwrap_err();
+        let second = SqliteStore::open(&path, GRACE).unwrap_err();
         assert!(second.contains("another chatgate process"), "{second}");
 
         assert_eq!(loaded.len(), 1);
@@ -309,18 +392,58 @@ mod tests {
         assert_eq!(gone.fault, Fault::Lost);
     }
 
+    #[tokio::test]
+    async fn an_ended_run_keeps_its_end_for_the_grace_then_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.db");
+        let key = SessionKey::new(Some(1), "会话");
+        let end = RunEnd {
+            frames: vec!["id: 1\ndata: {}\n\n".into(), "id: 2\ndata: {}\n\n".into()],
+            next_seq: 3,
+        };
+        {
+            let store = SqliteStore::open(&path, GRACE).unwrap();
+            store.save(record("paused")).await.unwrap();
+            store.save(record("ended")).await.unwrap();
+            store.end("ended", &key, &end).await.unwrap();
+        }
+        {
+            let store = SqliteStore::open(&path, GRACE).unwrap();
+            let loaded = store.load().await.unwrap();
+            let runs: Vec<_> = loaded.iter().map(|r| r.run.as_str()).collect();
+            // Ended ones first: a session's paused run is restored over them.
+            assert_eq!(runs, ["ended", "paused"]);
+            assert_eq!(loaded[0].ended.as_ref(), Some(&end));
+            assert_eq!(loaded[1].ended, None);
+        }
+        {
+            // Opened with a grace that is over by the time it loads.
+            let store = SqliteStore::open(&path, Duration::from_millis(1)).unwrap();
+            store.end("ended", &key, &end).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let loaded = store.load().await.unwrap();
+            let runs: Vec<_> = loaded.iter().map(|r| r.run.as_str()).collect();
+            assert_eq!(runs, ["paused"]);
+        }
+        // Without a grace an end goes at once.
+        let store = SqliteStore::open(&path, Duration::ZERO).unwrap();
+        store.end("paused", &key, &end).await.unwrap();
+        assert!(store.load().await.unwrap().is_empty());
+        assert!(store.get("paused").await.unwrap().is_none());
+    }
+
     #[test]
     fn one_file_under_two_names_is_one_lock() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
-        let _first = SqliteStore::open(&path).unwrap();
+        let _first = SqliteStore::open(&path, GRACE).unwrap();
         let symlink = dir.path().join("current.db");
         std::os::unix::fs::symlink(&path, &symlink).unwrap();
         let hard_link = dir.path().join("hard.db");
         std::fs::hard_link(&path, &hard_link).unwrap();
 
         for other in [symlink, hard_link] {
-            let refused = SqliteStore::open(&other).unwrap_err();
+            let refused = SqliteStore::open(&other, GRACE).unwrap_err();
             assert!(refused.contains("another chatgate process"), "{refused}");
         }
     }
@@ -329,7 +452,7 @@ mod tests {
     fn a_store_file_removed_under_the_process_is_not_ready() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runs.db");
-        let store = SqliteStore::open(&path).unwrap();
+        let store = SqliteStore::open(&path, GRACE).unwrap();
         assert_eq!(store.health(), Ok(()));
 
         std::fs::remove_file(&path).unwrap();

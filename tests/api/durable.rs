@@ -827,3 +827,64 @@ async fn a_pause_whose_end_was_recorded_is_never_reopened_by_a_restart() {
     assert_eq!(last.metadata["reason"], "superseded");
     assert_eq!(status, 404, "an ended pause is not asked again");
 }
+
+/// A run that ended while its client was away, its process then killed
+/// before the client came back: the next process shows the end (for the
+/// grace), never the pause again and never a 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_ended_before_kill_9_shows_its_end_to_a_re_attach_after_the_restart() {
+    let dir = Dir::new();
+    let audit = dir.path("audit.jsonl").display().to_string();
+    let mut first = start(&dir, &["--audit-log", &audit]);
+    let opened = post(
+        &stream_url(&first),
+        json!({"message": "one; two", "session_id": "gone-early"}),
+        None,
+    )
+    .await;
+    let raw = read_raw(opened, Some("confirmation_request")).await;
+    let request = chunks(&raw).pop().unwrap();
+    // The client is gone (the stream above was dropped); a script confirms.
+    let (status, _) = reply(&stream_url(&first), "gone-early", "CONFIRM_ACTION:confirm").await;
+    assert_eq!(status, 200);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !audit_trail(&dir.path("audit.jsonl"), "gone-early")
+        .0
+        .contains(&"ended".to_owned())
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The end is in the store before the audit record is written.
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+
+    let second = start(&dir, &["--audit-log", &audit]);
+    let back = post(
+        &stream_url(&second),
+        json!({"session_id": "gone-early"}),
+        Some(request.sequence),
+    )
+    .await;
+    assert_eq!(back.status(), 200);
+    let rest = chunks(&read_raw(back, None).await);
+    let (again, _) = reply(&stream_url(&second), "gone-early", "CONFIRM_ACTION:confirm").await;
+
+    assert_eq!(
+        rest.first().unwrap().sequence,
+        request.sequence + 1,
+        "{rest:?}"
+    );
+    assert_eq!(rest.last().unwrap().chunk_type, ChunkType::Completion);
+    assert_eq!(rest.iter().filter(|c| c.finished).count(), 1);
+    assert_eq!(again, 404, "the ended run asks nothing again");
+    let (events, _) = audit_trail(&dir.path("audit.jsonl"), "gone-early");
+    assert_eq!(
+        events,
+        ["proposed", "decided", "ended"],
+        "ended once, by the first"
+    );
+}

@@ -234,6 +234,7 @@ impl RunContext {
             frames,
             next_seq: next_seq + 1,
             decision: None,
+            ended: None,
         };
         store.save(record).await.map_err(|err| {
             log::error!("{err}");

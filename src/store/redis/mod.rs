@@ -26,13 +26,14 @@
 //!   Together with the heartbeat this is the run's owner record: the owner
 //!   is alive while its heartbeat names the same instance.
 //! - `run:RUN`: a hash, `record` (the [`PausedRecord`] as JSON), `session`
-//!   (its session key), once taken `decision` and `decision_nonce`, and
+//!   (its session key), once taken `decision` and `decision_nonce`,
 //!   `void:NONCE` for decisions whose recording had an unknown outcome and
-//!   was then found not to have happened.
+//!   was then found not to have happened, and once the run ended `ended`
+//!   (its [`RunEnd`]: the end a replica that takes the session over shows).
 //!
 //! Every key expires by itself: a session record an hour after its run
 //! started unless a pause extends it, a pause's records `linger` after the
-//! pause's expiry, an ended run's session record after `--detach-grace`.
+//! pause's expiry, an ended run's records after `--detach-grace`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,10 +50,10 @@ pub mod ownership;
 mod scripts;
 
 use self::scripts::{
-    ALIVE, CLAIM, FORGET, HAND_BACK, LEAVE, RECORD_DECISION, REMOVE, RESOLVE, RESOLVE_CLAIM, SAVE,
-    TAKE_OVER,
+    ALIVE, CLAIM, END, FORGET, HAND_BACK, LEAVE, RECORD_DECISION, REMOVE, RESOLVE, RESOLVE_CLAIM,
+    SAVE, TAKE_OVER,
 };
-use super::{Fault, PausedRecord, Resolution, Store, StoreError, StoredDecision};
+use super::{Fault, PausedRecord, Resolution, RunEnd, Store, StoreError, StoredDecision};
 use crate::session::{Namespaces, SessionKey};
 
 /// How long a session record lives while its run works (from its start,
@@ -103,6 +104,7 @@ struct Scripts {
     save: Script,
     record_decision: Script,
     resolve: Script,
+    end: Script,
     remove: Script,
     hand_back: Script,
     forget: Script,
@@ -142,6 +144,7 @@ impl RedisStore {
                 save: Script::new(SAVE),
                 record_decision: with_alive(RECORD_DECISION),
                 resolve: Script::new(RESOLVE),
+                end: Script::new(END),
                 remove: Script::new(REMOVE),
                 hand_back: Script::new(HAND_BACK),
                 forget: Script::new(FORGET),
@@ -240,16 +243,19 @@ impl RedisStore {
         self.epochs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The stored record of `run`, with its decision if one was taken.
+    /// The stored record of `run`, with its decision if one was taken and
+    /// its end if it ended.
     pub async fn get(&self, run: &str) -> Result<Option<PausedRecord>, StoreError> {
         let mut connection = self.connection().await?;
-        let (record, decision): (Option<String>, Option<String>) = redis::cmd("HMGET")
-            .arg(run_key(run))
-            .arg("record")
-            .arg("decision")
-            .query_async(&mut connection)
-            .await
-            .map_err(|err| self.failed(&err))?;
+        let (record, decision, ended): (Option<String>, Option<String>, Option<String>) =
+            redis::cmd("HMGET")
+                .arg(run_key(run))
+                .arg("record")
+                .arg("decision")
+                .arg("ended")
+                .query_async(&mut connection)
+                .await
+                .map_err(|err| self.failed(&err))?;
         self.healthy.store(true, Ordering::Relaxed);
         let Some(record) = record else {
             return Ok(None);
@@ -257,6 +263,7 @@ impl RedisStore {
         match serde_json::from_str::<PausedRecord>(&record) {
             Ok(mut record) => {
                 record.decision = decision.and_then(|d| serde_json::from_str(&d).ok());
+                record.ended = ended.and_then(|e| serde_json::from_str(&e).ok());
                 Ok(Some(record))
             }
             Err(err) => {
@@ -372,15 +379,34 @@ impl Store for RedisStore {
         })
     }
 
+    fn end<'a>(
+        &'a self,
+        run: &'a str,
+        key: &'a SessionKey,
+        end: &'a RunEnd,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let grace = self.replica.grace.as_millis().to_string();
+            let json = serde_json::to_string(end).unwrap_or_default();
+            self.invoke::<i64>(
+                &self.scripts.end,
+                &[&run_key(run), &self.session_key(key)],
+                &[run, &self.instance, &grace, &self.epoch(run), &json],
+            )
+            .await?;
+            self.let_go(run);
+            Ok(())
+        })
+    }
+
     fn remove(&self, run: &str, key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
         let (run, session) = (run.to_owned(), self.session_key(key));
         Box::pin(async move {
-            let grace = self.replica.grace.as_millis().to_string();
             let epoch = self.epoch(&run);
             self.invoke::<i64>(
                 &self.scripts.remove,
                 &[&run_key(&run), &session],
-                &[&run, &self.instance, &grace, &epoch],
+                &[&run, &self.instance, &epoch],
             )
             .await?;
             self.let_go(&run);

@@ -147,19 +147,39 @@ redis.call('HSET', KEYS[1], 'void:' .. ARGV[1], '1')
 return 'void'
 ";
 
-/// KEYS: run, session. ARGV: run id, instance, grace ms, epoch.
-/// The run ended: its record goes; its session stays ours for the grace
-/// (a re-attach elsewhere is sent here, where the end is kept).
+/// KEYS: run, session. ARGV: run id, instance, grace ms, epoch, end.
+/// The run ended: its record keeps only its end, and its session stays
+/// ours, for the grace (a re-attach elsewhere is sent here, where the end
+/// is kept; a replica that takes the session over after this one is gone
+/// shows the end from the record). A run whose session went on to another
+/// run goes at once; one another replica owns now is that replica's.
+pub const END: &str = r"
+if redis.call('HGET', KEYS[2], 'run') ~= ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+if redis.call('HGET', KEYS[2], 'instance') ~= ARGV[2]
+   or redis.call('HGET', KEYS[2], 'epoch') ~= ARGV[4] then return 0 end
+if tonumber(ARGV[3]) > 0 then
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    redis.call('HSET', KEYS[1], 'ended', ARGV[5])
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+else
+  redis.call('DEL', KEYS[1], KEYS[2])
+end
+return 1
+";
+
+/// KEYS: run, session. ARGV: run id, instance, epoch.
+/// A record no client can reach goes, and its session if it is still ours.
 pub const REMOVE: &str = r"
 redis.call('DEL', KEYS[1])
 if redis.call('HGET', KEYS[2], 'run') == ARGV[1]
    and redis.call('HGET', KEYS[2], 'instance') == ARGV[2]
-   and redis.call('HGET', KEYS[2], 'epoch') == ARGV[4] then
-  if tonumber(ARGV[3]) > 0 then
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  else
-    redis.call('DEL', KEYS[2])
-  end
+   and redis.call('HGET', KEYS[2], 'epoch') == ARGV[3] then
+  redis.call('DEL', KEYS[2])
 end
 return 1
 ";
