@@ -107,15 +107,15 @@ return 1
 /// Only the session's owner records, only under its epoch and while its
 /// heartbeat lives, and only the first decision; the same nonce again is
 /// that decision (`ok`). A run whose record is gone is `not_owner` when the
-/// session is no longer this owner's (another replica took it over, and
-/// ended it), else `gone`. The run now works for as long as it takes: its
+/// session is another owner's now (another replica took it over, and
+/// ended it), else `gone` (its session is gone too: Redis lost its data). The run now works for as long as it takes: its
 /// records live on (a replica that takes it over after a crash must find
 /// it, to end it `interrupted`).
 pub const RECORD_DECISION: &str = r"
 local owns = redis.call('HGET', KEYS[2], 'instance') == ARGV[3]
    and redis.call('HGET', KEYS[2], 'epoch') == ARGV[4]
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  if owns then return 'gone' end
+  if owns or redis.call('EXISTS', KEYS[2]) == 0 then return 'gone' end
   return 'not_owner'
 end
 if redis.call('HEXISTS', KEYS[1], 'void:' .. ARGV[2]) == 1 then return 'void' end
@@ -135,11 +135,12 @@ return 'ok'
 /// KEYS: run, session. ARGV: nonce, instance, epoch.
 /// After a decision whose recording had an unknown outcome: whether it was
 /// recorded; if it was not, it never will be. A record that is gone is
-/// `not_owner` when the session is another replica's by now.
+/// `not_owner` when the session is another replica's by now, else `gone`.
 pub const RESOLVE: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  if redis.call('HGET', KEYS[2], 'instance') == ARGV[2]
-     and redis.call('HGET', KEYS[2], 'epoch') == ARGV[3] then return 'gone' end
+  if redis.call('EXISTS', KEYS[2]) == 0
+     or (redis.call('HGET', KEYS[2], 'instance') == ARGV[2]
+         and redis.call('HGET', KEYS[2], 'epoch') == ARGV[3]) then return 'gone' end
   return 'not_owner'
 end
 if redis.call('HGET', KEYS[1], 'decision_nonce') == ARGV[1] then return 'recorded' end
