@@ -411,6 +411,18 @@ async function* readChunks(response) {
   }
 }
 
+/** How many characters of a task's arguments are shown before the rest is
+ * cut (and counted): what is approved must be visible, and a screen is finite. */
+export const ARGS_SHOWN = 2000;
+
+/** A task's arguments on one line: all of them, or the first ARGS_SHOWN
+ * characters and how many more there are. */
+export function formatArgs(args) {
+  const text = JSON.stringify(args ?? {});
+  if (text.length <= ARGS_SHOWN) return text;
+  return `${text.slice(0, ARGS_SHOWN)} … (${text.length - ARGS_SHOWN} more characters; --json shows them all)`;
+}
+
 /** One chunk as readable text (several lines for a confirmation request). */
 export function formatChunk(chunk, now = Date.now()) {
   const kind = chunk.chunk_type ?? '?';
@@ -418,7 +430,10 @@ export function formatChunk(chunk, now = Date.now()) {
   const lines = [`[${kind}] ${chunk.chunk ?? ''}`];
   const data = chunk.confirmation_data;
   if (kind === 'confirmation_request' && data) {
-    for (const task of data.tasks ?? []) lines.push(`  ${task.index}. ${task.description}  (${task.tool})`);
+    for (const task of data.tasks ?? []) {
+      lines.push(`  ${task.index}. ${task.description}  (${task.tool})`);
+      lines.push(`     args: ${formatArgs(task.args)}`);
+    }
     const left = Math.max(0, Math.round((Date.parse(data.expires_at) - now) / 1000));
     lines.push(`  risk: ${data.risk_level} · round ${data.confirmation_round} · expires ${data.expires_at}` +
       (Number.isFinite(left) ? ` (in ${left}s)` : ''));

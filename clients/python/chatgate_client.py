@@ -510,6 +510,20 @@ def _seconds_left(expires_at):
     return int((when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
 
 
+#: How many characters of a task's arguments are shown before the rest is
+#: cut (and counted): what is approved must be visible, and a screen is finite.
+ARGS_SHOWN = 2000
+
+
+def format_args(args):
+    """A task's arguments on one line: all of them, or the first
+    ``ARGS_SHOWN`` characters and how many more there are."""
+    text = json.dumps({} if args is None else args, ensure_ascii=False, separators=(",", ":"))
+    if len(text) <= ARGS_SHOWN:
+        return text
+    return "%s … (%d more characters; --json shows them all)" % (text[:ARGS_SHOWN], len(text) - ARGS_SHOWN)
+
+
 def format_chunk(chunk):
     """One chunk as readable text (several lines for a confirmation request)."""
     kind = chunk.get("chunk_type", "?")
@@ -521,6 +535,7 @@ def format_chunk(chunk):
     if kind == "confirmation_request" and data:
         for task in data.get("tasks", []):
             lines.append("  %s. %s  (%s)" % (task.get("index"), task.get("description"), task.get("tool")))
+            lines.append("     args: %s" % format_args(task.get("args")))
         left = _seconds_left(data.get("expires_at"))
         lines.append(
             "  risk: %s · round %s · expires %s%s"

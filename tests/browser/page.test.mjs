@@ -7,7 +7,8 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { dirname, join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -21,9 +22,22 @@ const WAIT = 20_000;
 let server;
 let baseUrl;
 let browser;
+// A `note` tool (examples/tools/write_note.py into this directory): the
+// steps that start with "note" run it, and their arguments can be edited.
+const DIR = mkdtempSync(join(tmpdir(), 'chatgate-page-'));
+const NOTES = join(DIR, 'notes');
 
 before(async () => {
-  server = spawn(BIN, ['--bind', '127.0.0.1:0', '--step-delay', '50ms', '--workers', '1', '--max-rounds', '2'], {
+  const tools = join(DIR, 'tools.toml');
+  writeFileSync(tools, `[[tool]]
+name = "note"
+description = "Append a note"
+risk = "low"
+command = ["python3", ${JSON.stringify(join(ROOT, 'examples', 'tools', 'write_note.py'))}, ${JSON.stringify(NOTES)}]
+timeout_secs = 10
+parameters = { type = "object", properties = { step = { type = "string" } }, required = ["step"] }
+`);
+  server = spawn(BIN, ['--bind', '127.0.0.1:0', '--step-delay', '50ms', '--workers', '1', '--max-rounds', '2', '--tools', tools], {
     stdio: ['ignore', 'ignore', 'pipe'],
     env: { ...process.env, RUST_LOG: 'info' },
   });
@@ -49,6 +63,7 @@ before(async () => {
 after(async () => {
   await browser?.close();
   server?.kill('SIGTERM');
+  rmSync(DIR, { recursive: true, force: true });
 });
 
 async function openPage(viewport = { width: 1000, height: 800 }, url = baseUrl) {
@@ -258,14 +273,37 @@ test('the end of a run stays in view above the composer', async () => {
   await page.close();
 });
 
+test('every task shows what it runs, long arguments collapsed with what is hidden counted', async () => {
+  const { page, errors } = await openPage();
+  const long = 'x'.repeat(2100) + 'HIDDENPART';
+  await send(page, `look around; ${long}`);
+  const card = page.locator('section.card').first();
+  await card.waitFor();
+
+  // Shown without a click: the short task whole, the long one cut.
+  assert.match(await card.getByLabel('What task 1 runs').textContent(), /"step": "look around"/);
+  const view = card.getByLabel('What task 2 runs');
+  assert.equal((await view.textContent()).length, 2000);
+  assert.doesNotMatch(await view.textContent(), /HIDDENPART/);
+  const more = card.getByRole('button', { name: /show all \(\d+ more characters\)/ });
+  const hidden = Number((await more.textContent()).match(/\d+/)[0]);
+  assert.equal(hidden, JSON.stringify({ step: long }, null, 1).length - 2000);
+  await more.click();
+  assert.match(await view.textContent(), /HIDDENPART/);
+  await card.getByRole('button', { name: 'Cancel' }).click();
+  await page.locator('.outcome.cancelled').waitFor();
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('a task can be left out and another run with edited arguments', async () => {
   const { page, errors } = await openPage();
-  await send(page, 'first; second; third');
+  await send(page, 'first; second; note third');
   const card = page.locator('section.card').first();
   await card.waitFor();
 
   await card.getByLabel('Run task 2').uncheck();
-  await card.locator('li').nth(2).getByRole('button', { name: 'arguments' }).click();
+  await card.locator('li').nth(2).getByRole('button', { name: 'edit arguments' }).click();
   await card.getByLabel('Arguments of task 3').fill('{"step": "third, edited"}');
   await card.getByRole('button', { name: 'Confirm' }).click();
   await page.locator('.outcome.completed').waitFor();
@@ -275,6 +313,8 @@ test('a task can be left out and another run with edited arguments', async () =>
   assert.match(results[1], /skipped/);
   assert.match(await card.locator('li').nth(1).textContent(), /\(reject\)/);
   assert.match(await card.locator('li').nth(2).textContent(), /\(edit\)/);
+  // What ran is what was edited.
+  assert.match(readFileSync(join(NOTES, 'notes.txt'), 'utf8'), /third, edited/);
   assert.deepEqual(errors, []);
   await page.close();
 });
