@@ -136,6 +136,57 @@ fn tool_messages(request: &Value) -> Vec<Value> {
         .collect()
 }
 
+/// The tools a system prompt tells the model to call, as a model that
+/// follows it literally reads them: every tool name it mentions, of the
+/// ones offered and of `propose_plan`.
+fn tools_named_in_prompt(request: &Value, candidates: &[&str]) -> Vec<String> {
+    let prompt = request["messages"][0]["content"].as_str().unwrap();
+    assert_eq!(request["messages"][0]["role"], "system");
+    let words: Vec<&str> = prompt
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .collect();
+    candidates
+        .iter()
+        .filter(|name| words.contains(name))
+        .map(|name| (*name).to_owned())
+        .collect()
+}
+
+fn offered(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_system_prompt_names_exactly_the_tools_the_model_is_offered() {
+    let candidates = ["propose_plan", "note", "peek", "danger"];
+    let tooling = Tooling::new();
+    let with_tools = fake_model(vec![tokens(&["Nothing to do."])]).await;
+    let app = app_with_model(&with_tools.url, tooling.configure()).await;
+    app.open("p", "hello").await.finish().await;
+    let without_tools = fake_model(vec![tokens(&["Nothing to do."])]).await;
+    let plain = app_with_model(&without_tools.url, |_| {}).await;
+    plain.open("p", "hello").await.finish().await;
+
+    let request = &with_tools.requests()[0];
+    assert_eq!(offered(request), ["note", "peek", "danger"]);
+    assert_eq!(
+        tools_named_in_prompt(request, &candidates),
+        ["note", "peek", "danger"],
+        "a model that obeys its prompt calls only what it is offered"
+    );
+    let request = &without_tools.requests()[0];
+    assert_eq!(offered(request), ["propose_plan"]);
+    assert_eq!(
+        tools_named_in_prompt(request, &candidates),
+        ["propose_plan"]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_answer_s_calls_are_one_confirmation_and_run_once_after_the_yes() {
     let tooling = Tooling::new();

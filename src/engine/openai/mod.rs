@@ -52,18 +52,40 @@ use crate::run::context::RunContext;
 use crate::run::engine::Engine;
 use crate::run::outcome::{Completion, RunError};
 use crate::run::plan::Approval;
+use crate::tools::Tools;
 
 /// Model calls one run may make (a plan, its revisions, the report).
 const MAX_MODEL_CALLS: usize = 12;
 /// Bytes of text of one answer.
 pub const MAX_ANSWER_TEXT_BYTES: usize = 256 * 1024;
-/// The only tool the model has.
-const SYSTEM_PROMPT: &str = "You are an assistant whose actions need a human's approval. \
+/// The system prompt without declared tools: the model's only tool is
+/// `propose_plan`.
+const PLAN_PROMPT: &str = "You are an assistant whose actions need a human's approval. \
 Answer questions directly. When the user asks you to do something, do not claim to have \
 done it: call the propose_plan tool with the numbered tasks you would carry out and an \
 honest risk_level (high for anything destructive or irreversible). The tool's result \
 tells you whether the user confirmed, asked for changes, or cancelled. Only after a \
 confirmation, carry the plan out and report the result of each task.";
+
+/// The system prompt: it names exactly the tools the model is offered
+/// (with `--tools`, the declared ones *instead of* `propose_plan`), so a
+/// model that follows it literally never calls a tool it lacks.
+fn system_prompt(tools: &Tools) -> String {
+    if tools.is_empty() {
+        return PLAN_PROMPT.to_owned();
+    }
+    let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_str()).collect();
+    format!(
+        "You are an assistant whose actions need a human's approval. Answer questions \
+         directly. When the user asks you to do something, do it by calling your tools ({}) \
+         with the arguments you would use; these are the only tools you have. Each batch of \
+         calls is shown to the user, who confirms, edits, rejects or cancels them before any \
+         of them runs; then each call's result (or why it did not run) comes back to you. \
+         Never claim to have done what no tool result shows. When you are done, answer \
+         without calling a tool and report what was done.",
+        names.join(", ")
+    )
+}
 
 /// The engine; one value serves every run.
 pub struct OpenAiEngine {
@@ -288,7 +310,8 @@ impl Engine for OpenAiEngine {
     fn run<'a>(&'a self, ctx: &'a mut RunContext) -> BoxFuture<'a, Result<Completion, RunError>> {
         async move {
             let key = ctx.session_key().clone();
-            let mut messages = vec![json!({ "role": "system", "content": SYSTEM_PROMPT })];
+            let prompt = system_prompt(ctx.tools());
+            let mut messages = vec![json!({ "role": "system", "content": prompt })];
             messages.extend(self.conversations_lock().history(&key));
             let turn_starts = messages.len();
             messages.push(json!({ "role": "user", "content": ctx.message() }));
