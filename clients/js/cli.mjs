@@ -26,8 +26,10 @@ const USAGE = `usage: cli.mjs [--url URL] [--session ID] [--api-key KEY] [--repl
   --respond N=TEXT with the first confirm: do not run task N, use TEXT as its result
   --json           print raw chunks, one JSON per line
 Without replies left, a terminal is asked (until the confirmation expires);
-otherwise the server's timeout decides. Ctrl-C while a confirmation is pending
-cancels it on the server before exiting.
+without a terminal (a script, stdin not a tty) the CLI says so, cancels the
+pending confirmation and exits 1 at once, as it does when the server refuses
+a scripted reply. Ctrl-C while a confirmation is pending cancels it on the
+server before exiting.
 Exit codes: 0 completed, 2 cancelled, 1 error.`;
 
 /** A scripted reply that cannot work: the run is cancelled, exit 1. */
@@ -89,8 +91,19 @@ async function main(argv) {
   // The confirmation request waiting for a decision, if any.
   let pending = null;
   let inContent = false;
+  // A scripted reply was just sent: an error chunk now is its refusal.
+  let scripted = false;
 
   const onChunk = (chunk) => {
+    if (scripted && chunk.chunk_type === 'error' && chunk.metadata?.error_type !== 'already_decided') {
+      // The server refused what the script said (a task number or
+      // arguments that do not fit): waiting on would ask nobody. (A
+      // decision that stands, this reply's own after an unknown outcome
+      // included, shows on the run's stream: that is no refusal.)
+      throw new ScriptError(`the server refused the scripted reply: ${chunk.chunk} ` +
+        `(${chunk.metadata?.error_type ?? 'error'})`);
+    }
+    scripted = false;
     if (chunk.chunk_type === 'confirmation_request') pending = chunk.confirmation_data;
     else if (chunk.chunk_type === 'confirmation_received' || chunk.finished) pending = null;
     if (values.json) {
@@ -115,11 +128,16 @@ async function main(argv) {
         throw new ScriptError(
           `scripted reply "${reply}" is not one of the offered options: ${options.join(', ')}`);
       }
+      scripted = true;
       return withPlanned(reply);
     }
-    if (values['auto-confirm']) return withPlanned('confirm');
+    if (values['auto-confirm']) {
+      scripted = true;
+      return withPlanned('confirm');
+    }
     if (interactive) return prompt(values.json ? process.stderr : out, data, options);
-    return null; // silent: the server's timeout decides
+    throw new ScriptError('a confirmation is waiting and nothing here can answer it: stdin is ' +
+      'not a terminal and no --reply is left (script the answers with --reply or --auto-confirm)');
   };
 
   // Ctrl-C: a pending confirmation is cancelled on the server first, so a
@@ -138,6 +156,11 @@ async function main(argv) {
     })();
   };
   process.on('SIGINT', interrupt);
+  // A reader that went away (`| head`) ends the CLI quietly, exit 1.
+  out.on('error', (err) => {
+    if (err.code === 'EPIPE') process.exit(1);
+    throw err;
+  });
   prompt.onInterrupt = interrupt;
 
   let result;

@@ -703,8 +703,10 @@ def main(argv=None):
     parser = _Parser(
         description="Stream a message to chatgate and answer its confirmation requests.",
         epilog="Without replies left, a terminal is asked (until the confirmation expires); "
-        "otherwise the server's timeout decides. Ctrl-C while a confirmation is pending "
-        "cancels it on the server before exiting. Exit codes: 0 completed, 2 cancelled, 1 error.",
+        "without a terminal the client says so, cancels the pending confirmation and exits 1, "
+        "as it does when the server refuses a scripted reply. Ctrl-C while a confirmation is "
+        "pending cancels it on the server before exiting. "
+        "Exit codes: 0 completed, 2 cancelled, 1 error.",
     )
     parser.add_argument("message", help="the chat message or task")
     parser.add_argument("--url", default=os.environ.get("CHATGATE_URL", "http://127.0.0.1:8080"),
@@ -737,9 +739,19 @@ def main(argv=None):
     in_content = [False]  # mid-way through streamed text, no newline yet
     session_id = args.session or str(uuid.uuid4())
     pending = [None]  # the confirmation waiting for a decision, if any
+    scripted = [False]  # a scripted reply was just sent: an error now is its refusal
 
     def on_chunk(chunk):
         kind = chunk.get("chunk_type")
+        error_type = (chunk.get("metadata") or {}).get("error_type")
+        if scripted[0] and kind == "error" and error_type != "already_decided":
+            # The server refused what the script said (a task number or
+            # arguments that do not fit): waiting on would ask nobody. (A
+            # decision that stands, this reply's own after an unknown
+            # outcome included, shows on the run's stream.)
+            raise _ScriptError("the server refused the scripted reply: %s (%s)"
+                               % (chunk.get("chunk", ""), error_type or "error"))
+        scripted[0] = False
         if kind == "confirmation_request":
             pending[0] = chunk.get("confirmation_data") or {}
         elif kind == "confirmation_received" or chunk.get("finished"):
@@ -771,8 +783,10 @@ def main(argv=None):
             if answer is None or answer[0] not in options:
                 raise _ScriptError("scripted reply %r is not one of the offered options: %s"
                                    % (reply, ", ".join(options)))
+            scripted[0] = True
             return with_planned(reply)
         if args.auto_confirm:
+            scripted[0] = True
             return with_planned("confirm")
         if interactive:
             left = _seconds_left((chunk.get("confirmation_data") or {}).get("expires_at"))
@@ -780,7 +794,9 @@ def main(argv=None):
             # ends the run then, and prompting on would ask for nothing.
             deadline = None if left is None else time.monotonic() + max(left, 0) + 1
             return _prompt(chunk, lambda: _ask_until(deadline), sys.stderr if args.json else out)
-        return None  # silent: the server's timeout decides
+        raise _ScriptError("a confirmation is waiting and nothing here can answer it: stdin is "
+                           "not a terminal and no --reply is left (script the answers with "
+                           "--reply or --auto-confirm)")
 
     client = ChatGateClient(args.url, api_key=args.api_key)
     try:

@@ -4,7 +4,7 @@
 
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { cuttingProxy } from './cutting-proxy.mjs';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
@@ -349,10 +349,45 @@ describe('command line', () => {
     assert.match(done.stderr, /user/);
   });
 
-  test('replies used up without a terminal let the timeout decide', () => {
-    const done = cli(['--reply', 'modify:more', 'build']);
-    assert.equal(done.status, 2);
-    assert.match(done.stderr, /timeout/);
+  test('replies used up without a terminal say so, cancel and exit 1 at once', async () => {
+    const name = session();
+    const started = Date.now();
+    const done = cli(['--session', name, '--reply', 'modify:more', 'build']);
+    assert.equal(done.status, 1, done.stderr);
+    assert.match(done.stderr, /no --reply is left .*--auto-confirm/);
+    assert.match(done.stderr, /cancelled; nothing runs/);
+    assert.ok(Date.now() - started < 2500, 'before the 3 s timeout');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const gone = await new ChatGateClient(serverUrl()).reply(name, 'confirm');
+    assert.equal(gone.metadata.error_type, 'no_pending_confirmation');
+  });
+
+  test('a scripted decision the server refuses cancels the run and exits 1 at once', async () => {
+    for (const flags of [['--reject', '7'], ['--edit', '1={"step":5}']]) {
+      const name = session();
+      const started = Date.now();
+      const done = cli(['--session', name, '--auto-confirm', ...flags, 'echo_args hi']);
+      assert.equal(done.status, 1, done.stderr);
+      assert.match(done.stderr, /the server refused the scripted reply: .*\(invalid_decision\)/);
+      assert.match(done.stderr, /cancelled; nothing runs/);
+      assert.ok(Date.now() - started < 2500, 'before the 3 s timeout');
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const gone = await new ChatGateClient(serverUrl()).reply(name, 'confirm');
+      assert.equal(gone.metadata.error_type, 'no_pending_confirmation');
+    }
+  });
+
+  test('a reader that goes away ends the CLI quietly', async () => {
+    const child = spawn(process.execPath, [CLI, '--url', serverUrl(), '--json', '--auto-confirm', 'one; two; three; four'],
+      { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (piece) => { stderr += piece; });
+    // The first line read, the reader leaves (as `| head -1` does).
+    await new Promise((resolve) => child.stdout.once('data', resolve));
+    child.stdout.destroy();
+    const status = await new Promise((resolve) => child.on('exit', resolve));
+    assert.equal(status, 1);
+    assert.doesNotMatch(stderr, /EPIPE|Error|at /, stderr);
   });
 
   test('a failing task exits 1', () => {

@@ -562,10 +562,29 @@ class CommandLineTests(unittest.TestCase):
         self.assertEqual(done.returncode, 2)
         self.assertIn("user", done.stderr)
 
-    def test_replies_used_up_without_a_terminal_let_the_timeout_decide(self):
-        done = self.cli("--reply", "modify:more", "build")
-        self.assertEqual(done.returncode, 2)
-        self.assertIn("timeout", done.stderr)
+    def test_replies_used_up_without_a_terminal_say_so_cancel_and_exit_1_at_once(self):
+        name = session()
+        started = time.monotonic()
+        done = self.cli("--session", name, "--reply", "modify:more", "build")
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertRegex(done.stderr, r"no --reply is left .*--auto-confirm")
+        self.assertIn("cancelled; nothing runs", done.stderr)
+        self.assertLess(time.monotonic() - started, 2.5, "before the 3 s timeout")
+        gone = ChatGateClient(server_url()).reply(name, "confirm")
+        self.assertEqual(gone["metadata"]["error_type"], "no_pending_confirmation")
+
+    def test_a_scripted_decision_the_server_refuses_cancels_the_run_and_exits_1_at_once(self):
+        for flags in (["--reject", "7"], ["--edit", '1={"step":5}']):
+            name = session()
+            started = time.monotonic()
+            done = self.cli("--session", name, "--auto-confirm", *flags, "echo_args hi")
+            self.assertEqual(done.returncode, 1, done.stderr)
+            self.assertRegex(done.stderr,
+                             r"the server refused the scripted reply: .*\(invalid_decision\)")
+            self.assertIn("cancelled; nothing runs", done.stderr)
+            self.assertLess(time.monotonic() - started, 2.5, "before the 3 s timeout")
+            gone = ChatGateClient(server_url()).reply(name, "confirm")
+            self.assertEqual(gone["metadata"]["error_type"], "no_pending_confirmation")
 
     def test_auto_confirm_and_a_failing_task_exits_1(self):
         done = self.cli("--auto-confirm", "prepare; this will fail")
