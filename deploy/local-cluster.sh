@@ -11,9 +11,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bin=target/release/chatgate
-[ -x "$bin" ] || bin=target/debug/chatgate
-[ -x "$bin" ] || { echo "build chatgate first: cargo build --release" >&2; exit 1; }
+# CHATGATE_BIN, else the build in $CARGO_TARGET_DIR (default target/).
+target=${CARGO_TARGET_DIR:-target}
+bin=${CHATGATE_BIN:-$target/release/chatgate}
+[ -x "$bin" ] || bin=$target/debug/chatgate
+[ -x "$bin" ] || { echo "build chatgate first: cargo build --release (looked in $target/; or set CHATGATE_BIN)" >&2; exit 1; }
 command -v redis-server >/dev/null || { echo "redis-server is not installed" >&2; exit 1; }
 nginx=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$nginx" ] || { echo "nginx is not installed" >&2; exit 1; }

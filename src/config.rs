@@ -101,20 +101,23 @@ pub struct Settings {
     #[arg(long, alias = "step-delay-ms", env = "CHATGATE_STEP_DELAY",
           default_value = text(STEP_DELAY), value_parser = DurationArg::millis(Duration::ZERO, HOUR))]
     pub step_delay: Duration,
-    /// Confirmation rounds a run may use; one more modify cancels it (reason `max_rounds`).
+    /// Confirmation rounds a run may use; one more modify cancels it (reason
+    /// `max_rounds`). 1 to 100.
     #[arg(long, env = "CHATGATE_MAX_ROUNDS", default_value_t = MAX_ROUNDS,
           value_parser = clap::value_parser!(u32).range(1..=100))]
     pub max_rounds: u32,
-    /// HTTP worker threads (default: one per CPU core).
+    /// HTTP worker threads (default: one per CPU core). 1 to 1024.
     #[arg(long, env = "CHATGATE_WORKERS", value_parser = parse_count(1, 1024))]
     pub workers: Option<usize>,
-    /// How long a run whose client vanished stays re-attachable (and a paused
-    /// one decidable) before it is cancelled with reason `client_gone`. 0: at once.
+    /// How long a working run whose client vanished stays re-attachable
+    /// before it is cancelled with reason `client_gone` (a paused run waits
+    /// for its decision instead; its grace starts once it is decided), and
+    /// how long an ended run's end can still be read. 0 (at once) to 1 day.
     #[arg(long, alias = "detach-grace-secs", env = "CHATGATE_DETACH_GRACE",
           default_value = text(DETACH_GRACE), value_parser = DurationArg::secs(Duration::ZERO, DAY))]
     pub detach_grace: Duration,
     /// Chunks kept per run for re-attach; an attached client that falls this far
-    /// behind stops the run (reason `slow_consumer`).
+    /// behind stops the run (reason `slow_consumer`). 1 to 1,048,576.
     #[arg(long, env = "CHATGATE_REPLAY_BUFFER", default_value_t = REPLAY_BUFFER,
           value_parser = parse_count(1, 1 << 20))]
     pub replay_buffer: usize,
@@ -123,12 +126,14 @@ pub struct Settings {
     #[arg(long, env = "CHATGATE_REPLAY_BUFFER_BYTES", default_value_t = REPLAY_BUFFER_BYTES,
           value_parser = parse_count(4096, 1 << 30))]
     pub replay_buffer_bytes: usize,
-    /// Runs held at once; beyond it new runs get 503 `overloaded` with Retry-After.
+    /// Runs held at once; beyond it new runs get 503 `overloaded` with
+    /// Retry-After. 1 to 10,000,000.
     #[arg(long, env = "CHATGATE_MAX_RUNS", default_value_t = MAX_RUNS,
           value_parser = parse_count(1, 10_000_000))]
     pub max_runs: usize,
     /// Runs one API key may hold at once (default with keys: a quarter of
-    /// --max-runs; without keys the one anonymous namespace may use all of it).
+    /// --max-runs; without keys the one anonymous namespace may use all of
+    /// it). 1 to 10,000,000.
     #[arg(long, env = "CHATGATE_MAX_RUNS_PER_KEY", value_parser = parse_count(1, 10_000_000))]
     pub max_runs_per_key: Option<usize>,
     /// API key clients must send as `Authorization: Bearer KEY` (repeatable;

@@ -69,9 +69,14 @@ fn one_line(err: &clap::Error) -> String {
     let message = rendered
         .lines()
         .map(str::trim)
-        .take_while(|line| !line.is_empty() && !line.starts_with("Usage:"))
+        .take_while(|line| !line.starts_with("Usage:"))
+        // Blank lines go; clap's `tip:` (a flag nearly spelled so: "did
+        // you mean") stays, after a `;`.
+        .filter(|line| !line.is_empty())
+        .map(|line| line.replace("tip: ", "; tip: "))
         .collect::<Vec<_>>()
-        .join(" ");
+        .join(" ")
+        .replace(" ; tip: ", "; tip: ");
     let message = message
         .strip_prefix("error: ")
         .unwrap_or(&message)

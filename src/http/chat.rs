@@ -7,6 +7,7 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use futures_util::StreamExt;
 
+use super::access_log;
 use super::error::{ChatError, Refusal};
 use super::forward::{self, Forwarded, Forwarding};
 use super::state::AppState;
@@ -84,6 +85,7 @@ async fn chat(
             session_id,
             last_seen,
         } => {
+            access_log::note_session(req, &session_id);
             let refused = |err: ChatError| Refusal::new(err, &session_id);
             let key = SessionKey::new(owner, &session_id);
             if let Some(peer) = elsewhere(state, &key, forwarded).await.map_err(refused)? {
@@ -103,6 +105,7 @@ async fn chat(
             confirmation_id,
             decisions,
         } => {
+            access_log::note_session(req, &session_id);
             let refused = |err: ChatError| Refusal::new(err, &session_id);
             let key = SessionKey::new(owner, &session_id);
             if let Some(peer) = elsewhere(state, &key, forwarded).await.map_err(refused)? {
@@ -133,6 +136,7 @@ async fn chat(
             message,
         } => {
             let session_id = session_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            access_log::note_session(req, &session_id);
             let refused = |err: ChatError| Refusal::new(err, &session_id);
             if state.runs.shutdown.is_cancelled() {
                 return Err(refused(ChatError::ShuttingDown));

@@ -196,7 +196,13 @@ type StartCase<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], i32, &'a [&'a str
 fn start_up_errors_are_one_line_naming_the_flag_or_variable_and_the_value() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = taken.local_addr().unwrap().to_string();
-    let cases: [StartCase; 11] = [
+    let cases: [StartCase; 12] = [
+        (
+            &["--confirm-timout", "5s"],
+            &[],
+            2,
+            &["--confirm-timout", "similar", "--confirm-timeout"],
+        ),
         (
             &["--bind", "127.0.0.1"],
             &[],
@@ -285,4 +291,65 @@ fn start_up_errors_are_one_line_naming_the_flag_or_variable_and_the_value() {
             "{stderr}"
         );
     }
+}
+
+/// The access log names each request's session (quoted), so a request can
+/// be matched to its run; the message text is never in it.
+#[tokio::test]
+async fn the_access_log_names_the_session_and_never_the_message() {
+    let server = crate::common::start_binary(&["--step-delay", "0"]);
+    let url = format!("{}/api/v1/chat/stream", server.url);
+    let client = reqwest::Client::new();
+    let stream = client
+        .post(&url)
+        .json(&serde_json::json!({"message": "secret plan; two", "session_id": "log \"me\""}))
+        .send()
+        .await
+        .unwrap();
+    let mut body = stream.bytes_stream();
+    use futures_util::StreamExt;
+    let mut seen = String::new();
+    while !seen.contains("confirmation_request") {
+        let piece = body.next().await.unwrap().unwrap();
+        seen.push_str(&String::from_utf8_lossy(&piece));
+    }
+    let reply = client
+        .post(&url)
+        .json(&serde_json::json!({"message": "CONFIRM_ACTION:confirm", "session_id": "log \"me\""}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    let bad = client
+        .post(&url)
+        .body("{")
+        .header("content-type", "application/json");
+    assert_eq!(bad.send().await.unwrap().status(), 400);
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let lines = loop {
+        let lines: Vec<String> = server
+            .logs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains("POST /api/v1/chat/stream"))
+            .cloned()
+            .collect();
+        if lines.len() >= 3 || std::time::Instant::now() > deadline {
+            break lines;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines[0].contains(r#" 200 "#) && lines[0].ends_with(r#"session="log \"me\"""#),
+        "{lines:?}"
+    );
+    assert!(lines[1].ends_with(r#"session="log \"me\"""#), "{lines:?}");
+    assert!(
+        lines[2].contains(" 400 ") && lines[2].ends_with("session=-"),
+        "{lines:?}"
+    );
+    assert!(!lines.iter().any(|l| l.contains("secret plan")));
 }

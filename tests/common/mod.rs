@@ -4,12 +4,15 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 
 /// The `chatgate` binary, running on a free loopback port; killed on drop.
 pub struct Binary {
     pub child: Child,
     /// `http://127.0.0.1:PORT`
     pub url: String,
+    /// What it logged after its address, line by line.
+    pub logs: Arc<Mutex<Vec<String>>>,
 }
 
 impl Drop for Binary {
@@ -67,8 +70,14 @@ fn start(prefix: &[&str], bind: &str, args: &[&str]) -> Binary {
                 .to_owned();
         }
     };
-    std::thread::spawn(move || lines.for_each(drop));
-    Binary { child, url }
+    let logs = Arc::new(Mutex::new(Vec::new()));
+    let kept = logs.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            kept.lock().unwrap().push(line);
+        }
+    });
+    Binary { child, url, logs }
 }
 
 /// Resident memory of process `pid` (`"self"` for this one), in KiB.
