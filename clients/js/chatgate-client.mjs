@@ -431,7 +431,8 @@ export function formatChunk(chunk, now = Date.now()) {
   const data = chunk.confirmation_data;
   if (kind === 'confirmation_request' && data) {
     for (const task of data.tasks ?? []) {
-      lines.push(`  ${task.index}. ${task.description}  (${task.tool})`);
+      const risk = task.risk_level ? `, ${task.risk_level} risk` : '';
+      lines.push(`  ${task.index}. ${task.description}  (${task.tool}${risk})`);
       lines.push(`     args: ${formatArgs(task.args)}`);
     }
     const left = Math.max(0, Math.round((Date.parse(data.expires_at) - now) / 1000));

@@ -534,7 +534,9 @@ def format_chunk(chunk):
     data = chunk.get("confirmation_data")
     if kind == "confirmation_request" and data:
         for task in data.get("tasks", []):
-            lines.append("  %s. %s  (%s)" % (task.get("index"), task.get("description"), task.get("tool")))
+            risk = ", %s risk" % task["risk_level"] if task.get("risk_level") else ""
+            lines.append("  %s. %s  (%s%s)"
+                         % (task.get("index"), task.get("description"), task.get("tool"), risk))
             lines.append("     args: %s" % format_args(task.get("args")))
         left = _seconds_left(data.get("expires_at"))
         lines.append(

@@ -152,8 +152,16 @@ async fn execute(
             Verdict::Edit { args } => args.clone(),
             Verdict::Approve => json!({ "step": step }),
         };
+        // What runs, as it runs: an edited step shows its new arguments.
+        let shown = match decisions.verdict(index) {
+            Verdict::Edit { args } => match args.get("step").and_then(Value::as_str) {
+                Some(text) => format!("{text} (edited)"),
+                None => format!("{name} {args} (edited)"),
+            },
+            _ => step.clone(),
+        };
         let status = ctx
-            .chunk(ChunkType::Status, format!("Step {index}/{total}: {step}"))
+            .chunk(ChunkType::Status, format!("Step {index}/{total}: {shown}"))
             .with_meta(meta::STEP, index)
             .with_meta(meta::TOTAL_TASKS, total);
         ctx.send(status).await?;
@@ -210,19 +218,18 @@ async fn simulate(ctx: &mut RunContext, index: usize, step: &str) -> Result<Tool
 /// The plan of `steps`; a step that calls a declared tool with arguments
 /// that do not fit it ends the run here, before anything is asked.
 fn plan(steps: &[String], tools: &Tools, durable: bool) -> Result<Plan, RunError> {
-    let mut risk = if steps.iter().any(|step| {
-        has_word(step, |w| {
-            ["delet", "remov", "drop"].iter().any(|p| w.starts_with(p)) || w == "rm"
-        })
-    }) {
-        RiskLevel::High
-    } else {
-        RiskLevel::Low
-    };
+    let mut risk = RiskLevel::Low;
     let mut tasks = Vec::with_capacity(steps.len());
     for (i, step) in steps.iter().enumerate() {
         let tool = tool_for(step);
         let args = json!({ "step": step });
+        let mut own = if has_word(step, |w| {
+            ["delet", "remov", "drop"].iter().any(|p| w.starts_with(p)) || w == "rm"
+        }) {
+            RiskLevel::High
+        } else {
+            RiskLevel::Low
+        };
         if let Some(declared) = tools.get(&tool) {
             declared.check_args(&args).map_err(|why| RunError::Failed {
                 error_type: ErrorType::InvalidToolArgs,
@@ -231,13 +238,15 @@ fn plan(steps: &[String], tools: &Tools, durable: bool) -> Result<Plan, RunError
                     i + 1
                 ),
             })?;
-            risk = risk.max(declared.risk);
+            own = own.max(declared.risk);
         }
+        risk = risk.max(own);
         tasks.push(TaskSpec {
             index: i + 1,
             description: step.clone(),
             tool,
             args: Some(args),
+            risk_level: Some(own),
         });
     }
     Ok(Plan {

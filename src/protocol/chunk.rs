@@ -80,6 +80,11 @@ pub struct TaskSpec {
     pub tool: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub args: Option<Value>,
+    /// This task's own risk (its tool's, or what its words make it); the
+    /// plan's `risk_level` is the highest of its tasks'. Absent only in
+    /// records an older version stored: the plan's risk then stands for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk_level: Option<RiskLevel>,
 }
 
 /// The `confirmation_data` object of a `confirmation_request` chunk.

@@ -214,6 +214,14 @@ async fn a_rejected_call_is_skipped_and_an_edited_one_runs_with_the_new_argument
         "edited second"
     );
     assert_eq!(dir.notes(), ["edited second"], "only the edited call ran");
+    // What is shown running is what runs: the edit, not the plan's step.
+    let statuses: Vec<&str> = stream
+        .chunks
+        .iter()
+        .filter(|c| c.chunk_type == ChunkType::Status)
+        .map(|c| c.chunk.as_str())
+        .collect();
+    assert_eq!(statuses, ["Step 2/3: edited second (edited)"]);
     let outputs = outputs(&stream);
     assert_eq!(outputs[0].metadata["skipped"], true);
     assert_eq!(outputs[0].metadata["ok"], false);

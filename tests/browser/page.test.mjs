@@ -89,7 +89,7 @@ test('a task shows a confirmation card; Confirm runs it to completion', async ()
 
   assert.deepEqual(await card.locator('li label span').allTextContents(),
     ['create a report', 'delete old drafts']);
-  assert.match(await card.locator('.risk').textContent(), /high risk/);
+  assert.match(await card.locator('.meta .risk').textContent(), /high risk/);
   assert.match(await card.locator('.countdown').textContent(), /expires in \d+:\d\d/);
   await card.screenshot({ path: join(SHOTS, 'confirmation-card.png') });
 
@@ -269,6 +269,30 @@ test('the end of a run stays in view above the composer', async () => {
   assert.ok(last.y + last.height <= composer.y, `the last line (${last.y + last.height}) is above the composer (${composer.y})`);
   assert.ok(last.y >= 0);
   await page.screenshot({ path: join(SHOTS, 'end-in-view.png') });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('each task shows its tool and its own risk, and Confirm says the risk of what will run', async () => {
+  const { page, errors } = await openPage({ width: 390, height: 844 });
+  await send(page, 'note the plan; then delete old drafts');
+  const card = page.locator('section.card').first();
+  await card.waitFor();
+
+  const items = card.locator('ol > li');
+  assert.deepEqual(await items.nth(0).locator('.task-meta').textContent(), 'tool: notelow risk');
+  assert.deepEqual(await items.nth(1).locator('.task-meta').textContent(), 'tool: deletehigh risk');
+  assert.ok(await items.nth(0).locator('.task-meta .tool').isVisible(), 'visible without hovering');
+  const confirm = card.locator('.actions button').first();
+  assert.equal(await confirm.textContent(), 'Confirm (high risk)');
+  await card.getByLabel('Run task 2').uncheck();
+  assert.equal(await confirm.textContent(), 'Confirm');
+  await card.getByLabel('Run task 1').uncheck();
+  assert.equal(await confirm.textContent(), 'Confirm (runs nothing)');
+  await card.getByLabel('Run task 2').check();
+  assert.equal(await confirm.textContent(), 'Confirm (high risk)');
+  await card.getByRole('button', { name: 'Cancel' }).click();
+  await page.locator('.outcome.cancelled').waitFor();
   assert.deepEqual(errors, []);
   await page.close();
 });

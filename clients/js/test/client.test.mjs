@@ -505,7 +505,7 @@ describe('task arguments', () => {
     chunk_type: 'confirmation_request',
     chunk: 'Confirm?',
     confirmation_data: {
-      tasks: [{ index: 1, description: 'short', tool: 'shell', args }],
+      tasks: [{ index: 1, description: 'short', tool: 'shell', args, risk_level: 'high' }],
       risk_level: 'high',
       confirmation_round: 1,
       expires_at: '2030-01-01T00:00:00Z',
@@ -514,6 +514,7 @@ describe('task arguments', () => {
 
   test('short arguments are shown whole under their task', () => {
     const text = formatChunk(request({ cmd: 'rm -rf /tmp/x', n: 2 }));
+    assert.ok(text.includes('  1. short  (shell, high risk)'), text);
     assert.ok(text.includes('     args: {"cmd":"rm -rf /tmp/x","n":2}'), text);
   });
 

@@ -151,7 +151,8 @@ class TaskArgumentsTests(unittest.TestCase):
             "chunk_type": "confirmation_request",
             "chunk": "Confirm?",
             "confirmation_data": {
-                "tasks": [{"index": 1, "description": "short", "tool": "shell", "args": args}],
+                "tasks": [{"index": 1, "description": "short", "tool": "shell", "args": args,
+                           "risk_level": "high"}],
                 "risk_level": "high",
                 "confirmation_round": 1,
                 "expires_at": "2030-01-01T00:00:00Z",
@@ -160,6 +161,7 @@ class TaskArgumentsTests(unittest.TestCase):
 
     def test_short_arguments_are_shown_whole_under_their_task(self):
         text = chatgate_client.format_chunk(self.request({"cmd": "rm -rf /tmp/x", "n": 2}))
+        self.assertIn("  1. short  (shell, high risk)", text)
         self.assertIn('     args: {"cmd":"rm -rf /tmp/x","n":2}', text)
 
     def test_long_arguments_are_cut_and_say_how_much_is_hidden(self):

@@ -94,6 +94,7 @@ pub async fn tool_turn(
                 description: describe(tool, args),
                 tool: tool.name.clone(),
                 args: Some(args.clone()),
+                risk_level: Some(tool.risk),
             })
             .collect(),
     };
@@ -151,10 +152,16 @@ pub async fn tools_answered(
                         continue;
                     }
                 };
+                // What runs, as it runs: an edit's arguments, not the plan's.
+                let edited = if matches!(decisions.verdict(index), Verdict::Edit { .. }) {
+                    ", edited"
+                } else {
+                    ""
+                };
                 let status = ctx
                     .chunk(
                         ChunkType::Status,
-                        format!("Running {} (task {index})", tool.name),
+                        format!("Running task {index}{edited}: {}", describe(tool, &used)),
                     )
                     .with_meta(meta::STEP, index)
                     .with_meta(meta::TOOL, tool.name.as_str());

@@ -126,6 +126,9 @@ fn parse_plan(call: &ToolCall) -> Result<Plan, String> {
             "A plan may have at most {MAX_PLAN_TASKS} tasks. Call {PLAN_TOOL} again with fewer."
         ));
     }
+    // A model that does not say is not assumed to be harmless. It rates the
+    // plan as a whole: each task carries that rating.
+    let risk_level = arguments.risk_level.unwrap_or(RiskLevel::Medium);
     let tasks: Vec<TaskSpec> = arguments
         .tasks
         .into_iter()
@@ -135,6 +138,7 @@ fn parse_plan(call: &ToolCall) -> Result<Plan, String> {
             tool: task.tool.unwrap_or_else(|| "model".to_owned()),
             description: task.description,
             args: task.args,
+            risk_level: Some(risk_level),
         })
         .collect();
     Ok(Plan {
@@ -143,8 +147,7 @@ fn parse_plan(call: &ToolCall) -> Result<Plan, String> {
             .summary
             .unwrap_or_else(|| format!("Confirm the plan of {} task(s)?", tasks.len())),
         tasks,
-        // A model that does not say is not assumed to be harmless.
-        risk_level: arguments.risk_level.unwrap_or(RiskLevel::Medium),
+        risk_level,
     })
 }
 
