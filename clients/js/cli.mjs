@@ -25,10 +25,12 @@ const USAGE = `usage: cli.mjs [--url URL] [--session ID] [--api-key KEY] [--repl
   --edit N=JSON    with the first confirm: run task N with these arguments
   --respond N=TEXT with the first confirm: do not run task N, use TEXT as its result
   --json           print raw chunks, one JSON per line
+  --wait           without a terminal and with no reply left, wait for the
+                   decision to come from elsewhere (another client, the page)
 Without replies left, a terminal is asked (until the confirmation expires);
 without a terminal (a script, stdin not a tty) the CLI says so, cancels the
-pending confirmation and exits 1 at once, as it does when the server refuses
-a scripted reply. Ctrl-C while a confirmation is pending cancels it on the
+pending confirmation and exits 1 at once (unless --wait), as it does when the
+server refuses a scripted reply. Ctrl-C while a confirmation is pending cancels it on the
 server before exiting.
 Exit codes: 0 completed, 2 cancelled, 1 error.`;
 
@@ -51,6 +53,7 @@ async function main(argv) {
         edit: { type: 'string', multiple: true, default: [] },
         respond: { type: 'string', multiple: true, default: [] },
         json: { type: 'boolean', default: false },
+        wait: { type: 'boolean', default: false },
         help: { type: 'boolean', short: 'h', default: false },
       },
     });
@@ -136,8 +139,14 @@ async function main(argv) {
       return withPlanned('confirm');
     }
     if (interactive) return prompt(values.json ? process.stderr : out, data, options);
+    if (values.wait) {
+      process.stderr.write(`waiting for a decision from elsewhere (session ${sessionId}, ` +
+        `until ${data.expires_at ?? 'the timeout'})\n`);
+      return null;
+    }
     throw new ScriptError('a confirmation is waiting and nothing here can answer it: stdin is ' +
-      'not a terminal and no --reply is left (script the answers with --reply or --auto-confirm)');
+      'not a terminal and no --reply is left (script the answers with --reply or --auto-confirm, ' +
+      'or --wait for a decision from elsewhere)');
   };
 
   // Ctrl-C: a pending confirmation is cancelled on the server first, so a

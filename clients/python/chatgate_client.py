@@ -705,7 +705,8 @@ def main(argv=None):
     parser = _Parser(
         description="Stream a message to chatgate and answer its confirmation requests.",
         epilog="Without replies left, a terminal is asked (until the confirmation expires); "
-        "without a terminal the client says so, cancels the pending confirmation and exits 1, "
+        "without a terminal the client says so, cancels the pending confirmation and exits 1 "
+        "(unless --wait), "
         "as it does when the server refuses a scripted reply. Ctrl-C while a confirmation is "
         "pending cancels it on the server before exiting. "
         "Exit codes: 0 completed, 2 cancelled, 1 error.",
@@ -729,6 +730,9 @@ def main(argv=None):
     parser.add_argument("--respond", action="append", default=[], metavar="N=TEXT",
                         help="with the first confirm: do not run task N, use TEXT as its result")
     parser.add_argument("--json", action="store_true", help="print raw chunks, one JSON per line")
+    parser.add_argument("--wait", action="store_true",
+                        help="without a terminal and with no reply left, wait for the decision "
+                        "to come from elsewhere (another client, the page)")
     args = parser.parse_args(argv)
     try:
         planned = _planned_decisions(args)
@@ -796,9 +800,15 @@ def main(argv=None):
             # ends the run then, and prompting on would ask for nothing.
             deadline = None if left is None else time.monotonic() + max(left, 0) + 1
             return _prompt(chunk, lambda: _ask_until(deadline), sys.stderr if args.json else out)
+        if args.wait:
+            data = chunk.get("confirmation_data") or {}
+            sys.stderr.write("waiting for a decision from elsewhere (session %s, until %s)\n"
+                             % (session_id, data.get("expires_at") or "the timeout"))
+            sys.stderr.flush()
+            return None
         raise _ScriptError("a confirmation is waiting and nothing here can answer it: stdin is "
                            "not a terminal and no --reply is left (script the answers with "
-                           "--reply or --auto-confirm)")
+                           "--reply or --auto-confirm, or --wait for a decision from elsewhere)")
 
     client = ChatGateClient(args.url, api_key=args.api_key)
     try:

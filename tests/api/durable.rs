@@ -549,7 +549,7 @@ async fn the_sample_clients_re_attach_across_a_restart() {
         let cli_run = tokio::task::spawn_blocking(move || {
             std::process::Command::new(program)
                 .arg(&cli)
-                .args(["--url", &url, "--session", &session, "one; two"])
+                .args(["--url", &url, "--session", &session, "--wait", "one; two"])
                 .stdin(std::process::Stdio::null())
                 .output()
                 .unwrap()
