@@ -26,7 +26,10 @@ import datetime
 import http.client
 import json
 import os
+import queue
+import socket
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -287,6 +290,16 @@ class ChunkStream:
             self.close()
 
     def close(self):
+        # Another thread may be blocked reading this response (see
+        # _ReadAhead): closing its buffered reader would wait for that read
+        # to end. Shutting the socket down first ends the read at once.
+        raw = getattr(getattr(self._response, "fp", None), "raw", None)
+        sock = getattr(raw, "_sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         self._response.close()
 
     def __enter__(self):
@@ -296,8 +309,72 @@ class ChunkStream:
         self.close()
 
 
+class _ReadAhead:
+    """A stream's chunks, read in a thread of their own while a confirmation
+    is being answered, so that whoever answers can tell when the pause
+    stopped waiting for them (its stream broke or ended, or it was decided
+    elsewhere): :attr:`interrupted` is set then."""
+
+    _END = object()
+
+    def __init__(self, chunks):
+        self._chunks = chunks
+        self._queue = None
+        self.interrupted = threading.Event()
+        self.broke = False
+
+    def watch(self):
+        """Reads ahead until the pause is over: a ``confirmation_received``,
+        a final chunk, or the stream's end."""
+        self.interrupted = threading.Event()
+        self.broke = False
+        ahead = self._queue = queue.Queue()
+
+        def read():
+            while True:
+                try:
+                    chunk = next(self._chunks)
+                except StopIteration:
+                    ahead.put(self._END)
+                    self.interrupted.set()
+                    return
+                except BaseException as err:  # handed to the reader, raised there
+                    self.broke = True
+                    ahead.put(err)
+                    self.interrupted.set()
+                    return
+                ahead.put(chunk)
+                if chunk.get("finished") or chunk.get("chunk_type") == "confirmation_received":
+                    self.interrupted.set()
+                    return
+
+        threading.Thread(target=read, daemon=True).start()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._queue is None:
+            return next(self._chunks)
+        item = self._queue.get()
+        if item is self._END:
+            self._queue = None
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self._queue = None
+            raise item
+        if item.get("finished") or item.get("chunk_type") == "confirmation_received":
+            self._queue = None  # the reading thread has stopped: read here again
+        return item
+
+
 class ChatGateClient:
-    """A client for ``POST /api/v1/chat/stream``."""
+    """A client for ``POST /api/v1/chat/stream``.
+
+    While ``run`` asks ``on_confirmation``, :attr:`pause_interrupted` (a
+    ``threading.Event``) is set as soon as the pause stops waiting for that
+    answer (the stream broke, or the confirmation was decided elsewhere), so
+    a prompt can stop asking."""
 
     def __init__(self, base_url, api_key=None, read_timeout=DEFAULT_READ_TIMEOUT,
                  reattach_attempts=DEFAULT_REATTACH_ATTEMPTS):
@@ -416,7 +493,10 @@ class ChatGateClient:
 
         If the stream breaks before its final chunk, the run is re-attached
         (``Last-Event-ID``) up to ``reattach_attempts`` times in a row, and
-        goes on where it broke; every chunk is still seen exactly once.
+        goes on where it broke; every chunk is still seen exactly once, but
+        for a ``confirmation_request`` whose answer was given up on because
+        its stream broke meanwhile (``on_confirmation`` returned None after
+        :attr:`pause_interrupted` was set): it comes again, to be answered.
         """
         # Named here, not by the server, so a broken stream can be re-attached.
         session_id = session_id or str(uuid.uuid4())
@@ -429,7 +509,8 @@ class ChatGateClient:
         while final is None:
             try:
                 with stream:
-                    for chunk in stream:
+                    reader = _ReadAhead(iter(stream))
+                    for chunk in reader:
                         failures = 0
                         sequence = chunk.get("sequence")
                         if isinstance(sequence, int):
@@ -444,7 +525,14 @@ class ChatGateClient:
                             final = chunk
                             break
                         if chunk.get("chunk_type") == "confirmation_request" and on_confirmation:
-                            self._answer(chunk, session_id, on_chunk, on_confirmation)
+                            reader.watch()
+                            self.pause_interrupted = reader.interrupted
+                            sent = self._answer(chunk, session_id, on_chunk, on_confirmation)
+                            if not sent and reader.broke and isinstance(sequence, int):
+                                # Given up on because the stream broke: the
+                                # re-attach replays this request, to ask again
+                                # if it still waits.
+                                last_seen = min(last_seen, sequence - 1)
             except StreamBroken as broken:
                 if status != 200:
                     raise
@@ -479,16 +567,20 @@ class ChatGateClient:
                     raise StreamBroken("%s; re-attach refused (%s)" % (broken, why)) from None
         return RunResult(final, chunks, status, session_id)
 
+    pause_interrupted = threading.Event()
+
     def _answer(self, chunk, session_id, on_chunk, on_confirmation):
+        """Asks ``on_confirmation`` and sends its reply; whether one was sent."""
         reply = on_confirmation(chunk)
         answer = parse_reply(reply)
         if answer is None:
-            return
+            return False
         data = chunk.get("confirmation_data") or {}
         ack = self.reply(session_id, answer[0], answer[1], data.get("confirmation_id"),
                          reply_decisions(reply))
         if ack.get("chunk_type") == "error" and on_chunk:
             on_chunk(ack)
+        return True
 
 
 # -- command line ------------------------------------------------------------
@@ -611,9 +703,10 @@ def _decide_tasks(chunk, ask, out):
     return decisions
 
 
-def _prompt(chunk, ask, out):
+def _prompt(chunk, ask, out, interrupted=None):
     """Ask a person on the terminal for one of the offered options; returns
-    a reply, or None when ``ask`` gives up (the confirmation expired).
+    a reply, or None when ``ask`` gives up (the confirmation expired, or
+    ``interrupted`` was set: it stopped waiting for this terminal).
     ``decide`` asks about each task, then confirms with those decisions."""
     options = _offered(chunk)
     last = "modify" not in options
@@ -624,7 +717,11 @@ def _prompt(chunk, ask, out):
         out.flush()
         answer = ask()
         if answer is None:
-            out.write("\nno answer before the confirmation expired\n")
+            if interrupted is not None and interrupted.is_set():
+                out.write("\nthe confirmation stopped waiting here (decided elsewhere, or its "
+                          "stream broke); following the run\n")
+            else:
+                out.write("\nno answer before the confirmation expired\n")
             out.flush()
             return None
         answer = answer.strip().lower()
@@ -647,14 +744,17 @@ def _prompt(chunk, ask, out):
         out.write("please answer %s\n" % ", ".join(options))
 
 
-def _ask_until(deadline):
+def _ask_until(deadline, interrupted=None):
     """Reads a line from the terminal; None once ``deadline`` (a
-    ``time.monotonic()`` value, or None for never) has passed."""
+    ``time.monotonic()`` value, or None for never) has passed, or once
+    ``interrupted`` (a ``threading.Event``) is set."""
     import select
 
     while True:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
+            return None
+        if interrupted is not None and interrupted.is_set():
             return None
         ready, _, _ = select.select([sys.stdin], [], [], 0.2 if left is None else min(left, 0.2))
         if ready:
@@ -799,7 +899,9 @@ def main(argv=None):
             # Until the confirmation expires (and a second): the server
             # ends the run then, and prompting on would ask for nothing.
             deadline = None if left is None else time.monotonic() + max(left, 0) + 1
-            return _prompt(chunk, lambda: _ask_until(deadline), sys.stderr if args.json else out)
+            interrupted = client.pause_interrupted
+            return _prompt(chunk, lambda: _ask_until(deadline, interrupted),
+                           sys.stderr if args.json else out, interrupted)
         if args.wait:
             data = chunk.get("confirmation_data") or {}
             sys.stderr.write("waiting for a decision from elsewhere (session %s, until %s)\n"

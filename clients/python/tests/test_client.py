@@ -419,9 +419,11 @@ class CuttingProxy:
     """A loopback TCP proxy in front of the test server that cuts the first
     ``cuts`` connections carrying a chat message (not a reply) a few bytes
     after the end of the event holding ``marker``: the client is left with a
-    broken stream mid-event, the way a dropped network leaves it."""
+    broken stream mid-event, the way a dropped network leaves it. ``tail``:
+    how many bytes after that event's end go through (2: the event whole,
+    then the cut)."""
 
-    def __init__(self, target_url, marker=b'"task_init"', cuts=1):
+    def __init__(self, target_url, marker=b'"task_init"', cuts=1, tail=40):
         import socket
         import threading
         from urllib.parse import urlparse
@@ -429,6 +431,7 @@ class CuttingProxy:
         parsed = urlparse(target_url)
         self.target = (parsed.hostname, parsed.port)
         self.marker = marker
+        self.tail = tail
         self.cuts_left = cuts
         self.cut = 0
         self.lock = threading.Lock()
@@ -483,8 +486,8 @@ class CuttingProxy:
                 seen += data
                 at = seen.find(self.marker)
                 end = seen.find(b"\n\n", at) if at >= 0 else -1
-                if end >= 0 and len(seen) >= end + 40:
-                    client.sendall(seen[: end + 40])
+                if end >= 0 and len(seen) >= end + self.tail:
+                    client.sendall(seen[: end + self.tail])
                     with self.lock:
                         self.cut += 1
                     break
@@ -774,6 +777,32 @@ class TerminalTests(unittest.TestCase):
         name = session()
         argv = ["node", self.js_cli(), "--url", server_url(), "--session", name, "stop me"]
         self.assertEqual(self.interrupt(argv, name), 2)
+
+    def test_python_cli_stops_asking_when_the_pause_is_decided_elsewhere(self):
+        name = session()
+        pid, fd = self.spawn([sys.executable, CLI, "--url", server_url(), "--session", name,
+                              "decided elsewhere"])
+        expect = self.expecting(fd)
+        expect("confirm / modify / cancel / decide?")
+        ack = ChatGateClient(server_url()).reply(name, "confirm")
+        # Nothing typed: the prompt notices on its own and follows the run.
+        expect("stopped waiting here", timeout=10)
+        expect("[completion]")
+        self.assertEqual(ack["chunk_type"], "confirmation_received")
+        self.assertEqual(self.finish(pid, fd), 0)
+
+    def test_python_cli_asks_again_after_its_stream_broke_at_the_prompt(self):
+        proxy = CuttingProxy(server_url(), marker=b'"confirmation_request"', tail=2)
+        self.addCleanup(proxy.close)
+        pid, fd = self.spawn([sys.executable, CLI, "--url", proxy.url, "broken at the prompt"])
+        expect = self.expecting(fd)
+        expect("stopped waiting here", timeout=10)
+        # Re-attached: the pause still waits, so it is asked again.
+        expect("confirm / modify / cancel / decide?")
+        os.write(fd, b"confirm\n")
+        expect("[completion]")
+        self.assertEqual(self.finish(pid, fd), 0)
+        self.assertEqual(proxy.cut, 1)
 
     def test_python_cli_prompts_on_a_terminal(self):
         code = self.drive([sys.executable, CLI, "--url", server_url(), "write the notes"])
