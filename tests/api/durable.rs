@@ -343,9 +343,22 @@ async fn after_kill_9_the_paused_run_is_there_and_runs_its_tool_once() {
     assert_eq!(marks(dir.0.path()), 1);
     assert_eq!(again, 404, "decided once; the run is over");
     // One trail across both processes, tied by the run's stored id.
-    let (events, stored) = audit_trail(&dir.path("audit.jsonl"), "k9");
+    let (events, stored) = ended_trail(&dir.path("audit.jsonl"), "k9").await;
     assert_eq!(events, ["proposed", "decided", "executed", "ended"]);
     assert_eq!(stored.len(), 1, "{stored:?}");
+}
+
+/// [`audit_trail`] once its run's `ended` record is written (it follows the
+/// final chunk: a client may read the end before it is on the record).
+async fn ended_trail(path: &Path, session: &str) -> (Vec<String>, Vec<String>) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let trail = audit_trail(path, session);
+        if trail.0.last().is_some_and(|e| e == "ended") || tokio::time::Instant::now() > deadline {
+            return trail;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The events recorded for `session` in an audit log, and the distinct
