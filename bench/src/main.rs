@@ -33,6 +33,10 @@ struct Cli {
     /// The chatgate binary --store starts (default: beside this one).
     #[arg(long)]
     server_bin: Option<std::path::PathBuf>,
+    /// An extra argument for the server --store starts (repeatable), e.g.
+    /// `--server-arg=--max-runs=200000`.
+    #[arg(long, allow_hyphen_values = true)]
+    server_arg: Vec<String>,
     #[command(subcommand)]
     scenario: Scenario,
 }
@@ -65,6 +69,13 @@ enum Scenario {
         /// cannot resume).
         #[arg(long)]
         hold_only: bool,
+        /// Drop every stream's connection once its run has paused: the runs
+        /// wait detached, with no socket. RSS is sampled 3 s later, once the
+        /// server has noticed (start it with `--keep-alive 50ms`, or pass
+        /// `--server-arg=--keep-alive=50ms`, so that few connections wait
+        /// to be noticed); then every run is confirmed by a reply alone.
+        #[arg(long)]
+        detach: bool,
     },
     /// C concurrent clients doing full flows for T seconds.
     Throughput {
@@ -125,7 +136,7 @@ fn main() -> io::Result<()> {
         .build()?;
     let replicas = usize::from(matches!(cli.scenario, Scenario::Cross { .. })) + 1;
     let started = match &cli.store {
-        Some(store) => servers::start(cli.server_bin.as_deref(), store, replicas)?,
+        Some(store) => servers::start(cli.server_bin.as_deref(), store, replicas, &cli.server_arg)?,
         None => Vec::new(),
     };
     let spawned_pid = started.first().map(|server| server.pid());
@@ -138,11 +149,13 @@ fn main() -> io::Result<()> {
             server_pid,
             concurrency,
             hold_only,
+            detach,
         } => Scenario::Paused {
             k,
             server_pid: server_pid.or(spawned_pid),
             concurrency,
             hold_only,
+            detach,
         },
         Scenario::Cross { n, other } => Scenario::Cross {
             n,
@@ -162,7 +175,15 @@ fn main() -> io::Result<()> {
                 k,
                 server_pid,
                 concurrency,
+                detach: true,
+                ..
+            } => detached(&addr, k, server_pid, concurrency).await,
+            Scenario::Paused {
+                k,
+                server_pid,
+                concurrency,
                 hold_only,
+                detach: false,
             } => paused(&addr, k, server_pid, concurrency, hold_only).await,
             Scenario::Throughput { clients, seconds } => throughput(&addr, clients, seconds).await,
             Scenario::Chat { clients, seconds } => chat(&addr, clients, seconds).await,
@@ -490,6 +511,124 @@ async fn release(
                 }
             }
             Ok::<_, io::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await.map_err(|e| err(&e.to_string()))??;
+    }
+    Ok(failures.load(Ordering::Relaxed))
+}
+
+/// Opens `k` runs to their pause, dropping each connection as soon as its
+/// run has paused (never more than `concurrency` sockets open); returns
+/// each run's number and confirmation id.
+async fn open_detached(
+    addr: &str,
+    k: usize,
+    concurrency: usize,
+    prefix: &'static str,
+) -> io::Result<Vec<(usize, [u8; 36])>> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency.min(k) {
+        let (next, addr) = (next.clone(), addr.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut opened = Vec::new();
+            let mut buf = Vec::with_capacity(128);
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= k {
+                    return Ok::<_, io::Error>(opened);
+                }
+                let mut conn = Conn::connect(&addr).await?;
+                session_json(&mut buf, prefix, i, "hold this");
+                if conn.post_chat(&buf).await? != 200 {
+                    return Err(err("open not 200"));
+                }
+                let id = loop {
+                    let event = conn
+                        .next_event()
+                        .await?
+                        .ok_or_else(|| err("ended before pause"))?;
+                    if event.kind == Kind::ConfirmationRequest {
+                        break event.confirmation_id.ok_or_else(|| err("no id"))?;
+                    }
+                };
+                drop(conn);
+                opened.push((i, id));
+            }
+        }));
+    }
+    let mut all = Vec::with_capacity(k);
+    for task in tasks {
+        all.extend(task.await.map_err(|e| err(&e.to_string()))??);
+    }
+    Ok(all)
+}
+
+/// `paused --detach`: what a paused run whose client went away costs.
+async fn detached(
+    addr: &str,
+    k: usize,
+    server_pid: Option<u32>,
+    concurrency: usize,
+) -> io::Result<()> {
+    // Until the server notices a client gone (at its next keep-alive write
+    // or the one after) it holds the connection and its buffers, and the
+    // allocator keeps the peak it reached: start the server with a short
+    // `--keep-alive` (50ms) so that few connections wait to be noticed.
+    let before = server_pid.and_then(rss_kib);
+    let start = Instant::now();
+    let opened = open_detached(addr, k, concurrency, "detached").await?;
+    let open = start.elapsed();
+    // The server notices a client gone at its next keep-alive write or the
+    // one after (`--keep-alive 1s`), then lets the connection go.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during = server_pid.and_then(rss_kib);
+    let per_run = match (before, during) {
+        (Some(b), Some(d)) => format!("{:.2} KiB/run", (d.saturating_sub(b)) as f64 / k as f64),
+        _ => "n/a (pass --server-pid)".to_owned(),
+    };
+    // Every detached run still waits for its decision: a reply decides it.
+    let start = Instant::now();
+    let failures = confirm_detached(addr, opened, concurrency, "detached").await?;
+    let confirm = start.elapsed();
+    println!(
+        "detached k={k:<6} open {:>7.1} ms  confirmed by reply {:>7.1} ms  failures {failures}  RSS before {} KiB, detached {} KiB  => {per_run}",
+        open.as_secs_f64() * 1e3,
+        confirm.as_secs_f64() * 1e3,
+        before.map_or("?".into(), |v| v.to_string()),
+        during.map_or("?".into(), |v| v.to_string()),
+    );
+    Ok(())
+}
+
+/// Confirms each of `opened` by a reply alone; returns how many were not
+/// answered 200 (a run that no longer waited).
+async fn confirm_detached(
+    addr: &str,
+    opened: Vec<(usize, [u8; 36])>,
+    concurrency: usize,
+    prefix: &'static str,
+) -> io::Result<usize> {
+    let queue = Arc::new(std::sync::Mutex::new(opened));
+    let failures = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (queue, failures, addr) = (queue.clone(), failures.clone(), addr.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut reply = Conn::connect(&addr).await?;
+            let mut buf = Vec::with_capacity(160);
+            loop {
+                let Some((i, id)) = queue.lock().unwrap().pop() else {
+                    return Ok::<_, io::Error>(());
+                };
+                reply_json(&mut buf, prefix, i, &id);
+                if reply.post_chat(&buf).await? != 200 {
+                    failures.fetch_add(1, Ordering::Relaxed);
+                }
+                reply.read_to_end().await?;
+            }
         }));
     }
     for task in tasks {

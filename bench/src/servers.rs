@@ -39,7 +39,12 @@ impl Drop for Server {
 }
 
 /// Starts `count` servers with `store`: one, or replicas sharing a Redis.
-pub fn start(bin: Option<&Path>, store: &str, count: usize) -> io::Result<Vec<Server>> {
+pub fn start(
+    bin: Option<&Path>,
+    store: &str,
+    count: usize,
+    extra: &[String],
+) -> io::Result<Vec<Server>> {
     let bin = match bin {
         Some(bin) => bin.to_owned(),
         None => std::env::current_exe()?.with_file_name("chatgate"),
@@ -58,6 +63,7 @@ pub fn start(bin: Option<&Path>, store: &str, count: usize) -> io::Result<Vec<Se
         let mut command = Command::new(&bin);
         command
             .args(["--bind", &addr, "--step-delay", "0", "--store", store])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if redis {
