@@ -6,12 +6,15 @@
 //!   verdicts of a confirm.
 //! - [`names`]: the spelling of every chunk type, metadata key, error type,
 //!   action and cancel reason.
+//! - [`question`]: questions, the second kind of pause: their bounds, and
+//!   how answers are matched and normalized (not on the wire yet).
 //!
 //! SSE framing lives in [`crate::sse`]; what the server does with a valid
 //! request lives in [`crate::http`] and [`crate::run`].
 
 pub mod chunk;
 pub mod names;
+pub mod question;
 pub mod request;
 
 pub use chunk::{

@@ -1,0 +1,595 @@
+//! Questions: the second kind of pause (#16), as data. What a question pause
+//! asks ([`Question`]), the bounds it is checked against
+//! ([`check_questions`]), and how a reply's answers are matched and
+//! normalized ([`normalize_text`], [`normalize_answers`]). No I/O.
+//!
+//! An answer is normalized to what the asker works with: the chosen option's
+//! label (single select), the labels in option order (multi-select), the
+//! other text, or the typed value its `schema` accepts.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Questions in one pause.
+pub const MAX_QUESTIONS: usize = 4;
+/// Options of a question that has options (a question has none, or 2 to 8).
+pub const MAX_OPTIONS: usize = 8;
+/// Characters of a question's `header`.
+pub const MAX_HEADER_CHARS: usize = 24;
+/// Characters of an `id` (`[A-Za-z0-9_-]`).
+pub const MAX_ID_CHARS: usize = 64;
+/// Characters of a question's text, and of a pause's title.
+pub const MAX_QUESTION_CHARS: usize = 1_000;
+/// Characters of an option's label.
+pub const MAX_LABEL_CHARS: usize = 200;
+/// Characters of an option's description.
+pub const MAX_DESCRIPTION_CHARS: usize = 1_000;
+/// Bytes of a question's `schema`, as JSON.
+pub const MAX_SCHEMA_BYTES: usize = 4 * 1024;
+/// Bytes of all the questions of one pause, as JSON (a plan's bound is
+/// 128 KiB; questions are smaller by nature).
+pub const MAX_QUESTIONS_BYTES: usize = 32 * 1024;
+/// Bytes of one answer (an other text, a typed value), and of all the
+/// answers of one reply, as JSON.
+pub const MAX_ANSWER_BYTES: usize = 4 * 1024;
+
+/// One option of a question.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuestionOption {
+    pub id: String,
+    pub label: String,
+    #[serde(default)]
+    pub description: String,
+}
+
+/// One question of a question pause.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Question {
+    pub id: String,
+    #[serde(default)]
+    pub header: String,
+    pub question: String,
+    #[serde(default)]
+    pub options: Vec<QuestionOption>,
+    #[serde(default)]
+    pub multi_select: bool,
+    #[serde(default)]
+    pub allow_other: bool,
+    #[serde(default)]
+    pub required: bool,
+    /// A JSON Schema for one value: the answer is parsed and checked by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+}
+
+/// Why questions cannot be asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct QuestionsError(pub String);
+
+/// Why an answer does not fit: the question, and what it expects.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidAnswer(pub String);
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.chars().count() <= MAX_ID_CHARS
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// The JSON Schema keywords a question's `schema` may use: one value of a
+/// primitive type, nothing that refers elsewhere.
+const SCHEMA_KEYWORDS: [&str; 12] = [
+    "type",
+    "title",
+    "description",
+    "maxLength",
+    "minLength",
+    "pattern",
+    "format",
+    "enum",
+    "minimum",
+    "maximum",
+    "default",
+    "examples",
+];
+
+/// Checks `schema` is one a question may carry (see [`Question::schema`]).
+fn check_schema(id: &str, schema: &Value) -> Result<(), QuestionsError> {
+    let bad = |why: &str| QuestionsError(format!("question `{id}`: its schema {why}"));
+    let Some(object) = schema.as_object() else {
+        return Err(bad("is not an object"));
+    };
+    if json_bytes(schema) > MAX_SCHEMA_BYTES {
+        return Err(bad(&format!("is over {MAX_SCHEMA_BYTES} bytes")));
+    }
+    if let Some(key) = object
+        .keys()
+        .find(|k| !SCHEMA_KEYWORDS.contains(&k.as_str()))
+    {
+        return Err(bad(&format!(
+            "uses `{key}`, which a question's schema may not"
+        )));
+    }
+    match object.get("type").and_then(Value::as_str) {
+        Some("string" | "number" | "integer" | "boolean") => {}
+        _ => return Err(bad("needs a `type`: string, number, integer or boolean")),
+    }
+    compiled(schema).map(drop).map_err(|why| bad(&why))
+}
+
+fn compiled(schema: &Value) -> Result<jsonschema::Validator, String> {
+    jsonschema::options()
+        .should_validate_formats(true)
+        .build(schema)
+        .map_err(|err| format!("is not valid: {err}"))
+}
+
+fn json_bytes(value: &Value) -> usize {
+    serde_json::to_vec(value).map_or(usize::MAX, |v| v.len())
+}
+
+/// Checks questions against every bound above: 1 to 4 questions, unique
+/// ids, 0 or 2 to 8 options with unique ids, lengths, schemas, total size.
+pub fn check_questions(questions: &[Question]) -> Result<(), QuestionsError> {
+    let err = |why: String| Err(QuestionsError(why));
+    if questions.is_empty() || questions.len() > MAX_QUESTIONS {
+        return err(format!(
+            "a pause asks 1 to {MAX_QUESTIONS} questions, not {}",
+            questions.len()
+        ));
+    }
+    let mut ids = HashSet::new();
+    for q in questions {
+        if !valid_id(&q.id) {
+            return err(format!(
+                "question id `{}` is not 1-{MAX_ID_CHARS} of A-Z a-z 0-9 _ -",
+                q.id
+            ));
+        }
+        if !ids.insert(q.id.as_str()) {
+            return err(format!("question id `{}` is used twice", q.id));
+        }
+        if q.header.chars().count() > MAX_HEADER_CHARS {
+            return err(format!(
+                "question `{}`: its header is over {MAX_HEADER_CHARS} characters",
+                q.id
+            ));
+        }
+        let text = q.question.trim();
+        if text.is_empty() || text.chars().count() > MAX_QUESTION_CHARS {
+            return err(format!(
+                "question `{}`: its text must be 1-{MAX_QUESTION_CHARS} characters",
+                q.id
+            ));
+        }
+        if q.options.len() == 1 || q.options.len() > MAX_OPTIONS {
+            return err(format!(
+                "question `{}` has {} options: a question has none or 2 to {MAX_OPTIONS}",
+                q.id,
+                q.options.len()
+            ));
+        }
+        let mut option_ids = HashSet::new();
+        for option in &q.options {
+            if !valid_id(&option.id) || !option_ids.insert(option.id.as_str()) {
+                return err(format!(
+                    "question `{}`: option id `{}` is not a valid unique id",
+                    q.id, option.id
+                ));
+            }
+            let label = option.label.trim();
+            if label.is_empty() || label.chars().count() > MAX_LABEL_CHARS {
+                return err(format!(
+                    "question `{}`: option `{}` needs a label of 1-{MAX_LABEL_CHARS} characters",
+                    q.id, option.id
+                ));
+            }
+            if option.description.chars().count() > MAX_DESCRIPTION_CHARS {
+                return err(format!("question `{}`: option `{}`'s description is over {MAX_DESCRIPTION_CHARS} characters", q.id, option.id));
+            }
+        }
+        if q.multi_select && q.options.is_empty() {
+            return err(format!("question `{}`: multi_select needs options", q.id));
+        }
+        if let Some(schema) = &q.schema {
+            if !q.options.is_empty() {
+                return err(format!(
+                    "question `{}`: a typed question has no options",
+                    q.id
+                ));
+            }
+            check_schema(&q.id, schema)?;
+        }
+    }
+    let total = serde_json::to_vec(questions).map_or(usize::MAX, |v| v.len());
+    if total > MAX_QUESTIONS_BYTES {
+        return err(format!(
+            "the questions are {total} bytes; at most {MAX_QUESTIONS_BYTES}"
+        ));
+    }
+    Ok(())
+}
+
+/// What `q` accepts, for an error's text.
+fn expected(q: &Question) -> String {
+    if let Some(schema) = &q.schema {
+        let kind = schema
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("value");
+        return format!("a {kind} that fits {schema}");
+    }
+    if q.options.is_empty() {
+        return "a text".to_owned();
+    }
+    let options: Vec<String> = q
+        .options
+        .iter()
+        .map(|o| format!("{} ({})", o.id, o.label))
+        .collect();
+    let how = if q.multi_select {
+        "one or more of"
+    } else {
+        "one of"
+    };
+    let other = if q.allow_other {
+        ", or a text of your own"
+    } else {
+        ""
+    };
+    format!("{how} {}{other}", options.join(", "))
+}
+
+/// The option `text` names: its id, else its label (trimmed, any case).
+fn option_named<'q>(q: &'q Question, text: &str) -> Option<&'q QuestionOption> {
+    let text = text.trim();
+    q.options
+        .iter()
+        .find(|o| o.id.eq_ignore_ascii_case(text))
+        .or_else(|| {
+            q.options
+                .iter()
+                .find(|o| o.label.trim().to_lowercase() == text.to_lowercase())
+        })
+}
+
+/// One answer to `q`, given as a text (the `answer:<text>` form, or a string
+/// in `answers`): normalized, or why it does not fit.
+fn answer_from_text(q: &Question, text: &str) -> Result<Value, InvalidAnswer> {
+    let wrong = || InvalidAnswer(format!("question `{}` expects {}", q.id, expected(q)));
+    if text.len() > MAX_ANSWER_BYTES {
+        return Err(InvalidAnswer(format!(
+            "the answer to question `{}` is over {MAX_ANSWER_BYTES} bytes",
+            q.id
+        )));
+    }
+    if let Some(schema) = &q.schema {
+        let value = typed(schema, text.trim()).ok_or_else(wrong)?;
+        return checked(q, schema, value);
+    }
+    if q.options.is_empty() {
+        let text = text.trim();
+        return if text.is_empty() {
+            Err(wrong())
+        } else {
+            Ok(Value::from(text))
+        };
+    }
+    if q.multi_select {
+        let parts: Vec<&str> = text
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .collect();
+        let chosen: Option<Vec<&QuestionOption>> =
+            parts.iter().map(|p| option_named(q, p)).collect();
+        if let Some(chosen) = chosen.filter(|c| !c.is_empty()) {
+            return Ok(labels_in_order(q, &chosen));
+        }
+    } else if let Some(option) = option_named(q, text) {
+        return Ok(Value::from(option.label.as_str()));
+    }
+    let text = text.trim();
+    if q.allow_other && !text.is_empty() {
+        return Ok(Value::from(text));
+    }
+    Err(wrong())
+}
+
+/// The labels of `chosen`, in the question's option order, each once.
+fn labels_in_order(q: &Question, chosen: &[&QuestionOption]) -> Value {
+    Value::Array(
+        q.options
+            .iter()
+            .filter(|o| chosen.iter().any(|c| c.id == o.id))
+            .map(|o| Value::from(o.label.as_str()))
+            .collect(),
+    )
+}
+
+/// `text` as the value `schema`'s type names (`"3"` for an integer is 3).
+fn typed(schema: &Value, text: &str) -> Option<Value> {
+    match schema.get("type").and_then(Value::as_str)? {
+        "string" => Some(Value::from(text)),
+        "integer" => text.parse::<i64>().ok().map(Value::from),
+        "number" => text
+            .parse::<f64>()
+            .ok()
+            .filter(|n| n.is_finite())
+            .and_then(|n| serde_json::Number::from_f64(n).map(Value::Number)),
+        "boolean" => match text.to_lowercase().as_str() {
+            "true" | "yes" | "y" => Some(Value::Bool(true)),
+            "false" | "no" | "n" => Some(Value::Bool(false)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `value` if `schema` accepts it.
+fn checked(q: &Question, schema: &Value, value: Value) -> Result<Value, InvalidAnswer> {
+    let validator = compiled(schema).map_err(InvalidAnswer)?;
+    match validator.validate(&value) {
+        Ok(()) => Ok(value),
+        Err(why) => Err(InvalidAnswer(format!(
+            "the answer to question `{}` does not fit: {why}; it expects {}",
+            q.id,
+            expected(q)
+        ))),
+    }
+}
+
+/// One answer to `q` as a JSON value of `answers`: a string (option id,
+/// label or other text), a list of them (multi-select), or a number or
+/// boolean for a typed question.
+fn answer_from_value(q: &Question, value: &Value) -> Result<Value, InvalidAnswer> {
+    let wrong = || InvalidAnswer(format!("question `{}` expects {}", q.id, expected(q)));
+    match value {
+        Value::String(text) => answer_from_text(q, text),
+        Value::Array(items) if q.multi_select => {
+            let mut chosen = Vec::with_capacity(items.len());
+            for item in items {
+                let option = item
+                    .as_str()
+                    .and_then(|t| option_named(q, t))
+                    .ok_or_else(wrong)?;
+                chosen.push(option);
+            }
+            if chosen.is_empty() {
+                return Err(wrong());
+            }
+            Ok(labels_in_order(q, &chosen))
+        }
+        Value::Number(_) | Value::Bool(_) => match &q.schema {
+            Some(schema) => checked(q, schema, value.clone()),
+            None => Err(wrong()),
+        },
+        _ => Err(wrong()),
+    }
+}
+
+/// `CONFIRM_ACTION:answer:<text>`: the one question of a pause answered by
+/// a text. A pause with several questions takes `answers` instead.
+pub fn normalize_text(
+    questions: &[Question],
+    text: &str,
+) -> Result<Map<String, Value>, InvalidAnswer> {
+    let [q] = questions else {
+        let ids: Vec<&str> = questions.iter().map(|q| q.id.as_str()).collect();
+        return Err(InvalidAnswer(format!(
+            "this pause asks {} questions: answer them with \"answers\": {{{}}}",
+            questions.len(),
+            ids.iter()
+                .map(|id| format!("\"{id}\": ..."))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    };
+    let mut answers = Map::new();
+    answers.insert(q.id.clone(), answer_from_text(q, text)?);
+    Ok(answers)
+}
+
+/// `CONFIRM_ACTION:answer` with `"answers": {"<id>": value}`: every
+/// required question answered, no unknown id, each value fitting its question.
+pub fn normalize_answers(
+    questions: &[Question],
+    given: &Map<String, Value>,
+) -> Result<Map<String, Value>, InvalidAnswer> {
+    if json_bytes(&Value::Object(given.clone())) > MAX_ANSWER_BYTES * MAX_QUESTIONS {
+        return Err(InvalidAnswer(format!(
+            "the answers are over {} bytes",
+            MAX_ANSWER_BYTES * MAX_QUESTIONS
+        )));
+    }
+    if let Some(unknown) = given
+        .keys()
+        .find(|id| !questions.iter().any(|q| &q.id == *id))
+    {
+        let ids: Vec<&str> = questions.iter().map(|q| q.id.as_str()).collect();
+        return Err(InvalidAnswer(format!(
+            "there is no question `{unknown}`; the questions are {}",
+            ids.join(", ")
+        )));
+    }
+    let mut answers = Map::new();
+    for q in questions {
+        match given.get(&q.id) {
+            Some(Value::Null) | None if q.required => {
+                return Err(InvalidAnswer(format!(
+                    "question `{}` is required: it expects {}",
+                    q.id,
+                    expected(q)
+                )));
+            }
+            Some(Value::Null) | None => {}
+            Some(value) => {
+                answers.insert(q.id.clone(), answer_from_value(q, value)?);
+            }
+        }
+    }
+    Ok(answers)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn region() -> Question {
+        serde_json::from_value(json!({
+            "id": "region", "header": "Region", "question": "Where should it be deployed?",
+            "options": [{"id": "eu-west", "label": "eu-west", "description": "Frankfurt"},
+                        {"id": "us-east", "label": "US East"}],
+            "allow_other": true, "required": true
+        }))
+        .unwrap()
+    }
+
+    fn checks() -> Question {
+        serde_json::from_value(json!({
+            "id": "checks", "question": "Which checks?", "multi_select": true,
+            "options": [{"id": "lint", "label": "Lint"}, {"id": "test", "label": "Tests"},
+                        {"id": "fuzz", "label": "Fuzz"}]
+        }))
+        .unwrap()
+    }
+
+    fn count() -> Question {
+        serde_json::from_value(json!({
+            "id": "count", "question": "How many?", "required": true,
+            "schema": {"type": "integer", "minimum": 1, "maximum": 10}
+        }))
+        .unwrap()
+    }
+
+    fn note() -> Question {
+        serde_json::from_value(json!({
+            "id": "note", "question": "Anything to tell the team?",
+            "schema": {"type": "string", "maxLength": 5}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn questions_within_the_bounds_pass_and_each_bound_is_checked() {
+        assert_eq!(
+            check_questions(&[region(), checks(), count(), note()]),
+            Ok(())
+        );
+
+        let mut five = vec![region(), checks(), count(), note(), note()];
+        five[4].id = "fifth".into();
+        let mut twice = vec![region(), region()];
+        twice[1].header = "Again".into();
+        let mut one_option = region();
+        one_option.options.truncate(1);
+        let mut long_header = region();
+        long_header.header = "x".repeat(25);
+        let mut bad_id = region();
+        bad_id.id = "no spaces".into();
+        let mut remote = count();
+        remote.schema = Some(json!({"type": "string", "$ref": "http://example.com/s"}));
+        let mut object = count();
+        object.schema = Some(json!({"type": "object"}));
+        let mut huge = note();
+        huge.question = "x".repeat(MAX_QUESTION_CHARS + 1);
+        let cases: [(Vec<Question>, &str); 9] = [
+            (vec![], "1 to 4"),
+            (five, "1 to 4"),
+            (twice, "used twice"),
+            (vec![one_option], "none or 2 to 8"),
+            (vec![long_header], "header"),
+            (vec![bad_id], "A-Z a-z 0-9"),
+            (vec![remote], "`$ref`"),
+            (vec![object], "string, number, integer or boolean"),
+            (vec![huge], "1-1000 characters"),
+        ];
+        for (questions, says) in cases {
+            let err = check_questions(&questions).unwrap_err().to_string();
+            assert!(err.contains(says), "{err} should say {says}");
+        }
+    }
+
+    #[test]
+    fn a_text_matches_an_option_id_then_its_label_else_it_is_the_other_answer() {
+        let q = [region()];
+        let answer = |text| normalize_text(&q, text).map(|a| a["region"].clone());
+        assert_eq!(answer("EU-WEST"), Ok(json!("eu-west")));
+        assert_eq!(answer(" us east "), Ok(json!("US East")));
+        assert_eq!(answer("us-east"), Ok(json!("US East")));
+        assert_eq!(answer("ap-south, please"), Ok(json!("ap-south, please")));
+        let mut closed = region();
+        closed.allow_other = false;
+        let err = normalize_text(&[closed], "ap-south")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("region") && err.contains("eu-west (eu-west)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn multi_select_takes_a_comma_list_and_answers_labels_in_option_order() {
+        let q = [checks()];
+        let answers = normalize_text(&q, "fuzz, lint").unwrap();
+        assert_eq!(answers["checks"], json!(["Lint", "Fuzz"]));
+        let given = json!({"checks": ["Tests", "lint", "test"]});
+        let answers = normalize_answers(&q, given.as_object().unwrap()).unwrap();
+        assert_eq!(answers["checks"], json!(["Lint", "Tests"]));
+        assert!(
+            normalize_text(&q, "lint, nope").is_err(),
+            "no other text allowed"
+        );
+    }
+
+    #[test]
+    fn typed_questions_parse_text_by_their_schema_and_check_it() {
+        let q = [count()];
+        assert_eq!(normalize_text(&q, "3").unwrap()["count"], json!(3));
+        let err = normalize_text(&q, "11").unwrap_err().to_string();
+        assert!(err.contains("count") && err.contains("integer"), "{err}");
+        assert!(normalize_text(&q, "three").is_err());
+        let given = json!({"count": 4});
+        assert_eq!(
+            normalize_answers(&q, given.as_object().unwrap()).unwrap()["count"],
+            json!(4)
+        );
+        let q = [note()];
+        assert!(normalize_text(&q, "too long").is_err(), "maxLength 5");
+        assert_eq!(normalize_text(&q, "ok").unwrap()["note"], json!("ok"));
+    }
+
+    #[test]
+    fn answers_need_every_required_question_and_no_unknown_one() {
+        let q = [region(), count(), note()];
+        let ok = json!({"region": "eu-west", "count": "2"});
+        let answers = normalize_answers(&q, ok.as_object().unwrap()).unwrap();
+        assert_eq!(answers.get("note"), None, "an optional question left out");
+        assert_eq!(answers["count"], json!(2));
+        let missing = json!({"region": "eu-west"});
+        let err = normalize_answers(&q, missing.as_object().unwrap()).unwrap_err();
+        assert!(err.to_string().contains("`count` is required"), "{err}");
+        let unknown = json!({"region": "eu-west", "count": 1, "colour": "red"});
+        let err = normalize_answers(&q, unknown.as_object().unwrap()).unwrap_err();
+        assert!(err.to_string().contains("no question `colour`"), "{err}");
+        let err = normalize_text(&q, "eu-west").unwrap_err();
+        assert!(err.to_string().contains("\"answers\""), "{err}");
+    }
+
+    #[test]
+    fn an_answer_over_its_bound_is_refused() {
+        let q = [note()];
+        let long = "x".repeat(MAX_ANSWER_BYTES + 1);
+        let err = normalize_text(&q, &long).unwrap_err().to_string();
+        assert!(err.contains("over 4096 bytes"), "{err}");
+    }
+}
