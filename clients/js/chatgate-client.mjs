@@ -275,14 +275,19 @@ export class ChatGateClient {
 
   /**
    * Drives one run to its end. `onChunk(chunk)` sees every chunk;
-   * `onConfirmation(chunk)` returns (or resolves to) the reply for each
-   * confirmation request: 'confirm', 'cancel', 'modify:<text>',
+   * `onConfirmation(chunk, { signal })` returns (or resolves to) the reply
+   * for each confirmation request: 'confirm', 'cancel', 'modify:<text>',
    * ['modify', text], or null to stay silent (the server's timeout decides).
-   * A refused reply is passed to `onChunk` and the run goes on.
+   * A refused reply is passed to `onChunk` and the run goes on. While it is
+   * asked, the stream is read on: `signal` aborts as soon as the pause stops
+   * waiting for this answer (decided elsewhere, ended, or its stream broke),
+   * so a prompt can stop asking.
    *
    * If the stream breaks before its final chunk, the run is re-attached
    * (`Last-Event-ID`) up to `reattachAttempts` times in a row and goes on
-   * where it broke; every chunk is still seen exactly once.
+   * where it broke; every chunk is still seen exactly once, but for a
+   * confirmation request given up on because its stream broke meanwhile:
+   * the re-attach shows it again, to be answered.
    */
   async run(message, { sessionId, onChunk, onConfirmation, signal } = {}) {
     // Named here, not by the server, so a broken stream can be re-attached.
@@ -308,8 +313,15 @@ export class ChatGateClient {
     let lastSeen = 0;
     let failures = 0;
     while (final === null) {
+      const it = chunks[Symbol.asyncIterator]();
+      // A read started while a confirmation was being answered.
+      let ahead = null;
       try {
-        for await (const chunk of chunks) {
+        for (;;) {
+          const step = ahead ?? it.next();
+          ahead = null;
+          const { value: chunk, done } = await step;
+          if (done) break;
           failures = 0;
           if (Number.isInteger(chunk.sequence)) {
             if (chunk.sequence <= lastSeen) continue; // seen before the break
@@ -320,10 +332,23 @@ export class ChatGateClient {
           if (onChunk) await onChunk(chunk);
           if (chunk.finished) {
             final = chunk;
+            await it.return?.();
             break;
           }
           if (chunk.chunk_type === 'confirmation_request' && onConfirmation) {
-            await this.#answer(chunk, sessionId, onChunk, onConfirmation);
+            // Whatever comes next on the stream (the decision, the end, a
+            // break), the pause no longer waits for this answer.
+            const interrupted = new AbortController();
+            let broke = false;
+            ahead = it.next();
+            ahead.then(() => interrupted.abort(), () => { broke = true; interrupted.abort(); });
+            const sent = await this.#answer(chunk, sessionId, onChunk,
+              (c) => onConfirmation(c, { signal: interrupted.signal }));
+            if (!sent && broke && Number.isInteger(chunk.sequence)) {
+              // Given up on because the stream broke: the re-attach shows
+              // this request again, to ask it if it still waits.
+              lastSeen = Math.min(lastSeen, chunk.sequence - 1);
+            }
           }
         }
       } catch (err) {
@@ -366,12 +391,14 @@ export class ChatGateClient {
     return new RunResult(final, seen, status, sessionId);
   }
 
+  /** Asks `onConfirmation` and sends its reply; whether one was sent. */
   async #answer(chunk, sessionId, onChunk, onConfirmation) {
     const answer = parseReply(await onConfirmation(chunk));
-    if (!answer) return;
+    if (!answer) return false;
     const confirmationId = chunk.confirmation_data?.confirmation_id;
     const ack = await this.reply(sessionId, answer[0], answer[1], { confirmationId, decisions: answer[2] });
     if (ack.chunk_type === 'error' && onChunk) await onChunk(ack);
+    return true;
   }
 }
 

@@ -121,7 +121,7 @@ async function main(argv) {
     }
   };
 
-  const onConfirmation = async (chunk) => {
+  const onConfirmation = async (chunk, { signal } = {}) => {
     const data = chunk.confirmation_data ?? {};
     const options = data.options ?? ['confirm', 'modify', 'cancel'];
     if (replies.length > 0) {
@@ -138,7 +138,7 @@ async function main(argv) {
       scripted = true;
       return withPlanned('confirm');
     }
-    if (interactive) return prompt(values.json ? process.stderr : out, data, options);
+    if (interactive) return prompt(values.json ? process.stderr : out, data, options, signal);
     if (values.wait) {
       process.stderr.write(`waiting for a decision from elsewhere (session ${sessionId}, ` +
         `until ${data.expires_at ?? 'the timeout'})\n`);
@@ -277,9 +277,10 @@ async function cancelPending(client, sessionId, pending) {
 
 /**
  * Asks a person on the terminal for one of `options`. Gives up (silent)
- * when the confirmation expires: the server has ended the run by then.
+ * when the confirmation expires (the server has ended the run by then), or
+ * when `interrupted` aborts (the pause stopped waiting for this terminal).
  */
-async function prompt(output, data, options) {
+async function prompt(output, data, options, interrupted) {
   const rl = createInterface({ input: process.stdin, output });
   rl.on('SIGINT', () => prompt.onInterrupt?.());
   const expires = Date.parse(data.expires_at ?? '');
@@ -290,9 +291,10 @@ async function prompt(output, data, options) {
   const last = !options.includes('modify');
   const shown = options.includes('confirm') ? [...options, 'decide'] : options;
   const question = `${shown.join(' / ')}?${last ? ' (last round)' : ''} `;
+  const signal = interrupted ? AbortSignal.any([expiry.signal, interrupted]) : expiry.signal;
   const ask = async (text) => {
     try {
-      return await rl.question(text, { signal: expiry.signal });
+      return await rl.question(text, { signal });
     } catch (err) {
       if (err?.name === 'AbortError') return null;
       throw err;
@@ -302,7 +304,9 @@ async function prompt(output, data, options) {
     for (;;) {
       const line = await ask(question);
       if (line === null) {
-        output.write('\nno answer before the confirmation expired\n');
+        output.write(interrupted?.aborted
+          ? '\nthe confirmation stopped waiting here (decided elsewhere, or its stream broke); following the run\n'
+          : '\nno answer before the confirmation expired\n');
         return null;
       }
       const answer = line.trim().toLowerCase();

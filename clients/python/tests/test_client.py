@@ -778,10 +778,9 @@ class TerminalTests(unittest.TestCase):
         argv = ["node", self.js_cli(), "--url", server_url(), "--session", name, "stop me"]
         self.assertEqual(self.interrupt(argv, name), 2)
 
-    def test_python_cli_stops_asking_when_the_pause_is_decided_elsewhere(self):
+    def decided_elsewhere(self, cli):
         name = session()
-        pid, fd = self.spawn([sys.executable, CLI, "--url", server_url(), "--session", name,
-                              "decided elsewhere"])
+        pid, fd = self.spawn(cli + ["--url", server_url(), "--session", name, "decided elsewhere"])
         expect = self.expecting(fd)
         expect("confirm / modify / cancel / decide?")
         ack = ChatGateClient(server_url()).reply(name, "confirm")
@@ -791,10 +790,22 @@ class TerminalTests(unittest.TestCase):
         self.assertEqual(ack["chunk_type"], "confirmation_received")
         self.assertEqual(self.finish(pid, fd), 0)
 
+    def test_python_cli_stops_asking_when_the_pause_is_decided_elsewhere(self):
+        self.decided_elsewhere([sys.executable, CLI])
+
+    def test_js_cli_stops_asking_when_the_pause_is_decided_elsewhere(self):
+        self.decided_elsewhere(["node", self.js_cli()])
+
     def test_python_cli_asks_again_after_its_stream_broke_at_the_prompt(self):
+        self.broken_at_the_prompt([sys.executable, CLI])
+
+    def test_js_cli_asks_again_after_its_stream_broke_at_the_prompt(self):
+        self.broken_at_the_prompt(["node", self.js_cli()])
+
+    def broken_at_the_prompt(self, cli):
         proxy = CuttingProxy(server_url(), marker=b'"confirmation_request"', tail=2)
         self.addCleanup(proxy.close)
-        pid, fd = self.spawn([sys.executable, CLI, "--url", proxy.url, "broken at the prompt"])
+        pid, fd = self.spawn(cli + ["--url", proxy.url, "broken at the prompt"])
         expect = self.expecting(fd)
         expect("stopped waiting here", timeout=10)
         # Re-attached: the pause still waits, so it is asked again.
