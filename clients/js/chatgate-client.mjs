@@ -122,6 +122,11 @@ export const RESTART_ATTEMPTS = 30;
 export const RETRYABLE_REPLY_ERRORS = ['store_unavailable', 'owner_unavailable', 'shutting_down'];
 export const UNKNOWN_OUTCOME_STATUSES = [502, 504];
 export const REPLY_ATTEMPTS = 5;
+/** What `onConfirmation` returns when it gave up asking because its
+ * `signal` aborted: if the stream broke, the confirmation is asked again
+ * once re-attached (if it still waits); if it was decided elsewhere or
+ * ended, this is silence. */
+export const ASK_AGAIN = Symbol('ask again');
 
 /** Times `run()` re-attaches a broken stream without a chunk in between. */
 export const DEFAULT_REATTACH_ATTEMPTS = 3;
@@ -286,8 +291,8 @@ export class ChatGateClient {
    * If the stream breaks before its final chunk, the run is re-attached
    * (`Last-Event-ID`) up to `reattachAttempts` times in a row and goes on
    * where it broke; every chunk is still seen exactly once, but for a
-   * confirmation request given up on because its stream broke meanwhile:
-   * the re-attach shows it again, to be answered.
+   * confirmation request whose `onConfirmation` returned ASK_AGAIN because
+   * its stream broke meanwhile: the re-attach shows it again, to be answered.
    */
   async run(message, { sessionId, onChunk, onConfirmation, signal } = {}) {
     // Named here, not by the server, so a broken stream can be re-attached.
@@ -342,9 +347,9 @@ export class ChatGateClient {
             let broke = false;
             ahead = it.next();
             ahead.then(() => interrupted.abort(), () => { broke = true; interrupted.abort(); });
-            const sent = await this.#answer(chunk, sessionId, onChunk,
+            const again = await this.#answer(chunk, sessionId, onChunk,
               (c) => onConfirmation(c, { signal: interrupted.signal }));
-            if (!sent && broke && Number.isInteger(chunk.sequence)) {
+            if (again && broke && Number.isInteger(chunk.sequence)) {
               // Given up on because the stream broke: the re-attach shows
               // this request again, to ask it if it still waits.
               lastSeen = Math.min(lastSeen, chunk.sequence - 1);
@@ -391,14 +396,17 @@ export class ChatGateClient {
     return new RunResult(final, seen, status, sessionId);
   }
 
-  /** Asks `onConfirmation` and sends its reply; whether one was sent. */
+  /** Asks `onConfirmation` and sends its reply; whether it asked for
+   * ASK_AGAIN. */
   async #answer(chunk, sessionId, onChunk, onConfirmation) {
-    const answer = parseReply(await onConfirmation(chunk));
+    const given = await onConfirmation(chunk);
+    if (given === ASK_AGAIN) return true;
+    const answer = parseReply(given);
     if (!answer) return false;
     const confirmationId = chunk.confirmation_data?.confirmation_id;
     const ack = await this.reply(sessionId, answer[0], answer[1], { confirmationId, decisions: answer[2] });
     if (ack.chunk_type === 'error' && onChunk) await onChunk(ack);
-    return true;
+    return false;
   }
 }
 

@@ -7,7 +7,7 @@
 
 import { parseArgs } from 'node:util';
 import { createInterface } from 'node:readline/promises';
-import { ChatGateClient, ChatGateError, formatChunk, parseReply } from './chatgate-client.mjs';
+import { ASK_AGAIN, ChatGateClient, ChatGateError, formatChunk, parseReply } from './chatgate-client.mjs';
 
 const DEFAULT_URL = 'http://127.0.0.1:8080';
 /** Milliseconds the cancel sent on Ctrl-C may take. */
@@ -138,7 +138,10 @@ async function main(argv) {
       scripted = true;
       return withPlanned('confirm');
     }
-    if (interactive) return prompt(values.json ? process.stderr : out, data, options, signal);
+    if (interactive) {
+      const reply = await prompt(values.json ? process.stderr : out, data, options, signal);
+      return reply === null && signal?.aborted ? ASK_AGAIN : reply;
+    }
     if (values.wait) {
       process.stderr.write(`waiting for a decision from elsewhere (session ${sessionId}, ` +
         `until ${data.expires_at ?? 'the timeout'})\n`);

@@ -309,6 +309,13 @@ class ChunkStream:
         self.close()
 
 
+#: What ``on_confirmation`` returns when it gave up asking because the pause
+#: stopped waiting for it (see :attr:`ChatGateClient.pause_interrupted`): if
+#: the stream broke, the confirmation is asked again once re-attached (if it
+#: still waits); if it was decided elsewhere or ended, this is silence.
+ASK_AGAIN = object()
+
+
 class _ReadAhead:
     """A stream's chunks, read in a thread of their own while a confirmation
     is being answered, so that whoever answers can tell when the pause
@@ -494,9 +501,9 @@ class ChatGateClient:
         If the stream breaks before its final chunk, the run is re-attached
         (``Last-Event-ID``) up to ``reattach_attempts`` times in a row, and
         goes on where it broke; every chunk is still seen exactly once, but
-        for a ``confirmation_request`` whose answer was given up on because
-        its stream broke meanwhile (``on_confirmation`` returned None after
-        :attr:`pause_interrupted` was set): it comes again, to be answered.
+        for a ``confirmation_request`` whose ``on_confirmation`` returned
+        :data:`ASK_AGAIN` because its stream broke meanwhile: it comes again,
+        to be answered.
         """
         # Named here, not by the server, so a broken stream can be re-attached.
         session_id = session_id or str(uuid.uuid4())
@@ -527,8 +534,8 @@ class ChatGateClient:
                         if chunk.get("chunk_type") == "confirmation_request" and on_confirmation:
                             reader.watch()
                             self.pause_interrupted = reader.interrupted
-                            sent = self._answer(chunk, session_id, on_chunk, on_confirmation)
-                            if not sent and reader.broke and isinstance(sequence, int):
+                            again = self._answer(chunk, session_id, on_chunk, on_confirmation)
+                            if again and reader.broke and isinstance(sequence, int):
                                 # Given up on because the stream broke: the
                                 # re-attach replays this request, to ask again
                                 # if it still waits.
@@ -570,8 +577,11 @@ class ChatGateClient:
     pause_interrupted = threading.Event()
 
     def _answer(self, chunk, session_id, on_chunk, on_confirmation):
-        """Asks ``on_confirmation`` and sends its reply; whether one was sent."""
+        """Asks ``on_confirmation`` and sends its reply; whether it asked
+        for :data:`ASK_AGAIN`."""
         reply = on_confirmation(chunk)
+        if reply is ASK_AGAIN:
+            return True
         answer = parse_reply(reply)
         if answer is None:
             return False
@@ -580,7 +590,7 @@ class ChatGateClient:
                          reply_decisions(reply))
         if ack.get("chunk_type") == "error" and on_chunk:
             on_chunk(ack)
-        return True
+        return False
 
 
 # -- command line ------------------------------------------------------------
@@ -900,8 +910,9 @@ def main(argv=None):
             # ends the run then, and prompting on would ask for nothing.
             deadline = None if left is None else time.monotonic() + max(left, 0) + 1
             interrupted = client.pause_interrupted
-            return _prompt(chunk, lambda: _ask_until(deadline, interrupted),
-                           sys.stderr if args.json else out, interrupted)
+            reply = _prompt(chunk, lambda: _ask_until(deadline, interrupted),
+                            sys.stderr if args.json else out, interrupted)
+            return ASK_AGAIN if reply is None and interrupted.is_set() else reply
         if args.wait:
             data = chunk.get("confirmation_data") or {}
             sys.stderr.write("waiting for a decision from elsewhere (session %s, until %s)\n"

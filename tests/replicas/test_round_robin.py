@@ -221,9 +221,12 @@ def post(target, body, headers=()):
     return response
 
 
-def answer(target, session, action, headers=()):
+def answer(target, session, action, headers=(), confirmation_id=None):
     """A reply's status and its one chunk."""
-    response = post(target, {"message": "CONFIRM_ACTION:" + action, "session_id": session}, headers)
+    body = {"message": "CONFIRM_ACTION:" + action, "session_id": session}
+    if confirmation_id:
+        body["confirmation_id"] = confirmation_id
+    response = post(target, body, headers)
     body = response.read().decode()
     response.conn.close()
     data = [line[6:] for line in body.splitlines() if line.startswith("data: ")]
@@ -309,14 +312,19 @@ class RoundRobinTests(unittest.TestCase):
     def test_fifty_racing_replies_spread_over_three_replicas_have_one_winner(self):
         a = CLUSTER.replicas[0]
         session = new_session("race")
-        stream = pause_on(a, session)
+        stream = post(a, {"message": "build; ship", "session_id": session})
+        seen = read_until(stream, rb'"chunk_type":"confirmation_request"')
+        # Each reply names the pause it answers, as a careful client's does:
+        # a modify that wins opens a new round, which no late reply may take.
+        pause = re.search(rb'"confirmation_id":"([0-9a-f-]+)"', seen).group(1).decode()
         results = [None] * 50
         start = threading.Barrier(50)
 
         def reply(i):
             start.wait()
             action = ["confirm", "cancel", "modify:x"][i % 3]
-            status, chunk, _ = answer(CLUSTER.replicas[i % 3], session, action)
+            status, chunk, _ = answer(CLUSTER.replicas[i % 3], session, action,
+                                      confirmation_id=pause)
             results[i] = (status, chunk["chunk_type"], (chunk.get("metadata") or {}).get("error_type"))
 
         threads = [threading.Thread(target=reply, args=(i,)) for i in range(50)]
@@ -330,9 +338,10 @@ class RoundRobinTests(unittest.TestCase):
         losers = [r for r in results if r[0] != 200]
         self.assertEqual(len(winners), 1, results)
         self.assertEqual(winners[0][1], "confirmation_received")
-        # Too late: decided (409) while the run lives, or no pause (404)
-        # once it has ended.
-        late = {(409, "error", "already_decided"), (404, "error", "no_pending_confirmation")}
+        # Too late: decided (409) while the run lives, no pause (404) once it
+        # has ended, or (after a modify) a round that is not the one named.
+        late = {(409, "error", "already_decided"), (404, "error", "no_pending_confirmation"),
+                (409, "error", "stale_confirmation")}
         self.assertTrue(all(r in late for r in losers), losers)
         self.assertEqual(chunk_types(raw).count(b"confirmation_received"), 1)
         stream.conn.close()
