@@ -16,8 +16,12 @@
 //!   otherwise); its risk counts towards the plan's. Other steps stay
 //!   simulated. A reply's per-task decisions skip (reject), replace (respond)
 //!   or change the arguments of (edit) single steps.
+//! - [`ask`] reads a plan's leading `ask` steps as questions (#16); it is
+//!   not wired to the run yet: today such a step is an ordinary step.
 //!
 //! It keeps no state between runs.
+
+pub mod ask;
 
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;

@@ -1,0 +1,246 @@
+//! The planner's questions (#16), as text: a step `ask <id>: <question>?
+//! <a> | <b> | ...` is a question with those options (no `| ...` part: free
+//! text; `[multi]` right after the `?`: multi-select; without `<id>:` the
+//! ids are `q1`, `q2`, ... in order). The plan's leading `ask` steps, up to
+//! four, are asked together before anything else; the answers then replace
+//! `{<id>}` in the later steps, and a skip drops the steps that mention a
+//! skipped question. Planner questions allow other text and are required.
+//!
+//! Pure functions, not wired to the run yet.
+
+use serde_json::{Map, Value};
+
+use crate::protocol::question::{
+    check_questions, Question, QuestionOption, MAX_HEADER_CHARS, MAX_ID_CHARS, MAX_QUESTIONS,
+};
+
+/// The leading questions of a plan, and the steps that follow them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Asked {
+    pub questions: Vec<Question>,
+    pub steps: Vec<String>,
+}
+
+/// The rest of `step` after a leading `ask` word, if it is a question.
+fn ask_step(step: &str) -> Option<&str> {
+    let trimmed = step.trim_start();
+    let (word, rest) = trimmed.split_at(trimmed.find(char::is_whitespace)?);
+    word.eq_ignore_ascii_case("ask").then(|| rest.trim())
+}
+
+fn is_id(text: &str) -> bool {
+    !text.is_empty()
+        && text.chars().count() <= MAX_ID_CHARS
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// An option's id from its label: lower case, runs of other characters as
+/// `-`; `o<N>` when that leaves nothing or repeats an earlier one.
+fn option_id(label: &str, n: usize, taken: &[QuestionOption]) -> String {
+    let mut id = String::new();
+    for c in label.to_lowercase().chars() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            id.push(c);
+        } else if !id.ends_with('-') {
+            id.push('-');
+        }
+    }
+    let id: String = id.trim_matches('-').chars().take(MAX_ID_CHARS).collect();
+    if id.is_empty() || taken.iter().any(|o| o.id == id) {
+        format!("o{n}")
+    } else {
+        id
+    }
+}
+
+/// One `ask` step (its text after `ask`) as the `n`th question.
+fn question(rest: &str, n: usize) -> Question {
+    let (id, rest) = match rest.split_once(':') {
+        Some((id, after)) if is_id(id.trim()) => (id.trim().to_owned(), after.trim()),
+        _ => (format!("q{n}"), rest),
+    };
+    let (text, tail) = match rest.find('?') {
+        Some(at) => (&rest[..=at], rest[at + 1..].trim()),
+        None => (rest, ""),
+    };
+    let (multi_select, tail) = match tail.strip_prefix("[multi]") {
+        Some(after) => (true, after.trim()),
+        None => (false, tail),
+    };
+    let mut options = Vec::new();
+    for (i, label) in tail
+        .split('|')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .enumerate()
+    {
+        let id = option_id(label, i + 1, &options);
+        options.push(QuestionOption {
+            id,
+            label: label.to_owned(),
+            description: String::new(),
+        });
+    }
+    Question {
+        header: id.chars().take(MAX_HEADER_CHARS).collect(),
+        id,
+        question: text.trim().to_owned(),
+        options,
+        multi_select,
+        allow_other: true,
+        required: true,
+        schema: None,
+    }
+}
+
+/// The plan's leading `ask` steps as questions (at most four, checked
+/// against every bound), and the steps after them; `None` when the plan
+/// does not start with a question.
+pub fn leading_questions(steps: &[String]) -> Result<Option<Asked>, String> {
+    let asks: Vec<&str> = steps.iter().map_while(|s| ask_step(s)).collect();
+    if asks.is_empty() {
+        return Ok(None);
+    }
+    if asks.len() > MAX_QUESTIONS {
+        return Err(format!(
+            "a plan may start with at most {MAX_QUESTIONS} questions, not {}",
+            asks.len()
+        ));
+    }
+    let questions: Vec<Question> = asks
+        .iter()
+        .enumerate()
+        .map(|(i, rest)| question(rest, i + 1))
+        .collect();
+    check_questions(&questions).map_err(|err| err.to_string())?;
+    Ok(Some(Asked {
+        questions,
+        steps: steps[asks.len()..].to_vec(),
+    }))
+}
+
+/// An answer as it reads in a step: labels joined with `, `.
+fn as_text(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Array(items) => items.iter().map(as_text).collect::<Vec<_>>().join(", "),
+        other => other.to_string(),
+    }
+}
+
+/// The steps with `{<id>}` replaced by the answers; with `None` (a skip),
+/// or for a question left unanswered, the steps that mention it are
+/// dropped. Returns the steps kept and the steps dropped.
+pub fn apply_answers(
+    steps: &[String],
+    questions: &[Question],
+    answers: Option<&Map<String, Value>>,
+) -> (Vec<String>, Vec<String>) {
+    let mut kept = Vec::with_capacity(steps.len());
+    let mut dropped = Vec::new();
+    'steps: for step in steps {
+        let mut text = step.clone();
+        for q in questions {
+            let mark = format!("{{{}}}", q.id);
+            if !text.contains(&mark) {
+                continue;
+            }
+            match answers.and_then(|a| a.get(&q.id)) {
+                Some(answer) => text = text.replace(&mark, &as_text(answer)),
+                None => {
+                    dropped.push(step.clone());
+                    continue 'steps;
+                }
+            }
+        }
+        kept.push(text);
+    }
+    (kept, dropped)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::protocol::question::normalize_text;
+
+    fn steps(text: &str) -> Vec<String> {
+        crate::engine::planner::plan_steps(text)
+    }
+
+    #[test]
+    fn the_issue_s_example_asks_then_plans_with_the_answer() {
+        let plan = steps("ask region: which region? eu-west | us-east; deploy to {region}");
+        let asked = leading_questions(&plan).unwrap().unwrap();
+
+        let q = &asked.questions[0];
+        assert_eq!(q.id, "region");
+        assert_eq!(q.question, "which region?");
+        let ids: Vec<&str> = q.options.iter().map(|o| o.id.as_str()).collect();
+        assert_eq!(ids, ["eu-west", "us-east"]);
+        assert!(q.allow_other && q.required && !q.multi_select);
+        assert_eq!(asked.steps, ["deploy to {region}"]);
+
+        let answers = normalize_text(&asked.questions, "eu-west").unwrap();
+        let (kept, dropped) = apply_answers(&asked.steps, &asked.questions, Some(&answers));
+        assert_eq!(kept, ["deploy to eu-west"]);
+        assert!(dropped.is_empty());
+    }
+
+    #[test]
+    fn ids_default_to_q1_q2_free_text_and_multi_select_are_spelled_in_the_step() {
+        let plan = steps(
+            "ask what should the report cover?; \
+             ask which checks? [multi] Lint | Unit tests | Lint; \
+             ASK owner: who signs off?; write the report on {q1} checked by {q2} for {owner}",
+        );
+        let asked = leading_questions(&plan).unwrap().unwrap();
+
+        let ids: Vec<&str> = asked.questions.iter().map(|q| q.id.as_str()).collect();
+        assert_eq!(ids, ["q1", "q2", "owner"]);
+        assert!(asked.questions[0].options.is_empty(), "free text");
+        let checks = &asked.questions[1];
+        assert!(checks.multi_select);
+        let option_ids: Vec<&str> = checks.options.iter().map(|o| o.id.as_str()).collect();
+        assert_eq!(
+            option_ids,
+            ["lint", "unit-tests", "o3"],
+            "a repeated label gets its own id"
+        );
+
+        let answers = json!({"q1": "costs", "q2": ["Lint", "Unit tests"], "owner": "Ana"});
+        let (kept, _) = apply_answers(&asked.steps, &asked.questions, answers.as_object());
+        assert_eq!(
+            kept,
+            ["write the report on costs checked by Lint, Unit tests for Ana"]
+        );
+    }
+
+    #[test]
+    fn a_skip_drops_the_steps_that_mention_a_question() {
+        let plan = steps("ask region: where?; build; deploy to {region}; tell {nobody}");
+        let asked = leading_questions(&plan).unwrap().unwrap();
+        let (kept, dropped) = apply_answers(&asked.steps, &asked.questions, None);
+        assert_eq!(kept, ["build", "tell {nobody}"]);
+        assert_eq!(dropped, ["deploy to {region}"]);
+    }
+
+    #[test]
+    fn only_leading_asks_are_questions_and_their_bounds_hold() {
+        assert_eq!(leading_questions(&steps("build; ask why?")).unwrap(), None);
+        assert_eq!(leading_questions(&steps("asking around")).unwrap(), None);
+        let five = steps("ask a?; ask b?; ask c?; ask d?; ask e?");
+        assert!(leading_questions(&five).unwrap_err().contains("at most 4"));
+        let one_option = steps("ask pick? only");
+        assert!(leading_questions(&one_option)
+            .unwrap_err()
+            .contains("none or 2 to 8"));
+        let twice = steps("ask x: a?; ask x: b?");
+        assert!(leading_questions(&twice)
+            .unwrap_err()
+            .contains("used twice"));
+    }
+}
