@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::names::{meta, Action, CancelReason, ChunkType, ErrorType, RiskLevel};
+use super::names::{meta, Action, CancelReason, ChunkType, ErrorType, PauseKind, RiskLevel};
 
 /// Most tasks one plan may put to the user; a larger plan ends the run with
 /// `plan_too_large` before anything is asked.
@@ -90,6 +90,9 @@ pub struct TaskSpec {
 /// The `confirmation_data` object of a `confirmation_request` chunk.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConfirmationData {
+    /// Always `approval` here (questions are the other kind).
+    #[serde(default)]
+    pub kind: PauseKind,
     pub confirmation_id: String,
     pub confirmation_round: u32,
     pub tasks: Vec<TaskSpec>,

@@ -156,6 +156,26 @@ impl ErrorType {
     }
 }
 
+/// What kind of pause a `confirmation_data` holds: a plan to approve (a
+/// `confirmation_request`), or questions (an `input_request`, #16).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, EnumIter,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum PauseKind {
+    /// Stored records of older versions have no kind: they are approvals.
+    #[default]
+    Approval,
+    Question,
+}
+
+impl PauseKind {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
 /// An answer a user can give to a confirmation request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, EnumIter)]
 #[serde(rename_all = "snake_case")]

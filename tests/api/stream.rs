@@ -191,3 +191,29 @@ async fn the_chat_page_and_its_client_module_are_served() {
     assert_eq!(module_type, "text/javascript; charset=utf-8");
     assert!(js.contains("export class ChatGateClient"));
 }
+
+/// Pinned for clients that tell the kinds of pause apart (#16): a
+/// confirmation's data says `"kind": "approval"` on the wire.
+#[tokio::test]
+async fn a_confirmation_request_says_its_kind_is_approval() {
+    use futures_util::StreamExt;
+    let app = spawn_app().await;
+    let response = app.chat("kind", "one; two").await;
+    let mut body = response.bytes_stream();
+    let mut text = String::new();
+    let event = loop {
+        let piece = body.next().await.expect("open").expect("readable");
+        text.push_str(&String::from_utf8_lossy(&piece));
+        if let Some(at) = text.find("\"chunk_type\":\"confirmation_request\"") {
+            if let Some(end) = text[at..].find("\n\n") {
+                let start = text[..at].rfind("data: ").expect("a data line") + 6;
+                break text[start..at + end].to_owned();
+            }
+        }
+    };
+    let chunk: serde_json::Value = serde_json::from_str(&event).unwrap();
+
+    assert_eq!(chunk["confirmation_data"]["kind"], "approval");
+    let (status, _) = app.reply("kind", "CONFIRM_ACTION:cancel").await;
+    assert_eq!(status, 200);
+}

@@ -13,8 +13,8 @@ use crate::confirmation::decisions::TaskCheck;
 use crate::confirmation::slot::PendingDecision;
 use crate::confirmation::Decision;
 use crate::protocol::{
-    json_len, Action, CancelReason, Chunk, ConfirmationData, ErrorType, MAX_CONFIRMATION_BYTES,
-    MAX_PLAN_TASKS,
+    json_len, Action, CancelReason, Chunk, ConfirmationData, ErrorType, PauseKind,
+    MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
 use crate::run::outcome::RunError;
 use crate::run::plan::{Approval, Plan};
@@ -170,6 +170,7 @@ impl RunContext {
         let checks = TaskCheck::of(&plan.tasks, &self.settings.tools);
         let expires_at = SystemTime::now() + timeout;
         let data = ConfirmationData {
+            kind: PauseKind::Approval,
             confirmation_id: confirmation_id.clone(),
             confirmation_round: round,
             tasks: plan.tasks,
