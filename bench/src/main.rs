@@ -435,17 +435,29 @@ async fn open_paused(
     concurrency: usize,
     prefix: &'static str,
 ) -> io::Result<Held> {
+    open_with(addr, k, concurrency, prefix, |i, conn, id| (i, conn, id)).await
+}
+
+/// Opens `k` runs to their pause, `concurrency` at a time; `keep` says what
+/// is kept of each (its connection, or only its confirmation id).
+async fn open_with<T: Send + 'static>(
+    addr: &str,
+    k: usize,
+    concurrency: usize,
+    prefix: &'static str,
+    keep: fn(usize, Conn, [u8; 36]) -> T,
+) -> io::Result<Vec<T>> {
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..concurrency.min(k) {
         let (next, addr) = (next.clone(), addr.to_owned());
         tasks.push(tokio::spawn(async move {
-            let mut held = Vec::new();
+            let mut kept = Vec::new();
             let mut buf = Vec::with_capacity(128);
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= k {
-                    return Ok::<_, io::Error>(held);
+                    return Ok::<_, io::Error>(kept);
                 }
                 let mut conn = Conn::connect(&addr).await?;
                 session_json(&mut buf, prefix, i, "hold this");
@@ -461,7 +473,7 @@ async fn open_paused(
                         break event.confirmation_id.ok_or_else(|| err("no id"))?;
                     }
                 };
-                held.push((i, conn, id));
+                kept.push(keep(i, conn, id));
             }
         }));
     }
@@ -528,42 +540,11 @@ async fn open_detached(
     concurrency: usize,
     prefix: &'static str,
 ) -> io::Result<Vec<(usize, [u8; 36])>> {
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency.min(k) {
-        let (next, addr) = (next.clone(), addr.to_owned());
-        tasks.push(tokio::spawn(async move {
-            let mut opened = Vec::new();
-            let mut buf = Vec::with_capacity(128);
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= k {
-                    return Ok::<_, io::Error>(opened);
-                }
-                let mut conn = Conn::connect(&addr).await?;
-                session_json(&mut buf, prefix, i, "hold this");
-                if conn.post_chat(&buf).await? != 200 {
-                    return Err(err("open not 200"));
-                }
-                let id = loop {
-                    let event = conn
-                        .next_event()
-                        .await?
-                        .ok_or_else(|| err("ended before pause"))?;
-                    if event.kind == Kind::ConfirmationRequest {
-                        break event.confirmation_id.ok_or_else(|| err("no id"))?;
-                    }
-                };
-                drop(conn);
-                opened.push((i, id));
-            }
-        }));
-    }
-    let mut all = Vec::with_capacity(k);
-    for task in tasks {
-        all.extend(task.await.map_err(|e| err(&e.to_string()))??);
-    }
-    Ok(all)
+    open_with(addr, k, concurrency, prefix, |i, conn, id| {
+        drop(conn);
+        (i, id)
+    })
+    .await
 }
 
 /// `paused --detach`: what a paused run whose client went away costs.
