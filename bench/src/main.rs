@@ -562,14 +562,10 @@ async fn detached(
     let start = Instant::now();
     let opened = open_detached(addr, k, concurrency, "detached").await?;
     let open = start.elapsed();
-    // The server notices a client gone at its next keep-alive write or the
-    // one after (`--keep-alive 1s`), then lets the connection go.
+    // Time for the server to notice the last clients gone and let go.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let during = server_pid.and_then(rss_kib);
-    let per_run = match (before, during) {
-        (Some(b), Some(d)) => format!("{:.2} KiB/run", (d.saturating_sub(b)) as f64 / k as f64),
-        _ => "n/a (pass --server-pid)".to_owned(),
-    };
+    let per_run = per_run(before, during, k);
     // Every detached run still waits for its decision: a reply decides it.
     let start = Instant::now();
     let failures = confirm_detached(addr, opened, concurrency, "detached").await?;
@@ -618,6 +614,14 @@ async fn confirm_detached(
     Ok(failures.load(Ordering::Relaxed))
 }
 
+/// The server's RSS growth per run, from two samples.
+fn per_run(before: Option<u64>, during: Option<u64>, k: usize) -> String {
+    match (before, during) {
+        (Some(b), Some(d)) => format!("{:.2} KiB/run", (d.saturating_sub(b)) as f64 / k as f64),
+        _ => "n/a (pass --server-pid)".to_owned(),
+    }
+}
+
 fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
@@ -637,10 +641,7 @@ async fn paused(
     let open = start.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let during = server_pid.and_then(rss_kib);
-    let per_run = match (before, during) {
-        (Some(b), Some(d)) => format!("{:.2} KiB/run", (d.saturating_sub(b)) as f64 / k as f64),
-        _ => "n/a (pass --server-pid)".to_owned(),
-    };
+    let per_run = per_run(before, during, k);
     if hold_only {
         println!(
             "held k={k:<6} open {:>7.1} ms  RSS before {} KiB, held {} KiB  => {per_run}",
