@@ -3,14 +3,15 @@
 //! acts on what it records.
 //!
 //! Records (docs/tools.md has the schema): `proposed` (a plan put to the
-//! user), `decided` (the answer, per task, who and from where), `executed`
+//! user), `decided` (the answer, per task, who and from where), `asked`
+//! and `answered` (questions put to the user, and the reply), `executed`
 //! (a tool call: the arguments actually used, its outcome, the size and
 //! SHA-256 of its output), `ended` (how the run ended). Each has `event`,
 //! `at` (RFC 3339), `run_id` and `session_id` (as the client sent it).
 //!
 //! Fail closed, like an audit device that cannot write: a `proposed` record
-//! that cannot be written ends the run before anything is asked; a `decided`
-//! record that cannot be written refuses the reply (503
+//! (or `asked`) record that cannot be written ends the run before anything
+//! is asked; a `decided` (or `answered`) record that cannot be written refuses the reply (503
 //! `audit_unavailable`) and ends the run before any call runs. Until a write
 //! succeeds again, `/readyz` answers 503 naming the audit log.
 //!
@@ -26,8 +27,9 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
+use crate::protocol::question::Question;
 use crate::protocol::{Action, ChunkType, Decisions, RiskLevel, TaskSpec};
 
 /// The fields every record of a run carries. `run_id` counts runs in this
@@ -65,6 +67,29 @@ pub enum AuditRecord {
         round: u32,
         risk_level: RiskLevel,
         tasks: Vec<TaskSpec>,
+    },
+    /// Questions put to the user (an `input_request`), before they are asked.
+    Asked {
+        #[serde(flatten)]
+        run: RunFields,
+        /// Who asked: the API key's label.
+        key: String,
+        confirmation_id: String,
+        title: String,
+        questions: Vec<Question>,
+    },
+    /// A reply to questions (before the run acts on it): `answer` with the
+    /// normalized answers, `skip` or `cancel`.
+    Answered {
+        #[serde(flatten)]
+        run: RunFields,
+        confirmation_id: String,
+        action: Action,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        answers: Option<Map<String, Value>>,
+        /// Who answered: the API key's label, and the client's address.
+        key: String,
+        client: Option<String>,
     },
     /// A reply's decision (before the run acts on it).
     Decided {

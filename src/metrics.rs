@@ -18,7 +18,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::protocol::ErrorType;
+use crate::protocol::{ErrorType, PauseKind};
 
 type Labels = [(&'static str, &'static str); 2];
 
@@ -39,6 +39,7 @@ pub struct Metrics {
     active_runs: Gauge,
     detached_runs: Gauge,
     decisions: Family<Labels, Counter>,
+    pauses: Family<Labels, Counter>,
     errors: Family<[(&'static str, &'static str); 1], Counter>,
     confirmation_wait: Histogram,
     first_chunk: Histogram,
@@ -59,6 +60,7 @@ impl Metrics {
         let active_runs = Gauge::default();
         let detached_runs = Gauge::default();
         let decisions = Family::<Labels, Counter>::default();
+        let pauses = Family::<Labels, Counter>::default();
         let errors = Family::<[(&'static str, &'static str); 1], Counter>::default();
         // 10 ms .. ~1.4 h: a pause lasts from a scripted instant to a human's hour.
         let confirmation_wait = Histogram::new(exponential_buckets(0.01, 4.0, 10));
@@ -83,6 +85,11 @@ impl Metrics {
             "confirmation_decisions",
             "Decisions on confirmations by action (confirm, modify, cancel, timeout, superseded, client_gone, shutdown) and outcome (accepted, refused)",
             decisions.clone(),
+        );
+        registry.register(
+            "pauses",
+            "Pauses ended, by kind (approval, question) and outcome (confirm, modify, answer, skip, cancel, timeout, superseded, client_gone, shutdown)",
+            pauses.clone(),
         );
         registry.register(
             "detached_runs",
@@ -113,6 +120,7 @@ impl Metrics {
             active_runs,
             detached_runs,
             decisions,
+            pauses,
             errors,
             confirmation_wait,
             first_chunk,
@@ -128,6 +136,13 @@ impl Metrics {
     pub fn decision(&self, action: &'static str, outcome: &'static str) {
         self.decisions
             .get_or_create(&[("action", action), ("outcome", outcome)])
+            .inc();
+    }
+
+    /// A pause of `kind` ended with `outcome` (an action or a cancel reason).
+    pub fn pause_ended(&self, kind: PauseKind, outcome: &'static str) {
+        self.pauses
+            .get_or_create(&[("kind", kind.as_str()), ("outcome", outcome)])
             .inc();
     }
 

@@ -17,12 +17,15 @@
 //! A [`RunSlot`] is the registry entry's owner: dropping it removes the entry
 //! (only if the entry still belongs to that run, since a superseding run may
 //! have taken the session). Completion, cancel, timeout, supersede, client gone
-//! and shutdown all end the run task, and so all free the entry the same way.//!
+//! and shutdown all end the run task, and so all free the entry the same way.
+//!
 //! # Files
 //! Each file adds to the types defined here: [`slot`] the run's side (pause,
 //! wait, settle, free), [`ticket`] a decision on its way (deliver, fail,
-//! withdraw), [`decisions`] the per-task decisions a confirm may carry.
+//! withdraw), [`decisions`] the per-task decisions a confirm may carry,
+//! [`answers`] the answers an answer to questions carries.
 
+pub mod answers;
 pub mod decisions;
 pub mod slot;
 pub mod ticket;
@@ -34,9 +37,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
+use serde_json::{Map, Value};
+
+use self::answers::check_answers;
 use self::decisions::{check_decisions, TaskCheck};
+use crate::protocol::question::Question;
 use crate::protocol::{
-    Action, CancelReason, Decisions, ErrorType, ReplyMessage, TaskDecisionRequest,
+    Action, CancelReason, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
     MAX_MODIFY_TEXT_BYTES,
 };
 use crate::session::SessionKey;
@@ -47,6 +54,10 @@ pub enum Decision {
     /// With the verdict for every task (approved unless said otherwise).
     Confirm(Decisions),
     Modify(String),
+    /// The answers to a question pause, normalized (see [`crate::protocol::question`]).
+    Answer(Map<String, Value>),
+    /// A question pause declined.
+    Skip,
     /// `CancelReason::User` for a `cancel` reply, otherwise why the run stopped.
     Cancel(CancelReason),
     /// The decision could not be acted on (the audit log could not record
@@ -139,6 +150,8 @@ pub enum DecideError {
     Stale,
     #[error("{0}")]
     InvalidDecision(String),
+    #[error("{0}")]
+    InvalidAnswer(String),
     #[error(
         "an earlier reply to this confirmation has an outcome that is not known yet (the \
          store did not answer in time); it is being settled: retry in a moment"
@@ -168,9 +181,30 @@ pub struct Accepted {
     pub run_id: u64,
     /// For a confirm: the verdict for every task.
     pub decisions: Option<Decisions>,
+    /// For an answer: the normalized answers.
+    pub answers: Option<Map<String, Value>>,
+    pub kind: PauseKind,
     /// The run's id in a durable store, if its pause is kept there.
     pub stored: Option<Arc<str>>,
     pub ticket: DecisionTicket,
+}
+
+/// What a pause asks, to check the replies to it against.
+#[derive(Debug, Clone)]
+pub enum Asking {
+    /// A plan: one check per task, in order (task `index` is position + 1).
+    Plan(Arc<[TaskCheck]>),
+    /// Questions: an answer must fit them.
+    Questions(Arc<[Question]>),
+}
+
+impl Asking {
+    pub fn kind(&self) -> PauseKind {
+        match self {
+            Asking::Plan(_) => PauseKind::Approval,
+            Asking::Questions(_) => PauseKind::Question,
+        }
+    }
 }
 
 /// What [`ConfirmationManager::begin_run`] found on the session.
@@ -312,8 +346,7 @@ struct Pause {
     confirmation_id: String,
     round: u32,
     options: Vec<Action>,
-    /// One per task, in order (task `index` is position + 1).
-    tasks: Arc<[TaskCheck]>,
+    asking: Asking,
     /// The run's id in a durable store, when this pause is kept there: its
     /// decision must be recorded there before the run acts on it.
     stored: Option<Arc<str>>,
@@ -399,14 +432,16 @@ impl ConfirmationManager {
         }))
     }
 
-    /// Applies a user's reply (and its per-task `decisions`) to the pause of
-    /// `session_id`. A refused reply leaves the pause exactly as it was.
+    /// Applies a user's reply (and its per-task `decisions`, or its
+    /// `answers`) to the pause of `session_id`. A refused reply leaves the
+    /// pause exactly as it was.
     pub fn decide(
         &self,
         key: &SessionKey,
         reply: &ReplyMessage,
         confirmation_id: Option<&str>,
         decisions: Option<&[TaskDecisionRequest]>,
+        answers: Option<&Map<String, Value>>,
     ) -> Result<Accepted, DecideError> {
         let mut registry = self.lock();
         let pause = registry
@@ -430,8 +465,26 @@ impl ConfirmationManager {
         if confirmation_id.is_some_and(|id| id != pause.confirmation_id) {
             return Err(DecideError::Stale);
         }
-        let verdicts = check_decisions(action, decisions, &pause.tasks)
-            .map_err(DecideError::InvalidDecision)?;
+        let (verdicts, answers) = match &pause.asking {
+            Asking::Plan(tasks) => {
+                if answers.is_some() {
+                    return Err(DecideError::InvalidAnswer(
+                        "answers go with `answer` to questions; this pause is a confirmation \
+                         request"
+                            .to_owned(),
+                    ));
+                }
+                let verdicts = check_decisions(action, decisions, tasks)
+                    .map_err(DecideError::InvalidDecision)?;
+                (verdicts, None)
+            }
+            Asking::Questions(questions) => {
+                check_decisions(action, decisions, &[]).map_err(DecideError::InvalidDecision)?;
+                let answers = check_answers(action, reply.text.as_deref(), answers, questions)
+                    .map_err(DecideError::InvalidAnswer)?;
+                (None, answers)
+            }
+        };
         if pause.stop.is_cancelled() {
             // The run was told to stop: the stop decides this pause.
             return Err(DecideError::AlreadyDecided);
@@ -446,9 +499,12 @@ impl ConfirmationManager {
             Action::Confirm => Decision::Confirm(verdicts.clone().unwrap_or_default()),
             Action::Modify => Decision::Modify(text.to_owned()),
             Action::Cancel => Decision::Cancel(CancelReason::User),
+            Action::Answer => Decision::Answer(answers.clone().unwrap_or_default()),
+            Action::Skip => Decision::Skip,
         };
         let (confirmation_id, confirmation_round) = (pause.confirmation_id.clone(), pause.round);
         let stored = pause.stored.clone();
+        let kind = pause.asking.kind();
         let run_id = registry.sessions.get(key).map_or(0, |entry| entry.run_id);
         Ok(Accepted {
             action,
@@ -456,6 +512,8 @@ impl ConfirmationManager {
             confirmation_round,
             run_id,
             decisions: verdicts,
+            answers,
+            kind,
             stored,
             ticket: DecisionTicket {
                 decide_tx: Some(decide_tx),

@@ -9,8 +9,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::decisions::TaskCheck;
-use super::{Decision, Pause, RunSlot};
+use super::{Asking, Decision, Pause, RunSlot};
 use crate::protocol::{Action, CancelReason};
 use crate::session::SessionKey;
 
@@ -40,7 +39,7 @@ impl RunSlot {
         confirmation_id: String,
         round: u32,
         options: Vec<Action>,
-        tasks: Arc<[TaskCheck]>,
+        asking: Asking,
         stored: Option<Arc<str>>,
         stop: CancellationToken,
     ) -> Result<PendingDecision, CancelReason> {
@@ -52,7 +51,7 @@ impl RunSlot {
                     confirmation_id,
                     round,
                     options,
-                    tasks,
+                    asking,
                     stored,
                     decide_tx: Some(decide_tx),
                     settling: None,

@@ -16,8 +16,11 @@
 //!   otherwise); its risk counts towards the plan's. Other steps stay
 //!   simulated. A reply's per-task decisions skip (reject), replace (respond)
 //!   or change the arguments of (edit) single steps.
-//! - [`ask`] reads a plan's leading `ask` steps as questions (#16); it is
-//!   not wired to the run yet: today such a step is an ordinary step.
+//! - A plan that starts with `ask` steps (see [`ask`]) asks them first, as
+//!   one `input_request`: the answers replace `{<id>}` in the later steps
+//!   (a skip drops the steps that mention a question, with a `status`
+//!   chunk saying which), and the plan that results is confirmed as usual.
+//!   An `ask` step is never a tool call.
 //!
 //! It keeps no state between runs.
 
@@ -31,7 +34,7 @@ use crate::protocol::{meta, ChunkType, ErrorType, RiskLevel, TaskSpec, Verdict};
 use crate::run::context::RunContext;
 use crate::run::engine::Engine;
 use crate::run::outcome::{Completion, RunError};
-use crate::run::plan::{Approval, Plan};
+use crate::run::plan::{Answers, Approval, Plan, Questions, Resumed};
 use crate::tools::{ToolOutcome, Tools};
 
 /// The planner engine; stateless, so one value serves every run.
@@ -46,18 +49,20 @@ impl Engine for PlannerEngine {
     fn run<'a>(&'a self, ctx: &'a mut RunContext) -> BoxFuture<'a, Result<Completion, RunError>> {
         async move {
             let message = ctx.message().trim().to_owned();
+            let steps = plan_steps(&message);
+            let asked = ask::leading_questions(&steps).map_err(|why| RunError::Failed {
+                error_type: ErrorType::InvalidQuestions,
+                message: format!("the plan's questions cannot be asked: {why}"),
+            })?;
+            if let Some(asked) = asked {
+                // Boxed: a question pause holds only what it needs.
+                let answers = Box::pin(ctx.ask(questions(&asked, &steps, ctx.durable()))).await?;
+                return after_answers(ctx, asked, answers).await;
+            }
             if message.ends_with('?') {
                 answer(ctx, &message).await
             } else {
-                let steps = plan_steps(&message);
-                let init = ctx
-                    .chunk(
-                        ChunkType::TaskInit,
-                        format!("Planning {} step(s)", steps.len()),
-                    )
-                    .with_meta(meta::TOTAL_TASKS, steps.len());
-                ctx.send(init).await?;
-                carry_out(ctx, steps, None).await
+                plan_and_carry_out(ctx, steps).await
             }
         }
         .boxed()
@@ -69,11 +74,81 @@ impl Engine for PlannerEngine {
         &'a self,
         ctx: &'a mut RunContext,
         state: Value,
-        approval: Approval,
+        resumed: Resumed,
     ) -> Option<BoxFuture<'a, Result<Completion, RunError>>> {
         let steps: Vec<String> = serde_json::from_value(state.get("steps")?.clone()).ok()?;
-        Some(async move { carry_out(ctx, steps, Some(approval)).await }.boxed())
+        match resumed {
+            Resumed::Approval(approval) => {
+                Some(async move { carry_out(ctx, steps, Some(approval)).await }.boxed())
+            }
+            // Paused on its leading questions: `steps` are the message's.
+            Resumed::Answers(answers) => {
+                let asked = ask::leading_questions(&steps).ok()??;
+                Some(async move { after_answers(ctx, asked, answers).await }.boxed())
+            }
+        }
     }
+}
+
+/// The `input_request` of a plan's leading questions; its state (kept by a
+/// durable store) is the message's steps, questions included.
+fn questions(asked: &ask::Asked, steps: &[String], durable: bool) -> Questions {
+    let title = match asked.questions.as_slice() {
+        [one] => one.question.clone(),
+        many => format!("{} questions before the plan", many.len()),
+    };
+    Questions {
+        title,
+        questions: asked.questions.clone(),
+        state: durable.then(|| json!({ "steps": steps })),
+    }
+}
+
+/// Goes on after the plan's questions: the answers put into the steps (a
+/// skip drops the steps that need one), then the plan as usual.
+async fn after_answers(
+    ctx: &mut RunContext,
+    asked: ask::Asked,
+    answers: Answers,
+) -> Result<Completion, RunError> {
+    let given = match &answers {
+        Answers::Given(given) => Some(given),
+        Answers::Skipped => None,
+    };
+    let (steps, dropped) = ask::apply_answers(&asked.steps, &asked.questions, given);
+    if !dropped.is_empty() {
+        let text = format!(
+            "Dropped {} step(s) that needed an answer: {}",
+            dropped.len(),
+            dropped.join("; ")
+        );
+        ctx.emit(ChunkType::Status, text).await?;
+    }
+    if steps.is_empty() {
+        let mut metadata = Map::new();
+        metadata.insert(meta::TASKS_COMPLETED.to_owned(), Value::from(0));
+        return Ok(Completion {
+            text: "Nothing left to do: no step remains to carry out.".to_owned(),
+            metadata,
+        });
+    }
+    plan_and_carry_out(ctx, steps).await
+}
+
+/// Announces the plan of `steps` (`task_init`), then asks for it and
+/// carries it out.
+async fn plan_and_carry_out(
+    ctx: &mut RunContext,
+    steps: Vec<String>,
+) -> Result<Completion, RunError> {
+    let init = ctx
+        .chunk(
+            ChunkType::TaskInit,
+            format!("Planning {} step(s)", steps.len()),
+        )
+        .with_meta(meta::TOTAL_TASKS, steps.len());
+    ctx.send(init).await?;
+    carry_out(ctx, steps, None).await
 }
 
 async fn answer(ctx: &mut RunContext, question: &str) -> Result<Completion, RunError> {

@@ -104,6 +104,7 @@ async fn chat(
             reply,
             confirmation_id,
             decisions,
+            answers,
         } => {
             access_log::note_session(req, &session_id);
             let refused = |err: ChatError| Refusal::new(err, &session_id);
@@ -118,6 +119,7 @@ async fn chat(
                 message: &reply,
                 confirmation_id: confirmation_id.as_deref(),
                 decisions: decisions.as_deref(),
+                answers: answers.as_ref(),
                 client: client.as_deref(),
                 not_after,
             };

@@ -116,6 +116,7 @@ impl ChatError {
                 }
                 DecideError::Stale => (S::CONFLICT, T::StaleConfirmation),
                 DecideError::InvalidDecision(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidDecision),
+                DecideError::InvalidAnswer(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidAnswer),
                 DecideError::AlreadyDecided => (S::CONFLICT, T::AlreadyDecided),
                 DecideError::Settling => (S::SERVICE_UNAVAILABLE, T::StoreUnavailable),
             },

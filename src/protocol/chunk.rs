@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::names::{meta, Action, CancelReason, ChunkType, ErrorType, PauseKind, RiskLevel};
+use super::question::Question;
 
 /// Most tasks one plan may put to the user; a larger plan ends the run with
 /// `plan_too_large` before anything is asked.
@@ -106,6 +107,30 @@ pub struct ConfirmationData {
     pub last_round: bool,
 }
 
+/// The `confirmation_data` object of an `input_request` chunk: questions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuestionData {
+    /// Always `question`.
+    pub kind: PauseKind,
+    pub confirmation_id: String,
+    pub title: String,
+    pub questions: Vec<Question>,
+    /// Always `answer`, `skip`, `cancel`.
+    pub options: Vec<Action>,
+    pub timeout_seconds: u64,
+    /// RFC 3339, UTC.
+    pub expires_at: String,
+}
+
+/// Whatever pause a chunk's `confirmation_data` holds: a plan to approve or
+/// questions. Read back, an object with `questions` is a question pause.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PauseData {
+    Question(QuestionData),
+    Approval(ConfirmationData),
+}
+
 /// One JSON object on the stream, written as one `data:` line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Chunk {
@@ -114,7 +139,7 @@ pub struct Chunk {
     pub finished: bool,
     pub chunk_type: ChunkType,
     pub metadata: Map<String, Value>,
-    pub confirmation_data: Option<ConfirmationData>,
+    pub confirmation_data: Option<PauseData>,
     pub requires_response: bool,
     pub stream_paused: bool,
     pub sequence: u64,
@@ -138,6 +163,22 @@ impl Chunk {
             requires_response: false,
             stream_paused: false,
             sequence,
+        }
+    }
+
+    /// The plan of a `confirmation_request`.
+    pub fn approval(&self) -> Option<&ConfirmationData> {
+        match &self.confirmation_data {
+            Some(PauseData::Approval(data)) => Some(data),
+            _ => None,
+        }
+    }
+
+    /// The questions of an `input_request`.
+    pub fn questions(&self) -> Option<&QuestionData> {
+        match &self.confirmation_data {
+            Some(PauseData::Question(data)) => Some(data),
+            _ => None,
         }
     }
 
@@ -189,9 +230,41 @@ impl Chunk {
         if data.last_round {
             chunk = chunk.with_meta(meta::LAST_ROUND, true);
         }
-        chunk.confirmation_data = Some(data);
+        chunk.confirmation_data = Some(PauseData::Approval(data));
         chunk.requires_response = true;
         chunk.stream_paused = true;
+        chunk
+    }
+
+    /// `input_request`: the run pauses on questions.
+    pub fn input_request(session_id: &str, data: QuestionData) -> Chunk {
+        let mut chunk = Chunk::new(ChunkType::InputRequest, &*data.title, session_id, 0)
+            .with_meta(meta::CONFIRMATION_ID, data.confirmation_id.as_str())
+            .with_meta(meta::KIND, data.kind.as_str())
+            .with_meta(meta::TIMEOUT_SECONDS, data.timeout_seconds)
+            .with_meta(meta::TOTAL_QUESTIONS, data.questions.len());
+        chunk.confirmation_data = Some(PauseData::Question(data));
+        chunk.requires_response = true;
+        chunk.stream_paused = true;
+        chunk
+    }
+
+    /// `confirmation_received` of a question pause: its action and, for
+    /// `answer`, the normalized answers.
+    pub fn questions_answered(
+        session_id: &str,
+        text: String,
+        action: Action,
+        confirmation_id: &str,
+        answers: Option<&Map<String, Value>>,
+    ) -> Chunk {
+        let mut chunk = Chunk::new(ChunkType::ConfirmationReceived, text, session_id, 0)
+            .with_meta(meta::ACTION, action.as_str())
+            .with_meta(meta::CONFIRMATION_ID, confirmation_id)
+            .with_meta(meta::KIND, PauseKind::Question.as_str());
+        if let Some(answers) = answers {
+            chunk = chunk.with_meta(meta::ANSWERS, Value::Object(answers.clone()));
+        }
         chunk
     }
 

@@ -7,7 +7,7 @@
 //! - [`names`]: the spelling of every chunk type, metadata key, error type,
 //!   action and cancel reason.
 //! - [`question`]: questions, the second kind of pause: their bounds, and
-//!   how answers are matched and normalized (not on the wire yet).
+//!   how answers are matched and normalized.
 //!
 //! SSE framing lives in [`crate::sse`]; what the server does with a valid
 //! request lives in [`crate::http`] and [`crate::run`].
@@ -18,8 +18,8 @@ pub mod question;
 pub mod request;
 
 pub use chunk::{
-    json_len, Chunk, ConfirmationData, Decisions, TaskDecision, TaskSpec, Verdict,
-    MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
+    json_len, Chunk, ConfirmationData, Decisions, PauseData, QuestionData, TaskDecision, TaskSpec,
+    Verdict, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
 pub use names::{meta, Action, CancelReason, ChunkType, ErrorType, PauseKind, RiskLevel};
 pub use request::{

@@ -8,6 +8,9 @@ use strum::{EnumIter, IntoStaticStr};
 /// Metadata keys, spelled once.
 pub mod meta {
     pub const ACTION: &str = "action";
+    pub const ANSWERS: &str = "answers";
+    pub const KIND: &str = "kind";
+    pub const TOTAL_QUESTIONS: &str = "total_questions";
     pub const DECISIONS: &str = "decisions";
     pub const DURATION_MS: &str = "duration_ms";
     pub const ERROR: &str = "error";
@@ -42,6 +45,8 @@ pub enum ChunkType {
     Content,
     ToolOutput,
     ConfirmationRequest,
+    /// A question pause (#16).
+    InputRequest,
     ConfirmationReceived,
     Completion,
     Cancelled,
@@ -123,6 +128,10 @@ pub enum ErrorType {
     InvalidToolArgs,
     /// A reply's `decisions` do not fit the pending confirmation (422).
     InvalidDecision,
+    /// A reply's answer does not fit the pending questions (422).
+    InvalidAnswer,
+    /// An engine's questions break a bound of a question pause; nothing was asked.
+    InvalidQuestions,
     /// The audit log cannot be written: nothing runs (fail closed).
     AuditUnavailable,
     /// The model kept calling tools past the calls a run may make.
@@ -176,7 +185,8 @@ impl PauseKind {
     }
 }
 
-/// An answer a user can give to a confirmation request.
+/// A reply a user can give to a pause: `confirm`, `modify`, `cancel` to a
+/// confirmation request; `answer`, `skip`, `cancel` to questions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, EnumIter)]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
@@ -184,11 +194,15 @@ pub enum Action {
     Confirm,
     Modify,
     Cancel,
+    Answer,
+    Skip,
 }
 
 impl Action {
-    /// Every action, in the order offered by default.
+    /// What a confirmation request offers, in order (its last round: no modify).
     pub const ALL: [Action; 3] = [Action::Confirm, Action::Modify, Action::Cancel];
+    /// What a question pause offers, always.
+    pub const QUESTION: [Action; 3] = [Action::Answer, Action::Skip, Action::Cancel];
 
     pub fn as_str(self) -> &'static str {
         self.into()
@@ -196,7 +210,8 @@ impl Action {
 
     /// Parses an already trimmed, lower-cased action word.
     pub fn from_word(word: &str) -> Option<Action> {
-        Action::ALL.into_iter().find(|a| a.as_str() == word)
+        use strum::IntoEnumIterator;
+        Action::iter().find(|a| a.as_str() == word)
     }
 }
 

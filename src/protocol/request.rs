@@ -4,7 +4,7 @@
 //! documented order, before any state is consulted.
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// The chat endpoint's path.
 pub const CHAT_PATH: &str = "/api/v1/chat/stream";
@@ -28,6 +28,8 @@ pub struct ChatRequest {
     pub confirmation_id: Option<String>,
     /// A reply's decisions per task (see [`TaskDecisionRequest`]).
     pub decisions: Option<Vec<TaskDecisionRequest>>,
+    /// An `answer` reply's answers to a question pause: `{"<question id>": value}`.
+    pub answers: Option<Map<String, Value>>,
 }
 
 /// One entry of a reply's `decisions`, as sent: checked against the pending
@@ -57,6 +59,7 @@ pub enum ValidRequest {
         reply: ReplyMessage,
         confirmation_id: Option<String>,
         decisions: Option<Vec<TaskDecisionRequest>>,
+        answers: Option<Map<String, Value>>,
     },
     /// `Last-Event-ID`: re-attach to the run of `session_id` after `last_seen`.
     Reattach { session_id: String, last_seen: u64 },
@@ -128,6 +131,7 @@ impl ChatRequest {
                     reply,
                     confirmation_id: self.confirmation_id,
                     decisions: self.decisions,
+                    answers: self.answers,
                 })
             }
         }
@@ -277,6 +281,7 @@ mod tests {
             session_id: session.map(str::to_owned),
             confirmation_id: None,
             decisions: None,
+            answers: None,
         }
     }
 

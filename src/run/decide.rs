@@ -14,12 +14,14 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use serde_json::{Map, Value};
+
 use super::Runs;
 use crate::audit::{self, AuditLog, AuditRecord};
 use crate::cluster::SETTLE_RETRY;
 use crate::confirmation::{Accepted, DecideError};
 use crate::protocol::{
-    Action, CancelReason, Chunk, Decisions, ErrorType, ReplyMessage, TaskDecisionRequest,
+    Action, CancelReason, Chunk, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
 };
 use crate::session::SessionKey;
 use crate::store::{Fault, Resolution, StoredDecision};
@@ -32,6 +34,8 @@ pub struct Reply<'a> {
     pub confirmation_id: Option<&'a str>,
     /// Its per-task decisions (with `confirm`).
     pub decisions: Option<&'a [TaskDecisionRequest]>,
+    /// Its answers to questions (with `answer`).
+    pub answers: Option<&'a Map<String, Value>>,
     /// Where it came from, for the audit log.
     pub client: Option<&'a str>,
     /// A forwarded reply's deadline: its forwarding replica gives up then,
@@ -81,11 +85,23 @@ pub struct Decided {
     pub confirmation_id: String,
     pub round: u32,
     pub decisions: Option<Decisions>,
+    pub answers: Option<Map<String, Value>>,
+    pub kind: PauseKind,
 }
 
 impl Decided {
     /// The reply's own stream: one final `confirmation_received` chunk.
     pub fn acknowledgement(&self, session_id: &str) -> Chunk {
+        if self.kind == PauseKind::Question {
+            return Chunk::questions_answered(
+                session_id,
+                format!("Received {}", self.action.as_str()),
+                self.action,
+                &self.confirmation_id,
+                self.answers.as_ref(),
+            )
+            .finished();
+        }
         Chunk::confirmation_received(
             session_id,
             format!("Received {}", self.action.as_str()),
@@ -111,14 +127,20 @@ impl Runs {
         {
             return Err(ReplyError::Late);
         }
-        let accepted =
-            self.manager
-                .decide(key, reply.message, reply.confirmation_id, reply.decisions)?;
+        let accepted = self.manager.decide(
+            key,
+            reply.message,
+            reply.confirmation_id,
+            reply.decisions,
+            reply.answers,
+        )?;
         let decided = Decided {
             action: accepted.action,
             confirmation_id: accepted.confirmation_id.clone(),
             round: accepted.confirmation_round,
             decisions: accepted.decisions.clone(),
+            answers: accepted.answers.clone(),
+            kind: accepted.kind,
         };
         let recorder = Recorder {
             key: key.clone(),
@@ -129,12 +151,13 @@ impl Runs {
             return recorder.audit_and_deliver(accepted).await.map(|()| decided);
         };
         let reason = (accepted.action == Action::Cancel).then_some(CancelReason::User);
-        let decision = StoredDecision::new(
+        let mut decision = StoredDecision::new(
             accepted.action,
             &accepted.confirmation_id,
             accepted.decisions.clone(),
             reason,
         );
+        decision.answers = accepted.answers.clone();
         let Err(err) = self
             .settings
             .store
@@ -195,18 +218,30 @@ impl Recorder {
             accepted.ticket.deliver();
             return Ok(());
         };
-        let record = AuditRecord::Decided {
-            run: audit::RunFields::new(
-                accepted.run_id,
-                &self.key.session_id,
-                accepted.stored.as_deref(),
-            ),
-            confirmation_id: accepted.confirmation_id,
-            round: accepted.confirmation_round,
-            action: accepted.action,
-            decisions: accepted.decisions,
-            key: crate::session::owner_label(self.key.owner),
-            client: self.client,
+        let run = audit::RunFields::new(
+            accepted.run_id,
+            &self.key.session_id,
+            accepted.stored.as_deref(),
+        );
+        let key = crate::session::owner_label(self.key.owner);
+        let record = match accepted.kind {
+            PauseKind::Approval => AuditRecord::Decided {
+                run,
+                confirmation_id: accepted.confirmation_id,
+                round: accepted.confirmation_round,
+                action: accepted.action,
+                decisions: accepted.decisions,
+                key,
+                client: self.client,
+            },
+            PauseKind::Question => AuditRecord::Answered {
+                run,
+                confirmation_id: accepted.confirmation_id,
+                action: accepted.action,
+                answers: accepted.answers,
+                key,
+                client: self.client,
+            },
         };
         let ticket = accepted.ticket;
         // A task of its own: a client that goes away while the record is

@@ -52,7 +52,7 @@ pub(super) async fn drive_restored(
         Err(err) => Err(err),
     };
     let result = match resumed {
-        Ok(approval) => match engine.resume(&mut ctx, record.state, approval) {
+        Ok(resumed) => match engine.resume(&mut ctx, record.state, resumed) {
             Some(going_on) => AssertUnwindSafe(going_on)
                 .catch_unwind()
                 .await

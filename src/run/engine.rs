@@ -1,7 +1,7 @@
 //! The seam between a run and whatever produces its answer: the [`Engine`]
 //! trait an engine implements, and the types it speaks with its
 //! [`RunContext`]: the [`Plan`](super::plan::Plan) it puts to the
-//! user, the [`Approval`] it gets back, how it ends ([`Completion`] or
+//! user, the [`Approval`](super::plan::Approval) it gets back, how it ends ([`Completion`] or
 //! [`RunError`]).
 //!
 //! An engine drives one run: it streams chunks (token by token if it likes),
@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::context::RunContext;
 use super::outcome::{Completion, RunError};
-use super::plan::Approval;
+use super::plan::Resumed;
 
 /// A chat engine. One instance serves every run; it is shared across threads.
 pub trait Engine: Send + Sync + 'static {
@@ -29,16 +29,17 @@ pub trait Engine: Send + Sync + 'static {
     }
 
     /// Goes on with a run restored from a store: `state` is what the engine
-    /// put in [`Plan::state`](crate::run::Plan::state) when it paused, `approval` the decision taken
-    /// since. `None`: this engine cannot restore a run (then its paused runs
+    /// put in [`Plan::state`](crate::run::Plan::state) (or
+    /// [`Questions::state`](crate::run::plan::Questions::state)) when it
+    /// paused, `resumed` the decision taken since. `None`: this engine cannot restore a run (then its paused runs
     /// are not stored, and end at shutdown as without a store).
     fn resume<'a>(
         &'a self,
         ctx: &'a mut RunContext,
         state: Value,
-        approval: Approval,
+        resumed: Resumed,
     ) -> Option<BoxFuture<'a, Result<Completion, RunError>>> {
-        let _ = (ctx, state, approval);
+        let _ = (ctx, state, resumed);
         None
     }
 }

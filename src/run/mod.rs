@@ -40,7 +40,7 @@ pub mod stream;
 pub use self::context::RunContext;
 pub use self::engine::Engine;
 pub use self::outcome::{Completion, RunError};
-pub use self::plan::{Approval, Plan};
+pub use self::plan::{Answers, Approval, Plan, Questions, Resumed};
 
 use std::sync::Arc;
 

@@ -1,9 +1,11 @@
-//! What an engine puts to the user ([`Plan`]) and what it hears back
-//! ([`Approval`]; a cancel, a timeout and every other stop arrive as
+//! What an engine puts to the user (a [`Plan`] to approve, [`Questions`]
+//! to answer) and what it hears back ([`Approval`], [`Answers`]; a cancel,
+//! a timeout and every other stop arrive as
 //! [`RunError::Cancelled`](super::outcome::RunError::Cancelled)).
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
+use crate::protocol::question::Question;
 use crate::protocol::{Decisions, RiskLevel, TaskSpec};
 
 /// A plan put to the user.
@@ -25,4 +27,34 @@ pub enum Approval {
     /// answered by the user (`decisions` of the reply).
     Confirm(Decisions),
     Modify(String),
+}
+
+/// Questions put to the user (an `input_request`): 1 to 4, checked against
+/// the bounds of [`crate::protocol::question`] before anything is asked.
+#[derive(Debug, Clone)]
+pub struct Questions {
+    /// The `chunk` text and the `title` of the request.
+    pub title: String,
+    pub questions: Vec<Question>,
+    /// As [`Plan::state`]: what the engine needs to go on after a restart.
+    pub state: Option<Value>,
+}
+
+/// What the user answered to questions (cancel arrives as `RunError::Cancelled`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answers {
+    /// `{"<question id>": value}`, normalized: the chosen option's label,
+    /// the labels chosen (multi-select), the other text or the typed value.
+    /// An optional question left unanswered has no entry.
+    Given(Map<String, Value>),
+    /// The user declined to answer: the asker decides what that means.
+    Skipped,
+}
+
+/// The decision a restored run's engine goes on from (see
+/// [`Engine::resume`](crate::run::Engine::resume)): of a plan, or of questions.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resumed {
+    Approval(Approval),
+    Answers(Answers),
 }

@@ -33,9 +33,10 @@ pub mod sqlite;
 
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use crate::protocol::{Action, CancelReason, Decisions, TaskSpec};
+use crate::protocol::question::Question;
+use crate::protocol::{Action, CancelReason, Decisions, PauseKind, TaskSpec};
 use crate::session::SessionKey;
 
 /// A paused run as stored.
@@ -55,6 +56,14 @@ pub struct PausedRecord {
     pub round: u32,
     pub options: Vec<Action>,
     pub tasks: Vec<TaskSpec>,
+    /// A plan to approve, or questions (records of older versions: approvals).
+    #[serde(default)]
+    pub kind: PauseKind,
+    /// A question pause's title and questions (empty for an approval).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub title: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub questions: Vec<Question>,
     /// When the pause times out, in milliseconds since the Unix epoch.
     pub expires_at_ms: u64,
     /// The frames a re-attach replays (the last ones kept), and the
@@ -89,12 +98,15 @@ pub struct StoreError {
 /// A pause's decision as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredDecision {
-    /// What was decided: `confirm`, `modify`, `cancel`.
+    /// What was decided: `confirm`, `modify`, `cancel`, `answer`, `skip`.
     pub action: Action,
     pub confirmation_id: String,
     /// A confirm's verdict per task.
     #[serde(default)]
     pub decisions: Option<Decisions>,
+    /// An answer's normalized answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<Map<String, Value>>,
     /// Why a cancel was decided (`user`, `superseded`, `timeout`, ...).
     #[serde(default)]
     pub reason: Option<CancelReason>,
@@ -116,6 +128,7 @@ impl StoredDecision {
             action,
             confirmation_id: confirmation_id.to_owned(),
             decisions,
+            answers: None,
             reason,
             nonce: uuid::Uuid::new_v4().simple().to_string(),
         }

@@ -52,7 +52,7 @@ async fn the_confirmation_request_carries_the_plan_and_the_simacode_metadata() {
     assert!(request.requires_response);
     assert!(request.stream_paused);
     assert!(!request.finished);
-    let data = request.confirmation_data.clone().unwrap();
+    let data = request.approval().cloned().unwrap();
     assert!(uuid::Uuid::parse_str(&data.confirmation_id).is_ok());
     assert_eq!(data.confirmation_round, 1);
     assert_eq!(data.options, Action::ALL);
@@ -86,7 +86,7 @@ async fn modify_starts_a_second_round_with_the_feedback_then_confirm_runs_it() {
 
     assert_eq!((status.as_u16(), status2.as_u16()), (200, 200));
     assert_eq!(ack.metadata["action"], "modify");
-    let data = second.confirmation_data.clone().unwrap();
+    let data = second.approval().cloned().unwrap();
     assert_eq!(data.confirmation_round, 2);
     assert_eq!(second.metadata["confirmation_round"], 2);
     assert_ne!(data.confirmation_id, confirmation_id(&first));
@@ -105,7 +105,7 @@ async fn colons_and_newlines_in_the_modify_text_are_kept() {
         .await;
     let second = stream.until(ChunkType::ConfirmationRequest).await;
 
-    let tasks = second.confirmation_data.unwrap().tasks;
+    let tasks = second.approval().cloned().unwrap().tasks;
     assert_eq!(tasks[1].description, "Apply feedback: use host: a:b:c");
 }
 
@@ -121,14 +121,15 @@ async fn non_ascii_text_round_trips() {
     let second = stream.until(ChunkType::ConfirmationRequest).await;
 
     let first_steps: Vec<_> = request
-        .confirmation_data
+        .approval()
+        .cloned()
         .unwrap()
         .tasks
         .into_iter()
         .map(|t| t.description)
         .collect();
     assert_eq!(first_steps, ["建立报告", "envoyer le résumé 📨"]);
-    let tasks = second.confirmation_data.unwrap().tasks;
+    let tasks = second.approval().cloned().unwrap().tasks;
     assert_eq!(tasks[2].description, "Apply feedback: añadir registro — ✅");
 }
 
@@ -267,10 +268,7 @@ async fn a_modify_without_text_puts_the_same_plan_again() {
         let (status, _) = app.reply("same", message).await;
         assert_eq!(status, 200, "{message:?}");
         let again = stream.until(ChunkType::ConfirmationRequest).await;
-        let (before, after) = (
-            first.confirmation_data.as_ref().unwrap(),
-            again.confirmation_data.as_ref().unwrap(),
-        );
+        let (before, after) = (first.approval().unwrap(), again.approval().unwrap());
         assert_eq!(after.tasks, before.tasks, "no step added");
         assert_ne!(after.confirmation_id, before.confirmation_id);
     }

@@ -13,42 +13,42 @@ use crate::common::{start_binary, start_binary_on, Binary};
 use crate::helpers::WAIT;
 
 /// A directory for one test's store (and marks), removed at the end.
-struct Dir(tempfile::TempDir);
+pub(crate) struct Dir(pub(crate) tempfile::TempDir);
 
 impl Dir {
-    fn new() -> Dir {
+    pub(crate) fn new() -> Dir {
         Dir(tempfile::tempdir().unwrap())
     }
 
-    fn store(&self) -> String {
+    pub(crate) fn store(&self) -> String {
         format!("sqlite:{}", self.path("runs.db").display())
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.0.path().join(name)
     }
 }
 
-fn start(dir: &Dir, extra: &[&str]) -> Binary {
+pub(crate) fn start(dir: &Dir, extra: &[&str]) -> Binary {
     let store = dir.store();
     let mut args = vec!["--store", store.as_str(), "--step-delay", "0"];
     args.extend_from_slice(extra);
     start_binary(&args)
 }
 
-fn stream_url(server: &Binary) -> String {
+pub(crate) fn stream_url(server: &Binary) -> String {
     format!("{}/api/v1/chat/stream", server.url)
 }
 
 /// Sends SIGTERM and waits for the process to exit.
-fn terminate(server: &mut Binary) {
+pub(crate) fn terminate(server: &mut Binary) {
     let pid = nix::unistd::Pid::from_raw(server.child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     server.child.wait().unwrap();
 }
 
 /// Reads a stream's raw text until it closes (or `until` appears).
-async fn read_raw(response: reqwest::Response, until: Option<&str>) -> String {
+pub(crate) async fn read_raw(response: reqwest::Response, until: Option<&str>) -> String {
     let mut body = response.bytes_stream();
     let mut text = String::new();
     while let Ok(Some(piece)) = tokio::time::timeout(WAIT, body.next()).await {
@@ -131,14 +131,18 @@ async fn wait_for_gauge(server: &str, name: &str, value: i64) {
     }
 }
 
-fn chunks(raw: &str) -> Vec<Chunk> {
+pub(crate) fn chunks(raw: &str) -> Vec<Chunk> {
     raw.split("\n\n")
         .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data: ")))
         .map(|json| serde_json::from_str(json).unwrap())
         .collect()
 }
 
-async fn post(url: &str, body: serde_json::Value, last_event_id: Option<u64>) -> reqwest::Response {
+pub(crate) async fn post(
+    url: &str,
+    body: serde_json::Value,
+    last_event_id: Option<u64>,
+) -> reqwest::Response {
     post_with(url, None, body, last_event_id).await
 }
 
@@ -159,7 +163,7 @@ async fn post_with(
     request.send().await.unwrap()
 }
 
-async fn reply(url: &str, session: &str, message: &str) -> (u16, Chunk) {
+pub(crate) async fn reply(url: &str, session: &str, message: &str) -> (u16, Chunk) {
     reply_with(url, None, session, message).await
 }
 
@@ -287,7 +291,7 @@ async fn a_restored_run_stays_in_its_api_keys_namespace_when_the_keys_change() {
 }
 
 /// A tools file whose `mark` tool appends to `marks`, after `delay`.
-fn mark_tool(dir: &Dir, delay: &str) -> PathBuf {
+pub(crate) fn mark_tool(dir: &Dir, delay: &str) -> PathBuf {
     let path = dir.path("tools.toml");
     std::fs::write(
         &path,
@@ -302,7 +306,7 @@ fn mark_tool(dir: &Dir, delay: &str) -> PathBuf {
     path
 }
 
-fn marks(dir: &Path) -> usize {
+pub(crate) fn marks(dir: &Path) -> usize {
     std::fs::read_to_string(dir.join("marks"))
         .map(|t| t.lines().count())
         .unwrap_or(0)
@@ -350,7 +354,7 @@ async fn after_kill_9_the_paused_run_is_there_and_runs_its_tool_once() {
 
 /// [`audit_trail`] once its run's `ended` record is written (it follows the
 /// final chunk: a client may read the end before it is on the record).
-async fn ended_trail(path: &Path, session: &str) -> (Vec<String>, Vec<String>) {
+pub(crate) async fn ended_trail(path: &Path, session: &str) -> (Vec<String>, Vec<String>) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let trail = audit_trail(path, session);
@@ -363,7 +367,7 @@ async fn ended_trail(path: &Path, session: &str) -> (Vec<String>, Vec<String>) {
 
 /// The events recorded for `session` in an audit log, and the distinct
 /// `stored_run_id`s they carry.
-fn audit_trail(path: &Path, session: &str) -> (Vec<String>, Vec<String>) {
+pub(crate) fn audit_trail(path: &Path, session: &str) -> (Vec<String>, Vec<String>) {
     let text = std::fs::read_to_string(path).unwrap();
     let records: Vec<serde_json::Value> = text
         .lines()

@@ -214,7 +214,7 @@ pub fn reason(chunk: &Chunk) -> &str {
 /// One SSE event as read off the wire.
 #[derive(Debug, PartialEq)]
 pub enum Event {
-    Chunk { id: u64, chunk: Chunk },
+    Chunk { id: u64, chunk: Box<Chunk> },
     Comment(String),
 }
 
@@ -306,14 +306,17 @@ impl EventStream {
             "nothing after a finished chunk"
         );
         self.chunks.push(chunk.clone());
-        Event::Chunk { id, chunk }
+        Event::Chunk {
+            id,
+            chunk: Box::new(chunk),
+        }
     }
 
     /// The next chunk, skipping comments; `None` at the end of the stream.
     pub async fn next_chunk(&mut self) -> Option<Chunk> {
         loop {
             match self.next_event().await? {
-                Event::Chunk { chunk, .. } => return Some(chunk),
+                Event::Chunk { chunk, .. } => return Some(*chunk),
                 Event::Comment(_) => continue,
             }
         }
@@ -353,10 +356,12 @@ impl EventStream {
 }
 
 pub fn confirmation_id(request: &Chunk) -> String {
-    request
+    match request
         .confirmation_data
         .as_ref()
         .expect("confirmation_data")
-        .confirmation_id
-        .clone()
+    {
+        chatgate::protocol::PauseData::Approval(data) => data.confirmation_id.clone(),
+        chatgate::protocol::PauseData::Question(data) => data.confirmation_id.clone(),
+    }
 }

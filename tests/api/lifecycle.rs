@@ -10,10 +10,7 @@ use crate::helpers::{error_type, reason, spawn_app, spawn_app_with, EventStream,
 async fn silence_times_out_the_pause_and_later_replies_get_404() {
     let app = spawn_app_with(|s| s.confirm_timeout = std::time::Duration::from_millis(400)).await;
     let (mut stream, request) = app.open_paused("t", "wait for me").await;
-    assert_eq!(
-        request.confirmation_data.as_ref().unwrap().timeout_seconds,
-        1
-    );
+    assert_eq!(request.approval().unwrap().timeout_seconds, 1);
 
     let last = stream.finish().await;
     let (status, chunk) = app.reply("t", "CONFIRM_ACTION:confirm").await;
@@ -36,7 +33,7 @@ async fn the_last_round_offers_only_confirm_and_cancel_and_says_so() {
     let (confirmed, _) = app.reply("r", "CONFIRM_ACTION:confirm").await;
     let last = stream.finish().await;
 
-    let data = |c: &chatgate::protocol::Chunk| c.confirmation_data.clone().unwrap();
+    let data = |c: &chatgate::protocol::Chunk| c.approval().cloned().unwrap();
     assert_eq!(data(&first).options.len(), 3);
     assert!(!data(&first).last_round);
     assert_eq!(second.metadata["confirmation_round"], 2);

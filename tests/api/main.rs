@@ -21,6 +21,7 @@ mod openai;
 #[cfg(feature = "openai")]
 mod openai_tools;
 mod operations;
+mod questions;
 mod races;
 mod reattach;
 mod stream;

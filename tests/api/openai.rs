@@ -108,7 +108,7 @@ async fn a_plan_pauses_and_only_after_confirm_is_the_model_told_to_carry_it_out(
     let (status, _) = app.reply("p", "CONFIRM_ACTION:confirm").await;
     let last = stream.finish().await;
 
-    let data = request.confirmation_data.as_ref().unwrap();
+    let data = request.approval().unwrap();
     assert_eq!(request.chunk, "Clean up?");
     assert_eq!(data.risk_level, RiskLevel::High);
     assert_eq!(data.tasks.len(), 2);
@@ -167,7 +167,7 @@ async fn modify_sends_the_feedback_to_the_model_and_its_revised_plan_is_round_tw
     app.reply("m", "CONFIRM_ACTION:confirm").await;
     let last = stream.finish().await;
 
-    let data = second.confirmation_data.as_ref().unwrap();
+    let data = second.approval().unwrap();
     assert_eq!(data.confirmation_round, 2);
     assert_eq!(data.tasks[0].description, "move old files to the trash");
     assert_eq!(

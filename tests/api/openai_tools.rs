@@ -202,7 +202,7 @@ async fn one_answer_s_calls_are_one_confirmation_and_run_once_after_the_yes() {
     let (status, _) = app.reply("t", "CONFIRM_ACTION:confirm").await;
     let last = stream.finish().await;
 
-    let data = request.confirmation_data.as_ref().unwrap();
+    let data = request.approval().unwrap();
     assert_eq!(data.tasks.len(), 2);
     assert_eq!(data.tasks[0].tool, "note");
     assert_eq!(data.tasks[1].args, Some(json!({"step": "call mum"})));
@@ -260,10 +260,10 @@ async fn a_modify_sends_the_feedback_and_the_next_batch_is_a_new_confirmation() 
     stream.finish().await;
 
     assert_ne!(
-        first.confirmation_data.unwrap().confirmation_id,
-        second.confirmation_data.as_ref().unwrap().confirmation_id
+        first.approval().cloned().unwrap().confirmation_id,
+        second.approval().unwrap().confirmation_id
     );
-    assert_eq!(second.confirmation_data.unwrap().confirmation_round, 2);
+    assert_eq!(second.approval().cloned().unwrap().confirmation_round, 2);
     assert_eq!(tooling.notes(), ["final"], "the draft never ran");
     let told = &tool_messages(&model.requests()[1])[0]["content"];
     assert!(told.as_str().unwrap().contains("say final"), "{told}");
@@ -354,7 +354,7 @@ async fn a_read_only_tool_runs_at_once_and_the_highest_risk_of_a_batch_counts() 
         .find(|c| c.chunk_type == ChunkType::ToolOutput)
         .expect("peek ran before the confirmation");
     assert_eq!(peeked.metadata["tool"], "peek");
-    let data = request.confirmation_data.as_ref().unwrap();
+    let data = request.approval().unwrap();
     assert_eq!(data.tasks.len(), 2, "only the calls that need a yes");
     assert_eq!(data.risk_level, RiskLevel::High);
     app.reply("ro", "CONFIRM_ACTION:cancel").await;
@@ -425,7 +425,7 @@ async fn streams_as_real_servers_send_them_are_assembled_right() {
     app.reply("q", "CONFIRM_ACTION:confirm").await;
     stream.finish().await;
 
-    let tasks = &request.confirmation_data.as_ref().unwrap().tasks;
+    let tasks = &request.approval().unwrap().tasks;
     assert_eq!(tasks.len(), 2);
     assert_eq!(tasks[0].tool, "note");
     assert_eq!(tooling.notes(), ["one", "two"]);
@@ -490,7 +490,7 @@ async fn the_legacy_function_call_and_a_first_index_of_one_work_in_plan_mode() {
 
     for session in ["legacy", "index-one"] {
         let (mut stream, request) = app.open_paused(session, "plan").await;
-        assert_eq!(request.confirmation_data.as_ref().unwrap().tasks.len(), 1);
+        assert_eq!(request.approval().unwrap().tasks.len(), 1);
         app.reply(session, "CONFIRM_ACTION:confirm").await;
         assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
     }

@@ -346,7 +346,7 @@ parameters = { type = "object" }
 
     let (mut chatty, request) = app.open_paused("chatty", "chatty now; broken then").await;
     assert_eq!(
-        request.confirmation_data.as_ref().unwrap().risk_level,
+        request.approval().unwrap().risk_level,
         chatgate::protocol::RiskLevel::Medium
     );
     app.reply("chatty", "CONFIRM_ACTION:confirm").await;
@@ -415,7 +415,7 @@ parameters = {{ type = "object" }}
     let last = stream.finish().await;
 
     assert_eq!(
-        request.confirmation_data.as_ref().unwrap().risk_level,
+        request.approval().unwrap().risk_level,
         chatgate::protocol::RiskLevel::High
     );
     assert_eq!(last.chunk_type, ChunkType::Completion);

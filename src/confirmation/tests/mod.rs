@@ -61,7 +61,7 @@ fn decide(
     confirmation_id: Option<&str>,
 ) -> Result<(Action, u32), DecideError> {
     manager
-        .decide(key, reply, confirmation_id, None)
+        .decide(key, reply, confirmation_id, None, None)
         .map(|accepted| {
             let seen = (accepted.action, accepted.confirmation_round);
             accepted.ticket.deliver();
@@ -81,7 +81,7 @@ fn pause(slot: &RunSlot, id: &str, round: u32) -> PendingDecision {
         id.to_owned(),
         round,
         Action::ALL.to_vec(),
-        Arc::from(Vec::new()),
+        Asking::Plan(Arc::from(Vec::new())),
         None,
         CancellationToken::new(),
     )
@@ -201,7 +201,7 @@ async fn a_decision_in_flight_to_the_run_stands_against_a_stop_that_fires_meanwh
     let pending = pause(&slot, "c1", 1);
     // Taken (an audit record being written), not delivered yet.
     let accepted = manager
-        .decide(&key("s"), &reply("cancel", None), None, None)
+        .decide(&key("s"), &reply("cancel", None), None, None, None)
         .unwrap();
     let deliverer = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -226,7 +226,7 @@ async fn a_failed_ticket_ends_the_run_with_its_error() {
     let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     let accepted = manager
-        .decide(&key("s"), &reply("confirm", None), None, None)
+        .decide(&key("s"), &reply("confirm", None), None, None, None)
         .unwrap();
 
     accepted.ticket.fail(ErrorType::AuditUnavailable);
@@ -241,7 +241,7 @@ async fn a_withdrawn_decision_leaves_the_pause_to_the_next_reply() {
     let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     let first = manager
-        .decide(&key("s"), &reply("confirm", None), None, None)
+        .decide(&key("s"), &reply("confirm", None), None, None, None)
         .unwrap();
     let meanwhile = decide(&manager, &key("s"), &reply("cancel", None), None);
 
@@ -261,7 +261,7 @@ async fn a_withdrawn_decision_yields_to_the_timeout_that_came_due_meanwhile() {
     let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     let accepted = manager
-        .decide(&key("s"), &reply("confirm", None), None, None)
+        .decide(&key("s"), &reply("confirm", None), None, None, None)
         .unwrap();
     let withdrawer = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -463,7 +463,7 @@ async fn a_reply_after_the_stop_fired_is_refused_and_the_stop_decides() {
             "c1".into(),
             1,
             Action::ALL.to_vec(),
-            Arc::from(Vec::new()),
+            Asking::Plan(Arc::from(Vec::new())),
             None,
             stop.clone(),
         )

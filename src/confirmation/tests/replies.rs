@@ -13,7 +13,7 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
             "c1".into(),
             1,
             Action::ALL.to_vec(),
-            tasks,
+            Asking::Plan(tasks),
             None,
             CancellationToken::new(),
         )
@@ -30,6 +30,7 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
         &reply(reply_action, None),
         None,
         Some(&decisions),
+        None,
     ) {
         Err(DecideError::InvalidDecision(why)) => why,
         other => panic!("refused as invalid: {other:?}"),
@@ -54,7 +55,13 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
     let mut reject = request(2, "reject");
     reject.reason = Some("not now".into());
     let accepted = manager
-        .decide(&key("s"), &reply("confirm", None), None, Some(&[reject]))
+        .decide(
+            &key("s"),
+            &reply("confirm", None),
+            None,
+            Some(&[reject]),
+            None,
+        )
         .unwrap();
     let decisions = accepted.decisions.clone().unwrap();
     assert_eq!(decisions.verdict(1), &Verdict::Approve);
@@ -125,7 +132,7 @@ async fn only_the_offered_options_are_accepted() {
             "c1".into(),
             1,
             vec![Action::Confirm, Action::Cancel],
-            Arc::from(Vec::new()),
+            Asking::Plan(Arc::from(Vec::new())),
             None,
             CancellationToken::new(),
         )

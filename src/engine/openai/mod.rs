@@ -51,7 +51,7 @@ use crate::protocol::{meta, ChunkType, ErrorType};
 use crate::run::context::RunContext;
 use crate::run::engine::Engine;
 use crate::run::outcome::{Completion, RunError};
-use crate::run::plan::Approval;
+use crate::run::plan::{Approval, Resumed};
 use crate::tools::Tools;
 
 /// Model calls one run may make (a plan, its revisions, the report).
@@ -334,8 +334,12 @@ impl Engine for OpenAiEngine {
         &'a self,
         ctx: &'a mut RunContext,
         state: Value,
-        approval: Approval,
+        resumed: Resumed,
     ) -> Option<BoxFuture<'a, Result<Completion, RunError>>> {
+        // This engine stores only its plans' pauses.
+        let Resumed::Approval(approval) = resumed else {
+            return None;
+        };
         let paused: PausedTurn = serde_json::from_value(state)
             .map_err(|err| log::warn!("cannot read a stored openai run: {err}"))
             .ok()?;

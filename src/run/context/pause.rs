@@ -1,6 +1,8 @@
 //! Asking: a plan checked, recorded as proposed, kept in a durable store,
 //! registered as a pause and sent as a `confirmation_request`; then the
 //! decision read back as an [`Approval`] (every stop as `Cancelled`).
+//! Questions take the same path: checked, recorded as asked, kept, sent as
+//! an `input_request`, read back as [`Answers`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -11,13 +13,14 @@ use super::{audit_failed, RunContext};
 use crate::audit::AuditRecord;
 use crate::confirmation::decisions::TaskCheck;
 use crate::confirmation::slot::PendingDecision;
-use crate::confirmation::Decision;
+use crate::confirmation::{Asking, Decision};
+use crate::protocol::question::{check_questions, MAX_QUESTION_CHARS};
 use crate::protocol::{
-    json_len, Action, CancelReason, Chunk, ConfirmationData, ErrorType, PauseKind,
-    MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
+    json_len, Action, CancelReason, Chunk, ConfirmationData, ErrorType, PauseData, PauseKind,
+    QuestionData, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
 use crate::run::outcome::RunError;
-use crate::run::plan::{Approval, Plan};
+use crate::run::plan::{Answers, Approval, Plan, Questions, Resumed};
 use crate::store::{Fault, PausedRecord, StoredDecision};
 
 /// A confirmation request on its way to a decision.
@@ -29,10 +32,10 @@ struct Asked {
     sent: Option<CancelReason>,
 }
 
-/// A confirmation request, built and not yet asked.
+/// A confirmation request or questions, built and not yet asked.
 struct Request {
     chunk: Chunk,
-    checks: Arc<[TaskCheck]>,
+    asking: Asking,
     options: Vec<Action>,
     confirmation_id: String,
     round: u32,
@@ -53,6 +56,27 @@ impl RunContext {
         // Boxed: its state (the request, the records being written) is
         // freed before the pause, not kept in this future for all of it.
         let (pending, asked) = Box::pin(self.prepare(plan)).await?;
+        let decision = self.wait_for(pending, &asked).await?;
+        self.answered(decision, asked)
+    }
+
+    /// Puts `questions` to the user and waits for the answer: sends the
+    /// `input_request` chunk, pauses, and on an answer or a skip sends a
+    /// `confirmation_received` chunk. Cancel, timeout and every other stop
+    /// come back as `Err(Cancelled(reason))`.
+    pub async fn ask(&mut self, questions: Questions) -> Result<Answers, RunError> {
+        let (pending, asked) = Box::pin(self.prepare_questions(questions)).await?;
+        let decision = self.wait_for(pending, &asked).await?;
+        self.questions_answered(decision, asked)
+    }
+
+    /// Waits for the decision of a registered pause: a reply, or the run's
+    /// own fallback (its timeout, a stop), recorded when the pause is stored.
+    async fn wait_for(
+        &mut self,
+        pending: PendingDecision,
+        asked: &Asked,
+    ) -> Result<Decision, RunError> {
         let timeout = self.settings.confirm_timeout;
         let stop = async {
             match asked.sent {
@@ -64,8 +88,7 @@ impl RunContext {
         let decision = self.slot.wait(pending, timeout, stop).await;
         self.log.pause_ended();
         // Boxed, like `prepare`: a store call does not grow every pause.
-        let decision = Box::pin(self.record_fallback(decision, &asked.confirmation_id)).await?;
-        self.answered(decision, asked)
+        Box::pin(self.record_fallback(decision, &asked.confirmation_id)).await
     }
 
     /// A stored pause decided by the run's own fallback (its timeout): the
@@ -119,7 +142,69 @@ impl RunContext {
         let (plan, confirmation_id) = self.propose(plan).await?;
         let request = self.request(plan, confirmation_id);
         self.store_pause(&request).await?;
-        self.ask(request)
+        self.put(request)
+    }
+
+    /// [`RunContext::prepare`] for questions: checked against their
+    /// bounds, recorded as asked, kept, registered and sent.
+    async fn prepare_questions(
+        &mut self,
+        questions: Questions,
+    ) -> Result<(PendingDecision, Asked), RunError> {
+        let Questions {
+            title,
+            questions,
+            state,
+        } = questions;
+        check_questions(&questions).map_err(|err| RunError::Failed {
+            error_type: ErrorType::InvalidQuestions,
+            message: format!("the questions cannot be asked: {err}"),
+        })?;
+        let title = match title.trim() {
+            "" => "Questions for you".to_owned(),
+            title => title.chars().take(MAX_QUESTION_CHARS).collect(),
+        };
+        let confirmation_id = uuid::Uuid::new_v4().to_string();
+        if self.durable() && self.stored_id.is_none() {
+            self.stored_id = Some(Arc::from(uuid::Uuid::new_v4().to_string()));
+        }
+        if let Some(audit) = &self.settings.audit {
+            let record = AuditRecord::Asked {
+                run: self.audit_fields(),
+                key: crate::session::owner_label(self.session_key().owner),
+                confirmation_id: confirmation_id.clone(),
+                title: title.clone(),
+                questions: questions.clone(),
+            };
+            audit
+                .write(&record)
+                .await
+                .map_err(|err| audit_failed(&err))?;
+        }
+        let timeout = self.settings.confirm_timeout;
+        let expires_at = SystemTime::now() + timeout;
+        let options = Action::QUESTION.to_vec();
+        let data = QuestionData {
+            kind: PauseKind::Question,
+            confirmation_id: confirmation_id.clone(),
+            title,
+            questions: questions.clone(),
+            options: options.clone(),
+            timeout_seconds: timeout_seconds(timeout),
+            expires_at: humantime::format_rfc3339_seconds(expires_at).to_string(),
+        };
+        let request = Request {
+            chunk: Chunk::input_request(self.session_id(), data),
+            asking: Asking::Questions(questions.into()),
+            options,
+            confirmation_id,
+            // Questions are not a round of the plan: the round stays.
+            round: self.round,
+            state,
+            expires_at,
+        };
+        self.store_pause(&request).await?;
+        self.put(request)
     }
 
     /// Checks the plan and records it as proposed in the audit log, if
@@ -175,8 +260,7 @@ impl RunContext {
             confirmation_round: round,
             tasks: plan.tasks,
             options: options.clone(),
-            // Whole seconds, rounded up: a sub-second timeout is not "0".
-            timeout_seconds: timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0),
+            timeout_seconds: timeout_seconds(timeout),
             expires_at: humantime::format_rfc3339_seconds(expires_at).to_string(),
             risk_level: plan.risk_level,
             last_round,
@@ -188,7 +272,7 @@ impl RunContext {
         };
         Request {
             chunk: Chunk::confirmation_request(self.session_id(), summary, data),
-            checks,
+            asking: Asking::Plan(checks),
             options,
             confirmation_id,
             round,
@@ -214,8 +298,12 @@ impl RunContext {
         let mut chunk = request.chunk.clone();
         chunk.sequence = next_seq;
         frames.push(String::from_utf8_lossy(&crate::sse::encode(&chunk)).into_owned());
-        let Some(data) = &request.chunk.confirmation_data else {
-            return Ok(());
+        let (tasks, title, questions) = match &request.chunk.confirmation_data {
+            Some(PauseData::Approval(data)) => (data.tasks.clone(), String::new(), Vec::new()),
+            Some(PauseData::Question(data)) => {
+                (Vec::new(), data.title.clone(), data.questions.clone())
+            }
+            None => return Ok(()),
         };
         let record = PausedRecord {
             run: stored_id.to_string(),
@@ -227,7 +315,10 @@ impl RunContext {
             confirmation_id: request.confirmation_id.clone(),
             round: request.round,
             options: request.options.clone(),
-            tasks: data.tasks.clone(),
+            tasks,
+            kind: request.asking.kind(),
+            title,
+            questions,
             expires_at_ms: request
                 .expires_at
                 .duration_since(SystemTime::UNIX_EPOCH)
@@ -248,11 +339,11 @@ impl RunContext {
         Ok(())
     }
 
-    /// Registers the pause and sends the `confirmation_request` chunk.
-    fn ask(&mut self, request: Request) -> Result<(PendingDecision, Asked), RunError> {
+    /// Registers the pause and sends its request chunk.
+    fn put(&mut self, request: Request) -> Result<(PendingDecision, Asked), RunError> {
         let Request {
             chunk,
-            checks,
+            asking,
             options,
             confirmation_id,
             round,
@@ -265,7 +356,7 @@ impl RunContext {
                 confirmation_id.clone(),
                 round,
                 options,
-                checks,
+                asking,
                 stored,
                 self.stop.token(),
             )
@@ -287,24 +378,53 @@ impl RunContext {
         Ok((pending, asked))
     }
 
-    /// Counts the decision and, for a user's answer, sends `confirmation_received`.
-    fn answered(&mut self, decision: Decision, asked: Asked) -> Result<Approval, RunError> {
+    /// Counts the decision of a pause of `kind`; a stop, a timeout or a
+    /// failure ends the run here (`Err`), a reply goes on (`Ok`).
+    fn settled(
+        &mut self,
+        kind: PauseKind,
+        decision: &Decision,
+        asked: &Asked,
+    ) -> Result<(), RunError> {
         self.metrics.confirmation_waited(asked.paused_at.elapsed());
-        let (action, decided_by) = match &decision {
-            Decision::Confirm(_) => (Action::Confirm, "confirm"),
-            Decision::Modify(_) => (Action::Modify, "modify"),
-            Decision::Cancel(CancelReason::User) => (Action::Cancel, "cancel"),
-            // A stored pause outlives the process: not cancelled, suspended.
-            Decision::Cancel(CancelReason::Shutdown) if self.pause_stored => {
-                return Err(RunError::Suspended);
-            }
-            Decision::Cancel(reason) => {
-                self.metrics.decision(reason.as_str(), "accepted");
-                return Err(RunError::Cancelled(*reason));
-            }
+        let outcome = match decision {
+            Decision::Confirm(_) => Action::Confirm.as_str(),
+            Decision::Modify(_) => Action::Modify.as_str(),
+            Decision::Answer(_) => Action::Answer.as_str(),
+            Decision::Skip => Action::Skip.as_str(),
+            Decision::Cancel(CancelReason::User) => Action::Cancel.as_str(),
+            Decision::Cancel(reason) => reason.as_str(),
             Decision::Failed(error_type) => return Err(RunError::unacted(*error_type)),
         };
-        self.metrics.decision(decided_by, "accepted");
+        if let Decision::Cancel(CancelReason::Shutdown) = decision {
+            // A stored pause outlives the process: not cancelled, suspended.
+            if self.pause_stored {
+                return Err(RunError::Suspended);
+            }
+        }
+        self.metrics.pause_ended(kind, outcome);
+        if kind == PauseKind::Approval {
+            self.metrics.decision(outcome, "accepted");
+        }
+        match decision {
+            Decision::Cancel(reason) if *reason != CancelReason::User => {
+                Err(RunError::Cancelled(*reason))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Takes the decision of a plan and, for a user's reply, sends
+    /// `confirmation_received`.
+    fn answered(&mut self, decision: Decision, asked: Asked) -> Result<Approval, RunError> {
+        self.settled(PauseKind::Approval, &decision, &asked)?;
+        let action = match &decision {
+            Decision::Confirm(_) => Action::Confirm,
+            Decision::Modify(_) => Action::Modify,
+            Decision::Cancel(_) => Action::Cancel,
+            // Not offered on a plan: the manager never takes it.
+            _ => return Err(RunError::unacted(ErrorType::Internal)),
+        };
         let round = asked.round;
         let decisions = match &decision {
             Decision::Confirm(decisions) => Some(decisions),
@@ -325,8 +445,41 @@ impl RunContext {
         match decision {
             Decision::Confirm(decisions) => Ok(Approval::Confirm(decisions)),
             Decision::Modify(text) => Ok(Approval::Modify(text)),
-            Decision::Cancel(reason) => Err(RunError::Cancelled(reason)),
-            Decision::Failed(error_type) => Err(RunError::unacted(error_type)),
+            _ => Err(RunError::Cancelled(CancelReason::User)),
+        }
+    }
+
+    /// Takes the reply to questions and sends `confirmation_received` with
+    /// the answers (as [`RunContext::answered`] does for a plan).
+    fn questions_answered(
+        &mut self,
+        decision: Decision,
+        asked: Asked,
+    ) -> Result<Answers, RunError> {
+        self.settled(PauseKind::Question, &decision, &asked)?;
+        let (action, answers) = match decision {
+            Decision::Answer(answers) => (Action::Answer, Answers::Given(answers)),
+            Decision::Skip => (Action::Skip, Answers::Skipped),
+            Decision::Cancel(_) => (Action::Cancel, Answers::Skipped),
+            // Not offered on questions: the manager never takes it.
+            _ => return Err(RunError::unacted(ErrorType::Internal)),
+        };
+        let given = match &answers {
+            Answers::Given(given) => Some(given),
+            Answers::Skipped => None,
+        };
+        let received = Chunk::questions_answered(
+            self.session_id(),
+            format!("Received {}", action.as_str()),
+            action,
+            &asked.confirmation_id,
+            given,
+        );
+        // Written even after a stop, as for a plan (see `answered`).
+        self.log.push(received);
+        match action {
+            Action::Cancel => Err(RunError::Cancelled(CancelReason::User)),
+            _ => Ok(answers),
         }
     }
 
@@ -336,14 +489,17 @@ impl RunContext {
         &mut self,
         record: &PausedRecord,
     ) -> Result<PendingDecision, RunError> {
-        let checks = TaskCheck::of(&record.tasks, &self.settings.tools);
+        let asking = match record.kind {
+            PauseKind::Approval => Asking::Plan(TaskCheck::of(&record.tasks, &self.settings.tools)),
+            PauseKind::Question => Asking::Questions(record.questions.clone().into()),
+        };
         let pending = self
             .slot
             .pause(
                 record.confirmation_id.clone(),
                 record.round,
                 record.options.clone(),
-                checks,
+                asking,
                 self.stored_id.clone(),
                 self.stop.token(),
             )
@@ -355,12 +511,12 @@ impl RunContext {
 
     /// Waits on a restored pause (see [`RunContext::restore_pause`]) with
     /// the time it has left, and takes its decision as
-    /// [`RunContext::confirm`] would.
+    /// [`RunContext::confirm`] (or [`RunContext::ask`]) would.
     pub(crate) async fn resume_pause(
         &mut self,
         pending: PendingDecision,
         record: &PausedRecord,
-    ) -> Result<Approval, RunError> {
+    ) -> Result<Resumed, RunError> {
         let now_ms = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -375,8 +531,18 @@ impl RunContext {
         let decision = self.slot.wait(pending, left, stop).await;
         self.log.pause_ended();
         let decision = Box::pin(self.record_fallback(decision, &asked.confirmation_id)).await?;
-        self.answered(decision, asked)
+        match record.kind {
+            PauseKind::Approval => self.answered(decision, asked).map(Resumed::Approval),
+            PauseKind::Question => self
+                .questions_answered(decision, asked)
+                .map(Resumed::Answers),
+        }
     }
+}
+
+/// Whole seconds of `timeout`, rounded up: a sub-second timeout is not "0".
+fn timeout_seconds(timeout: Duration) -> u64 {
+    timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0)
 }
 
 /// Refuses a plan larger than a paused run may hold: more than
