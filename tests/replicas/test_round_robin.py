@@ -221,11 +221,13 @@ def post(target, body, headers=()):
     return response
 
 
-def answer(target, session, action, headers=(), confirmation_id=None):
+def answer(target, session, action, headers=(), confirmation_id=None, answers=None):
     """A reply's status and its one chunk."""
     body = {"message": "CONFIRM_ACTION:" + action, "session_id": session}
     if confirmation_id:
         body["confirmation_id"] = confirmation_id
+    if answers is not None:
+        body["answers"] = answers
     response = post(target, body, headers)
     body = response.read().decode()
     response.conn.close()
@@ -286,6 +288,53 @@ class RoundRobinTests(unittest.TestCase):
         self.assertEqual(confirmed[0], 200, confirmed[1])
         self.assertEqual(chunk_types(rest)[-1], b"completion")
         stream.conn.close()
+
+    def test_a_question_asked_on_a_is_answered_on_b_and_its_plan_confirmed_on_c(self):
+        a, b, c = CLUSTER.replicas[:3]
+        session = new_session("ask")
+        stream = post(a, {"message": "ask region: where? eu | us; ask n: how many?; "
+                                     "deploy {n} to {region}", "session_id": session})
+        read_until(stream, rb'"chunk_type":"input_request"')
+
+        refused = answer(b, session, "answer:eu")
+        answered = answer(b, session, "answer", answers={"region": "US", "n": "3"})
+        plan = read_until(stream, rb'"stream_paused":true,"sequence":4')
+        confirmed = answer(c, session, "confirm")
+        rest = read_to_end(stream)
+
+        self.assertEqual(refused[0], 422, refused[1])
+        self.assertEqual(refused[1]["metadata"]["error_type"], "invalid_answer")
+        self.assertEqual(answered[0], 200, answered[1])
+        self.assertEqual(answered[1]["metadata"]["answers"], {"region": "us", "n": "3"})
+        self.assertIn(b'"description":"deploy 3 to us"', plan)
+        self.assertEqual(confirmed[0], 200, confirmed[1])
+        self.assertEqual(chunk_types(rest)[-1], b"completion")
+        stream.conn.close()
+
+    def test_kill_9_of_the_owner_while_asking_an_answer_elsewhere_resumes_the_run(self):
+        doomed = CLUSTER.add("doomed-q")
+        a, b = CLUSTER.replicas[:2]
+        session = new_session("kill9q")
+        stream = post(doomed, {"message": "ask region: where? eu | us; deploy to {region}",
+                               "session_id": session})
+        read_until(stream, rb'"chunk_type":"input_request"')
+
+        doomed.kill()
+        stream.conn.close()
+        time.sleep(OWNER_TTL + 0.5)  # its heartbeat expires
+        status, chunk, _ = answer(a, session, "answer:eu")
+        again = post(b, {"session_id": session}, {"Last-Event-ID": "1"})
+        plan = read_until(again, rb'"stream_paused":true,"sequence":4')
+        confirmed = answer(b, session, "confirm")
+        rest = read_to_end(again)
+        second = answer(a, session, "answer:us")
+
+        self.assertEqual(status, 200, chunk)
+        self.assertEqual(chunk["metadata"]["answers"], {"region": "eu"})
+        self.assertIn(b'"description":"deploy to eu"', plan)
+        self.assertEqual(confirmed[0], 200, confirmed[1])
+        self.assertEqual(chunk_types(rest)[-1], b"completion")
+        self.assertEqual(second[0], 404, "answered once; the run is over: %r" % (second[1],))
 
     def test_runs_through_round_robin_all_complete_with_replies_landing_anywhere(self):
         client = ChatGateClient(CLUSTER.nginx.url)
