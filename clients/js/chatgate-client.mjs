@@ -5,6 +5,7 @@
 //   const result = await client.run('create a report; then email it', {
 //     onChunk: (chunk) => console.log(chunk.chunk_type, chunk.chunk),
 //     onConfirmation: async (chunk) => 'confirm', // or 'cancel', 'modify:<text>', ['modify', text], null
+//     onQuestion: async (chunk) => ({ region: 'eu-west' }), // or 'skip', 'cancel', 'answer:<text>', null
 //   });
 //   console.log(result.outcome, result.final.chunk);
 //
@@ -122,6 +123,9 @@ export const RESTART_ATTEMPTS = 30;
 export const RETRYABLE_REPLY_ERRORS = ['store_unavailable', 'owner_unavailable', 'shutting_down'];
 export const UNKNOWN_OUTCOME_STATUSES = [502, 504];
 export const REPLY_ATTEMPTS = 5;
+/** Times `run()` asks `onQuestion` again for one question pause after the
+ * server refused its answer (422). */
+export const QUESTION_ATTEMPTS = 3;
 /** What `onConfirmation` returns when it gave up asking because its
  * `signal` aborted: if the stream broke, the confirmation is asked again
  * once re-attached (if it still waits); if it was decided elsewhere or
@@ -196,7 +200,7 @@ export class ChatGateClient {
    * Error answers (4xx/5xx) are one `error` chunk. A stream that closes early
    * throws ChatGateError.
    */
-  async stream(message, { sessionId, confirmationId, decisions, signal, lastEventId } = {}) {
+  async stream(message, { sessionId, confirmationId, decisions, answers, signal, lastEventId } = {}) {
     // The client names the session (a fresh UUID unless given), so every
     // request of it can be routed to the same replica (docs/operations.md).
     sessionId ??= globalThis.crypto?.randomUUID?.();
@@ -204,6 +208,7 @@ export class ChatGateClient {
     if (sessionId !== undefined && sessionId !== null) body.session_id = sessionId;
     if (confirmationId !== undefined && confirmationId !== null) body.confirmation_id = confirmationId;
     if (decisions && decisions.length > 0) body.decisions = decisions;
+    if (answers !== undefined && answers !== null) body.answers = answers;
     const headers = { 'Content-Type': 'application/json', Accept: 'text/event-stream' };
     // For load-balancer affinity only; percent-encoded, since a session id
     // may be any text and a header value must be ASCII.
@@ -245,13 +250,16 @@ export class ChatGateClient {
    * 'reject' | 'edit' | 'respond', reason?, args?, result?}); tasks not named
    * are approved. Resolves to the single chunk of the answer:
    * `confirmation_received` (its `metadata.decisions` says what was decided
-   * per task), or an `error` chunk.
+   * per task), or an `error` chunk. With 'answer', `answers`
+   * ({"<question id>": value}) or `text` answers questions.
    */
-  async reply(sessionId, action, text = null, { confirmationId, decisions } = {}) {
+  async reply(sessionId, action, text = null, { confirmationId, decisions, answers } = {}) {
     let message = `${CONFIRM_PREFIX}:${action}`;
     if (text !== null && text !== undefined) message += `:${text}`;
     for (let attempt = 1; ; attempt += 1) {
-      const { status, chunks, retryAfter } = await this.stream(message, { sessionId, confirmationId, decisions });
+      const { status, chunks, retryAfter } = await this.stream(message, {
+        sessionId, confirmationId, decisions, answers,
+      });
       let chunk = null;
       try {
         for await (const first of chunks) {
@@ -279,6 +287,25 @@ export class ChatGateClient {
   }
 
   /**
+   * Answers the pending questions of `sessionId`: `answers` maps question
+   * ids to values (an option's id or label, a list of them for
+   * multi-select, other text, a number or boolean for a typed question);
+   * `text` answers a pause of one question. Resolves to the reply's chunk
+   * (`metadata.answers` holds the answers as the run got them).
+   */
+  answer(sessionId, { answers, text, confirmationId } = {}) {
+    if ((answers === undefined || answers === null) === (text === undefined || text === null)) {
+      throw new TypeError('answer with answers or with text (one of them)');
+    }
+    return this.reply(sessionId, 'answer', text ?? null, { confirmationId, answers });
+  }
+
+  /** Declines to answer the pending questions of `sessionId`. */
+  skip(sessionId, { confirmationId } = {}) {
+    return this.reply(sessionId, 'skip', null, { confirmationId });
+  }
+
+  /**
    * Drives one run to its end. `onChunk(chunk)` sees every chunk;
    * `onConfirmation(chunk, { signal })` returns (or resolves to) the reply
    * for each confirmation request: 'confirm', 'cancel', 'modify:<text>',
@@ -293,12 +320,19 @@ export class ChatGateClient {
    * where it broke; every chunk is still seen exactly once, but for a
    * confirmation request whose `onConfirmation` returned ASK_AGAIN because
    * its stream broke meanwhile: the re-attach shows it again, to be answered.
+   *
+   * `onQuestion(chunk, { signal })` is asked the same way for each
+   * `input_request` (its `confirmation_data.questions`) and returns the
+   * answers object ({"<question id>": value}), 'answer:<text>' or
+   * ['answer', text] for a single question, 'skip', 'cancel', or null. An
+   * answer the server refuses (422) is passed to `onChunk` and `onQuestion`
+   * is asked again, up to QUESTION_ATTEMPTS times.
    */
-  async run(message, { sessionId, onChunk, onConfirmation, signal } = {}) {
+  async run(message, { sessionId, onChunk, onConfirmation, onQuestion, signal } = {}) {
     // Named here, not by the server, so a broken stream can be re-attached.
     sessionId ??= globalThis.crypto?.randomUUID?.();
     const opened = await this.stream(message, { sessionId, signal });
-    return this.#follow(opened, sessionId, { onChunk, onConfirmation, signal });
+    return this.#follow(opened, sessionId, { onChunk, onConfirmation, onQuestion, signal });
   }
 
   /**
@@ -307,12 +341,12 @@ export class ChatGateClient {
    * a pending confirmation included, then follows it like `run()`. With no
    * run to pick up, the result's final chunk is the `no_such_run` error.
    */
-  async resume(sessionId, { onChunk, onConfirmation, signal } = {}) {
+  async resume(sessionId, { onChunk, onConfirmation, onQuestion, signal } = {}) {
     const opened = await this.attach(sessionId, 0, { signal });
-    return this.#follow(opened, sessionId, { onChunk, onConfirmation, signal });
+    return this.#follow(opened, sessionId, { onChunk, onConfirmation, onQuestion, signal });
   }
 
-  async #follow({ status, chunks }, sessionId, { onChunk, onConfirmation, signal }) {
+  async #follow({ status, chunks }, sessionId, { onChunk, onConfirmation, onQuestion, signal }) {
     const seen = [];
     let final = null;
     let lastSeen = 0;
@@ -340,15 +374,18 @@ export class ChatGateClient {
             await it.return?.();
             break;
           }
-          if (chunk.chunk_type === 'confirmation_request' && onConfirmation) {
+          const asker = { confirmation_request: onConfirmation, input_request: onQuestion }[chunk.chunk_type];
+          if (asker) {
             // Whatever comes next on the stream (the decision, the end, a
             // break), the pause no longer waits for this answer.
             const interrupted = new AbortController();
             let broke = false;
             ahead = it.next();
             ahead.then(() => interrupted.abort(), () => { broke = true; interrupted.abort(); });
-            const again = await this.#answer(chunk, sessionId, onChunk,
-              (c) => onConfirmation(c, { signal: interrupted.signal }));
+            const ask = (c) => asker(c, { signal: interrupted.signal });
+            const again = chunk.chunk_type === 'input_request'
+              ? await this.#answerQuestions(chunk, sessionId, onChunk, ask, interrupted.signal)
+              : await this.#answer(chunk, sessionId, onChunk, ask);
             if (again && broke && Number.isInteger(chunk.sequence)) {
               // Given up on because the stream broke: the re-attach shows
               // this request again, to ask it if it still waits.
@@ -408,6 +445,29 @@ export class ChatGateClient {
     if (ack.chunk_type === 'error' && onChunk) await onChunk(ack);
     return false;
   }
+
+  /** Asks `onQuestion` and sends its reply, asking again (a few times)
+   * when the server refuses the answer; whether it asked for ASK_AGAIN. */
+  async #answerQuestions(chunk, sessionId, onChunk, onQuestion, interrupted) {
+    const confirmationId = chunk.confirmation_data?.confirmation_id;
+    for (let attempt = 0; attempt < QUESTION_ATTEMPTS; attempt += 1) {
+      const given = await onQuestion(chunk);
+      if (given === ASK_AGAIN) return true;
+      if (given === null || given === undefined) return false;
+      let ack;
+      if (typeof given === 'object' && !Array.isArray(given)) {
+        ack = await this.reply(sessionId, 'answer', null, { confirmationId, answers: given });
+      } else {
+        const [action, text] = parseReply(given);
+        ack = await this.reply(sessionId, action, text, { confirmationId });
+      }
+      if (ack.chunk_type !== 'error') return false;
+      if (onChunk) await onChunk(ack);
+      const refused = ack.metadata?.error_type;
+      if (!['invalid_answer', 'invalid_confirm_action'].includes(refused) || interrupted.aborted) return false;
+    }
+    return false;
+  }
 }
 
 /** Milliseconds a 503 asked to wait (`Retry-After`), within reason. */
@@ -458,6 +518,33 @@ export function formatArgs(args) {
   return `${text.slice(0, ARGS_SHOWN)} … (${text.length - ARGS_SHOWN} more characters; --json shows them all)`;
 }
 
+/** What a question without options takes, in a few words. */
+export function expects(question) {
+  const schema = question.schema ?? {};
+  const kind = schema.type ?? 'text';
+  const bounds = [];
+  if ('minimum' in schema || 'maximum' in schema) bounds.push(`${schema.minimum ?? ''}..${schema.maximum ?? ''}`);
+  if (Array.isArray(schema.enum)) bounds.push(`one of ${schema.enum.join(', ')}`);
+  if ('maxLength' in schema) bounds.push(`at most ${schema.maxLength} characters`);
+  if (kind === 'boolean') bounds.push('yes or no');
+  return bounds.length ? `${kind} ${bounds.join(', ')}` : kind;
+}
+
+/** One question as lines: its text, then its numbered options. */
+export function formatQuestion(question, n) {
+  const required = question.required ? '' : ' (optional)';
+  const lines = [`  ${n}. [${question.header || question.id}] ${question.question}${required}`];
+  const options = question.options ?? [];
+  options.forEach((option, i) => {
+    const about = option.description ? `  (${option.description})` : '';
+    lines.push(`     ${i + 1}) ${option.label}${about}`);
+  });
+  if (options.length && question.allow_other) lines.push('     o) other: a text of your own');
+  if (options.length && question.multi_select) lines.push('     (several: 1,3)');
+  if (!options.length) lines.push(`     (${expects(question)})`);
+  return lines;
+}
+
 /** One chunk as readable text (several lines for a confirmation request). */
 export function formatChunk(chunk, now = Date.now()) {
   const kind = chunk.chunk_type ?? '?';
@@ -474,7 +561,15 @@ export function formatChunk(chunk, now = Date.now()) {
     lines.push(`  risk: ${data.risk_level} · round ${data.confirmation_round} · expires ${data.expires_at}` +
       (Number.isFinite(left) ? ` (in ${left}s)` : ''));
   }
+  if (kind === 'input_request' && data) {
+    (data.questions ?? []).forEach((question, i) => lines.push(...formatQuestion(question, i + 1)));
+    const left = Math.max(0, Math.round((Date.parse(data.expires_at) - now) / 1000));
+    lines.push(`  answer / skip / cancel · expires ${data.expires_at}` + (Number.isFinite(left) ? ` (in ${left}s)` : ''));
+  }
   const meta = chunk.metadata ?? {};
+  if (kind === 'confirmation_received' && meta.answers !== undefined) {
+    lines.push(`  answers: ${JSON.stringify(meta.answers)}`);
+  }
   if ((kind === 'cancelled' || kind === 'error') && (meta.reason || meta.error_type)) {
     lines[0] += `  (${meta.reason ?? meta.error_type})`;
   }

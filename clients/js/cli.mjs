@@ -2,12 +2,15 @@
 // chatgate command line (Node 18+), the same flags and exit codes as the
 // Python client:
 //   node cli.mjs [--url URL] [--session ID] [--reply R ...] [--auto-confirm]
+//                [--answer ID=VALUE ...] [--answer-text TEXT] [--skip]
 //                [--json] [--api-key KEY] "message"
 // Exit codes: 0 completed, 2 cancelled, 1 error; a one-line reason on stderr.
 
 import { parseArgs } from 'node:util';
 import { createInterface } from 'node:readline/promises';
-import { ASK_AGAIN, ChatGateClient, ChatGateError, formatChunk, parseReply } from './chatgate-client.mjs';
+import {
+  ASK_AGAIN, ChatGateClient, ChatGateError, expects, formatChunk, parseReply,
+} from './chatgate-client.mjs';
 
 const DEFAULT_URL = 'http://127.0.0.1:8080';
 /** Milliseconds the cancel sent on Ctrl-C may take. */
@@ -24,6 +27,14 @@ const USAGE = `usage: cli.mjs [--url URL] [--session ID] [--api-key KEY] [--repl
   --reject N       with the first confirm: do not run task N (repeatable)
   --edit N=JSON    with the first confirm: run task N with these arguments
   --respond N=TEXT with the first confirm: do not run task N, use TEXT as its result
+  --answer ID=VALUE
+                   scripted answer to the question ID of every question pause
+                   (repeatable): an option's id or label (a,b for several), other
+                   text, or a typed value; an answer that does not fit exits 1,
+                   naming the question
+  --answer-text TEXT
+                   scripted answer to a question pause of one question
+  --skip           decline every question pause (the run goes on without answers)
   --json           print raw chunks, one JSON per line
   --wait           without a terminal and with no reply left, wait for the
                    decision to come from elsewhere (another client, the page)
@@ -52,6 +63,9 @@ async function main(argv) {
         reject: { type: 'string', multiple: true, default: [] },
         edit: { type: 'string', multiple: true, default: [] },
         respond: { type: 'string', multiple: true, default: [] },
+        answer: { type: 'string', multiple: true, default: [] },
+        'answer-text': { type: 'string' },
+        skip: { type: 'boolean', default: false },
         json: { type: 'boolean', default: false },
         wait: { type: 'boolean', default: false },
         help: { type: 'boolean', short: 'h', default: false },
@@ -71,8 +85,10 @@ async function main(argv) {
     return 1;
   }
   let planned;
+  let scriptedAnswers;
   try {
     planned = plannedDecisions(values);
+    scriptedAnswers = answersOf(values.answer);
   } catch (err) {
     process.stderr.write(`${err.message}\n${USAGE}\n`);
     return 1;
@@ -107,7 +123,7 @@ async function main(argv) {
         `(${chunk.metadata?.error_type ?? 'error'})`);
     }
     scripted = false;
-    if (chunk.chunk_type === 'confirmation_request') pending = chunk.confirmation_data;
+    if (['confirmation_request', 'input_request'].includes(chunk.chunk_type)) pending = chunk.confirmation_data;
     else if (chunk.chunk_type === 'confirmation_received' || chunk.finished) pending = null;
     if (values.json) {
       out.write(`${JSON.stringify(chunk)}\n`);
@@ -152,6 +168,34 @@ async function main(argv) {
       'or --wait for a decision from elsewhere)');
   };
 
+  const onQuestion = async (chunk, { signal } = {}) => {
+    const data = chunk.confirmation_data ?? {};
+    if (values.skip) {
+      scripted = true;
+      return 'skip';
+    }
+    if (scriptedAnswers) {
+      scripted = true;
+      return { ...scriptedAnswers };
+    }
+    if (values['answer-text'] !== undefined) {
+      scripted = true;
+      return ['answer', values['answer-text']];
+    }
+    if (interactive) {
+      const reply = await promptQuestions(values.json ? process.stderr : out, data, signal);
+      return reply === null && signal?.aborted ? ASK_AGAIN : reply;
+    }
+    if (values.wait) {
+      process.stderr.write(`waiting for an answer from elsewhere (session ${sessionId}, ` +
+        `until ${data.expires_at ?? 'the timeout'})\n`);
+      return null;
+    }
+    throw new ScriptError('questions are waiting and nothing here can answer them: stdin is ' +
+      'not a terminal and no --answer, --answer-text or --skip was given (or --wait for an ' +
+      'answer from elsewhere)');
+  };
+
   // Ctrl-C: a pending confirmation is cancelled on the server first, so a
   // run this client gave up on cannot be confirmed from elsewhere later.
   let interrupting = null;
@@ -177,7 +221,7 @@ async function main(argv) {
 
   let result;
   try {
-    result = await client.run(positionals[0], { sessionId, onChunk, onConfirmation });
+    result = await client.run(positionals[0], { sessionId, onChunk, onConfirmation, onQuestion });
   } catch (err) {
     if (err instanceof ScriptError) {
       const said = pending ? `; ${await cancelPending(client, sessionId, pending)}` : '';
@@ -224,6 +268,112 @@ function plannedDecisions(values) {
     }
   }
   return planned;
+}
+
+/** The answers of --answer ID=VALUE (null without any); throws if malformed. */
+function answersOf(pairs) {
+  if (pairs.length === 0) return null;
+  const answers = {};
+  for (const given of pairs) {
+    const at = given.indexOf('=');
+    if (at < 1 || !given.slice(0, at).trim()) throw new Error(`--answer expects ID=VALUE, got "${given}"`);
+    answers[given.slice(0, at).trim()] = given.slice(at + 1);
+  }
+  return answers;
+}
+
+/** `text` as the value a question without options takes: [value, null],
+ * or [null, what it expects]. */
+function typed(question, text) {
+  const schema = question.schema ?? {};
+  const wrong = [null, `expects ${expects(question)}`];
+  text = text.trim();
+  if (schema.type === 'boolean') {
+    const word = text.toLowerCase();
+    if (['y', 'yes', 'true'].includes(word)) return [true, null];
+    if (['n', 'no', 'false'].includes(word)) return [false, null];
+    return wrong;
+  }
+  if (schema.type === 'integer' || schema.type === 'number') {
+    const value = Number(text);
+    if (!text || !Number.isFinite(value) || (schema.type === 'integer' && !Number.isInteger(value))) return wrong;
+    if (value < (schema.minimum ?? value) || value > (schema.maximum ?? value)) return wrong;
+    return [value, null];
+  }
+  if (!text) return wrong;
+  if (text.length > (schema.maxLength ?? text.length) || text.length < (schema.minLength ?? 0)) return wrong;
+  if (Array.isArray(schema.enum) && !schema.enum.includes(text)) return wrong;
+  if (schema.pattern && !new RegExp(schema.pattern, 'u').test(text)) return wrong;
+  return [text, null];
+}
+
+/** One question, asked until the answer fits: its value, undefined for an
+ * optional one left empty, or null when the prompt gave up. */
+async function askOne(ask, output, question) {
+  const options = question.options ?? [];
+  const hint = options.length
+    ? `1-${options.length}${question.multi_select ? ', several as 1,3' : ''}${question.allow_other ? ', o for other' : ''}`
+    : expects(question);
+  for (;;) {
+    const line = await ask(`  ${question.header || question.id} [${hint}]: `);
+    if (line === null) return null;
+    const text = line.trim();
+    if (!text && !question.required) return undefined;
+    if (!options.length) {
+      const [value, wrong] = question.schema ? typed(question, text) : [text || null, 'expects a text'];
+      if (value !== null) return value;
+      output.write(`    ${wrong}\n`);
+      continue;
+    }
+    if (question.allow_other && ['o', 'other'].includes(text.toLowerCase())) {
+      const own = await ask('    your text: ');
+      if (own === null) return null;
+      if (own.trim()) return own.trim();
+      continue;
+    }
+    const picks = text.split(',').map((p) => p.trim()).filter(Boolean);
+    const fits = picks.length > 0 && picks.every((p) => /^\d+$/.test(p) && Number(p) >= 1 && Number(p) <= options.length);
+    if (fits && (picks.length === 1 || question.multi_select)) {
+      const chosen = picks.map((p) => options[Number(p) - 1].id);
+      return question.multi_select ? chosen : chosen[0];
+    }
+    output.write(`    please answer ${hint}\n`);
+  }
+}
+
+/** Asks a person on the terminal for the answers: the answers object,
+ * 'skip', 'cancel', or null when the prompt gave up (as `prompt`). */
+async function promptQuestions(output, data, interrupted) {
+  const { ask, close } = terminal(output, data, interrupted);
+  try {
+    for (;;) {
+      const line = await ask('answer / skip / cancel? [answer] ');
+      if (line === null) break;
+      const choice = line.trim().toLowerCase();
+      if (['skip', 's'].includes(choice)) return 'skip';
+      if (['cancel', 'c', 'x'].includes(choice)) return 'cancel';
+      if (!['', 'answer', 'a'].includes(choice)) {
+        output.write('please answer answer, skip or cancel\n');
+        continue;
+      }
+      const answers = {};
+      for (const question of data.questions ?? []) {
+        const value = await askOne(ask, output, question);
+        if (value === null) {
+          break;
+        }
+        if (value !== undefined) answers[question.id] = value;
+        if (question === data.questions.at(-1)) return answers;
+      }
+      break;
+    }
+    output.write(interrupted?.aborted
+      ? '\nthe questions stopped waiting here (answered elsewhere, or their stream broke); following the run\n'
+      : '\nno answer before the questions expired\n');
+    return null;
+  } finally {
+    close();
+  }
 }
 
 /** Asks about each task; returns the decisions, or null if the prompt gave up. */
@@ -284,25 +434,10 @@ async function cancelPending(client, sessionId, pending) {
  * when `interrupted` aborts (the pause stopped waiting for this terminal).
  */
 async function prompt(output, data, options, interrupted) {
-  const rl = createInterface({ input: process.stdin, output });
-  rl.on('SIGINT', () => prompt.onInterrupt?.());
-  const expires = Date.parse(data.expires_at ?? '');
-  const expiry = new AbortController();
-  const timer = Number.isFinite(expires)
-    ? setTimeout(() => expiry.abort(), Math.max(0, expires - Date.now()) + 1000)
-    : null;
+  const { ask, close } = terminal(output, data, interrupted);
   const last = !options.includes('modify');
   const shown = options.includes('confirm') ? [...options, 'decide'] : options;
   const question = `${shown.join(' / ')}?${last ? ' (last round)' : ''} `;
-  const signal = interrupted ? AbortSignal.any([expiry.signal, interrupted]) : expiry.signal;
-  const ask = async (text) => {
-    try {
-      return await rl.question(text, { signal });
-    } catch (err) {
-      if (err?.name === 'AbortError') return null;
-      throw err;
-    }
-  };
   try {
     for (;;) {
       const line = await ask(question);
@@ -328,9 +463,35 @@ async function prompt(output, data, options, interrupted) {
       output.write(`please answer ${options.join(', ')}\n`);
     }
   } finally {
+    close();
+  }
+}
+
+/** A terminal to ask on until the pause of `data` expires (and a second:
+ * the server has ended the run by then) or `interrupted` aborts: `ask(text)`
+ * resolves to the line, or null once it gave up. */
+function terminal(output, data, interrupted) {
+  const rl = createInterface({ input: process.stdin, output });
+  rl.on('SIGINT', () => prompt.onInterrupt?.());
+  const expires = Date.parse(data.expires_at ?? '');
+  const expiry = new AbortController();
+  const timer = Number.isFinite(expires)
+    ? setTimeout(() => expiry.abort(), Math.max(0, expires - Date.now()) + 1000)
+    : null;
+  const signal = interrupted ? AbortSignal.any([expiry.signal, interrupted]) : expiry.signal;
+  const ask = async (text) => {
+    try {
+      return await rl.question(text, { signal });
+    } catch (err) {
+      if (err?.name === 'AbortError') return null;
+      throw err;
+    }
+  };
+  const close = () => {
     if (timer) clearTimeout(timer);
     rl.close();
-  }
+  };
+  return { ask, close };
 }
 
 process.exitCode = await main(process.argv.slice(2));

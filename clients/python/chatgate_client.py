@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""chatgate client: stream a chat message and answer confirmation requests.
+"""chatgate client: stream a chat message, answer confirmation requests and questions.
 
 Standard library only, Python 3.9+. Use it as a module::
 
@@ -8,7 +8,8 @@ Standard library only, Python 3.9+. Use it as a module::
     client = ChatGateClient("http://127.0.0.1:8080")
     result = client.run("create a report; then email it",
                         on_chunk=print,
-                        on_confirmation=lambda chunk: "confirm")
+                        on_confirmation=lambda chunk: "confirm",
+                        on_question=lambda chunk: {"region": "eu-west"})
     print(result.outcome, result.final["chunk"])
 
 or as a command line (see ``--help``)::
@@ -46,6 +47,7 @@ __all__ = [
     "Event",
     "parse_reply",
     "decision",
+    "ASK_AGAIN",
 ]
 
 STREAM_PATH = "/api/v1/chat/stream"
@@ -73,6 +75,11 @@ UNKNOWN_OUTCOME_STATUSES = (502, 504)
 REPLY_ATTEMPTS = 5
 #: Seconds the cancel the command line sends on Ctrl-C may take.
 CANCEL_TIMEOUT = 2.0
+#: Times :meth:`ChatGateClient.run` asks ``on_question`` again for one
+#: question pause after the server refused its answer (422).
+QUESTION_ATTEMPTS = 3
+#: The chunk types of a pause: a plan to confirm, or questions.
+PAUSES = ("confirmation_request", "input_request")
 
 
 class Event:
@@ -421,7 +428,8 @@ class ChatGateClient:
             reason = getattr(err, "reason", err)
             raise ChatGateError("cannot reach %s: %s" % (self.base_url, reason)) from None
 
-    def stream(self, message, session_id=None, confirmation_id=None, decisions=None):
+    def stream(self, message, session_id=None, confirmation_id=None, decisions=None,
+               answers=None):
         """Send ``message``; return a :class:`ChunkStream` to iterate over.
 
         Error answers (4xx/5xx) are streams of a single ``error`` chunk; the
@@ -434,6 +442,8 @@ class ChatGateClient:
             body["confirmation_id"] = confirmation_id
         if decisions:
             body["decisions"] = list(decisions)
+        if answers is not None:
+            body["answers"] = dict(answers)
         return ChunkStream(self._open(body))
 
     def attach(self, session_id, last_event_id=0):
@@ -447,20 +457,24 @@ class ChatGateClient:
         """
         return ChunkStream(self._open({"session_id": session_id}, last_event_id))
 
-    def reply(self, session_id, action, text=None, confirmation_id=None, decisions=None):
-        """Answer the pending confirmation of ``session_id``.
+    def reply(self, session_id, action, text=None, confirmation_id=None, decisions=None,
+              answers=None):
+        """Answer the pending pause of ``session_id``.
 
         With ``confirm``, ``decisions`` may decide single tasks (see
-        :func:`decision`): tasks not named are approved. Returns the single
-        chunk of the answer: ``confirmation_received`` when accepted (its
-        ``metadata.decisions`` says what was decided per task), an ``error``
-        chunk (with ``metadata.error_type``) when not.
+        :func:`decision`): tasks not named are approved. With ``answer``,
+        ``answers`` (``{"<question id>": value}``) or ``text`` answers
+        questions. Returns the single chunk of the answer:
+        ``confirmation_received`` when accepted (its ``metadata.decisions``
+        says what was decided per task, ``metadata.answers`` what was
+        answered), an ``error`` chunk (with ``metadata.error_type``) when not.
         """
         message = "%s:%s" % (CONFIRM_PREFIX, action)
         if text is not None:
             message += ":" + text
         for attempt in range(1, REPLY_ATTEMPTS + 1):
-            with self.stream(message, session_id, confirmation_id, decisions) as chunks:
+            with self.stream(message, session_id, confirmation_id, decisions,
+                             answers) as chunks:
                 unknown = chunks.status in UNKNOWN_OUTCOME_STATUSES
                 try:
                     chunk = next(iter(chunks), None)
@@ -486,9 +500,24 @@ class ChatGateClient:
                 time.sleep(_retry_after(chunks.headers))
         return chunk
 
+    def answer(self, session_id, answers=None, text=None, confirmation_id=None):
+        """Answer the pending questions of ``session_id``: ``answers`` maps
+        question ids to values (an option's id or label, a list of them for
+        multi-select, other text, a number or boolean for a typed question);
+        ``text`` answers a pause of one question. Returns the reply's chunk
+        (``metadata.answers`` holds the answers as the run got them)."""
+        if (answers is None) == (text is None):
+            raise ValueError("answer with answers or with text (one of them)")
+        return self.reply(session_id, "answer", text, confirmation_id, answers=answers)
+
+    def skip(self, session_id, confirmation_id=None):
+        """Decline to answer the pending questions of ``session_id``."""
+        return self.reply(session_id, "skip", confirmation_id=confirmation_id)
+
     # -- high level ----------------------------------------------------------
 
-    def run(self, message, session_id=None, on_chunk=None, on_confirmation=None):
+    def run(self, message, session_id=None, on_chunk=None, on_confirmation=None,
+            on_question=None):
         """Drive one run to its end and return a :class:`RunResult`.
 
         ``on_chunk(chunk)`` sees every chunk. ``on_confirmation(chunk)`` is
@@ -497,6 +526,14 @@ class ChatGateClient:
         ``{"action": "confirm", "decisions": [decision(2, "reject")]}``
         or ``None`` to stay silent (the server's timeout then decides). A
         refused reply is passed to ``on_chunk`` and the run goes on.
+
+        ``on_question(chunk)`` is called for each ``input_request`` (its
+        ``confirmation_data["questions"]``) and returns the reply: a dict
+        ``{"<question id>": value}`` (the answers), ``"answer:<text>"`` or
+        ``("answer", text)`` for a single question, ``"skip"``, ``"cancel"``,
+        or ``None`` to stay silent. An answer the server refuses (422) is
+        passed to ``on_chunk`` and ``on_question`` is asked again, up to
+        ``QUESTION_ATTEMPTS`` times.
 
         If the stream breaks before its final chunk, the run is re-attached
         (``Last-Event-ID``) up to ``reattach_attempts`` times in a row, and
@@ -531,10 +568,17 @@ class ChatGateClient:
                         if chunk.get("finished"):
                             final = chunk
                             break
-                        if chunk.get("chunk_type") == "confirmation_request" and on_confirmation:
+                        kind = chunk.get("chunk_type")
+                        answerer = {"confirmation_request": on_confirmation,
+                                    "input_request": on_question}.get(kind)
+                        if answerer:
                             reader.watch()
                             self.pause_interrupted = reader.interrupted
-                            again = self._answer(chunk, session_id, on_chunk, on_confirmation)
+                            if kind == "input_request":
+                                again = self._answer_questions(chunk, session_id, on_chunk,
+                                                               answerer, reader.interrupted)
+                            else:
+                                again = self._answer(chunk, session_id, on_chunk, answerer)
                             if again and reader.broke and isinstance(sequence, int):
                                 # Given up on because the stream broke: the
                                 # re-attach replays this request, to ask again
@@ -592,6 +636,32 @@ class ChatGateClient:
             on_chunk(ack)
         return False
 
+    def _answer_questions(self, chunk, session_id, on_chunk, on_question, interrupted):
+        """Asks ``on_question`` and sends its reply, asking again (a few
+        times) when the server refuses the answer; whether it asked for
+        :data:`ASK_AGAIN`."""
+        data = chunk.get("confirmation_data") or {}
+        for _ in range(QUESTION_ATTEMPTS):
+            reply = on_question(chunk)
+            if reply is ASK_AGAIN:
+                return True
+            if reply is None:
+                return False
+            if isinstance(reply, dict):
+                ack = self.reply(session_id, "answer", None, data.get("confirmation_id"),
+                                 answers=reply)
+            else:
+                action, text = parse_reply(reply)
+                ack = self.reply(session_id, action, text, data.get("confirmation_id"))
+            if ack.get("chunk_type") != "error":
+                return False
+            if on_chunk:
+                on_chunk(ack)
+            refused = (ack.get("metadata") or {}).get("error_type")
+            if refused not in ("invalid_answer", "invalid_confirm_action") or interrupted.is_set():
+                return False
+        return False
+
 
 # -- command line ------------------------------------------------------------
 
@@ -626,6 +696,40 @@ def format_args(args):
     return "%s … (%d more characters; --json shows them all)" % (text[:ARGS_SHOWN], len(text) - ARGS_SHOWN)
 
 
+def _expects(question):
+    """What a question without options takes, in a few words."""
+    schema = question.get("schema") or {}
+    kind = schema.get("type") or "text"
+    bounds = []
+    if "minimum" in schema or "maximum" in schema:
+        bounds.append("%s..%s" % (schema.get("minimum", ""), schema.get("maximum", "")))
+    if "enum" in schema:
+        bounds.append("one of " + ", ".join(str(v) for v in schema["enum"]))
+    if "maxLength" in schema:
+        bounds.append("at most %s characters" % schema["maxLength"])
+    if kind == "boolean":
+        bounds.append("yes or no")
+    return kind + (" " + ", ".join(bounds) if bounds else "")
+
+
+def format_question(question, n):
+    """One question as lines: its text, then its numbered options."""
+    required = "" if question.get("required") else " (optional)"
+    header = question.get("header") or question.get("id")
+    lines = ["  %s. [%s] %s%s" % (n, header, question.get("question"), required)]
+    options = question.get("options") or []
+    for i, option in enumerate(options, 1):
+        about = "  (%s)" % option["description"] if option.get("description") else ""
+        lines.append("     %d) %s%s" % (i, option.get("label"), about))
+    if options and question.get("allow_other"):
+        lines.append("     o) other: a text of your own")
+    if options and question.get("multi_select"):
+        lines.append("     (several: 1,3)")
+    if not options:
+        lines.append("     (%s)" % _expects(question))
+    return lines
+
+
 def format_chunk(chunk):
     """One chunk as readable text (several lines for a confirmation request)."""
     kind = chunk.get("chunk_type", "?")
@@ -650,7 +754,15 @@ def format_chunk(chunk):
                 "" if left is None else " (in %ss)" % max(left, 0),
             )
         )
+    if kind == "input_request" and data:
+        for n, question in enumerate(data.get("questions") or [], 1):
+            lines.extend(format_question(question, n))
+        left = _seconds_left(data.get("expires_at"))
+        lines.append("  answer / skip / cancel · expires %s%s"
+                     % (data.get("expires_at"), "" if left is None else " (in %ss)" % max(left, 0)))
     meta = chunk.get("metadata") or {}
+    if kind == "confirmation_received" and meta.get("answers") is not None:
+        lines.append("  answers: %s" % json.dumps(meta["answers"], ensure_ascii=False))
     if kind in ("cancelled", "error") and (meta.get("reason") or meta.get("error_type")):
         lines[0] += "  (%s)" % (meta.get("reason") or meta.get("error_type"))
     return "\n".join(lines)
@@ -754,6 +866,130 @@ def _prompt(chunk, ask, out, interrupted=None):
         out.write("please answer %s\n" % ", ".join(options))
 
 
+def _typed(question, text):
+    """``text`` as the value a question without options takes: (value, None),
+    or (None, what it expects)."""
+    import re
+
+    schema = question.get("schema") or {}
+    kind = schema.get("type")
+    text = text.strip()
+    wrong = (None, "expects %s" % _expects(question))
+    if kind == "boolean":
+        value = {"y": True, "yes": True, "true": True, "n": False, "no": False, "false": False}
+        return (value[text.lower()], None) if text.lower() in value else wrong
+    if kind in ("integer", "number"):
+        try:
+            value = int(text) if kind == "integer" else float(text)
+        except ValueError:
+            return wrong
+        if value < schema.get("minimum", value) or value > schema.get("maximum", value):
+            return wrong
+        return value, None
+    if not text:
+        return wrong
+    if len(text) > schema.get("maxLength", len(text)) or len(text) < schema.get("minLength", 0):
+        return wrong
+    if "enum" in schema and text not in schema["enum"]:
+        return wrong
+    if "pattern" in schema and not re.search(schema["pattern"], text):
+        return wrong
+    return text, None
+
+
+def _ask_one(question, ask, out):
+    """One question on the terminal, asked until the answer fits: its value
+    (an option id, a list of them, other text, a typed value), ``...`` when
+    an optional one is left empty, or None when ``ask`` gave up."""
+    options = question.get("options") or []
+    multi = question.get("multi_select")
+    other = question.get("allow_other")
+    if options:
+        hint = "1-%d%s%s" % (len(options), ", several as 1,3" if multi else "",
+                             ", o for other" if other else "")
+    else:
+        hint = _expects(question)
+    while True:
+        out.write("  %s [%s]: " % (question.get("header") or question.get("id"), hint))
+        out.flush()
+        line = ask()
+        if line is None:
+            return None
+        line = line.strip()
+        if not line and not question.get("required"):
+            return ...
+        if not options:
+            value, wrong = _typed(question, line) if question.get("schema") else (line or None, "expects a text")
+            if value is not None:
+                return value
+            out.write("    %s\n" % wrong)
+            continue
+        if other and line.lower() in ("o", "other"):
+            out.write("    your text: ")
+            out.flush()
+            text = ask()
+            if text is None:
+                return None
+            if text.strip():
+                return text.strip()
+            continue
+        picks = [p.strip() for p in line.split(",") if p.strip()]
+        if picks and all(p.isdigit() and 1 <= int(p) <= len(options) for p in picks):
+            if len(picks) == 1 or multi:
+                chosen = [options[int(p) - 1]["id"] for p in picks]
+                return chosen if multi else chosen[0]
+        out.write("    please answer %s\n" % hint)
+
+
+def _prompt_questions(chunk, ask, out, interrupted=None):
+    """Ask a person on the terminal for the answers; returns the answers (a
+    dict), ``"skip"``, ``"cancel"``, or None when ``ask`` gives up (the
+    pause expired, or ``interrupted`` was set)."""
+    data = chunk.get("confirmation_data") or {}
+    while True:
+        out.write("answer / skip / cancel? [answer] ")
+        out.flush()
+        line = ask()
+        if line is None:
+            break
+        choice = line.strip().lower()
+        if choice in ("skip", "s"):
+            return "skip"
+        if choice in ("cancel", "c", "x"):
+            return "cancel"
+        if choice not in ("", "answer", "a"):
+            out.write("please answer answer, skip or cancel\n")
+            continue
+        answers = {}
+        for question in data.get("questions") or []:
+            value = _ask_one(question, ask, out)
+            if value is None:
+                break
+            if value is not ...:
+                answers[question["id"]] = value
+        else:
+            return answers
+        break
+    if interrupted is not None and interrupted.is_set():
+        out.write("\nthe questions stopped waiting here (answered elsewhere, or their stream "
+                  "broke); following the run\n")
+    else:
+        out.write("\nno answer before the questions expired\n")
+    out.flush()
+    return None
+
+
+def _scripted_answers(pairs):
+    """The answers of --answer ID=VALUE; ValueError if malformed."""
+    answers = {}
+    for given in pairs:
+        qid, sep, value = given.partition("=")
+        if not sep or not qid.strip():
+            raise ValueError("--answer expects ID=VALUE, got %r" % given)
+        answers[qid.strip()] = value
+    return answers
+
+
 def _ask_until(deadline, interrupted=None):
     """Reads a line from the terminal; None once ``deadline`` (a
     ``time.monotonic()`` value, or None for never) has passed, or once
@@ -813,7 +1049,8 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv=None):
     parser = _Parser(
-        description="Stream a message to chatgate and answer its confirmation requests.",
+        description="Stream a message to chatgate and answer its confirmation requests "
+        "and questions.",
         epilog="Without replies left, a terminal is asked (until the confirmation expires); "
         "without a terminal the client says so, cancels the pending confirmation and exits 1 "
         "(unless --wait), "
@@ -839,6 +1076,14 @@ def main(argv=None):
                         help="with the first confirm: run task N with these arguments")
     parser.add_argument("--respond", action="append", default=[], metavar="N=TEXT",
                         help="with the first confirm: do not run task N, use TEXT as its result")
+    parser.add_argument("--answer", action="append", default=[], metavar="ID=VALUE",
+                        help="scripted answer to the question ID of every question pause "
+                        "(repeatable): an option's id or label (a,b for several), other text, "
+                        "or a typed value; an answer that does not fit exits 1, naming the question")
+    parser.add_argument("--answer-text", metavar="TEXT",
+                        help="scripted answer to a question pause of one question")
+    parser.add_argument("--skip", action="store_true",
+                        help="decline every question pause (the run goes on without answers)")
     parser.add_argument("--json", action="store_true", help="print raw chunks, one JSON per line")
     parser.add_argument("--wait", action="store_true",
                         help="without a terminal and with no reply left, wait for the decision "
@@ -846,6 +1091,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         planned = _planned_decisions(args)
+        scripted_answers = _scripted_answers(args.answer)
     except ValueError as err:
         parser.error(str(err))
 
@@ -868,7 +1114,7 @@ def main(argv=None):
             raise _ScriptError("the server refused the scripted reply: %s (%s)"
                                % (chunk.get("chunk", ""), error_type or "error"))
         scripted[0] = False
-        if kind == "confirmation_request":
+        if kind in PAUSES:
             pending[0] = chunk.get("confirmation_data") or {}
         elif kind == "confirmation_received" or chunk.get("finished"):
             pending[0] = None
@@ -923,9 +1169,36 @@ def main(argv=None):
                            "not a terminal and no --reply is left (script the answers with "
                            "--reply or --auto-confirm, or --wait for a decision from elsewhere)")
 
+    def on_question(chunk):
+        data = chunk.get("confirmation_data") or {}
+        if args.skip:
+            scripted[0] = True
+            return "skip"
+        if scripted_answers:
+            scripted[0] = True
+            return dict(scripted_answers)
+        if args.answer_text is not None:
+            scripted[0] = True
+            return ("answer", args.answer_text)
+        if interactive:
+            left = _seconds_left(data.get("expires_at"))
+            deadline = None if left is None else time.monotonic() + max(left, 0) + 1
+            interrupted = client.pause_interrupted
+            reply = _prompt_questions(chunk, lambda: _ask_until(deadline, interrupted),
+                                      sys.stderr if args.json else out, interrupted)
+            return ASK_AGAIN if reply is None and interrupted.is_set() else reply
+        if args.wait:
+            sys.stderr.write("waiting for an answer from elsewhere (session %s, until %s)\n"
+                             % (session_id, data.get("expires_at") or "the timeout"))
+            sys.stderr.flush()
+            return None
+        raise _ScriptError("questions are waiting and nothing here can answer them: stdin is "
+                           "not a terminal and no --answer, --answer-text or --skip was given "
+                           "(or --wait for an answer from elsewhere)")
+
     client = ChatGateClient(args.url, api_key=args.api_key)
     try:
-        result = client.run(args.message, session_id, on_chunk, on_confirmation)
+        result = client.run(args.message, session_id, on_chunk, on_confirmation, on_question)
     except _ScriptError as err:
         said = "; " + _cancel_pending(client, session_id, pending[0]) if pending[0] else ""
         sys.stderr.write("error: %s%s\n" % (err, said))

@@ -321,6 +321,78 @@ describe('library against a server', () => {
   });
 });
 
+const REGION = 'ask region: which region? eu-west | us-east; deploy to {region}';
+
+/** The task descriptions of a run's last confirmation request. */
+const planOf = (result) => result.chunks.filter((c) => c.chunk_type === 'confirmation_request')
+  .at(-1).confirmation_data.tasks.map((t) => t.description);
+
+describe('questions through the library', () => {
+  const client = () => new ChatGateClient(serverUrl());
+
+  test('onQuestion answers with an object and the plan uses the answer', async () => {
+    const asked = [];
+    const result = await client().run(REGION, {
+      sessionId: session(),
+      onQuestion: (chunk) => { asked.push(chunk); return { region: 'US-East' }; },
+      onConfirmation: () => 'confirm',
+    });
+    assert.equal(result.outcome, 'completed');
+    assert.equal(asked[0].confirmation_data.questions[0].id, 'region');
+    assert.deepEqual(planOf(result), ['deploy to us-east']);
+    const received = result.chunks.find((c) => c.chunk_type === 'confirmation_received');
+    assert.deepEqual(received.metadata.answers, { region: 'us-east' });
+  });
+
+  test('onQuestion answers with text, skip or cancel', async () => {
+    let result = await client().run(REGION, {
+      sessionId: session(), onQuestion: () => 'answer:eu-west', onConfirmation: () => 'confirm',
+    });
+    assert.deepEqual(planOf(result), ['deploy to eu-west']);
+    result = await client().run('ask region: where?; build; deploy to {region}', {
+      sessionId: session(), onQuestion: () => 'skip', onConfirmation: () => 'confirm',
+    });
+    assert.deepEqual(planOf(result), ['build']);
+    result = await client().run(REGION, { sessionId: session(), onQuestion: () => 'cancel' });
+    assert.equal(result.outcome, 'cancelled');
+    assert.equal(result.reason, 'user');
+  });
+
+  test('a refused answer is shown and asked again', async () => {
+    const given = [{ nowhere: 'x' }, { region: 'eu-west' }];
+    const seen = [];
+    const result = await client().run(REGION, {
+      sessionId: session(),
+      onChunk: (c) => seen.push(c),
+      onQuestion: () => given.shift(),
+      onConfirmation: () => 'confirm',
+    });
+    const error = seen.find((c) => c.chunk_type === 'error');
+    assert.equal(error.metadata.error_type, 'invalid_answer');
+    assert.match(error.chunk, /no question `nowhere`/);
+    assert.equal(result.outcome, 'completed');
+    assert.equal(given.length, 0);
+  });
+
+  test('answer() and skip() send the replies', async () => {
+    const name = session();
+    const { chunks } = await client().stream(REGION, { sessionId: name });
+    const it = chunks[Symbol.asyncIterator]();
+    const request = (await it.next()).value;
+    assert.equal(request.chunk_type, 'input_request');
+    const stale = await client().answer(name, { text: 'mars', confirmationId: 'other' });
+    const ack = await client().answer(name, {
+      answers: { region: 'eu-west' }, confirmationId: request.confirmation_data.confirmation_id,
+    });
+    const late = await client().skip(name);
+    await it.return();
+    assert.equal(stale.metadata.error_type, 'stale_confirmation');
+    assert.deepEqual(ack.metadata.answers, { region: 'eu-west' });
+    assert.equal(late.metadata.error_type, 'invalid_confirm_action');
+    assert.throws(() => client().answer(name, {}), TypeError);
+  });
+});
+
 describe('command line', () => {
   const cli = (args, url = serverUrl()) =>
     spawnSync(process.execPath, [CLI, '--url', url, ...args], {
@@ -375,6 +447,39 @@ describe('command line', () => {
       const gone = await new ChatGateClient(serverUrl()).reply(name, 'confirm');
       assert.equal(gone.metadata.error_type, 'no_pending_confirmation');
     }
+  });
+
+  test('scripted answers answer the questions', () => {
+    let done = cli(['--answer', 'region=us-east', '--reply', 'confirm', REGION]);
+    assert.equal(done.status, 0, done.stderr);
+    assert.match(done.stdout, /1\) eu-west/);
+    assert.match(done.stdout, /answers: \{"region":"us-east"\}/);
+    assert.match(done.stdout, /deploy to us-east/);
+    done = cli(['--answer-text', 'moon', '--auto-confirm', REGION]);
+    assert.equal(done.status, 0, done.stderr);
+    assert.match(done.stdout, /deploy to moon/);
+    done = cli(['--skip', '--auto-confirm', 'ask region: where?; build; deploy to {region}']);
+    assert.equal(done.status, 0, done.stderr);
+    assert.match(done.stdout, /Dropped 1 step\(s\)/);
+  });
+
+  test('a scripted answer that does not fit exits 1 at once, naming the question', async () => {
+    const name = session();
+    const started = Date.now();
+    const done = cli(['--session', name, '--answer', 'region=eu-west', 'ask region: where? a | b; ask size: how big?; go']);
+    assert.equal(done.status, 1, done.stderr);
+    assert.match(done.stderr, /question `size` is required/);
+    assert.match(done.stderr, /\(invalid_answer\)/);
+    assert.ok(Date.now() - started < 2500, 'before the 3 s timeout');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const gone = await new ChatGateClient(serverUrl()).skip(name);
+    assert.equal(gone.metadata.error_type, 'no_pending_confirmation');
+  });
+
+  test('questions without a terminal or a scripted answer exit 1', () => {
+    const done = cli([REGION]);
+    assert.equal(done.status, 1);
+    assert.match(done.stderr, /questions are waiting and nothing here can answer them/);
   });
 
   test('a reader that goes away ends the CLI quietly', async () => {

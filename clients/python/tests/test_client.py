@@ -415,6 +415,74 @@ class LibraryTests(unittest.TestCase):
         self.assertEqual(result.outcome, "completed")
 
 
+REGION = "ask region: which region? eu-west | us-east; deploy to {region}"
+
+
+class QuestionTests(unittest.TestCase):
+    """Question pauses (input_request) through the library."""
+
+    def setUp(self):
+        self.client = ChatGateClient(server_url())
+
+    def plan_of(self, result):
+        requests = [c for c in result.chunks if c["chunk_type"] == "confirmation_request"]
+        return [t["description"] for t in requests[-1]["confirmation_data"]["tasks"]]
+
+    def test_on_question_answers_with_a_dict_and_the_plan_uses_the_answer(self):
+        asked = []
+
+        def on_question(chunk):
+            asked.append(chunk)
+            return {"region": "US-East"}
+
+        result = self.client.run(REGION, session(), on_question=on_question,
+                                 on_confirmation=lambda c: "confirm")
+        self.assertEqual(result.outcome, "completed", result.final)
+        self.assertEqual(asked[0]["confirmation_data"]["questions"][0]["id"], "region")
+        self.assertEqual(self.plan_of(result), ["deploy to us-east"])
+        received = [c for c in result.chunks if c["chunk_type"] == "confirmation_received"]
+        self.assertEqual(received[0]["metadata"]["answers"], {"region": "us-east"})
+
+    def test_on_question_answers_with_text_skip_or_cancel(self):
+        result = self.client.run(REGION, session(), on_question=lambda c: "answer:eu-west",
+                                 on_confirmation=lambda c: "confirm")
+        self.assertEqual(self.plan_of(result), ["deploy to eu-west"])
+        result = self.client.run("ask region: where?; build; deploy to {region}", session(),
+                                 on_question=lambda c: "skip", on_confirmation=lambda c: "confirm")
+        self.assertEqual(self.plan_of(result), ["build"])
+        result = self.client.run(REGION, session(), on_question=lambda c: "cancel")
+        self.assertEqual((result.outcome, result.reason), ("cancelled", "user"))
+
+    def test_a_refused_answer_is_shown_and_asked_again(self):
+        given = [{"nowhere": "x"}, {"region": "eu-west"}]
+        seen = []
+        result = self.client.run(REGION, session(), on_chunk=seen.append,
+                                 on_question=lambda c: given.pop(0),
+                                 on_confirmation=lambda c: "confirm")
+        errors = [c for c in seen if c["chunk_type"] == "error"]
+        self.assertEqual(errors[0]["metadata"]["error_type"], "invalid_answer")
+        self.assertIn("no question `nowhere`", errors[0]["chunk"])
+        self.assertEqual(result.outcome, "completed")
+        self.assertEqual(given, [])
+
+    def test_answer_and_skip_send_the_replies(self):
+        name = session()
+        stream = self.client.stream(REGION, name)
+        chunks = iter(stream)
+        request = next(chunks)
+        self.assertEqual(request["chunk_type"], "input_request")
+        refused = self.client.answer(name, text="mars", confirmation_id="other")
+        ack = self.client.answer(name, {"region": "eu-west"},
+                                 confirmation_id=request["confirmation_data"]["confirmation_id"])
+        late = self.client.skip(name)
+        stream.close()
+        self.assertEqual(refused["metadata"]["error_type"], "stale_confirmation")
+        self.assertEqual(ack["metadata"]["answers"], {"region": "eu-west"})
+        self.assertEqual(late["metadata"]["error_type"], "invalid_confirm_action")
+        with self.assertRaises(ValueError):
+            self.client.answer(name)
+
+
 class CuttingProxy:
     """A loopback TCP proxy in front of the test server that cuts the first
     ``cuts`` connections carrying a chat message (not a reply) a few bytes
@@ -590,6 +658,40 @@ class CommandLineTests(unittest.TestCase):
             self.assertLess(time.monotonic() - started, 2.5, "before the 3 s timeout")
             gone = ChatGateClient(server_url()).reply(name, "confirm")
             self.assertEqual(gone["metadata"]["error_type"], "no_pending_confirmation")
+
+    def test_scripted_answers_answer_the_questions(self):
+        done = self.cli("--answer", "region=us-east", "--reply", "confirm", REGION)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("1) eu-west", done.stdout)
+        self.assertIn('answers: {"region": "us-east"}', done.stdout)
+        self.assertIn("deploy to us-east", done.stdout)
+        done = self.cli("--answer-text", "moon", "--auto-confirm", REGION)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("deploy to moon", done.stdout)
+        done = self.cli("--skip", "--auto-confirm", "ask region: where?; build; deploy to {region}")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("Dropped 1 step(s)", done.stdout)
+        done = self.cli("--answer", "checks=lint,fuzz", "--auto-confirm",
+                        "ask checks: which? [multi] lint | test | fuzz; run {checks}")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("run lint, fuzz", done.stdout)
+
+    def test_a_scripted_answer_that_does_not_fit_exits_1_at_once_naming_the_question(self):
+        name = session()
+        started = time.monotonic()
+        done = self.cli("--session", name, "--answer", "region=eu-west",
+                        "ask region: where? a | b; ask size: how big?; go")
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertIn("question `size` is required", done.stderr)
+        self.assertIn("(invalid_answer)", done.stderr)
+        self.assertLess(time.monotonic() - started, 2.5, "before the 3 s timeout")
+        gone = ChatGateClient(server_url()).skip(name)
+        self.assertEqual(gone["metadata"]["error_type"], "no_pending_confirmation")
+
+    def test_questions_without_a_terminal_or_a_scripted_answer_exit_1(self):
+        done = self.cli(REGION)
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("questions are waiting and nothing here can answer them", done.stderr)
 
     def test_auto_confirm_and_a_failing_task_exits_1(self):
         done = self.cli("--auto-confirm", "prepare; this will fail")
@@ -814,6 +916,55 @@ class TerminalTests(unittest.TestCase):
         expect("[completion]")
         self.assertEqual(self.finish(pid, fd), 0)
         self.assertEqual(proxy.cut, 1)
+
+    def questions(self, argv):
+        """A person answers three questions: a number, several numbers, and
+        other text; then confirms the plan made of the answers."""
+        message = ("ask region: which region? eu-west | us-east; "
+                   "ask checks: which checks? [multi] lint | test | fuzz; "
+                   "ask owner: who? ana | bo; ask n: how many?; "
+                   "ship {n} to {region} after {checks} for {owner}")
+        pid, fd = self.spawn(argv + ["--url", server_url(), message])
+        expect = self.expecting(fd)
+        expect("answer / skip / cancel? [answer]")
+        os.write(fd, b"\n")
+        expect("region [1-2, o for other]:")
+        os.write(fd, b"7\n")
+        expect("please answer")
+        os.write(fd, b"2\n")
+        expect("checks [1-3, several as 1,3, o for other]:")
+        os.write(fd, b"3,1\n")
+        expect("owner [1-2, o for other]:")
+        os.write(fd, b"o\n")
+        expect("your text:")
+        os.write(fd, b"Cy\n")
+        expect("n [text]:")
+        os.write(fd, b"three\n")
+        expect("ship three to us-east after lint, fuzz for Cy")
+        expect("confirm / modify / cancel / decide?")
+        os.write(fd, b"confirm\n")
+        expect("[completion]")
+        return self.finish(pid, fd)
+
+    def test_python_cli_asks_questions_on_a_terminal(self):
+        self.assertEqual(self.questions([sys.executable, CLI]), 0)
+
+    def test_js_cli_asks_questions_on_a_terminal(self):
+        self.assertEqual(self.questions(["node", self.js_cli()]), 0)
+
+    def skipped(self, argv):
+        pid, fd = self.spawn(argv + ["--url", server_url(), "ask where?; deploy to {q1}"])
+        expect = self.expecting(fd)
+        expect("answer / skip / cancel? [answer]")
+        os.write(fd, b"skip\n")
+        expect("Nothing left to do")
+        return self.finish(pid, fd)
+
+    def test_python_cli_skips_questions_on_a_terminal(self):
+        self.assertEqual(self.skipped([sys.executable, CLI]), 0)
+
+    def test_js_cli_skips_questions_on_a_terminal(self):
+        self.assertEqual(self.skipped(["node", self.js_cli()]), 0)
 
     def test_python_cli_prompts_on_a_terminal(self):
         code = self.drive([sys.executable, CLI, "--url", server_url(), "write the notes"])
