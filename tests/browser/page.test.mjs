@@ -342,3 +342,79 @@ test('a task can be left out and another run with edited arguments', async () =>
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('a question card: one choice, several, other text and a typed value; the answers show on the decided card', async () => {
+  const { page, errors } = await openPage();
+
+  await send(page, 'ask region: which region? eu-west | us-east; ask checks: which checks? [multi] lint | test | fuzz; '
+    + 'ask owner: who signs off? ana | bo; ask n: how many replicas? [integer 1..9]; '
+    + 'ship {n} to {region} after {checks} for {owner}');
+  const card = page.getByRole('region', { name: 'Questions' });
+  await card.waitFor();
+  assert.match(await card.locator('.countdown').textContent(), /expires in \d+:\d\d/);
+  assert.equal(await card.locator('fieldset').count(), 4);
+  await card.screenshot({ path: join(SHOTS, 'question-card.png') });
+
+  // Keyboard: the first option has the focus; arrows move between radios.
+  assert.equal(await page.evaluate(() => document.activeElement.value), 'eu-west');
+  await page.keyboard.press('ArrowDown');
+  await card.getByRole('checkbox', { name: 'lint' }).check();
+  await card.getByRole('checkbox', { name: 'fuzz' }).check();
+  await card.getByLabel('Other answer to owner').fill('Cy');
+  await card.getByRole('spinbutton').fill('3');
+  await card.getByRole('button', { name: 'Answer' }).click();
+  const plan = page.getByRole('region', { name: 'Confirmation request' });
+  await plan.waitFor();
+
+  assert.deepEqual(await plan.locator('li label span').allTextContents(), ['ship 3 to us-east after lint, fuzz for Cy']);
+  assert.match(await card.locator('.decided').textContent(), /Decision: answer/);
+  assert.deepEqual(await card.getByRole('list', { name: 'Answers' }).locator('li').allTextContents(),
+    ['checks: lint, fuzz', 'n: 3', 'owner: Cy', 'region: us-east']);
+  await plan.getByRole('button', { name: 'Confirm' }).click();
+  await page.locator('.outcome.completed').waitFor();
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('an answer that does not fit is shown on the card, which still answers', async () => {
+  const { page, errors } = await openPage();
+
+  await send(page, 'ask region: which region? eu-west | us-east; ask n: how many? [integer 1..9]; go to {region} {n} times');
+  const card = page.getByRole('region', { name: 'Questions' });
+  await card.waitFor();
+  await card.getByRole('button', { name: 'Answer' }).click();
+  await card.locator('.hint', { hasText: 'question `region` is required' }).waitFor();
+  await card.getByRole('radio', { name: 'eu-west' }).check();
+  await card.getByRole('spinbutton').fill('12');
+  await card.getByRole('button', { name: 'Answer' }).click();
+  await card.locator('.hint', { hasText: 'question `n`' }).waitFor();
+  assert.equal(await card.getByRole('button', { name: 'Answer' }).isEnabled(), true);
+  await card.getByRole('spinbutton').fill('2');
+  // Enter in a field answers.
+  await card.getByRole('spinbutton').press('Enter');
+  const plan = page.getByRole('region', { name: 'Confirmation request' });
+  await plan.waitFor();
+
+  assert.deepEqual(await plan.locator('li label span').allTextContents(), ['go to eu-west 2 times']);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('Skip on a question card drops the steps that needed the answer', async () => {
+  const { page, errors } = await openPage();
+
+  await send(page, 'ask region: which region? eu-west | us-east; build; deploy to {region}');
+  const card = page.getByRole('region', { name: 'Questions' });
+  await card.waitFor();
+  await card.getByRole('button', { name: 'Skip' }).click();
+  const plan = page.getByRole('region', { name: 'Confirmation request' });
+  await plan.waitFor();
+
+  assert.deepEqual(await plan.locator('li label span').allTextContents(), ['build']);
+  assert.match(await card.locator('.decided').textContent(), /Decision: skip/);
+  assert.match(await page.locator('#log').textContent(), /Dropped 1 step\(s\) that needed an answer/);
+  await plan.getByRole('button', { name: 'Cancel' }).click();
+  await page.locator('.outcome.cancelled').waitFor();
+  assert.deepEqual(errors, []);
+  await page.close();
+});

@@ -1,12 +1,14 @@
 //! The planner's questions (#16), as text: a step `ask <id>: <question>?
 //! <a> | <b> | ...` is a question with those options (no `| ...` part: free
-//! text; `[multi]` right after the `?`: multi-select; without `<id>:` the
-//! ids are `q1`, `q2`, ... in order). The plan's leading `ask` steps, up to
+//! text; `[multi]` right after the `?`: multi-select; `[integer]`,
+//! `[integer 1..9]`, `[number]`, `[number 0..1]` or `[boolean]` there
+//! instead: a typed question, its schema that type (and bounds); without
+//! `<id>:` the ids are `q1`, `q2`, ... in order). The plan's leading `ask` steps, up to
 //! four, are asked together before anything else; the answers then replace
 //! `{<id>}` in the later steps, and a skip drops the steps that mention a
 //! skipped question. Planner questions allow other text and are required.
 //!
-//! Pure functions, not wired to the run yet.
+//! Pure functions; the planner engine asks and applies them.
 
 use serde_json::{Map, Value};
 
@@ -69,6 +71,10 @@ fn question(rest: &str, n: usize) -> Question {
         Some(after) => (true, after.trim()),
         None => (false, tail),
     };
+    let (schema, tail) = match typed(tail) {
+        Some((schema, after)) => (Some(schema), after),
+        None => (None, tail),
+    };
     let mut options = Vec::new();
     for (i, label) in tail
         .split('|')
@@ -91,8 +97,43 @@ fn question(rest: &str, n: usize) -> Question {
         multi_select,
         allow_other: true,
         required: true,
-        schema: None,
+        schema,
     }
+}
+
+/// A leading `[integer]`, `[integer <min>..<max>]`, `[number ...]` or
+/// `[boolean]`: the schema it names, and the text after it.
+fn typed(tail: &str) -> Option<(serde_json::Value, &str)> {
+    let inner = tail.strip_prefix('[')?;
+    let (tag, after) = inner.split_once(']')?;
+    let mut words = tag.split_whitespace();
+    let kind = words.next()?;
+    if !matches!(kind, "integer" | "number" | "boolean") {
+        return None;
+    }
+    let mut schema = serde_json::Map::new();
+    schema.insert("type".into(), kind.into());
+    if let Some(range) = words.next().filter(|_| kind != "boolean") {
+        let (min, max) = range.split_once("..")?;
+        let bound = |text: &str| -> Option<Option<serde_json::Value>> {
+            if text.is_empty() {
+                return Some(None);
+            }
+            let value: f64 = text.parse().ok()?;
+            Some(Some(if kind == "integer" {
+                serde_json::Value::from(value as i64)
+            } else {
+                serde_json::Number::from_f64(value)?.into()
+            }))
+        };
+        if let Some(min) = bound(min)? {
+            schema.insert("minimum".into(), min);
+        }
+        if let Some(max) = bound(max)? {
+            schema.insert("maximum".into(), max);
+        }
+    }
+    Some((serde_json::Value::Object(schema), after.trim()))
 }
 
 /// The plan's leading `ask` steps as questions (at most four, checked
@@ -226,6 +267,32 @@ mod tests {
         let (kept, dropped) = apply_answers(&asked.steps, &asked.questions, None);
         assert_eq!(kept, ["build", "tell {nobody}"]);
         assert_eq!(dropped, ["deploy to {region}"]);
+    }
+
+    #[test]
+    fn a_type_tag_makes_a_typed_question() {
+        let plan = steps("ask n: how many? [integer 1..9]; ask ok: go? [boolean]; ask x: ratio? [number ..1.5]; run {n}");
+        let asked = leading_questions(&plan).unwrap().unwrap();
+        let schemas: Vec<_> = asked
+            .questions
+            .iter()
+            .map(|q| q.schema.clone().unwrap())
+            .collect();
+        assert_eq!(
+            schemas[0],
+            json!({"type": "integer", "minimum": 1, "maximum": 9})
+        );
+        assert_eq!(schemas[1], json!({"type": "boolean"}));
+        assert_eq!(schemas[2], json!({"type": "number", "maximum": 1.5}));
+        assert!(asked.questions.iter().all(|q| q.options.is_empty()));
+        let answers = normalize_text(&asked.questions[..1], " 4 ").unwrap();
+        assert_eq!(answers["n"], json!(4));
+        assert!(normalize_text(&asked.questions[..1], "12").is_err());
+        // Not a type: an ordinary option text.
+        let plain = leading_questions(&steps("ask pick? [a] | [b]"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(plain.questions[0].options.len(), 2);
     }
 
     #[test]
