@@ -231,6 +231,10 @@ pub struct Settings {
     #[arg(long, env = "CHATGATE_CONVERSATION_MEMORY", default_value_t = CONVERSATION_MEMORY,
           value_parser = parse_count(1 << 20, 16 << 30))]
     pub conversation_memory: usize,
+    /// `--engine openai`: do not offer the model the built-in `ask_user`
+    /// tool (its questions to the user, as an `input_request`).
+    #[arg(long, env = "CHATGATE_NO_ASK_USER")]
+    pub no_ask_user: bool,
 }
 
 const HOUR: Duration = Duration::from_secs(3600);

@@ -350,6 +350,7 @@ pub fn build_engine(settings: &Settings) -> Result<Arc<dyn Engine>, StartupError
                 max_time: settings.llm_max_time,
                 conversation_ttl: settings.conversation_ttl,
                 conversation_memory: settings.conversation_memory,
+                ask_user: !settings.no_ask_user,
             };
             let engine = OpenAiEngine::new(config).map_err(|err| {
                 StartupError::Engine(format!("cannot set up the model client: {err}"))

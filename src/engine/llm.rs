@@ -30,6 +30,8 @@ pub struct OpenAiConfig {
     pub max_time: Duration,
     pub conversation_ttl: Duration,
     pub conversation_memory: usize,
+    /// Offer the model `ask_user` (off with `--no-ask-user`).
+    pub ask_user: bool,
 }
 
 impl OpenAiConfig {
@@ -43,6 +45,7 @@ impl OpenAiConfig {
             max_time: LLM_MAX_TIME,
             conversation_ttl: CONVERSATION_TTL,
             conversation_memory: CONVERSATION_MEMORY,
+            ask_user: true,
         }
     }
 }

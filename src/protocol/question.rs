@@ -84,7 +84,7 @@ fn valid_id(id: &str) -> bool {
 
 /// The JSON Schema keywords a question's `schema` may use: one value of a
 /// primitive type, nothing that refers elsewhere.
-const SCHEMA_KEYWORDS: [&str; 12] = [
+pub const SCHEMA_KEYWORDS: [&str; 12] = [
     "type",
     "title",
     "description",

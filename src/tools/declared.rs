@@ -15,6 +15,9 @@ use super::command;
 #[cfg(feature = "openai")]
 use super::http;
 use super::outcome::ToolOutcome;
+use crate::protocol::question::{
+    check_questions, Question, MAX_HEADER_CHARS, MAX_QUESTIONS, SCHEMA_KEYWORDS,
+};
 use crate::protocol::RiskLevel;
 
 /// Default of a tool's `timeout_secs`.
@@ -282,6 +285,55 @@ impl Tool {
         } else {
             Err(errors.join("; "))
         }
+    }
+
+    /// When `args` fail the schema only because required properties of a
+    /// primitive type (string, number, integer, boolean) are missing: a
+    /// question per missing property (its name the id, its `description`
+    /// the question, its schema the question's, keywords a question may not
+    /// carry left out: the merged arguments are checked again anyway).
+    /// `None` when anything else is wrong, or the questions cannot be asked.
+    pub fn missing_inputs(&self, args: &Value) -> Option<Vec<Question>> {
+        let mut questions = Vec::new();
+        for err in self.validator.iter_errors(args) {
+            let jsonschema::error::ValidationErrorKind::Required { property } = err.kind() else {
+                return None;
+            };
+            if !err.instance_path().to_string().is_empty() || questions.len() == MAX_QUESTIONS {
+                return None;
+            }
+            let name = property.as_str()?;
+            let declared = self.parameters.get("properties")?.get(name)?.as_object()?;
+            match declared.get("type").and_then(Value::as_str) {
+                Some("string" | "number" | "integer" | "boolean") => {}
+                _ => return None,
+            }
+            let schema: serde_json::Map<String, Value> = declared
+                .iter()
+                .filter(|(k, _)| SCHEMA_KEYWORDS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let question = declared
+                .get("description")
+                .and_then(Value::as_str)
+                .filter(|d| !d.trim().is_empty())
+                .map_or_else(|| format!("A value for `{name}`?"), str::to_owned);
+            questions.push(Question {
+                id: name.to_owned(),
+                header: name.chars().take(MAX_HEADER_CHARS).collect(),
+                question,
+                options: Vec::new(),
+                multi_select: false,
+                allow_other: false,
+                required: true,
+                schema: Some(Value::Object(schema)),
+            });
+        }
+        if questions.is_empty() {
+            return None;
+        }
+        check_questions(&questions).ok()?;
+        Some(questions)
     }
 
     /// Runs one call with `args` (already checked), unless `stop` resolves

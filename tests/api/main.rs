@@ -19,6 +19,8 @@ mod model_server;
 #[cfg(feature = "openai")]
 mod openai;
 #[cfg(feature = "openai")]
+mod openai_questions;
+#[cfg(feature = "openai")]
 mod openai_tools;
 mod operations;
 mod questions;

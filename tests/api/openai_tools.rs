@@ -163,7 +163,7 @@ fn offered(request: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_system_prompt_names_exactly_the_tools_the_model_is_offered() {
-    let candidates = ["propose_plan", "note", "peek", "danger"];
+    let candidates = ["propose_plan", "note", "peek", "danger", "ask_user"];
     let tooling = Tooling::new();
     let with_tools = fake_model(vec![tokens(&["Nothing to do."])]).await;
     let app = app_with_model(&with_tools.url, tooling.configure()).await;
@@ -173,17 +173,17 @@ async fn the_system_prompt_names_exactly_the_tools_the_model_is_offered() {
     plain.open("p", "hello").await.finish().await;
 
     let request = &with_tools.requests()[0];
-    assert_eq!(offered(request), ["note", "peek", "danger"]);
+    assert_eq!(offered(request), ["note", "peek", "danger", "ask_user"]);
     assert_eq!(
         tools_named_in_prompt(request, &candidates),
-        ["note", "peek", "danger"],
+        ["note", "peek", "danger", "ask_user"],
         "a model that obeys its prompt calls only what it is offered"
     );
     let request = &without_tools.requests()[0];
-    assert_eq!(offered(request), ["propose_plan"]);
+    assert_eq!(offered(request), ["propose_plan", "ask_user"]);
     assert_eq!(
         tools_named_in_prompt(request, &candidates),
-        ["propose_plan"]
+        ["propose_plan", "ask_user"]
     );
 }
 

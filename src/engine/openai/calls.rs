@@ -1,7 +1,9 @@
 //! With declared tools (`--tools`) the model calls them directly: each
 //! answer's calls are checked, the ones that need a yes are one
 //! confirmation (a task per call), and what is confirmed is exactly what
-//! runs, once; every call's result goes back to the model.
+//! runs, once; every call's result goes back to the model. A call that
+//! lacks only required values of a primitive type asks the user for them
+//! first (an `input_request`); a skip sends the schema error back instead.
 
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use super::turn::{modify_text, paused_state, tool_result, Pending, PendingCall, 
 use crate::protocol::{meta, ChunkType, RiskLevel, TaskSpec, Verdict};
 use crate::run::context::RunContext;
 use crate::run::outcome::RunError;
-use crate::run::plan::{Approval, Plan};
+use crate::run::plan::{Answers, Approval, Plan, Questions};
 use crate::tools::{Tool, ToolOutcome, Tools};
 
 /// One answer's calls of declared tools. Calls to unknown tools, and calls
@@ -34,6 +36,22 @@ pub async fn tool_turn(
     let mut results: Vec<String> = vec![String::new(); calls.len()];
     let mut batch: Vec<(usize, Arc<Tool>, Value)> = Vec::new();
     let mut ran = false;
+    let filled = match Box::pin(fill_missing(ctx, reply, tools)).await {
+        Ok(filled) => filled,
+        Err(stopped) => {
+            let why = match &stopped {
+                RunError::Cancelled(reason) => reason.as_str(),
+                _ => "the run failed",
+            };
+            let results =
+                vec![
+                    format!("Not run: the user did not provide the missing values ({why}).");
+                    calls.len()
+                ];
+            push_results(messages, &call_ids, results);
+            return Err(stopped);
+        }
+    };
     for (position, call) in calls.iter().enumerate() {
         let Some(tool) = tools.get(&call.name).cloned() else {
             let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
@@ -44,7 +62,11 @@ pub async fn tool_turn(
             );
             continue;
         };
-        let args = match serde_json::from_str::<Value>(&call.arguments) {
+        let parsed = match filled.as_ref().filter(|(at, _)| *at == position) {
+            Some((_, args)) => Ok(args.clone()),
+            None => serde_json::from_str::<Value>(&call.arguments),
+        };
+        let args = match parsed {
             Ok(args) if args.is_object() => args,
             Ok(_) | Err(_) => {
                 results[position] = "Error: the arguments were not a JSON object. Call the tool again with valid arguments.".to_owned();
@@ -114,6 +136,49 @@ pub async fn tool_turn(
     plan.state = paused_state(ctx, messages, go_on, pending);
     let answer = ctx.confirm(plan).await;
     tools_answered(ctx, messages, &call_ids, results, &batch, answer, ran).await
+}
+
+/// The first call of `reply` that lacks only required primitive values,
+/// with the user's answers merged into its arguments (its position, and
+/// the arguments); `None` when no call lacks them or the user skipped. A
+/// cancel or any other stop comes back as the error.
+async fn fill_missing(
+    ctx: &mut RunContext,
+    reply: &ModelReply,
+    tools: &Tools,
+) -> Result<Option<(usize, Value)>, RunError> {
+    let found = reply
+        .tool_calls
+        .iter()
+        .enumerate()
+        .find_map(|(position, call)| {
+            let tool = tools.get(&call.name)?;
+            let args = serde_json::from_str::<Value>(&call.arguments)
+                .ok()
+                .filter(Value::is_object)?;
+            let questions = tool.missing_inputs(&args)?;
+            Some((position, tool.clone(), args, questions))
+        });
+    let Some((position, tool, mut args, questions)) = found else {
+        return Ok(None);
+    };
+    let names: Vec<&str> = questions.iter().map(|q| q.id.as_str()).collect();
+    let title = format!("{} needs {}", tool.name, names.join(", "));
+    // Not kept by a durable store (no state): a restart ends the run.
+    let asked = Questions {
+        title,
+        questions,
+        state: None,
+    };
+    match ctx.ask(asked).await? {
+        Answers::Given(given) => {
+            if let Some(object) = args.as_object_mut() {
+                object.extend(given);
+            }
+            Ok(Some((position, args)))
+        }
+        Answers::Skipped => Ok(None),
+    }
 }
 
 /// Runs the confirmed `batch` as decided (or not at all) and gives the

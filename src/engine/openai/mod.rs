@@ -10,6 +10,9 @@
 //!   or the *modify* text (the model proposes a revised plan: the next
 //!   round). On cancel, timeout or any other stop the run ends and the model
 //!   is not called again: nothing is carried out without a yes.
+//! - It can ask the user through the built-in tool `ask_user` ([`ask`]): a
+//!   call is one `input_request`, whose answers are the tool's result (off
+//!   with `--no-ask-user`).
 //! - Conversation state: each session's turns, keyed by the session within
 //!   its API key's namespace, bounded in messages, bytes and time
 //!   ([`conversations`]).
@@ -26,6 +29,7 @@
 //! own work, written as text; an engine with side effects would run them at
 //! the same place, after `confirm` returned `Approval::Confirm`.
 
+pub mod ask;
 mod calls;
 pub mod conversations;
 mod plan;
@@ -40,6 +44,7 @@ use futures_util::FutureExt;
 use secrecy::ExposeSecret;
 use serde_json::{json, Map, Value};
 
+use self::ask::{ask_tool, ask_turn, asked_answered, ASK_TOOL};
 use self::calls::{tool_spec, tool_turn, tools_answered};
 use self::conversations::{ConversationLimits, Conversations};
 use self::plan::{plan_answered, plan_tool, plan_turn};
@@ -51,7 +56,7 @@ use crate::protocol::{meta, ChunkType, ErrorType};
 use crate::run::context::RunContext;
 use crate::run::engine::Engine;
 use crate::run::outcome::{Completion, RunError};
-use crate::run::plan::{Approval, Resumed};
+use crate::run::plan::Resumed;
 use crate::tools::Tools;
 
 /// Model calls one run may make (a plan, its revisions, the report).
@@ -70,7 +75,19 @@ confirmation, carry the plan out and report the result of each task.";
 /// The system prompt: it names exactly the tools the model is offered
 /// (with `--tools`, the declared ones *instead of* `propose_plan`), so a
 /// model that follows it literally never calls a tool it lacks.
-fn system_prompt(tools: &Tools) -> String {
+fn system_prompt(tools: &Tools, ask_user: bool) -> String {
+    let mut prompt = acting_prompt(tools);
+    if ask_user {
+        prompt.push_str(
+            " When you need a decision or a missing detail from the user, call ask_user              with your questions instead of guessing; its result is their answer.",
+        );
+    }
+    prompt
+}
+
+/// What the system prompt says about acting: `propose_plan`, or the
+/// declared tools.
+fn acting_prompt(tools: &Tools) -> String {
     if tools.is_empty() {
         return PLAN_PROMPT.to_owned();
     }
@@ -137,11 +154,14 @@ impl OpenAiEngine {
         // With declared tools the model calls them directly, and each batch
         // of calls is the confirmation: what is confirmed is exactly what
         // runs. Without, it can only propose a plan it carries out in prose.
-        let offered: Vec<Value> = if tools.is_empty() {
+        let mut offered: Vec<Value> = if tools.is_empty() {
             vec![plan_tool()]
         } else {
             tools.iter().map(|tool| tool_spec(tool)).collect()
         };
+        if self.config.ask_user {
+            offered.push(ask_tool());
+        }
         while go_on.calls_left > 0 {
             go_on.calls_left -= 1;
             let reply = self.call_model(ctx, messages, &offered).await?;
@@ -160,7 +180,12 @@ impl OpenAiEngine {
                     "the model's answer was cut at its length limit in a tool call",
                 ));
             }
-            go_on.acted |= if tools.is_empty() {
+            let asks = self.config.ask_user && reply.tool_calls.iter().any(|c| c.name == ASK_TOOL);
+            go_on.acted |= if asks {
+                // Boxed: a question pause holds only what it needs.
+                Box::pin(ask_turn(ctx, messages, &reply, go_on)).await?;
+                false
+            } else if tools.is_empty() {
                 plan_turn(ctx, messages, &reply, go_on).await?
             } else {
                 tool_turn(ctx, messages, &reply, &tools, go_on).await?
@@ -181,10 +206,41 @@ impl OpenAiEngine {
         ctx: &mut RunContext,
         messages: &mut Vec<Value>,
         pending: Pending,
-        approval: Approval,
+        resumed: Resumed,
         mut go_on: Resumable,
     ) -> Result<Completion, RunError> {
+        let interrupted = || RunError::Failed {
+            error_type: ErrorType::Interrupted,
+            message: "the stored pause does not fit the decision taken on it".to_owned(),
+        };
+        let approval = match (&pending, resumed) {
+            (
+                Pending::Ask {
+                    call_ids,
+                    results,
+                    position,
+                    questions,
+                },
+                Resumed::Answers(answers),
+            ) => {
+                let results = results.clone();
+                asked_answered(
+                    messages,
+                    call_ids,
+                    results,
+                    *position,
+                    questions,
+                    Ok(answers),
+                )?;
+                return self.converse(ctx, messages, go_on).await;
+            }
+            (Pending::Ask { .. }, Resumed::Approval(_)) | (_, Resumed::Answers(_)) => {
+                return Err(interrupted())
+            }
+            (_, Resumed::Approval(approval)) => approval,
+        };
         go_on.acted |= match pending {
+            Pending::Ask { .. } => return Err(interrupted()),
             Pending::Plan { call_id, total } => {
                 plan_answered(ctx, messages, &call_id, total, Ok(approval)).await?
             }
@@ -310,7 +366,7 @@ impl Engine for OpenAiEngine {
     fn run<'a>(&'a self, ctx: &'a mut RunContext) -> BoxFuture<'a, Result<Completion, RunError>> {
         async move {
             let key = ctx.session_key().clone();
-            let prompt = system_prompt(ctx.tools());
+            let prompt = system_prompt(ctx.tools(), self.config.ask_user);
             let mut messages = vec![json!({ "role": "system", "content": prompt })];
             messages.extend(self.conversations_lock().history(&key));
             let turn_starts = messages.len();
@@ -336,10 +392,6 @@ impl Engine for OpenAiEngine {
         state: Value,
         resumed: Resumed,
     ) -> Option<BoxFuture<'a, Result<Completion, RunError>>> {
-        // This engine stores only its plans' pauses.
-        let Resumed::Approval(approval) = resumed else {
-            return None;
-        };
         let paused: PausedTurn = serde_json::from_value(state)
             .map_err(|err| log::warn!("cannot read a stored openai run: {err}"))
             .ok()?;
@@ -352,7 +404,7 @@ impl Engine for OpenAiEngine {
                     pending,
                 } = paused;
                 let result = self
-                    .go_on(ctx, &mut messages, pending, approval, go_on)
+                    .go_on(ctx, &mut messages, pending, resumed, go_on)
                     .await;
                 // The history before this turn was the process's that
                 // paused; this one keeps the turn, as a fresh run would.

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::protocol::question::Question;
 use crate::run::context::RunContext;
 
 /// Where a run's model loop stands: what a stored pause must keep to go on.
@@ -43,6 +44,14 @@ pub enum Pending {
         results: Vec<String>,
         batch: Vec<PendingCall>,
         ran: bool,
+    },
+    /// An `ask_user` call (at `position` among the answer's calls) and its
+    /// questions; the other calls' results.
+    Ask {
+        call_ids: Vec<String>,
+        results: Vec<String>,
+        position: usize,
+        questions: Vec<Question>,
     },
 }
 
