@@ -291,3 +291,58 @@ async fn a_call_that_is_wrong_otherwise_is_not_asked_about() {
     let told = &tool_messages(&model.requests()[1])[0];
     assert!(told["content"].as_str().unwrap().starts_with("Error:"));
 }
+
+/// An `ask_user` pause is stored like a plan: after `kill -9` the answer is
+/// taken by the next process and reaches the model there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_user_pause_survives_kill_9_and_its_answer_reaches_the_model() {
+    use crate::durable::{self, Dir};
+    let model = fake_model(vec![
+        tool_call("ask_1", "ask_user", &region_question()),
+        tokens(&["Going ", "east."]),
+    ])
+    .await;
+    let dir = Dir::new();
+    let args = [
+        "--engine",
+        "openai",
+        "--llm-url",
+        &model.url,
+        "--llm-model",
+        "m",
+    ];
+    let mut first = durable::start(&dir, &args);
+    let opened = durable::post(
+        &durable::stream_url(&first),
+        json!({"message": "deploy it", "session_id": "k9a"}),
+        None,
+    )
+    .await;
+    let raw = durable::read_raw(opened, Some("input_request")).await;
+    let request = durable::chunks(&raw).pop().unwrap();
+    assert_eq!(request.chunk_type, ChunkType::InputRequest);
+
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let second = durable::start(&dir, &args);
+    let url = durable::stream_url(&second);
+    let back = durable::post(&url, json!({"session_id": "k9a"}), Some(request.sequence)).await;
+    let rest = tokio::spawn(durable::read_raw(back, None));
+    let (status, ack) = durable::reply(&url, "k9a", "CONFIRM_ACTION:answer:us-east").await;
+    let after = durable::chunks(&rest.await.unwrap());
+
+    assert_eq!(status, 200, "{ack:?}");
+    assert_eq!(after.last().unwrap().chunk_type, ChunkType::Completion);
+    let requests = model.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "the question, then the answer after the restart"
+    );
+    let told = &tool_messages(&requests[1])[0];
+    assert_eq!(told["tool_call_id"], "ask_1");
+    assert!(
+        told["content"].as_str().unwrap().contains("us-east"),
+        "{told}"
+    );
+}
