@@ -35,7 +35,7 @@ pub struct Event {
     pub comment: bool,
     pub finished: bool,
     pub kind: Kind,
-    /// The confirmation id of a `confirmation_request`.
+    /// The confirmation id of a `confirmation_request` or an `input_request`.
     pub confirmation_id: Option<[u8; 36]>,
 }
 
@@ -44,6 +44,7 @@ pub enum Kind {
     #[default]
     Other,
     ConfirmationRequest,
+    InputRequest,
     ConfirmationReceived,
     Completion,
     Content,
@@ -277,6 +278,7 @@ fn parse_event(event: &[u8]) -> Event {
     }
     let kind = match between(event, b"\"chunk_type\":\"", b'"') {
         Some(b"confirmation_request") => Kind::ConfirmationRequest,
+        Some(b"input_request") => Kind::InputRequest,
         Some(b"confirmation_received") => Kind::ConfirmationReceived,
         Some(b"completion") => Kind::Completion,
         Some(b"content") => Kind::Content,
@@ -285,7 +287,7 @@ fn parse_event(event: &[u8]) -> Event {
         Some(b"tool_output") => Kind::ToolOutput,
         _ => Kind::Other,
     };
-    let confirmation_id = if kind == Kind::ConfirmationRequest {
+    let confirmation_id = if matches!(kind, Kind::ConfirmationRequest | Kind::InputRequest) {
         between(event, b"\"confirmation_id\":\"", b'"').and_then(|id| id.try_into().ok())
     } else {
         None

@@ -76,6 +76,17 @@ enum Scenario {
         /// to be noticed); then every run is confirmed by a reply alone.
         #[arg(long)]
         detach: bool,
+        /// Pause each run on a question (an `input_request`) instead of a
+        /// plan; the runs are then released by a cancel.
+        #[arg(long)]
+        question: bool,
+    },
+    /// Sequential flows, alternately paused on a plan (confirm→resume) and
+    /// on a question (answer→resume), on the same connections: both
+    /// resumes and their ratio.
+    Question {
+        #[arg(long, default_value_t = 2000)]
+        n: usize,
     },
     /// C concurrent clients doing full flows for T seconds.
     Throughput {
@@ -150,12 +161,14 @@ fn main() -> io::Result<()> {
             concurrency,
             hold_only,
             detach,
+            question,
         } => Scenario::Paused {
             k,
             server_pid: server_pid.or(spawned_pid),
             concurrency,
             hold_only,
             detach,
+            question,
         },
         Scenario::Cross { n, other } => Scenario::Cross {
             n,
@@ -176,15 +189,21 @@ fn main() -> io::Result<()> {
                 server_pid,
                 concurrency,
                 detach: true,
+                question,
                 ..
-            } => detached(&addr, k, server_pid, concurrency).await,
+            } => detached(&addr, k, server_pid, concurrency, Pause::of(question)).await,
             Scenario::Paused {
                 k,
                 server_pid,
                 concurrency,
                 hold_only,
                 detach: false,
-            } => paused(&addr, k, server_pid, concurrency, hold_only).await,
+                question,
+            } => {
+                let pause = Pause::of(question);
+                paused(&addr, k, server_pid, concurrency, hold_only, pause).await
+            }
+            Scenario::Question { n } => question_rtt(&addr, n).await,
             Scenario::Throughput { clients, seconds } => throughput(&addr, clients, seconds).await,
             Scenario::Chat { clients, seconds } => chat(&addr, clients, seconds).await,
             Scenario::Tool { n, tool, direct } => tool_calls(&addr, n, &tool, &direct).await,
@@ -200,7 +219,7 @@ fn main() -> io::Result<()> {
                 throughput(&addr, 32, 10).await?;
                 chat(&addr, 32, 10).await?;
                 for k in [1000, 5000, 10_000, 15_000] {
-                    paused(&addr, k, server_pid, 64, false).await?;
+                    paused(&addr, k, server_pid, 64, false, Pause::PLAN).await?;
                 }
                 Ok(())
             }
@@ -226,8 +245,15 @@ fn session_json(buf: &mut Vec<u8>, prefix: &str, n: usize, message: &str) {
 }
 
 fn reply_json(buf: &mut Vec<u8>, prefix: &str, n: usize, confirmation_id: &[u8; 36]) {
+    reply_with(buf, "confirm", prefix, n, confirmation_id);
+}
+
+/// A reply `CONFIRM_ACTION:<action>` to the pause `confirmation_id`.
+fn reply_with(buf: &mut Vec<u8>, action: &str, prefix: &str, n: usize, confirmation_id: &[u8; 36]) {
     buf.clear();
-    buf.extend_from_slice(b"{\"message\":\"CONFIRM_ACTION:confirm\",\"session_id\":\"");
+    buf.extend_from_slice(b"{\"message\":\"CONFIRM_ACTION:");
+    buf.extend_from_slice(action.as_bytes());
+    buf.extend_from_slice(b"\",\"session_id\":\"");
     buf.extend_from_slice(prefix.as_bytes());
     buf.extend_from_slice(n.to_string().as_bytes());
     buf.extend_from_slice(b"\",\"confirmation_id\":\"");
@@ -275,8 +301,66 @@ async fn flow(
     if stream.post_chat(buf).await? != 200 {
         return Err(err("start not 200"));
     }
+    let (confirmation_id, first_chunk) = pause_of(stream, Kind::ConfirmationRequest, start).await?;
+    reply_json(buf, prefix, n, &confirmation_id);
+    let (ack, resume) = decide(stream, reply, buf).await?;
+    let (_, last) = stream.read_to_end().await?;
+    if last.kind != Kind::Completion {
+        return Err(err("flow did not complete"));
+    }
+    Ok(Flow {
+        first_chunk,
+        resume,
+        ack,
+        total: start.elapsed(),
+    })
+}
+
+/// The message of a question flow: one question, then a plan that uses it.
+const QUESTION_MESSAGE: &str = "ask region: which region? eu-west | us-east; step one in {region}";
+
+/// One question flow: start a task that asks first on `stream`, answer on
+/// `reply` (timed as [`flow`] times a confirm), then confirm the plan that
+/// follows and read the stream to its final chunk.
+async fn question_flow(
+    stream: &mut Conn,
+    reply: &mut Conn,
+    buf: &mut Vec<u8>,
+    prefix: &str,
+    n: usize,
+) -> io::Result<Flow> {
+    session_json(buf, prefix, n, QUESTION_MESSAGE);
+    let start = Instant::now();
+    if stream.post_chat(buf).await? != 200 {
+        return Err(err("start not 200"));
+    }
+    let (question_id, first_chunk) = pause_of(stream, Kind::InputRequest, start).await?;
+    reply_with(buf, "answer:eu-west", prefix, n, &question_id);
+    let (ack, resume) = decide(stream, reply, buf).await?;
+    let (plan_id, _) = pause_of(stream, Kind::ConfirmationRequest, start).await?;
+    reply_json(buf, prefix, n, &plan_id);
+    decide(stream, reply, buf).await?;
+    let (_, last) = stream.read_to_end().await?;
+    if last.kind != Kind::Completion {
+        return Err(err("question flow did not complete"));
+    }
+    Ok(Flow {
+        first_chunk,
+        resume,
+        ack,
+        total: start.elapsed(),
+    })
+}
+
+/// Reads `stream` to its pause of `kind`: its confirmation id, and when the
+/// first chunk came (after `start`).
+async fn pause_of(
+    stream: &mut Conn,
+    kind: Kind,
+    start: Instant,
+) -> io::Result<([u8; 36], Duration)> {
     let mut first_chunk = None;
-    let confirmation_id = loop {
+    loop {
         let event = stream
             .next_event()
             .await?
@@ -285,16 +369,25 @@ async fn flow(
             continue;
         }
         first_chunk.get_or_insert_with(|| start.elapsed());
-        if event.kind == Kind::ConfirmationRequest {
-            break event
+        if event.kind == kind {
+            let id = event
                 .confirmation_id
                 .ok_or_else(|| err("no confirmation id"))?;
+            return Ok((id, first_chunk.unwrap_or_default()));
         }
         if event.finished {
             return Err(err("finished before pause"));
         }
-    };
-    reply_json(buf, prefix, n, &confirmation_id);
+    }
+}
+
+/// Sends the reply in `buf` on `reply` and times, from the send, its
+/// acknowledgement and the resumed `confirmation_received` on `stream`.
+async fn decide(
+    stream: &mut Conn,
+    reply: &mut Conn,
+    buf: &[u8],
+) -> io::Result<(Duration, Duration)> {
     let sent = Instant::now();
     // The acknowledgement and the resumed stream race; time each on arrival.
     let acknowledged = async {
@@ -322,17 +415,40 @@ async fn flow(
         }
         Ok(sent.elapsed())
     };
-    let (ack, resume) = tokio::try_join!(acknowledged, resumed)?;
-    let (_, last) = stream.read_to_end().await?;
-    if last.kind != Kind::Completion {
-        return Err(err("flow did not complete"));
+    tokio::try_join!(acknowledged, resumed)
+}
+
+/// Plan flows and question flows, alternately, on the same connections:
+/// confirm→resume against answer→resume.
+async fn question_rtt(addr: &str, n: usize) -> io::Result<()> {
+    let (mut stream, mut reply) = (Conn::connect(addr).await?, Conn::connect(addr).await?);
+    let mut buf = Vec::with_capacity(256);
+    for i in 0..200 {
+        flow(&mut stream, &mut reply, &mut buf, "qwarm", i).await?;
+        question_flow(&mut stream, &mut reply, &mut buf, "qwarmq", i).await?;
     }
-    Ok(Flow {
-        first_chunk: first_chunk.unwrap_or_default(),
-        resume,
-        ack,
-        total: start.elapsed(),
-    })
+    let (mut confirm, mut answer) = (Samples::with_capacity(n), Samples::with_capacity(n));
+    for i in 0..n {
+        confirm.push(
+            flow(&mut stream, &mut reply, &mut buf, "qplan", i)
+                .await?
+                .resume,
+        );
+        answer.push(
+            question_flow(&mut stream, &mut reply, &mut buf, "qask", i)
+                .await?
+                .resume,
+        );
+    }
+    let (confirm, answer) = (confirm.summary(), answer.summary());
+    println!("question rtt (plan and question flows alternately, {n} each)");
+    println!("  confirm→resume   {confirm}");
+    println!("  answer→resume    {answer}");
+    println!(
+        "  answer/confirm p50 ratio {:.2}",
+        answer.p50 as f64 / confirm.p50.max(1) as f64
+    );
+    Ok(())
 }
 
 /// Flows on one stream connection to `addr`, confirmed alternately on
@@ -372,7 +488,7 @@ async fn cross(addr: &str, other: &str, n: usize) -> io::Result<()> {
 
 async fn rtt(addr: &str, n: usize, background_paused: usize) -> io::Result<()> {
     let held = if background_paused > 0 {
-        Some(open_paused(addr, background_paused, 64, "bg").await?)
+        Some(open_paused(addr, background_paused, 64, "bg", Pause::PLAN).await?)
     } else {
         None
     };
@@ -421,9 +537,45 @@ async fn rtt(addr: &str, n: usize, background_paused: usize) -> io::Result<()> {
         total_s.p50 as f64 / floor.p50.max(1) as f64
     );
     if let Some(held) = held {
-        release(addr, held, 64, "bg").await?;
+        release(addr, held, 64, "bg", Pause::PLAN).await?;
     }
     Ok(())
+}
+
+/// What a held run pauses on, and how it is released.
+#[derive(Clone, Copy)]
+struct Pause {
+    message: &'static str,
+    kind: Kind,
+    /// The reply that releases it, and the final chunk that follows.
+    release: &'static str,
+    released: Kind,
+    label: &'static str,
+}
+
+impl Pause {
+    const PLAN: Pause = Pause {
+        message: "hold this",
+        kind: Kind::ConfirmationRequest,
+        release: "confirm",
+        released: Kind::Completion,
+        label: "plan",
+    };
+    const QUESTION: Pause = Pause {
+        message: QUESTION_MESSAGE,
+        kind: Kind::InputRequest,
+        release: "cancel",
+        released: Kind::Cancelled,
+        label: "question",
+    };
+
+    fn of(question: bool) -> Pause {
+        if question {
+            Pause::QUESTION
+        } else {
+            Pause::PLAN
+        }
+    }
 }
 
 /// Paused runs, each with its stream connection and confirmation id.
@@ -434,8 +586,12 @@ async fn open_paused(
     k: usize,
     concurrency: usize,
     prefix: &'static str,
+    pause: Pause,
 ) -> io::Result<Held> {
-    open_with(addr, k, concurrency, prefix, |i, conn, id| (i, conn, id)).await
+    open_with(addr, k, concurrency, prefix, pause, |i, conn, id| {
+        (i, conn, id)
+    })
+    .await
 }
 
 /// Opens `k` runs to their pause, `concurrency` at a time; `keep` says what
@@ -445,6 +601,7 @@ async fn open_with<T: Send + 'static>(
     k: usize,
     concurrency: usize,
     prefix: &'static str,
+    pause: Pause,
     keep: fn(usize, Conn, [u8; 36]) -> T,
 ) -> io::Result<Vec<T>> {
     let next = Arc::new(AtomicUsize::new(0));
@@ -460,7 +617,7 @@ async fn open_with<T: Send + 'static>(
                     return Ok::<_, io::Error>(kept);
                 }
                 let mut conn = Conn::connect(&addr).await?;
-                session_json(&mut buf, prefix, i, "hold this");
+                session_json(&mut buf, prefix, i, pause.message);
                 if conn.post_chat(&buf).await? != 200 {
                     return Err(err("open not 200"));
                 }
@@ -469,7 +626,7 @@ async fn open_with<T: Send + 'static>(
                         .next_event()
                         .await?
                         .ok_or_else(|| err("ended before pause"))?;
-                    if event.kind == Kind::ConfirmationRequest {
+                    if event.kind == pause.kind {
                         break event.confirmation_id.ok_or_else(|| err("no id"))?;
                     }
                 };
@@ -491,6 +648,7 @@ async fn release(
     held: Held,
     concurrency: usize,
     prefix: &'static str,
+    pause: Pause,
 ) -> io::Result<usize> {
     let queue = Arc::new(std::sync::Mutex::new(held));
     let failures = Arc::new(AtomicUsize::new(0));
@@ -505,7 +663,7 @@ async fn release(
                 let Some((i, conn, id)) = queue.lock().unwrap().pop() else {
                     break;
                 };
-                reply_json(&mut buf, prefix, i, &id);
+                reply_with(&mut buf, pause.release, prefix, i, &id);
                 let ok = reply.post_chat(&buf).await? == 200;
                 reply.read_to_end().await?;
                 if !ok {
@@ -516,7 +674,7 @@ async fn release(
             }
             for mut conn in streams {
                 match conn.read_to_end().await {
-                    Ok((_, last)) if last.kind == Kind::Completion => {}
+                    Ok((_, last)) if last.kind == pause.released => {}
                     _ => {
                         failures.fetch_add(1, Ordering::Relaxed);
                     }
@@ -539,8 +697,9 @@ async fn open_detached(
     k: usize,
     concurrency: usize,
     prefix: &'static str,
+    pause: Pause,
 ) -> io::Result<Vec<(usize, [u8; 36])>> {
-    open_with(addr, k, concurrency, prefix, |i, conn, id| {
+    open_with(addr, k, concurrency, prefix, pause, |i, conn, id| {
         drop(conn);
         (i, id)
     })
@@ -553,6 +712,7 @@ async fn detached(
     k: usize,
     server_pid: Option<u32>,
     concurrency: usize,
+    pause: Pause,
 ) -> io::Result<()> {
     // Until the server notices a client gone (at its next keep-alive write
     // or the one after) it holds the connection and its buffers, and the
@@ -560,7 +720,7 @@ async fn detached(
     // `--keep-alive` (50ms) so that few connections wait to be noticed.
     let before = server_pid.and_then(rss_kib);
     let start = Instant::now();
-    let opened = open_detached(addr, k, concurrency, "detached").await?;
+    let opened = open_detached(addr, k, concurrency, "detached", pause).await?;
     let open = start.elapsed();
     // Time for the server to notice the last clients gone and let go.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -568,10 +728,11 @@ async fn detached(
     let per_run = per_run(before, during, k);
     // Every detached run still waits for its decision: a reply decides it.
     let start = Instant::now();
-    let failures = confirm_detached(addr, opened, concurrency, "detached").await?;
+    let failures = confirm_detached(addr, opened, concurrency, "detached", pause).await?;
     let confirm = start.elapsed();
     println!(
-        "detached k={k:<6} open {:>7.1} ms  confirmed by reply {:>7.1} ms  failures {failures}  RSS before {} KiB, detached {} KiB  => {per_run}",
+        "detached {} k={k:<6} open {:>7.1} ms  released by reply {:>7.1} ms  failures {failures}  RSS before {} KiB, detached {} KiB  => {per_run}",
+        pause.label,
         open.as_secs_f64() * 1e3,
         confirm.as_secs_f64() * 1e3,
         before.map_or("?".into(), |v| v.to_string()),
@@ -587,6 +748,7 @@ async fn confirm_detached(
     opened: Vec<(usize, [u8; 36])>,
     concurrency: usize,
     prefix: &'static str,
+    pause: Pause,
 ) -> io::Result<usize> {
     let queue = Arc::new(std::sync::Mutex::new(opened));
     let failures = Arc::new(AtomicUsize::new(0));
@@ -600,7 +762,7 @@ async fn confirm_detached(
                 let Some((i, id)) = queue.lock().unwrap().pop() else {
                     return Ok::<_, io::Error>(());
                 };
-                reply_json(&mut buf, prefix, i, &id);
+                reply_with(&mut buf, pause.release, prefix, i, &id);
                 if reply.post_chat(&buf).await? != 200 {
                     failures.fetch_add(1, Ordering::Relaxed);
                 }
@@ -634,10 +796,11 @@ async fn paused(
     server_pid: Option<u32>,
     concurrency: usize,
     hold_only: bool,
+    pause: Pause,
 ) -> io::Result<()> {
     let before = server_pid.and_then(rss_kib);
     let start = Instant::now();
-    let held = open_paused(addr, k, concurrency, "paused").await?;
+    let held = open_paused(addr, k, concurrency, "paused", pause).await?;
     let open = start.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let during = server_pid.and_then(rss_kib);
@@ -652,12 +815,13 @@ async fn paused(
         return Ok(());
     }
     let start = Instant::now();
-    let failures = release(addr, held, concurrency, "paused").await?;
+    let failures = release(addr, held, concurrency, "paused", pause).await?;
     let resume = start.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = server_pid.and_then(rss_kib);
     println!(
-        "paused k={k:<6} open {:>7.1} ms  resume+complete {:>7.1} ms  failures {failures}  RSS before {} KiB, paused {} KiB, after {} KiB  => {per_run}",
+        "paused {} k={k:<6} open {:>7.1} ms  release {:>7.1} ms  failures {failures}  RSS before {} KiB, paused {} KiB, after {} KiB  => {per_run}",
+        pause.label,
         open.as_secs_f64() * 1e3,
         resume.as_secs_f64() * 1e3,
         before.map_or("?".into(), |v| v.to_string()),

@@ -48,17 +48,20 @@ impl Engine for PlannerEngine {
 
     fn run<'a>(&'a self, ctx: &'a mut RunContext) -> BoxFuture<'a, Result<Completion, RunError>> {
         async move {
-            let message = ctx.message().trim().to_owned();
-            let steps = plan_steps(&message);
+            let steps = plan_steps(ctx.message().trim());
             let asked = ask::leading_questions(&steps).map_err(|why| RunError::Failed {
                 error_type: ErrorType::InvalidQuestions,
                 message: format!("the plan's questions cannot be asked: {why}"),
             })?;
             if let Some(asked) = asked {
-                // Boxed: a question pause holds only what it needs.
-                let answers = Box::pin(ctx.ask(questions(&asked, &steps, ctx.durable()))).await?;
-                return after_answers(ctx, asked, answers).await;
+                // Only the steps are held through the pause (besides what
+                // the pause itself holds): the questions are read from
+                // them again once answered.
+                let asking = questions(asked, &steps, ctx.durable());
+                let answers = Box::pin(ctx.ask(asking)).await?;
+                return Box::pin(after_answers(ctx, &steps, answers)).await;
             }
+            let message = ctx.message().trim().to_owned();
             if message.ends_with('?') {
                 answer(ctx, &message).await
             } else {
@@ -83,8 +86,7 @@ impl Engine for PlannerEngine {
             }
             // Paused on its leading questions: `steps` are the message's.
             Resumed::Answers(answers) => {
-                let asked = ask::leading_questions(&steps).ok()??;
-                Some(async move { after_answers(ctx, asked, answers).await }.boxed())
+                Some(async move { after_answers(ctx, &steps, answers).await }.boxed())
             }
         }
     }
@@ -92,25 +94,37 @@ impl Engine for PlannerEngine {
 
 /// The `input_request` of a plan's leading questions; its state (kept by a
 /// durable store) is the message's steps, questions included.
-fn questions(asked: &ask::Asked, steps: &[String], durable: bool) -> Questions {
+fn questions(asked: ask::Asked, steps: &[String], durable: bool) -> Questions {
     let title = match asked.questions.as_slice() {
         [one] => one.question.clone(),
         many => format!("{} questions before the plan", many.len()),
     };
     Questions {
         title,
-        questions: asked.questions.clone(),
+        questions: asked.questions,
         state: durable.then(|| json!({ "steps": steps })),
     }
 }
 
-/// Goes on after the plan's questions: the answers put into the steps (a
-/// skip drops the steps that need one), then the plan as usual.
+/// Goes on after the questions `steps` (the message's) start with: the
+/// answers put into the later steps (a skip drops the steps that need
+/// one), then the plan as usual.
 async fn after_answers(
     ctx: &mut RunContext,
-    asked: ask::Asked,
+    steps: &[String],
     answers: Answers,
 ) -> Result<Completion, RunError> {
+    let asked = match ask::leading_questions(steps) {
+        Ok(Some(asked)) => asked,
+        // They were asked, so they read the same again; a stored state
+        // that does not is not this planner's.
+        _ => {
+            return Err(RunError::failed(
+                ErrorType::Interrupted,
+                "the stored steps do not start with the questions that were asked",
+            ))
+        }
+    };
     let given = match &answers {
         Answers::Given(given) => Some(given),
         Answers::Skipped => None,
