@@ -23,16 +23,19 @@
 //! Each file adds to the types defined here: [`slot`] the run's side (pause,
 //! wait, settle, free), [`ticket`] a decision on its way (deliver, fail,
 //! withdraw), [`decisions`] the per-task decisions a confirm may carry,
-//! [`answers`] the answers an answer to questions carries.
+//! [`answers`] the answers an answer to questions carries, [`waiting`] the
+//! undecided pauses an inbox lists.
 
 pub mod answers;
 pub mod decisions;
 pub mod slot;
 pub mod ticket;
+pub mod waiting;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
 
 use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
@@ -347,6 +350,9 @@ struct Pause {
     round: u32,
     options: Vec<Action>,
     asking: Asking,
+    /// When it was asked and when it expires (for the inbox).
+    asked_at: SystemTime,
+    expires_at: SystemTime,
     /// The run's id in a durable store, when this pause is kept there: its
     /// decision must be recorded there before the run acts on it.
     stored: Option<Arc<str>>,

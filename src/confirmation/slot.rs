@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -12,6 +12,41 @@ use tokio_util::sync::CancellationToken;
 use super::{Asking, Decision, Pause, RunSlot};
 use crate::protocol::{Action, CancelReason};
 use crate::session::SessionKey;
+
+/// What a pause is registered with.
+#[derive(Debug)]
+pub struct PauseSpec {
+    pub confirmation_id: String,
+    pub round: u32,
+    pub options: Vec<Action>,
+    pub asking: Asking,
+    /// The run's id in a durable store, when this pause is kept there.
+    pub stored: Option<Arc<str>>,
+    /// When it was asked and when it expires (for the inbox).
+    pub asked_at: SystemTime,
+    pub expires_at: SystemTime,
+}
+
+impl PauseSpec {
+    /// A pause asked now, expiring in 5 minutes, kept in no store (tests).
+    pub fn new(
+        confirmation_id: String,
+        round: u32,
+        options: Vec<Action>,
+        asking: Asking,
+    ) -> PauseSpec {
+        let asked_at = SystemTime::now();
+        PauseSpec {
+            confirmation_id,
+            round,
+            options,
+            asking,
+            stored: None,
+            asked_at,
+            expires_at: asked_at + Duration::from_secs(300),
+        }
+    }
+}
 
 /// A registered pause, waiting for its decision.
 pub struct PendingDecision {
@@ -36,11 +71,7 @@ impl RunSlot {
     /// fires, replies are refused (`AlreadyDecided`): the stop decides.
     pub fn pause(
         &self,
-        confirmation_id: String,
-        round: u32,
-        options: Vec<Action>,
-        asking: Asking,
-        stored: Option<Arc<str>>,
+        spec: PauseSpec,
         stop: CancellationToken,
     ) -> Result<PendingDecision, CancelReason> {
         let (decide_tx, decide_rx) = oneshot::channel();
@@ -48,11 +79,13 @@ impl RunSlot {
         match registry.sessions.get_mut(&self.key) {
             Some(entry) if entry.run_id == self.run_id => {
                 entry.pause = Some(Pause {
-                    confirmation_id,
-                    round,
-                    options,
-                    asking,
-                    stored,
+                    confirmation_id: spec.confirmation_id,
+                    round: spec.round,
+                    options: spec.options,
+                    asking: spec.asking,
+                    stored: spec.stored,
+                    asked_at: spec.asked_at,
+                    expires_at: spec.expires_at,
                     decide_tx: Some(decide_tx),
                     settling: None,
                     in_doubt: false,

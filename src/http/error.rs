@@ -191,6 +191,29 @@ impl ChatError {
         )
     }
 
+    /// The error as a JSON endpoint answers it (the inbox):
+    /// `{"error_type": ..., "message": ...}` with the table's status and the
+    /// same headers as [`ChatError::to_response`].
+    pub fn to_json_response(&self) -> HttpResponse {
+        let (status, error_type) = self.wire();
+        let body =
+            serde_json::json!({"error_type": error_type.as_str(), "message": self.to_string()});
+        let mut response = HttpResponse::build(status)
+            .insert_header((header::CACHE_CONTROL, "no-store"))
+            .json(body);
+        let headers = response.headers_mut();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            headers.insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(self.retry_after_secs()),
+            );
+        }
+        if matches!(self, ChatError::Unauthorized) {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+
     /// The error as a one-chunk stream. `session_id` is echoed when the
     /// request carried a valid one (or the server made one), else empty.
     pub fn to_response(&self, session_id: &str) -> HttpResponse {

@@ -1,4 +1,5 @@
 //! The HTTP glue: the routes ([`configure`]), the chat endpoint ([`chat`]),
+//! the inbox ([`inbox`]),
 //! probes ([`probes`]), the page ([`page`]), forwarding to a run's owner
 //! ([`forward`]), the error table ([`error`]), who may call ([`access`]),
 //! per-connection deadlines ([`connection`]) and the request log
@@ -11,6 +12,7 @@ pub mod chat;
 pub mod connection;
 pub mod error;
 pub mod forward;
+pub mod inbox;
 pub mod page;
 pub mod probes;
 pub mod state;
@@ -18,7 +20,7 @@ pub mod state;
 use actix_web::http::Method;
 use actix_web::web;
 
-use crate::protocol::CHAT_PATH;
+use crate::protocol::{CHAT_PATH, INBOX_PATH};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -27,6 +29,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::method(Method::OPTIONS).to(chat::preflight))
             .default_service(web::to(chat::method_not_allowed)),
     )
+    .route(INBOX_PATH, web::get().to(inbox::interactions))
     .route("/healthz", web::get().to(probes::health))
     .route("/health", web::get().to(probes::health))
     // simacode's paths, for its clients and probes.

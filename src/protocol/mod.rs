@@ -24,6 +24,6 @@ pub use chunk::{
 pub use names::{meta, Action, CancelReason, ChunkType, ErrorType, PauseKind, RiskLevel};
 pub use request::{
     is_valid_session_id, parse_reply, ChatRequest, ReplyMessage, ReplySyntaxError, RequestError,
-    TaskDecisionRequest, ValidRequest, CHAT_PATH, CONFIRM_PREFIX, MAX_BODY_BYTES,
+    TaskDecisionRequest, ValidRequest, CHAT_PATH, CONFIRM_PREFIX, INBOX_PATH, MAX_BODY_BYTES,
     MAX_MESSAGE_BYTES, MAX_MODIFY_TEXT_BYTES, MAX_SESSION_ID_CHARS,
 };

@@ -247,6 +247,11 @@ impl RunLog {
         }
     }
 
+    /// The newest frame kept: a paused run's request (for the inbox).
+    pub fn last_frame(&self) -> Option<Bytes> {
+        self.lock().frames.back().cloned()
+    }
+
     /// The run paused: until [`RunLog::pause_ended`], a client that goes
     /// away starts no grace.
     pub fn pause_started(&self) {

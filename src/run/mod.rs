@@ -27,6 +27,7 @@ pub mod context;
 pub mod decide;
 mod end;
 pub mod engine;
+pub mod inbox;
 pub mod log;
 pub mod outcome;
 pub mod place;

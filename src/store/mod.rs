@@ -66,6 +66,9 @@ pub struct PausedRecord {
     pub questions: Vec<Question>,
     /// When the pause times out, in milliseconds since the Unix epoch.
     pub expires_at_ms: u64,
+    /// When it was asked (0 in records of older versions).
+    #[serde(default)]
+    pub asked_at_ms: u64,
     /// The frames a re-attach replays (the last ones kept), and the
     /// sequence number of the next chunk.
     pub frames: Vec<String>,
@@ -221,6 +224,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     }
     /// Every record, to restore at start.
     fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>>;
+    /// The records of every pause nobody has decided yet, across the
+    /// cluster (the inbox with replicas). A store of one process lists
+    /// none: its pauses are all in the process's registry.
+    fn pending(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
     /// `Err(name)` while the store cannot be used, for `/readyz`.
     fn health(&self) -> Result<(), String> {
         Ok(())

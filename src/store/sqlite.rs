@@ -346,6 +346,7 @@ mod tests {
             title: String::new(),
             questions: vec![],
             expires_at_ms: 1,
+            asked_at_ms: 0,
             frames: vec!["id: 1\ndata: {}\n\n".into()],
             next_seq: 2,
             decision: None,

@@ -13,6 +13,7 @@ mod hardening;
 mod helpers;
 #[cfg(feature = "openai")]
 mod hostile_model;
+mod inbox;
 mod lifecycle;
 #[cfg(feature = "openai")]
 mod model_server;

@@ -8,7 +8,7 @@ use std::future::{pending, Future};
 use std::time::Duration;
 
 use super::decisions::TaskCheck;
-use super::slot::PendingDecision;
+use super::slot::{PauseSpec, PendingDecision};
 use crate::protocol::{TaskDecisionRequest, Verdict};
 
 /// Begins a run, completing a supersede at once (nothing to record here).
@@ -78,11 +78,12 @@ fn reply(action: &str, text: Option<&str>) -> ReplyMessage {
 
 fn pause(slot: &RunSlot, id: &str, round: u32) -> PendingDecision {
     slot.pause(
-        id.to_owned(),
-        round,
-        Action::ALL.to_vec(),
-        Asking::Plan(Arc::from(Vec::new())),
-        None,
+        PauseSpec::new(
+            id.to_owned(),
+            round,
+            Action::ALL.to_vec(),
+            Asking::Plan(Arc::from(Vec::new())),
+        ),
         CancellationToken::new(),
     )
     .unwrap_or_else(|_| panic!("slot owns its session"))
@@ -460,11 +461,12 @@ async fn a_reply_after_the_stop_fired_is_refused_and_the_stop_decides() {
     let stop = CancellationToken::new();
     let pending = slot
         .pause(
-            "c1".into(),
-            1,
-            Action::ALL.to_vec(),
-            Asking::Plan(Arc::from(Vec::new())),
-            None,
+            PauseSpec::new(
+                "c1".into(),
+                1,
+                Action::ALL.to_vec(),
+                Asking::Plan(Arc::from(Vec::new())),
+            ),
             stop.clone(),
         )
         .unwrap_or_else(|_| panic!("slot owns its session"));

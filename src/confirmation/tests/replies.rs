@@ -10,11 +10,7 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
     let tasks: Arc<[TaskCheck]> = vec![TaskCheck::default(), TaskCheck::default()].into();
     let _pending = slot
         .pause(
-            "c1".into(),
-            1,
-            Action::ALL.to_vec(),
-            Asking::Plan(tasks),
-            None,
+            PauseSpec::new("c1".into(), 1, Action::ALL.to_vec(), Asking::Plan(tasks)),
             CancellationToken::new(),
         )
         .unwrap_or_else(|_| panic!("slot owns its session"));
@@ -129,11 +125,12 @@ async fn only_the_offered_options_are_accepted() {
     let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let _pending = slot
         .pause(
-            "c1".into(),
-            1,
-            vec![Action::Confirm, Action::Cancel],
-            Asking::Plan(Arc::from(Vec::new())),
-            None,
+            PauseSpec::new(
+                "c1".into(),
+                1,
+                vec![Action::Confirm, Action::Cancel],
+                Asking::Plan(Arc::from(Vec::new())),
+            ),
             CancellationToken::new(),
         )
         .unwrap_or_else(|_| panic!("slot owns its session"));

@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::{audit_failed, RunContext};
 use crate::audit::AuditRecord;
 use crate::confirmation::decisions::TaskCheck;
-use crate::confirmation::slot::PendingDecision;
+use crate::confirmation::slot::{PauseSpec, PendingDecision};
 use crate::confirmation::{Asking, Decision};
 use crate::protocol::question::{check_questions, MAX_QUESTION_CHARS};
 use crate::protocol::{
@@ -319,10 +319,8 @@ impl RunContext {
             kind: request.asking.kind(),
             title,
             questions,
-            expires_at_ms: request
-                .expires_at
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            expires_at_ms: unix_ms(request.expires_at),
+            asked_at_ms: unix_ms(SystemTime::now()),
             frames,
             next_seq: next_seq + 1,
             decision: None,
@@ -347,19 +345,22 @@ impl RunContext {
             options,
             confirmation_id,
             round,
+            expires_at,
             ..
         } = request;
         let stored = self.stored_id.clone().filter(|_| self.pause_stored);
+        let spec = PauseSpec {
+            confirmation_id: confirmation_id.clone(),
+            round,
+            options,
+            asking,
+            stored,
+            asked_at: SystemTime::now(),
+            expires_at,
+        };
         let pending = self
             .slot
-            .pause(
-                confirmation_id.clone(),
-                round,
-                options,
-                asking,
-                stored,
-                self.stop.token(),
-            )
+            .pause(spec, self.stop.token())
             .map_err(RunError::Cancelled)?;
         // The pause is registered before the chunk leaves, so a client that
         // answers the instant it reads the chunk always finds it pending;
@@ -493,16 +494,19 @@ impl RunContext {
             PauseKind::Approval => Asking::Plan(TaskCheck::of(&record.tasks, &self.settings.tools)),
             PauseKind::Question => Asking::Questions(record.questions.clone().into()),
         };
+        let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+        let spec = PauseSpec {
+            confirmation_id: record.confirmation_id.clone(),
+            round: record.round,
+            options: record.options.clone(),
+            asking,
+            stored: self.stored_id.clone(),
+            asked_at: at(record.asked_at_ms),
+            expires_at: at(record.expires_at_ms),
+        };
         let pending = self
             .slot
-            .pause(
-                record.confirmation_id.clone(),
-                record.round,
-                record.options.clone(),
-                asking,
-                self.stored_id.clone(),
-                self.stop.token(),
-            )
+            .pause(spec, self.stop.token())
             .map_err(RunError::Cancelled)?;
         self.pause_stored = true;
         self.log.pause_started();
@@ -538,6 +542,12 @@ impl RunContext {
                 .map(Resumed::Answers),
         }
     }
+}
+
+/// `at` in milliseconds since the Unix epoch.
+fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Whole seconds of `timeout`, rounded up: a sub-second timeout is not "0".

@@ -1,0 +1,187 @@
+//! The inbox (`GET /api/v1/interactions`): every pending pause a caller may
+//! decide, oldest expiry first, paged. A pause is listed with the request
+//! its run sent (the last frame of its log, or of its stored record), so
+//! the listing holds nothing per pause that the run did not hold already.
+//! With `redis://` the store lists the whole cluster's stored pauses; this
+//! replica's own pauses that are not stored are added.
+
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::Runs;
+use crate::protocol::PauseKind;
+use crate::session::{owner_label, SessionKey};
+use crate::store::{PausedRecord, StoreError};
+
+/// Default of `?limit=`.
+pub const INBOX_LIMIT: usize = 50;
+/// Most items one page may ask for.
+pub const MAX_INBOX_LIMIT: usize = 500;
+
+/// What a listing asks for.
+#[derive(Debug, Clone)]
+pub struct InboxQuery {
+    /// 1 to [`MAX_INBOX_LIMIT`].
+    pub limit: usize,
+    /// Items after this pause in the listing's order; a pause no longer
+    /// pending starts the listing over.
+    pub after: Option<String>,
+}
+
+/// One pending pause, as the inbox lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Interaction {
+    pub session_id: String,
+    pub confirmation_id: String,
+    pub kind: PauseKind,
+    /// The requester's key label (`key-N`, `anonymous`).
+    pub key: String,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+    pub expires_at: String,
+    /// A plan's risk (approvals only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub risk_level: Option<Value>,
+    /// The questions' title (questions only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The plan's summary: its request's text (approvals only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    pub confirmation_data: Value,
+    /// For ordering: milliseconds since the Unix epoch of `expires_at`.
+    #[serde(skip)]
+    expires_ms: u64,
+}
+
+/// A pause's request, parsed from its frame (`id: N\ndata: {...}\n\n`).
+fn request_of(frame: &[u8]) -> Option<Value> {
+    let text = std::str::from_utf8(frame).ok()?;
+    let data = text.lines().find_map(|line| line.strip_prefix("data: "))?;
+    serde_json::from_str(data).ok()
+}
+
+fn rfc3339(at: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The listing item of the pause `confirmation_id` whose request is
+/// `frame`; `None` when the frame is not that pause's request (a run that
+/// moved on between the registry and its log).
+fn interaction(
+    key: &SessionKey,
+    label: String,
+    confirmation_id: &str,
+    frame: &[u8],
+    asked_at: SystemTime,
+    expires_at: SystemTime,
+) -> Option<Interaction> {
+    let request = request_of(frame)?;
+    let data = request.get("confirmation_data")?.clone();
+    if data.get("confirmation_id")?.as_str()? != confirmation_id {
+        return None;
+    }
+    let kind = match data.get("kind").and_then(Value::as_str) {
+        Some("question") => PauseKind::Question,
+        _ => PauseKind::Approval,
+    };
+    let text = request
+        .get("chunk")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Some(Interaction {
+        session_id: key.session_id.to_string(),
+        confirmation_id: confirmation_id.to_owned(),
+        kind,
+        key: label,
+        created_at: rfc3339(asked_at),
+        expires_at: rfc3339(expires_at),
+        risk_level: (kind == PauseKind::Approval)
+            .then(|| data.get("risk_level").cloned())
+            .flatten(),
+        title: (kind == PauseKind::Question)
+            .then(|| data.get("title").and_then(Value::as_str).map(str::to_owned))
+            .flatten(),
+        summary: (kind == PauseKind::Approval).then_some(text).flatten(),
+        confirmation_data: data,
+        expires_ms: unix_ms(expires_at),
+    })
+}
+
+impl Runs {
+    /// The pending pauses of `owner`'s namespace, oldest expiry first (then
+    /// by confirmation id), the page `query` asks for.
+    pub async fn inbox(
+        &self,
+        owner: Option<u32>,
+        query: &InboxQuery,
+    ) -> Result<Vec<Interaction>, StoreError> {
+        let mut items = self.local_interactions(owner);
+        if self.cluster.is_some() {
+            let here: HashSet<String> = items.iter().map(|i| i.confirmation_id.clone()).collect();
+            let stored = self.settings.store.pending().await?;
+            let namespace = self.settings.namespaces.name(owner);
+            items.extend(
+                stored
+                    .iter()
+                    .filter(|record| record.namespace == namespace)
+                    .filter(|record| !here.contains(&record.confirmation_id))
+                    .filter_map(|record| stored_interaction(record, owner)),
+            );
+        }
+        let now = unix_ms(SystemTime::now());
+        items.retain(|item| item.expires_ms > now);
+        items.sort_by(|a, b| {
+            (a.expires_ms, &a.confirmation_id).cmp(&(b.expires_ms, &b.confirmation_id))
+        });
+        let start = query
+            .after
+            .as_deref()
+            .and_then(|after| items.iter().position(|i| i.confirmation_id == after))
+            .map_or(0, |at| at + 1);
+        Ok(items.into_iter().skip(start).take(query.limit).collect())
+    }
+
+    /// This process's undecided pauses of `owner`'s namespace.
+    fn local_interactions(&self, owner: Option<u32>) -> Vec<Interaction> {
+        let waiting = self.manager.waiting(|key| key.owner == owner);
+        waiting
+            .into_iter()
+            .filter_map(|pause| {
+                let log = self.logs.find(&pause.key)?;
+                let frame = log.last_frame()?;
+                interaction(
+                    &pause.key,
+                    owner_label(pause.key.owner),
+                    &pause.confirmation_id,
+                    &frame,
+                    pause.asked_at,
+                    pause.expires_at,
+                )
+            })
+            .collect()
+    }
+}
+
+/// A stored pause as the inbox lists it (`owner`: its namespace's).
+fn stored_interaction(record: &PausedRecord, owner: Option<u32>) -> Option<Interaction> {
+    let frame = record.frames.last()?;
+    let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+    let key = SessionKey::new(owner, &record.session_id);
+    interaction(
+        &key,
+        owner_label(owner),
+        &record.confirmation_id,
+        frame.as_bytes(),
+        at(record.asked_at_ms),
+        at(record.expires_at_ms),
+    )
+}
