@@ -126,14 +126,20 @@ impl Runs {
     ) -> Result<Vec<Interaction>, StoreError> {
         let mut items = self.local_interactions(owner);
         if self.cluster.is_some() {
-            let here: HashSet<String> = items.iter().map(|i| i.confirmation_id.clone()).collect();
-            let stored = self.settings.store.pending().await?;
+            // The cluster's stored pauses, paged by the store; this
+            // replica's pauses that are not stored join them.
             let namespace = self.settings.namespaces.name(owner);
+            let stored = self
+                .settings
+                .store
+                .pending(namespace.as_deref(), query.after.as_deref(), query.limit)
+                .await?;
+            let listed: HashSet<String> =
+                stored.iter().map(|r| r.confirmation_id.clone()).collect();
+            items.retain(|item| !listed.contains(&item.confirmation_id));
             items.extend(
                 stored
                     .iter()
-                    .filter(|record| record.namespace == namespace)
-                    .filter(|record| !here.contains(&record.confirmation_id))
                     .filter_map(|record| stored_interaction(record, owner)),
             );
         }

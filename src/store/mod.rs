@@ -224,10 +224,18 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     }
     /// Every record, to restore at start.
     fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>>;
-    /// The records of every pause nobody has decided yet, across the
-    /// cluster (the inbox with replicas). A store of one process lists
-    /// none: its pauses are all in the process's registry.
-    fn pending(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
+    /// The records of the pauses of `namespace` nobody has decided yet,
+    /// across the cluster (the inbox with replicas), oldest expiry first:
+    /// at most `limit`, those after the pause `after` when it is still
+    /// pending. A store of one process lists none: its pauses are all in
+    /// the process's registry.
+    fn pending<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<PausedRecord>, StoreError>> {
+        let _ = (namespace, after, limit);
         Box::pin(async { Ok(Vec::new()) })
     }
     /// `Err(name)` while the store cannot be used, for `/readyz`.

@@ -336,6 +336,50 @@ class RoundRobinTests(unittest.TestCase):
         self.assertEqual(chunk_types(rest)[-1], b"completion")
         self.assertEqual(second[0], 404, "answered once; the run is over: %r" % (second[1],))
 
+    def test_the_inbox_lists_the_whole_cluster_s_pauses_from_any_replica(self):
+        a, b, c = CLUSTER.replicas[:3]
+        tag = uuid.uuid4().hex[:6]
+        streams = []
+        for i, replica in enumerate((a, b, c)):
+            message = "ask which? x | y; go {q1}" if i == 1 else "inbox %s %d" % (tag, i)
+            stream = post(replica, {"message": message, "session_id": "inbox-%s-%d" % (tag, i)})
+            read_until(stream, rb'"stream_paused":true')
+            streams.append(stream)
+
+        def listing(target, query=""):
+            conn = connect(target)
+            conn.request("GET", "/api/v1/interactions" + query)
+            response = conn.getresponse()
+            body = json.loads(response.read())
+            conn.close()
+            self.assertEqual(response.status, 200, body)
+            return [i for i in body["interactions"] if i["session_id"].startswith("inbox-" + tag)]
+
+        seen = [listing(r) for r in (a, b, c, CLUSTER.nginx)]
+        mine = seen[0]
+        self.assertEqual(sorted(i["session_id"] for i in mine),
+                         ["inbox-%s-%d" % (tag, i) for i in range(3)])
+        for other in seen[1:]:
+            self.assertEqual([i["confirmation_id"] for i in other],
+                             [i["confirmation_id"] for i in mine], "the same from every replica")
+        self.assertEqual([i["kind"] for i in mine if i["session_id"].endswith("-1")], ["question"])
+        # Paging through the cluster's listing, two at a time.
+        everything = listing(c, "?limit=500")
+        ids = [i["confirmation_id"] for i in everything]
+        first = listing(b, "?limit=2")
+        self.assertEqual([i["confirmation_id"] for i in first], ids[:2])
+        # Decided from the listing, on a replica that does not hold the run.
+        target = mine[0]
+        status, chunk, _ = answer(c if target["session_id"].endswith("-0") else a,
+                                  target["session_id"], "cancel",
+                                  confirmation_id=target["confirmation_id"])
+        self.assertEqual(status, 200, chunk)
+        left = [i["confirmation_id"] for i in listing(b)]
+        self.assertNotIn(target["confirmation_id"], left)
+        self.assertEqual(len(left), 2)
+        for stream in streams:
+            stream.conn.close()
+
     def test_runs_through_round_robin_all_complete_with_replies_landing_anywhere(self):
         client = ChatGateClient(CLUSTER.nginx.url)
         before = [(r.decisions(), r.forwarded()) for r in CLUSTER.replicas[:3]]

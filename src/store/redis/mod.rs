@@ -28,8 +28,13 @@
 //! - `run:RUN`: a hash, `record` (the [`PausedRecord`] as JSON), `session`
 //!   (its session key), once taken `decision` and `decision_nonce`,
 //!   `void:NONCE` for decisions whose recording had an unknown outcome and
-//!   was then found not to have happened, and once the run ended `ended`
-//!   (its [`RunEnd`]: the end a replica that takes the session over shows).
+//!   was then found not to have happened, once the run ended `ended`
+//!   (its [`RunEnd`]: the end a replica that takes the session over shows),
+//!   and while its pause waits `pending` (where the inbox lists it).
+//! - `pending:NAMESPACE`: a sorted set of the namespace's undecided stored
+//!   pauses, `CONFIRMATION_ID|RUN` scored by expiry (the inbox's order), and
+//!   `conf:CONFIRMATION_ID`: `SET SCORE MEMBER`, to page from a pause. Both
+//!   change in the scripts that save, decide and end pauses.
 //!
 //! Every key expires by itself: a session record an hour after its run
 //! started unless a pause extends it, a pause's records `linger` after the
@@ -51,7 +56,7 @@ mod scripts;
 
 use self::scripts::{
     ALIVE, CLAIM, END, FORGET, HAND_BACK, LEAVE, RECORD_DECISION, REMOVE, RESOLVE, RESOLVE_CLAIM,
-    SAVE, TAKE_OVER,
+    SAVE, TAKE_OVER, UNLIST,
 };
 use super::{Fault, PausedRecord, Resolution, RunEnd, Store, StoreError, StoredDecision};
 use crate::session::{Namespaces, SessionKey};
@@ -128,7 +133,8 @@ impl RedisStore {
         let info = client.get_connection_info();
         let name = format!("redis://{}/{}", info.addr(), info.redis_settings().db());
         let nonce = uuid::Uuid::new_v4().simple().to_string();
-        let with_alive = |body: &str| Script::new(&format!("{ALIVE}{body}"));
+        let with_alive = |body: &str| Script::new(&format!("{ALIVE}{UNLIST}{body}"));
+        let with_unlist = |body: &str| Script::new(&format!("{UNLIST}{body}"));
         Ok(RedisStore {
             client,
             connection: OnceCell::new(),
@@ -141,11 +147,11 @@ impl RedisStore {
                 claim: with_alive(CLAIM),
                 resolve_claim: Script::new(RESOLVE_CLAIM),
                 take_over: with_alive(TAKE_OVER),
-                save: Script::new(SAVE),
+                save: with_unlist(SAVE),
                 record_decision: with_alive(RECORD_DECISION),
                 resolve: Script::new(RESOLVE),
-                end: Script::new(END),
-                remove: Script::new(REMOVE),
+                end: with_unlist(END),
+                remove: with_unlist(REMOVE),
                 hand_back: Script::new(HAND_BACK),
                 forget: Script::new(FORGET),
                 leave: Script::new(LEAVE),
@@ -303,11 +309,20 @@ impl Store for RedisStore {
             let json = serde_json::to_string(&record).unwrap_or_default();
             let session = session_key(record.namespace.as_deref(), &record.session_id);
             let epoch = self.epoch(&record.run);
+            let pending = pending_key(record.namespace.as_deref());
             let saved: i64 = self
                 .invoke(
                     &self.scripts.save,
-                    &[&run_key(&record.run), &session],
-                    &[&json, &ttl.to_string(), &self.instance, &record.run, &epoch],
+                    &[&run_key(&record.run), &session, &pending],
+                    &[
+                        &json,
+                        &ttl.to_string(),
+                        &self.instance,
+                        &record.run,
+                        &epoch,
+                        &record.expires_at_ms.to_string(),
+                        &record.confirmation_id,
+                    ],
                 )
                 .await?;
             if saved == 1 {
@@ -429,6 +444,91 @@ impl Store for RedisStore {
         })
     }
 
+    fn pending<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<PausedRecord>, StoreError>> {
+        Box::pin(async move {
+            let set = pending_key(namespace);
+            let now_ms = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            let mut connection = self.connection().await?;
+            let failed = |err: redis::RedisError| self.failed(&err);
+            // Pauses past their expiry are not pending, whoever forgot them.
+            redis::cmd("ZREMRANGEBYSCORE")
+                .arg(&set)
+                .arg("-inf")
+                .arg(now_ms)
+                .query_async::<i64>(&mut connection)
+                .await
+                .map_err(failed)?;
+            // Where `after` is: `SET SCORE MEMBER` while it is pending.
+            let from: Option<(u64, String)> = match after {
+                Some(conf) => {
+                    let found: Option<String> = redis::cmd("GET")
+                        .arg(format!("chatgate:conf:{conf}"))
+                        .query_async(&mut connection)
+                        .await
+                        .map_err(failed)?;
+                    found.and_then(|text| {
+                        let mut parts = text.splitn(3, ' ');
+                        let (in_set, score, member) = (parts.next()?, parts.next()?, parts.next()?);
+                        (in_set == set).then(|| Some((score.parse().ok()?, member.to_owned())))?
+                    })
+                }
+                None => None,
+            };
+            let min = from
+                .as_ref()
+                .map_or(format!("({now_ms}"), |(score, _)| score.to_string());
+            // Ties at the same millisecond past `after` are few; read a few more.
+            let members: Vec<(String, u64)> = redis::cmd("ZRANGEBYSCORE")
+                .arg(&set)
+                .arg(min)
+                .arg("+inf")
+                .arg("WITHSCORES")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(limit + 64)
+                .query_async(&mut connection)
+                .await
+                .map_err(failed)?;
+            let page: Vec<String> = members
+                .into_iter()
+                .filter(|(member, score)| {
+                    from.as_ref()
+                        .is_none_or(|(at, after)| (*score, member) > (*at, after))
+                })
+                .take(limit)
+                .map(|(member, _)| member)
+                .collect();
+            let mut records = Vec::with_capacity(page.len());
+            for member in page {
+                let Some((_, run)) = member.split_once('|') else {
+                    continue;
+                };
+                match self.get(run).await? {
+                    Some(record) if record.decision.is_none() && record.ended.is_none() => {
+                        records.push(record);
+                    }
+                    _ => {
+                        // Its record went (it expired, or Redis lost it): unlisted.
+                        redis::cmd("ZREM")
+                            .arg(&set)
+                            .arg(&member)
+                            .query_async::<i64>(&mut connection)
+                            .await
+                            .map_err(failed)?;
+                    }
+                }
+            }
+            Ok(records)
+        })
+    }
+
     fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
         // Replicas restore lazily: a run is taken over by the replica that
         // gets its next reply or re-attach (see `crate::run::place`).
@@ -439,6 +539,11 @@ impl Store for RedisStore {
 /// `chatgate:session:NAMESPACE:SESSION`, `-` for the namespace without keys.
 fn session_key(namespace: Option<&str>, session_id: &str) -> String {
     format!("chatgate:session:{}:{session_id}", namespace.unwrap_or("-"))
+}
+
+/// `chatgate:pending:NAMESPACE`: the namespace's undecided stored pauses.
+fn pending_key(namespace: Option<&str>) -> String {
+    format!("chatgate:pending:{}", namespace.unwrap_or("-"))
 }
 
 fn run_key(run: &str) -> String {

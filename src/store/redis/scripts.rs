@@ -29,6 +29,22 @@ local function alive(inst)
 end
 ";
 
+/// `unlist(run key)`: the run's pause leaves the inbox's index (its
+/// `pending` field names it: `PENDING_SET MEMBER CONFIRMATION_ID`). Shared by
+/// every script that decides or ends a pause.
+pub const UNLIST: &str = r"
+local function unlist(rk)
+  local p = redis.call('HGET', rk, 'pending')
+  if not p then return end
+  local set, member, conf = string.match(p, '^(%S+) (%S+) (%S+)$')
+  if set then
+    redis.call('ZREM', set, member)
+    redis.call('DEL', 'chatgate:conf:' .. conf)
+  end
+  redis.call('HDEL', rk, 'pending')
+end
+";
+
 /// KEYS: session. ARGV: instance, new run, ttl ms, nonce, superseded run
 /// (or ''), its epoch, its decision.
 /// A new run takes the session unless a live replica owns it. A paused run
@@ -42,7 +58,10 @@ if inst ~= ARGV[1] then
   local beat, left = alive(inst)
   if beat then return {'owned', beat, left} end
   if ARGV[5] ~= '' then return {'moved'} end
-  if old then redis.call('DEL', 'chatgate:run:' .. old) end
+  if old then
+    unlist('chatgate:run:' .. old)
+    redis.call('DEL', 'chatgate:run:' .. old)
+  end
 elseif ARGV[5] ~= '' then
   if old ~= ARGV[5] or redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[6] then
     return {'moved'}
@@ -51,6 +70,7 @@ elseif ARGV[5] ~= '' then
   if redis.call('EXISTS', rk) == 1 then
     if redis.call('HEXISTS', rk, 'decision_nonce') == 1 then return {'decided'} end
     redis.call('HSET', rk, 'decision', ARGV[7], 'decision_nonce', ARGV[4])
+    unlist(rk)
   end
 end
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
@@ -91,13 +111,22 @@ redis.call('HSET', KEYS[1], 'instance', ARGV[1])
 return {'taken', run, tostring(epoch)}
 ";
 
-/// KEYS: run, session. ARGV: record, ttl ms, instance, run id, epoch.
+/// KEYS: run, session, the namespace's pending set. ARGV: record, ttl ms,
+/// instance, run id, epoch, expiry ms, confirmation id.
+/// The pause is listed in its namespace's pending set (scored by its
+/// expiry; the member `CONFIRMATION_ID|RUN` sorts ties as the inbox does)
+/// and found by its confirmation id (`conf:ID`: the set and the member).
 pub const SAVE: &str = r"
 if redis.call('HGET', KEYS[2], 'instance') ~= ARGV[3]
    or redis.call('HGET', KEYS[2], 'epoch') ~= ARGV[5] then return 0 end
+unlist(KEYS[1])
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'record', ARGV[1], 'session', KEYS[2])
+local member = ARGV[7] .. '|' .. ARGV[4]
+redis.call('HSET', KEYS[1], 'record', ARGV[1], 'session', KEYS[2],
+  'pending', KEYS[3] .. ' ' .. member .. ' ' .. ARGV[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[6], member)
+redis.call('SET', 'chatgate:conf:' .. ARGV[7], KEYS[3] .. ' ' .. ARGV[6] .. ' ' .. member, 'PX', ARGV[2])
 redis.call('HSET', KEYS[2], 'run', ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
@@ -127,6 +156,7 @@ end
 if not owns then return 'not_owner' end
 if not alive(ARGV[3]) then return 'lapsed' end
 redis.call('HSET', KEYS[1], 'decision', ARGV[1], 'decision_nonce', ARGV[2])
+unlist(KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
 return 'ok'
@@ -156,11 +186,13 @@ return 'void'
 /// run goes at once; one another replica owns now is that replica's.
 pub const END: &str = r"
 if redis.call('HGET', KEYS[2], 'run') ~= ARGV[1] then
+  unlist(KEYS[1])
   redis.call('DEL', KEYS[1])
   return 1
 end
 if redis.call('HGET', KEYS[2], 'instance') ~= ARGV[2]
    or redis.call('HGET', KEYS[2], 'epoch') ~= ARGV[4] then return 0 end
+unlist(KEYS[1])
 if tonumber(ARGV[3]) > 0 then
   if redis.call('EXISTS', KEYS[1]) == 1 then
     redis.call('HSET', KEYS[1], 'ended', ARGV[5])
@@ -176,6 +208,7 @@ return 1
 /// KEYS: run, session. ARGV: run id, instance, epoch.
 /// A record no client can reach goes, and its session if it is still ours.
 pub const REMOVE: &str = r"
+unlist(KEYS[1])
 redis.call('DEL', KEYS[1])
 if redis.call('HGET', KEYS[2], 'run') == ARGV[1]
    and redis.call('HGET', KEYS[2], 'instance') == ARGV[2]
