@@ -146,9 +146,21 @@ pub struct Settings {
         value_parser = clap::builder::StringValueParser::new().map(SecretString::from)
     )]
     pub api_keys: Vec<SecretString>,
-    /// File of API keys, one per line (`#` comments allowed).
+    /// File of API keys, one per line (`#` comments allowed); a line
+    /// `approver KEY` is an approver key (see --approver-key).
     #[arg(long, env = "CHATGATE_API_KEYS_FILE")]
     pub api_keys_file: Option<std::path::PathBuf>,
+    /// An approver key (repeatable; in the env var, comma-separated): it may
+    /// list and decide the pending pauses of every namespace, naming each by
+    /// its confirmation_id, and re-attach to them; it may not start runs.
+    #[arg(
+        long = "approver-key",
+        env = "CHATGATE_APPROVER_KEY",
+        value_delimiter = ',',
+        hide_env_values = true,
+        value_parser = clap::builder::StringValueParser::new().map(SecretString::from)
+    )]
+    pub approver_keys: Vec<SecretString>,
     /// Browser origin allowed to call the API cross-site (repeatable; none by default).
     #[arg(
         long = "cors-origin",

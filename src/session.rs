@@ -78,6 +78,15 @@ impl Namespaces {
     /// `None` when no client can reach it now (its key is not configured;
     /// or it was stored without keys and keys are required now, or the
     /// other way round).
+    /// Every owner: each key's place, or `None` without keys.
+    pub fn owners(&self) -> Vec<Option<u32>> {
+        if self.names.is_empty() {
+            vec![None]
+        } else {
+            (0..self.names.len() as u32).map(Some).collect()
+        }
+    }
+
     pub fn owner(&self, namespace: Option<&str>) -> Option<Option<u32>> {
         match namespace {
             None if self.names.is_empty() => Some(None),

@@ -88,13 +88,20 @@ impl Application {
         engine: Arc<dyn Engine>,
     ) -> Result<Application, StartupError> {
         let mut keys: Vec<SecretString> = settings.api_keys.clone();
+        let mut approvers: Vec<SecretString> = settings.approver_keys.clone();
         if let Some(path) = &settings.api_keys_file {
             let from_file = read_keys_file(path).map_err(|source| StartupError::KeysFile {
                 path: path.clone(),
                 source,
             })?;
-            keys.extend(from_file.into_iter().map(SecretString::from));
+            keys.extend(from_file.keys.into_iter().map(SecretString::from));
+            approvers.extend(from_file.approvers.into_iter().map(SecretString::from));
         }
+        let approvers: Vec<&str> = approvers
+            .iter()
+            .map(ExposeSecret::expose_secret)
+            .filter(|key| !key.is_empty())
+            .collect();
         // A key's place in this list is its owner, for access and stores alike.
         let keys: Vec<&str> = keys
             .iter()
@@ -102,7 +109,8 @@ impl Application {
             .filter(|key| !key.is_empty())
             .collect();
         let namespaces = Namespaces::of_keys(keys.iter().copied());
-        let access = AccessPolicy::new(&keys, settings.cors_origins.clone());
+        let access =
+            AccessPolicy::new(&keys, settings.cors_origins.clone()).with_approvers(&approvers);
         let cluster = open_cluster(&settings, &namespaces)?;
         let bind_error = |source| StartupError::Bind {
             bind: settings.bind.clone(),

@@ -19,6 +19,24 @@ pub struct Waiting {
 }
 
 impl ConfirmationManager {
+    /// The session whose run holds (or held, while the run lives on) the
+    /// pause `confirmation_id`, whatever its namespace: what an approver
+    /// names a pause by. A scan, under the registry's lock: approvers act
+    /// at a person's pace.
+    pub fn find_pause(&self, confirmation_id: &str) -> Option<SessionKey> {
+        let registry = self.lock();
+        registry
+            .sessions
+            .iter()
+            .find(|(_, entry)| {
+                entry
+                    .pause
+                    .as_ref()
+                    .is_some_and(|pause| pause.confirmation_id == confirmation_id)
+            })
+            .map(|(key, _)| key.clone())
+    }
+
     /// The undecided pauses of the sessions `mine` accepts, in no order.
     pub fn waiting(&self, mine: impl Fn(&SessionKey) -> bool) -> Vec<Waiting> {
         let registry = self.lock();

@@ -5,6 +5,10 @@
 //!   run's owner; sessions live in their owner's namespace (see
 //!   [`crate::session::SessionKey`]), so one key can neither see nor
 //!   touch another key's runs.
+//! - Approver keys (`--approver-key`) belong to no namespace: such a key
+//!   may list and decide every namespace's pending pauses and re-attach to
+//!   them, each named by its confirmation id, but not start runs
+//!   ([`Caller::Approver`]).
 //! - Browsers: a request the browser marks `Sec-Fetch-Site: cross-site` is
 //!   refused unless its `Origin` is on the `--cors-origin` allowlist; allowed
 //!   origins get `Access-Control-Allow-Origin` (never `*`).
@@ -27,9 +31,30 @@ use super::error::ChatError;
 /// take the same time whatever the lengths, and no key sits in memory as text.
 type KeyDigest = [u8; 32];
 
+/// Who a request comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// A key's namespace (its place in the list), or `None` without keys.
+    Owner(Option<u32>),
+    /// The approver key at this place in the approvers' list.
+    Approver(u32),
+}
+
+impl Caller {
+    /// The label records and listings show: `key-N`, `approver-N` or
+    /// `anonymous`.
+    pub fn label(self) -> String {
+        match self {
+            Caller::Owner(owner) => crate::session::owner_label(owner),
+            Caller::Approver(i) => format!("approver-{}", i + 1),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct AccessPolicy {
     key_digests: Vec<KeyDigest>,
+    approver_digests: Vec<KeyDigest>,
     cors_origins: Vec<String>,
     /// Lower-cased host names accepted besides loopback and the bound address.
     allowed_hosts: Vec<String>,
@@ -42,6 +67,7 @@ impl AccessPolicy {
     pub fn new(keys: &[&str], cors_origins: Vec<String>) -> AccessPolicy {
         AccessPolicy {
             key_digests: keys.iter().copied().map(digest).collect(),
+            approver_digests: Vec::new(),
             cors_origins,
             allowed_hosts: Vec::new(),
             bound: IpAddr::from([127, 0, 0, 1]),
@@ -60,8 +86,38 @@ impl AccessPolicy {
         self
     }
 
+    /// Adds approver keys (see [`Caller::Approver`]).
+    pub fn with_approvers(mut self, approvers: &[&str]) -> AccessPolicy {
+        self.approver_digests = approvers.iter().copied().map(digest).collect();
+        self
+    }
+
     pub fn requires_keys(&self) -> bool {
         !self.key_digests.is_empty()
+    }
+
+    /// Who the request comes from: an approver when it presents an
+    /// approver key, else its owner as [`AccessPolicy::owner`] says.
+    pub fn caller(&self, headers: &HeaderMap) -> Result<Caller, ChatError> {
+        if !self.approver_digests.is_empty() {
+            let presented = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(bearer_token)
+                .map(digest);
+            if let Some(presented) = presented {
+                let mut found = None;
+                for (i, key) in self.approver_digests.iter().enumerate() {
+                    if bool::from(key.ct_eq(&presented)) {
+                        found = Some(i as u32);
+                    }
+                }
+                if let Some(i) = found {
+                    return Ok(Caller::Approver(i));
+                }
+            }
+        }
+        self.owner(headers).map(Caller::Owner)
     }
 
     /// Without keys, refuses a `Host` that could be a rebound DNS name (see
@@ -163,14 +219,29 @@ fn normalize_host(value: &str) -> String {
     name.trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// Reads API keys from a file: one per line; blank lines and `#` comments skipped.
-pub fn read_keys_file(path: &Path) -> std::io::Result<Vec<String>> {
-    Ok(std::fs::read_to_string(path)?
-        .lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty() && !line.starts_with('#'))
-        .map(str::to_owned)
-        .collect())
+/// The keys of a keys file: API keys, and approver keys.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct KeysFile {
+    pub keys: Vec<String>,
+    pub approvers: Vec<String>,
+}
+
+/// Reads API keys from a file: one per line, `approver KEY` for an
+/// approver key; blank lines and `#` comments skipped.
+pub fn read_keys_file(path: &Path) -> std::io::Result<KeysFile> {
+    let mut file = KeysFile::default();
+    for line in std::fs::read_to_string(path)?.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match line.split_once(char::is_whitespace) {
+            Some(("approver", key)) if !key.trim().is_empty() => {
+                file.approvers.push(key.trim().to_owned());
+            }
+            _ => file.keys.push(line.to_owned()),
+        }
+    }
+    Ok(file)
 }
 
 #[cfg(test)]
@@ -215,6 +286,34 @@ mod tests {
                 Err(ChatError::Unauthorized)
             ));
         }
+    }
+
+    #[test]
+    fn an_approver_key_is_told_from_the_namespaces_keys() {
+        let policy = AccessPolicy::new(&["alpha"], vec![]).with_approvers(&["boss", "deputy"]);
+        let caller = |value: &'static str| policy.caller(&headers(&[("authorization", value)]));
+        assert_eq!(caller("Bearer deputy").unwrap(), Caller::Approver(1));
+        assert_eq!(caller("Bearer alpha").unwrap(), Caller::Owner(Some(0)));
+        assert!(matches!(
+            caller("Bearer bossy"),
+            Err(ChatError::Unauthorized)
+        ));
+        assert_eq!(Caller::Approver(1).label(), "approver-2");
+        assert_eq!(Caller::Owner(Some(0)).label(), "key-1");
+    }
+
+    #[test]
+    fn a_keys_file_names_approver_keys_by_their_word() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        std::fs::write(
+            &path,
+            "# keys\nalpha\n\napprover   boss\napproverkey\nbeta\n",
+        )
+        .unwrap();
+        let file = read_keys_file(&path).unwrap();
+        assert_eq!(file.keys, ["alpha", "approverkey", "beta"]);
+        assert_eq!(file.approvers, ["boss"]);
     }
 
     #[test]

@@ -7,15 +7,18 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use futures_util::StreamExt;
 
+use super::access::Caller;
 use super::access_log;
 use super::error::{ChatError, Refusal};
 use super::forward::{self, Forwarded, Forwarding};
 use super::state::AppState;
 use crate::cluster::Peer;
+use crate::confirmation::DecideError;
 use crate::protocol::{ChatRequest, ValidRequest, MAX_BODY_BYTES};
 use crate::run::decide::Reply;
 use crate::run::place::Place;
 use crate::run::start::Started;
+use crate::run::ReattachError;
 use crate::session::SessionKey;
 use crate::sse;
 
@@ -75,7 +78,7 @@ async fn chat(
     state.access.check_origin(headers)?;
     let forwarded = forward::forwarded(state.runs.cluster.as_deref(), headers)?;
     let not_after = forwarded.and_then(|f| f.not_after);
-    let owner = state.access.owner(headers)?;
+    let caller = state.access.caller(headers)?;
     let (request, body) = tokio::time::timeout(state.request_timeout, read_request(req, payload))
         .await
         .map_err(|_| ChatError::RequestTimeout)??;
@@ -84,10 +87,17 @@ async fn chat(
         ValidRequest::Reattach {
             session_id,
             last_seen,
+            confirmation_id,
         } => {
             access_log::note_session(req, &session_id);
             let refused = |err: ChatError| Refusal::new(err, &session_id);
-            let key = SessionKey::new(owner, &session_id);
+            let key = match caller {
+                Caller::Owner(owner) => SessionKey::new(owner, &session_id),
+                Caller::Approver(_) => approved(state, confirmation_id.as_deref())
+                    .await
+                    .map_err(refused)?
+                    .ok_or_else(|| refused(ChatError::Reattach(ReattachError::NoSuchRun)))?,
+            };
             if let Some(peer) = elsewhere(state, &key, forwarded).await.map_err(refused)? {
                 return forward_to(state, &peer, req, body, Forwarding::Read)
                     .await
@@ -108,19 +118,27 @@ async fn chat(
         } => {
             access_log::note_session(req, &session_id);
             let refused = |err: ChatError| Refusal::new(err, &session_id);
-            let key = SessionKey::new(owner, &session_id);
+            let key = match caller {
+                Caller::Owner(owner) => SessionKey::new(owner, &session_id),
+                Caller::Approver(_) => approved(state, confirmation_id.as_deref())
+                    .await
+                    .map_err(refused)?
+                    .ok_or_else(|| refused(ChatError::Reply(DecideError::NoPending.into())))?,
+            };
             if let Some(peer) = elsewhere(state, &key, forwarded).await.map_err(refused)? {
                 return forward_to(state, &peer, req, body, Forwarding::Change)
                     .await
                     .map_err(refused);
             }
             let client = forward::client_address(req, forwarded.is_some());
+            let decider = caller.label();
             let reply = Reply {
                 message: &reply,
                 confirmation_id: confirmation_id.as_deref(),
                 decisions: decisions.as_deref(),
                 answers: answers.as_ref(),
                 client: client.as_deref(),
+                decider: &decider,
                 not_after,
             };
             let decided = state
@@ -140,6 +158,9 @@ async fn chat(
             let session_id = session_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
             access_log::note_session(req, &session_id);
             let refused = |err: ChatError| Refusal::new(err, &session_id);
+            let Caller::Owner(owner) = caller else {
+                return Err(refused(ChatError::ForbiddenRole));
+            };
             if state.runs.shutdown.is_cancelled() {
                 return Err(refused(ChatError::ShuttingDown));
             }
@@ -161,6 +182,16 @@ async fn chat(
             }
         }
     }
+}
+
+/// The session of the pause an approver names (by `confirmation_id`,
+/// required: session ids are per namespace); `None` when no run holds it.
+async fn approved(
+    state: &AppState,
+    confirmation_id: Option<&str>,
+) -> Result<Option<SessionKey>, ChatError> {
+    let confirmation_id = confirmation_id.ok_or(ChatError::ApproverWithoutConfirmationId)?;
+    Ok(state.runs.locate(confirmation_id).await?)
 }
 
 /// The owner when another replica owns `key`'s run; `None` when the

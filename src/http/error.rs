@@ -53,6 +53,16 @@ pub enum ChatError {
     ForbiddenHost,
     #[error("the request body did not arrive in time")]
     RequestTimeout,
+    #[error(
+        "an approver key may list, decide and re-attach to pending pauses, not start runs; \
+         start runs with a namespace's API key"
+    )]
+    ForbiddenRole,
+    #[error(
+        "an approver names the pause by its confirmation_id (session ids are per namespace): \
+         send the confirmation_id the inbox lists"
+    )]
+    ApproverWithoutConfirmationId,
     #[error("the store cannot be reached to find or claim this session's run; retry shortly")]
     StoreUnreachable,
     #[error(
@@ -141,6 +151,8 @@ impl ChatError {
             ChatError::ForbiddenHost => (S::MISDIRECTED_REQUEST, T::ForbiddenHost),
             ChatError::RequestTimeout => (S::REQUEST_TIMEOUT, T::RequestTimeout),
             ChatError::ForbiddenReplica => (S::FORBIDDEN, T::ForbiddenReplica),
+            ChatError::ForbiddenRole => (S::FORBIDDEN, T::ForbiddenRole),
+            ChatError::ApproverWithoutConfirmationId => (S::BAD_REQUEST, T::InvalidRequest),
             ChatError::OwnerUnavailable { .. } => (S::SERVICE_UNAVAILABLE, T::OwnerUnavailable),
         }
     }

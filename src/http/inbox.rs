@@ -7,6 +7,7 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
+use super::access::Caller;
 use super::error::ChatError;
 use super::state::AppState;
 use crate::run::inbox::{InboxQuery, INBOX_LIMIT, MAX_INBOX_LIMIT};
@@ -40,7 +41,7 @@ async fn list(
     let headers = req.headers();
     state.access.check_host(headers)?;
     state.access.check_origin(headers)?;
-    let owner = state.access.owner(headers)?;
+    let caller = state.access.caller(headers)?;
     let query = query
         .map_err(|err| ChatError::InvalidRequest(format!("a malformed query: {err}")))?
         .into_inner();
@@ -60,7 +61,11 @@ async fn list(
         limit,
         after: query.after.filter(|after| !after.is_empty()),
     };
-    let items = state.runs.inbox(owner, &query).await?;
+    let items = match caller {
+        Caller::Owner(owner) => state.runs.inbox(owner, &query).await?,
+        // An approver sees every namespace's.
+        Caller::Approver(_) => state.runs.inbox_of_all(&query).await?,
+    };
     let mut response = HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(serde_json::json!({ "interactions": items }));

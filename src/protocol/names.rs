@@ -150,6 +150,8 @@ pub enum ErrorType {
     MethodNotAllowed,
     /// A request posing as a replica's (a wrong or unexpected cluster secret).
     ForbiddenReplica,
+    /// An approver key asked for what only a namespace's key may do (start a run).
+    ForbiddenRole,
     /// The replica that owns the session's run cannot be reached (503):
     /// the request was not taken.
     OwnerUnavailable,

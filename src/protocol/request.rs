@@ -64,7 +64,12 @@ pub enum ValidRequest {
         answers: Option<Map<String, Value>>,
     },
     /// `Last-Event-ID`: re-attach to the run of `session_id` after `last_seen`.
-    Reattach { session_id: String, last_seen: u64 },
+    Reattach {
+        session_id: String,
+        last_seen: u64,
+        /// The pause an approver names the run by.
+        confirmation_id: Option<String>,
+    },
 }
 
 /// Why a request breaks a rule of its own (before any state is consulted).
@@ -111,6 +116,7 @@ impl ChatRequest {
             return Ok(ValidRequest::Reattach {
                 session_id,
                 last_seen,
+                confirmation_id: self.confirmation_id,
             });
         }
         let message = self.message.ok_or(RequestError::MissingMessage)?;
@@ -304,7 +310,8 @@ mod tests {
             request(None, Some("s")).validate(Some(b" 7 ")),
             Ok(ValidRequest::Reattach {
                 session_id: "s".into(),
-                last_seen: 7
+                last_seen: 7,
+                confirmation_id: None,
             })
         );
     }

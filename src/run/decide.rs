@@ -38,6 +38,9 @@ pub struct Reply<'a> {
     pub answers: Option<&'a Map<String, Value>>,
     /// Where it came from, for the audit log.
     pub client: Option<&'a str>,
+    /// Who decides, for the audit log: the key's label (`key-N`,
+    /// `approver-N`, `anonymous`).
+    pub decider: &'a str,
     /// A forwarded reply's deadline: its forwarding replica gives up then,
     /// so after it the reply is not taken.
     pub not_after: Option<SystemTime>,
@@ -145,6 +148,7 @@ impl Runs {
         let recorder = Recorder {
             key: key.clone(),
             client: reply.client.map(str::to_owned),
+            decider: reply.decider.to_owned(),
             audit: self.settings.audit.clone(),
         };
         let Some(run) = accepted.stored.clone() else {
@@ -204,6 +208,7 @@ impl Runs {
 struct Recorder {
     key: SessionKey,
     client: Option<String>,
+    decider: String,
     audit: Option<Arc<AuditLog>>,
 }
 
@@ -223,7 +228,7 @@ impl Recorder {
             &self.key.session_id,
             accepted.stored.as_deref(),
         );
-        let key = crate::session::owner_label(self.key.owner);
+        let key = self.decider;
         let record = match accepted.kind {
             PauseKind::Approval => AuditRecord::Decided {
                 run,

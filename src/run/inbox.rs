@@ -117,6 +117,49 @@ fn interaction(
 }
 
 impl Runs {
+    /// The session of the pause `confirmation_id`, in whatever namespace:
+    /// this process's registry first, then its finished runs kept for
+    /// their grace, then (replicas) the cluster's store.
+    pub async fn locate(&self, confirmation_id: &str) -> Result<Option<SessionKey>, StoreError> {
+        if let Some(key) = self.manager.find_pause(confirmation_id) {
+            return Ok(Some(key));
+        }
+        if let Some(key) = self.logs.find_finished(confirmation_id) {
+            return Ok(Some(key));
+        }
+        if self.cluster.is_none() {
+            return Ok(None);
+        }
+        let found = self.settings.store.locate(confirmation_id).await?;
+        Ok(found.and_then(|(namespace, session_id)| {
+            let owner = self.settings.namespaces.owner(namespace.as_deref())?;
+            Some(SessionKey::new(owner, &session_id))
+        }))
+    }
+
+    /// Every namespace's pending pauses (an approver's inbox), as
+    /// [`Runs::inbox`] lists one namespace's. With replicas each
+    /// namespace's first [`MAX_INBOX_LIMIT`] stored pauses are merged.
+    pub async fn inbox_of_all(&self, query: &InboxQuery) -> Result<Vec<Interaction>, StoreError> {
+        let mut items = Vec::new();
+        for owner in self.settings.namespaces.owners() {
+            let everything = InboxQuery {
+                limit: MAX_INBOX_LIMIT,
+                after: None,
+            };
+            items.extend(self.inbox(owner, &everything).await?);
+        }
+        items.sort_by(|a, b| {
+            (a.expires_ms, &a.confirmation_id).cmp(&(b.expires_ms, &b.confirmation_id))
+        });
+        let start = query
+            .after
+            .as_deref()
+            .and_then(|after| items.iter().position(|i| i.confirmation_id == after))
+            .map_or(0, |at| at + 1);
+        Ok(items.into_iter().skip(start).take(query.limit).collect())
+    }
+
     /// The pending pauses of `owner`'s namespace, oldest expiry first (then
     /// by confirmation id), the page `query` asks for.
     pub async fn inbox(

@@ -395,6 +395,29 @@ impl LogRegistry {
         self.len() == 0
     }
 
+    /// The session of a finished run, kept for its grace, whose frames
+    /// name the pause `confirmation_id` (an approver's re-attach after the
+    /// run ended). A scan of the finished logs: approvers act at a
+    /// person's pace.
+    pub fn find_finished(&self, confirmation_id: &str) -> Option<SessionKey> {
+        let needle = format!("\"confirmation_id\":\"{confirmation_id}\"");
+        let logs: Vec<(SessionKey, Arc<RunLog>)> = self
+            .lock()
+            .iter()
+            .map(|(key, log)| (key.clone(), log.clone()))
+            .collect();
+        logs.into_iter().find_map(|(key, log)| {
+            let inner = log.lock();
+            let names = inner.finished
+                && inner.frames.iter().any(|frame| {
+                    frame
+                        .windows(needle.len())
+                        .any(|window| window == needle.as_bytes())
+                });
+            names.then_some(key)
+        })
+    }
+
     /// Runs whose client went away and that may still be re-attached.
     pub fn detached(&self) -> usize {
         let logs: Vec<Arc<RunLog>> = self.lock().values().cloned().collect();

@@ -39,6 +39,10 @@ use crate::protocol::question::Question;
 use crate::protocol::{Action, CancelReason, Decisions, PauseKind, TaskSpec};
 use crate::session::SessionKey;
 
+/// Where a stored pause is: its namespace (`None` without keys) and its
+/// session id.
+pub type Located = (Option<String>, String);
+
 /// A paused run as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PausedRecord {
@@ -221,6 +225,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// next process (or another replica) to restore.
     fn suspend(&self, _run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
+    }
+    /// Where the undecided stored pause `confirmation_id` is, across the
+    /// cluster: its namespace and session id (an approver's reply names
+    /// only the pause). A store of one process finds none (its registry does).
+    fn locate<'a>(
+        &'a self,
+        confirmation_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Located>, StoreError>> {
+        let _ = confirmation_id;
+        Box::pin(async { Ok(None) })
     }
     /// Every record, to restore at start.
     fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>>;

@@ -283,3 +283,188 @@ async fn with_sqlite_the_inbox_lists_pauses_restored_after_a_restart() {
         .unwrap();
     assert_eq!(decided.status(), 200);
 }
+
+/// POSTs `body` to the chat endpoint with `key`: its status and one chunk.
+async fn post_as(app: &TestApp, key: &str, body: Value) -> (u16, chatgate::protocol::Chunk) {
+    let response = app
+        .client
+        .post(app.url())
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let (status, chunk) = crate::helpers::one_chunk(response).await;
+    (status.as_u16(), chunk)
+}
+
+#[tokio::test]
+async fn an_approver_lists_and_decides_every_namespace_s_pauses_by_confirmation_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let path = audit.clone();
+    let app = spawn_app_with(move |s| {
+        s.api_keys = vec!["alice".into(), "bob".into()];
+        s.approver_keys = vec!["boss".into()];
+        s.audit_log = Some(path);
+        // The server soon notices a client gone: the runs wait detached.
+        s.keep_alive = Duration::from_millis(50);
+    })
+    .await;
+    pause_and_leave(
+        &app,
+        Some("alice"),
+        "demo-1",
+        "alice's step",
+        ChunkType::ConfirmationRequest,
+    )
+    .await;
+    pause_and_leave(
+        &app,
+        Some("bob"),
+        "demo-1",
+        "bob's step",
+        ChunkType::ConfirmationRequest,
+    )
+    .await;
+
+    app.eventually("both runs detached", |app| app.logs.detached() == 2)
+        .await;
+    let (status, listing) = inbox(&app, Some("boss"), "").await;
+    assert_eq!(status, 200);
+    let items = listing["interactions"].as_array().unwrap().clone();
+    assert_eq!(items.len(), 2, "{listing}");
+    let bobs = items.iter().find(|i| i["key"] == "key-2").unwrap();
+    assert_eq!(bobs["session_id"], "demo-1");
+
+    let (status, refused) = post_as(
+        &app,
+        "boss",
+        json!({"message": "CONFIRM_ACTION:confirm", "session_id": "demo-1"}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(crate::helpers::error_type(&refused), "invalid_request");
+    assert!(
+        refused.chunk.contains("confirmation_id"),
+        "{}",
+        refused.chunk
+    );
+    // A namespace's own key cannot reach another's pause by its id.
+    let (status, _) = post_as(
+        &app,
+        "alice",
+        json!({"message": "CONFIRM_ACTION:confirm",
+        "session_id": "demo-1", "confirmation_id": bobs["confirmation_id"]}),
+    )
+    .await;
+    assert_eq!(status, 409, "alice's own demo-1 is another pause: stale");
+    let (status, ack) = post_as(
+        &app,
+        "boss",
+        json!({"message": "CONFIRM_ACTION:confirm",
+        "session_id": "demo-1", "confirmation_id": bobs["confirmation_id"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{ack:?}");
+
+    let (_, alice) = inbox(&app, Some("alice"), "").await;
+    assert_eq!(ids(&alice, "key"), ["key-1"], "alice's still waits");
+    let (_, bob) = inbox(&app, Some("bob"), "").await;
+    assert_eq!(bob["interactions"], json!([]));
+    // The approver reads the run it decided, named by the pause.
+    let response = app
+        .client
+        .post(app.url())
+        .bearer_auth("boss")
+        .header("Last-Event-ID", "0")
+        .json(&json!({"session_id": "demo-1", "confirmation_id": bobs["confirmation_id"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut run = EventStream::resumed(response, 0);
+    let received = run.until(ChunkType::ConfirmationReceived).await;
+    assert_eq!(
+        received.metadata["confirmation_id"],
+        bobs["confirmation_id"]
+    );
+    // On the record: requested by key-2, approved by approver-1.
+    let records: Vec<Value> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let proposed = records
+        .iter()
+        .find(|r| r["event"] == "proposed" && r["confirmation_id"] == bobs["confirmation_id"])
+        .unwrap();
+    let decided = records.iter().find(|r| r["event"] == "decided").unwrap();
+    assert_eq!(proposed["key"], "key-2");
+    assert_eq!(decided["key"], "approver-1");
+}
+
+#[tokio::test]
+async fn an_approver_may_not_start_a_run_nor_re_attach_without_a_pause_s_id() {
+    let app = spawn_app_with(|s| {
+        s.api_keys = vec!["alice".into()];
+        s.approver_keys = vec!["boss".into()];
+    })
+    .await;
+
+    let (status, chunk) = post_as(
+        &app,
+        "boss",
+        json!({"message": "deploy", "session_id": "x"}),
+    )
+    .await;
+    assert_eq!(status, 403);
+    assert_eq!(crate::helpers::error_type(&chunk), "forbidden_role");
+    let response = app
+        .client
+        .post(app.url())
+        .bearer_auth("boss")
+        .header("Last-Event-ID", "0")
+        .json(&json!({"session_id": "x"}))
+        .send()
+        .await
+        .unwrap();
+    let (status, chunk) = crate::helpers::one_chunk(response).await;
+    assert_eq!(status, 400);
+    assert!(chunk.chunk.contains("confirmation_id"));
+    let (status, chunk) = post_as(
+        &app,
+        "boss",
+        json!({"message": "CONFIRM_ACTION:confirm",
+        "session_id": "x", "confirmation_id": "no-such-pause"}),
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        crate::helpers::error_type(&chunk),
+        "no_pending_confirmation"
+    );
+}
+
+#[tokio::test]
+async fn approver_lines_in_the_keys_file_are_approver_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keys");
+    std::fs::write(&path, "alice\napprover boss\n").unwrap();
+    let app = spawn_app_with(move |s| s.api_keys_file = Some(path)).await;
+    pause_and_leave(
+        &app,
+        Some("alice"),
+        "a",
+        "step",
+        ChunkType::ConfirmationRequest,
+    )
+    .await;
+
+    let (status, listing) = inbox(&app, Some("boss"), "").await;
+    let (refused, _) = post_as(&app, "boss", json!({"message": "go", "session_id": "b"})).await;
+
+    assert_eq!(status, 200);
+    assert_eq!(ids(&listing, "key"), ["key-1"]);
+    assert_eq!(refused, 403);
+}

@@ -58,7 +58,7 @@ use self::scripts::{
     ALIVE, CLAIM, END, FORGET, HAND_BACK, LEAVE, RECORD_DECISION, REMOVE, RESOLVE, RESOLVE_CLAIM,
     SAVE, TAKE_OVER, UNLIST,
 };
-use super::{Fault, PausedRecord, Resolution, RunEnd, Store, StoreError, StoredDecision};
+use super::{Fault, Located, PausedRecord, Resolution, RunEnd, Store, StoreError, StoredDecision};
 use crate::session::{Namespaces, SessionKey};
 
 /// How long a session record lives while its run works (from its start,
@@ -526,6 +526,41 @@ impl Store for RedisStore {
                 }
             }
             Ok(records)
+        })
+    }
+
+    fn locate<'a>(
+        &'a self,
+        confirmation_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Located>, StoreError>> {
+        Box::pin(async move {
+            let mut connection = self.connection().await?;
+            let found: Option<String> = redis::cmd("GET")
+                .arg(format!("chatgate:conf:{confirmation_id}"))
+                .query_async(&mut connection)
+                .await
+                .map_err(|err| self.failed(&err))?;
+            let Some(found) = found else {
+                return Ok(None);
+            };
+            // `chatgate:pending:NAMESPACE SCORE CONFIRMATION_ID|RUN`
+            let mut parts = found.splitn(3, ' ');
+            let (set, _, member) = (parts.next(), parts.next(), parts.next());
+            let namespace = set.and_then(|set| set.strip_prefix("chatgate:pending:"));
+            let run = member.and_then(|m| m.split_once('|')).map(|(_, run)| run);
+            let (Some(namespace), Some(run)) = (namespace, run) else {
+                return Ok(None);
+            };
+            let session: Option<String> = redis::cmd("HGET")
+                .arg(run_key(run))
+                .arg("session")
+                .query_async(&mut connection)
+                .await
+                .map_err(|err| self.failed(&err))?;
+            let prefix = format!("chatgate:session:{namespace}:");
+            let session_id = session.and_then(|s| s.strip_prefix(&prefix).map(str::to_owned));
+            let namespace = (namespace != "-").then(|| namespace.to_owned());
+            Ok(session_id.map(|session_id| (namespace, session_id)))
         })
     }
 
