@@ -657,8 +657,10 @@ class ApiKeyTests(unittest.TestCase):
 
     def setUp(self):
         self.cluster = Cluster(replicas=0, nginx=False)
-        self.a = self.cluster.add("keys-a", ["--api-key", "first-key-0000", "--api-key", "second-key-000"])
-        self.b = self.cluster.add("keys-b", ["--api-key", "second-key-000", "--api-key", "first-key-0000"])
+        self.a = self.cluster.add("keys-a", ["--api-key", "first-key-0000", "--api-key", "second-key-000",
+                                             "--approver-key", "approver-key-0"])
+        self.b = self.cluster.add("keys-b", ["--api-key", "second-key-000", "--api-key", "first-key-0000",
+                                             "--approver-key", "approver-key-0"])
 
     def tearDown(self):
         self.cluster.stop()
@@ -681,6 +683,43 @@ class ApiKeyTests(unittest.TestCase):
         self.assertEqual(peek_status, 404)
         self.assertEqual(owner[0], 200, owner[1])
         self.assertEqual(chunk_types(read_to_end(stream))[-1], b"completion")
+
+
+    def test_an_approver_on_another_replica_lists_and_decides_each_key_s_pause(self):
+        session = new_session("appr")
+        first = {"Authorization": "Bearer first-key-0000"}
+        second = {"Authorization": "Bearer second-key-000"}
+        approver = {"Authorization": "Bearer approver-key-0"}
+        streams, ids = [], []
+        for key in (first, second):
+            stream = post(self.a, {"message": "build; ship", "session_id": session}, key)
+            seen = read_until(stream, rb'"stream_paused":true')
+            ids.append(re.search(rb'"confirmation_id":"([0-9a-f-]{36})"', seen).group(1).decode())
+            streams.append(stream)
+
+        conn = connect(self.b)
+        conn.request("GET", "/api/v1/interactions", headers=approver)
+        response = conn.getresponse()
+        listing = [i for i in json.loads(response.read())["interactions"] if i["session_id"] == session]
+        conn.close()
+        # Key labels are places in each replica's own list: b calls the
+        # second key key-1. The pause is named by its id.
+        status, chunk, _ = answer(self.b, session, "confirm", approver, confirmation_id=ids[1])
+        refused = post(self.b, {"message": "build", "session_id": new_session("no")}, approver)
+        refused_status = refused.status
+        refused.read()
+
+        self.assertEqual(response.status, 200)
+        self.assertEqual(sorted(i["confirmation_id"] for i in listing), sorted(ids))
+        self.assertEqual(sorted(i["key"] for i in listing), ["key-1", "key-2"])
+        self.assertEqual(status, 200, chunk)
+        self.assertEqual(refused_status, 403)
+        # The approved run went on; the other still waits for its yes.
+        done = chunk_types(read_to_end(streams[1]))
+        self.assertEqual(done[-1], b"completion")
+        still = answer(self.b, session, "confirm", first)
+        self.assertEqual(still[0], 200, still[1])
+        self.assertEqual(chunk_types(read_to_end(streams[0]))[-1], b"completion")
 
 
 class ReplicaIdTests(unittest.TestCase):
