@@ -37,21 +37,7 @@ command = ["python3", ${JSON.stringify(join(ROOT, 'examples', 'tools', 'write_no
 timeout_secs = 10
 parameters = { type = "object", properties = { step = { type = "string" } }, required = ["step"] }
 `);
-  server = spawn(BIN, ['--bind', '127.0.0.1:0', '--step-delay', '50ms', '--workers', '1', '--max-rounds', '2', '--tools', tools], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-    env: { ...process.env, RUST_LOG: 'info' },
-  });
-  baseUrl = await new Promise((resolveUrl, reject) => {
-    const timer = setTimeout(() => reject(new Error('chatgate did not report its address')), WAIT);
-    server.once('error', reject);
-    createInterface({ input: server.stderr }).on('line', (line) => {
-      const found = line.match(/listening on (http:\/\/\S+)/);
-      if (found) {
-        clearTimeout(timer);
-        resolveUrl(found[1]);
-      }
-    });
-  });
+  ({ server, url: baseUrl } = await startServer(['--step-delay', '50ms', '--max-rounds', '2', '--tools', tools]));
   browser = await chromium.launch({
     executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
@@ -59,6 +45,26 @@ parameters = { type = "object", properties = { step = { type = "string" } }, req
   });
   mkdirSync(SHOTS, { recursive: true });
 });
+
+/** Starts chatgate on a free loopback port with `args`; its process and URL. */
+async function startServer(args) {
+  const proc = spawn(BIN, ['--bind', '127.0.0.1:0', '--workers', '1', ...args], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    env: { ...process.env, RUST_LOG: 'info' },
+  });
+  const url = await new Promise((resolveUrl, reject) => {
+    const timer = setTimeout(() => reject(new Error('chatgate did not report its address')), WAIT);
+    proc.once('error', reject);
+    createInterface({ input: proc.stderr }).on('line', (line) => {
+      const found = line.match(/listening on (http:\/\/\S+)/);
+      if (found) {
+        clearTimeout(timer);
+        resolveUrl(found[1]);
+      }
+    });
+  });
+  return { server: proc, url };
+}
 
 after(async () => {
   await browser?.close();
@@ -417,4 +423,105 @@ test('Skip on a question card drops the steps that needed the answer', async () 
   await page.locator('.outcome.cancelled').waitFor();
   assert.deepEqual(errors, []);
   await page.close();
+});
+
+/** An agent with `key`: starts a run on `session`, reads it to its pause, and leaves. */
+async function agentLeavesAPause(url, key, session, message) {
+  const response = await fetch(url + '/api/v1/chat/stream', {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + key },
+    body: JSON.stringify({ message, session_id: session }),
+  });
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  while (!text.includes('"stream_paused":true')) {
+    const { value, done } = await reader.read();
+    assert.ok(!done, 'the run paused');
+    text += decoder.decode(value);
+  }
+  await reader.cancel();
+}
+
+/** What the agent with `key` reads when it comes back to `session`: up to
+ * `until` (or the end of the stream). */
+async function agentReadsItsRun(url, key, session, until = null) {
+  const response = await fetch(url + '/api/v1/chat/stream', {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + key, 'Last-Event-ID': '0' },
+    body: JSON.stringify({ session_id: session }),
+  });
+  assert.equal(response.status, 200);
+  if (!until) return response.text();
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  while (!text.includes(until)) {
+    const { value, done } = await reader.read();
+    assert.ok(!done, `the stream showed ${until}: ${text}`);
+    text += decoder.decode(value);
+  }
+  await reader.cancel();
+  return text;
+}
+
+test('an approver finds an agent\'s pending run in the inbox and confirms it; the run completes', async () => {
+  const keyed = await startServer(['--step-delay', '0', '--api-key', 'agent-key-0001',
+    '--approver-key', 'approver-key-01', '--keep-alive', '50ms']);
+  try {
+    await agentLeavesAPause(keyed.url, 'agent-key-0001', 'nightly-report', 'write the report; email it');
+    await agentLeavesAPause(keyed.url, 'agent-key-0001', 'pick-region', 'ask region: which region? eu | us; deploy to {region}');
+    const page = await browser.newPage({ viewport: { width: 1000, height: 900 } });
+    page.setDefaultTimeout(WAIT);
+    const errors = [];
+    page.on('pageerror', (err) => errors.push(err.message));
+    await page.addInitScript(() => sessionStorage.setItem('chatgate-key', 'approver-key-01'));
+    await page.goto(keyed.url + '/#inbox');
+
+    const report = page.locator('.inbox-item', { hasText: 'nightly-report' });
+    await report.waitFor();
+    assert.match(await report.textContent(), /Approval Confirm the plan of 2 task\(s\)\? · session nightly-report · from key-1/);
+    await page.screenshot({ path: join(SHOTS, 'inbox.png') });
+    await report.getByRole('button', { name: 'Open' }).click();
+    await report.getByRole('button', { name: 'Confirm' }).click();
+    await report.locator('.decided', { hasText: 'Decision: confirm' }).waitFor();
+    const question = page.locator('.inbox-item', { hasText: 'pick-region' });
+    await question.getByRole('button', { name: 'Open' }).click();
+    await question.getByRole('radio', { name: 'us' }).check();
+    await question.getByRole('button', { name: 'Answer' }).click();
+    await question.locator('.decided', { hasText: 'Decision: answer' }).waitFor();
+
+    const run = await agentReadsItsRun(keyed.url, 'agent-key-0001', 'nightly-report');
+    assert.match(run, /"chunk_type":"confirmation_received"/);
+    assert.match(run, /"chunk_type":"completion"/);
+    const asked = await agentReadsItsRun(keyed.url, 'agent-key-0001', 'pick-region', '"description":"deploy to us"');
+    assert.match(asked, /"answers":\{"region":"us"\}/, 'the plan the answer made waits now');
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    keyed.server.kill('SIGTERM');
+  }
+});
+
+test('a decide_url (#session=ID) opens that session\'s pending card at once', async () => {
+  const keyed = await startServer(['--step-delay', '0', '--api-key', 'agent-key-0002',
+    '--approver-key', 'approver-key-02', '--keep-alive', '50ms']);
+  try {
+    await agentLeavesAPause(keyed.url, 'agent-key-0002', 'linked run', 'rotate the keys');
+    const page = await browser.newPage();
+    page.setDefaultTimeout(WAIT);
+    await page.addInitScript(() => sessionStorage.setItem('chatgate-key', 'approver-key-02'));
+    await page.goto(keyed.url + '/#session=' + encodeURIComponent('linked run'));
+
+    const card = page.getByRole('region', { name: 'Confirmation request' });
+    await card.waitFor();
+    assert.deepEqual(await card.locator('li label span').allTextContents(), ['rotate the keys']);
+    await card.getByRole('button', { name: 'Cancel' }).click();
+    await card.locator('.decided', { hasText: 'Decision: cancel' }).waitFor();
+    const run = await agentReadsItsRun(keyed.url, 'agent-key-0002', 'linked run');
+    assert.match(run, /"reason":"user"/);
+    await page.close();
+  } finally {
+    keyed.server.kill('SIGTERM');
+  }
 });
