@@ -203,16 +203,10 @@ impl ChatError {
         )
     }
 
-    /// The error as a JSON endpoint answers it (the inbox):
-    /// `{"error_type": ..., "message": ...}` with the table's status and the
-    /// same headers as [`ChatError::to_response`].
-    pub fn to_json_response(&self) -> HttpResponse {
-        let (status, error_type) = self.wire();
-        let body =
-            serde_json::json!({"error_type": error_type.as_str(), "message": self.to_string()});
-        let mut response = HttpResponse::build(status)
-            .insert_header((header::CACHE_CONTROL, "no-store"))
-            .json(body);
+    /// The headers every refusal carries: `Retry-After` on a 503, and
+    /// `WWW-Authenticate` on a 401.
+    fn add_headers(&self, response: &mut HttpResponse) {
+        let status = response.status();
         let headers = response.headers_mut();
         if status == StatusCode::SERVICE_UNAVAILABLE {
             headers.insert(
@@ -223,6 +217,19 @@ impl ChatError {
         if matches!(self, ChatError::Unauthorized) {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+    }
+
+    /// The error as a JSON endpoint answers it (the inbox):
+    /// `{"error_type": ..., "message": ...}` with the table's status and the
+    /// same headers as [`ChatError::to_response`].
+    pub fn to_json_response(&self) -> HttpResponse {
+        let (status, error_type) = self.wire();
+        let body =
+            serde_json::json!({"error_type": error_type.as_str(), "message": self.to_string()});
+        let mut response = HttpResponse::build(status)
+            .insert_header((header::CACHE_CONTROL, "no-store"))
+            .json(body);
+        self.add_headers(&mut response);
         response
     }
 
@@ -243,16 +250,7 @@ impl ChatError {
                 .head_mut()
                 .set_connection_type(actix_http::ConnectionType::Close);
         }
-        let headers = response.headers_mut();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            headers.insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(self.retry_after_secs()),
-            );
-        }
-        if matches!(self, ChatError::Unauthorized) {
-            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
+        self.add_headers(&mut response);
         response
     }
 }

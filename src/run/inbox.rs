@@ -149,15 +149,7 @@ impl Runs {
             };
             items.extend(self.inbox(owner, &everything).await?);
         }
-        items.sort_by(|a, b| {
-            (a.expires_ms, &a.confirmation_id).cmp(&(b.expires_ms, &b.confirmation_id))
-        });
-        let start = query
-            .after
-            .as_deref()
-            .and_then(|after| items.iter().position(|i| i.confirmation_id == after))
-            .map_or(0, |at| at + 1);
-        Ok(items.into_iter().skip(start).take(query.limit).collect())
+        Ok(page(items, query))
     }
 
     /// The pending pauses of `owner`'s namespace, oldest expiry first (then
@@ -188,15 +180,7 @@ impl Runs {
         }
         let now = unix_ms(SystemTime::now());
         items.retain(|item| item.expires_ms > now);
-        items.sort_by(|a, b| {
-            (a.expires_ms, &a.confirmation_id).cmp(&(b.expires_ms, &b.confirmation_id))
-        });
-        let start = query
-            .after
-            .as_deref()
-            .and_then(|after| items.iter().position(|i| i.confirmation_id == after))
-            .map_or(0, |at| at + 1);
-        Ok(items.into_iter().skip(start).take(query.limit).collect())
+        Ok(page(items, query))
     }
 
     /// This process's undecided pauses of `owner`'s namespace.
@@ -218,6 +202,20 @@ impl Runs {
             })
             .collect()
     }
+}
+
+/// `items` in the inbox's order (expiry, then confirmation id), the page
+/// `query` asks for: after its `after` when listed, else from the start.
+fn page(mut items: Vec<Interaction>, query: &InboxQuery) -> Vec<Interaction> {
+    items.sort_by(|a, b| {
+        (a.expires_ms, &a.confirmation_id).cmp(&(b.expires_ms, &b.confirmation_id))
+    });
+    let start = query
+        .after
+        .as_deref()
+        .and_then(|after| items.iter().position(|i| i.confirmation_id == after))
+        .map_or(0, |at| at + 1);
+    items.into_iter().skip(start).take(query.limit).collect()
 }
 
 /// A stored pause as the inbox lists it (`owner`: its namespace's).

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use crate::helpers::{error_type, reason, TestApp};
 use crate::model_server::{event, fake_model, tokens};
 use crate::openai::{app_with_engine_config, app_with_model};
+use crate::openai_tools::{offered, tool_messages};
 
 /// One streamed answer calling `name` with `arguments`.
 fn tool_call(id: &str, name: &str, arguments: &Value) -> String {
@@ -20,26 +21,6 @@ fn tool_call(id: &str, name: &str, arguments: &Value) -> String {
 fn region_question() -> Value {
     json!({"questions": [{"question": "Which region?", "header": "Region",
         "options": [{"label": "eu-west", "description": "Frankfurt"}, {"label": "us-east"}]}]})
-}
-
-/// The `tool` messages of a request to the model.
-fn tool_messages(request: &Value) -> Vec<Value> {
-    request["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .cloned()
-        .collect()
-}
-
-fn offered(request: &Value) -> Vec<String> {
-    request["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
-        .collect()
 }
 
 /// A tools file with `note`, whose `step` is a required string.

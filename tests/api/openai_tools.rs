@@ -126,7 +126,7 @@ fn two_notes(first: &str, second: &str) -> String {
     )
 }
 
-fn tool_messages(request: &Value) -> Vec<Value> {
+pub(crate) fn tool_messages(request: &Value) -> Vec<Value> {
     request["messages"]
         .as_array()
         .unwrap()
@@ -152,7 +152,7 @@ fn tools_named_in_prompt(request: &Value, candidates: &[&str]) -> Vec<String> {
         .collect()
 }
 
-fn offered(request: &Value) -> Vec<String> {
+pub(crate) fn offered(request: &Value) -> Vec<String> {
     request["tools"]
         .as_array()
         .unwrap()
