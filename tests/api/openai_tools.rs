@@ -67,19 +67,6 @@ parameters = {{ type = "object", properties = {{ step = {{ type = "string" }} }}
             s.audit_log = Some(audit);
         }
     }
-
-    fn audit_events(&self) -> Vec<String> {
-        std::fs::read_to_string(self.dir.path().join("audit.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| {
-                serde_json::from_str::<Value>(l).unwrap()["event"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned()
-            })
-            .collect()
-    }
 }
 
 /// A tool-call delta.
@@ -222,9 +209,11 @@ async fn one_answer_s_calls_are_one_confirmation_and_run_once_after_the_yes() {
     assert_eq!(results.len(), 2);
     assert_eq!(results[0]["tool_call_id"], "call_a");
     assert!(results[1]["content"].as_str().unwrap().contains("call mum"));
-    app.registry_drains().await;
+    // The `ended` record follows the final chunk: wait for it.
+    let (events, _) =
+        crate::durable::ended_trail(&tooling.dir.path().join("audit.jsonl"), "t").await;
     assert_eq!(
-        tooling.audit_events(),
+        events,
         ["proposed", "decided", "executed", "executed", "ended"]
     );
 }

@@ -120,10 +120,10 @@ async fn a_confirmed_tool_step_runs_exactly_once_and_is_on_the_record() {
         .unwrap()
         .contains("note buy milk"));
     assert!(!output.chunk.contains('\n'), "one-line summary");
-    app.registry_drains().await;
-    let audit = dir.audit();
-    let events: Vec<&str> = audit.iter().map(|r| r["event"].as_str().unwrap()).collect();
+    // The `ended` record follows the final chunk: wait for it.
+    let (events, _) = crate::durable::ended_trail(&dir.path("audit.jsonl"), "once").await;
     assert_eq!(events, ["proposed", "decided", "executed", "ended"]);
+    let audit = dir.audit();
     assert_eq!(audit[0]["confirmation_id"], confirmation_id(&request));
     assert_eq!(audit[0]["session_id"], "once");
     assert_eq!(audit[0]["tasks"][0]["args"]["step"], "note buy milk");
