@@ -243,6 +243,26 @@ pub struct Settings {
     #[arg(long, env = "CHATGATE_CONVERSATION_MEMORY", default_value_t = CONVERSATION_MEMORY,
           value_parser = parse_count(1 << 20, 16 << 30))]
     pub conversation_memory: usize,
+    /// POST every pause's events (requested, decided, expired, run ended),
+    /// signed, to this http(s) URL (repeatable; in the env var,
+    /// comma-separated). Needs --webhook-secret.
+    #[arg(long = "webhook", env = "CHATGATE_WEBHOOK", value_delimiter = ',',
+          value_parser = parse_webhook_url)]
+    pub webhooks: Vec<String>,
+    /// The key webhook bodies are signed with (HMAC-SHA256), at least 16 characters.
+    #[arg(long, env = "CHATGATE_WEBHOOK_SECRET", hide_env_values = true,
+          value_parser = clap::builder::StringValueParser::new().map(SecretString::from))]
+    pub webhook_secret: Option<SecretString>,
+    /// Where people open the page (e.g. https://gate.example.com): webhook
+    /// events then carry a `decide_url`, the page opened on their session.
+    #[arg(long, env = "CHATGATE_PUBLIC_URL", value_parser = parse_public_url)]
+    pub public_url: Option<String>,
+    /// How long an undelivered webhook event is tried again before it is
+    /// dropped; 1s to 7 days.
+    #[arg(long, env = "CHATGATE_WEBHOOK_RETRY_FOR",
+          default_value = text(crate::webhook::RETRY_FOR),
+          value_parser = DurationArg::secs(Duration::from_secs(1), 7 * DAY))]
+    pub webhook_retry_for: Duration,
     /// `--engine openai`: do not offer the model the built-in `ask_user`
     /// tool (its questions to the user, as an `input_request`).
     #[arg(long, env = "CHATGATE_NO_ASK_USER")]
@@ -283,6 +303,25 @@ fn parse_advertise_url(text: &str) -> Result<String, String> {
     let url = reqwest::Url::parse(text).map_err(|err| format!("not a URL: {err}"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err("write http://HOST:PORT (where the other replicas reach this one)".to_owned());
+    }
+    Ok(text.trim_end_matches('/').to_owned())
+}
+
+/// `--webhook`: an `http://` or `https://` URL with a host.
+fn parse_webhook_url(text: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(text).map_err(|err| format!("not a URL: {err}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err("write http(s)://HOST[:PORT]/PATH, where events are POSTed".to_owned());
+    }
+    Ok(text.to_owned())
+}
+
+/// `--public-url`: an `http://` or `https://` URL with a host, kept without
+/// its trailing `/`.
+fn parse_public_url(text: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(text).map_err(|err| format!("not a URL: {err}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err("write http(s)://HOST[:PORT], where people open the page".to_owned());
     }
     Ok(text.trim_end_matches('/').to_owned())
 }

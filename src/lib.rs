@@ -38,3 +38,4 @@ pub mod sse;
 pub mod startup;
 pub mod store;
 pub mod tools;
+pub mod webhook;

@@ -44,6 +44,9 @@ pub struct Metrics {
     confirmation_wait: Histogram,
     first_chunk: Histogram,
     forwarded: Counter,
+    webhook_deliveries: Family<Labels, Counter>,
+    webhook_queue_depth: Gauge,
+    webhook_oldest: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -113,8 +116,29 @@ impl Metrics {
             "Time from accepting a run to writing its first chunk",
             first_chunk.clone(),
         );
+        let webhook_deliveries = Family::<Labels, Counter>::default();
+        registry.register(
+            "webhook_deliveries",
+            "Webhook delivery attempts by event type and outcome (delivered, failed: tried again later, dropped: given up, overflow: the memory outbox was full)",
+            webhook_deliveries.clone(),
+        );
+        let webhook_queue_depth = Gauge::default();
+        registry.register(
+            "webhook_queue_depth",
+            "Webhook events not delivered yet (one per event and URL)",
+            webhook_queue_depth.clone(),
+        );
+        let webhook_oldest = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "webhook_oldest_undelivered_seconds",
+            "Age of the oldest webhook event not delivered yet (0 when none)",
+            webhook_oldest.clone(),
+        );
         Metrics {
             registry,
+            webhook_deliveries,
+            webhook_queue_depth,
+            webhook_oldest,
             open_streams,
             paused_runs,
             active_runs,
@@ -131,6 +155,22 @@ impl Metrics {
     /// A request was forwarded to its session's owner.
     pub fn forwarded(&self) {
         self.forwarded.inc();
+    }
+
+    /// A webhook delivery attempt of an event of type `event` ended with `outcome`.
+    pub fn webhook_delivery(&self, event: &'static str, outcome: &'static str) {
+        self.webhook_deliveries
+            .get_or_create(&[("type", event), ("outcome", outcome)])
+            .inc();
+    }
+
+    /// The webhook outbox: `depth` events, the oldest queued at `oldest_ms`.
+    pub fn webhook_queue(&self, depth: u64, oldest_ms: Option<u64>) {
+        self.webhook_queue_depth.set(depth as i64);
+        let age = oldest_ms.map_or(0.0, |at| {
+            crate::store::now_ms().saturating_sub(at) as f64 / 1000.0
+        });
+        self.webhook_oldest.set(age);
     }
 
     pub fn decision(&self, action: &'static str, outcome: &'static str) {

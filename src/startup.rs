@@ -41,6 +41,8 @@ use crate::store::memory::MemoryStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::Store;
 use crate::tools::{Tools, ToolsFileError};
+use crate::webhook::deliver::Sender;
+use crate::webhook::Webhooks;
 
 /// Why the server cannot start: one line each, naming the flag at fault.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +67,9 @@ pub enum StartupError {
     /// `--engine` and the flags it needs.
     #[error("{0}")]
     Engine(String),
+    /// `--webhook` and the flags it needs.
+    #[error("{0}")]
+    Webhook(String),
 }
 
 pub struct Application {
@@ -111,6 +116,7 @@ impl Application {
         let namespaces = Namespaces::of_keys(keys.iter().copied());
         let access =
             AccessPolicy::new(&keys, settings.cors_origins.clone()).with_approvers(&approvers);
+        let webhooks = open_webhooks(&settings)?;
         let cluster = open_cluster(&settings, &namespaces)?;
         let bind_error = |source| StartupError::Bind {
             bind: settings.bind.clone(),
@@ -152,6 +158,7 @@ impl Application {
             },
             engine_name: engine.name(),
             namespaces,
+            webhooks,
         };
         let runs = Runs {
             manager: ConfirmationManager::new(),
@@ -235,6 +242,18 @@ impl Application {
                 cluster.store().name()
             );
         }
+        // Webhook events are sent from the start (a durable store's
+        // undelivered ones included) until the server has stopped.
+        let sender_stop = CancellationToken::new();
+        if let Some(hooks) = &state.runs.settings.webhooks {
+            let sender = Sender::new(
+                hooks.clone(),
+                state.runs.settings.store.clone(),
+                state.runs.metrics.clone(),
+            );
+            tokio::spawn(sender.run(sender_stop.clone()));
+        }
+        let _stop_sender = sender_stop.drop_guard();
         // Paused runs a durable store kept go on before anything else.
         match state.runs.restore().await {
             Ok(0) => {}
@@ -382,7 +401,7 @@ fn load_tools(settings: &Settings) -> Result<Tools, StartupError> {
 /// cluster's, see [`open_cluster`]).
 fn open_store(url: &str, grace: Duration) -> Result<Arc<dyn Store>, StartupError> {
     if url == "memory" {
-        return Ok(Arc::new(MemoryStore));
+        return Ok(Arc::new(MemoryStore::default()));
     }
     if let Some(path) = url.strip_prefix("sqlite:") {
         let path = path.strip_prefix("//").unwrap_or(path);
@@ -398,6 +417,29 @@ fn open_store(url: &str, grace: Duration) -> Result<Arc<dyn Store>, StartupError
     Err(StartupError::Store(format!(
         "--store `{url}` is not a store: write memory, sqlite:PATH or redis://HOST:PORT/DB"
     )))
+}
+
+/// `--webhook` and the flags it needs.
+fn open_webhooks(settings: &Settings) -> Result<Option<Arc<Webhooks>>, StartupError> {
+    if settings.webhooks.is_empty() {
+        return Ok(None);
+    }
+    let secret = settings.webhook_secret.clone().ok_or_else(|| {
+        StartupError::Webhook("--webhook needs --webhook-secret (at least 16 characters)".into())
+    })?;
+    if settings.store.starts_with("redis://") || settings.store.starts_with("rediss://") {
+        return Err(StartupError::Webhook(
+            "--webhook works with --store memory or sqlite: for now; not yet with redis://".into(),
+        ));
+    }
+    Webhooks::new(
+        settings.webhooks.clone(),
+        secret,
+        settings.public_url.clone(),
+        settings.webhook_retry_for,
+    )
+    .map(Some)
+    .map_err(StartupError::Webhook)
 }
 
 /// With `--store redis://`, this replica in its cluster; the replica flags

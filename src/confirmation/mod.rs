@@ -232,6 +232,7 @@ pub struct Superseding {
     /// The old run's id in a durable store, if its pause is kept there.
     stored: Option<Arc<str>>,
     confirmation_id: String,
+    kind: PauseKind,
 }
 
 impl std::fmt::Debug for Superseding {
@@ -412,6 +413,7 @@ impl ConfirmationManager {
                 new_run_id: run_id,
                 stored: pause.stored.clone(),
                 confirmation_id: pause.confirmation_id.clone(),
+                kind: pause.asking.kind(),
             };
             return Ok(Begun::Supersedes(taken));
         }

@@ -64,6 +64,11 @@ impl Superseding {
         &self.confirmation_id
     }
 
+    /// What the superseded pause asked.
+    pub fn kind(&self) -> crate::protocol::PauseKind {
+        self.kind
+    }
+
     /// The supersede is recorded: the old run is told, and the new run takes
     /// the session.
     pub fn complete(mut self) -> RunSlot {

@@ -25,6 +25,7 @@ use crate::protocol::{
 };
 use crate::session::SessionKey;
 use crate::store::{Fault, Resolution, StoredDecision};
+use crate::webhook::{About, DecisionData, Event};
 
 /// A reply, as the decision path takes it.
 #[derive(Debug, Clone, Copy)]
@@ -151,7 +152,24 @@ impl Runs {
             decider: reply.decider.to_owned(),
             audit: self.settings.audit.clone(),
         };
+        let events = self.settings.event_rows(|| {
+            let about = About {
+                key,
+                confirmation_id: &accepted.confirmation_id,
+                kind: accepted.kind,
+            };
+            let data = DecisionData {
+                action: accepted.action,
+                decisions: accepted.decisions.as_ref(),
+                answers: accepted.answers.as_ref(),
+                reason: (accepted.action == Action::Cancel).then_some(CancelReason::User),
+                decider: reply.decider,
+                client: reply.client,
+            };
+            Event::decided(&about, &data)
+        });
         let Some(run) = accepted.stored.clone() else {
+            self.settings.announce(&events).await;
             return recorder.audit_and_deliver(accepted).await.map(|()| decided);
         };
         let reason = (accepted.action == Action::Cancel).then_some(CancelReason::User);
@@ -165,9 +183,10 @@ impl Runs {
         let Err(err) = self
             .settings
             .store
-            .record_decision(&run, key, &decision)
+            .record_decision(&run, key, &decision, &events)
             .await
         else {
+            self.settings.wake_sender(&events);
             return recorder.audit_and_deliver(accepted).await.map(|()| decided);
         };
         log::error!("{err}");

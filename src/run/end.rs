@@ -20,7 +20,8 @@ use crate::confirmation::slot::PendingDecision;
 use crate::protocol::{ChunkType, ErrorType};
 use crate::session::SessionKey;
 use crate::sse;
-use crate::store::{PausedRecord, RunEnd, Store, StoreError};
+use crate::store::{OutboxEvent, PausedRecord, RunEnd, Store, StoreError};
+use crate::webhook::{About, Event};
 
 /// First wait before writing an ended run's record again.
 const STORE_RETRY: Duration = Duration::from_secs(1);
@@ -94,10 +95,26 @@ async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
     let stored_id = ctx.stored_id().cloned();
     let key = ctx.session_key().clone();
     let (run_id, session_id) = (ctx.run_id(), ctx.session_id().to_owned());
+    let last_pause = ctx.last_pause().cloned();
     let (ended, why, log) = finish(ctx, result);
     ::log::debug!("run ended with {ended:?}");
+    // `run.ended` for a run that paused: with its end's record when it has one.
+    let events = match &last_pause {
+        Some((confirmation_id, kind)) => settings.event_rows(|| {
+            let about = About {
+                key: &key,
+                confirmation_id,
+                kind: *kind,
+            };
+            Event::ended(&about, ended, why)
+        }),
+        None => Vec::new(),
+    };
     if let Some(stored_id) = &stored_id {
-        end_record(&settings.store, stored_id, &key, log.end()).await;
+        end_record(&settings.store, stored_id, &key, log.end(), events.clone()).await;
+        settings.wake_sender(&events);
+    } else {
+        settings.announce(&events).await;
     }
     if let Some(audit) = &settings.audit {
         let run = RunFields::new(run_id, &session_id, stored_id.as_deref());
@@ -107,11 +124,18 @@ async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
 
 /// Keeps only an ended run's end in its record, for the grace (see
 /// [`Store::end`]); see [`retry`] for a store that cannot write.
-pub(super) async fn end_record(store: &Arc<dyn Store>, run: &str, key: &SessionKey, end: RunEnd) {
+pub(super) async fn end_record(
+    store: &Arc<dyn Store>,
+    run: &str,
+    key: &SessionKey,
+    end: RunEnd,
+    events: Vec<OutboxEvent>,
+) {
     let end = Arc::new(end);
     retry(store, run, key, "end", move |store, run, key| {
         let end = end.clone();
-        Box::pin(async move { store.end(&run, &key, &end).await })
+        let events = events.clone();
+        Box::pin(async move { store.end(&run, &key, &end, &events).await })
     })
     .await;
 }

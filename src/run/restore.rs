@@ -60,7 +60,7 @@ impl Runs {
             let log = RunLog::restore_ended(self.log_limits, stop, end.clone());
             self.logs.publish(key.clone(), log.clone());
             stream::expire_unclaimed(log, key.clone(), self.stream.clone());
-            end_record(&self.settings.store, &record.run, &key, end).await;
+            end_record(&self.settings.store, &record.run, &key, end, Vec::new()).await;
             return false;
         }
         let now_ms = std::time::SystemTime::now()
@@ -142,16 +142,25 @@ impl Runs {
         ending: Chunk,
         at_work: bool,
     ) {
+        let why = ending
+            .metadata
+            .get(meta::REASON)
+            .or(ending.metadata.get(meta::ERROR_TYPE))
+            .and_then(|w| w.as_str())
+            .map(str::to_owned);
         if let Some(audit) = &self.settings.audit {
             let run_id = self.manager.number_run();
             let run = RunFields::new(run_id, &record.session_id, Some(&record.run));
-            let why = ending
-                .metadata
-                .get(meta::REASON)
-                .or(ending.metadata.get(meta::ERROR_TYPE));
-            let why = why.and_then(|w| w.as_str()).map(str::to_owned);
             audit_ended(audit, run, ending.chunk_type, why.as_deref()).await;
         }
+        let events = self.settings.event_rows(|| {
+            let about = crate::webhook::About {
+                key: &key,
+                confirmation_id: &record.confirmation_id,
+                kind: record.kind,
+            };
+            crate::webhook::Event::ended(&about, ending.chunk_type, why.as_deref())
+        });
         let stop = RunStop::under(&self.shutdown);
         let log = RunLog::restore(
             self.log_limits,
@@ -163,7 +172,15 @@ impl Runs {
         log.push(ending);
         self.logs.publish(key.clone(), log.clone());
         stream::expire_unclaimed(log.clone(), key.clone(), self.stream.clone());
-        end_record(&self.settings.store, &record.run, &key, log.end()).await;
+        end_record(
+            &self.settings.store,
+            &record.run,
+            &key,
+            log.end(),
+            events.clone(),
+        )
+        .await;
+        self.settings.wake_sender(&events);
     }
 
     /// Another replica took the run of `key` over (this one's heartbeat had

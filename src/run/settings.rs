@@ -6,8 +6,9 @@ use std::time::Duration;
 use crate::audit::AuditLog;
 use crate::session::Namespaces;
 use crate::store::memory::MemoryStore;
-use crate::store::Store;
+use crate::store::{OutboxEvent, Store};
 use crate::tools::Tools;
+use crate::webhook::{Event, Webhooks};
 
 /// Default of `--confirm-timeout`: how long a pause waits for an answer.
 pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(300);
@@ -34,6 +35,8 @@ pub struct RunSettings {
     pub engine_name: &'static str,
     /// The API keys' namespaces as stored records name them.
     pub namespaces: Namespaces,
+    /// `--webhook`: where every pause's life is announced, if anywhere.
+    pub webhooks: Option<Arc<Webhooks>>,
 }
 
 impl Default for RunSettings {
@@ -44,9 +47,38 @@ impl Default for RunSettings {
             step_delay: Duration::ZERO,
             tools: Arc::default(),
             audit: None,
-            store: Arc::new(MemoryStore),
+            store: Arc::new(MemoryStore::default()),
             engine_name: "custom",
             namespaces: Namespaces::default(),
+            webhooks: None,
+        }
+    }
+}
+
+impl RunSettings {
+    /// The outbox rows of the event `make` builds (none without webhooks).
+    pub fn event_rows(&self, make: impl FnOnce() -> Event) -> Vec<OutboxEvent> {
+        self.webhooks
+            .as_ref()
+            .map(|hooks| hooks.rows(&make()))
+            .unwrap_or_default()
+    }
+
+    /// Queues `rows` that no record write carries; the sender is woken.
+    pub async fn announce(&self, rows: &[OutboxEvent]) {
+        if rows.is_empty() {
+            return;
+        }
+        match self.store.announce(rows).await {
+            Ok(()) => self.wake_sender(rows),
+            Err(err) => log::error!("{err}: {} webhook event(s) lost", rows.len()),
+        }
+    }
+
+    /// Events were queued with a record write: the sender looks at once.
+    pub fn wake_sender(&self, rows: &[OutboxEvent]) {
+        if let (Some(hooks), false) = (&self.webhooks, rows.is_empty()) {
+            hooks.wake();
         }
     }
 }

@@ -105,17 +105,35 @@ impl Runs {
         let Begun::Supersedes(taken) = &begun else {
             return Ok(begun.now());
         };
+        // Announced by the taker, before the new run can pause: a
+        // session's events stay in order.
+        let events = self.settings.event_rows(|| {
+            let about = crate::webhook::About {
+                key,
+                confirmation_id: taken.confirmation_id(),
+                kind: taken.kind(),
+            };
+            let decider = crate::session::owner_label(key.owner);
+            crate::webhook::Event::decided(
+                &about,
+                &crate::webhook::DecisionData::superseded(&decider),
+            )
+        });
         let Some(run) = taken.stored() else {
+            self.settings.announce(&events).await;
             return Ok(begun.now());
         };
         let decision = superseded(taken.confirmation_id());
         match self
             .settings
             .store
-            .record_decision(run, key, &decision)
+            .record_decision(run, key, &decision, &events)
             .await
         {
-            Ok(()) => Ok(begun.now()),
+            Ok(()) => {
+                self.settings.wake_sender(&events);
+                Ok(begun.now())
+            }
             // Nothing of it is left to protect: supersede it.
             Err(err) if err.fault == Fault::Lost => Ok(begun.now()),
             // `begun` is dropped: the old pause waits again.

@@ -186,20 +186,63 @@ pub enum Fault {
     Lost,
 }
 
+/// A webhook event to deliver to one URL (see [`crate::webhook`]): written
+/// to the store's outbox with the write it announces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxEvent {
+    /// The event's id (`X-Chatgate-Delivery`), the same for every URL.
+    pub id: String,
+    pub event_type: String,
+    /// The URL it goes to.
+    pub target: String,
+    /// Events with the same `target` and `order` are delivered in order.
+    pub order: String,
+    /// The body, as sent on every attempt.
+    pub body: String,
+}
+
+/// An undelivered event as the outbox holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedEvent {
+    /// Its place in the outbox (oldest first).
+    pub seq: i64,
+    pub event: OutboxEvent,
+    /// When it was queued, in milliseconds since the Unix epoch.
+    pub queued_at_ms: u64,
+    /// Failed attempts so far.
+    pub attempts: u32,
+}
+
+/// How full the outbox is.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OutboxStats {
+    pub depth: u64,
+    /// When the oldest undelivered event was queued (ms since the epoch).
+    pub oldest_ms: Option<u64>,
+    /// Events refused because the (memory) outbox was full, ever.
+    pub overflowed: u64,
+}
+
 /// Paused runs' records. Cheap to share behind an `Arc`.
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// Whether records outlive the process (everything but `memory`).
     fn is_durable(&self) -> bool;
-    /// Inserts or replaces the record of a paused run.
-    fn save(&self, record: PausedRecord) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Inserts or replaces the record of a paused run, and queues `events`
+    /// (its webhook events) with it: both or neither.
+    fn save<'a>(
+        &'a self,
+        record: PausedRecord,
+        events: &'a [OutboxEvent],
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
     /// Records the decision of run `run`'s pause (of session `key`), before
     /// the run acts on it. Recording the same nonce again is not an error:
-    /// it is one decision.
+    /// it is one decision. `events` are queued with it: both or neither.
     fn record_decision<'a>(
         &'a self,
         run: &'a str,
         key: &'a SessionKey,
         decision: &'a StoredDecision,
+        events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>>;
     /// After [`Fault::Unknown`]: whether the decision of `nonce` was
     /// recorded; if it was not, it never will be.
@@ -212,11 +255,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Run `run` of session `key` ended: its record keeps only `end` for
     /// the store's grace (`--detach-grace`), then goes; with no grace it
     /// goes at once. A restore within the grace shows the end as it was.
+    /// `events` are queued with it: both or neither.
     fn end<'a>(
         &'a self,
         run: &'a str,
         key: &'a SessionKey,
         end: &'a RunEnd,
+        events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>>;
     /// Forgets run `run` of session `key` at once (a record no client can
     /// reach any more).
@@ -252,8 +297,34 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         let _ = (namespace, after, limit);
         Box::pin(async { Ok(Vec::new()) })
     }
+    /// Queues webhook events that no record write carries.
+    fn announce<'a>(&'a self, events: &'a [OutboxEvent]) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// The undelivered events to send now: at most `limit`, oldest first,
+    /// each the oldest of its URL and session (the next of a session waits
+    /// for it), due at `now_ms` (its last failure's retry time passed).
+    fn due_events(
+        &self,
+        now_ms: u64,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<QueuedEvent>, StoreError>>;
+    /// An event was sent: delivered (or given up), it goes (`retry_at_ms`
+    /// `None`); failed, it is tried again at `retry_at_ms`.
+    fn settle_event(
+        &self,
+        seq: i64,
+        retry_at_ms: Option<u64>,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// How full the outbox is.
+    fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>>;
     /// `Err(name)` while the store cannot be used, for `/readyz`.
     fn health(&self) -> Result<(), String> {
         Ok(())
     }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -22,7 +22,10 @@ use std::time::{Duration, SystemTime};
 use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{Fault, PausedRecord, Resolution, RunEnd, Store, StoreError, StoredDecision};
+use super::{
+    Fault, OutboxEvent, OutboxStats, PausedRecord, QueuedEvent, Resolution, RunEnd, Store,
+    StoreError, StoredDecision,
+};
 use crate::session::SessionKey;
 
 #[derive(Debug)]
@@ -76,7 +79,20 @@ impl SqliteStore {
                      decision    TEXT,
                      ended       TEXT,
                      ended_until INTEGER
-                 );",
+                 );
+                 CREATE TABLE IF NOT EXISTS webhook_outbox (
+                     seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+                     id         TEXT NOT NULL,
+                     event_type TEXT NOT NULL,
+                     target     TEXT NOT NULL,
+                     ord        TEXT NOT NULL,
+                     body       TEXT NOT NULL,
+                     queued_at  INTEGER NOT NULL,
+                     attempts   INTEGER NOT NULL DEFAULT 0,
+                     retry_at   INTEGER NOT NULL
+                 );
+                 CREATE INDEX IF NOT EXISTS webhook_outbox_order
+                     ON webhook_outbox (target, ord, seq);",
             )
             .map_err(|err| err.to_string())?;
         add_end_columns(&connection).map_err(|err| err.to_string())?;
@@ -141,16 +157,23 @@ impl Store for SqliteStore {
         }
     }
 
-    fn save(&self, record: PausedRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn save<'a>(
+        &'a self,
+        record: PausedRecord,
+        events: &'a [OutboxEvent],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         let json = serde_json::to_string(&record).unwrap_or_default();
+        let events = events.to_vec();
         self.with(move |c| {
-            c.execute(
+            let tx = c.unchecked_transaction()?;
+            tx.execute(
                 "INSERT INTO paused_runs (run, record, decision) VALUES (?1, ?2, NULL)
                  ON CONFLICT(run) DO UPDATE SET record = excluded.record, decision = NULL,
                      ended = NULL, ended_until = NULL",
                 params![record.run, json],
-            )
-            .map(drop)
+            )?;
+            queue(&tx, &events)?;
+            tx.commit()
         })
     }
 
@@ -159,14 +182,22 @@ impl Store for SqliteStore {
         run: &'a str,
         _key: &'a SessionKey,
         decision: &'a StoredDecision,
+        events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let run = run.to_owned();
         let json = serde_json::to_string(decision).unwrap_or_default();
+        let events = events.to_vec();
         let updating = self.with(move |c| {
-            c.execute(
+            let tx = c.unchecked_transaction()?;
+            let updated = tx.execute(
                 "UPDATE paused_runs SET decision = ?2 WHERE run = ?1",
                 params![run, json],
-            )
+            )?;
+            if updated > 0 {
+                queue(&tx, &events)?;
+                tx.commit()?;
+            }
+            Ok(updated)
         });
         Box::pin(async move {
             match updating.await? {
@@ -215,20 +246,28 @@ impl Store for SqliteStore {
         run: &'a str,
         key: &'a SessionKey,
         end: &'a RunEnd,
+        events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        if self.grace.is_zero() {
-            return self.remove(run, key);
-        }
+        let _ = key;
         let run = run.to_owned();
         let json = serde_json::to_string(end).unwrap_or_default();
         let now = now_ms();
-        let until = now + self.grace.as_millis() as i64;
+        let grace = self.grace;
+        let until = now + grace.as_millis() as i64;
+        let events = events.to_vec();
         self.with(move |c| {
-            c.execute(
-                "UPDATE paused_runs SET ended = ?2, ended_until = ?3 WHERE run = ?1",
-                params![run, json, until],
-            )?;
-            delete_past_ends(c, now)
+            let tx = c.unchecked_transaction()?;
+            if grace.is_zero() {
+                tx.execute("DELETE FROM paused_runs WHERE run = ?1", params![run])?;
+            } else {
+                tx.execute(
+                    "UPDATE paused_runs SET ended = ?2, ended_until = ?3 WHERE run = ?1",
+                    params![run, json, until],
+                )?;
+                delete_past_ends(&tx, now)?;
+            }
+            queue(&tx, &events)?;
+            tx.commit()
         })
     }
 
@@ -273,6 +312,96 @@ impl Store for SqliteStore {
             Ok(records)
         })
     }
+
+    fn announce<'a>(&'a self, events: &'a [OutboxEvent]) -> BoxFuture<'a, Result<(), StoreError>> {
+        let events = events.to_vec();
+        self.with(move |c| {
+            let tx = c.unchecked_transaction()?;
+            queue(&tx, &events)?;
+            tx.commit()
+        })
+    }
+
+    fn due_events(
+        &self,
+        now_ms: u64,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<QueuedEvent>, StoreError>> {
+        self.with(move |c| {
+            let mut statement = c.prepare_cached(
+                "SELECT seq, id, event_type, target, ord, body, queued_at, attempts
+                 FROM webhook_outbox o
+                 WHERE retry_at <= ?1 AND seq = (SELECT MIN(seq) FROM webhook_outbox p
+                                                 WHERE p.target = o.target AND p.ord = o.ord)
+                 ORDER BY seq LIMIT ?2",
+            )?;
+            let rows = statement.query_map(params![now_ms as i64, limit as i64], |row| {
+                Ok(QueuedEvent {
+                    seq: row.get(0)?,
+                    event: OutboxEvent {
+                        id: row.get(1)?,
+                        event_type: row.get(2)?,
+                        target: row.get(3)?,
+                        order: row.get(4)?,
+                        body: row.get(5)?,
+                    },
+                    queued_at_ms: row.get::<_, i64>(6)? as u64,
+                    attempts: row.get(7)?,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    fn settle_event(
+        &self,
+        seq: i64,
+        retry_at_ms: Option<u64>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.with(move |c| {
+            match retry_at_ms {
+                None => c.execute("DELETE FROM webhook_outbox WHERE seq = ?1", params![seq])?,
+                Some(at) => c.execute(
+                    "UPDATE webhook_outbox SET attempts = attempts + 1, retry_at = ?2
+                     WHERE seq = ?1",
+                    params![seq, at as i64],
+                )?,
+            };
+            Ok(())
+        })
+    }
+
+    fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT COUNT(*), MIN(queued_at) FROM webhook_outbox",
+                [],
+                |row| {
+                    Ok(OutboxStats {
+                        depth: row.get::<_, i64>(0)? as u64,
+                        oldest_ms: row.get::<_, Option<i64>>(1)?.map(|ms| ms as u64),
+                        overflowed: 0,
+                    })
+                },
+            )
+        })
+    }
+}
+
+/// Adds `events` to the outbox, due now.
+fn queue(c: &Connection, events: &[OutboxEvent]) -> rusqlite::Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let now = now_ms();
+    let mut insert = c.prepare_cached(
+        "INSERT INTO webhook_outbox (id, event_type, target, ord, body, queued_at, retry_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+    )?;
+    for e in events {
+        insert.execute(params![e.id, e.event_type, e.target, e.order, e.body, now])?;
+    }
+    Ok(())
 }
 
 /// Milliseconds since the Unix epoch.
@@ -362,9 +491,12 @@ mod tests {
         let key = SessionKey::new(Some(1), "会话");
         {
             let store = SqliteStore::open(&path, GRACE).unwrap();
-            store.save(record("r1")).await.unwrap();
-            store.save(record("r2")).await.unwrap();
-            store.record_decision("r2", &key, &confirm).await.unwrap();
+            store.save(record("r1"), &[]).await.unwrap();
+            store.save(record("r2"), &[]).await.unwrap();
+            store
+                .record_decision("r2", &key, &confirm, &[])
+                .await
+                .unwrap();
             store
                 .remove("r1", &SessionKey::new(Some(1), "会话"))
                 .await
@@ -390,7 +522,7 @@ mod tests {
         assert!(store.get("r1").await.unwrap().is_none());
         // A decision for a record that is gone is not recorded, and says so.
         let gone = store
-            .record_decision("r1", &key, &confirm)
+            .record_decision("r1", &key, &confirm, &[])
             .await
             .unwrap_err();
         assert_eq!(gone.fault, Fault::Lost);
@@ -407,9 +539,9 @@ mod tests {
         };
         {
             let store = SqliteStore::open(&path, GRACE).unwrap();
-            store.save(record("paused")).await.unwrap();
-            store.save(record("ended")).await.unwrap();
-            store.end("ended", &key, &end).await.unwrap();
+            store.save(record("paused"), &[]).await.unwrap();
+            store.save(record("ended"), &[]).await.unwrap();
+            store.end("ended", &key, &end, &[]).await.unwrap();
         }
         {
             let store = SqliteStore::open(&path, GRACE).unwrap();
@@ -423,7 +555,7 @@ mod tests {
         {
             // Opened with a grace that is over by the time it loads.
             let store = SqliteStore::open(&path, Duration::from_millis(1)).unwrap();
-            store.end("ended", &key, &end).await.unwrap();
+            store.end("ended", &key, &end, &[]).await.unwrap();
             tokio::time::sleep(Duration::from_millis(20)).await;
             let loaded = store.load().await.unwrap();
             let runs: Vec<_> = loaded.iter().map(|r| r.run.as_str()).collect();
@@ -431,7 +563,7 @@ mod tests {
         }
         // Without a grace an end goes at once.
         let store = SqliteStore::open(&path, Duration::ZERO).unwrap();
-        store.end("paused", &key, &end).await.unwrap();
+        store.end("paused", &key, &end, &[]).await.unwrap();
         assert!(store.load().await.unwrap().is_empty());
         assert!(store.get("paused").await.unwrap().is_none());
     }

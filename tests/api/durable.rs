@@ -65,7 +65,7 @@ pub(crate) async fn read_raw(response: reqwest::Response, until: Option<&str>) -
 
 /// A stream read in the background: what has arrived so far can be waited
 /// on, and [`Reading::finish`] yields the whole text once it closes.
-struct Reading {
+pub(crate) struct Reading {
     text: tokio::sync::watch::Receiver<String>,
     done: tokio::task::JoinHandle<String>,
 }
@@ -84,21 +84,21 @@ impl Reading {
     }
 
     /// Waits until `marker` has arrived.
-    async fn until(&mut self, marker: &str) {
+    pub(crate) async fn until(&mut self, marker: &str) {
         tokio::time::timeout(WAIT, self.text.wait_for(|text| text.contains(marker)))
             .await
             .unwrap_or_else(|_| panic!("{marker} never arrived"))
             .ok();
     }
 
-    async fn finish(self) -> String {
+    pub(crate) async fn finish(self) -> String {
         self.done.await.unwrap()
     }
 }
 
 /// Opens a run with `body` and reads its stream until its pause; the rest
 /// is read in the background.
-async fn open_paused(url: &str, body: serde_json::Value) -> Reading {
+pub(crate) async fn open_paused(url: &str, body: serde_json::Value) -> Reading {
     let mut reading = Reading::start(post(url, body, None).await);
     reading
         .until("\"chunk_type\":\"confirmation_request\"")

@@ -29,3 +29,4 @@ mod races;
 mod reattach;
 mod stream;
 mod tools;
+mod webhooks;

@@ -19,8 +19,8 @@ use super::stop::RunStop;
 use crate::audit::AuditError;
 use crate::confirmation::RunSlot;
 use crate::metrics::Metrics;
-use crate::protocol::ErrorType;
 use crate::protocol::{Chunk, ChunkType};
+use crate::protocol::{ErrorType, PauseKind};
 use crate::session::SessionKey;
 use crate::tools::Tools;
 
@@ -56,6 +56,9 @@ pub struct RunContext {
     pause_stored: bool,
     /// Calls run without a confirmation so far (`confirm = false` tools).
     unconfirmed_calls: usize,
+    /// With webhooks: the last pause (its id and kind), which `run.ended`
+    /// names; `None` for a run that never paused (it has no such event).
+    last_pause: Option<Box<(String, PauseKind)>>,
 }
 
 impl RunContext {
@@ -78,6 +81,7 @@ impl RunContext {
             stored_id: None,
             pause_stored: false,
             unconfirmed_calls: 0,
+            last_pause: None,
         }
     }
 
@@ -97,6 +101,12 @@ impl RunContext {
         ctx.stored_id = Some(stored_id);
         ctx.round = round;
         ctx
+    }
+
+    /// The run's last pause (id and kind), once it paused while webhooks
+    /// are on.
+    pub(crate) fn last_pause(&self) -> Option<&(String, PauseKind)> {
+        self.last_pause.as_deref()
     }
 
     /// The run's id in the store.

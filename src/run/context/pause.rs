@@ -22,6 +22,7 @@ use crate::protocol::{
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Approval, Plan, Questions, Resumed};
 use crate::store::{Fault, PausedRecord, StoredDecision};
+use crate::webhook::{About, Event};
 
 /// A confirmation request on its way to a decision.
 struct Asked {
@@ -109,19 +110,25 @@ impl RunContext {
             reason,
             CancelReason::User | CancelReason::Superseded | CancelReason::Shutdown
         );
-        let Some(run) = self.stored_id.as_ref().filter(|_| self.pause_stored) else {
+        let stored = self.stored_id.as_ref().filter(|_| self.pause_stored);
+        let events = self.fallback_events(reason, confirmation_id);
+        let Some(run) = stored else {
+            self.settings.announce(&events).await;
             return Ok(decision);
         };
         if decided_elsewhere {
             return Ok(decision);
         }
         let recorded = StoredDecision::new(Action::Cancel, confirmation_id, None, Some(reason));
-        match self
+        let recording = self
             .settings
             .store
-            .record_decision(run, self.session_key(), &recorded)
-            .await
-        {
+            .record_decision(run, self.session_key(), &recorded, &events)
+            .await;
+        if recording.is_ok() {
+            self.settings.wake_sender(&events);
+        }
+        match recording {
             Err(err) if err.fault == Fault::Moved => {
                 log::info!("{err}: the paused run is handed to its new owner");
                 Err(RunError::Suspended)
@@ -132,6 +139,30 @@ impl RunContext {
                 Ok(decision)
             }
             Ok(()) => Ok(decision),
+        }
+    }
+
+    /// The webhook events of a pause the run itself ended: its timeout
+    /// (`interaction.expired`). (A supersede's is written by its taker,
+    /// before the new run can pause.)
+    fn fallback_events(
+        &self,
+        reason: CancelReason,
+        confirmation_id: &str,
+    ) -> Vec<crate::store::OutboxEvent> {
+        let Some((_, kind)) = self.last_pause.as_deref() else {
+            return Vec::new();
+        };
+        let about = About {
+            key: self.session_key(),
+            confirmation_id,
+            kind: *kind,
+        };
+        match reason {
+            CancelReason::Timeout => self
+                .settings
+                .event_rows(|| Event::expired(&about, self.settings.confirm_timeout)),
+            _ => Vec::new(),
         }
     }
 
@@ -286,8 +317,22 @@ impl RunContext {
     /// re-attach replays, the request's own included.
     async fn store_pause(&mut self, request: &Request) -> Result<(), RunError> {
         self.pause_stored = false;
+        let kind = request.asking.kind();
+        let events = self.settings.event_rows(|| {
+            let about = About {
+                key: self.session_key(),
+                confirmation_id: &request.confirmation_id,
+                kind,
+            };
+            let data = serde_json::to_value(&request.chunk.confirmation_data).unwrap_or_default();
+            Event::requested(&about, data)
+        });
+        if self.settings.webhooks.is_some() {
+            self.last_pause = Some(Box::new((request.confirmation_id.clone(), kind)));
+        }
         let store = &self.settings.store;
         let Some(state) = request.state.clone().filter(|_| store.is_durable()) else {
+            self.settings.announce(&events).await;
             return Ok(());
         };
         let stored_id = self
@@ -326,13 +371,14 @@ impl RunContext {
             decision: None,
             ended: None,
         };
-        store.save(record).await.map_err(|err| {
+        store.save(record, &events).await.map_err(|err| {
             log::error!("{err}");
             RunError::Failed {
                 error_type: ErrorType::StoreUnavailable,
                 message: "the store cannot keep this pause; nothing was asked".to_owned(),
             }
         })?;
+        self.settings.wake_sender(&events);
         self.pause_stored = true;
         Ok(())
     }
@@ -531,6 +577,9 @@ impl RunContext {
             paused_at: Instant::now(),
             sent: None,
         };
+        if self.settings.webhooks.is_some() {
+            self.last_pause = Some(Box::new((record.confirmation_id.clone(), record.kind)));
+        }
         let stop = async { self.stop.stopped().await };
         let decision = self.slot.wait(pending, left, stop).await;
         self.log.pause_ended();

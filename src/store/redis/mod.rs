@@ -58,7 +58,10 @@ use self::scripts::{
     ALIVE, CLAIM, END, FORGET, HAND_BACK, LEAVE, RECORD_DECISION, REMOVE, RESOLVE, RESOLVE_CLAIM,
     SAVE, TAKE_OVER, UNLIST,
 };
-use super::{Fault, Located, PausedRecord, Resolution, RunEnd, Store, StoreError, StoredDecision};
+use super::{
+    Fault, Located, OutboxEvent, OutboxStats, PausedRecord, QueuedEvent, Resolution, RunEnd, Store,
+    StoreError, StoredDecision,
+};
 use crate::session::{Namespaces, SessionKey};
 
 /// How long a session record lives while its run works (from its start,
@@ -299,7 +302,11 @@ impl Store for RedisStore {
         }
     }
 
-    fn save(&self, record: PausedRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn save<'a>(
+        &'a self,
+        record: PausedRecord,
+        _events: &'a [OutboxEvent],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let now_ms = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
@@ -338,6 +345,7 @@ impl Store for RedisStore {
         run: &'a str,
         key: &'a SessionKey,
         decision: &'a StoredDecision,
+        _events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let ttl = STREAMING_TTL.as_millis().to_string();
@@ -399,6 +407,7 @@ impl Store for RedisStore {
         run: &'a str,
         key: &'a SessionKey,
         end: &'a RunEnd,
+        _events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let grace = self.replica.grace.as_millis().to_string();
@@ -568,6 +577,32 @@ impl Store for RedisStore {
         // Replicas restore lazily: a run is taken over by the replica that
         // gets its next reply or re-attach (see `crate::run::place`).
         Box::pin(async { Ok(Vec::new()) })
+    }
+
+    // Webhooks with replicas are refused at start (see
+    // `crate::startup`): no outbox here yet.
+    fn announce<'a>(&'a self, _events: &'a [OutboxEvent]) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn due_events(
+        &self,
+        _now_ms: u64,
+        _limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<QueuedEvent>, StoreError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    fn settle_event(
+        &self,
+        _seq: i64,
+        _retry_at_ms: Option<u64>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>> {
+        Box::pin(async { Ok(OutboxStats::default()) })
     }
 }
 

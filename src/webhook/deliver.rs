@@ -1,0 +1,256 @@
+//! The sender: takes due events from the store's outbox and POSTs them,
+//! off every request's path.
+//!
+//! At most [`MAX_IN_FLIGHT`] deliveries at once; one event per URL and
+//! session at a time, the oldest first (the next waits for it: events of a
+//! session arrive in order). A 2xx within [`DELIVERY_TIMEOUT`] is
+//! delivered; anything else is tried again after 1 s, doubling up to
+//! [`MAX_BACKOFF`] (or after the receiver's `Retry-After`), until
+//! `--webhook-retry-for` has passed since it was queued: then it is
+//! dropped, with a log line and a metric.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::{unix_now, EventType, Webhooks, DELIVERY_TIMEOUT};
+use crate::metrics::Metrics;
+use crate::store::{now_ms, QueuedEvent, Store};
+
+/// Deliveries under way at once, over every URL.
+pub const MAX_IN_FLIGHT: usize = 32;
+/// The first retry's wait; it doubles from there.
+pub const FIRST_RETRY: Duration = Duration::from_secs(1);
+/// The longest wait between two attempts (unless `Retry-After` says more).
+pub const MAX_BACKOFF: Duration = Duration::from_secs(600);
+/// How often the outbox is looked at when nothing wakes the sender (a
+/// retry coming due, events another writer queued).
+const TICK: Duration = Duration::from_millis(500);
+
+/// The outcome of one attempt.
+enum Attempt {
+    Delivered,
+    Failed {
+        why: String,
+        retry_after: Option<Duration>,
+    },
+}
+
+pub struct Sender {
+    hooks: Arc<Webhooks>,
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+    client: reqwest::Client,
+}
+
+impl Sender {
+    pub fn new(hooks: Arc<Webhooks>, store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Sender {
+        let client = reqwest::Client::builder()
+            .timeout(DELIVERY_TIMEOUT)
+            .connect_timeout(DELIVERY_TIMEOUT)
+            // A redirect is not a delivery: the URL is what was configured.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("chatgate/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("a plain HTTP client builds");
+        Sender {
+            hooks,
+            store,
+            metrics,
+            client,
+        }
+    }
+
+    /// Sends until `stop`; what is undelivered then stays in the outbox
+    /// (a durable store's for the next process).
+    pub async fn run(self, stop: CancellationToken) {
+        let mut in_flight: JoinSet<(QueuedEvent, Attempt)> = JoinSet::new();
+        let mut sending: HashSet<i64> = HashSet::new();
+        let mut overflowed = 0;
+        loop {
+            if in_flight.len() < MAX_IN_FLIGHT {
+                let limit = MAX_IN_FLIGHT + sending.len();
+                match self.store.due_events(now_ms(), limit).await {
+                    Ok(due) => {
+                        for queued in due {
+                            if in_flight.len() >= MAX_IN_FLIGHT {
+                                break;
+                            }
+                            if sending.insert(queued.seq) {
+                                in_flight.spawn(self.attempt(queued));
+                            }
+                        }
+                    }
+                    Err(err) => log::warn!("webhooks: {err}"),
+                }
+            }
+            if let Ok(stats) = self.store.outbox_stats().await {
+                self.metrics.webhook_queue(stats.depth, stats.oldest_ms);
+                for _ in overflowed..stats.overflowed {
+                    self.metrics.webhook_delivery("unknown", "overflow");
+                }
+                overflowed = stats.overflowed;
+            }
+            tokio::select! {
+                Some(done) = in_flight.join_next() => {
+                    if let Ok((queued, attempt)) = done {
+                        sending.remove(&queued.seq);
+                        self.settle(queued, attempt).await;
+                    }
+                }
+                () = self.hooks.wake.notified() => {}
+                () = tokio::time::sleep(TICK) => {}
+                () = stop.cancelled() => return,
+            }
+        }
+    }
+
+    /// One attempt at one event.
+    fn attempt(
+        &self,
+        queued: QueuedEvent,
+    ) -> impl std::future::Future<Output = (QueuedEvent, Attempt)> + Send + 'static {
+        let hooks = self.hooks.clone();
+        let client = self.client.clone();
+        async move {
+            if !hooks.urls.contains(&queued.event.target) {
+                let why = "its URL is no longer a --webhook".to_owned();
+                return (
+                    queued,
+                    Attempt::Failed {
+                        why,
+                        retry_after: None,
+                    },
+                );
+            }
+            let signature = hooks.signature(unix_now(), queued.event.body.as_bytes());
+            let sent = client
+                .post(&queued.event.target)
+                .header("content-type", "application/json")
+                .header("x-chatgate-signature", signature)
+                .header("x-chatgate-event", &queued.event.event_type)
+                .header("x-chatgate-delivery", &queued.event.id)
+                .body(queued.event.body.clone())
+                .send()
+                .await;
+            let attempt = match sent {
+                Ok(response) if response.status().is_success() => Attempt::Delivered,
+                Ok(response) => Attempt::Failed {
+                    why: format!("answered {}", response.status()),
+                    retry_after: response
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(retry_after),
+                },
+                Err(err) => Attempt::Failed {
+                    why: without_url(&err),
+                    retry_after: None,
+                },
+            };
+            (queued, attempt)
+        }
+    }
+
+    /// Records an attempt's outcome in the outbox.
+    async fn settle(&self, queued: QueuedEvent, attempt: Attempt) {
+        let label = EventType::label(&queued.event.event_type);
+        let now = now_ms();
+        let deadline = queued.queued_at_ms + self.hooks.retry_for.as_millis() as u64;
+        let retry_at = match attempt {
+            Attempt::Delivered => {
+                self.metrics.webhook_delivery(label, "delivered");
+                None
+            }
+            Attempt::Failed { why, .. }
+                if now >= deadline || !self.hooks.urls.contains(&queued.event.target) =>
+            {
+                self.metrics.webhook_delivery(label, "dropped");
+                log::warn!(
+                    "webhook {} {} to {} dropped after {} attempt(s): {why}",
+                    queued.event.event_type,
+                    queued.event.id,
+                    queued.event.target,
+                    queued.attempts + 1
+                );
+                None
+            }
+            Attempt::Failed { why, retry_after } => {
+                self.metrics.webhook_delivery(label, "failed");
+                let wait = retry_after.unwrap_or_else(|| backoff(queued.attempts));
+                let at = (now + wait.as_millis() as u64).min(deadline);
+                log::info!(
+                    "webhook {} {} to {}: {why}; again in {} ms",
+                    queued.event.event_type,
+                    queued.event.id,
+                    queued.event.target,
+                    at - now
+                );
+                Some(at)
+            }
+        };
+        if let Err(err) = self.store.settle_event(queued.seq, retry_at).await {
+            // Not settled: it is sent again (at least once).
+            log::warn!("webhooks: {err}");
+        }
+    }
+}
+
+/// The wait after `attempts` failed attempts before this one: 1 s, 2 s,
+/// 4 s, ... up to [`MAX_BACKOFF`].
+pub fn backoff(attempts: u32) -> Duration {
+    FIRST_RETRY
+        .checked_mul(1u32 << attempts.min(20))
+        .map_or(MAX_BACKOFF, |wait| wait.min(MAX_BACKOFF))
+}
+
+/// `Retry-After`: seconds, or an HTTP date.
+fn retry_after(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(SystemTime::now()).unwrap_or_default())
+}
+
+/// A request error, without the URL (which may carry a token).
+fn without_url(err: &reqwest::Error) -> String {
+    let kind = if err.is_timeout() {
+        "timed out"
+    } else if err.is_connect() {
+        "cannot connect"
+    } else {
+        "failed"
+    };
+    match std::error::Error::source(err) {
+        Some(source) => format!("{kind}: {source}"),
+        None => kind.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_a_second_to_its_cap() {
+        assert_eq!(backoff(0), Duration::from_secs(1));
+        assert_eq!(backoff(1), Duration::from_secs(2));
+        assert_eq!(backoff(5), Duration::from_secs(32));
+        assert_eq!(backoff(40), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_and_dates() {
+        assert_eq!(retry_after("3"), Some(Duration::from_secs(3)));
+        let soon = SystemTime::now() + Duration::from_secs(120);
+        let date = httpdate::fmt_http_date(soon);
+        let wait = retry_after(&date).unwrap();
+        assert!(wait > Duration::from_secs(100) && wait <= Duration::from_secs(120));
+        assert_eq!(retry_after("soon"), None);
+    }
+}

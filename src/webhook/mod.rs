@@ -1,0 +1,367 @@
+//! Webhooks (`--webhook URL`): every pause's life, POSTed to the URLs as
+//! signed JSON events, at least once.
+//!
+//! Events: `interaction.requested` (a pause registered, before its chunk is
+//! sent), `interaction.decided` (a reply won, or a new message superseded
+//! the pause), `interaction.expired` (its timeout decided) and `run.ended`
+//! (for runs that paused at least once). Each is written to the store's
+//! outbox *with* the write it announces (the paused record, the decision,
+//! the end: one transaction with `sqlite:`), so a durable store loses none
+//! to a `kill -9`; without a store write (`memory`, a pause no store keeps)
+//! it is queued on its own. [`deliver`] sends them: per session and URL in
+//! order, retried with backoff for `--webhook-retry-for`, never on the path
+//! of a stream, a reply or a resume.
+//!
+//! The body and its signature are pinned (docs/operations.md shows how to
+//! verify one): `X-Chatgate-Signature: t=<unix seconds>,v1=<hex
+//! HMAC-SHA256 of "<t>.<body>">`, `X-Chatgate-Event`, `X-Chatgate-Delivery`
+//! (the event's id, the same on every retry).
+
+pub mod deliver;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use hmac::{Hmac, Mac};
+use secrecy::{ExposeSecret, SecretString};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sha2::Sha256;
+use tokio::sync::Notify;
+
+use crate::protocol::{Action, CancelReason, ChunkType, Decisions, PauseKind};
+use crate::session::SessionKey;
+use crate::store::OutboxEvent;
+
+/// Default of `--webhook-retry-for`.
+pub const RETRY_FOR: Duration = Duration::from_secs(3600);
+/// A delivery that has no answer within this long failed.
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The shortest secret `--webhook-secret` takes.
+pub const MIN_SECRET_CHARS: usize = 16;
+
+/// `--webhook`, `--webhook-secret`, `--public-url`, `--webhook-retry-for`.
+#[derive(Debug)]
+pub struct Webhooks {
+    pub urls: Vec<String>,
+    secret: SecretString,
+    /// The page's address, for `decide_url` (no trailing `/`).
+    pub public_url: Option<String>,
+    pub retry_for: Duration,
+    /// Woken when events are queued: the sender looks at once.
+    wake: Notify,
+}
+
+impl Webhooks {
+    pub fn new(
+        urls: Vec<String>,
+        secret: SecretString,
+        public_url: Option<String>,
+        retry_for: Duration,
+    ) -> Result<Arc<Webhooks>, String> {
+        if secret.expose_secret().chars().count() < MIN_SECRET_CHARS {
+            return Err(format!(
+                "--webhook-secret must be at least {MIN_SECRET_CHARS} characters"
+            ));
+        }
+        Ok(Arc::new(Webhooks {
+            urls,
+            secret,
+            public_url: public_url.map(|url| url.trim_end_matches('/').to_owned()),
+            retry_for,
+            wake: Notify::new(),
+        }))
+    }
+
+    /// Events were queued: the sender looks now rather than at its next tick.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// `X-Chatgate-Signature`'s value for `body` at `t` (unix seconds).
+    pub fn signature(&self, t: u64, body: &[u8]) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(self.secret.expose_secret().as_bytes())
+            .expect("HMAC takes a key of any length");
+        mac.update(t.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()))
+    }
+
+    /// The outbox rows of `event`: one per URL, in order per session.
+    pub fn rows(&self, event: &Event) -> Vec<OutboxEvent> {
+        let mut event = event.clone();
+        if let Some(public) = &self.public_url {
+            let session = encode_component(&event.session_id);
+            event.decide_url = Some(format!("{public}/#session={session}"));
+        }
+        let body = serde_json::to_string(&event).unwrap_or_default();
+        self.urls
+            .iter()
+            .map(|url| OutboxEvent {
+                id: event.id.clone(),
+                event_type: event.event_type.as_str().to_owned(),
+                target: url.clone(),
+                order: event.order.clone(),
+                body: body.clone(),
+            })
+            .collect()
+    }
+}
+
+/// An event's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum EventType {
+    #[serde(rename = "interaction.requested")]
+    Requested,
+    #[serde(rename = "interaction.decided")]
+    Decided,
+    #[serde(rename = "interaction.expired")]
+    Expired,
+    #[serde(rename = "run.ended")]
+    Ended,
+}
+
+impl EventType {
+    pub const ALL: [EventType; 4] = [
+        EventType::Requested,
+        EventType::Decided,
+        EventType::Expired,
+        EventType::Ended,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Requested => "interaction.requested",
+            EventType::Decided => "interaction.decided",
+            EventType::Expired => "interaction.expired",
+            EventType::Ended => "run.ended",
+        }
+    }
+
+    /// The metric label of a stored event type.
+    pub fn label(stored: &str) -> &'static str {
+        EventType::ALL
+            .into_iter()
+            .find(|t| t.as_str() == stored)
+            .map_or("unknown", EventType::as_str)
+    }
+}
+
+/// One event, as its body is sent (pinned: docs/operations.md).
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub event_type: EventType,
+    pub at: String,
+    pub session_id: String,
+    pub confirmation_id: String,
+    pub kind: PauseKind,
+    /// The requester's key label.
+    pub key: String,
+    pub data: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decide_url: Option<String>,
+    /// Events of one session (in its namespace) are delivered in order.
+    #[serde(skip)]
+    order: String,
+}
+
+/// The pause an event is about.
+#[derive(Debug, Clone)]
+pub struct About<'a> {
+    pub key: &'a SessionKey,
+    pub confirmation_id: &'a str,
+    pub kind: PauseKind,
+}
+
+impl Event {
+    fn new(event_type: EventType, about: &About<'_>, data: Value) -> Event {
+        Event {
+            id: uuid::Uuid::new_v4().to_string(),
+            event_type,
+            at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            session_id: about.key.session_id.to_string(),
+            confirmation_id: about.confirmation_id.to_owned(),
+            kind: about.kind,
+            key: crate::session::owner_label(about.key.owner),
+            data,
+            decide_url: None,
+            order: format!(
+                "{}/{}",
+                crate::session::owner_label(about.key.owner),
+                about.key.session_id
+            ),
+        }
+    }
+
+    /// A pause registered: `data` is its `confirmation_data`.
+    pub fn requested(about: &About<'_>, confirmation_data: Value) -> Event {
+        Event::new(EventType::Requested, about, confirmation_data)
+    }
+
+    /// A reply won: what it decided, and who (the deciding key's label and
+    /// the client's address).
+    pub fn decided(about: &About<'_>, decision: &DecisionData<'_>) -> Event {
+        let mut data = Map::new();
+        data.insert("action".into(), decision.action.as_str().into());
+        if let Some(decisions) = decision.decisions {
+            data.insert(
+                "decisions".into(),
+                serde_json::to_value(decisions).unwrap_or_default(),
+            );
+        }
+        if let Some(answers) = decision.answers {
+            data.insert("answers".into(), Value::Object(answers.clone()));
+        }
+        if let Some(reason) = decision.reason {
+            data.insert("reason".into(), reason.as_str().into());
+        }
+        data.insert(
+            "decided_by".into(),
+            serde_json::json!({"key": decision.decider, "client": decision.client}),
+        );
+        Event::new(EventType::Decided, about, Value::Object(data))
+    }
+
+    /// The pause's timeout decided: the run is cancelled.
+    pub fn expired(about: &About<'_>, timeout: Duration) -> Event {
+        let data = serde_json::json!({
+            "action": "cancel",
+            "reason": "timeout",
+            "timeout_seconds": timeout.as_secs(),
+        });
+        Event::new(EventType::Expired, about, data)
+    }
+
+    /// A run that paused ended: its final chunk's type, and a cancel's
+    /// reason or an error's type. `about` is its last pause.
+    pub fn ended(about: &About<'_>, outcome: ChunkType, why: Option<&str>) -> Event {
+        let mut data = Map::new();
+        data.insert(
+            "outcome".into(),
+            serde_json::to_value(outcome).unwrap_or_default(),
+        );
+        match outcome {
+            ChunkType::Error => {
+                data.insert("error_type".into(), why.into());
+            }
+            _ => {
+                data.insert("reason".into(), why.into());
+            }
+        }
+        Event::new(EventType::Ended, about, Value::Object(data))
+    }
+}
+
+/// What an `interaction.decided` event says.
+#[derive(Debug, Clone, Copy)]
+pub struct DecisionData<'a> {
+    pub action: Action,
+    pub decisions: Option<&'a Decisions>,
+    pub answers: Option<&'a Map<String, Value>>,
+    /// A cancel's reason (`user`, `superseded`).
+    pub reason: Option<CancelReason>,
+    pub decider: &'a str,
+    pub client: Option<&'a str>,
+}
+
+/// `text` as JavaScript's `encodeURIComponent` writes it (the page reads
+/// `#session=` with `decodeURIComponent`).
+fn encode_component(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+impl DecisionData<'_> {
+    /// A supersede: cancelled by a new message of the same key.
+    pub fn superseded(decider: &str) -> DecisionData<'_> {
+        DecisionData {
+            action: Action::Cancel,
+            decisions: None,
+            answers: None,
+            reason: Some(CancelReason::Superseded),
+            decider,
+            client: None,
+        }
+    }
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hooks(public: Option<&str>) -> Arc<Webhooks> {
+        Webhooks::new(
+            vec!["http://127.0.0.1:1/a".into(), "http://127.0.0.1:1/b".into()],
+            SecretString::from("0123456789abcdef".to_owned()),
+            public.map(str::to_owned),
+            RETRY_FOR,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_short_secret_is_refused() {
+        let err = Webhooks::new(
+            vec![],
+            SecretString::from("short".to_owned()),
+            None,
+            RETRY_FOR,
+        )
+        .unwrap_err();
+        assert!(err.contains("16"), "{err}");
+    }
+
+    #[test]
+    fn the_signature_is_the_hmac_of_t_dot_body() {
+        // Computed independently: printf '%s' '1700000000.{"a":1}' |
+        // openssl dgst -sha256 -hmac 0123456789abcdef
+        let sig = hooks(None).signature(1_700_000_000, br#"{"a":1}"#);
+        let mut mac = Hmac::<Sha256>::new_from_slice(b"0123456789abcdef").unwrap();
+        mac.update(br#"1700000000.{"a":1}"#);
+        let expected = hex::encode(mac.finalize().into_bytes());
+        assert_eq!(sig, format!("t=1700000000,v1={expected}"));
+    }
+
+    #[test]
+    fn rows_go_to_every_url_with_one_id_and_the_decide_url() {
+        let key = SessionKey::new(Some(0), "a b/ü");
+        let about = About {
+            key: &key,
+            confirmation_id: "c-1",
+            kind: PauseKind::Question,
+        };
+        let event = Event::requested(&about, serde_json::json!({"kind": "question"}));
+        let rows = hooks(Some("https://gate.example/")).rows(&event);
+
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].id, rows[1].id);
+        assert_ne!(rows[0].target, rows[1].target);
+        let body: Value = serde_json::from_str(&rows[0].body).unwrap();
+        assert_eq!(body["type"], "interaction.requested");
+        assert_eq!(body["key"], "key-1");
+        assert_eq!(body["kind"], "question");
+        assert_eq!(body["confirmation_id"], "c-1");
+        assert_eq!(
+            body["decide_url"],
+            "https://gate.example/#session=a%20b%2F%C3%BC"
+        );
+        assert!(body.get("order").is_none());
+    }
+}
