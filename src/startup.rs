@@ -427,11 +427,6 @@ fn open_webhooks(settings: &Settings) -> Result<Option<Arc<Webhooks>>, StartupEr
     let secret = settings.webhook_secret.clone().ok_or_else(|| {
         StartupError::Webhook("--webhook needs --webhook-secret (at least 16 characters)".into())
     })?;
-    if settings.store.starts_with("redis://") || settings.store.starts_with("rediss://") {
-        return Err(StartupError::Webhook(
-            "--webhook works with --store memory or sqlite: for now; not yet with redis://".into(),
-        ));
-    }
     Webhooks::new(
         settings.webhooks.clone(),
         secret,

@@ -205,13 +205,17 @@ impl Cluster {
         &self,
         key: &SessionKey,
         superseded: Option<(&str, &StoredDecision)>,
+        events: &[crate::store::OutboxEvent],
     ) -> Result<Claimed, StoreError> {
         let run: Arc<str> = Arc::from(uuid::Uuid::new_v4().to_string());
         let nonce = match superseded {
             Some((_, decision)) => decision.nonce.clone(),
             None => uuid::Uuid::new_v4().simple().to_string(),
         };
-        let claimed = self.store.claim(key, &run, &nonce, superseded).await;
+        let claimed = self
+            .store
+            .claim(key, &run, &nonce, superseded, events)
+            .await;
         let claimed = match claimed {
             Err(err) if err.fault == Fault::Unknown => {
                 log::warn!("{err}; settling the claim");

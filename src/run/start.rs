@@ -107,18 +107,7 @@ impl Runs {
         };
         // Announced by the taker, before the new run can pause: a
         // session's events stay in order.
-        let events = self.settings.event_rows(|| {
-            let about = crate::webhook::About {
-                key,
-                confirmation_id: taken.confirmation_id(),
-                kind: taken.kind(),
-            };
-            let decider = crate::session::owner_label(key.owner);
-            crate::webhook::Event::decided(
-                &about,
-                &crate::webhook::DecisionData::superseded(&decider),
-            )
-        });
+        let events = self.supersede_events(key, taken);
         let Some(run) = taken.stored() else {
             self.settings.announce(&events).await;
             return Ok(begun.now());
@@ -144,6 +133,26 @@ impl Runs {
         }
     }
 
+    /// The `interaction.decided` event of a supersede (none without webhooks).
+    fn supersede_events(
+        &self,
+        key: &SessionKey,
+        taken: &crate::confirmation::Superseding,
+    ) -> Vec<crate::store::OutboxEvent> {
+        self.settings.event_rows(|| {
+            let about = crate::webhook::About {
+                key,
+                confirmation_id: taken.confirmation_id(),
+                kind: taken.kind(),
+            };
+            let decider = crate::session::owner_label(key.owner);
+            crate::webhook::Event::decided(
+                &about,
+                &crate::webhook::DecisionData::superseded(&decider),
+            )
+        })
+    }
+
     /// Replicas: the session is claimed for the new run (the superseded
     /// pause, this replica's, decided in the same step).
     async fn claim(
@@ -158,11 +167,29 @@ impl Runs {
                 .map(|run| (run.clone(), superseded(taken.confirmation_id()))),
             Begun::Fresh(_) => None,
         };
+        let events = match &begun {
+            Begun::Supersedes(taken) => self.supersede_events(key, taken),
+            Begun::Fresh(_) => Vec::new(),
+        };
+        // A stored pause's supersede is queued with its decision; another's
+        // on its own once the claim stands.
+        let (with_claim, after_claim) = match decision {
+            Some(_) => (events, Vec::new()),
+            None => (Vec::new(), events),
+        };
         let claimed = cluster
-            .claim(key, decision.as_ref().map(|(run, d)| (run.as_ref(), d)))
+            .claim(
+                key,
+                decision.as_ref().map(|(run, d)| (run.as_ref(), d)),
+                &with_claim,
+            )
             .await;
         match claimed {
-            Ok(Claimed::Here(run)) => Ok(Claim::Here(begun.now(), run)),
+            Ok(Claimed::Here(run)) => {
+                self.settings.wake_sender(&with_claim);
+                self.settings.announce(&after_claim).await;
+                Ok(Claim::Here(begun.now(), run))
+            }
             Ok(Claimed::Elsewhere(peer)) => {
                 if matches!(begun, Begun::Supersedes(_)) {
                     // The copy here is stale: another replica owns it now.

@@ -7,7 +7,7 @@ use futures_util::future::BoxFuture;
 
 use super::{
     OutboxEvent, OutboxStats, PausedRecord, QueuedEvent, Resolution, RunEnd, Store, StoreError,
-    StoredDecision,
+    StoredDecision, EVENT_LEASE,
 };
 use crate::session::SessionKey;
 
@@ -27,7 +27,8 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct Outbox {
-    /// By seq: the event, and when it may be tried (ms since the epoch).
+    /// By seq: the event, and when it may be tried (ms since the epoch:
+    /// its retry time, or the end of its lease while it is being sent).
     rows: BTreeMap<i64, (QueuedEvent, u64)>,
     next_seq: i64,
     overflowed: u64,
@@ -124,15 +125,17 @@ impl Store for MemoryStore {
         now_ms: u64,
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<QueuedEvent>, StoreError>> {
-        let outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
+        let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
         let mut heads = HashSet::new();
         let mut due = Vec::new();
-        for (queued, retry_at) in outbox.rows.values() {
+        let leased_until = now_ms + EVENT_LEASE.as_millis() as u64;
+        for (queued, retry_at) in outbox.rows.values_mut() {
             if due.len() >= limit {
                 break;
             }
-            let head = heads.insert((queued.event.target.as_str(), queued.event.order.as_str()));
-            if head && *retry_at <= now_ms {
+            let order = (queued.event.target.clone(), queued.event.order.clone());
+            if heads.insert(order) && *retry_at <= now_ms {
+                *retry_at = leased_until;
                 due.push(queued.clone());
             }
         }
@@ -196,6 +199,7 @@ mod tests {
         let due = store.due_events(now, 10).await.unwrap();
         let ids: Vec<_> = due.iter().map(|q| q.event.id.as_str()).collect();
         assert_eq!(ids, ["a-1", "b-1"]);
+        assert!(store.due_events(now, 10).await.unwrap().is_empty(), "taken");
 
         store
             .settle_event(due[0].seq, Some(now + 60_000))

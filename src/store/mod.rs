@@ -186,6 +186,11 @@ pub enum Fault {
     Lost,
 }
 
+/// How long an event taken for delivery is the taker's alone: longer
+/// than a delivery may take ([`crate::webhook::DELIVERY_TIMEOUT`], 10 s).
+/// A replica killed while sending leaves it to the others this long.
+pub const EVENT_LEASE: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// A webhook event to deliver to one URL (see [`crate::webhook`]): written
 /// to the store's outbox with the write it announces.
 #[derive(Debug, Clone, PartialEq)]
@@ -299,9 +304,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     }
     /// Queues webhook events that no record write carries.
     fn announce<'a>(&'a self, events: &'a [OutboxEvent]) -> BoxFuture<'a, Result<(), StoreError>>;
-    /// The undelivered events to send now: at most `limit`, oldest first,
-    /// each the oldest of its URL and session (the next of a session waits
-    /// for it), due at `now_ms` (its last failure's retry time passed).
+    /// Takes the undelivered events to send now: at most `limit`, oldest
+    /// first, each the oldest of its URL and session (the next of a session
+    /// waits for it), due at `now_ms` (its last failure's retry time
+    /// passed) and not taken in the last [`EVENT_LEASE`] by anyone (this
+    /// process or, with replicas, another): what is taken is the taker's to
+    /// send and settle. A taker that dies leaves its events to be taken
+    /// again when the lease ends (at least once).
     fn due_events(
         &self,
         now_ms: u64,

@@ -72,13 +72,11 @@ impl Sender {
         let mut overflowed = 0;
         loop {
             if in_flight.len() < MAX_IN_FLIGHT {
-                let limit = MAX_IN_FLIGHT + sending.len();
+                // What is taken is leased to this sender: all of it is sent.
+                let limit = MAX_IN_FLIGHT - in_flight.len();
                 match self.store.due_events(now_ms(), limit).await {
                     Ok(due) => {
                         for queued in due {
-                            if in_flight.len() >= MAX_IN_FLIGHT {
-                                break;
-                            }
                             if sending.insert(queued.seq) {
                                 in_flight.spawn(self.attempt(queued));
                             }

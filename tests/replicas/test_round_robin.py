@@ -722,6 +722,148 @@ class ApiKeyTests(unittest.TestCase):
         self.assertEqual(chunk_types(read_to_end(streams[0]))[-1], b"completion")
 
 
+WEBHOOK_SECRET = "replicas-webhook-secret-0123"
+
+
+def verify(secret, header, body, tolerance=300):
+    """docs/operations.md's check of a webhook signature, as a receiver writes it."""
+    import hashlib
+    import hmac
+    fields = dict(part.split("=", 1) for part in header.split(",") if "=" in part)
+    t, v1 = fields.get("t", ""), fields.get("v1", "")
+    if not t.isdigit() or abs(time.time() - int(t)) > tolerance:
+        return False
+    expected = hmac.new(secret.encode(), t.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, v1)
+
+
+class Receiver:
+    """A webhook receiver on loopback: checks every signature, answers 500
+    to the first ``fail_first`` deliveries, records the rest."""
+
+    def __init__(self, fail_first=0):
+        import http.server
+        receiver = self
+        self.lock = threading.Lock()
+        self.attempts = []  # (delivery id, status answered)
+        self.bodies = {}    # delivery id -> body, for those answered 200
+        self.unsigned = 0
+        self.fail_left = fail_first
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                signed = verify(WEBHOOK_SECRET, self.headers.get("X-Chatgate-Signature", ""), body)
+                delivery = self.headers.get("X-Chatgate-Delivery")
+                with receiver.lock:
+                    if not signed:
+                        receiver.unsigned += 1
+                    status = 200
+                    if receiver.fail_left > 0:
+                        receiver.fail_left -= 1
+                        status = 500
+                    receiver.attempts.append((delivery, status))
+                    if status == 200:
+                        receiver.bodies.setdefault(delivery, json.loads(body))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d/hook" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def delivered(self):
+        with self.lock:
+            return dict(self.bodies)
+
+    def wait_for(self, count, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if len(self.delivered()) >= count:
+                return self.delivered()
+            time.sleep(0.05)
+        raise AssertionError("%d of %d events delivered: %r" % (len(self.delivered()), count, self.attempts))
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class WebhookTests(unittest.TestCase):
+    """Three replicas announce to one receiver: each event once per cluster
+    (a second delivery only after a failed one), whoever holds the run."""
+
+    def setUp(self):
+        self.receiver = Receiver(fail_first=2)
+        extra = ["--webhook", self.receiver.url, "--webhook-secret", WEBHOOK_SECRET,
+                 "--public-url", "https://gate.example"]
+        self.cluster = Cluster(extra=extra)
+
+    def tearDown(self):
+        self.cluster.stop()
+        self.receiver.stop()
+
+    def test_each_event_is_delivered_once_per_cluster_in_order_per_session(self):
+        nginx = self.cluster.nginx
+        sessions = [new_session("hook") for _ in range(6)]
+        streams = [pause_on(nginx, session) for session in sessions]
+        # Decided through nginx: each reply lands on any replica.
+        for i, session in enumerate(sessions):
+            status, chunk, _ = answer(nginx, session, "confirm" if i % 2 else "cancel")
+            self.assertEqual(status, 200, chunk)
+        for stream in streams:
+            read_to_end(stream)
+        delivered = self.receiver.wait_for(18)
+        time.sleep(1.5)  # anything sent twice would arrive by now
+
+        with self.receiver.lock:
+            attempts = list(self.receiver.attempts)
+        self.assertEqual(self.receiver.unsigned, 0)
+        self.assertEqual(len(self.receiver.delivered()), 18)
+        # Each id answered 200 exactly once; repeats only after a 500.
+        ok = [d for d, status in attempts if status == 200]
+        self.assertEqual(len(ok), len(set(ok)), attempts)
+        self.assertEqual(len(attempts), 20, attempts)
+        for i, session in enumerate(sessions):
+            events = [b for b in delivered.values() if b["session_id"] == session]
+            order = [d for d, status in attempts if status == 200 and delivered[d]["session_id"] == session]
+            types = [delivered[d]["type"] for d in order]
+            self.assertEqual(types, ["interaction.requested", "interaction.decided", "run.ended"], session)
+            decided = next(b for b in events if b["type"] == "interaction.decided")
+            self.assertEqual(decided["data"]["action"], "confirm" if i % 2 else "cancel")
+            self.assertEqual(decided["decide_url"], "https://gate.example/#session=" + session)
+            self.assertEqual(len({b["confirmation_id"] for b in events}), 1)
+        failed = sum(r.metric("chatgate_webhook_deliveries_total", 'outcome="failed"')
+                     for r in self.cluster.replicas)
+        self.assertEqual(failed, 2)
+
+    def test_events_a_killed_replica_queued_are_sent_by_the_others(self):
+        owner = self.cluster.replicas[0]
+        session = new_session("hook-k9")
+        stream = pause_on(owner, session)
+        # Its requested event may be sent already, or not yet: either way
+        # it is in Redis, and another replica sends what is left.
+        owner.kill()
+        stream.conn.close()
+        time.sleep(OWNER_TTL + 0.5)  # its heartbeat expires
+        status, chunk, _ = answer(self.cluster.replicas[1], session, "confirm")
+        self.assertEqual(status, 200, chunk)
+        try:
+            # The killed replica may have taken the first event to send:
+            # the others send it once its lease (15 s) is over.
+            delivered = self.receiver.wait_for(3, timeout=45)
+        except AssertionError:
+            for r in self.cluster.replicas:
+                print(r.name, r.logs()[-3000:])
+            raise
+        types = sorted(b["type"] for b in delivered.values() if b["session_id"] == session)
+        self.assertEqual(types, ["interaction.decided", "interaction.requested", "run.ended"])
+
+
 class ReplicaIdTests(unittest.TestCase):
     def test_two_replicas_given_one_id_are_told_in_the_log(self):
         cluster = Cluster(replicas=0, nginx=False)

@@ -5,6 +5,7 @@
 //! A paused run holds the future of its `confirm` call for the whole pause:
 //! every method keeps what it awaits small, and boxes what it need not hold.
 
+mod fallback;
 mod pause;
 pub mod tools;
 

@@ -21,7 +21,7 @@ use crate::protocol::{
 };
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Approval, Plan, Questions, Resumed};
-use crate::store::{Fault, PausedRecord, StoredDecision};
+use crate::store::PausedRecord;
 use crate::webhook::{About, Event};
 
 /// A confirmation request on its way to a decision.
@@ -90,80 +90,6 @@ impl RunContext {
         self.log.pause_ended();
         // Boxed, like `prepare`: a store call does not grow every pause.
         Box::pin(self.record_fallback(decision, &asked.confirmation_id)).await
-    }
-
-    /// A stored pause decided by the run's own fallback (its timeout): the
-    /// decision is recorded as a reply's is, so that an ended pause never
-    /// comes back; and if another replica owns the run now (this one's
-    /// lease lapsed), the copy here is handed over rather than ended.
-    async fn record_fallback(
-        &self,
-        decision: Decision,
-        confirmation_id: &str,
-    ) -> Result<Decision, RunError> {
-        let Decision::Cancel(reason) = decision else {
-            return Ok(decision);
-        };
-        // A reply's cancel and a supersede were recorded by their taker; a
-        // shutdown keeps the pause for the next process.
-        let decided_elsewhere = matches!(
-            reason,
-            CancelReason::User | CancelReason::Superseded | CancelReason::Shutdown
-        );
-        let stored = self.stored_id.as_ref().filter(|_| self.pause_stored);
-        let events = self.fallback_events(reason, confirmation_id);
-        let Some(run) = stored else {
-            self.settings.announce(&events).await;
-            return Ok(decision);
-        };
-        if decided_elsewhere {
-            return Ok(decision);
-        }
-        let recorded = StoredDecision::new(Action::Cancel, confirmation_id, None, Some(reason));
-        let recording = self
-            .settings
-            .store
-            .record_decision(run, self.session_key(), &recorded, &events)
-            .await;
-        if recording.is_ok() {
-            self.settings.wake_sender(&events);
-        }
-        match recording {
-            Err(err) if err.fault == Fault::Moved => {
-                log::info!("{err}: the paused run is handed to its new owner");
-                Err(RunError::Suspended)
-            }
-            // It ends here as decided; a restore finds its pause expired.
-            Err(err) => {
-                log::warn!("{err}");
-                Ok(decision)
-            }
-            Ok(()) => Ok(decision),
-        }
-    }
-
-    /// The webhook events of a pause the run itself ended: its timeout
-    /// (`interaction.expired`). (A supersede's is written by its taker,
-    /// before the new run can pause.)
-    fn fallback_events(
-        &self,
-        reason: CancelReason,
-        confirmation_id: &str,
-    ) -> Vec<crate::store::OutboxEvent> {
-        let Some((_, kind)) = self.last_pause.as_deref() else {
-            return Vec::new();
-        };
-        let about = About {
-            key: self.session_key(),
-            confirmation_id,
-            kind: *kind,
-        };
-        match reason {
-            CancelReason::Timeout => self
-                .settings
-                .event_rows(|| Event::expired(&about, self.settings.confirm_timeout)),
-            _ => Vec::new(),
-        }
     }
 
     /// Everything before the wait: checks and records the proposal, builds

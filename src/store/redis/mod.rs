@@ -51,12 +51,14 @@ use redis::Script;
 use secrecy::SecretString;
 use tokio::sync::OnceCell;
 
+mod inbox;
+mod outbox;
 pub mod ownership;
 mod scripts;
 
 use self::scripts::{
-    ALIVE, CLAIM, END, FORGET, HAND_BACK, LEAVE, RECORD_DECISION, REMOVE, RESOLVE, RESOLVE_CLAIM,
-    SAVE, TAKE_OVER, UNLIST,
+    ALIVE, ANNOUNCE, CLAIM, END, ENQUEUE, FORGET, HAND_BACK, LEAVE, RECORD_DECISION, REMOVE,
+    RESOLVE, RESOLVE_CLAIM, SAVE, SETTLE_EVENT, TAKE_EVENTS, TAKE_OVER, UNLIST,
 };
 use super::{
     Fault, Located, OutboxEvent, OutboxStats, PausedRecord, QueuedEvent, Resolution, RunEnd, Store,
@@ -117,6 +119,9 @@ struct Scripts {
     hand_back: Script,
     forget: Script,
     leave: Script,
+    announce: Script,
+    take_events: Script,
+    settle_event: Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -136,8 +141,8 @@ impl RedisStore {
         let info = client.get_connection_info();
         let name = format!("redis://{}/{}", info.addr(), info.redis_settings().db());
         let nonce = uuid::Uuid::new_v4().simple().to_string();
-        let with_alive = |body: &str| Script::new(&format!("{ALIVE}{UNLIST}{body}"));
-        let with_unlist = |body: &str| Script::new(&format!("{UNLIST}{body}"));
+        let with_alive = |body: &str| Script::new(&format!("{ALIVE}{UNLIST}{ENQUEUE}{body}"));
+        let with_unlist = |body: &str| Script::new(&format!("{UNLIST}{ENQUEUE}{body}"));
         Ok(RedisStore {
             client,
             connection: OnceCell::new(),
@@ -158,6 +163,9 @@ impl RedisStore {
                 hand_back: Script::new(HAND_BACK),
                 forget: Script::new(FORGET),
                 leave: Script::new(LEAVE),
+                announce: Script::new(&format!("{ENQUEUE}{ANNOUNCE}")),
+                take_events: Script::new(TAKE_EVENTS),
+                settle_event: Script::new(SETTLE_EVENT),
             },
         })
     }
@@ -305,7 +313,7 @@ impl Store for RedisStore {
     fn save<'a>(
         &'a self,
         record: PausedRecord,
-        _events: &'a [OutboxEvent],
+        events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let now_ms = SystemTime::now()
@@ -317,19 +325,24 @@ impl Store for RedisStore {
             let session = session_key(record.namespace.as_deref(), &record.session_id);
             let epoch = self.epoch(&record.run);
             let pending = pending_key(record.namespace.as_deref());
+            let ttl = ttl.to_string();
+            let expiry = record.expires_at_ms.to_string();
+            let mut args = vec![
+                json.as_str(),
+                &ttl,
+                &self.instance,
+                &record.run,
+                &epoch,
+                &expiry,
+                &record.confirmation_id,
+            ];
+            let events = scripts::event_args(events);
+            args.extend(events.iter().map(String::as_str));
             let saved: i64 = self
                 .invoke(
                     &self.scripts.save,
                     &[&run_key(&record.run), &session, &pending],
-                    &[
-                        &json,
-                        &ttl.to_string(),
-                        &self.instance,
-                        &record.run,
-                        &epoch,
-                        &record.expires_at_ms.to_string(),
-                        &record.confirmation_id,
-                    ],
+                    &args,
                 )
                 .await?;
             if saved == 1 {
@@ -345,22 +358,20 @@ impl Store for RedisStore {
         run: &'a str,
         key: &'a SessionKey,
         decision: &'a StoredDecision,
-        _events: &'a [OutboxEvent],
+        events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let ttl = STREAMING_TTL.as_millis().to_string();
             let json = serde_json::to_string(decision).unwrap_or_default();
+            let epoch = self.epoch(run);
+            let mut args = vec![json.as_str(), &decision.nonce, &self.instance, &epoch, &ttl];
+            let events = scripts::event_args(events);
+            args.extend(events.iter().map(String::as_str));
             let answer: String = self
                 .invoke(
                     &self.scripts.record_decision,
                     &[&run_key(run), &self.session_key(key)],
-                    &[
-                        &json,
-                        &decision.nonce,
-                        &self.instance,
-                        &self.epoch(run),
-                        &ttl,
-                    ],
+                    &args,
                 )
                 .await?;
             match answer.as_str() {
@@ -407,15 +418,19 @@ impl Store for RedisStore {
         run: &'a str,
         key: &'a SessionKey,
         end: &'a RunEnd,
-        _events: &'a [OutboxEvent],
+        events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let grace = self.replica.grace.as_millis().to_string();
             let json = serde_json::to_string(end).unwrap_or_default();
+            let epoch = self.epoch(run);
+            let mut args = vec![run, &self.instance, &grace, &epoch, &json];
+            let events = scripts::event_args(events);
+            args.extend(events.iter().map(String::as_str));
             self.invoke::<i64>(
                 &self.scripts.end,
                 &[&run_key(run), &self.session_key(key)],
-                &[run, &self.instance, &grace, &self.epoch(run), &json],
+                &args,
             )
             .await?;
             self.let_go(run);
@@ -459,118 +474,14 @@ impl Store for RedisStore {
         after: Option<&'a str>,
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<PausedRecord>, StoreError>> {
-        Box::pin(async move {
-            let set = pending_key(namespace);
-            let now_ms = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
-            let mut connection = self.connection().await?;
-            let failed = |err: redis::RedisError| self.failed(&err);
-            // Pauses past their expiry are not pending, whoever forgot them.
-            redis::cmd("ZREMRANGEBYSCORE")
-                .arg(&set)
-                .arg("-inf")
-                .arg(now_ms)
-                .query_async::<i64>(&mut connection)
-                .await
-                .map_err(failed)?;
-            // Where `after` is: `SET SCORE MEMBER` while it is pending.
-            let from: Option<(u64, String)> = match after {
-                Some(conf) => {
-                    let found: Option<String> = redis::cmd("GET")
-                        .arg(format!("chatgate:conf:{conf}"))
-                        .query_async(&mut connection)
-                        .await
-                        .map_err(failed)?;
-                    found.and_then(|text| {
-                        let mut parts = text.splitn(3, ' ');
-                        let (in_set, score, member) = (parts.next()?, parts.next()?, parts.next()?);
-                        (in_set == set).then(|| Some((score.parse().ok()?, member.to_owned())))?
-                    })
-                }
-                None => None,
-            };
-            let min = from
-                .as_ref()
-                .map_or(format!("({now_ms}"), |(score, _)| score.to_string());
-            // Ties at the same millisecond past `after` are few; read a few more.
-            let members: Vec<(String, u64)> = redis::cmd("ZRANGEBYSCORE")
-                .arg(&set)
-                .arg(min)
-                .arg("+inf")
-                .arg("WITHSCORES")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(limit + 64)
-                .query_async(&mut connection)
-                .await
-                .map_err(failed)?;
-            let page: Vec<String> = members
-                .into_iter()
-                .filter(|(member, score)| {
-                    from.as_ref()
-                        .is_none_or(|(at, after)| (*score, member) > (*at, after))
-                })
-                .take(limit)
-                .map(|(member, _)| member)
-                .collect();
-            let mut records = Vec::with_capacity(page.len());
-            for member in page {
-                let Some((_, run)) = member.split_once('|') else {
-                    continue;
-                };
-                match self.get(run).await? {
-                    Some(record) if record.decision.is_none() && record.ended.is_none() => {
-                        records.push(record);
-                    }
-                    _ => {
-                        // Its record went (it expired, or Redis lost it): unlisted.
-                        redis::cmd("ZREM")
-                            .arg(&set)
-                            .arg(&member)
-                            .query_async::<i64>(&mut connection)
-                            .await
-                            .map_err(failed)?;
-                    }
-                }
-            }
-            Ok(records)
-        })
+        Box::pin(self.pending_page(namespace, after, limit))
     }
 
     fn locate<'a>(
         &'a self,
         confirmation_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Located>, StoreError>> {
-        Box::pin(async move {
-            let mut connection = self.connection().await?;
-            let found: Option<String> = redis::cmd("GET")
-                .arg(format!("chatgate:conf:{confirmation_id}"))
-                .query_async(&mut connection)
-                .await
-                .map_err(|err| self.failed(&err))?;
-            let Some(found) = found else {
-                return Ok(None);
-            };
-            // `chatgate:pending:NAMESPACE SCORE CONFIRMATION_ID|RUN`
-            let mut parts = found.splitn(3, ' ');
-            let (set, _, member) = (parts.next(), parts.next(), parts.next());
-            let namespace = set.and_then(|set| set.strip_prefix("chatgate:pending:"));
-            let run = member.and_then(|m| m.split_once('|')).map(|(_, run)| run);
-            let (Some(namespace), Some(run)) = (namespace, run) else {
-                return Ok(None);
-            };
-            let session: Option<String> = redis::cmd("HGET")
-                .arg(run_key(run))
-                .arg("session")
-                .query_async(&mut connection)
-                .await
-                .map_err(|err| self.failed(&err))?;
-            let prefix = format!("chatgate:session:{namespace}:");
-            let session_id = session.and_then(|s| s.strip_prefix(&prefix).map(str::to_owned));
-            let namespace = (namespace != "-").then(|| namespace.to_owned());
-            Ok(session_id.map(|session_id| (namespace, session_id)))
-        })
+        Box::pin(self.locate_pause(confirmation_id))
     }
 
     fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
@@ -579,30 +490,28 @@ impl Store for RedisStore {
         Box::pin(async { Ok(Vec::new()) })
     }
 
-    // Webhooks with replicas are refused at start (see
-    // `crate::startup`): no outbox here yet.
-    fn announce<'a>(&'a self, _events: &'a [OutboxEvent]) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async { Ok(()) })
+    fn announce<'a>(&'a self, events: &'a [OutboxEvent]) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.announce_events(events))
     }
 
     fn due_events(
         &self,
-        _now_ms: u64,
-        _limit: usize,
+        now_ms: u64,
+        limit: usize,
     ) -> BoxFuture<'_, Result<Vec<QueuedEvent>, StoreError>> {
-        Box::pin(async { Ok(Vec::new()) })
+        Box::pin(self.take_events(now_ms, limit))
     }
 
     fn settle_event(
         &self,
-        _seq: i64,
-        _retry_at_ms: Option<u64>,
+        seq: i64,
+        retry_at_ms: Option<u64>,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async { Ok(()) })
+        Box::pin(self.settle(seq, retry_at_ms))
     }
 
     fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>> {
-        Box::pin(async { Ok(OutboxStats::default()) })
+        Box::pin(self.stats())
     }
 }
 

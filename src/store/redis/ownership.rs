@@ -72,6 +72,7 @@ impl RedisStore {
         run: &str,
         nonce: &str,
         superseded: Option<(&str, &StoredDecision)>,
+        events: &[super::OutboxEvent],
     ) -> Result<Claim, StoreError> {
         let ttl = STREAMING_TTL.as_millis().to_string();
         let (old_run, old_epoch, decision) = match superseded {
@@ -82,20 +83,19 @@ impl RedisStore {
             ),
             None => Default::default(),
         };
+        let mut args = vec![
+            self.instance.as_ref(),
+            run,
+            &ttl,
+            nonce,
+            &old_run,
+            &old_epoch,
+            &decision,
+        ];
+        let events = super::scripts::event_args(events);
+        args.extend(events.iter().map(String::as_str));
         let answer: Vec<String> = self
-            .invoke(
-                &self.scripts.claim,
-                &[&self.session_key(key)],
-                &[
-                    &self.instance,
-                    run,
-                    &ttl,
-                    nonce,
-                    &old_run,
-                    &old_epoch,
-                    &decision,
-                ],
-            )
+            .invoke(&self.scripts.claim, &[&self.session_key(key)], &args)
             .await?;
         match answer.as_slice() {
             [what, epoch] if what == "claimed" => {

@@ -45,8 +45,88 @@ local function unlist(rk)
 end
 ";
 
+/// `enqueue(first)`: the webhook events in `ARGV[first + 1..]` (JSON: id,
+/// event_type, target, order, body), queued at `ARGV[first]` (ms), join
+/// the outbox: `outbox:ev:SEQ` (the event), `outbox:q:TARGET ORDER` (its
+/// URL and session's queue of seqs: one delivered at a time, in order),
+/// `outbox:due` (queues by when their head may be taken) and `outbox:all`
+/// (every seq by when it was queued: the depth and the oldest). Shared by
+/// every script that writes what an event announces, so both or neither.
+pub const ENQUEUE: &str = r"
+local function enqueue(first)
+  if #ARGV <= first then return end
+  local now = ARGV[first]
+  for i = first + 1, #ARGV do
+    local e = cjson.decode(ARGV[i])
+    local seq = redis.call('INCR', 'chatgate:outbox:seq')
+    local q = 'chatgate:outbox:q:' .. e.target .. ' ' .. e.order
+    redis.call('HSET', 'chatgate:outbox:ev:' .. seq, 'id', e.id, 'type', e.event_type,
+      'target', e.target, 'ord', e.order, 'body', e.body, 'queued_at', now,
+      'attempts', 0, 'q', q)
+    redis.call('ZADD', 'chatgate:outbox:all', now, seq)
+    if redis.call('RPUSH', q, seq) == 1 then
+      redis.call('ZADD', 'chatgate:outbox:due', now, q)
+    end
+  end
+end
+";
+
+/// ARGV: now ms, events (see [`ENQUEUE`]). Events no record write carries.
+pub const ANNOUNCE: &str = r"
+enqueue(1)
+return 1
+";
+
+/// ARGV: now ms, lease ms, limit. Takes the heads of the queues that are
+/// due (at most `limit`), each leased to the caller until now + lease:
+/// flat `SEQ ID TYPE TARGET ORDER BODY QUEUED_AT ATTEMPTS` per event. A
+/// queue emptied under a taker (its head settled by another) leaves.
+pub const TAKE_EVENTS: &str = r"
+local now = tonumber(ARGV[1])
+local out = {}
+local qs = redis.call('ZRANGEBYSCORE', 'chatgate:outbox:due', '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+for _, q in ipairs(qs) do
+  local seq = redis.call('LINDEX', q, 0)
+  if not seq then
+    redis.call('ZREM', 'chatgate:outbox:due', q)
+  elseif redis.call('EXISTS', 'chatgate:outbox:ev:' .. seq) == 0 then
+    redis.call('LPOP', q)
+  else
+    redis.call('ZADD', 'chatgate:outbox:due', now + tonumber(ARGV[2]), q)
+    local f = redis.call('HMGET', 'chatgate:outbox:ev:' .. seq, 'id', 'type', 'target', 'ord',
+      'body', 'queued_at', 'attempts')
+    table.insert(out, seq)
+    for _, v in ipairs(f) do table.insert(out, v) end
+  end
+end
+return out
+";
+
+/// ARGV: seq, retry at ms ('' once delivered or given up), now ms.
+/// Settles a taken event: gone, its queue's next is due now; or tried
+/// again at the retry time.
+pub const SETTLE_EVENT: &str = r"
+local ev = 'chatgate:outbox:ev:' .. ARGV[1]
+local q = redis.call('HGET', ev, 'q')
+if not q then return 0 end
+if ARGV[2] == '' then
+  redis.call('DEL', ev)
+  redis.call('ZREM', 'chatgate:outbox:all', ARGV[1])
+  if redis.call('LINDEX', q, 0) == ARGV[1] then redis.call('LPOP', q) end
+  if redis.call('LLEN', q) > 0 then
+    redis.call('ZADD', 'chatgate:outbox:due', ARGV[3], q)
+  else
+    redis.call('ZREM', 'chatgate:outbox:due', q)
+  end
+else
+  redis.call('HINCRBY', ev, 'attempts', 1)
+  redis.call('ZADD', 'chatgate:outbox:due', ARGV[2], q)
+end
+return 1
+";
+
 /// KEYS: session. ARGV: instance, new run, ttl ms, nonce, superseded run
-/// (or ''), its epoch, its decision.
+/// (or ''), its epoch, its decision, then the supersede's events (from 8).
 /// A new run takes the session unless a live replica owns it. A paused run
 /// a dead replica left on it goes; one of this replica's own is decided
 /// `superseded` in the same step, fenced by its epoch.
@@ -71,6 +151,7 @@ elseif ARGV[5] ~= '' then
     if redis.call('HEXISTS', rk, 'decision_nonce') == 1 then return {'decided'} end
     redis.call('HSET', rk, 'decision', ARGV[7], 'decision_nonce', ARGV[4])
     unlist(rk)
+    enqueue(8)
   end
 end
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
@@ -112,7 +193,7 @@ return {'taken', run, tostring(epoch)}
 ";
 
 /// KEYS: run, session, the namespace's pending set. ARGV: record, ttl ms,
-/// instance, run id, epoch, expiry ms, confirmation id.
+/// instance, run id, epoch, expiry ms, confirmation id, then events (from 8).
 /// The pause is listed in its namespace's pending set (scored by its
 /// expiry; the member `CONFIRMATION_ID|RUN` sorts ties as the inbox does)
 /// and found by its confirmation id (`conf:ID`: the set and the member).
@@ -129,10 +210,12 @@ redis.call('ZADD', KEYS[3], ARGV[6], member)
 redis.call('SET', 'chatgate:conf:' .. ARGV[7], KEYS[3] .. ' ' .. ARGV[6] .. ' ' .. member, 'PX', ARGV[2])
 redis.call('HSET', KEYS[2], 'run', ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
+enqueue(8)
 return 1
 ";
 
-/// KEYS: run, session. ARGV: decision, nonce, instance, epoch, ttl ms.
+/// KEYS: run, session. ARGV: decision, nonce, instance, epoch, ttl ms,
+/// then events (from 6, queued only with the decision).
 /// Only the session's owner records, only under its epoch and while its
 /// heartbeat lives, and only the first decision; the same nonce again is
 /// that decision (`ok`). A run whose record is gone is `not_owner` when the
@@ -159,6 +242,7 @@ redis.call('HSET', KEYS[1], 'decision', ARGV[1], 'decision_nonce', ARGV[2])
 unlist(KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
+enqueue(6)
 return 'ok'
 ";
 
@@ -178,7 +262,8 @@ redis.call('HSET', KEYS[1], 'void:' .. ARGV[1], '1')
 return 'void'
 ";
 
-/// KEYS: run, session. ARGV: run id, instance, grace ms, epoch, end.
+/// KEYS: run, session. ARGV: run id, instance, grace ms, epoch, end, then
+/// events (from 6).
 /// The run ended: its record keeps only its end, and its session stays
 /// ours, for the grace (a re-attach elsewhere is sent here, where the end
 /// is kept; a replica that takes the session over after this one is gone
@@ -188,6 +273,7 @@ pub const END: &str = r"
 if redis.call('HGET', KEYS[2], 'run') ~= ARGV[1] then
   unlist(KEYS[1])
   redis.call('DEL', KEYS[1])
+  enqueue(6)
   return 1
 end
 if redis.call('HGET', KEYS[2], 'instance') ~= ARGV[2]
@@ -202,6 +288,7 @@ if tonumber(ARGV[3]) > 0 then
 else
   redis.call('DEL', KEYS[1], KEYS[2])
 end
+enqueue(6)
 return 1
 ";
 
@@ -246,3 +333,23 @@ pub const LEAVE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 1
 ";
+
+/// The tail of a script's ARGV that queues `events` (see
+/// [`ENQUEUE`]): the time now, then each event as JSON.
+pub fn event_args(events: &[crate::store::OutboxEvent]) -> Vec<String> {
+    if events.is_empty() {
+        return Vec::new();
+    }
+    let mut args = vec![crate::store::now_ms().to_string()];
+    args.extend(events.iter().map(|e| {
+        serde_json::json!({
+            "id": e.id,
+            "event_type": e.event_type,
+            "target": e.target,
+            "order": e.order,
+            "body": e.body,
+        })
+        .to_string()
+    }));
+    args
+}

@@ -12,6 +12,8 @@
 //! past theirs. A file from an earlier version gets the two columns at
 //! open.
 
+mod outbox;
+
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -79,23 +81,11 @@ impl SqliteStore {
                      decision    TEXT,
                      ended       TEXT,
                      ended_until INTEGER
-                 );
-                 CREATE TABLE IF NOT EXISTS webhook_outbox (
-                     seq        INTEGER PRIMARY KEY AUTOINCREMENT,
-                     id         TEXT NOT NULL,
-                     event_type TEXT NOT NULL,
-                     target     TEXT NOT NULL,
-                     ord        TEXT NOT NULL,
-                     body       TEXT NOT NULL,
-                     queued_at  INTEGER NOT NULL,
-                     attempts   INTEGER NOT NULL DEFAULT 0,
-                     retry_at   INTEGER NOT NULL
-                 );
-                 CREATE INDEX IF NOT EXISTS webhook_outbox_order
-                     ON webhook_outbox (target, ord, seq);",
+                 );",
             )
             .map_err(|err| err.to_string())?;
         add_end_columns(&connection).map_err(|err| err.to_string())?;
+        outbox::open(&connection).map_err(|err| err.to_string())?;
         Ok(SqliteStore {
             connection: Arc::new(Mutex::new(connection)),
             name: format!("sqlite:{}", path.display()),
@@ -172,7 +162,7 @@ impl Store for SqliteStore {
                      ended = NULL, ended_until = NULL",
                 params![record.run, json],
             )?;
-            queue(&tx, &events)?;
+            outbox::queue(&tx, &events)?;
             tx.commit()
         })
     }
@@ -194,7 +184,7 @@ impl Store for SqliteStore {
                 params![run, json],
             )?;
             if updated > 0 {
-                queue(&tx, &events)?;
+                outbox::queue(&tx, &events)?;
                 tx.commit()?;
             }
             Ok(updated)
@@ -266,7 +256,7 @@ impl Store for SqliteStore {
                 )?;
                 delete_past_ends(&tx, now)?;
             }
-            queue(&tx, &events)?;
+            outbox::queue(&tx, &events)?;
             tx.commit()
         })
     }
@@ -317,7 +307,7 @@ impl Store for SqliteStore {
         let events = events.to_vec();
         self.with(move |c| {
             let tx = c.unchecked_transaction()?;
-            queue(&tx, &events)?;
+            outbox::queue(&tx, &events)?;
             tx.commit()
         })
     }
@@ -327,30 +317,7 @@ impl Store for SqliteStore {
         now_ms: u64,
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<QueuedEvent>, StoreError>> {
-        self.with(move |c| {
-            let mut statement = c.prepare_cached(
-                "SELECT seq, id, event_type, target, ord, body, queued_at, attempts
-                 FROM webhook_outbox o
-                 WHERE retry_at <= ?1 AND seq = (SELECT MIN(seq) FROM webhook_outbox p
-                                                 WHERE p.target = o.target AND p.ord = o.ord)
-                 ORDER BY seq LIMIT ?2",
-            )?;
-            let rows = statement.query_map(params![now_ms as i64, limit as i64], |row| {
-                Ok(QueuedEvent {
-                    seq: row.get(0)?,
-                    event: OutboxEvent {
-                        id: row.get(1)?,
-                        event_type: row.get(2)?,
-                        target: row.get(3)?,
-                        order: row.get(4)?,
-                        body: row.get(5)?,
-                    },
-                    queued_at_ms: row.get::<_, i64>(6)? as u64,
-                    attempts: row.get(7)?,
-                })
-            })?;
-            rows.collect()
-        })
+        self.with(move |c| outbox::take(c, now_ms, limit))
     }
 
     fn settle_event(
@@ -358,54 +325,16 @@ impl Store for SqliteStore {
         seq: i64,
         retry_at_ms: Option<u64>,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.with(move |c| {
-            match retry_at_ms {
-                None => c.execute("DELETE FROM webhook_outbox WHERE seq = ?1", params![seq])?,
-                Some(at) => c.execute(
-                    "UPDATE webhook_outbox SET attempts = attempts + 1, retry_at = ?2
-                     WHERE seq = ?1",
-                    params![seq, at as i64],
-                )?,
-            };
-            Ok(())
-        })
+        self.with(move |c| outbox::settle(c, seq, retry_at_ms))
     }
 
     fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>> {
-        self.with(|c| {
-            c.query_row(
-                "SELECT COUNT(*), MIN(queued_at) FROM webhook_outbox",
-                [],
-                |row| {
-                    Ok(OutboxStats {
-                        depth: row.get::<_, i64>(0)? as u64,
-                        oldest_ms: row.get::<_, Option<i64>>(1)?.map(|ms| ms as u64),
-                        overflowed: 0,
-                    })
-                },
-            )
-        })
+        self.with(outbox::stats)
     }
-}
-
-/// Adds `events` to the outbox, due now.
-fn queue(c: &Connection, events: &[OutboxEvent]) -> rusqlite::Result<()> {
-    if events.is_empty() {
-        return Ok(());
-    }
-    let now = now_ms();
-    let mut insert = c.prepare_cached(
-        "INSERT INTO webhook_outbox (id, event_type, target, ord, body, queued_at, retry_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
-    )?;
-    for e in events {
-        insert.execute(params![e.id, e.event_type, e.target, e.order, e.body, now])?;
-    }
-    Ok(())
 }
 
 /// Milliseconds since the Unix epoch.
-fn now_ms() -> i64 {
+pub(super) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
@@ -566,6 +495,59 @@ mod tests {
         store.end("paused", &key, &end, &[]).await.unwrap();
         assert!(store.load().await.unwrap().is_empty());
         assert!(store.get("paused").await.unwrap().is_none());
+    }
+
+    fn event(id: &str) -> OutboxEvent {
+        OutboxEvent {
+            id: id.into(),
+            event_type: "interaction.decided".into(),
+            target: "http://127.0.0.1:1/hook".into(),
+            order: "key-1/会话".into(),
+            body: format!("{{\"id\":\"{id}\"}}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn events_are_queued_with_their_write_or_not_at_all_and_outlive_the_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.db");
+        let key = SessionKey::new(Some(1), "会话");
+        let confirm = StoredDecision::new(Action::Confirm, "c", None, None);
+        {
+            let store = SqliteStore::open(&path, GRACE).unwrap();
+            store
+                .save(record("r1"), &[event("requested")])
+                .await
+                .unwrap();
+            store
+                .record_decision("r1", &key, &confirm, &[event("decided")])
+                .await
+                .unwrap();
+            // A decision for a record that is gone records nothing, and
+            // queues nothing.
+            let gone = store
+                .record_decision("nope", &key, &confirm, &[event("phantom")])
+                .await
+                .unwrap_err();
+            assert_eq!(gone.fault, Fault::Lost);
+            // Taken for delivery, then the process dies: the lease dies too.
+            let taken = store.due_events(super::super::now_ms(), 10).await.unwrap();
+            assert_eq!(taken.len(), 1, "one at a time per session");
+            assert!(store
+                .due_events(super::super::now_ms(), 10)
+                .await
+                .unwrap()
+                .is_empty());
+        }
+        let store = SqliteStore::open(&path, GRACE).unwrap();
+        let due = store.due_events(super::super::now_ms(), 10).await.unwrap();
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].event, event("requested"));
+        store.settle_event(due[0].seq, None).await.unwrap();
+        let next = store.due_events(super::super::now_ms(), 10).await.unwrap();
+        assert_eq!(next[0].event.id, "decided");
+        let stats = store.outbox_stats().await.unwrap();
+        assert_eq!(stats.depth, 1);
     }
 
     #[test]

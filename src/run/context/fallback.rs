@@ -1,0 +1,82 @@
+//! A pause the run itself ended (its timeout, a stop): recorded in a
+//! durable store as a reply's decision is, so that an ended pause never
+//! comes back, and announced (`interaction.expired`) with that record.
+
+use super::RunContext;
+use crate::confirmation::Decision;
+use crate::protocol::{Action, CancelReason};
+use crate::run::outcome::RunError;
+use crate::store::{Fault, OutboxEvent, StoredDecision};
+use crate::webhook::{About, Event};
+
+impl RunContext {
+    /// A stored pause decided by the run's own fallback (its timeout): the
+    /// decision is recorded as a reply's is, so that an ended pause never
+    /// comes back; and if another replica owns the run now (this one's
+    /// lease lapsed), the copy here is handed over rather than ended.
+    pub(super) async fn record_fallback(
+        &self,
+        decision: Decision,
+        confirmation_id: &str,
+    ) -> Result<Decision, RunError> {
+        let Decision::Cancel(reason) = decision else {
+            return Ok(decision);
+        };
+        // A reply's cancel and a supersede were recorded by their taker; a
+        // shutdown keeps the pause for the next process.
+        let decided_elsewhere = matches!(
+            reason,
+            CancelReason::User | CancelReason::Superseded | CancelReason::Shutdown
+        );
+        let stored = self.stored_id.as_ref().filter(|_| self.pause_stored);
+        let events = self.fallback_events(reason, confirmation_id);
+        let Some(run) = stored else {
+            self.settings.announce(&events).await;
+            return Ok(decision);
+        };
+        if decided_elsewhere {
+            return Ok(decision);
+        }
+        let recorded = StoredDecision::new(Action::Cancel, confirmation_id, None, Some(reason));
+        let recording = self
+            .settings
+            .store
+            .record_decision(run, self.session_key(), &recorded, &events)
+            .await;
+        if recording.is_ok() {
+            self.settings.wake_sender(&events);
+        }
+        match recording {
+            Err(err) if err.fault == Fault::Moved => {
+                log::info!("{err}: the paused run is handed to its new owner");
+                Err(RunError::Suspended)
+            }
+            // It ends here as decided; a restore finds its pause expired.
+            Err(err) => {
+                log::warn!("{err}");
+                Ok(decision)
+            }
+            Ok(()) => Ok(decision),
+        }
+    }
+
+    /// The webhook events of a pause the run itself ended: its timeout
+    /// (`interaction.expired`). (A supersede's is written by its taker,
+    /// before the new run can pause.)
+    fn fallback_events(&self, reason: CancelReason, confirmation_id: &str) -> Vec<OutboxEvent> {
+        let Some((_, kind)) = self.last_pause.as_deref() else {
+            return Vec::new();
+        };
+        let about = About {
+            key: self.session_key(),
+            confirmation_id,
+            kind: *kind,
+        };
+        match reason {
+            CancelReason::Timeout => self
+                .settings
+                .event_rows(|| Event::expired(&about, self.settings.confirm_timeout)),
+            _ => Vec::new(),
+        }
+    }
+}

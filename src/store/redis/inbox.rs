@@ -1,0 +1,132 @@
+//! The inbox with replicas: the pending pauses of a namespace, across the
+//! cluster, from the per-namespace sorted set and `conf:ID` that the save,
+//! decide and end scripts keep (see [`super::scripts::SAVE`]).
+
+use std::time::SystemTime;
+
+use super::{pending_key, run_key, RedisStore};
+use crate::store::{Located, PausedRecord, StoreError};
+
+impl RedisStore {
+    /// A page of `namespace`'s undecided pauses (see [`crate::store::Store::pending`]).
+    pub(super) async fn pending_page(
+        &self,
+        namespace: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<PausedRecord>, StoreError> {
+        {
+            let set = pending_key(namespace);
+            let now_ms = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            let mut connection = self.connection().await?;
+            let failed = |err: redis::RedisError| self.failed(&err);
+            // Pauses past their expiry are not pending, whoever forgot them.
+            redis::cmd("ZREMRANGEBYSCORE")
+                .arg(&set)
+                .arg("-inf")
+                .arg(now_ms)
+                .query_async::<i64>(&mut connection)
+                .await
+                .map_err(failed)?;
+            // Where `after` is: `SET SCORE MEMBER` while it is pending.
+            let from: Option<(u64, String)> = match after {
+                Some(conf) => {
+                    let found: Option<String> = redis::cmd("GET")
+                        .arg(format!("chatgate:conf:{conf}"))
+                        .query_async(&mut connection)
+                        .await
+                        .map_err(failed)?;
+                    found.and_then(|text| {
+                        let mut parts = text.splitn(3, ' ');
+                        let (in_set, score, member) = (parts.next()?, parts.next()?, parts.next()?);
+                        (in_set == set).then(|| Some((score.parse().ok()?, member.to_owned())))?
+                    })
+                }
+                None => None,
+            };
+            let min = from
+                .as_ref()
+                .map_or(format!("({now_ms}"), |(score, _)| score.to_string());
+            // Ties at the same millisecond past `after` are few; read a few more.
+            let members: Vec<(String, u64)> = redis::cmd("ZRANGEBYSCORE")
+                .arg(&set)
+                .arg(min)
+                .arg("+inf")
+                .arg("WITHSCORES")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(limit + 64)
+                .query_async(&mut connection)
+                .await
+                .map_err(failed)?;
+            let page: Vec<String> = members
+                .into_iter()
+                .filter(|(member, score)| {
+                    from.as_ref()
+                        .is_none_or(|(at, after)| (*score, member) > (*at, after))
+                })
+                .take(limit)
+                .map(|(member, _)| member)
+                .collect();
+            let mut records = Vec::with_capacity(page.len());
+            for member in page {
+                let Some((_, run)) = member.split_once('|') else {
+                    continue;
+                };
+                match self.get(run).await? {
+                    Some(record) if record.decision.is_none() && record.ended.is_none() => {
+                        records.push(record);
+                    }
+                    _ => {
+                        // Its record went (it expired, or Redis lost it): unlisted.
+                        redis::cmd("ZREM")
+                            .arg(&set)
+                            .arg(&member)
+                            .query_async::<i64>(&mut connection)
+                            .await
+                            .map_err(failed)?;
+                    }
+                }
+            }
+            Ok(records)
+        }
+    }
+
+    /// Where the undecided pause `confirmation_id` is (see [`crate::store::Store::locate`]).
+    pub(super) async fn locate_pause(
+        &self,
+        confirmation_id: &str,
+    ) -> Result<Option<Located>, StoreError> {
+        {
+            let mut connection = self.connection().await?;
+            let found: Option<String> = redis::cmd("GET")
+                .arg(format!("chatgate:conf:{confirmation_id}"))
+                .query_async(&mut connection)
+                .await
+                .map_err(|err| self.failed(&err))?;
+            let Some(found) = found else {
+                return Ok(None);
+            };
+            // `chatgate:pending:NAMESPACE SCORE CONFIRMATION_ID|RUN`
+            let mut parts = found.splitn(3, ' ');
+            let (set, _, member) = (parts.next(), parts.next(), parts.next());
+            let namespace = set.and_then(|set| set.strip_prefix("chatgate:pending:"));
+            let run = member.and_then(|m| m.split_once('|')).map(|(_, run)| run);
+            let (Some(namespace), Some(run)) = (namespace, run) else {
+                return Ok(None);
+            };
+            let session: Option<String> = redis::cmd("HGET")
+                .arg(run_key(run))
+                .arg("session")
+                .query_async(&mut connection)
+                .await
+                .map_err(|err| self.failed(&err))?;
+            let prefix = format!("chatgate:session:{namespace}:");
+            let session_id = session.and_then(|s| s.strip_prefix(&prefix).map(str::to_owned));
+            let namespace = (namespace != "-").then(|| namespace.to_owned());
+            Ok(session_id.map(|session_id| (namespace, session_id)))
+        }
+    }
+}
