@@ -3,6 +3,7 @@
 //! `--step-delay-ms 0`. See docs/benchmarks.md for the commands and results.
 
 mod http;
+mod receiver;
 mod servers;
 mod stats;
 
@@ -37,6 +38,10 @@ struct Cli {
     /// `--server-arg=--max-runs=200000`.
     #[arg(long, allow_hyphen_values = true)]
     server_arg: Vec<String>,
+    /// With --store: start a webhook receiver on loopback, point the
+    /// server's --webhook at it, and report the events it got.
+    #[arg(long)]
+    webhook_receiver: bool,
     #[command(subcommand)]
     scenario: Scenario,
 }
@@ -146,8 +151,19 @@ fn main() -> io::Result<()> {
         .enable_all()
         .build()?;
     let replicas = usize::from(matches!(cli.scenario, Scenario::Cross { .. })) + 1;
+    let receiver = match (cli.webhook_receiver, &cli.store) {
+        (false, _) => None,
+        (true, Some(_)) => Some(receiver::Receiver::start()?),
+        (true, None) => {
+            return Err(err(
+                "--webhook-receiver needs --store (the bench starts the server)",
+            ))
+        }
+    };
+    let mut server_args = cli.server_arg.clone();
+    server_args.extend(receiver.iter().flat_map(receiver::Receiver::server_args));
     let started = match &cli.store {
-        Some(store) => servers::start(cli.server_bin.as_deref(), store, replicas, &cli.server_arg)?,
+        Some(store) => servers::start(cli.server_bin.as_deref(), store, replicas, &server_args)?,
         None => Vec::new(),
     };
     let spawned_pid = started.first().map(|server| server.pid());
@@ -225,6 +241,9 @@ fn main() -> io::Result<()> {
             }
         }
     });
+    if let Some(receiver) = &receiver {
+        receiver.report(Instant::now());
+    }
     drop(started);
     result
 }

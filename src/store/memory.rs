@@ -142,20 +142,21 @@ impl Store for MemoryStore {
         Box::pin(async { Ok(due) })
     }
 
-    fn settle_event(
+    fn settle_events(
         &self,
-        seq: i64,
-        retry_at_ms: Option<u64>,
+        settled: Vec<(i64, Option<u64>)>,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
-        match retry_at_ms {
-            None => {
-                outbox.rows.remove(&seq);
-            }
-            Some(at) => {
-                if let Some((queued, retry_at)) = outbox.rows.get_mut(&seq) {
-                    queued.attempts += 1;
-                    *retry_at = at;
+        for (seq, retry_at_ms) in settled {
+            match retry_at_ms {
+                None => {
+                    outbox.rows.remove(&seq);
+                }
+                Some(at) => {
+                    if let Some((queued, retry_at)) = outbox.rows.get_mut(&seq) {
+                        queued.attempts += 1;
+                        *retry_at = at;
+                    }
                 }
             }
         }
@@ -202,10 +203,10 @@ mod tests {
         assert!(store.due_events(now, 10).await.unwrap().is_empty(), "taken");
 
         store
-            .settle_event(due[0].seq, Some(now + 60_000))
+            .settle_events(vec![(due[0].seq, Some(now + 60_000))])
             .await
             .unwrap();
-        store.settle_event(due[1].seq, None).await.unwrap();
+        store.settle_events(vec![(due[1].seq, None)]).await.unwrap();
         assert!(
             store.due_events(now, 10).await.unwrap().is_empty(),
             "a-2 waits for a-1"

@@ -316,12 +316,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         now_ms: u64,
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<QueuedEvent>, StoreError>>;
-    /// An event was sent: delivered (or given up), it goes (`retry_at_ms`
-    /// `None`); failed, it is tried again at `retry_at_ms`.
-    fn settle_event(
+    /// Events were sent: each `(seq, retry_at_ms)` delivered (or given
+    /// up) goes (`None`); failed, it is tried again at `retry_at_ms`. In
+    /// one write where the store can.
+    fn settle_events(
         &self,
-        seq: i64,
-        retry_at_ms: Option<u64>,
+        settled: Vec<(i64, Option<u64>)>,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
     /// How full the outbox is.
     fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>>;

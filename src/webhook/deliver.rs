@@ -26,6 +26,8 @@ pub const MAX_IN_FLIGHT: usize = 32;
 pub const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// The longest wait between two attempts (unless `Retry-After` says more).
 pub const MAX_BACKOFF: Duration = Duration::from_secs(600);
+/// How often the queue gauges are brought up to date.
+const STATS_EVERY: Duration = Duration::from_secs(1);
 /// How often the outbox is looked at when nothing wakes the sender (a
 /// retry coming due, events another writer queued).
 const TICK: Duration = Duration::from_millis(500);
@@ -70,6 +72,7 @@ impl Sender {
         let mut in_flight: JoinSet<(QueuedEvent, Attempt)> = JoinSet::new();
         let mut sending: HashSet<i64> = HashSet::new();
         let mut overflowed = 0;
+        let mut counted = tokio::time::Instant::now() - STATS_EVERY;
         loop {
             if in_flight.len() < MAX_IN_FLIGHT {
                 // What is taken is leased to this sender: all of it is sent.
@@ -85,18 +88,31 @@ impl Sender {
                     Err(err) => log::warn!("webhooks: {err}"),
                 }
             }
-            if let Ok(stats) = self.store.outbox_stats().await {
-                self.metrics.webhook_queue(stats.depth, stats.oldest_ms);
-                for _ in overflowed..stats.overflowed {
-                    self.metrics.webhook_delivery("unknown", "overflow");
+            if counted.elapsed() >= STATS_EVERY {
+                counted = tokio::time::Instant::now();
+                if let Ok(stats) = self.store.outbox_stats().await {
+                    self.metrics.webhook_queue(stats.depth, stats.oldest_ms);
+                    for _ in overflowed..stats.overflowed {
+                        self.metrics.webhook_delivery("unknown", "overflow");
+                    }
+                    overflowed = stats.overflowed;
                 }
-                overflowed = stats.overflowed;
             }
             tokio::select! {
                 Some(done) = in_flight.join_next() => {
-                    if let Ok((queued, attempt)) = done {
-                        sending.remove(&queued.seq);
-                        self.settle(queued, attempt).await;
+                    // With whatever else has finished meanwhile: one write.
+                    let mut settled = Vec::new();
+                    let mut next = Some(done);
+                    while let Some(done) = next {
+                        if let Ok((queued, attempt)) = done {
+                            sending.remove(&queued.seq);
+                            settled.push((queued.seq, self.outcome(&queued, attempt)));
+                        }
+                        next = in_flight.try_join_next();
+                    }
+                    if let Err(err) = self.store.settle_events(settled).await {
+                        // Not settled: sent again (at least once).
+                        log::warn!("webhooks: {err}");
                     }
                 }
                 () = self.hooks.wake.notified() => {}
@@ -153,12 +169,13 @@ impl Sender {
         }
     }
 
-    /// Records an attempt's outcome in the outbox.
-    async fn settle(&self, queued: QueuedEvent, attempt: Attempt) {
+    /// What an attempt's outcome makes of its event: gone (`None`), or
+    /// tried again then.
+    fn outcome(&self, queued: &QueuedEvent, attempt: Attempt) -> Option<u64> {
         let label = EventType::label(&queued.event.event_type);
         let now = now_ms();
         let deadline = queued.queued_at_ms + self.hooks.retry_for.as_millis() as u64;
-        let retry_at = match attempt {
+        match attempt {
             Attempt::Delivered => {
                 self.metrics.webhook_delivery(label, "delivered");
                 None
@@ -189,10 +206,6 @@ impl Sender {
                 );
                 Some(at)
             }
-        };
-        if let Err(err) = self.store.settle_event(queued.seq, retry_at).await {
-            // Not settled: it is sent again (at least once).
-            log::warn!("webhooks: {err}");
         }
     }
 }

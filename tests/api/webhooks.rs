@@ -449,8 +449,18 @@ async fn a_receiver_that_hangs_delays_nothing_and_one_that_never_answers_is_give
     let seen = receiver.wait_for(3).await;
     assert_eq!(seen[1].event, "interaction.decided");
     assert_eq!(seen[2].event, "run.ended");
-    let (_, text) = app.get("/metrics").await;
-    assert!(text.contains("chatgate_webhook_queue_depth 0"), "{text}");
+    // The gauges are brought up to date every second.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (_, text) = app.get("/metrics").await;
+        if text.contains("chatgate_webhook_queue_depth 0")
+            && text.contains("chatgate_webhook_oldest_undelivered_seconds 0")
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -502,12 +502,16 @@ impl Store for RedisStore {
         Box::pin(self.take_events(now_ms, limit))
     }
 
-    fn settle_event(
+    fn settle_events(
         &self,
-        seq: i64,
-        retry_at_ms: Option<u64>,
+        settled: Vec<(i64, Option<u64>)>,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.settle(seq, retry_at_ms))
+        Box::pin(async move {
+            for (seq, retry_at_ms) in settled {
+                self.settle(seq, retry_at_ms).await?;
+            }
+            Ok(())
+        })
     }
 
     fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>> {

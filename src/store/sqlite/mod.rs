@@ -14,6 +14,7 @@
 
 mod outbox;
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,13 @@ use crate::session::SessionKey;
 #[derive(Debug)]
 pub struct SqliteStore {
     connection: Arc<Mutex<Connection>>,
+    /// The webhook outbox's own connection to the same file (see
+    /// [`outbox`]): taking and settling events never waits on, nor delays,
+    /// a run's writes.
+    outbox: Arc<Mutex<Connection>>,
+    /// Events taken for delivery, and until when (ms): leases die with
+    /// the process, which alone uses the file, so they are not written.
+    leases: Arc<Mutex<HashMap<i64, u64>>>,
     name: String,
     path: PathBuf,
     /// The database file itself, locked (`flock`) for as long as this
@@ -85,9 +93,12 @@ impl SqliteStore {
             )
             .map_err(|err| err.to_string())?;
         add_end_columns(&connection).map_err(|err| err.to_string())?;
-        outbox::open(&connection).map_err(|err| err.to_string())?;
+        outbox::create(&connection).map_err(|err| err.to_string())?;
+        let outbox = outbox::open(path).map_err(|err| err.to_string())?;
         Ok(SqliteStore {
             connection: Arc::new(Mutex::new(connection)),
+            outbox: Arc::new(Mutex::new(outbox)),
+            leases: Arc::default(),
             name: format!("sqlite:{}", path.display()),
             path: path.to_owned(),
             file,
@@ -101,7 +112,22 @@ impl SqliteStore {
         &self,
         work: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> BoxFuture<'_, Result<T, StoreError>> {
-        let connection = self.connection.clone();
+        self.run_on(self.connection.clone(), work)
+    }
+
+    /// Runs `work` on the outbox's connection, off the async threads.
+    fn with_outbox<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> BoxFuture<'_, Result<T, StoreError>> {
+        self.run_on(self.outbox.clone(), work)
+    }
+
+    fn run_on<T: Send + 'static>(
+        &self,
+        connection: Arc<Mutex<Connection>>,
+        work: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> BoxFuture<'_, Result<T, StoreError>> {
         Box::pin(async move {
             let done = tokio::task::spawn_blocking(move || {
                 // A panic elsewhere leaves the connection usable.
@@ -317,19 +343,20 @@ impl Store for SqliteStore {
         now_ms: u64,
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<QueuedEvent>, StoreError>> {
-        self.with(move |c| outbox::take(c, now_ms, limit))
+        let leases = self.leases.clone();
+        self.with_outbox(move |c| outbox::take(c, &leases, now_ms, limit))
     }
 
-    fn settle_event(
+    fn settle_events(
         &self,
-        seq: i64,
-        retry_at_ms: Option<u64>,
+        settled: Vec<(i64, Option<u64>)>,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.with(move |c| outbox::settle(c, seq, retry_at_ms))
+        let leases = self.leases.clone();
+        self.with_outbox(move |c| outbox::settle(c, &leases, &settled))
     }
 
     fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>> {
-        self.with(outbox::stats)
+        self.with_outbox(outbox::stats)
     }
 }
 
@@ -543,7 +570,7 @@ mod tests {
         let due = store.due_events(super::super::now_ms(), 10).await.unwrap();
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].event, event("requested"));
-        store.settle_event(due[0].seq, None).await.unwrap();
+        store.settle_events(vec![(due[0].seq, None)]).await.unwrap();
         let next = store.due_events(super::super::now_ms(), 10).await.unwrap();
         assert_eq!(next[0].event.id, "decided");
         let stats = store.outbox_stats().await.unwrap();

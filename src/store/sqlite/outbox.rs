@@ -4,15 +4,35 @@
 //!
 //! One row per event and URL. `ord` names the event's session: a row is
 //! taken only when it is the oldest of its URL and session. A taken row is
-//! leased (`leased_until`) to the sender; leases die with the process, which
-//! is the store's only user (the file is locked).
+//! leased to the sender in memory: leases die with the process, which is
+//! the store's only user (the file is locked).
+//!
+//! Rows are added in the run's transactions (`synchronous = FULL`: an
+//! event is on disk with what it announces). Taking reads; settling
+//! deletes or reschedules on a second connection with `synchronous =
+//! NORMAL` (WAL: it survives the process's crash, not the machine's): a
+//! settle lost to a power cut only sends its event again, which at least
+//! once allows, and the run's writes never wait on a delivery's fsync.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use rusqlite::{params, Connection};
 
 use crate::store::{OutboxEvent, OutboxStats, QueuedEvent, EVENT_LEASE};
 
-/// Creates the table (if new) and frees the leases a previous process held.
-pub(super) fn open(c: &Connection) -> rusqlite::Result<()> {
+/// The outbox's connection to the store's file at `path`.
+pub(super) fn open(path: &std::path::Path) -> rusqlite::Result<Connection> {
+    let c = Connection::open(path)?;
+    c.execute_batch(
+        "PRAGMA synchronous = NORMAL;
+         PRAGMA busy_timeout = 5000;",
+    )?;
+    Ok(c)
+}
+
+/// Creates the table, if new.
+pub(super) fn create(c: &Connection) -> rusqlite::Result<()> {
     c.execute_batch(
         "CREATE TABLE IF NOT EXISTS webhook_outbox (
              seq          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -23,11 +43,9 @@ pub(super) fn open(c: &Connection) -> rusqlite::Result<()> {
              body         TEXT NOT NULL,
              queued_at    INTEGER NOT NULL,
              attempts     INTEGER NOT NULL DEFAULT 0,
-             retry_at     INTEGER NOT NULL,
-             leased_until INTEGER
+             retry_at     INTEGER NOT NULL
          );
-         CREATE INDEX IF NOT EXISTS webhook_outbox_order ON webhook_outbox (target, ord, seq);
-         UPDATE webhook_outbox SET leased_until = NULL;",
+         CREATE INDEX IF NOT EXISTS webhook_outbox_order ON webhook_outbox (target, ord, seq);",
     )
 }
 
@@ -50,20 +68,22 @@ pub(super) fn queue(c: &Connection, events: &[OutboxEvent]) -> rusqlite::Result<
 /// Takes (leases) at most `limit` due rows, each its session's oldest.
 pub(super) fn take(
     c: &Connection,
+    leases: &Mutex<HashMap<i64, u64>>,
     now_ms: u64,
     limit: usize,
 ) -> rusqlite::Result<Vec<QueuedEvent>> {
-    let leased_until = (now_ms + EVENT_LEASE.as_millis() as u64) as i64;
-    let tx = c.unchecked_transaction()?;
-    let mut statement = tx.prepare_cached(
+    let mut leases = leases.lock().unwrap_or_else(|p| p.into_inner());
+    leases.retain(|_, until| *until > now_ms);
+    let mut statement = c.prepare_cached(
         "SELECT seq, id, event_type, target, ord, body, queued_at, attempts
          FROM webhook_outbox o
-         WHERE retry_at <= ?1 AND (leased_until IS NULL OR leased_until <= ?1)
+         WHERE retry_at <= ?1
            AND seq = (SELECT MIN(seq) FROM webhook_outbox p
                       WHERE p.target = o.target AND p.ord = o.ord)
          ORDER BY seq LIMIT ?2",
     )?;
-    let rows = statement.query_map(params![now_ms as i64, limit as i64], |row| {
+    let wanted = (limit + leases.len()) as i64;
+    let rows = statement.query_map(params![now_ms as i64, wanted], |row| {
         Ok(QueuedEvent {
             seq: row.get(0)?,
             event: OutboxEvent {
@@ -77,28 +97,40 @@ pub(super) fn take(
             attempts: row.get(7)?,
         })
     })?;
-    let due: Vec<QueuedEvent> = rows.collect::<rusqlite::Result<_>>()?;
-    drop(statement);
-    for queued in &due {
-        tx.execute(
-            "UPDATE webhook_outbox SET leased_until = ?2 WHERE seq = ?1",
-            params![queued.seq, leased_until],
-        )?;
+    let until = now_ms + EVENT_LEASE.as_millis() as u64;
+    let mut due = Vec::new();
+    for row in rows {
+        let queued = row?;
+        if due.len() < limit && !leases.contains_key(&queued.seq) {
+            leases.insert(queued.seq, until);
+            due.push(queued);
+        }
     }
-    tx.commit()?;
     Ok(due)
 }
 
-/// A taken row: gone (`None`), or tried again at `retry_at_ms`.
-pub(super) fn settle(c: &Connection, seq: i64, retry_at_ms: Option<u64>) -> rusqlite::Result<()> {
-    match retry_at_ms {
-        None => c.execute("DELETE FROM webhook_outbox WHERE seq = ?1", params![seq])?,
-        Some(at) => c.execute(
-            "UPDATE webhook_outbox SET attempts = attempts + 1, retry_at = ?2, leased_until = NULL
-             WHERE seq = ?1",
-            params![seq, at as i64],
-        )?,
-    };
+/// Taken rows, in one transaction: each gone (`None`), or tried again at
+/// its retry time.
+pub(super) fn settle(
+    c: &Connection,
+    leases: &Mutex<HashMap<i64, u64>>,
+    settled: &[(i64, Option<u64>)],
+) -> rusqlite::Result<()> {
+    let tx = c.unchecked_transaction()?;
+    for (seq, retry_at_ms) in settled {
+        match retry_at_ms {
+            None => tx.execute("DELETE FROM webhook_outbox WHERE seq = ?1", params![seq])?,
+            Some(at) => tx.execute(
+                "UPDATE webhook_outbox SET attempts = attempts + 1, retry_at = ?2 WHERE seq = ?1",
+                params![seq, *at as i64],
+            )?,
+        };
+    }
+    tx.commit()?;
+    let mut leases = leases.lock().unwrap_or_else(|p| p.into_inner());
+    for (seq, _) in settled {
+        leases.remove(seq);
+    }
     Ok(())
 }
 
