@@ -1,10 +1,11 @@
 //! `--store memory`, the default: nothing outlives the process.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use futures_util::future::BoxFuture;
 
+use super::schedule::{queue_of, Schedule, Slot};
 use super::{
     OutboxEvent, OutboxStats, PausedRecord, QueuedEvent, Resolution, RunEnd, Store, StoreError,
     StoredDecision, EVENT_LEASE,
@@ -27,9 +28,8 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct Outbox {
-    /// By seq: the event, and when it may be tried (ms since the epoch:
-    /// its retry time, or the end of its lease while it is being sent).
-    rows: BTreeMap<i64, (QueuedEvent, u64)>,
+    events: HashMap<i64, OutboxEvent>,
+    schedule: Schedule,
     next_seq: i64,
     overflowed: u64,
 }
@@ -39,7 +39,7 @@ impl MemoryStore {
         let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
         let now = super::now_ms();
         for event in events {
-            if outbox.rows.len() >= MAX_OUTBOX_EVENTS {
+            if outbox.events.len() >= MAX_OUTBOX_EVENTS {
                 outbox.overflowed += 1;
                 log::warn!(
                     "the webhook outbox is full ({MAX_OUTBOX_EVENTS} events): {} {} dropped",
@@ -50,13 +50,16 @@ impl MemoryStore {
             }
             outbox.next_seq += 1;
             let seq = outbox.next_seq;
-            let queued = QueuedEvent {
+            let slot = Slot {
                 seq,
-                event: event.clone(),
                 queued_at_ms: now,
                 attempts: 0,
+                retry_at_ms: now,
             };
-            outbox.rows.insert(seq, (queued, now));
+            outbox
+                .schedule
+                .push(queue_of(&event.target, &event.order), slot);
+            outbox.events.insert(seq, event.clone());
         }
     }
 }
@@ -126,19 +129,19 @@ impl Store for MemoryStore {
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<QueuedEvent>, StoreError>> {
         let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
-        let mut heads = HashSet::new();
-        let mut due = Vec::new();
-        let leased_until = now_ms + EVENT_LEASE.as_millis() as u64;
-        for (queued, retry_at) in outbox.rows.values_mut() {
-            if due.len() >= limit {
-                break;
-            }
-            let order = (queued.event.target.clone(), queued.event.order.clone());
-            if heads.insert(order) && *retry_at <= now_ms {
-                *retry_at = leased_until;
-                due.push(queued.clone());
-            }
-        }
+        let lease_until = now_ms + EVENT_LEASE.as_millis() as u64;
+        let slots = outbox.schedule.take(now_ms, limit, lease_until);
+        let due = slots
+            .into_iter()
+            .filter_map(|slot| {
+                Some(QueuedEvent {
+                    seq: slot.seq,
+                    event: outbox.events.get(&slot.seq)?.clone(),
+                    queued_at_ms: slot.queued_at_ms,
+                    attempts: slot.attempts,
+                })
+            })
+            .collect();
         Box::pin(async { Ok(due) })
     }
 
@@ -148,16 +151,9 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
         for (seq, retry_at_ms) in settled {
-            match retry_at_ms {
-                None => {
-                    outbox.rows.remove(&seq);
-                }
-                Some(at) => {
-                    if let Some((queued, retry_at)) = outbox.rows.get_mut(&seq) {
-                        queued.attempts += 1;
-                        *retry_at = at;
-                    }
-                }
+            outbox.schedule.settle(seq, retry_at_ms);
+            if retry_at_ms.is_none() {
+                outbox.events.remove(&seq);
             }
         }
         Box::pin(async { Ok(()) })
@@ -166,8 +162,8 @@ impl Store for MemoryStore {
     fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>> {
         let outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
         let stats = OutboxStats {
-            depth: outbox.rows.len() as u64,
-            oldest_ms: outbox.rows.values().next().map(|(q, _)| q.queued_at_ms),
+            depth: outbox.events.len() as u64,
+            oldest_ms: outbox.schedule.oldest_ms(),
             overflowed: outbox.overflowed,
         };
         Box::pin(async move { Ok(stats) })

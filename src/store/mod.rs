@@ -29,6 +29,7 @@
 
 pub mod memory;
 pub mod redis;
+pub mod schedule;
 pub mod sqlite;
 
 use futures_util::future::BoxFuture;
@@ -323,6 +324,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         &self,
         settled: Vec<(i64, Option<u64>)>,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Writes what [`Store::settle_events`] noted and has not written yet
+    /// (at shutdown: nothing delivered is sent again by the next process).
+    fn flush_outbox(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
     /// How full the outbox is.
     fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>>;
     /// `Err(name)` while the store cannot be used, for `/readyz`.

@@ -117,7 +117,12 @@ impl Sender {
                 }
                 () = self.hooks.wake.notified() => {}
                 () = tokio::time::sleep(TICK) => {}
-                () = stop.cancelled() => return,
+                () = stop.cancelled() => {
+                    if let Err(err) = self.store.flush_outbox().await {
+                        log::warn!("webhooks: {err}");
+                    }
+                    return;
+                }
             }
         }
     }

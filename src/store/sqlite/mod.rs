@@ -14,7 +14,6 @@
 
 mod outbox;
 
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -38,9 +37,10 @@ pub struct SqliteStore {
     /// [`outbox`]): taking and settling events never waits on, nor delays,
     /// a run's writes.
     outbox: Arc<Mutex<Connection>>,
-    /// Events taken for delivery, and until when (ms): leases die with
-    /// the process, which alone uses the file, so they are not written.
-    leases: Arc<Mutex<HashMap<i64, u64>>>,
+    /// Events taken for delivery (leases die with the process, which
+    /// alone uses the file, so they are not written) and settled ones
+    /// not yet written.
+    ledger: Arc<Mutex<outbox::Ledger>>,
     name: String,
     path: PathBuf,
     /// The database file itself, locked (`flock`) for as long as this
@@ -95,10 +95,11 @@ impl SqliteStore {
         add_end_columns(&connection).map_err(|err| err.to_string())?;
         outbox::create(&connection).map_err(|err| err.to_string())?;
         let outbox = outbox::open(path).map_err(|err| err.to_string())?;
+        let ledger = outbox::ledger(&outbox).map_err(|err| err.to_string())?;
         Ok(SqliteStore {
             connection: Arc::new(Mutex::new(connection)),
             outbox: Arc::new(Mutex::new(outbox)),
-            leases: Arc::default(),
+            ledger: Arc::new(Mutex::new(ledger)),
             name: format!("sqlite:{}", path.display()),
             path: path.to_owned(),
             file,
@@ -180,6 +181,7 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let json = serde_json::to_string(&record).unwrap_or_default();
         let events = events.to_vec();
+        let ledger = self.ledger.clone();
         self.with(move |c| {
             let tx = c.unchecked_transaction()?;
             tx.execute(
@@ -188,8 +190,10 @@ impl Store for SqliteStore {
                      ended = NULL, ended_until = NULL",
                 params![record.run, json],
             )?;
-            outbox::queue(&tx, &events)?;
-            tx.commit()
+            let queued = outbox::queue(&tx, &events)?;
+            tx.commit()?;
+            outbox::scheduled(&ledger, queued);
+            Ok(())
         })
     }
 
@@ -203,6 +207,7 @@ impl Store for SqliteStore {
         let run = run.to_owned();
         let json = serde_json::to_string(decision).unwrap_or_default();
         let events = events.to_vec();
+        let ledger = self.ledger.clone();
         let updating = self.with(move |c| {
             let tx = c.unchecked_transaction()?;
             let updated = tx.execute(
@@ -210,8 +215,9 @@ impl Store for SqliteStore {
                 params![run, json],
             )?;
             if updated > 0 {
-                outbox::queue(&tx, &events)?;
+                let queued = outbox::queue(&tx, &events)?;
                 tx.commit()?;
+                outbox::scheduled(&ledger, queued);
             }
             Ok(updated)
         });
@@ -271,6 +277,7 @@ impl Store for SqliteStore {
         let grace = self.grace;
         let until = now + grace.as_millis() as i64;
         let events = events.to_vec();
+        let ledger = self.ledger.clone();
         self.with(move |c| {
             let tx = c.unchecked_transaction()?;
             if grace.is_zero() {
@@ -282,8 +289,10 @@ impl Store for SqliteStore {
                 )?;
                 delete_past_ends(&tx, now)?;
             }
-            outbox::queue(&tx, &events)?;
-            tx.commit()
+            let queued = outbox::queue(&tx, &events)?;
+            tx.commit()?;
+            outbox::scheduled(&ledger, queued);
+            Ok(())
         })
     }
 
@@ -331,10 +340,13 @@ impl Store for SqliteStore {
 
     fn announce<'a>(&'a self, events: &'a [OutboxEvent]) -> BoxFuture<'a, Result<(), StoreError>> {
         let events = events.to_vec();
+        let ledger = self.ledger.clone();
         self.with(move |c| {
             let tx = c.unchecked_transaction()?;
-            outbox::queue(&tx, &events)?;
-            tx.commit()
+            let queued = outbox::queue(&tx, &events)?;
+            tx.commit()?;
+            outbox::scheduled(&ledger, queued);
+            Ok(())
         })
     }
 
@@ -343,20 +355,30 @@ impl Store for SqliteStore {
         now_ms: u64,
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<QueuedEvent>, StoreError>> {
-        let leases = self.leases.clone();
-        self.with_outbox(move |c| outbox::take(c, &leases, now_ms, limit))
+        let slots = outbox::take(&self.ledger, now_ms, limit);
+        if slots.is_empty() {
+            return Box::pin(async { Ok(Vec::new()) });
+        }
+        let ledger = self.ledger.clone();
+        self.with_outbox(move |c| outbox::read(c, &ledger, slots, now_ms))
     }
 
     fn settle_events(
         &self,
         settled: Vec<(i64, Option<u64>)>,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        let leases = self.leases.clone();
-        self.with_outbox(move |c| outbox::settle(c, &leases, &settled))
+        outbox::settle(&self.ledger, &settled);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn flush_outbox(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        let ledger = self.ledger.clone();
+        self.with_outbox(move |c| outbox::flush(c, &ledger))
     }
 
     fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>> {
-        self.with_outbox(outbox::stats)
+        let stats = outbox::stats(&self.ledger);
+        Box::pin(async move { Ok(stats) })
     }
 }
 
