@@ -41,7 +41,7 @@ pub(super) fn open(path: &std::path::Path) -> rusqlite::Result<Connection> {
 pub(super) fn create(c: &Connection) -> rusqlite::Result<()> {
     c.execute_batch(
         "CREATE TABLE IF NOT EXISTS webhook_outbox (
-             seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+             seq          INTEGER PRIMARY KEY,
              id           TEXT NOT NULL,
              event_type   TEXT NOT NULL,
              target       TEXT NOT NULL,
@@ -50,8 +50,7 @@ pub(super) fn create(c: &Connection) -> rusqlite::Result<()> {
              queued_at    INTEGER NOT NULL,
              attempts     INTEGER NOT NULL DEFAULT 0,
              retry_at     INTEGER NOT NULL
-         );
-         CREATE INDEX IF NOT EXISTS webhook_outbox_order ON webhook_outbox (target, ord, seq);",
+         );",
     )
 }
 
