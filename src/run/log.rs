@@ -59,6 +59,11 @@ pub struct RunLog {
     changed: Notify,
 }
 
+/// A pause at least this long makes a run's end re-attachable for the
+/// grace whatever its stream wrote (see [`RunLog::waited`]). Scripts that
+/// answer at once do not pay for it; people do not answer this fast.
+pub const LONG_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
 pub(super) struct LogInner {
     pub(super) frames: VecDeque<Bytes>,
     /// Bytes in `frames`.
@@ -71,6 +76,12 @@ pub(super) struct LogInner {
     /// then starts no grace (a pause waits for its decision, not for its
     /// connection).
     pub(super) paused: bool,
+    /// When the current pause began (`None` when not paused).
+    paused_since: Option<std::time::Instant>,
+    /// When the last pause that lasted [`LONG_PAUSE`] or more ended: a
+    /// client attached through it may have gone without the server
+    /// noticing (see [`RunLog::waited_since`]).
+    long_pause_ended: Option<std::time::Instant>,
     /// The run was suspended (see [`RunLog::suspend`]): after the last frame
     /// the stream gets `trailer`, then ends, with no final chunk.
     pub(super) suspended: bool,
@@ -119,6 +130,8 @@ impl RunLog {
                 next_seq: 1,
                 finished: false,
                 paused: false,
+                paused_since: None,
+                long_pause_ended: None,
                 suspended: false,
                 trailer: None,
                 subscriber: None,
@@ -255,14 +268,36 @@ impl RunLog {
     /// The run paused: until [`RunLog::pause_ended`], a client that goes
     /// away starts no grace.
     pub fn pause_started(&self) {
-        self.lock().paused = true;
+        let mut inner = self.lock();
+        inner.paused = true;
+        inner.paused_since = Some(std::time::Instant::now());
     }
 
     /// The run's pause was decided (or the run stopped): a detached run's
     /// grace may run again.
     pub fn pause_ended(&self) {
-        self.lock().paused = false;
+        let mut inner = self.lock();
+        inner.paused = false;
+        if inner
+            .paused_since
+            .take()
+            .is_some_and(|since| since.elapsed() >= LONG_PAUSE)
+        {
+            inner.long_pause_ended = Some(std::time::Instant::now());
+        }
+        drop(inner);
         self.changed.notify_waiters();
+    }
+
+    /// Whether a client attached at `attached_at` sat through a pause of
+    /// [`LONG_PAUSE`] or more. One that left during it is noticed only when
+    /// a write to it fails, which the run's last chunks may not cause: its
+    /// end is kept for a grace even when its stream wrote the final chunk
+    /// (see [`crate::run::stream`]).
+    pub(super) fn waited_since(&self, attached_at: std::time::Instant) -> bool {
+        self.lock()
+            .long_pause_ended
+            .is_some_and(|ended| ended > attached_at)
     }
 
     /// Whether the run waits on an undecided pause.

@@ -54,6 +54,8 @@ pub struct Subscription {
     idle: Pin<Box<Sleep>>,
     /// Set until the first chunk is written, for the time-to-first-chunk metric.
     opened: Option<Instant>,
+    /// When this client attached (see [`RunLog::waited_since`]).
+    attached_at: Instant,
     /// Shared by every client stream of the server.
     settings: Arc<StreamSettings>,
 }
@@ -93,6 +95,7 @@ impl Subscription {
             delivered_final: false,
             idle: Box::pin(tokio::time::sleep(settings.keep_alive)),
             opened: Some(Instant::now()),
+            attached_at: Instant::now(),
             settings,
         }
     }
@@ -237,12 +240,14 @@ impl Drop for Subscription {
         if !was_attached {
             return; // Taken over by a re-attach; the run is someone else's now.
         }
-        if self.delivered_final {
+        if self.delivered_final && !self.log.waited_since(self.attached_at) {
             // The normal end: nothing left to re-attach to.
             self.settings.registry.forget(&self.key, &self.log);
             return;
         }
-        // The client went away early: detach, and give it the grace to return.
+        // The client went away early, or its run waited on a pause long
+        // enough for it to have gone unnoticed (the final chunk was written
+        // to a socket, which says nothing of a reader): its end is kept.
         detached(
             self.log.clone(),
             self.key.clone(),

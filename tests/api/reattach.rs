@@ -177,6 +177,48 @@ async fn a_paused_run_whose_client_left_outlives_the_grace_and_its_end_can_be_re
 }
 
 #[tokio::test]
+async fn a_client_gone_unnoticed_during_a_pause_still_reads_the_end() {
+    // The default keep-alive: nothing is written to the stream for 15 s,
+    // so the server does not notice the client leave before the run ends.
+    let app = spawn_app_with(|s| s.keep_alive = std::time::Duration::from_secs(15)).await;
+    let (stream, request) = app.open_paused("unnoticed", "one; two").await;
+    drop(stream);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    let (status, _) = app.reply("unnoticed", "CONFIRM_ACTION:confirm").await;
+    app.eventually("the run ended", |app| app.manager.active_runs() == 0)
+        .await;
+    // Whether or not the final chunk was written into the dead
+    // connection, the end is there to be read.
+    let back = app.reattach("unnoticed", request.sequence).await;
+    let back_status = back.status();
+    let mut read_later = EventStream::resumed(back, request.sequence);
+    let last = read_later.finish().await;
+
+    assert_eq!(status, 200);
+    assert_eq!(back_status, 200);
+    assert_eq!(
+        read_later.chunks[0].chunk_type,
+        ChunkType::ConfirmationReceived
+    );
+    assert_eq!(last.chunk_type, ChunkType::Completion);
+}
+
+#[tokio::test]
+async fn a_client_that_answers_at_once_leaves_no_ended_log_behind() {
+    let app = spawn_app_with(|s| s.keep_alive = std::time::Duration::from_secs(15)).await;
+    let (mut stream, _) = app.open_paused("quick", "one").await;
+    let (status, _) = app.reply("quick", "CONFIRM_ACTION:confirm").await;
+    let last = stream.finish().await;
+    drop(stream);
+
+    assert_eq!(status, 200);
+    assert_eq!(last.chunk_type, ChunkType::Completion);
+    app.eventually("the read end is forgotten", |app| app.logs.is_empty())
+        .await;
+}
+
+#[tokio::test]
 async fn a_second_client_re_attaching_takes_over_the_stream() {
     let app = spawn_app_with(detaching).await;
     let (mut first, request) = app.open_paused("two", "step").await;
