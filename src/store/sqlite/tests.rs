@@ -1,0 +1,197 @@
+//! The SQLite store's tests: records, ends, locks, and the webhook outbox.
+
+use super::*;
+use crate::protocol::Action;
+
+const GRACE: Duration = Duration::from_secs(60);
+
+fn record(run: &str) -> PausedRecord {
+    PausedRecord {
+        run: run.into(),
+        namespace: Some("k0123".into()),
+        session_id: "会话".into(),
+        engine: "planner".into(),
+        state: serde_json::json!({"steps": ["a"]}),
+        message: "a".into(),
+        confirmation_id: "c".into(),
+        round: 1,
+        options: Action::ALL.to_vec(),
+        tasks: vec![],
+        kind: Default::default(),
+        title: String::new(),
+        questions: vec![],
+        expires_at_ms: 1,
+        asked_at_ms: 0,
+        frames: vec!["id: 1\ndata: {}\n\n".into()],
+        next_seq: 2,
+        decision: None,
+        ended: None,
+    }
+}
+
+#[tokio::test]
+async fn records_survive_reopening_and_decisions_are_kept_with_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let confirm = StoredDecision::new(Action::Confirm, "c", None, None);
+    let key = SessionKey::new(Some(1), "会话");
+    {
+        let store = SqliteStore::open(&path, GRACE).unwrap();
+        store.save(record("r1"), &[]).await.unwrap();
+        store.save(record("r2"), &[]).await.unwrap();
+        store
+            .record_decision("r2", &key, &confirm, &[])
+            .await
+            .unwrap();
+        store
+            .remove("r1", &SessionKey::new(Some(1), "会话"))
+            .await
+            .unwrap();
+    }
+    let store = SqliteStore::open(&path, GRACE).unwrap();
+    let loaded = store.load().await.unwrap();
+    let second = SqliteStore::open(&path, GRACE).unwrap_err();
+    assert!(second.contains("another chatgate process"), "{second}");
+
+    assert_eq!(loaded.len(), 1);
+    assert_eq!(loaded[0].run, "r2");
+    assert_eq!(loaded[0].session_id, "会话");
+    assert_eq!(StoredDecision::of(&loaded[0]), Some(confirm.clone()));
+    assert_eq!(
+        store.resolve("r2", &key, &confirm.nonce).await.unwrap(),
+        Resolution::Recorded
+    );
+    assert_eq!(
+        store.resolve("r2", &key, "another").await.unwrap(),
+        Resolution::Void
+    );
+    assert!(store.get("r1").await.unwrap().is_none());
+    // A decision for a record that is gone is not recorded, and says so.
+    let gone = store
+        .record_decision("r1", &key, &confirm, &[])
+        .await
+        .unwrap_err();
+    assert_eq!(gone.fault, Fault::Lost);
+}
+
+#[tokio::test]
+async fn an_ended_run_keeps_its_end_for_the_grace_then_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let key = SessionKey::new(Some(1), "会话");
+    let end = RunEnd {
+        frames: vec!["id: 1\ndata: {}\n\n".into(), "id: 2\ndata: {}\n\n".into()],
+        next_seq: 3,
+    };
+    {
+        let store = SqliteStore::open(&path, GRACE).unwrap();
+        store.save(record("paused"), &[]).await.unwrap();
+        store.save(record("ended"), &[]).await.unwrap();
+        store.end("ended", &key, &end, &[]).await.unwrap();
+    }
+    {
+        let store = SqliteStore::open(&path, GRACE).unwrap();
+        let loaded = store.load().await.unwrap();
+        let runs: Vec<_> = loaded.iter().map(|r| r.run.as_str()).collect();
+        // Ended ones first: a session's paused run is restored over them.
+        assert_eq!(runs, ["ended", "paused"]);
+        assert_eq!(loaded[0].ended.as_ref(), Some(&end));
+        assert_eq!(loaded[1].ended, None);
+    }
+    {
+        // Opened with a grace that is over by the time it loads.
+        let store = SqliteStore::open(&path, Duration::from_millis(1)).unwrap();
+        store.end("ended", &key, &end, &[]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let loaded = store.load().await.unwrap();
+        let runs: Vec<_> = loaded.iter().map(|r| r.run.as_str()).collect();
+        assert_eq!(runs, ["paused"]);
+    }
+    // Without a grace an end goes at once.
+    let store = SqliteStore::open(&path, Duration::ZERO).unwrap();
+    store.end("paused", &key, &end, &[]).await.unwrap();
+    assert!(store.load().await.unwrap().is_empty());
+    assert!(store.get("paused").await.unwrap().is_none());
+}
+
+fn event(id: &str) -> OutboxEvent {
+    OutboxEvent {
+        id: id.into(),
+        event_type: "interaction.decided".into(),
+        target: "http://127.0.0.1:1/hook".into(),
+        order: "key-1/会话".into(),
+        body: format!("{{\"id\":\"{id}\"}}"),
+    }
+}
+
+#[tokio::test]
+async fn events_are_queued_with_their_write_or_not_at_all_and_outlive_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let key = SessionKey::new(Some(1), "会话");
+    let confirm = StoredDecision::new(Action::Confirm, "c", None, None);
+    {
+        let store = SqliteStore::open(&path, GRACE).unwrap();
+        store
+            .save(record("r1"), &[event("requested")])
+            .await
+            .unwrap();
+        store
+            .record_decision("r1", &key, &confirm, &[event("decided")])
+            .await
+            .unwrap();
+        // A decision for a record that is gone records nothing, and
+        // queues nothing.
+        let gone = store
+            .record_decision("nope", &key, &confirm, &[event("phantom")])
+            .await
+            .unwrap_err();
+        assert_eq!(gone.fault, Fault::Lost);
+        // Taken for delivery, then the process dies: the lease dies too.
+        let taken = store.due_events(super::super::now_ms(), 10).await.unwrap();
+        assert_eq!(taken.len(), 1, "one at a time per session");
+        assert!(store
+            .due_events(super::super::now_ms(), 10)
+            .await
+            .unwrap()
+            .is_empty());
+    }
+    let store = SqliteStore::open(&path, GRACE).unwrap();
+    let due = store.due_events(super::super::now_ms(), 10).await.unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].event, event("requested"));
+    store.settle_events(vec![(due[0].seq, None)]).await.unwrap();
+    let next = store.due_events(super::super::now_ms(), 10).await.unwrap();
+    assert_eq!(next[0].event.id, "decided");
+    let stats = store.outbox_stats().await.unwrap();
+    assert_eq!(stats.depth, 1);
+}
+
+#[test]
+fn one_file_under_two_names_is_one_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let _first = SqliteStore::open(&path, GRACE).unwrap();
+    let symlink = dir.path().join("current.db");
+    std::os::unix::fs::symlink(&path, &symlink).unwrap();
+    let hard_link = dir.path().join("hard.db");
+    std::fs::hard_link(&path, &hard_link).unwrap();
+
+    for other in [symlink, hard_link] {
+        let refused = SqliteStore::open(&other, GRACE).unwrap_err();
+        assert!(refused.contains("another chatgate process"), "{refused}");
+    }
+}
+
+#[test]
+fn a_store_file_removed_under_the_process_is_not_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = SqliteStore::open(&path, GRACE).unwrap();
+    assert_eq!(store.health(), Ok(()));
+
+    std::fs::remove_file(&path).unwrap();
+
+    let unready = store.health().unwrap_err();
+    assert!(unready.contains("removed or replaced"), "{unready}");
+}
