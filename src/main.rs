@@ -21,7 +21,10 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or("info,rmcp=warn,tracing::span=warn"),
+    )
+    .init();
     let settings = match Settings::try_parse() {
         Ok(settings) => settings,
         Err(err) if !err.use_stderr() => {
@@ -52,7 +55,9 @@ fn main() -> ExitCode {
 
 async fn serve(settings: Settings) -> Result<(), String> {
     let engine = settings.engine;
-    let app = Application::build(settings).map_err(|err| err.to_string())?;
+    let app = Application::build(settings)
+        .await
+        .map_err(|err| err.to_string())?;
     log::info!(
         "chatgate listening on http://{} (engine: {engine})",
         app.address()

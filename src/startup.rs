@@ -82,13 +82,13 @@ pub struct Application {
 impl Application {
     /// Binds `settings.bind` and prepares the server; nothing is served until
     /// [`Application::run_until_stopped`].
-    pub fn build(settings: Settings) -> Result<Application, StartupError> {
+    pub async fn build(settings: Settings) -> Result<Application, StartupError> {
         let engine = build_engine(&settings)?;
-        Application::build_with_engine(settings, engine)
+        Application::build_with_engine(settings, engine).await
     }
 
     /// Like [`Application::build`], with an engine supplied by the caller.
-    pub fn build_with_engine(
+    pub async fn build_with_engine(
         settings: Settings,
         engine: Arc<dyn Engine>,
     ) -> Result<Application, StartupError> {
@@ -146,7 +146,7 @@ impl Application {
             confirm_timeout: settings.confirm_timeout,
             max_rounds: settings.max_rounds,
             step_delay: settings.step_delay,
-            tools: Arc::new(load_tools(&settings)?),
+            tools: Arc::new(load_tools(&settings).await?),
             audit: settings
                 .audit_log
                 .as_deref()
@@ -388,11 +388,12 @@ pub fn build_engine(settings: &Settings) -> Result<Arc<dyn Engine>, StartupError
 }
 
 /// The tools of `--tools` (none without it).
-fn load_tools(settings: &Settings) -> Result<Tools, StartupError> {
+async fn load_tools(settings: &Settings) -> Result<Tools, StartupError> {
     let Some(path) = &settings.tools else {
         return Ok(Tools::default());
     };
-    let tools = Tools::load(path)?;
+    let mut tools = Tools::load(path)?;
+    tools.start_mcp().await?;
     log::info!("{} tool(s) declared in {}", tools.len(), path.display());
     Ok(tools)
 }

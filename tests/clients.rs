@@ -19,13 +19,13 @@ parameters = { type = "object", properties = { step = { type = "string" } }, req
 
 /// Starts a server for the suites: no step delay, 3 s confirmation timeout
 /// (the suites' timeout cases wait for it), the `echo_args` tool.
-fn start_server(tools: &std::path::Path) -> String {
+async fn start_server(tools: &std::path::Path) -> String {
     let mut settings = Settings::for_bind("127.0.0.1:0");
     settings.step_delay = std::time::Duration::from_millis(0);
     settings.confirm_timeout = std::time::Duration::from_secs(3);
     settings.workers = Some(2);
     settings.tools = Some(tools.to_owned());
-    let app = Application::build(settings).expect("server builds");
+    let app = Application::build(settings).await.expect("server builds");
     let url = format!("http://{}", app.address());
     tokio::spawn(app.run_until_stopped());
     url
@@ -35,7 +35,7 @@ async fn run_suite(program: &'static str, args: &'static [&'static str]) {
     let dir = tempfile::tempdir().unwrap();
     let tools = dir.path().join("tools.toml");
     std::fs::write(&tools, TOOLS).unwrap();
-    let url = start_server(&tools);
+    let url = start_server(&tools).await;
     let output = tokio::task::spawn_blocking(move || {
         Command::new(program)
             .args(args)

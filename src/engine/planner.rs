@@ -35,7 +35,7 @@ use crate::run::context::RunContext;
 use crate::run::engine::Engine;
 use crate::run::outcome::{Completion, RunError};
 use crate::run::plan::{Answers, Approval, Plan, Questions, Resumed};
-use crate::tools::{ToolOutcome, Tools};
+use crate::tools::{Executor, ToolOutcome, Tools};
 
 /// The planner engine; stateless, so one value serves every run.
 #[derive(Debug, Clone, Copy, Default)]
@@ -229,7 +229,7 @@ async fn execute(
     let mut done = 0;
     for (i, step) in steps.iter().enumerate() {
         let index = i + 1;
-        let name = tool_for(step);
+        let (name, called) = call_of(step, ctx.tools());
         let args = match decisions.verdict(index) {
             Verdict::Reject { reason } => {
                 let why = reason.as_deref().unwrap_or("rejected by the user");
@@ -243,7 +243,7 @@ async fn execute(
                 continue;
             }
             Verdict::Edit { args } => args.clone(),
-            Verdict::Approve => json!({ "step": step }),
+            Verdict::Approve => called,
         };
         // What runs, as it runs: an edited step shows its new arguments.
         let shown = match decisions.verdict(index) {
@@ -314,8 +314,7 @@ fn plan(steps: &[String], tools: &Tools, durable: bool) -> Result<Plan, RunError
     let mut risk = RiskLevel::Low;
     let mut tasks = Vec::with_capacity(steps.len());
     for (i, step) in steps.iter().enumerate() {
-        let tool = tool_for(step);
-        let args = json!({ "step": step });
+        let (tool, args) = call_of(step, tools);
         let mut own = if has_word(step, |w| {
             ["delet", "remov", "drop"].iter().any(|p| w.starts_with(p)) || w == "rm"
         }) {
@@ -410,6 +409,32 @@ fn has_word(text: &str, matches: impl Fn(&str) -> bool) -> bool {
 /// The step's first word, lower-cased, as the tool name (`task` if none).
 /// A word is letters, digits, `_` and inner `-`, so `write_note` and
 /// `deploy-web` are one word each.
+/// The tool a step calls and its arguments: `<tool> {json object}` for a
+/// tool of an MCP server (the object as its arguments; nothing after the
+/// name: `{}`), else the step's first word and `{"step": <step>}`.
+fn call_of(step: &str, tools: &Tools) -> (String, Value) {
+    let (first, rest) = step
+        .trim()
+        .split_once(char::is_whitespace)
+        .unwrap_or((step.trim(), ""));
+    if let Some(tool) = tools.get(first) {
+        if matches!(tool.executor, Executor::Mcp(_)) {
+            let rest = rest.trim();
+            let args = if rest.is_empty() {
+                Some(json!({}))
+            } else {
+                serde_json::from_str::<Value>(rest)
+                    .ok()
+                    .filter(Value::is_object)
+            };
+            if let Some(args) = args {
+                return (first.to_owned(), args);
+            }
+        }
+    }
+    (tool_for(step), json!({ "step": step }))
+}
+
 fn tool_for(step: &str) -> String {
     step.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
         .map(|w| w.trim_matches('-'))

@@ -1,5 +1,5 @@
-//! Probes: liveness, readiness (shutdown, the audit log, the store) and the
-//! Prometheus metrics.
+//! Probes: liveness, readiness (shutdown, the audit log, the store, MCP
+//! servers) and the Prometheus metrics.
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -31,6 +31,14 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
             "status": "store_unavailable",
             "store": store,
             "error": "the store cannot be reached: decisions are refused until it can",
+        }));
+    }
+    let down = state.runs.settings.tools.mcp_down();
+    if !down.is_empty() {
+        return HttpResponse::ServiceUnavailable().json(serde_json::json!({
+            "status": "mcp_unavailable",
+            "mcp": down,
+            "error": "an MCP server is not running (it is being restarted): its tools fail until it is back",
         }));
     }
     if state.runs.shutdown.is_cancelled() {

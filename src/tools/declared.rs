@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::command;
 #[cfg(feature = "openai")]
 use super::http;
+use super::mcp::{McpEntry, McpServer, McpSpec};
 use super::outcome::ToolOutcome;
 use crate::protocol::question::{
     check_questions, Question, MAX_HEADER_CHARS, MAX_QUESTIONS, SCHEMA_KEYWORDS,
@@ -31,6 +32,12 @@ pub struct Tools {
     by_name: HashMap<String, Arc<Tool>>,
     /// In file order, for offering them to a model.
     order: Vec<String>,
+    /// The file, for errors of [`Tools::start_mcp`].
+    file: String,
+    /// `[[mcp]]` entries checked, not started yet.
+    mcp: Vec<McpSpec>,
+    /// The MCP servers started.
+    servers: Vec<Arc<McpServer>>,
 }
 
 /// One declared tool.
@@ -63,6 +70,8 @@ impl fmt::Debug for Tool {
 #[derive(Debug)]
 pub enum Executor {
     Command(command::CommandSpec),
+    /// A tool of an MCP server (`[[mcp]]`).
+    Mcp(super::mcp::McpTool),
     #[cfg(feature = "openai")]
     Http(http::HttpSpec),
 }
@@ -107,6 +116,8 @@ fn yes() -> bool {
 struct ToolsFile {
     #[serde(default)]
     tool: Vec<toml::Value>,
+    #[serde(default)]
+    mcp: Vec<toml::Value>,
 }
 
 impl Tools {
@@ -153,7 +164,75 @@ impl Tools {
             tools.order.push(tool.name.clone());
             tools.by_name.insert(tool.name.clone(), Arc::new(tool));
         }
+        tools.file = file.clone();
+        for (position, raw) in parsed.mcp.into_iter().enumerate() {
+            let place = mcp_place(&raw, position);
+            let fail = |message: String| ToolsFileError {
+                file: file.clone(),
+                place: place.clone(),
+                message,
+            };
+            let entry: McpEntry = raw
+                .try_into()
+                .map_err(|err: toml::de::Error| fail(err.message().to_owned()))?;
+            let spec = entry.check().map_err(fail)?;
+            if tools.mcp.iter().any(|other| other.name == spec.name) {
+                return Err(fail(
+                    "key `name`: a server of that name is declared earlier".to_owned(),
+                ));
+            }
+            tools.mcp.push(spec);
+        }
         Ok(tools)
+    }
+
+    /// Starts the `[[mcp]]` servers and adds their tools. A server that
+    /// cannot start, and a name that collides with a declared tool or
+    /// another server's, stop chatgate with one line naming both.
+    pub async fn start_mcp(&mut self) -> Result<(), ToolsFileError> {
+        for spec in std::mem::take(&mut self.mcp) {
+            let fail = |message: String| ToolsFileError {
+                file: self.file.clone(),
+                place: format!("mcp \"{}\"", spec.name),
+                message,
+            };
+            let (server, offered) = spec.start().await.map_err(fail)?;
+            for tool in offered {
+                if let Some(other) = self.by_name.get(&tool.name) {
+                    let other = match &other.executor {
+                        Executor::Mcp(call) => {
+                            format!("tool `{}` of MCP server {}", call.tool, call.server.name)
+                        }
+                        _ => format!("the declared tool \"{}\"", other.name),
+                    };
+                    return Err(fail(format!(
+                        "its tool is offered as `{}`, the name of {other}",
+                        tool.name
+                    )));
+                }
+                self.order.push(tool.name.clone());
+                self.by_name.insert(tool.name.clone(), Arc::new(tool));
+            }
+            log::info!(
+                "MCP server {}: {} tool(s) offered",
+                server.name,
+                self.by_name
+                    .values()
+                    .filter(|t| matches!(&t.executor, Executor::Mcp(c) if Arc::ptr_eq(&c.server, &server)))
+                    .count()
+            );
+            self.servers.push(server);
+        }
+        Ok(())
+    }
+
+    /// The MCP servers that are not running now (restarting), by name.
+    pub fn mcp_down(&self) -> Vec<String> {
+        self.servers
+            .iter()
+            .filter(|server| !server.is_running())
+            .map(|server| server.name.clone())
+            .collect()
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Tool>> {
@@ -172,6 +251,14 @@ impl Tools {
     pub fn len(&self) -> usize {
         self.by_name.len()
     }
+}
+
+/// `mcp "name"`, or `mcp #3` when the name is missing.
+fn mcp_place(raw: &toml::Value, position: usize) -> String {
+    raw.get("name")
+        .and_then(toml::Value::as_str)
+        .map(|name| format!("mcp \"{name}\""))
+        .unwrap_or_else(|| format!("mcp #{}", position + 1))
 }
 
 /// Checks one entry and builds its tool; the error names the key.
@@ -200,13 +287,6 @@ fn build(entry: ToolEntry) -> Result<Tool, String> {
         .ok_or("key `parameters` is missing (a JSON Schema object)")?;
     let parameters = serde_json::to_value(parameters)
         .map_err(|err| format!("key `parameters`: not a JSON value: {err}"))?;
-    if parameters.get("type").and_then(Value::as_str) != Some("object") {
-        return Err("key `parameters`: the schema must have `type = \"object\"`".to_owned());
-    }
-    jsonschema::meta::validate(&parameters)
-        .map_err(|err| format!("key `parameters`: not a valid JSON Schema: {err}"))?;
-    let validator = jsonschema::validator_for(&parameters)
-        .map_err(|err| format!("key `parameters`: not a valid JSON Schema: {err}"))?;
     let timeout = match entry.timeout_secs {
         None => DEFAULT_TIMEOUT,
         Some(secs) if secs > 0.0 && secs <= MAX_TIMEOUT.as_secs_f64() => {
@@ -239,16 +319,16 @@ fn build(entry: ToolEntry) -> Result<Tool, String> {
             http_executor(url, entry.headers)?
         }
     };
-    Ok(Tool {
+    Tool::new(
         name,
         description,
         risk,
-        confirm: entry.confirm,
+        entry.confirm,
         parameters,
-        validator,
         timeout,
         executor,
-    })
+    )
+    .map_err(|err| format!("key `parameters`: {err}"))
 }
 
 #[cfg(feature = "openai")]
@@ -265,6 +345,36 @@ fn http_executor(_url: String, _headers: HashMap<String, String>) -> Result<Exec
 }
 
 impl Tool {
+    /// A tool with the argument schema `parameters` (an object schema; the
+    /// error says what is wrong with it).
+    pub fn new(
+        name: String,
+        description: String,
+        risk: RiskLevel,
+        confirm: bool,
+        parameters: Value,
+        timeout: Duration,
+        executor: Executor,
+    ) -> Result<Tool, String> {
+        if parameters.get("type").and_then(Value::as_str) != Some("object") {
+            return Err("the schema must have `type = \"object\"`".to_owned());
+        }
+        jsonschema::meta::validate(&parameters)
+            .map_err(|err| format!("not a valid JSON Schema: {err}"))?;
+        let validator = jsonschema::validator_for(&parameters)
+            .map_err(|err| format!("not a valid JSON Schema: {err}"))?;
+        Ok(Tool {
+            name,
+            description,
+            risk,
+            confirm,
+            parameters,
+            validator,
+            timeout,
+            executor,
+        })
+    }
+
     /// Checks `args` against the tool's schema; the error lists what is wrong.
     pub fn check_args(&self, args: &Value) -> Result<(), String> {
         let errors: Vec<String> = self
@@ -348,6 +458,17 @@ impl Tool {
             Executor::Command(spec) => spec.run(args, self.timeout, stop).await,
             #[cfg(feature = "openai")]
             Executor::Http(spec) => spec.run(args, self.timeout, stop).await,
+            // Runs call MCP tools through `RunContext::run_tool`, which also
+            // carries the server's questions; here a question is declined.
+            Executor::Mcp(call) => {
+                let (asks, _) = tokio::sync::mpsc::channel(1);
+                let started = std::time::Instant::now();
+                tokio::select! {
+                    outcome = call.server.call(&call.tool, args, asks) => outcome,
+                    () = tokio::time::sleep(self.timeout) => super::mcp::timed_out(started, self.timeout),
+                    () = stop => super::mcp::stopped(started),
+                }
+            }
         }
     }
 }

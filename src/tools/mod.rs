@@ -16,6 +16,7 @@ pub mod declared;
 #[cfg(feature = "openai")]
 pub mod http;
 pub mod keeper;
+pub mod mcp;
 pub mod outcome;
 
 pub use declared::{Executor, Tool, Tools, ToolsFileError, DEFAULT_TIMEOUT, MAX_TIMEOUT};

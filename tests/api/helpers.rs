@@ -49,7 +49,9 @@ pub async fn spawn_app_with_engine(
     settings.step_delay = std::time::Duration::from_millis(0);
     settings.workers = Some(2);
     configure(&mut settings);
-    let app = Application::build_with_engine(settings, engine).expect("server builds");
+    let app = Application::build_with_engine(settings, engine)
+        .await
+        .expect("server builds");
     let test_app = TestApp {
         address: format!("http://{}", app.address()),
         client: reqwest::Client::new(),

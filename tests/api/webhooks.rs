@@ -508,17 +508,16 @@ async fn with_sqlite_nothing_is_lost_to_a_kill_9_while_the_receiver_is_down() {
 
 #[test]
 fn webhooks_need_a_long_secret() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
     let build = |configure: &dyn Fn(&mut chatgate::config::Settings)| {
         let mut settings = chatgate::config::Settings::for_bind("127.0.0.1:0");
         settings.webhooks = vec!["http://127.0.0.1:9/hook".to_owned()];
         configure(&mut settings);
-        match chatgate::startup::Application::build(settings) {
+        match runtime.block_on(chatgate::startup::Application::build(settings)) {
             Ok(_) => String::new(),
             Err(err) => err.to_string(),
         }
     };
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let _in = runtime.enter();
 
     assert!(build(&|_| {}).contains("--webhook-secret"));
     let short = build(&|s| s.webhook_secret = Some(SecretString::from("short".to_owned())));

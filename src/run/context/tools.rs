@@ -1,13 +1,21 @@
 //! Running a declared tool for an engine: the call, once, then its
-//! `tool_output` chunk and its `executed` audit record.
+//! `tool_output` chunk and its `executed` audit record. An MCP server's tool
+//! may ask questions mid-call: they are put to the user on the run's stream.
 
+use std::time::Instant;
+
+use rmcp::model::ElicitationAction;
 use serde_json::Value;
+use tokio::sync::mpsc;
 
 use super::{audit_failed, RunContext};
 use crate::audit::{self, AuditRecord};
 use crate::protocol::{meta, Chunk, ChunkType, ErrorType};
 use crate::run::outcome::RunError;
-use crate::tools::{Tool, ToolOutcome};
+use crate::run::plan::{Answers, Questions};
+use crate::tools::keeper::KILL_GRACE;
+use crate::tools::mcp::{self, client::Elicitation, elicit, McpTool};
+use crate::tools::{Executor, Tool, ToolOutcome};
 
 /// Calls one run may make without a confirmation (`confirm = false`
 /// tools): past it the run ends with `tool_call_limit`. Every confirmed
@@ -43,6 +51,9 @@ impl RunContext {
         tool: &Tool,
         args: &Value,
     ) -> Result<ToolOutcome, RunError> {
+        if let Executor::Mcp(call) = &tool.executor {
+            return Box::pin(self.run_mcp_tool(index, tool, call, args)).await;
+        }
         let stop = self.stop.clone();
         // Boxed, like the record below: an engine's future is as large as
         // the largest thing it awaits, and a paused run holds that future
@@ -57,6 +68,109 @@ impl RunContext {
             return Err(RunError::Cancelled(reason));
         }
         Ok(outcome)
+    }
+
+    /// [`RunContext::run_tool`] for a tool of an MCP server: the call runs
+    /// until its result, its `timeout_secs` (not counting the time a person
+    /// takes to answer the server's questions) or a stop; each question the
+    /// server asks meanwhile is put to the user as a question pause. A
+    /// cancel or a timeout of such a question is told to the server
+    /// (`cancel`), the call is given [`KILL_GRACE`] to end, and the run
+    /// ends cancelled.
+    async fn run_mcp_tool(
+        &mut self,
+        index: usize,
+        tool: &Tool,
+        call: &McpTool,
+        args: &Value,
+    ) -> Result<ToolOutcome, RunError> {
+        let started = Instant::now();
+        let (asks, mut questions) = mpsc::channel(1);
+        let mut running = Box::pin(call.server.call(&call.tool, args, asks));
+        let stop = self.stop.clone();
+        let mut deadline = tokio::time::Instant::now() + tool.timeout;
+        let mut ended = None;
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut running => break outcome,
+                Some(question) = questions.recv() => {
+                    let asked = tokio::time::Instant::now();
+                    let answered = self.put_server_question(index, &call.server.name, question).await;
+                    deadline += asked.elapsed();
+                    if let Err(err) = answered {
+                        ended = Some(err);
+                        // Told `cancel`: the server may still end the call.
+                        let outcome = tokio::time::timeout(KILL_GRACE, &mut running)
+                            .await
+                            .unwrap_or_else(|_| mcp::stopped(started));
+                        break outcome;
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => break mcp::timed_out(started, tool.timeout),
+                _ = stop.stopped() => break mcp::stopped(started),
+            }
+        };
+        // Dropping the call cancels it on the server if it is still running.
+        drop(running);
+        Box::pin(self.record_tool(index, &tool.name, Some(args), &outcome)).await?;
+        if let Some(err) = ended {
+            return Err(err);
+        }
+        if let Some(reason) = self.stop.reason() {
+            return Err(RunError::Cancelled(reason));
+        }
+        Ok(outcome)
+    }
+
+    /// Puts an MCP server's question to the user and answers the server:
+    /// `answer` -> `accept` with the content, `skip` -> `decline`; a cancel,
+    /// a timeout or a stop -> `cancel`, and the run's end comes back as the
+    /// error. A question that cannot be asked is declined, and a `status`
+    /// chunk says why.
+    async fn put_server_question(
+        &mut self,
+        index: usize,
+        server: &str,
+        question: Elicitation,
+    ) -> Result<(), RunError> {
+        let mapped = match elicit::questions(&question.schema) {
+            Ok(mapped) => mapped,
+            Err(why) => {
+                let chunk = self
+                    .chunk(
+                        ChunkType::Status,
+                        format!("MCP server {server} asked a question that cannot be put to you ({why}); declined"),
+                    )
+                    .with_meta(meta::STEP, index);
+                self.log.push(chunk);
+                question.answer(ElicitationAction::Decline, None);
+                return Ok(());
+            }
+        };
+        let title = match question.message.trim() {
+            "" => format!("MCP server {server} asks"),
+            message => message.to_owned(),
+        };
+        let asked = Questions {
+            title,
+            questions: mapped.questions.clone(),
+            // A live call cannot outlive the process: never stored.
+            state: None,
+        };
+        match self.ask(asked).await {
+            Ok(Answers::Given(answers)) => {
+                question.answer(ElicitationAction::Accept, Some(mapped.content(&answers)));
+                Ok(())
+            }
+            Ok(Answers::Skipped) => {
+                question.answer(ElicitationAction::Decline, None);
+                Ok(())
+            }
+            Err(err) => {
+                question.answer(ElicitationAction::Cancel, None);
+                Err(err)
+            }
+        }
     }
 
     /// The `tool_output` chunk of a call's outcome; `text` replaces the

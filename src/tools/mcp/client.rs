@@ -1,0 +1,159 @@
+//! chatgate's side of one MCP connection: what it declares (elicitation,
+//! nothing else) and how it answers what a server asks.
+//!
+//! - `elicitation/create` (and the elicitations of an `input_required`
+//!   result, which rmcp's `call_tool` routes here too) go to the call in
+//!   flight on that server ([`Asker`]), whose run asks the person and
+//!   replies through a oneshot. No call in flight, or a question already
+//!   pending: declined. A URL elicitation is declined (not declared).
+//! - `sampling/createMessage` and `roots/list` are refused with a JSON-RPC
+//!   error (rmcp's default for sampling: method not found): chatgate lends a
+//!   server neither its model nor its filesystem.
+//! - `notifications/tools/list_changed` is counted ([`Asker::list_changed`]):
+//!   the server's tools are read again before its next call.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+#[allow(deprecated)]
+use rmcp::model::ListRootsResult;
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ElicitationCapability, FormElicitationCapability, Implementation,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleClient};
+use rmcp::{ClientHandler, ErrorData};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+/// A server's question, on its way to the run whose call it is about.
+#[derive(Debug)]
+pub struct Elicitation {
+    pub message: String,
+    /// The `requestedSchema`, as JSON.
+    pub schema: Value,
+    pub reply: oneshot::Sender<ElicitResult>,
+}
+
+impl Elicitation {
+    /// Answers the server (a reply to a call that ended meanwhile is dropped).
+    pub fn answer(self, action: ElicitationAction, content: Option<Value>) {
+        let result = ElicitResult::new(action);
+        let result = match content {
+            Some(content) => result.with_content(content),
+            None => result,
+        };
+        let _ = self.reply.send(result);
+    }
+}
+
+/// Where a server's questions go: the call in flight, if any.
+#[derive(Debug, Default)]
+pub struct Asker {
+    call: Mutex<Option<mpsc::Sender<Elicitation>>>,
+    list_changed: AtomicBool,
+}
+
+impl Asker {
+    /// From now until [`Asker::clear`], questions go to `to`.
+    pub fn set(&self, to: mpsc::Sender<Elicitation>) {
+        *self.call.lock().unwrap_or_else(|p| p.into_inner()) = Some(to);
+    }
+
+    pub fn clear(&self) {
+        *self.call.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Whether the server said its tools changed since the last call of
+    /// this (which resets it).
+    pub fn take_list_changed(&self) -> bool {
+        self.list_changed.swap(false, Ordering::SeqCst)
+    }
+
+    fn current(&self) -> Option<mpsc::Sender<Elicitation>> {
+        self.call.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// The `ClientHandler` of one server.
+#[derive(Debug, Clone)]
+pub struct Handler {
+    pub server: String,
+    pub asker: Arc<Asker>,
+}
+
+fn declined() -> ElicitResult {
+    ElicitResult::new(ElicitationAction::Decline)
+}
+
+impl ClientHandler for Handler {
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let ElicitRequestParams::FormElicitationParams {
+            message,
+            requested_schema,
+            ..
+        } = request
+        else {
+            log::info!("MCP server {}: a URL elicitation, declined", self.server);
+            return Ok(declined());
+        };
+        let Some(call) = self.asker.current() else {
+            log::info!(
+                "MCP server {}: a question with no call in flight, declined",
+                self.server
+            );
+            return Ok(declined());
+        };
+        let (reply, answer) = oneshot::channel();
+        let elicitation = Elicitation {
+            message,
+            schema: serde_json::to_value(&requested_schema).unwrap_or_default(),
+            reply,
+        };
+        // One question at a time per call: a second one while the first is
+        // pending is declined, so a server cannot queue up questions.
+        if call.try_send(elicitation).is_err() {
+            log::info!(
+                "MCP server {}: a question while another is pending, declined",
+                self.server
+            );
+            return Ok(declined());
+        }
+        // The call ended without answering: the operation is cancelled.
+        Ok(answer
+            .await
+            .unwrap_or_else(|_| ElicitResult::new(ElicitationAction::Cancel)))
+    }
+
+    // Sampling: rmcp's default refuses it (method not found).
+
+    #[allow(deprecated)]
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        Err(ErrorData::invalid_request(
+            "chatgate does not offer roots to MCP servers",
+            None,
+        ))
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.asker.list_changed.store(true, Ordering::SeqCst);
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        let mut elicitation = ElicitationCapability::new();
+        elicitation.form = Some(FormElicitationCapability::default());
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(elicitation);
+        ClientConfig::new(
+            capabilities,
+            Implementation::new("chatgate", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}

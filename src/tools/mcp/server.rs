@@ -1,0 +1,466 @@
+//! One MCP server: its process, its connection, its restarts, its calls.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, PaginatedRequestParams};
+use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::ServiceExt;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, ReadBuf};
+use tokio::process::{Child, ChildStdout, Command};
+use tokio::sync::{mpsc, Notify};
+
+use super::client::{Asker, Elicitation, Handler};
+use super::{
+    MAX_DESCRIPTION_CHARS, MAX_LIST_PAGES, MAX_MESSAGE_BYTES, MAX_RESTART_BACKOFF,
+    MAX_SCHEMA_BYTES, MAX_TOOLS, RESTART_BACKOFF, START_TIMEOUT,
+};
+use crate::protocol::RiskLevel;
+use crate::tools::keeper;
+use crate::tools::outcome::{CappedOutput, ToolOutcome};
+
+type Service = RunningService<RoleClient, Handler>;
+
+/// Most bytes of one stderr line of a server that go to chatgate's log.
+const MAX_STDERR_LINE: usize = 1024;
+
+/// A tool as a server lists it.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+    /// From its annotations: `readOnlyHint` low, `destructiveHint` high.
+    pub risk: Option<RiskLevel>,
+}
+
+/// One running (or restarting) MCP server.
+pub struct McpServer {
+    pub name: String,
+    argv: Vec<String>,
+    env: Vec<String>,
+    cwd: Option<PathBuf>,
+    /// The connection; `None` while the server is down.
+    link: RwLock<Option<Arc<Service>>>,
+    /// One call at a time (see the module docs of `mcp`).
+    calls: tokio::sync::Mutex<()>,
+    asker: Arc<Asker>,
+    /// The names the server lists now (re-read when it says they changed).
+    listed: RwLock<HashSet<String>>,
+    /// Woken when a message over [`MAX_MESSAGE_BYTES`] arrives.
+    oversized: Arc<Notify>,
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer")
+            .field("name", &self.name)
+            .field("argv", &self.argv)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A server's tool as a declared tool's executor.
+#[derive(Debug, Clone)]
+pub struct McpTool {
+    pub server: Arc<McpServer>,
+    /// The tool's name on the server.
+    pub tool: String,
+}
+
+impl McpServer {
+    /// Spawns, initializes and lists the server; then keeps it running (a
+    /// task restarts it when it exits). The error is one line.
+    pub async fn start(
+        name: String,
+        argv: Vec<String>,
+        env: Vec<String>,
+        cwd: Option<PathBuf>,
+    ) -> Result<(Arc<McpServer>, Vec<Listed>), String> {
+        let server = Arc::new(McpServer {
+            asker: Arc::new(Asker::default()),
+            name,
+            argv,
+            env,
+            cwd,
+            link: RwLock::new(None),
+            calls: tokio::sync::Mutex::new(()),
+            listed: RwLock::new(HashSet::new()),
+            oversized: Arc::new(Notify::new()),
+        });
+        let started = tokio::time::timeout(START_TIMEOUT, async {
+            let (service, child) = server.connect().await?;
+            let tools = list(&service).await?;
+            Ok::<_, String>((service, child, tools))
+        })
+        .await
+        .map_err(|_| {
+            format!(
+                "it did not start, initialize and list its tools within {}",
+                humantime::format_duration(START_TIMEOUT)
+            )
+        })?;
+        let (service, child, tools) = started?;
+        server.keep(service, &tools);
+        tokio::spawn(server.clone().supervise(child));
+        Ok((server, tools))
+    }
+
+    /// Whether the server is up (its tools can be called).
+    pub fn is_running(&self) -> bool {
+        self.service().is_some()
+    }
+
+    fn service(&self) -> Option<Arc<Service>> {
+        self.link.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn keep(&self, service: Arc<Service>, tools: &[Listed]) {
+        *self.listed.write().unwrap_or_else(|p| p.into_inner()) =
+            tools.iter().map(|t| t.name.clone()).collect();
+        *self.link.write().unwrap_or_else(|p| p.into_inner()) = Some(service);
+    }
+
+    /// Spawns the process (through the keeper, in a group of its own, with
+    /// `PATH` and the named variables only) and initializes it.
+    async fn connect(&self) -> Result<(Arc<Service>, Child), String> {
+        let program = &self.argv[0];
+        let mut command = Command::new(program);
+        command
+            .args(&self.argv[1..])
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        keeper::keep(&mut command);
+        if let Some(path) = std::env::var_os("PATH") {
+            command.env("PATH", path);
+        }
+        for name in &self.env {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        if let Some(dir) = &self.cwd {
+            command.current_dir(dir);
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|err| format!("cannot start `{program}`: {err}"))?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err("its stdio could not be set up".to_owned());
+        };
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(log_stderr(self.name.clone(), stderr));
+        }
+        let watched = Watched {
+            inner: stdout,
+            line: 0,
+            oversized: self.oversized.clone(),
+        };
+        let transport = AsyncRwTransport::<RoleClient, _, _>::new(watched, stdin)
+            .with_max_line_length(MAX_MESSAGE_BYTES);
+        let handler = Handler {
+            server: self.name.clone(),
+            asker: self.asker.clone(),
+        };
+        let service = handler
+            .serve(transport)
+            .await
+            .map_err(|err| format!("it did not initialize: {err}"))?;
+        Ok((Arc::new(service), child))
+    }
+
+    /// Restarts the server each time it exits, with a doubling backoff (reset
+    /// after a minute up). Runs as long as chatgate.
+    async fn supervise(self: Arc<Self>, mut child: Child) {
+        let mut backoff = RESTART_BACKOFF;
+        let mut up_since = Instant::now();
+        loop {
+            let status = child.wait().await;
+            let old = self.link.write().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(old) = old {
+                old.cancellation_token().cancel();
+            }
+            if up_since.elapsed() > MAX_RESTART_BACKOFF {
+                backoff = RESTART_BACKOFF;
+            }
+            let how = match status {
+                Ok(status) => status.to_string(),
+                Err(err) => err.to_string(),
+            };
+            log::warn!(
+                "MCP server {} exited ({how}); its tools fail until it is back",
+                self.name
+            );
+            loop {
+                log::info!(
+                    "MCP server {}: restarting in {}",
+                    self.name,
+                    humantime::format_duration(backoff)
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_RESTART_BACKOFF);
+                let restarted = tokio::time::timeout(START_TIMEOUT, async {
+                    let (service, child) = self.connect().await?;
+                    let tools = list(&service).await?;
+                    Ok::<_, String>((service, child, tools))
+                })
+                .await
+                .unwrap_or_else(|_| Err("it did not start in time".to_owned()));
+                match restarted {
+                    Ok((service, new_child, tools)) => {
+                        self.keep(service, &tools);
+                        child = new_child;
+                        up_since = Instant::now();
+                        log::info!("MCP server {} is back", self.name);
+                        break;
+                    }
+                    Err(err) => log::warn!("MCP server {}: restart failed: {err}", self.name),
+                }
+            }
+        }
+    }
+
+    /// Calls `tool` with `args` (already checked and confirmed). Questions the
+    /// server asks meanwhile go to `asks`. No timeout here: the run's loop
+    /// keeps it (and stops counting while a person is asked); dropping this
+    /// future cancels the call (`notifications/cancelled`).
+    pub async fn call(
+        &self,
+        tool: &str,
+        args: &Value,
+        asks: mpsc::Sender<Elicitation>,
+    ) -> ToolOutcome {
+        let started = Instant::now();
+        let _turn = self.calls.lock().await;
+        let Some(service) = self.service() else {
+            return failed(started, format!("MCP server {} is not running", self.name));
+        };
+        if self.asker.take_list_changed() {
+            match list(&service).await {
+                Ok(tools) => self.keep(service.clone(), &tools),
+                Err(err) => log::warn!("MCP server {}: {err}", self.name),
+            }
+        }
+        let listed = self
+            .listed
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(tool);
+        if !listed {
+            return failed(
+                started,
+                format!("MCP server {} no longer offers `{tool}`", self.name),
+            );
+        }
+        self.asker.set(asks);
+        let _clear = Clear(&self.asker);
+        let oversized = self.oversized.notified();
+        let params = CallToolRequestParams::new(tool.to_owned())
+            .with_arguments(args.as_object().cloned().unwrap_or_default());
+        let result = tokio::select! {
+            result = service.call_tool(params) => result,
+            () = oversized => return failed(started, format!(
+                "the server's reply was over {} MiB and was dropped",
+                MAX_MESSAGE_BYTES / (1024 * 1024)
+            )),
+        };
+        match result {
+            Ok(result) => outcome(started, &result),
+            Err(ServiceError::McpError(err)) => failed(
+                started,
+                format!("MCP error {}: {}", err.code.0, err.message),
+            ),
+            Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => failed(
+                started,
+                format!("MCP server {} exited during the call", self.name),
+            ),
+            Err(err) => failed(started, format!("MCP call failed: {err}")),
+        }
+    }
+}
+
+/// Clears the asker when a call ends, however it ends.
+struct Clear<'a>(&'a Asker);
+
+impl Drop for Clear<'_> {
+    fn drop(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// The server's tools, bounded: [`MAX_TOOLS`], [`MAX_LIST_PAGES`],
+/// [`MAX_SCHEMA_BYTES`] per schema; descriptions cut to
+/// [`MAX_DESCRIPTION_CHARS`].
+async fn list(service: &Service) -> Result<Vec<Listed>, String> {
+    let mut tools = Vec::new();
+    let mut cursor = None;
+    for _ in 0..MAX_LIST_PAGES {
+        let page = service
+            .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+            .await
+            .map_err(|err| format!("it did not list its tools: {err}"))?;
+        for tool in page.tools {
+            if tools.len() == MAX_TOOLS {
+                return Err(format!("it offers more than {MAX_TOOLS} tools"));
+            }
+            let input_schema = Value::Object((*tool.input_schema).clone());
+            let bytes = serde_json::to_vec(&input_schema).map_or(usize::MAX, |v| v.len());
+            if bytes > MAX_SCHEMA_BYTES {
+                return Err(format!(
+                    "tool `{}`: its input schema is {bytes} bytes; at most {MAX_SCHEMA_BYTES}",
+                    tool.name
+                ));
+            }
+            let hints = tool.annotations.as_ref();
+            let risk = if hints.and_then(|a| a.destructive_hint) == Some(true) {
+                Some(RiskLevel::High)
+            } else if hints.and_then(|a| a.read_only_hint) == Some(true) {
+                Some(RiskLevel::Low)
+            } else {
+                None
+            };
+            tools.push(Listed {
+                name: tool.name.to_string(),
+                description: tool
+                    .description
+                    .as_deref()
+                    .unwrap_or("")
+                    .chars()
+                    .take(MAX_DESCRIPTION_CHARS)
+                    .collect(),
+                input_schema,
+                risk,
+            });
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(tools),
+        }
+    }
+    Err(format!(
+        "its tool list has more than {MAX_LIST_PAGES} pages"
+    ))
+}
+
+/// A call's result as an outcome: its text content (capped like a command's
+/// output), `ok: false` for `isError`.
+fn outcome(started: Instant, result: &CallToolResult) -> ToolOutcome {
+    let mut out = CappedOutput::default();
+    let mut first = true;
+    for block in &result.content {
+        let block = serde_json::to_value(block).unwrap_or_default();
+        let text = match block.get("type").and_then(Value::as_str) {
+            Some("text") => block
+                .get("text")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            Some(other) => {
+                let mime = block.get("mimeType").and_then(Value::as_str).unwrap_or("");
+                format!("[{other} {mime}]")
+            }
+            None => continue,
+        };
+        if !first {
+            out.push(b"\n");
+        }
+        first = false;
+        out.push(text.as_bytes());
+    }
+    if first {
+        if let Some(structured) = &result.structured_content {
+            out.push(structured.to_string().as_bytes());
+        }
+    }
+    let ok = result.is_error != Some(true);
+    let text = out.text();
+    ToolOutcome {
+        ok,
+        skipped: false,
+        truncated: out.truncated(),
+        result: ok.then(|| text.clone()),
+        error: (!ok).then_some(text),
+        duration_ms: started.elapsed().as_millis() as u64,
+        exit_status: None,
+        http_status: None,
+        output_bytes: out.total,
+    }
+}
+
+pub(crate) fn failed(started: Instant, error: String) -> ToolOutcome {
+    ToolOutcome {
+        ok: false,
+        skipped: false,
+        truncated: false,
+        result: None,
+        error: Some(error),
+        duration_ms: started.elapsed().as_millis() as u64,
+        exit_status: None,
+        http_status: None,
+        output_bytes: 0,
+    }
+}
+
+/// Logs a server's stderr, line by line, each cut to [`MAX_STDERR_LINE`].
+async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
+    let mut lines = tokio::io::BufReader::new(stderr);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // `take` bounds one read; the rest of a long line is the next one.
+        let mut limited = (&mut lines).take(MAX_STDERR_LINE as u64);
+        match limited.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(&line);
+                log::info!("MCP server {server}: {}", text.trim_end());
+            }
+        }
+    }
+}
+
+/// The server's stdout, watched for a line over [`MAX_MESSAGE_BYTES`] (rmcp
+/// drops such a line; this tells the call in flight).
+struct Watched {
+    inner: ChildStdout,
+    /// Bytes of the current line so far.
+    line: usize,
+    oversized: Arc<Notify>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            let new = &buf.filled()[before..];
+            let (longest, line) = match (memchr::memchr(b'\n', new), memchr::memrchr(b'\n', new)) {
+                // A line ended here: it was `self.line + first` long. (A
+                // whole line inside one read is shorter than the read.)
+                (Some(first), Some(last)) => (self.line + first, new.len() - last - 1),
+                _ => (self.line + new.len(), self.line + new.len()),
+            };
+            // Once per line: when it crosses the bound.
+            if self.line <= MAX_MESSAGE_BYTES && longest > MAX_MESSAGE_BYTES {
+                self.oversized.notify_waiters();
+            }
+            self.line = line;
+        }
+        polled
+    }
+}

@@ -1,0 +1,90 @@
+"""An MCP server for chatgate's tests, written with the official Python SDK
+(`mcp`, tests/mcp/requirements.txt). stdio. Its tools cover what a server can
+do to a call: ask the person (elicitation), fail (`isError`), crash, be slow,
+answer too much.
+
+`--log FILE` appends one line per call that got past its question, so a test
+can tell what the server did (and did not) do.
+"""
+
+import asyncio
+import os
+import sys
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
+
+LOG = None
+if "--log" in sys.argv:
+    LOG = sys.argv[sys.argv.index("--log") + 1]
+
+
+def record(line: str) -> None:
+    if LOG:
+        with open(LOG, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+server = MCPServer("asker")
+
+
+class Deploy(BaseModel):
+    region: Literal["eu-west", "us-east"] = Field(description="Where to deploy?")
+    replicas: int = Field(ge=1, le=5, description="How many replicas?")
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def echo(text: str) -> str:
+    """Says the text back."""
+    return text
+
+
+@server.tool()
+async def deploy(service: str, ctx: Context) -> str:
+    """Deploys a service; asks where and how many first."""
+    answer = await ctx.elicit(message=f"Deploy {service} where?", schema=Deploy)
+    if answer.action == "accept":
+        line = f"deployed {service} to {answer.data.region} x{answer.data.replicas}"
+        record(line)
+        return line
+    record(f"{answer.action} {service}")
+    return f"not deployed: {answer.action}"
+
+
+@server.tool(annotations=ToolAnnotations(destructiveHint=True))
+def fail(why: str) -> str:
+    """Always fails."""
+    raise ValueError(f"refused: {why}")
+
+
+@server.tool()
+def crash() -> str:
+    """Exits in the middle of the call."""
+    os._exit(3)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def pid() -> str:
+    """The server's process id."""
+    return str(os.getpid())
+
+
+@server.tool()
+async def slow(seconds: float) -> str:
+    """Takes its time."""
+    await asyncio.sleep(seconds)
+    record(f"slow {seconds} done")
+    return "slept"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def huge(kib: int) -> str:
+    """Answers `kib` KiB of text."""
+    return "x" * (kib * 1024)
+
+
+if __name__ == "__main__":
+    server.run("stdio")
