@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 LOG = None
@@ -56,8 +57,8 @@ async def deploy(service: str, ctx: Context) -> str:
 
 @server.tool(annotations=ToolAnnotations(destructiveHint=True))
 def fail(why: str) -> str:
-    """Always fails."""
-    raise ValueError(f"refused: {why}")
+    """Always fails (an `isError` result with this text)."""
+    raise ToolError(f"refused: {why}")
 
 
 @server.tool()

@@ -1,0 +1,477 @@
+//! MCP servers behind the gate, against real servers over real sockets: the
+//! reference filesystem server (npm) and a server written with the official
+//! Python SDK (tests/mcp/servers/asker.py).
+//!
+//! They need what tests/mcp/setup.sh installs, so they are ignored by a plain
+//! `cargo test`; .ci/run runs `tests/mcp/setup.sh` and then
+//! `cargo test --test mcp -- --ignored`.
+
+#[allow(dead_code)]
+#[path = "../api/helpers.rs"]
+mod helpers;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use chatgate::protocol::{Chunk, ChunkType};
+use serde_json::{json, Value};
+
+use helpers::{confirmation_id, error_type, reason, spawn_app_with, EventStream, TestApp, WAIT};
+
+const SETUP: &str = "needs the MCP servers: run tests/mcp/setup.sh";
+
+fn here() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp")
+}
+
+/// A directory of its own for one test: the tools file, the filesystem
+/// server's root, the Python server's log, the audit log.
+struct Workdir(tempfile::TempDir);
+
+impl Workdir {
+    fn new() -> Workdir {
+        let python = here().join(".venv/bin/python");
+        assert!(python.exists(), "{SETUP}");
+        Workdir(tempfile::tempdir().unwrap())
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
+    }
+
+    /// What the Python server did, one line per call past its question.
+    fn server_log(&self) -> Vec<String> {
+        std::fs::read_to_string(self.path("asker.log"))
+            .map(|text| text.lines().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
+    /// A tools file with both servers (`fs` rooted in `data/`, `ask`) and
+    /// `extra` TOML.
+    fn tools(&self, ask_timeout: f64, extra: &str) -> PathBuf {
+        std::fs::create_dir_all(self.path("data")).unwrap();
+        let fs = here().join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
+        assert!(fs.exists(), "{SETUP}");
+        let text = format!(
+            r#"
+[[mcp]]
+name = "fs"
+command = ["node", "{fs}", "{data}"]
+
+[[mcp]]
+name = "ask"
+command = ["{python}", "{script}", "--log", "{log}"]
+timeout_secs = {ask_timeout}
+{extra}
+"#,
+            fs = fs.display(),
+            data = self.path("data").display(),
+            python = here().join(".venv/bin/python").display(),
+            script = here().join("servers/asker.py").display(),
+            log = self.path("asker.log").display(),
+        );
+        let path = self.path("tools.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn audit(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.path("audit.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    fn executed(&self) -> Vec<Value> {
+        self.audit()
+            .into_iter()
+            .filter(|r| r["event"] == "executed")
+            .collect()
+    }
+}
+
+async fn app(
+    dir: &Workdir,
+    ask_timeout: f64,
+    configure: impl FnOnce(&mut chatgate::config::Settings),
+) -> TestApp {
+    let tools = dir.tools(ask_timeout, "");
+    let audit = dir.path("audit.jsonl");
+    spawn_app_with(move |s| {
+        s.tools = Some(tools);
+        s.audit_log = Some(audit);
+        configure(s);
+    })
+    .await
+}
+
+fn outputs(stream: &EventStream) -> Vec<&Chunk> {
+    stream
+        .chunks
+        .iter()
+        .filter(|c| c.chunk_type == ChunkType::ToolOutput)
+        .collect()
+}
+
+/// Opens a run of `message`, confirms its plan, and returns the stream.
+async fn confirmed(app: &TestApp, session: &str, message: &str) -> EventStream {
+    let (stream, _) = app.open_paused(session, message).await;
+    let (status, _) = app.reply(session, "CONFIRM_ACTION:confirm").await;
+    assert_eq!(status, 200);
+    stream
+}
+
+#[tokio::test]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn the_filesystem_server_lists_and_reads_after_a_yes() {
+    let dir = Workdir::new();
+    std::fs::create_dir_all(dir.path("data")).unwrap();
+    std::fs::write(dir.path("data/hello.txt"), "hello from the disk\n").unwrap();
+    let app = app(&dir, 10.0, |_| {}).await;
+    let data = dir.path("data");
+
+    let message = format!(
+        "fs__list_directory {}\nfs__read_text_file {}",
+        json!({"path": data}),
+        json!({"path": data.join("hello.txt")})
+    );
+    let (mut stream, request) = app.open_paused("fs-read", &message).await;
+    let tasks = &request.confirmation_data.as_ref().unwrap();
+    let tasks = serde_json::to_value(tasks).unwrap()["tasks"].clone();
+    assert_eq!(tasks[0]["tool"], "fs__list_directory");
+    assert_eq!(tasks[1]["args"], json!({"path": data.join("hello.txt")}));
+    // The server says both are read-only: low risk.
+    assert_eq!(tasks[0]["risk_level"], "low", "{tasks}");
+    app.reply("fs-read", "CONFIRM_ACTION:confirm").await;
+    let last = stream.finish().await;
+
+    assert_eq!(last.chunk_type, ChunkType::Completion, "{last:?}");
+    let outputs = outputs(&stream);
+    assert!(outputs[0].metadata["result"]
+        .as_str()
+        .unwrap()
+        .contains("hello.txt"));
+    assert_eq!(outputs[1].metadata["result"], "hello from the disk\n");
+    assert_eq!(outputs[1].metadata["ok"], true);
+    let executed = dir.executed();
+    assert_eq!(executed.len(), 2);
+    assert_eq!(executed[1]["args"], json!({"path": data.join("hello.txt")}));
+}
+
+#[tokio::test]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn a_gated_write_happens_once_on_confirm_and_never_on_cancel_reject_or_timeout() {
+    let dir = Workdir::new();
+    let app = app(&dir, 10.0, |s| s.confirm_timeout = Duration::from_secs(2)).await;
+    let write = |name: &str| {
+        format!(
+            "fs__write_file {}",
+            json!({"path": dir.path("data").join(name), "content": "written"})
+        )
+    };
+
+    // Cancel: nothing written.
+    let (mut stream, request) = app.open_paused("w-cancel", &write("cancel.txt")).await;
+    let risk = serde_json::to_value(request.confirmation_data.as_ref().unwrap()).unwrap();
+    assert_eq!(
+        risk["tasks"][0]["risk_level"], "high",
+        "destructiveHint: {risk}"
+    );
+    app.reply("w-cancel", "CONFIRM_ACTION:cancel").await;
+    assert_eq!(reason(&stream.finish().await), "user");
+
+    // Reject the one task: nothing written, the run completes.
+    let (mut stream, _) = app.open_paused("w-reject", &write("reject.txt")).await;
+    let response = app
+        .post_json(
+            &json!({"message": "CONFIRM_ACTION:confirm", "session_id": "w-reject",
+                           "decisions": [{"index": 1, "decision": "reject"}]}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    stream.finish().await;
+    assert_eq!(outputs(&stream)[0].metadata["skipped"], true);
+
+    // Silence: the timeout cancels, nothing written.
+    let (mut stream, _) = app.open_paused("w-timeout", &write("timeout.txt")).await;
+    assert_eq!(reason(&stream.finish().await), "timeout");
+
+    // Confirm: written once.
+    let mut stream = confirmed(&app, "w-yes", &write("yes.txt")).await;
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+
+    for name in ["cancel.txt", "reject.txt", "timeout.txt"] {
+        assert!(!dir.path("data").join(name).exists(), "{name} was written");
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.path("data/yes.txt")).unwrap(),
+        "written"
+    );
+    assert_eq!(dir.executed().len(), 1, "{:?}", dir.executed());
+}
+
+#[tokio::test]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn thirty_racing_confirms_write_once() {
+    let dir = Workdir::new();
+    let app = app(&dir, 10.0, |_| {}).await;
+    let message = format!(
+        "fs__write_file {}",
+        json!({"path": dir.path("data/race.txt"), "content": "once"})
+    );
+    let (mut stream, _) = app.open_paused("race", &message).await;
+    let replies = (0..30).map(|_| app.reply("race", "CONFIRM_ACTION:confirm"));
+    let statuses: Vec<u16> = futures_util::future::join_all(replies)
+        .await
+        .into_iter()
+        .map(|(status, _)| status.as_u16())
+        .collect();
+    let last = stream.finish().await;
+
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(last.chunk_type, ChunkType::Completion);
+    assert_eq!(outputs(&stream).len(), 1);
+    assert_eq!(dir.executed().len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(dir.path("data/race.txt")).unwrap(),
+        "once"
+    );
+}
+
+/// Confirms `ask__deploy` and waits for the server's question.
+async fn deploy_asked(app: &TestApp, session: &str) -> (EventStream, Chunk) {
+    let mut stream = confirmed(app, session, r#"ask__deploy {"service": "web"}"#).await;
+    let question = stream.until(ChunkType::InputRequest).await;
+    (stream, question)
+}
+
+#[tokio::test]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn the_server_s_question_is_asked_on_the_stream_and_answered() {
+    let dir = Workdir::new();
+    // 1 s per call: the time the person takes does not count.
+    let app = app(&dir, 1.0, |_| {}).await;
+    let (mut stream, question) = deploy_asked(&app, "elicit").await;
+
+    let data = serde_json::to_value(question.confirmation_data.as_ref().unwrap()).unwrap();
+    assert_eq!(data["kind"], "question");
+    assert_eq!(data["title"], "Deploy web where?");
+    assert_eq!(data["options"], json!(["answer", "skip", "cancel"]));
+    let region = &data["questions"][0];
+    assert_eq!(region["id"], "region");
+    assert_eq!(region["question"], "Where to deploy?");
+    let labels: Vec<&str> = region["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["eu-west", "us-east"]);
+    let replicas = &data["questions"][1];
+    assert_eq!(replicas["schema"]["type"], "integer");
+    assert_eq!(replicas["schema"]["maximum"], 5);
+    assert!(
+        dir.server_log().is_empty(),
+        "the server waits for the answer"
+    );
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Out of range: refused, the pause untouched.
+    let bad = app
+        .post_json(
+            &json!({"message": "CONFIRM_ACTION:answer", "session_id": "elicit",
+                           "answers": {"region": "us-east", "replicas": 9}}),
+        )
+        .await;
+    assert_eq!(bad.status(), 422);
+    let (status, received) = app.reply("elicit", "CONFIRM_ACTION:answer").await;
+    assert_eq!(status, 422, "{received:?}");
+    let answered = app
+        .post_json(
+            &json!({"message": "CONFIRM_ACTION:answer", "session_id": "elicit",
+                           "confirmation_id": confirmation_id(&question),
+                           "answers": {"region": "us-east", "replicas": "3"}}),
+        )
+        .await;
+    assert_eq!(answered.status(), 200);
+    let last = stream.finish().await;
+
+    assert_eq!(last.chunk_type, ChunkType::Completion, "{last:?}");
+    assert_eq!(dir.server_log(), ["deployed web to us-east x3"]);
+    let output = outputs(&stream)[0];
+    assert_eq!(output.metadata["result"], "deployed web to us-east x3");
+    let asked: Vec<Value> = dir
+        .audit()
+        .into_iter()
+        .filter(|r| r["event"] == "asked" || r["event"] == "answered")
+        .collect();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn skip_declines_cancel_and_timeout_cancel_the_server_s_question() {
+    let dir = Workdir::new();
+    let app = app(&dir, 10.0, |s| s.confirm_timeout = Duration::from_secs(2)).await;
+
+    let (mut stream, _) = deploy_asked(&app, "skip").await;
+    let (status, _) = app.reply("skip", "CONFIRM_ACTION:skip").await;
+    assert_eq!(status, 200);
+    let last = stream.finish().await;
+    assert_eq!(last.chunk_type, ChunkType::Completion, "{last:?}");
+    assert_eq!(
+        outputs(&stream)[0].metadata["result"],
+        "not deployed: decline"
+    );
+
+    let (mut stream, _) = deploy_asked(&app, "cancel").await;
+    app.reply("cancel", "CONFIRM_ACTION:cancel").await;
+    let last = stream.finish().await;
+    assert_eq!(last.chunk_type, ChunkType::Cancelled);
+    assert_eq!(reason(&last), "user");
+
+    let (mut stream, _) = deploy_asked(&app, "timeout").await;
+    let last = stream.finish().await;
+    assert_eq!(reason(&last), "timeout");
+
+    // The server was told each time; it deployed nothing.
+    let deadline = Instant::now() + WAIT;
+    while dir.server_log().len() < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        dir.server_log(),
+        ["decline web", "cancel web", "cancel web"]
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn an_error_result_a_slow_call_and_a_huge_result_are_bounded_outcomes() {
+    let dir = Workdir::new();
+    let app = app(&dir, 1.0, |_| {}).await;
+
+    let mut stream = confirmed(&app, "fail", r#"ask__fail {"why": "no"}"#).await;
+    let last = stream.finish().await;
+    assert_eq!(error_type(&last), "task_failed");
+    let output = outputs(&stream)[0];
+    assert_eq!(output.metadata["ok"], false);
+    assert!(
+        output.metadata["error"]
+            .as_str()
+            .unwrap()
+            .contains("refused: no"),
+        "{output:?}"
+    );
+
+    let started = Instant::now();
+    let mut stream = confirmed(&app, "slow", r#"ask__slow {"seconds": 30}"#).await;
+    stream.finish().await;
+    let output = outputs(&stream)[0];
+    assert_eq!(output.metadata["error"], "timed out after 1s");
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    let mut stream = confirmed(&app, "big", r#"ask__huge {"kib": 1024}"#).await;
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    let output = outputs(&stream)[0];
+    assert_eq!(output.metadata["truncated"], true);
+    assert_eq!(
+        output.metadata["result"].as_str().unwrap().len(),
+        chatgate::tools::MAX_OUTPUT_BYTES
+    );
+
+    // Over the message bound: dropped unread, the call fails at once.
+    let started = Instant::now();
+    let mut stream = confirmed(&app, "huge", r#"ask__huge {"kib": 6000}"#).await;
+    stream.finish().await;
+    let output = outputs(&stream)[0];
+    assert!(
+        output.metadata["error"]
+            .as_str()
+            .unwrap()
+            .contains("over 4 MiB"),
+        "{output:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // The server is still there.
+    let mut stream = confirmed(&app, "after", r#"ask__echo {"text": "still here"}"#).await;
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    assert_eq!(outputs(&stream)[0].metadata["result"], "still here");
+}
+
+#[tokio::test]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn a_server_that_crashes_mid_call_fails_the_call_and_is_restarted() {
+    let dir = Workdir::new();
+    let app = app(&dir, 10.0, |_| {}).await;
+    let pid = |stream: &EventStream| outputs(stream)[0].metadata["result"].clone();
+    let mut stream = confirmed(&app, "pid-1", "ask__pid").await;
+    stream.finish().await;
+    let first = pid(&stream);
+
+    let mut stream = confirmed(&app, "crash", "ask__crash").await;
+    let last = stream.finish().await;
+    assert_eq!(error_type(&last), "task_failed");
+    let error = outputs(&stream)[0].metadata["error"].clone();
+    assert_eq!(error, "MCP server ask exited during the call");
+
+    // Down: /readyz names it, and calls fail at once.
+    let (status, body) = app.get("/readyz").await;
+    if status == 503 {
+        assert!(
+            body.contains("mcp_unavailable") && body.contains("\"ask\""),
+            "{body}"
+        );
+    }
+    // Back after its backoff (1 s).
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (status, body) = app.get("/readyz").await;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not restarted: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut stream = confirmed(&app, "pid-2", "ask__pid").await;
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    assert_ne!(pid(&stream), first, "a new process");
+}
+
+#[tokio::test]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn a_server_that_cannot_start_or_a_name_taken_twice_stops_the_start_in_one_line() {
+    let dir = Workdir::new();
+    let build = |tools: PathBuf| async move {
+        let mut settings = chatgate::config::Settings::for_bind("127.0.0.1:0");
+        settings.tools = Some(tools);
+        match chatgate::startup::Application::build(settings).await {
+            Ok(_) => panic!("started"),
+            Err(err) => err.to_string(),
+        }
+    };
+    let broken = dir.path("broken.toml");
+    std::fs::write(&broken, "[[mcp]]\nname = \"dead\"\ncommand = [\"false\"]\n").unwrap();
+    let line = build(broken.clone()).await;
+    assert!(!line.contains('\n'), "{line}");
+    assert!(
+        line.contains(&broken.display().to_string()) && line.contains("mcp \"dead\""),
+        "{line}"
+    );
+
+    let twice = dir.tools(10.0, "[[tool]]\nname = \"ask__echo\"\ndescription = \"x\"\nrisk = \"low\"\ncommand = [\"cat\"]\nparameters = { type = \"object\" }\n");
+    let line = build(twice).await;
+    assert!(
+        line.contains("ask__echo") && line.contains("declared tool"),
+        "{line}"
+    );
+
+    let allow = dir.tools(10.0, "allow = [\"echo\", \"nope\"]");
+    let line = build(allow).await;
+    assert!(line.contains("allow") && line.contains("nope"), "{line}");
+}
