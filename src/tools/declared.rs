@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::command;
 #[cfg(feature = "openai")]
 use super::http;
-use super::mcp::{McpEntry, McpServer, McpSpec};
+use super::mcp::{offered_name, McpEntry, McpServer, McpSpec, McpTool};
 use super::outcome::ToolOutcome;
 use crate::protocol::question::{
     check_questions, Question, MAX_HEADER_CHARS, MAX_QUESTIONS, SCHEMA_KEYWORDS,
@@ -175,7 +175,8 @@ impl Tools {
             let entry: McpEntry = raw
                 .try_into()
                 .map_err(|err: toml::de::Error| fail(err.message().to_owned()))?;
-            let spec = entry.check().map_err(fail)?;
+            let timeout = timeout_of(entry.timeout_secs).map_err(&fail)?;
+            let spec = entry.check(timeout).map_err(fail)?;
             if tools.mcp.iter().any(|other| other.name == spec.name) {
                 return Err(fail(
                     "key `name`: a server of that name is declared earlier".to_owned(),
@@ -196,8 +197,22 @@ impl Tools {
                 place: format!("mcp \"{}\"", spec.name),
                 message,
             };
-            let (server, offered) = spec.start().await.map_err(fail)?;
-            for tool in offered {
+            let (server, listed) = spec.start().await.map_err(&fail)?;
+            for listed in listed {
+                let executor = Executor::Mcp(McpTool {
+                    server: server.clone(),
+                    tool: listed.name.clone(),
+                });
+                let tool = Tool::new(
+                    offered_name(&spec.name, &listed.name),
+                    listed.description,
+                    listed.risk.unwrap_or(spec.risk),
+                    spec.confirm,
+                    listed.input_schema,
+                    spec.timeout,
+                    executor,
+                )
+                .map_err(|err| fail(format!("tool `{}`: its input schema: {err}", listed.name)))?;
                 if let Some(other) = self.by_name.get(&tool.name) {
                     let other = match &other.executor {
                         Executor::Mcp(call) => {
@@ -253,6 +268,20 @@ impl Tools {
     }
 }
 
+/// A `timeout_secs` (none: [`DEFAULT_TIMEOUT`]); the error names the key.
+fn timeout_of(secs: Option<f64>) -> Result<Duration, String> {
+    match secs {
+        None => Ok(DEFAULT_TIMEOUT),
+        Some(secs) if secs > 0.0 && secs <= MAX_TIMEOUT.as_secs_f64() => {
+            Ok(Duration::from_secs_f64(secs))
+        }
+        Some(secs) => Err(format!(
+            "key `timeout_secs`: {secs} is not from 0 to {} seconds",
+            MAX_TIMEOUT.as_secs()
+        )),
+    }
+}
+
 /// `mcp "name"`, or `mcp #3` when the name is missing.
 fn mcp_place(raw: &toml::Value, position: usize) -> String {
     raw.get("name")
@@ -287,18 +316,7 @@ fn build(entry: ToolEntry) -> Result<Tool, String> {
         .ok_or("key `parameters` is missing (a JSON Schema object)")?;
     let parameters = serde_json::to_value(parameters)
         .map_err(|err| format!("key `parameters`: not a JSON value: {err}"))?;
-    let timeout = match entry.timeout_secs {
-        None => DEFAULT_TIMEOUT,
-        Some(secs) if secs > 0.0 && secs <= MAX_TIMEOUT.as_secs_f64() => {
-            Duration::from_secs_f64(secs)
-        }
-        Some(secs) => {
-            return Err(format!(
-                "key `timeout_secs`: {secs} is not from 0 to {} seconds",
-                MAX_TIMEOUT.as_secs()
-            ))
-        }
-    };
+    let timeout = timeout_of(entry.timeout_secs)?;
     let executor = match (entry.command, entry.http) {
         (Some(_), Some(_)) => {
             return Err("keys `command` and `http`: a tool has exactly one executor".to_owned())

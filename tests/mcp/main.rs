@@ -422,12 +422,15 @@ async fn a_server_that_crashes_mid_call_fails_the_call_and_is_restarted() {
 
     // Down: /readyz names it, and calls fail at once.
     let (status, body) = app.get("/readyz").await;
-    if status == 503 {
-        assert!(
-            body.contains("mcp_unavailable") && body.contains("\"ask\""),
-            "{body}"
-        );
-    }
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("mcp_unavailable") && body.contains("\"ask\""),
+        "{body}"
+    );
+    let mut stream = confirmed(&app, "while-down", "ask__pid").await;
+    stream.finish().await;
+    let error = outputs(&stream)[0].metadata["error"].clone();
+    assert_eq!(error, "MCP server ask is not running");
     // Back after its backoff (1 s).
     let deadline = Instant::now() + WAIT;
     loop {

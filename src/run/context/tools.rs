@@ -133,7 +133,7 @@ impl RunContext {
         server: &str,
         question: Elicitation,
     ) -> Result<(), RunError> {
-        let mapped = match elicit::questions(&question.schema) {
+        let mapped = match elicit::questions(&question.schema, &question.order) {
             Ok(mapped) => mapped,
             Err(why) => {
                 let chunk = self

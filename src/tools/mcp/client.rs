@@ -32,6 +32,8 @@ pub struct Elicitation {
     pub message: String,
     /// The `requestedSchema`, as JSON.
     pub schema: Value,
+    /// Its property names in the order the server wrote them.
+    pub order: Vec<String>,
     pub reply: oneshot::Sender<ElicitResult>,
 }
 
@@ -109,9 +111,14 @@ impl ClientHandler for Handler {
             return Ok(declined());
         };
         let (reply, answer) = oneshot::channel();
+        let order = requested_schema
+            .property_order
+            .clone()
+            .unwrap_or_else(|| requested_schema.properties.keys().cloned().collect());
         let elicitation = Elicitation {
             message,
             schema: serde_json::to_value(&requested_schema).unwrap_or_default(),
+            order,
             reply,
         };
         // One question at a time per call: a second one while the first is

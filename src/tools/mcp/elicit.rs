@@ -50,8 +50,9 @@ enum FieldKind {
     Typed,
 }
 
-/// The questions of `schema` (a `requestedSchema`), or why it cannot be asked.
-pub fn questions(schema: &Value) -> Result<Mapped, String> {
+/// The questions of `schema` (a `requestedSchema`), in the properties'
+/// `order` (names not in `order` follow, by name), or why it cannot be asked.
+pub fn questions(schema: &Value, order: &[String]) -> Result<Mapped, String> {
     let properties = schema
         .get("properties")
         .and_then(Value::as_object)
@@ -72,7 +73,13 @@ pub fn questions(schema: &Value) -> Result<Mapped, String> {
         .unwrap_or_default();
     let mut questions = Vec::new();
     let mut fields = Vec::new();
-    for (position, (name, property)) in properties.iter().enumerate() {
+    let mut names: Vec<&String> = order
+        .iter()
+        .filter(|n| properties.contains_key(*n))
+        .collect();
+    names.extend(properties.keys().filter(|n| !order.contains(n)));
+    for (position, name) in names.into_iter().enumerate() {
+        let property = &properties[name];
         let property = property
             .as_object()
             .ok_or_else(|| format!("property `{name}` is not a schema"))?;
@@ -312,7 +319,8 @@ mod tests {
             },
             "required": ["region", "count"]
         });
-        let mapped = questions(&schema).unwrap();
+        let order = ["region", "confirm", "count", "tags"].map(str::to_owned);
+        let mapped = questions(&schema, &order).unwrap();
         let [region, confirm, count, tags] = &mapped.questions[..] else {
             panic!("{mapped:?}");
         };
@@ -339,15 +347,20 @@ mod tests {
     #[test]
     fn what_cannot_be_asked_says_why() {
         let nested = json!({"properties": {"a": {"type": "object"}}});
-        assert!(questions(&nested).unwrap_err().contains("type object"));
+        assert!(questions(&nested, &[]).unwrap_err().contains("type object"));
         let five = json!({"properties": {"a": {}, "b": {}, "c": {}, "d": {}, "e": {}}});
-        assert!(questions(&five).unwrap_err().contains("at most 4"));
-        assert!(questions(&json!({"properties": {}})).is_err());
+        assert!(questions(&five, &[]).unwrap_err().contains("at most 4"));
+        assert!(questions(&json!({"properties": {}}), &[]).is_err());
         let one_choice = json!({"properties": {"a": {"type": "array", "items": {"enum": ["x"]}}}});
-        assert!(questions(&one_choice).unwrap_err().contains("multi-select"));
+        assert!(questions(&one_choice, &[])
+            .unwrap_err()
+            .contains("multi-select"));
         // A single-value enum is a typed question that accepts that value.
-        let single =
-            questions(&json!({"properties": {"a": {"type": "string", "enum": ["x"]}}})).unwrap();
+        let single = questions(
+            &json!({"properties": {"a": {"type": "string", "enum": ["x"]}}}),
+            &[],
+        )
+        .unwrap();
         assert_eq!(
             single.questions[0].schema.as_ref().unwrap()["enum"],
             json!(["x"])

@@ -20,20 +20,11 @@ pub mod client;
 pub mod elicit;
 mod server;
 
-pub use server::{McpServer, McpTool};
-
-/// The outcome of a call that ran past its `timeout_secs`.
-pub fn timed_out(started: std::time::Instant, timeout: Duration) -> crate::tools::ToolOutcome {
-    server::failed(
-        started,
-        format!("timed out after {}", humantime::format_duration(timeout)),
-    )
-}
-
-/// The outcome of a call its run stopped.
-pub fn stopped(started: std::time::Instant) -> crate::tools::ToolOutcome {
-    server::failed(started, "stopped: the run was stopped".to_owned())
-}
+pub use server::{
+    stopped, timed_out, Listed, McpServer, McpTool, MAX_DESCRIPTION_CHARS, MAX_LIST_PAGES,
+    MAX_MESSAGE_BYTES, MAX_RESTART_BACKOFF, MAX_SCHEMA_BYTES, MAX_TOOLS, RESTART_BACKOFF,
+    START_TIMEOUT,
+};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,27 +32,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::command::CommandSpec;
-use super::declared::{Executor, Tool, DEFAULT_TIMEOUT, MAX_TIMEOUT};
 use crate::protocol::RiskLevel;
-
-/// Most bytes of one message from a server (one line on stdio): a longer
-/// one is dropped unread, and the call in flight fails saying so.
-pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
-/// Most tools one server may offer (its list is refused past it).
-pub const MAX_TOOLS: usize = 128;
-/// Most bytes of one tool's input schema, as JSON.
-pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
-/// Characters of a tool's description kept (the rest is cut).
-pub const MAX_DESCRIPTION_CHARS: usize = 4 * 1024;
-/// Pages of a tool list read at most.
-pub const MAX_LIST_PAGES: usize = 16;
-/// How long spawning, initializing and listing a server may take.
-pub const START_TIMEOUT: Duration = Duration::from_secs(60);
-/// First wait before restarting a server that exited.
-pub const RESTART_BACKOFF: Duration = Duration::from_secs(1);
-/// Longest wait between restarts.
-pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(60);
+use crate::tools::command::CommandSpec;
 
 /// An `[[mcp]]` table as written.
 #[derive(Debug, Deserialize)]
@@ -94,16 +66,20 @@ pub struct McpSpec {
     argv: Vec<String>,
     env: Vec<String>,
     cwd: Option<PathBuf>,
-    confirm: bool,
-    risk: RiskLevel,
+    /// `confirm`: whether its tools' calls are confirmed.
+    pub confirm: bool,
+    /// The risk of its tools whose annotations do not say.
+    pub risk: RiskLevel,
     allow: Option<Vec<String>>,
     deny: Vec<String>,
-    timeout: Duration,
+    /// Per call (`timeout_secs`).
+    pub timeout: Duration,
 }
 
 impl McpEntry {
-    /// Checks the entry; the error names the key.
-    pub fn check(self) -> Result<McpSpec, String> {
+    /// Checks the entry (its `timeout_secs` already read as `timeout`); the
+    /// error names the key.
+    pub fn check(self, timeout: Duration) -> Result<McpSpec, String> {
         let name = self.name.ok_or("key `name` is missing")?;
         let valid = !name.is_empty()
             && name.len() <= 32
@@ -147,18 +123,6 @@ impl McpEntry {
         if self.allow.is_some() && self.deny.is_some() {
             return Err("keys `allow` and `deny`: use one of them".to_owned());
         }
-        let timeout = match self.timeout_secs {
-            None => DEFAULT_TIMEOUT,
-            Some(secs) if secs > 0.0 && secs <= MAX_TIMEOUT.as_secs_f64() => {
-                Duration::from_secs_f64(secs)
-            }
-            Some(secs) => {
-                return Err(format!(
-                    "key `timeout_secs`: {secs} is not from 0 to {} seconds",
-                    MAX_TIMEOUT.as_secs()
-                ))
-            }
-        };
         Ok(McpSpec {
             name,
             argv: spec.argv,
@@ -174,9 +138,9 @@ impl McpEntry {
 }
 
 impl McpSpec {
-    /// Starts the server and makes its tools (those `allow`/`deny` let
-    /// through) declared tools. The error is one line.
-    pub async fn start(&self) -> Result<(Arc<McpServer>, Vec<Tool>), String> {
+    /// Starts the server; its tools that `allow` / `deny` let through. The
+    /// error is one line.
+    pub async fn start(&self) -> Result<(Arc<McpServer>, Vec<Listed>), String> {
         let (server, listed) = McpServer::start(
             self.name.clone(),
             self.argv.clone(),
@@ -189,33 +153,14 @@ impl McpSpec {
                 return Err(format!("key `allow`: the server has no tool `{missing}`"));
             }
         }
-        let mut tools = Vec::new();
-        for listed in listed {
-            let allowed = match &self.allow {
-                Some(allow) => allow.contains(&listed.name),
-                None => !self.deny.contains(&listed.name),
-            };
-            if !allowed {
-                continue;
-            }
-            let name = offered_name(&self.name, &listed.name);
-            let executor = Executor::Mcp(McpTool {
-                server: server.clone(),
-                tool: listed.name.clone(),
-            });
-            let tool = Tool::new(
-                name,
-                listed.description,
-                listed.risk.unwrap_or(self.risk),
-                self.confirm,
-                listed.input_schema,
-                self.timeout,
-                executor,
-            )
-            .map_err(|err| format!("tool `{}`: {err}", listed.name))?;
-            tools.push(tool);
-        }
-        Ok((server, tools))
+        let offered = listed
+            .into_iter()
+            .filter(|tool| match &self.allow {
+                Some(allow) => allow.contains(&tool.name),
+                None => !self.deny.contains(&tool.name),
+            })
+            .collect();
+        Ok((server, offered))
     }
 }
 

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rmcp::model::{CallToolRequestParams, CallToolResult, PaginatedRequestParams};
 use rmcp::service::{RoleClient, RunningService, ServiceError};
@@ -18,13 +18,40 @@ use tokio::process::{Child, ChildStdout, Command};
 use tokio::sync::{mpsc, Notify};
 
 use super::client::{Asker, Elicitation, Handler};
-use super::{
-    MAX_DESCRIPTION_CHARS, MAX_LIST_PAGES, MAX_MESSAGE_BYTES, MAX_RESTART_BACKOFF,
-    MAX_SCHEMA_BYTES, MAX_TOOLS, RESTART_BACKOFF, START_TIMEOUT,
-};
 use crate::protocol::RiskLevel;
 use crate::tools::keeper;
 use crate::tools::outcome::{CappedOutput, ToolOutcome};
+
+/// Most bytes of one message from a server (one line on stdio): a longer
+/// one is dropped unread, and the call in flight fails saying so.
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+/// Most tools one server may offer (its list is refused past it).
+pub const MAX_TOOLS: usize = 128;
+/// Most bytes of one tool's input schema, as JSON.
+pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+/// Characters of a tool's description kept (the rest is cut).
+pub const MAX_DESCRIPTION_CHARS: usize = 4 * 1024;
+/// Pages of a tool list read at most.
+pub const MAX_LIST_PAGES: usize = 16;
+/// How long spawning, initializing and listing a server may take.
+pub const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// First wait before restarting a server that exited.
+pub const RESTART_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest wait between restarts.
+pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The outcome of a call that ran past its `timeout_secs`.
+pub fn timed_out(started: Instant, timeout: Duration) -> ToolOutcome {
+    failed(
+        started,
+        format!("timed out after {}", humantime::format_duration(timeout)),
+    )
+}
+
+/// The outcome of a call its run stopped.
+pub fn stopped(started: Instant) -> ToolOutcome {
+    failed(started, "stopped: the run was stopped".to_owned())
+}
 
 type Service = RunningService<RoleClient, Handler>;
 
@@ -281,10 +308,18 @@ impl McpServer {
                 started,
                 format!("MCP error {}: {}", err.code.0, err.message),
             ),
-            Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => failed(
-                started,
-                format!("MCP server {} exited during the call", self.name),
-            ),
+            Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
+                // Down from now on (readiness, the next calls), not only
+                // once the supervisor has reaped the process.
+                let mut link = self.link.write().unwrap_or_else(|p| p.into_inner());
+                if link.as_ref().is_some_and(|now| Arc::ptr_eq(now, &service)) {
+                    *link = None;
+                }
+                failed(
+                    started,
+                    format!("MCP server {} exited during the call", self.name),
+                )
+            }
             Err(err) => failed(started, format!("MCP call failed: {err}")),
         }
     }
