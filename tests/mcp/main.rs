@@ -6,9 +6,15 @@
 //! `cargo test`; .ci/run runs `tests/mcp/setup.sh` and then
 //! `cargo test --test mcp -- --ignored`.
 
+#[path = "../common/mod.rs"]
+mod common;
 #[allow(dead_code)]
 #[path = "../api/helpers.rs"]
 mod helpers;
+#[cfg(feature = "openai")]
+#[allow(dead_code)]
+#[path = "../api/model_server.rs"]
+mod model_server;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -477,4 +483,173 @@ async fn a_server_that_cannot_start_or_a_name_taken_twice_stops_the_start_in_one
     let allow = dir.tools(10.0, "allow = [\"echo\", \"nope\"]");
     let line = build(allow).await;
     assert!(line.contains("allow") && line.contains("nope"), "{line}");
+}
+
+#[cfg(feature = "openai")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn the_openai_engine_calls_an_mcp_tool_after_the_yes() {
+    use chatgate::engine::llm::OpenAiConfig;
+    use chatgate::engine::openai::OpenAiEngine;
+    use model_server::{event, fake_model, tokens};
+
+    let dir = Workdir::new();
+    let path = dir.path("data").join("from-model.txt");
+    let arguments = json!({"path": path, "content": "the model wrote this"}).to_string();
+    let call = json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "call_1",
+        "type": "function", "function": {"name": "fs__write_file", "arguments": arguments}}]}}]});
+    let end = json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]});
+    let answer = format!("{}{}data: [DONE]\n\n", event(&call), event(&end));
+    let model = fake_model(vec![answer, tokens(&["Written."])]).await;
+    let mut config = OpenAiConfig::new(&model.url, "test-model");
+    config.timeout = Duration::from_secs(5);
+    let engine = std::sync::Arc::new(OpenAiEngine::new(config).unwrap());
+    let tools = dir.tools(10.0, "");
+    let audit = dir.path("audit.jsonl");
+    let app = helpers::spawn_app_with_engine(
+        move |s| {
+            s.tools = Some(tools);
+            s.audit_log = Some(audit);
+        },
+        engine,
+    )
+    .await;
+
+    let (mut stream, request) = app.open_paused("model", "write a file").await;
+    let offered: Vec<String> = model.requests()[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        offered.iter().any(|name| name == "fs__write_file"),
+        "{offered:?}"
+    );
+    assert!(
+        offered.iter().any(|name| name == "ask__deploy"),
+        "{offered:?}"
+    );
+    let data = request.approval().unwrap();
+    assert_eq!(data.tasks[0].tool, "fs__write_file");
+    assert!(!path.exists(), "nothing before the yes");
+    app.reply("model", "CONFIRM_ACTION:confirm").await;
+    let last = stream.finish().await;
+
+    assert_eq!(last.chunk_type, ChunkType::Completion, "{last:?}");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "the model wrote this"
+    );
+    let told = &model.requests()[1]["messages"];
+    let result = told
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .contains("Successfully wrote"),
+        "{result}"
+    );
+    assert_eq!(dir.executed().len(), 1);
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie has been killed; only its parent has not reaped it yet.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| !stat.contains(") Z "))
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn a_question_pending_when_chatgate_is_killed_dies_with_it_and_the_run_ends_interrupted() {
+    let dir = Workdir::new();
+    let tools = dir.tools(10.0, "");
+    let store = format!("sqlite:{}", dir.path("store.db").display());
+    let args = [
+        "--tools",
+        tools.to_str().unwrap(),
+        "--store",
+        &store,
+        "--step-delay",
+        "0",
+    ];
+    let mut first = common::start_binary(&args);
+    let client = reqwest::Client::new();
+    let chat = |url: &str, body: Value| {
+        client
+            .post(format!("{url}/api/v1/chat/stream"))
+            .json(&body)
+            .send()
+    };
+    let url = first.url.clone();
+    let mut stream = EventStream::new(
+        chat(&url, json!({"message": "ask__pid", "session_id": "pid"}))
+            .await
+            .unwrap(),
+    );
+    stream.until(ChunkType::ConfirmationRequest).await;
+    chat(
+        &url,
+        json!({"message": "CONFIRM_ACTION:confirm", "session_id": "pid"}),
+    )
+    .await
+    .unwrap();
+    stream.finish().await;
+    let pid: u32 = outputs(&stream)[0].metadata["result"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    let mut stream = EventStream::new(
+        chat(
+            &url,
+            json!({"message": r#"ask__deploy {"service": "db"}"#, "session_id": "cut"}),
+        )
+        .await
+        .unwrap(),
+    );
+    stream.until(ChunkType::ConfirmationRequest).await;
+    chat(
+        &url,
+        json!({"message": "CONFIRM_ACTION:confirm", "session_id": "cut"}),
+    )
+    .await
+    .unwrap();
+    stream.until(ChunkType::InputRequest).await;
+    assert!(alive(pid));
+
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let deadline = Instant::now() + WAIT;
+    while alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the MCP server outlived chatgate"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let second = common::start_binary(&args);
+    let replay = client
+        .post(format!("{}/api/v1/chat/stream", second.url))
+        .header("Last-Event-ID", "0")
+        .json(&json!({"session_id": "cut"}))
+        .send()
+        .await
+        .unwrap();
+    let mut replay = EventStream::new(replay);
+    let last = replay.finish().await;
+    assert_eq!(last.metadata["error_type"], "interrupted", "{last:?}");
+    assert!(
+        dir.server_log().is_empty(),
+        "nothing deployed: {:?}",
+        dir.server_log()
+    );
 }
