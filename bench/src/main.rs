@@ -3,6 +3,7 @@
 //! `--step-delay-ms 0`. See docs/benchmarks.md for the commands and results.
 
 mod http;
+mod mcp;
 mod receiver;
 mod servers;
 mod stats;
@@ -109,7 +110,9 @@ enum Scenario {
     },
     /// Confirmed calls of a declared command tool (start the server with
     /// `--tools bench/tools.toml`): time from the confirm to its
-    /// `tool_output`, against running the same command directly.
+    /// `tool_output`, against running the same command directly; or of an
+    /// MCP server's tool (`--tools bench/mcp.toml`, `--mcp-server ...`),
+    /// against calling that server directly with a minimal client.
     Tool {
         #[arg(long, default_value_t = 300)]
         n: usize,
@@ -119,6 +122,18 @@ enum Scenario {
         /// The command the tool runs, to time directly for comparison.
         #[arg(long, num_args = 1.., default_values = ["cat"])]
         direct: Vec<String>,
+        /// The step's arguments after the tool's name (an MCP tool takes a
+        /// JSON object: `--args '{"text": "hi"}'`); default `call`.
+        #[arg(long, default_value = "call")]
+        args: String,
+        /// For a tool of an MCP server: the server's command, called
+        /// directly by a minimal client for comparison (instead of
+        /// `--direct`).
+        #[arg(long, num_args = 1..)]
+        mcp_server: Vec<String>,
+        /// The tool's name on that server.
+        #[arg(long, default_value = "echo")]
+        mcp_tool: String,
     },
     /// Confirm flows whose reply lands on the replica that holds the run
     /// and on one that does not (it forwards), interleaved: confirm→resume
@@ -222,7 +237,21 @@ fn main() -> io::Result<()> {
             Scenario::Question { n } => question_rtt(&addr, n).await,
             Scenario::Throughput { clients, seconds } => throughput(&addr, clients, seconds).await,
             Scenario::Chat { clients, seconds } => chat(&addr, clients, seconds).await,
-            Scenario::Tool { n, tool, direct } => tool_calls(&addr, n, &tool, &direct).await,
+            Scenario::Tool {
+                n,
+                tool,
+                direct,
+                args,
+                mcp_server,
+                mcp_tool,
+            } => {
+                let floor = if mcp_server.is_empty() {
+                    Floor::Command(direct)
+                } else {
+                    Floor::Mcp(mcp_server, mcp_tool)
+                };
+                tool_calls(&addr, n, &tool, &args, floor).await
+            }
             Scenario::Cross { n, other } => {
                 let other =
                     other.ok_or_else(|| err("cross needs --other ADDR or --store redis://"))?;
@@ -933,10 +962,20 @@ async fn chat(addr: &str, clients: usize, seconds: u64) -> io::Result<()> {
 /// from writing the confirm to reading the step's `tool_output` (the reply,
 /// the wake-up, the audit records if any, the process, its output); direct
 /// is spawning the command with the same stdin and waiting for it.
-async fn tool_calls(addr: &str, n: usize, tool: &str, direct: &[String]) -> io::Result<()> {
+/// What `tool_calls` compares chatgate's calls against.
+enum Floor {
+    /// The command, spawned with the same stdin.
+    Command(Vec<String>),
+    /// The MCP server's command and the tool's name on it, called by a
+    /// minimal client.
+    Mcp(Vec<String>, String),
+}
+
+async fn tool_calls(addr: &str, n: usize, tool: &str, args: &str, floor: Floor) -> io::Result<()> {
     let (mut stream, mut reply) = (Conn::connect(addr).await?, Conn::connect(addr).await?);
     let mut buf = Vec::with_capacity(256);
-    let message = format!("{tool} call");
+    // Inside a JSON string.
+    let message = format!("{tool} {}", args.replace('\\', "\\\\").replace('"', "\\\""));
     let mut confirm_to_output = Samples::with_capacity(n);
     for i in 0..n + 20 {
         session_json(&mut buf, "tool", i, &message);
@@ -983,6 +1022,22 @@ async fn tool_calls(addr: &str, n: usize, tool: &str, direct: &[String]) -> io::
             return Err(err("the tool call did not complete (did it fail?)"));
         }
     }
+    let direct = match floor {
+        Floor::Command(direct) => direct,
+        Floor::Mcp(server, name) => {
+            let mut own = mcp::direct_calls(&server, &name, args, n, 20).await?;
+            let via = confirm_to_output.summary();
+            let own = own.summary();
+            println!("tool        confirm→output       {via}");
+            println!("            MCP call directly    {own}");
+            println!(
+                "            chatgate adds p50 {} µs over the MCP call ({:.2}x)",
+                via.p50.saturating_sub(own.p50),
+                via.p50 as f64 / own.p50.max(1) as f64
+            );
+            return Ok(());
+        }
+    };
     let mut direct_samples = tokio::task::spawn_blocking({
         let direct = direct.to_vec();
         move || -> io::Result<Samples> {
