@@ -168,7 +168,7 @@ fn outcome(
 
 /// Replaces every `${NAME}` with the variable's value; the error is the
 /// name of a variable that is not set.
-fn expand_env(text: &str) -> Result<String, String> {
+pub(crate) fn expand_env(text: &str) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {

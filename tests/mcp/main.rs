@@ -653,3 +653,126 @@ async fn a_question_pending_when_chatgate_is_killed_dies_with_it_and_the_run_end
         dir.server_log()
     );
 }
+
+/// The Python server on streamable HTTP, on a free loopback port; killed on
+/// drop.
+#[cfg(feature = "openai")]
+struct HttpServer {
+    child: std::process::Child,
+    url: String,
+}
+
+#[cfg(feature = "openai")]
+impl HttpServer {
+    fn start() -> HttpServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new(here().join(".venv/bin/python"))
+            .arg(here().join("servers/asker.py"))
+            .args(["--http", &port.to_string()])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the Python server starts");
+        let deadline = Instant::now() + WAIT;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the HTTP MCP server did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        HttpServer {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+}
+
+#[cfg(feature = "openai")]
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(feature = "openai")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn a_streamable_http_server_gets_its_headers_asks_its_questions_and_is_reconnected() {
+    let dir = Workdir::new();
+    let mut server = HttpServer::start();
+    let tools = dir.path("http.toml");
+    std::fs::write(
+        &tools,
+        format!(
+            "[[mcp]]\nname = \"web\"\nurl = \"{}\"\nheaders = {{ \"X-Chatgate-Test\" = \"path=${{PATH}}\" }}\n",
+            server.url
+        ),
+    )
+    .unwrap();
+    let app = spawn_app_with(move |s| s.tools = Some(tools)).await;
+
+    let mut stream = confirmed(&app, "header", "web__header").await;
+    stream.finish().await;
+    let expected = format!("path={}", std::env::var("PATH").unwrap());
+    assert_eq!(outputs(&stream)[0].metadata["result"], expected.as_str());
+
+    let mut stream = confirmed(&app, "ask", r#"web__deploy {"service": "api"}"#).await;
+    stream.until(ChunkType::InputRequest).await;
+    let answered = app
+        .post_json(
+            &json!({"message": "CONFIRM_ACTION:answer", "session_id": "ask",
+                           "answers": {"region": "eu-west", "replicas": 2}}),
+        )
+        .await;
+    assert_eq!(answered.status(), 200);
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    assert_eq!(
+        outputs(&stream)[0].metadata["result"],
+        "deployed api to eu-west x2"
+    );
+
+    // The server goes away: the next call fails and the server is down...
+    let port = server
+        .url
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    let mut stream = confirmed(&app, "gone", "web__header").await;
+    assert_eq!(error_type(&stream.finish().await), "task_failed");
+    assert_eq!(
+        outputs(&stream)[0].metadata["error"],
+        "MCP server web could not be reached during the call"
+    );
+    let (status, body) = app.get("/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    // ...until it is back on the same address.
+    let mut again = std::process::Command::new(here().join(".venv/bin/python"))
+        .arg(here().join("servers/asker.py"))
+        .args(["--http", &port])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (status, body) = app.get("/readyz").await;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not reconnected: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut stream = confirmed(&app, "back", "web__header").await;
+    let last = stream.finish().await;
+    let _ = again.kill();
+    let _ = again.wait();
+    assert_eq!(last.chunk_type, ChunkType::Completion, "{last:?}");
+}

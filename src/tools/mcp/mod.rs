@@ -18,10 +18,12 @@
 
 pub mod client;
 pub mod elicit;
+#[cfg(feature = "openai")]
+mod http;
 mod server;
 
 pub use server::{
-    stopped, timed_out, Listed, McpServer, McpTool, MAX_DESCRIPTION_CHARS, MAX_LIST_PAGES,
+    stopped, timed_out, Listed, McpServer, McpTool, Reach, MAX_DESCRIPTION_CHARS, MAX_LIST_PAGES,
     MAX_MESSAGE_BYTES, MAX_RESTART_BACKOFF, MAX_SCHEMA_BYTES, MAX_TOOLS, RESTART_BACKOFF,
     START_TIMEOUT,
 };
@@ -63,9 +65,7 @@ fn yes() -> bool {
 #[derive(Debug, Clone)]
 pub struct McpSpec {
     pub name: String,
-    argv: Vec<String>,
-    env: Vec<String>,
-    cwd: Option<PathBuf>,
+    reach: Reach,
     /// `confirm`: whether its tools' calls are confirmed.
     pub confirm: bool,
     /// The risk of its tools whose annotations do not say.
@@ -91,7 +91,7 @@ impl McpEntry {
                 "key `name`: `{name}` must be 1-32 characters of A-Z a-z 0-9 _ -"
             ));
         }
-        let argv = match (self.command, self.url) {
+        let reach = match (self.command, self.url) {
             (Some(_), Some(_)) => {
                 return Err("keys `command` and `url`: a server has exactly one".to_owned())
             }
@@ -100,20 +100,25 @@ impl McpEntry {
                     "key `command` (stdio) or `url` (streamable HTTP) is missing".to_owned(),
                 )
             }
-            (None, Some(_)) => {
-                return Err(
-                    "key `url`: streamable HTTP servers are not supported yet; run the server \
-                     over stdio (`command`)"
-                        .to_owned(),
-                )
+            (None, Some(url)) => {
+                if self.cwd.is_some() || !self.env.is_empty() {
+                    return Err("keys `cwd` and `env`: only for `command` servers".to_owned());
+                }
+                http_reach(url, self.headers)?
             }
-            (Some(argv), None) => argv,
+            (Some(argv), None) => {
+                if !self.headers.is_empty() {
+                    return Err("key `headers`: only for `url` servers".to_owned());
+                }
+                // The same checks as a command tool's: the program, `cwd`, `env`.
+                let spec = CommandSpec::new(argv, self.cwd, self.env)?;
+                Reach::Stdio {
+                    argv: spec.argv,
+                    env: spec.env,
+                    cwd: spec.cwd,
+                }
+            }
         };
-        if !self.headers.is_empty() {
-            return Err("key `headers`: only for `url` servers".to_owned());
-        }
-        // The same checks as a command tool's: the program, `cwd`, `env`.
-        let spec = CommandSpec::new(argv, self.cwd, self.env)?;
         let risk = match self.risk.as_deref() {
             None | Some("medium") => RiskLevel::Medium,
             Some("low") => RiskLevel::Low,
@@ -125,9 +130,7 @@ impl McpEntry {
         }
         Ok(McpSpec {
             name,
-            argv: spec.argv,
-            env: spec.env,
-            cwd: spec.cwd,
+            reach,
             confirm: self.confirm,
             risk,
             allow: self.allow,
@@ -141,13 +144,7 @@ impl McpSpec {
     /// Starts the server; its tools that `allow` / `deny` let through. The
     /// error is one line.
     pub async fn start(&self) -> Result<(Arc<McpServer>, Vec<Listed>), String> {
-        let (server, listed) = McpServer::start(
-            self.name.clone(),
-            self.argv.clone(),
-            self.env.clone(),
-            self.cwd.clone(),
-        )
-        .await?;
+        let (server, listed) = McpServer::start(self.name.clone(), self.reach.clone()).await?;
         if let Some(allow) = &self.allow {
             if let Some(missing) = allow.iter().find(|a| !listed.iter().any(|t| &t.name == *a)) {
                 return Err(format!("key `allow`: the server has no tool `{missing}`"));
@@ -162,6 +159,49 @@ impl McpSpec {
             .collect();
         Ok((server, offered))
     }
+}
+
+/// A `url` server: an http(s) URL, its headers resolved (`${NAME}` from the
+/// environment, as for http tools).
+#[cfg(feature = "openai")]
+fn http_reach(
+    url: String,
+    headers: std::collections::HashMap<String, String>,
+) -> Result<Reach, String> {
+    let parsed = reqwest::Url::parse(&url)
+        .map_err(|err| format!("key `url`: `{url}` is not a URL: {err}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!("key `url`: `{url}` is not an http(s) URL"));
+    }
+    let mut resolved = Vec::new();
+    for (name, value) in headers {
+        let header = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("key `headers`: `{name}` is not a header name"))?;
+        let value = crate::tools::http::expand_env(&value).map_err(|var| {
+            format!(
+                "key `headers`: `{name}` names the environment variable {var}, which is not set"
+            )
+        })?;
+        reqwest::header::HeaderValue::from_str(&value).map_err(|_| {
+            format!("key `headers`: the value of `{name}` is not a valid header value")
+        })?;
+        resolved.push((header, secrecy::SecretString::from(value)));
+    }
+    Ok(Reach::Http {
+        url,
+        headers: resolved,
+    })
+}
+
+#[cfg(not(feature = "openai"))]
+fn http_reach(
+    _url: String,
+    _headers: std::collections::HashMap<String, String>,
+) -> Result<Reach, String> {
+    Err(
+        "key `url`: this chatgate was built without the `openai` feature, which HTTP MCP servers need"
+            .to_owned(),
+    )
 }
 
 /// The name a server's tool is offered under: `<server>__<tool>`, every

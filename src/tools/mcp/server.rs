@@ -18,6 +18,8 @@ use tokio::process::{Child, ChildStdout, Command};
 use tokio::sync::{mpsc, Notify};
 
 use super::client::{Asker, Elicitation, Handler};
+#[cfg(feature = "openai")]
+use super::http;
 use crate::protocol::RiskLevel;
 use crate::tools::keeper;
 use crate::tools::outcome::{CappedOutput, ToolOutcome};
@@ -68,12 +70,27 @@ pub struct Listed {
     pub risk: Option<RiskLevel>,
 }
 
+/// How a server is reached.
+#[derive(Debug, Clone)]
+pub enum Reach {
+    /// A process chatgate spawns, spoken to on its stdio.
+    Stdio {
+        argv: Vec<String>,
+        env: Vec<String>,
+        cwd: Option<PathBuf>,
+    },
+    /// Streamable HTTP at `url`, with these headers on every request.
+    #[cfg(feature = "openai")]
+    Http {
+        url: String,
+        headers: Vec<(reqwest::header::HeaderName, secrecy::SecretString)>,
+    },
+}
+
 /// One running (or restarting) MCP server.
 pub struct McpServer {
     pub name: String,
-    argv: Vec<String>,
-    env: Vec<String>,
-    cwd: Option<PathBuf>,
+    reach: Reach,
     /// The connection; `None` while the server is down.
     link: RwLock<Option<Arc<Service>>>,
     /// One call at a time (see the module docs of `mcp`).
@@ -89,7 +106,7 @@ impl std::fmt::Debug for McpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpServer")
             .field("name", &self.name)
-            .field("argv", &self.argv)
+            .field("reach", &self.reach)
             .finish_non_exhaustive()
     }
 }
@@ -107,16 +124,12 @@ impl McpServer {
     /// task restarts it when it exits). The error is one line.
     pub async fn start(
         name: String,
-        argv: Vec<String>,
-        env: Vec<String>,
-        cwd: Option<PathBuf>,
+        reach: Reach,
     ) -> Result<(Arc<McpServer>, Vec<Listed>), String> {
         let server = Arc::new(McpServer {
             asker: Arc::new(Asker::default()),
             name,
-            argv,
-            env,
-            cwd,
+            reach,
             link: RwLock::new(None),
             calls: tokio::sync::Mutex::new(()),
             listed: RwLock::new(HashSet::new()),
@@ -155,13 +168,26 @@ impl McpServer {
         *self.link.write().unwrap_or_else(|p| p.into_inner()) = Some(service);
     }
 
-    /// Spawns the process (through the keeper, in a group of its own, with
-    /// `PATH` and the named variables only) and initializes it.
-    async fn connect(&self) -> Result<(Arc<Service>, Child), String> {
-        let program = &self.argv[0];
+    /// Connects and initializes: spawns the process (through the keeper, in
+    /// a group of its own, with `PATH` and the named variables only) for
+    /// stdio, or opens a streamable HTTP session.
+    async fn connect(&self) -> Result<(Arc<Service>, Option<Child>), String> {
+        let handler = Handler {
+            server: self.name.clone(),
+            asker: self.asker.clone(),
+        };
+        let (argv, env, cwd) = match &self.reach {
+            Reach::Stdio { argv, env, cwd } => (argv, env, cwd),
+            #[cfg(feature = "openai")]
+            Reach::Http { url, headers } => {
+                let service = http::connect(handler, url, headers).await?;
+                return Ok((Arc::new(service), None));
+            }
+        };
+        let program = &argv[0];
         let mut command = Command::new(program);
         command
-            .args(&self.argv[1..])
+            .args(&argv[1..])
             .env_clear()
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -172,12 +198,12 @@ impl McpServer {
         if let Some(path) = std::env::var_os("PATH") {
             command.env("PATH", path);
         }
-        for name in &self.env {
+        for name in env {
             if let Some(value) = std::env::var_os(name) {
                 command.env(name, value);
             }
         }
-        if let Some(dir) = &self.cwd {
+        if let Some(dir) = cwd {
             command.current_dir(dir);
         }
         let mut child = command
@@ -196,24 +222,38 @@ impl McpServer {
         };
         let transport = AsyncRwTransport::<RoleClient, _, _>::new(watched, stdin)
             .with_max_line_length(MAX_MESSAGE_BYTES);
-        let handler = Handler {
-            server: self.name.clone(),
-            asker: self.asker.clone(),
-        };
         let service = handler
             .serve(transport)
             .await
             .map_err(|err| format!("it did not initialize: {err}"))?;
-        Ok((Arc::new(service), child))
+        Ok((Arc::new(service), Some(child)))
+    }
+
+    /// Until the connection ends: the process exits (stdio), or the session
+    /// closes (HTTP; looked at once a second).
+    async fn until_gone(&self, child: &mut Option<Child>) -> String {
+        if let Some(child) = child {
+            return match child.wait().await {
+                Ok(status) => status.to_string(),
+                Err(err) => err.to_string(),
+            };
+        }
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            match self.service() {
+                Some(service) if !service.is_closed() => {}
+                _ => return "its session closed".to_owned(),
+            }
+        }
     }
 
     /// Restarts the server each time it exits, with a doubling backoff (reset
     /// after a minute up). Runs as long as chatgate.
-    async fn supervise(self: Arc<Self>, mut child: Child) {
+    async fn supervise(self: Arc<Self>, mut child: Option<Child>) {
         let mut backoff = RESTART_BACKOFF;
         let mut up_since = Instant::now();
         loop {
-            let status = child.wait().await;
+            let how = self.until_gone(&mut child).await;
             let old = self.link.write().unwrap_or_else(|p| p.into_inner()).take();
             if let Some(old) = old {
                 old.cancellation_token().cancel();
@@ -221,12 +261,8 @@ impl McpServer {
             if up_since.elapsed() > MAX_RESTART_BACKOFF {
                 backoff = RESTART_BACKOFF;
             }
-            let how = match status {
-                Ok(status) => status.to_string(),
-                Err(err) => err.to_string(),
-            };
             log::warn!(
-                "MCP server {} exited ({how}); its tools fail until it is back",
+                "MCP server {} is gone ({how}); its tools fail until it is back",
                 self.name
             );
             loop {
@@ -315,10 +351,12 @@ impl McpServer {
                 if link.as_ref().is_some_and(|now| Arc::ptr_eq(now, &service)) {
                     *link = None;
                 }
-                failed(
-                    started,
-                    format!("MCP server {} exited during the call", self.name),
-                )
+                let how = match self.reach {
+                    Reach::Stdio { .. } => "exited during the call",
+                    #[cfg(feature = "openai")]
+                    Reach::Http { .. } => "could not be reached during the call",
+                };
+                failed(started, format!("MCP server {} {how}", self.name))
             }
             Err(err) => failed(started, format!("MCP call failed: {err}")),
         }

@@ -4,7 +4,8 @@ do to a call: ask the person (elicitation), fail (`isError`), crash, be slow,
 answer too much.
 
 `--log FILE` appends one line per call that got past its question, so a test
-can tell what the server did (and did not) do.
+can tell what the server did (and did not) do. `--http PORT` serves
+streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio.
 """
 
 import asyncio
@@ -82,10 +83,20 @@ async def slow(seconds: float) -> str:
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def header(ctx: Context) -> str:
+    """The `X-Chatgate-Test` header of the request (HTTP only)."""
+    return (ctx.headers or {}).get("x-chatgate-test", "none")
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 def huge(kib: int) -> str:
     """Answers `kib` KiB of text."""
     return "x" * (kib * 1024)
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if "--http" in sys.argv:
+        port = int(sys.argv[sys.argv.index("--http") + 1])
+        server.run("streamable-http", host="127.0.0.1", port=port)
+    else:
+        server.run("stdio")

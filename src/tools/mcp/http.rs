@@ -1,0 +1,44 @@
+//! MCP servers over streamable HTTP (`url = ...`): rmcp's transport on a
+//! reqwest client that follows no redirect, with the same message bound as
+//! stdio.
+
+use std::collections::HashMap;
+
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::ServiceExt;
+use secrecy::{ExposeSecret, SecretString};
+
+use super::client::Handler;
+use super::server::MAX_MESSAGE_BYTES;
+
+/// Opens a session with the server at `url` and initializes it.
+pub async fn connect(
+    handler: Handler,
+    url: &str,
+    headers: &[(reqwest::header::HeaderName, SecretString)],
+) -> Result<RunningService<RoleClient, Handler>, String> {
+    // rustls needs a process-wide provider for this client: ring, as the
+    // model client's. Installing it twice is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest_mcp::Client::builder()
+        // A redirect would send the session's secret headers elsewhere.
+        .redirect(reqwest_mcp::redirect::Policy::none())
+        .build()
+        .map_err(|err| format!("cannot set up an HTTP client: {err}"))?;
+    let mut custom = HashMap::new();
+    for (name, value) in headers {
+        let value = reqwest::header::HeaderValue::from_str(value.expose_secret())
+            .map_err(|_| format!("the value of header `{name}` is not valid"))?;
+        custom.insert(name.clone(), value);
+    }
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(custom);
+    config.max_sse_event_size = MAX_MESSAGE_BYTES;
+    config.max_json_response_size = MAX_MESSAGE_BYTES;
+    let transport = StreamableHttpClientTransport::with_client(client, config);
+    handler
+        .serve(transport)
+        .await
+        .map_err(|err| format!("it did not initialize: {err}"))
+}
