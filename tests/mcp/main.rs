@@ -776,3 +776,31 @@ async fn a_streamable_http_server_gets_its_headers_asks_its_questions_and_is_rec
     let _ = again.wait();
     assert_eq!(last.chunk_type, ChunkType::Completion, "{last:?}");
 }
+
+#[tokio::test]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn roots_and_sampling_are_refused_and_a_changed_tool_list_is_read_again() {
+    let dir = Workdir::new();
+    let app = app(&dir, 10.0, |_| {}).await;
+
+    let mut stream = confirmed(&app, "borrow", "ask__borrow").await;
+    stream.finish().await;
+    let said = outputs(&stream)[0].metadata["result"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        said.contains("roots: refused (chatgate does not offer roots"),
+        "{said}"
+    );
+    assert!(said.contains("sampling: refused"), "{said}");
+
+    let mut stream = confirmed(&app, "retire", r#"ask__retire {"name": "echo"}"#).await;
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    let mut stream = confirmed(&app, "gone", r#"ask__echo {"text": "x"}"#).await;
+    assert_eq!(error_type(&stream.finish().await), "task_failed");
+    assert_eq!(
+        outputs(&stream)[0].metadata["error"],
+        "MCP server ask no longer offers `echo`"
+    );
+}

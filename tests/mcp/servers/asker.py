@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp import types
 from mcp.types import ToolAnnotations
 
 LOG = None
@@ -86,6 +87,41 @@ async def slow(seconds: float) -> str:
 def header(ctx: Context) -> str:
     """The `X-Chatgate-Test` header of the request (HTTP only)."""
     return (ctx.headers or {}).get("x-chatgate-test", "none")
+
+
+@server.tool()
+async def retire(name: str, ctx: Context) -> str:
+    """Stops offering the tool `name`, and says the list changed."""
+    server.remove_tool(name)
+    # The notification of revisions up to 2025-11-25 (notify_tools_changed
+    # only reaches 2026-07-28 subscribers).
+    await ctx.session.send_tool_list_changed()
+    return f"retired {name}"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def borrow(ctx: Context) -> str:
+    """Asks the client for its roots and its model (both are refused)."""
+    said = []
+    for what, request, result in [
+        ("roots", types.ListRootsRequest(), types.ListRootsResult),
+        (
+            "sampling",
+            types.CreateMessageRequest(
+                params=types.CreateMessageRequestParams(
+                    messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text="hi"))],
+                    max_tokens=10,
+                )
+            ),
+            types.CreateMessageResult,
+        ),
+    ]:
+        try:
+            await ctx.session.send_request(request, result)
+            said.append(f"{what}: granted")
+        except Exception as err:  # the client's JSON-RPC error
+            said.append(f"{what}: refused ({err})")
+    return "; ".join(said)
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
