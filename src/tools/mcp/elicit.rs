@@ -20,8 +20,8 @@
 use serde_json::{Map, Value};
 
 use crate::protocol::question::{
-    check_questions, Question, QuestionOption, MAX_HEADER_CHARS, MAX_ID_CHARS, MAX_OPTIONS,
-    MAX_QUESTIONS, SCHEMA_KEYWORDS,
+    check_questions, Question, QuestionOption, MAX_HEADER_CHARS, MAX_ID_CHARS, MAX_LABEL_CHARS,
+    MAX_OPTIONS, MAX_QUESTIONS, MAX_QUESTION_CHARS, SCHEMA_KEYWORDS,
 };
 
 /// The questions of one elicitation, and how to turn answers back into the
@@ -94,9 +94,14 @@ pub fn questions(schema: &Value, order: &[String]) -> Result<Mapped, String> {
             .chars()
             .take(MAX_HEADER_CHARS)
             .collect();
+        // Cut to the question bounds rather than refused: a long
+        // description is still a question worth asking.
         let question = text(property, "description")
             .or(title)
-            .map_or_else(|| format!("A value for `{name}`?"), str::to_owned);
+            .map_or_else(|| format!("A value for `{name}`?"), str::to_owned)
+            .chars()
+            .take(MAX_QUESTION_CHARS)
+            .collect();
         let mut asked = Question {
             id,
             header,
@@ -261,6 +266,7 @@ fn offer(question: &mut Question, choices: Vec<(Value, String)>) -> Vec<Value> {
         } else {
             format!("o{}", at + 1)
         };
+        let label: String = label.chars().take(MAX_LABEL_CHARS).collect();
         question.options.push(option(&id, &label));
         values.push(value);
     }
@@ -342,6 +348,26 @@ mod tests {
         // An optional question left unanswered is left out.
         let content = mapped.content(json!({"region": "Frankfurt"}).as_object().unwrap());
         assert_eq!(content, json!({"region": "eu-west"}));
+    }
+
+    #[test]
+    fn long_texts_are_cut_to_the_question_bounds() {
+        let long = "x".repeat(5000);
+        let schema = json!({"properties": {"a": {"type": "string", "description": long,
+                                                  "enum": [long, "b"]}}});
+        let mapped = questions(&schema, &[]).unwrap();
+        assert_eq!(
+            mapped.questions[0].question.chars().count(),
+            MAX_QUESTION_CHARS
+        );
+        assert_eq!(
+            mapped.questions[0].options[0].label.chars().count(),
+            MAX_LABEL_CHARS
+        );
+        // The answer still maps back to the full value.
+        let label = mapped.questions[0].options[0].label.clone();
+        let content = mapped.content(json!({"a": label}).as_object().unwrap());
+        assert_eq!(content["a"].as_str().unwrap().len(), 5000);
     }
 
     #[test]
