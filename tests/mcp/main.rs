@@ -207,6 +207,30 @@ async fn a_gated_write_happens_once_on_confirm_and_never_on_cancel_reject_or_tim
     let mut stream = confirmed(&app, "w-yes", &write("yes.txt")).await;
     assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
 
+    // Edit: the edited arguments are checked and are what runs.
+    let (mut stream, _) = app.open_paused("w-edit", &write("draft.txt")).await;
+    let edited = json!({"path": dir.path("data").join("edited.txt"), "content": "edited"});
+    let bad = app
+        .post_json(
+            &json!({"message": "CONFIRM_ACTION:confirm", "session_id": "w-edit",
+                           "decisions": [{"index": 1, "decision": "edit", "args": {"path": 5}}]}),
+        )
+        .await;
+    assert_eq!(bad.status(), 422, "an edit that does not fit the schema");
+    let response = app
+        .post_json(
+            &json!({"message": "CONFIRM_ACTION:confirm", "session_id": "w-edit",
+                           "decisions": [{"index": 1, "decision": "edit", "args": edited}]}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    assert!(!dir.path("data/draft.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.path("data/edited.txt")).unwrap(),
+        "edited"
+    );
+
     for name in ["cancel.txt", "reject.txt", "timeout.txt"] {
         assert!(!dir.path("data").join(name).exists(), "{name} was written");
     }
@@ -214,7 +238,9 @@ async fn a_gated_write_happens_once_on_confirm_and_never_on_cancel_reject_or_tim
         std::fs::read_to_string(dir.path("data/yes.txt")).unwrap(),
         "written"
     );
-    assert_eq!(dir.executed().len(), 1, "{:?}", dir.executed());
+    let executed = dir.executed();
+    assert_eq!(executed.len(), 2, "{executed:?}");
+    assert_eq!(executed[1]["args"], edited, "the exact arguments sent");
 }
 
 #[tokio::test]

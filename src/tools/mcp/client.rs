@@ -9,14 +9,17 @@
 //! - `sampling/createMessage` and `roots/list` are refused with a JSON-RPC
 //!   error (rmcp's default for sampling: method not found): chatgate lends a
 //!   server neither its model nor its filesystem.
-//! - `notifications/tools/list_changed` is counted ([`Asker::list_changed`]):
-//!   the server's tools are read again before its next call.
+//! - `notifications/tools/list_changed` is counted ([`Asker::take_list_changed`]):
+//!   the server's tools are read again before its next call. Log messages
+//!   go to chatgate's log (cut to 1 KiB); progress is not shown.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 #[allow(deprecated)]
 use rmcp::model::ListRootsResult;
+#[allow(deprecated)] // Logging: still what servers of 2025-11-25 send.
+use rmcp::model::LoggingMessageNotificationParam;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
     ElicitationCapability, FormElicitationCapability, Implementation,
@@ -25,6 +28,9 @@ use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use rmcp::{ClientHandler, ErrorData};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
+
+/// Characters of a server's log message that go to chatgate's log.
+const MAX_LOGGED_CHARS: usize = 1024;
 
 /// A server's question, on its way to the run whose call it is about.
 #[derive(Debug)]
@@ -147,6 +153,20 @@ impl ClientHandler for Handler {
             "chatgate does not offer roots to MCP servers",
             None,
         ))
+    }
+
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let data = match &params.data {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        let data: String = data.chars().take(MAX_LOGGED_CHARS).collect();
+        log::info!("MCP server {} ({:?}): {data}", self.server, params.level);
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
