@@ -856,6 +856,51 @@ class WebhookTests(unittest.TestCase):
         self.assertEqual(types, ["interaction.decided", "interaction.requested", "run.ended"])
 
 
+MCP_PYTHON = os.path.join(ROOT, "tests", "mcp", ".venv", "bin", "python")
+
+
+@unittest.skipUnless(os.path.exists(MCP_PYTHON), "needs tests/mcp/setup.sh (run by .ci/run first)")
+class McpTests(unittest.TestCase):
+    """Each replica runs its own copy of an MCP server: a call runs on the
+    replica that holds its run, and the server's question is answered
+    through another one (forwarded to the holder)."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="chatgate-mcp-")
+        self.log = os.path.join(self.dir, "asker.log")
+        tools = os.path.join(self.dir, "tools.toml")
+        with open(tools, "w") as f:
+            f.write('[[mcp]]\nname = "ask"\ncommand = [%s, %s, "--log", %s]\n' % (
+                json.dumps(MCP_PYTHON), json.dumps(os.path.join(ROOT, "tests", "mcp", "servers", "asker.py")),
+                json.dumps(self.log)))
+        self.cluster = Cluster(nginx=False, extra=["--tools", tools])
+
+    def tearDown(self):
+        self.cluster.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_a_server_s_question_asked_on_a_is_answered_on_b(self):
+        a, b, c = self.cluster.replicas[:3]
+        session = new_session("mcp")
+        stream = post(a, {"message": 'ask__deploy {"service": "web"}', "session_id": session})
+        read_until(stream, rb'"chunk_type":"confirmation_request"')
+        confirmed = answer(c, session, "confirm")
+        read_until(stream, rb'"chunk_type":"input_request"')
+        refused = answer(b, session, "answer", answers={"region": "mars", "replicas": 2})
+        answered = answer(b, session, "answer", answers={"region": "us-east", "replicas": 2})
+        rest = read_to_end(stream)
+
+        self.assertEqual(confirmed[0], 200, confirmed[1])
+        self.assertEqual(refused[0], 422, refused[1])
+        self.assertEqual(answered[0], 200, answered[1])
+        self.assertEqual(answered[1]["metadata"]["answers"], {"region": "us-east", "replicas": 2})
+        self.assertEqual(chunk_types(rest)[-1], b"completion")
+        self.assertIn(b"deployed web to us-east x2", rest)
+        with open(self.log) as f:
+            self.assertEqual(f.read().splitlines(), ["deployed web to us-east x2"])
+        stream.conn.close()
+
+
 class ReplicaIdTests(unittest.TestCase):
     def test_two_replicas_given_one_id_are_told_in_the_log(self):
         cluster = Cluster(replicas=0, nginx=False)
