@@ -830,3 +830,71 @@ async fn roots_and_sampling_are_refused_and_a_changed_tool_list_is_read_again() 
         "MCP server ask no longer offers `echo`"
     );
 }
+
+#[tokio::test]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn a_tool_list_is_bounded_and_a_second_question_at_once_is_declined() {
+    let dir = Workdir::new();
+    let python = here().join(".venv/bin/python");
+    let script = here().join("servers/asker.py");
+    let server = |extra: usize| {
+        format!(
+            "[[mcp]]\nname = \"many\"\ncommand = [\"{}\", \"{}\", \"--extra-tools\", \"{extra}\"]\n",
+            python.display(),
+            script.display()
+        )
+    };
+    // Past 128 tools: refused at start, in one line.
+    let too_many = dir.path("many.toml");
+    std::fs::write(&too_many, server(130)).unwrap();
+    let mut settings = chatgate::config::Settings::for_bind("127.0.0.1:0");
+    settings.tools = Some(too_many);
+    let line = match chatgate::startup::Application::build(settings).await {
+        Ok(_) => panic!("started with 130 more tools"),
+        Err(err) => err.to_string(),
+    };
+    assert!(
+        line.contains("mcp \"many\"") && line.contains("more than 128 tools"),
+        "{line}"
+    );
+
+    // Within it: offered, a long description cut to 4 KiB.
+    let some = dir.path("some.toml");
+    std::fs::write(&some, server(3)).unwrap();
+    let model_sees = {
+        let mut tools = chatgate::tools::Tools::load(&some).unwrap();
+        tools.start_mcp().await.unwrap();
+        let tool = tools.get("many__extra_0").unwrap();
+        tool.description.chars().count()
+    };
+    assert_eq!(model_sees, chatgate::tools::mcp::MAX_DESCRIPTION_CHARS);
+
+    // Two questions at once from one call: the first is asked, the second
+    // declined at once.
+    let app = spawn_app_with(move |s| {
+        s.tools = Some(some);
+        s.confirm_timeout = Duration::from_secs(5);
+    })
+    .await;
+    let mut stream = confirmed(&app, "twice", "many__ask_twice").await;
+    let question = stream.until(ChunkType::InputRequest).await;
+    let answered = app
+        .post_json(
+            &json!({"message": "CONFIRM_ACTION:answer", "session_id": "twice",
+                           "answers": {"region": "eu-west", "replicas": 1}}),
+        )
+        .await;
+    assert_eq!(answered.status(), 200);
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    let result = outputs(&stream)[0].metadata["result"].clone();
+    assert!(
+        result == "first: accept, second: decline" || result == "first: decline, second: accept",
+        "{result} after {question:?}"
+    );
+    let asked = stream
+        .chunks
+        .iter()
+        .filter(|c| c.chunk_type == ChunkType::InputRequest)
+        .count();
+    assert_eq!(asked, 1);
+}

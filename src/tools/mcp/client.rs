@@ -5,7 +5,7 @@
 //!   result, which rmcp's `call_tool` routes here too) go to the call in
 //!   flight on that server ([`Asker`]), whose run asks the person and
 //!   replies through a oneshot. No call in flight, or a question already
-//!   pending: declined. A URL elicitation is declined (not declared).
+//!   pending (one at a time per server): declined. A URL elicitation is declined (not declared).
 //! - `sampling/createMessage` and `roots/list` are refused with a JSON-RPC
 //!   error (rmcp's default for sampling: method not found): chatgate lends a
 //!   server neither its model nor its filesystem.
@@ -60,6 +60,17 @@ impl Elicitation {
 pub struct Asker {
     call: Mutex<Option<mpsc::Sender<Elicitation>>>,
     list_changed: AtomicBool,
+    /// A question is on its way to a person, or being asked.
+    pending: AtomicBool,
+}
+
+/// Clears [`Asker::pending`] when a question is settled, however it ends.
+struct Pending<'a>(&'a Asker);
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.0.pending.store(false, Ordering::SeqCst);
+    }
 }
 
 impl Asker {
@@ -116,6 +127,17 @@ impl ClientHandler for Handler {
             );
             return Ok(declined());
         };
+        // One question at a time per server (and so per call): a second one
+        // while the first is pending is declined, so a server cannot queue
+        // up questions.
+        if self.asker.pending.swap(true, Ordering::SeqCst) {
+            log::info!(
+                "MCP server {}: a question while another is pending, declined",
+                self.server
+            );
+            return Ok(declined());
+        }
+        let _pending = Pending(&self.asker);
         let (reply, answer) = oneshot::channel();
         let order = requested_schema
             .property_order
@@ -127,13 +149,8 @@ impl ClientHandler for Handler {
             order,
             reply,
         };
-        // One question at a time per call: a second one while the first is
-        // pending is declined, so a server cannot queue up questions.
         if call.try_send(elicitation).is_err() {
-            log::info!(
-                "MCP server {}: a question while another is pending, declined",
-                self.server
-            );
+            // The call ended meanwhile (its receiver is gone).
             return Ok(declined());
         }
         // The call ended without answering: the operation is cancelled.

@@ -5,7 +5,8 @@ answer too much.
 
 `--log FILE` appends one line per call that got past its question, so a test
 can tell what the server did (and did not) do. `--http PORT` serves
-streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio.
+streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio;
+`--extra-tools N` offers N more tools.
 """
 
 import asyncio
@@ -124,10 +125,31 @@ async def borrow(ctx: Context) -> str:
     return "; ".join(said)
 
 
+@server.tool()
+async def ask_twice(ctx: Context) -> str:
+    """Asks two questions at once; says what came of each."""
+    first, second = await asyncio.gather(
+        ctx.elicit(message="First?", schema=Deploy),
+        ctx.elicit(message="Second?", schema=Deploy),
+    )
+    return f"first: {first.action}, second: {second.action}"
+
+
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 def huge(kib: int) -> str:
     """Answers `kib` KiB of text."""
     return "x" * (kib * 1024)
+
+
+def extra(text: str) -> str:
+    return text
+
+
+# `--extra-tools N`: N more tools, the first with a 5,000-character
+# description (bounds on what a tool list may make chatgate hold).
+if "--extra-tools" in sys.argv:
+    for i in range(int(sys.argv[sys.argv.index("--extra-tools") + 1])):
+        server.add_tool(extra, name=f"extra_{i}", description="d" * 5000 if i == 0 else "An extra tool.")
 
 
 if __name__ == "__main__":
