@@ -11,13 +11,14 @@ use rmcp::ServiceExt;
 use secrecy::{ExposeSecret, SecretString};
 
 use super::client::Handler;
-use super::server::MAX_MESSAGE_BYTES;
 
-/// Opens a session with the server at `url` and initializes it.
+/// Opens a session with the server at `url` and initializes it; a response
+/// or an event over `max_message` bytes fails its request.
 pub async fn connect(
     handler: Handler,
     url: &str,
     headers: &[(reqwest::header::HeaderName, SecretString)],
+    max_message: usize,
 ) -> Result<RunningService<RoleClient, Handler>, String> {
     // rustls needs a process-wide provider for this client: ring, as the
     // model client's. Installing it twice is harmless.
@@ -34,8 +35,8 @@ pub async fn connect(
         custom.insert(name.clone(), value);
     }
     let mut config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(custom);
-    config.max_sse_event_size = MAX_MESSAGE_BYTES;
-    config.max_json_response_size = MAX_MESSAGE_BYTES;
+    config.max_sse_event_size = max_message;
+    config.max_json_response_size = max_message;
     let transport = StreamableHttpClientTransport::with_client(client, config);
     handler
         .serve(transport)

@@ -180,7 +180,7 @@ impl McpServer {
             Reach::Stdio { argv, env, cwd } => (argv, env, cwd),
             #[cfg(feature = "openai")]
             Reach::Http { url, headers } => {
-                let service = http::connect(handler, url, headers).await?;
+                let service = http::connect(handler, url, headers, MAX_MESSAGE_BYTES).await?;
                 return Ok((Arc::new(service), None));
             }
         };
