@@ -480,9 +480,10 @@ impl Tool {
             // carries the server's questions; here a question is declined.
             Executor::Mcp(call) => {
                 let (asks, _) = tokio::sync::mpsc::channel(1);
+                let (progress, _) = tokio::sync::mpsc::channel(1);
                 let started = std::time::Instant::now();
                 tokio::select! {
-                    outcome = call.server.call(&call.tool, args, asks) => outcome,
+                    outcome = call.server.call(&call.tool, args, asks, progress) => outcome,
                     () = tokio::time::sleep(self.timeout) => super::mcp::timed_out(started, self.timeout),
                     () = stop => super::mcp::stopped(started),
                 }

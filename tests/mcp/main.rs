@@ -898,3 +898,30 @@ async fn a_tool_list_is_bounded_and_a_second_question_at_once_is_declined() {
         .count();
     assert_eq!(asked, 1);
 }
+
+#[tokio::test]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn a_call_s_progress_shows_as_status_chunks() {
+    let dir = Workdir::new();
+    let app = app(&dir, 10.0, |_| {}).await;
+    let mut stream = confirmed(&app, "steps", r#"ask__steps {"n": 3}"#).await;
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    let shown: Vec<&str> = stream
+        .chunks
+        .iter()
+        .filter(|c| {
+            c.chunk_type == ChunkType::Status
+                && c.metadata.get("tool") == Some(&json!("ask__steps"))
+        })
+        .map(|c| c.chunk.as_str())
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "ask__steps: 1/3: step 1",
+            "ask__steps: 2/3: step 2",
+            "ask__steps: 3/3: step 3"
+        ]
+    );
+    assert_eq!(outputs(&stream)[0].metadata["result"], "3 steps");
+}

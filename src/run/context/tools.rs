@@ -17,6 +17,9 @@ use crate::tools::keeper::KILL_GRACE;
 use crate::tools::mcp::{self, client::Elicitation, elicit, McpTool};
 use crate::tools::{Executor, Tool, ToolOutcome};
 
+/// Most often an MCP call's progress is shown (a `status` chunk).
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Calls one run may make without a confirmation (`confirm = false`
 /// tools): past it the run ends with `tool_call_limit`. Every confirmed
 /// call has its own yes; these have none, so a model cannot make a run
@@ -86,7 +89,9 @@ impl RunContext {
     ) -> Result<ToolOutcome, RunError> {
         let started = Instant::now();
         let (asks, mut questions) = mpsc::channel(1);
-        let mut running = Box::pin(call.server.call(&call.tool, args, asks));
+        let (progress, mut progressed) = mpsc::channel(1);
+        let mut running = Box::pin(call.server.call(&call.tool, args, asks, progress));
+        let mut last_shown: Option<Instant> = None;
         let stop = self.stop.clone();
         let mut deadline = tokio::time::Instant::now() + tool.timeout;
         let mut ended = None;
@@ -104,6 +109,18 @@ impl RunContext {
                             .await
                             .unwrap_or_else(|_| mcp::stopped(started));
                         break outcome;
+                    }
+                }
+                Some(text) = progressed.recv() => {
+                    // At most one a quarter second: a chatty server does not
+                    // fill the run's log.
+                    if last_shown.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY) {
+                        last_shown = Some(Instant::now());
+                        let chunk = self
+                            .chunk(ChunkType::Status, format!("{}: {text}", tool.name))
+                            .with_meta(meta::STEP, index)
+                            .with_meta(meta::TOOL, tool.name.as_str());
+                        self.log.push(chunk);
                     }
                 }
                 () = tokio::time::sleep_until(deadline) => break mcp::timed_out(started, tool.timeout),

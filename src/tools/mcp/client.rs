@@ -11,7 +11,8 @@
 //!   server neither its model nor its filesystem.
 //! - `notifications/tools/list_changed` is counted ([`Asker::take_list_changed`]):
 //!   the server's tools are read again before its next call. Log messages
-//!   go to chatgate's log (cut to 1 KiB); progress is not shown.
+//!   go to chatgate's log (cut to 1 KiB); progress of the call in flight
+//!   goes to its run, which shows it as `status` chunks.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,7 +23,7 @@ use rmcp::model::ListRootsResult;
 use rmcp::model::LoggingMessageNotificationParam;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
-    ElicitationCapability, FormElicitationCapability, Implementation,
+    ElicitationCapability, FormElicitationCapability, Implementation, ProgressNotificationParam,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use rmcp::{ClientHandler, ErrorData};
@@ -31,6 +32,8 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Characters of a server's log message that go to chatgate's log.
 const MAX_LOGGED_CHARS: usize = 1024;
+/// Characters of a progress message shown on the stream.
+const MAX_PROGRESS_CHARS: usize = 200;
 
 /// A server's question, on its way to the run whose call it is about.
 #[derive(Debug)]
@@ -59,6 +62,8 @@ impl Elicitation {
 #[derive(Debug, Default)]
 pub struct Asker {
     call: Mutex<Option<mpsc::Sender<Elicitation>>>,
+    /// Where the call in flight shows the server's progress.
+    progress: Mutex<Option<mpsc::Sender<String>>>,
     list_changed: AtomicBool,
     /// A question is on its way to a person, or being asked.
     pending: AtomicBool,
@@ -74,13 +79,16 @@ impl Drop for Pending<'_> {
 }
 
 impl Asker {
-    /// From now until [`Asker::clear`], questions go to `to`.
-    pub fn set(&self, to: mpsc::Sender<Elicitation>) {
+    /// From now until [`Asker::clear`], questions go to `to`, progress to
+    /// `progress`.
+    pub fn set(&self, to: mpsc::Sender<Elicitation>, progress: mpsc::Sender<String>) {
         *self.call.lock().unwrap_or_else(|p| p.into_inner()) = Some(to);
+        *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = Some(progress);
     }
 
     pub fn clear(&self) {
         *self.call.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// Whether the server said its tools changed since the last call of
@@ -170,6 +178,35 @@ impl ClientHandler for Handler {
             "chatgate does not offer roots to MCP servers",
             None,
         ))
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let progress = self
+            .asker
+            .progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some(progress) = progress else {
+            return;
+        };
+        let mut text = match params.total {
+            Some(total) => format!("{}/{}", params.progress, total),
+            None => params.progress.to_string(),
+        };
+        if let Some(message) = params.message.as_deref().map(str::trim) {
+            if !message.is_empty() {
+                text.push_str(": ");
+                text.extend(message.chars().take(MAX_PROGRESS_CHARS));
+            }
+        }
+        // Full: the run is busy (asking, or showing the last one); this
+        // one is dropped, the next one will say where the call is.
+        let _ = progress.try_send(text);
     }
 
     #[allow(deprecated)]

@@ -295,7 +295,7 @@ impl McpServer {
     }
 
     /// Calls `tool` with `args` (already checked and confirmed). Questions the
-    /// server asks meanwhile go to `asks`. No timeout here: the run's loop
+    /// server asks meanwhile go to `asks`, its progress to `progress`. No timeout here: the run's loop
     /// keeps it (and stops counting while a person is asked); dropping this
     /// future cancels the call (`notifications/cancelled`).
     pub async fn call(
@@ -303,6 +303,7 @@ impl McpServer {
         tool: &str,
         args: &Value,
         asks: mpsc::Sender<Elicitation>,
+        progress: mpsc::Sender<String>,
     ) -> ToolOutcome {
         let started = Instant::now();
         let _turn = self.calls.lock().await;
@@ -326,7 +327,7 @@ impl McpServer {
                 format!("MCP server {} no longer offers `{tool}`", self.name),
             );
         }
-        self.asker.set(asks);
+        self.asker.set(asks, progress);
         let _clear = Clear(&self.asker);
         let oversized = self.oversized.notified();
         let params = CallToolRequestParams::new(tool.to_owned())

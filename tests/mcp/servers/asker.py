@@ -125,6 +125,15 @@ async def borrow(ctx: Context) -> str:
     return "; ".join(said)
 
 
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def steps(n: int, ctx: Context) -> str:
+    """Reports its progress n times, 0.3 s apart."""
+    for i in range(1, n + 1):
+        await ctx.report_progress(i, n, f"step {i}")
+        await asyncio.sleep(0.3)
+    return f"{n} steps"
+
+
 @server.tool()
 async def ask_twice(ctx: Context) -> str:
     """Asks two questions at once; says what came of each."""
