@@ -295,9 +295,10 @@ impl McpServer {
     }
 
     /// Calls `tool` with `args` (already checked and confirmed). Questions the
-    /// server asks meanwhile go to `asks`, its progress to `progress`. No timeout here: the run's loop
-    /// keeps it (and stops counting while a person is asked); dropping this
-    /// future cancels the call (`notifications/cancelled`).
+    /// server asks meanwhile go to `asks`, its progress to `progress`. No
+    /// timeout here: the run's loop keeps it (and stops counting while a
+    /// person is asked); dropping this future cancels the call
+    /// (`notifications/cancelled`).
     pub async fn call(
         &self,
         tool: &str,
