@@ -188,7 +188,8 @@ pub struct Settings {
     /// (Ollama: http://127.0.0.1:11434/v1).
     #[arg(long, env = "CHATGATE_LLM_URL", default_value = LLM_URL)]
     pub llm_url: String,
-    /// TOML file of tools a confirmed plan may run (docs/tools.md).
+    /// TOML file of tools a confirmed plan may run: `[[tool]]` commands and
+    /// http calls, `[[mcp]]` MCP servers (docs/tools.md).
     #[arg(long, env = "CHATGATE_TOOLS")]
     pub tools: Option<std::path::PathBuf>,
     /// Where paused runs are kept: `memory` (they end with the process),
