@@ -102,7 +102,12 @@ impl CommandSpec {
         }
         let mut child = match command.spawn() {
             Ok(child) => child,
-            Err(err) => return failed(started, format!("cannot start `{}`: {err}", self.argv[0])),
+            Err(err) => {
+                return ToolOutcome::failed(
+                    started,
+                    format!("cannot start `{}`: {err}", self.argv[0]),
+                )
+            }
         };
         let keeper = child.id().map(|id| Pid::from_raw(id as i32));
         let input = serde_json::to_vec(args).unwrap_or_default();
@@ -226,7 +231,9 @@ fn outcome(
     let duration_ms = started.elapsed().as_millis() as u64;
     let status = match status {
         Ok(status) => status,
-        Err(err) => return failed(started, format!("cannot wait for the command: {err}")),
+        Err(err) => {
+            return ToolOutcome::failed(started, format!("cannot wait for the command: {err}"))
+        }
     };
     let ok = status.success();
     let error = (!ok).then(|| {
@@ -252,20 +259,6 @@ fn outcome(
         exit_status: status.code(),
         http_status: None,
         output_bytes: out.total,
-    }
-}
-
-fn failed(started: Instant, error: String) -> ToolOutcome {
-    ToolOutcome {
-        ok: false,
-        skipped: false,
-        truncated: false,
-        result: None,
-        error: Some(error),
-        duration_ms: started.elapsed().as_millis() as u64,
-        exit_status: None,
-        http_status: None,
-        output_bytes: 0,
     }
 }
 

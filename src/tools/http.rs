@@ -29,23 +29,8 @@ pub struct HttpSpec {
 
 impl HttpSpec {
     pub fn new(url: String, headers: HashMap<String, String>) -> Result<HttpSpec, String> {
-        let url = reqwest::Url::parse(&url)
-            .map_err(|err| format!("key `http`: `{url}` is not a URL: {err}"))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!("key `http`: `{url}` is not an http(s) URL"));
-        }
-        let mut resolved = Vec::new();
-        for (name, value) in headers {
-            let header = reqwest::header::HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| format!("key `headers`: `{name}` is not a header name"))?;
-            let value = expand_env(&value).map_err(|var| {
-                format!("key `headers`: `{name}` names the environment variable {var}, which is not set")
-            })?;
-            reqwest::header::HeaderValue::from_str(&value).map_err(|_| {
-                format!("key `headers`: the value of `{name}` is not a valid header value")
-            })?;
-            resolved.push((header, SecretString::from(value)));
-        }
+        let url = checked_url("http", &url)?;
+        let resolved = resolved_headers(headers)?;
         let client = reqwest::Client::builder()
             // A redirect would send the call again, and its secret headers
             // to wherever the answer points: not followed, it fails.
@@ -166,9 +151,41 @@ fn outcome(
     }
 }
 
+/// `url` (the value of `key`) as an http(s) URL; the error names the key.
+pub(crate) fn checked_url(key: &str, url: &str) -> Result<reqwest::Url, String> {
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|err| format!("key `{key}`: `{url}` is not a URL: {err}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!("key `{key}`: `{url}` is not an http(s) URL"));
+    }
+    Ok(parsed)
+}
+
+/// `headers` as written (values may name `${VARIABLES}`), checked and
+/// resolved, the values kept as secrets; the error names the header.
+pub(crate) fn resolved_headers(
+    headers: HashMap<String, String>,
+) -> Result<Vec<(reqwest::header::HeaderName, SecretString)>, String> {
+    let mut resolved = Vec::new();
+    for (name, value) in headers {
+        let header = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("key `headers`: `{name}` is not a header name"))?;
+        let value = expand_env(&value).map_err(|var| {
+            format!(
+                "key `headers`: `{name}` names the environment variable {var}, which is not set"
+            )
+        })?;
+        reqwest::header::HeaderValue::from_str(&value).map_err(|_| {
+            format!("key `headers`: the value of `{name}` is not a valid header value")
+        })?;
+        resolved.push((header, SecretString::from(value)));
+    }
+    Ok(resolved)
+}
+
 /// Replaces every `${NAME}` with the variable's value; the error is the
 /// name of a variable that is not set.
-pub(crate) fn expand_env(text: &str) -> Result<String, String> {
+fn expand_env(text: &str) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {

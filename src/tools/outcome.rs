@@ -48,6 +48,21 @@ impl ToolOutcome {
         }
     }
 
+    /// A call that ran (from `started`) and failed, for `error`.
+    pub fn failed(started: std::time::Instant, error: String) -> ToolOutcome {
+        ToolOutcome {
+            ok: false,
+            skipped: false,
+            truncated: false,
+            result: None,
+            error: Some(error),
+            duration_ms: started.elapsed().as_millis() as u64,
+            exit_status: None,
+            http_status: None,
+            output_bytes: 0,
+        }
+    }
+
     /// One line for the `tool_output` chunk's text.
     pub fn summary(&self, tool: &str) -> String {
         let first_line = |text: &str| {

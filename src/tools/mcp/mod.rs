@@ -168,28 +168,10 @@ fn http_reach(
     url: String,
     headers: std::collections::HashMap<String, String>,
 ) -> Result<Reach, String> {
-    let parsed = reqwest::Url::parse(&url)
-        .map_err(|err| format!("key `url`: `{url}` is not a URL: {err}"))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(format!("key `url`: `{url}` is not an http(s) URL"));
-    }
-    let mut resolved = Vec::new();
-    for (name, value) in headers {
-        let header = reqwest::header::HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("key `headers`: `{name}` is not a header name"))?;
-        let value = crate::tools::http::expand_env(&value).map_err(|var| {
-            format!(
-                "key `headers`: `{name}` names the environment variable {var}, which is not set"
-            )
-        })?;
-        reqwest::header::HeaderValue::from_str(&value).map_err(|_| {
-            format!("key `headers`: the value of `{name}` is not a valid header value")
-        })?;
-        resolved.push((header, secrecy::SecretString::from(value)));
-    }
+    crate::tools::http::checked_url("url", &url)?;
     Ok(Reach::Http {
         url,
-        headers: resolved,
+        headers: crate::tools::http::resolved_headers(headers)?,
     })
 }
 

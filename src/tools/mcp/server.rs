@@ -44,7 +44,7 @@ pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(60);
 
 /// The outcome of a call that ran past its `timeout_secs`.
 pub fn timed_out(started: Instant, timeout: Duration) -> ToolOutcome {
-    failed(
+    ToolOutcome::failed(
         started,
         format!("timed out after {}", humantime::format_duration(timeout)),
     )
@@ -52,7 +52,7 @@ pub fn timed_out(started: Instant, timeout: Duration) -> ToolOutcome {
 
 /// The outcome of a call its run stopped.
 pub fn stopped(started: Instant) -> ToolOutcome {
-    failed(started, "stopped: the run was stopped".to_owned())
+    ToolOutcome::failed(started, "stopped: the run was stopped".to_owned())
 }
 
 type Service = RunningService<RoleClient, Handler>;
@@ -309,7 +309,10 @@ impl McpServer {
         let started = Instant::now();
         let _turn = self.calls.lock().await;
         let Some(service) = self.service() else {
-            return failed(started, format!("MCP server {} is not running", self.name));
+            return ToolOutcome::failed(
+                started,
+                format!("MCP server {} is not running", self.name),
+            );
         };
         if self.asker.take_list_changed() {
             match list(&service).await {
@@ -323,7 +326,7 @@ impl McpServer {
             .unwrap_or_else(|p| p.into_inner())
             .contains(tool);
         if !listed {
-            return failed(
+            return ToolOutcome::failed(
                 started,
                 format!("MCP server {} no longer offers `{tool}`", self.name),
             );
@@ -335,14 +338,14 @@ impl McpServer {
             .with_arguments(args.as_object().cloned().unwrap_or_default());
         let result = tokio::select! {
             result = service.call_tool(params) => result,
-            () = oversized => return failed(started, format!(
+            () = oversized => return ToolOutcome::failed(started, format!(
                 "the server's reply was over {} MiB and was dropped",
                 MAX_MESSAGE_BYTES / (1024 * 1024)
             )),
         };
         match result {
             Ok(result) => outcome(started, &result),
-            Err(ServiceError::McpError(err)) => failed(
+            Err(ServiceError::McpError(err)) => ToolOutcome::failed(
                 started,
                 format!("MCP error {}: {}", err.code.0, err.message),
             ),
@@ -358,9 +361,9 @@ impl McpServer {
                     #[cfg(feature = "openai")]
                     Reach::Http { .. } => "could not be reached during the call",
                 };
-                failed(started, format!("MCP server {} {how}", self.name))
+                ToolOutcome::failed(started, format!("MCP server {} {how}", self.name))
             }
-            Err(err) => failed(started, format!("MCP call failed: {err}")),
+            Err(err) => ToolOutcome::failed(started, format!("MCP call failed: {err}")),
         }
     }
 }
@@ -470,20 +473,6 @@ fn outcome(started: Instant, result: &CallToolResult) -> ToolOutcome {
         exit_status: None,
         http_status: None,
         output_bytes: out.total,
-    }
-}
-
-pub(crate) fn failed(started: Instant, error: String) -> ToolOutcome {
-    ToolOutcome {
-        ok: false,
-        skipped: false,
-        truncated: false,
-        result: None,
-        error: Some(error),
-        duration_ms: started.elapsed().as_millis() as u64,
-        exit_status: None,
-        http_status: None,
-        output_bytes: 0,
     }
 }
 
