@@ -30,7 +30,9 @@ use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use serde_json::{json, Map, Value};
 
-use crate::protocol::{meta, ChunkType, ErrorType, RiskLevel, TaskSpec, Verdict};
+use crate::protocol::{
+    meta, ChunkType, ErrorType, RiskLevel, TaskSpec, Verdict, MAX_CONFIRMATION_BYTES,
+};
 use crate::run::context::RunContext;
 use crate::run::engine::Engine;
 use crate::run::outcome::{Completion, RunError};
@@ -129,7 +131,22 @@ async fn after_answers(
         Answers::Given(given) => Some(given),
         Answers::Skipped => None,
     };
-    let (steps, dropped) = ask::apply_answers(&asked.steps, &asked.questions, given);
+    let ask::Applied {
+        kept: steps,
+        dropped,
+    } = ask::apply_answers(
+        &asked.steps,
+        &asked.questions,
+        given,
+        MAX_CONFIRMATION_BYTES,
+    )
+    .map_err(|ask::TooLarge| RunError::Failed {
+        error_type: ErrorType::PlanTooLarge,
+        message: format!(
+            "the steps with their answers are over {MAX_CONFIRMATION_BYTES} bytes; \
+                 at most that can be confirmed"
+        ),
+    })?;
     if !dropped.is_empty() {
         let text = format!(
             "Dropped {} step(s) that needed an answer: {}",

@@ -208,6 +208,35 @@ async fn an_unanswered_question_times_out_cancelled() {
 }
 
 #[tokio::test]
+async fn an_answer_holding_marks_is_put_in_once_and_a_plan_too_large_ends_the_run() {
+    // The hostile review's message: a 32 KiB plan of `{a}` marks, and one
+    // reply whose `a` is `{b}` x 1365 and whose `b` is 4,000 bytes. Put in
+    // again and again it built a ~60 GB step and the process aborted.
+    let app = spawn_app().await;
+    let head = "ask a: first?; ask b: second?; ";
+    let marks = "{a}".repeat((32 * 1024 - head.len()) / 3);
+    let (mut stream, _) = open_asked(&app, "bomb", &format!("{head}{marks}")).await;
+    let answers = json!({"answers": {"a": "{b}".repeat(1365), "b": "x".repeat(4000)}});
+
+    let (status, ack) = reply_with(&app, "bomb", "CONFIRM_ACTION:answer", answers).await;
+
+    assert_eq!(status, 200, "{ack:?}");
+    let last = stream.finish().await;
+    assert_eq!(error_type(&last), "plan_too_large", "{last:?}");
+    // Once, over the step as written: an answer's `{b}` stays as typed.
+    let (mut stream, _) =
+        open_asked(&app, "once", "ask a: first?; ask b: second?; go {a} {b}").await;
+    let answers = json!({"answers": {"a": "{b}", "b": "B"}});
+    let (status, _) = reply_with(&app, "once", "CONFIRM_ACTION:answer", answers).await;
+    assert_eq!(status, 200);
+    let plan = stream.until(ChunkType::ConfirmationRequest).await;
+    assert_eq!(plan.approval().unwrap().tasks[0].description, "go {b} B");
+    let (status, _) = app.reply("once", "CONFIRM_ACTION:cancel").await;
+    assert_eq!(status, 200);
+    stream.finish().await;
+}
+
+#[tokio::test]
 async fn answers_that_do_not_fit_get_422_and_leave_the_pause_intact() {
     let app = spawn_app().await;
     let (mut stream, request) = open_asked(

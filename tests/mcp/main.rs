@@ -878,6 +878,15 @@ async fn a_tool_list_is_bounded_and_a_second_question_at_once_is_declined() {
     .await;
     let mut stream = confirmed(&app, "twice", "many__ask_twice").await;
     let question = stream.until(ChunkType::InputRequest).await;
+    // Answered only once the server has the other one back (declined): an
+    // answer sent sooner could free the first before the second arrives.
+    loop {
+        let chunk = stream.next_chunk().await.expect("the server's report");
+        assert!(!chunk.finished, "{chunk:?}");
+        if chunk.chunk_type == ChunkType::Status && chunk.chunk.ends_with("one came back") {
+            break;
+        }
+    }
     let answered = app
         .post_json(
             &json!({"message": "CONFIRM_ACTION:answer", "session_id": "twice",

@@ -171,34 +171,94 @@ fn as_text(value: &Value) -> String {
     }
 }
 
-/// The steps with `{<id>}` replaced by the answers; with `None` (a skip),
+/// The steps after the answers, and the steps a skip dropped.
+#[derive(Debug, PartialEq)]
+pub struct Applied {
+    pub kept: Vec<String>,
+    pub dropped: Vec<String>,
+}
+
+/// The steps with `{<id>}` replaced by the answers, once, over each step as
+/// written: text an answer put in is never read for marks again (an answer
+/// holding another question's `{id}` stays as typed). With `None` (a skip),
 /// or for a question left unanswered, the steps that mention it are
-/// dropped. Returns the steps kept and the steps dropped.
+/// dropped. The kept steps may add up to at most `limit` bytes: an answer
+/// repeated by many marks could otherwise make a step of any size, so past
+/// it the work stops.
 pub fn apply_answers(
     steps: &[String],
     questions: &[Question],
     answers: Option<&Map<String, Value>>,
-) -> (Vec<String>, Vec<String>) {
-    let mut kept = Vec::with_capacity(steps.len());
-    let mut dropped = Vec::new();
-    'steps: for step in steps {
-        let mut text = step.clone();
-        for q in questions {
-            let mark = format!("{{{}}}", q.id);
-            if !text.contains(&mark) {
-                continue;
+    limit: usize,
+) -> Result<Applied, TooLarge> {
+    let texts: Vec<(&str, Option<String>)> = questions
+        .iter()
+        .map(|q| {
+            let answer = answers.and_then(|a| a.get(&q.id)).map(as_text);
+            (q.id.as_str(), answer)
+        })
+        .collect();
+    let mut applied = Applied {
+        kept: Vec::with_capacity(steps.len()),
+        dropped: Vec::new(),
+    };
+    let mut total = 0;
+    for step in steps {
+        match fill(step, &texts, limit - total) {
+            Filled::Kept(text) => {
+                total += text.len();
+                applied.kept.push(text);
             }
-            match answers.and_then(|a| a.get(&q.id)) {
-                Some(answer) => text = text.replace(&mark, &as_text(answer)),
-                None => {
-                    dropped.push(step.clone());
-                    continue 'steps;
-                }
+            Filled::Dropped => applied.dropped.push(step.clone()),
+            Filled::TooLarge => return Err(TooLarge),
+        }
+    }
+    Ok(applied)
+}
+
+/// The steps with their answers would be over the limit.
+#[derive(Debug, PartialEq)]
+pub struct TooLarge;
+
+enum Filled {
+    Kept(String),
+    /// It mentions a question with no answer.
+    Dropped,
+    /// It would be over the bytes left.
+    TooLarge,
+}
+
+/// One step with its marks replaced, in one pass from left to right, at
+/// most `room` bytes long.
+fn fill(step: &str, texts: &[(&str, Option<String>)], room: usize) -> Filled {
+    let mut out = String::with_capacity(step.len().min(room));
+    let mut rest = step;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let mark = after
+            .find('}')
+            .and_then(|close| texts.iter().find(|(id, _)| *id == &after[..close]));
+        match mark {
+            Some((id, Some(answer))) => {
+                out.push_str(answer);
+                rest = &after[id.len() + 1..];
+            }
+            Some((_, None)) => return Filled::Dropped,
+            None => {
+                out.push('{');
+                rest = after;
             }
         }
-        kept.push(text);
+        if out.len() > room {
+            return Filled::TooLarge;
+        }
     }
-    (kept, dropped)
+    out.push_str(rest);
+    if out.len() > room {
+        return Filled::TooLarge;
+    }
+    Filled::Kept(out)
 }
 
 #[cfg(test)]
@@ -207,6 +267,8 @@ mod tests {
 
     use super::*;
     use crate::protocol::question::normalize_text;
+
+    const LIMIT: usize = crate::protocol::MAX_CONFIRMATION_BYTES;
 
     fn steps(text: &str) -> Vec<String> {
         crate::engine::planner::plan_steps(text)
@@ -226,9 +288,9 @@ mod tests {
         assert_eq!(asked.steps, ["deploy to {region}"]);
 
         let answers = normalize_text(&asked.questions, "eu-west").unwrap();
-        let (kept, dropped) = apply_answers(&asked.steps, &asked.questions, Some(&answers));
-        assert_eq!(kept, ["deploy to eu-west"]);
-        assert!(dropped.is_empty());
+        let applied = apply_answers(&asked.steps, &asked.questions, Some(&answers), LIMIT).unwrap();
+        assert_eq!(applied.kept, ["deploy to eu-west"]);
+        assert!(applied.dropped.is_empty());
     }
 
     #[test]
@@ -253,9 +315,9 @@ mod tests {
         );
 
         let answers = json!({"q1": "costs", "q2": ["Lint", "Unit tests"], "owner": "Ana"});
-        let (kept, _) = apply_answers(&asked.steps, &asked.questions, answers.as_object());
+        let applied = apply_answers(&asked.steps, &asked.questions, answers.as_object(), LIMIT);
         assert_eq!(
-            kept,
+            applied.unwrap().kept,
             ["write the report on costs checked by Lint, Unit tests for Ana"]
         );
     }
@@ -264,9 +326,36 @@ mod tests {
     fn a_skip_drops_the_steps_that_mention_a_question() {
         let plan = steps("ask region: where?; build; deploy to {region}; tell {nobody}");
         let asked = leading_questions(&plan).unwrap().unwrap();
-        let (kept, dropped) = apply_answers(&asked.steps, &asked.questions, None);
-        assert_eq!(kept, ["build", "tell {nobody}"]);
-        assert_eq!(dropped, ["deploy to {region}"]);
+        let applied = apply_answers(&asked.steps, &asked.questions, None, LIMIT).unwrap();
+        assert_eq!(applied.kept, ["build", "tell {nobody}"]);
+        assert_eq!(applied.dropped, ["deploy to {region}"]);
+    }
+
+    #[test]
+    fn an_answer_is_put_in_once_and_never_read_for_marks_again() {
+        let plan = steps("ask a: first?; ask b: second?; {a}{a} and {b} {unknown} {; {a");
+        let asked = leading_questions(&plan).unwrap().unwrap();
+        let answers = json!({"a": "{b}{a}", "b": "B"});
+        let applied = apply_answers(&asked.steps, &asked.questions, answers.as_object(), LIMIT);
+        assert_eq!(
+            applied.unwrap().kept,
+            ["{b}{a}{b}{a} and B {unknown} {", "{a"]
+        );
+    }
+
+    #[test]
+    fn answers_that_would_make_the_plan_too_large_stop_at_the_limit() {
+        // The hostile review's reply: every `{a}` a copy of the answer.
+        let marks = "{a}".repeat(10_000);
+        let plan = steps(&format!("ask a: first?; {marks}"));
+        let asked = leading_questions(&plan).unwrap().unwrap();
+        let answers = json!({"a": "x".repeat(4_000)});
+        let applied = apply_answers(&asked.steps, &asked.questions, answers.as_object(), LIMIT);
+        assert_eq!(applied, Err(TooLarge));
+        // Exactly at the limit is still a plan.
+        let answers = json!({"a": "x".repeat(LIMIT / 10_000)});
+        let kept = apply_answers(&asked.steps, &asked.questions, answers.as_object(), LIMIT);
+        assert_eq!(kept.unwrap().kept[0].len(), LIMIT / 10_000 * 10_000);
     }
 
     #[test]

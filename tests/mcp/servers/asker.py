@@ -136,12 +136,13 @@ async def steps(n: int, ctx: Context) -> str:
 
 @server.tool()
 async def ask_twice(ctx: Context) -> str:
-    """Asks two questions at once; says what came of each."""
-    first, second = await asyncio.gather(
-        ctx.elicit(message="First?", schema=Deploy),
-        ctx.elicit(message="Second?", schema=Deploy),
-    )
-    return f"first: {first.action}, second: {second.action}"
+    """Asks two questions at once; reports when the first comes back (the
+    test answers the other only then), and says what came of each."""
+    first = asyncio.ensure_future(ctx.elicit(message="First?", schema=Deploy))
+    second = asyncio.ensure_future(ctx.elicit(message="Second?", schema=Deploy))
+    await asyncio.wait({first, second}, return_when=asyncio.FIRST_COMPLETED)
+    await ctx.report_progress(1, 2, "one came back")
+    return f"first: {(await first).action}, second: {(await second).action}"
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
