@@ -21,7 +21,8 @@
 //! | [`store`] | paused runs' records: [`store::memory`], [`store::sqlite`], [`store::redis`] |
 //! | [`confirmation`] | the run registry and the pause/decide handshake (no I/O) |
 //! | [`audit`], [`metrics`], [`tools`] | the audit log; Prometheus metrics; declared tools and their executors |
-//! | [`session`], [`sse`] | who a session belongs to; SSE framing (the only place that writes SSE bytes) |
+//! | [`webhook`] | signed webhook events: building them, the sender |
+//! | [`session`], [`sse`], [`redact`] | who a session belongs to; SSE framing (the only place that writes SSE bytes); what of a URL may be written out |
 //! | [`protocol`] | wire types and names, the request's rules, chunk constructors (no I/O) |
 
 pub mod audit;
@@ -32,6 +33,7 @@ pub mod engine;
 pub mod http;
 pub mod metrics;
 pub mod protocol;
+pub mod redact;
 pub mod run;
 pub mod session;
 pub mod sse;

@@ -22,7 +22,7 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
     env_logger::Builder::from_env(
-        env_logger::Env::default().default_filter_or("info,rmcp=warn,tracing::span=warn"),
+        env_logger::Env::default().default_filter_or("info,rmcp=off,tracing::span=warn"),
     )
     .init();
     let settings = match Settings::try_parse() {

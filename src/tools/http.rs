@@ -59,7 +59,7 @@ impl HttpSpec {
             let mut response = request
                 .send()
                 .await
-                .map_err(|err| (None, err.to_string()))?;
+                .map_err(|err| (None, crate::redact::request_error(&err)))?;
             let status = response.status();
             let location = response
                 .headers()
@@ -72,7 +72,8 @@ impl HttpSpec {
                     Ok(Some(bytes)) => body.push(&bytes),
                     Ok(None) => break,
                     Err(err) => {
-                        return Err((Some(status.as_u16()), format!("the answer broke: {err}")))
+                        let why = crate::redact::request_error(&err);
+                        return Err((Some(status.as_u16()), why));
                     }
                 }
             }
@@ -153,10 +154,14 @@ fn outcome(
 
 /// `url` (the value of `key`) as an http(s) URL; the error names the key.
 pub(crate) fn checked_url(key: &str, url: &str) -> Result<reqwest::Url, String> {
-    let parsed = reqwest::Url::parse(url)
-        .map_err(|err| format!("key `{key}`: `{url}` is not a URL: {err}"))?;
+    // The URL itself is not repeated: it may carry a secret.
+    let parsed =
+        reqwest::Url::parse(url).map_err(|err| format!("key `{key}`: not a URL: {err}"))?;
     if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(format!("key `{key}`: `{url}` is not an http(s) URL"));
+        return Err(format!(
+            "key `{key}`: {} is not an http(s) URL",
+            crate::redact::origin(url)
+        ));
     }
     Ok(parsed)
 }

@@ -166,7 +166,7 @@ impl Sender {
                         .and_then(retry_after),
                 },
                 Err(err) => Attempt::Failed {
-                    why: without_url(&err),
+                    why: crate::redact::request_error(&err),
                     retry_after: None,
                 },
             };
@@ -193,7 +193,7 @@ impl Sender {
                     "webhook {} {} to {} dropped after {} attempt(s): {why}",
                     queued.event.event_type,
                     queued.event.id,
-                    queued.event.target,
+                    crate::redact::origin(&queued.event.target),
                     queued.attempts + 1
                 );
                 None
@@ -206,7 +206,7 @@ impl Sender {
                     "webhook {} {} to {}: {why}; again in {} ms",
                     queued.event.event_type,
                     queued.event.id,
-                    queued.event.target,
+                    crate::redact::origin(&queued.event.target),
                     at - now
                 );
                 Some(at)
@@ -231,21 +231,6 @@ fn retry_after(value: &str) -> Option<Duration> {
     }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(SystemTime::now()).unwrap_or_default())
-}
-
-/// A request error, without the URL (which may carry a token).
-fn without_url(err: &reqwest::Error) -> String {
-    let kind = if err.is_timeout() {
-        "timed out"
-    } else if err.is_connect() {
-        "cannot connect"
-    } else {
-        "failed"
-    };
-    match std::error::Error::source(err) {
-        Some(source) => format!("{kind}: {source}"),
-        None => kind.to_owned(),
-    }
 }
 
 #[cfg(test)]

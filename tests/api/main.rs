@@ -27,6 +27,7 @@ mod operations;
 mod questions;
 mod races;
 mod reattach;
+mod secrets;
 mod stream;
 mod tools;
 mod webhooks;

@@ -608,3 +608,39 @@ async fn a_client_gone_while_a_tool_runs_stops_it_once_and_records_it() {
     let ended = audit.iter().find(|r| r["event"] == "ended").unwrap();
     assert_eq!(ended["reason"], "client_gone");
 }
+
+#[tokio::test]
+async fn an_unreachable_http_tool_says_refused_and_never_shows_its_url_to_the_client() {
+    // A port just freed: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = Workdir::new();
+    let extra = format!(
+        r#"
+[[tool]]
+name = "hook"
+description = "Calls the hook"
+risk = "low"
+http = "http://user:pw-s3cret@127.0.0.1:{port}/hook?token=t0ken-s3cret"
+parameters = {{ type = "object" }}
+"#
+    );
+    let app = app_with_tools(&dir, &extra, |_| {}).await;
+
+    let (mut stream, _) = app.open_paused("down", "hook it").await;
+    app.reply("down", "CONFIRM_ACTION:confirm").await;
+    stream.finish().await;
+
+    let output = outputs_of(&stream);
+    assert_eq!(output.metadata["ok"], false);
+    let error = output.metadata["error"].as_str().unwrap();
+    assert!(
+        error.to_lowercase().contains("connection refused"),
+        "{error}"
+    );
+    let everything = serde_json::to_string(&stream.chunks).unwrap();
+    assert!(!everything.contains("s3cret"), "{everything}");
+}

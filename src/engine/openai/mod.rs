@@ -321,7 +321,7 @@ impl OpenAiEngine {
         let mut call = ModelCall::start(
             &self.runtime,
             request,
-            url,
+            crate::redact::origin(&url),
             self.config.timeout,
             self.config.max_time,
         );

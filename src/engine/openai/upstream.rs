@@ -187,7 +187,10 @@ async fn send_with_retries(
         // A JSON body (ours, always) can be sent again.
         let sending = request.try_clone().ok_or(CallError::Unreachable)?;
         let mut response = sending.send().await.map_err(|err| {
-            log::warn!("cannot reach the model server {url}: {err}");
+            log::warn!(
+                "cannot reach the model server {url}: {}",
+                crate::redact::request_error(&err)
+            );
             if err.is_timeout() {
                 CallError::NoAnswer(read_timeout)
             } else {
@@ -254,7 +257,8 @@ async fn read_call(
             Ok(Some(bytes)) => bytes,
             Ok(None) => break,
             Err(err) => {
-                log::warn!("model stream from {url} broke: {err}");
+                let why = crate::redact::request_error(&err);
+                log::warn!("model stream from {url} broke: {why}");
                 return Err(if err.is_timeout() {
                     CallError::NoAnswer(read_timeout)
                 } else {

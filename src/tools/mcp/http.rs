@@ -38,8 +38,9 @@ pub async fn connect(
     config.max_sse_event_size = max_message;
     config.max_json_response_size = max_message;
     let transport = StreamableHttpClientTransport::with_client(client, config);
+    // rmcp's errors may quote the URL, which may carry a secret.
     handler
         .serve(transport)
         .await
-        .map_err(|err| format!("it did not initialize: {err}"))
+        .map_err(|err| crate::redact::scrub(&format!("it did not initialize: {err}"), url))
 }
