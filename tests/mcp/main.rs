@@ -130,6 +130,16 @@ async fn confirmed(app: &TestApp, session: &str, message: &str) -> EventStream {
 
 #[tokio::test]
 #[ignore = "needs tests/mcp/setup.sh"]
+async fn the_handshake_offers_2025_11_25() {
+    let dir = Workdir::new();
+    let app = app(&dir, 10.0, |_| {}).await;
+    let mut stream = confirmed(&app, "rev", "ask__revision").await;
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    assert_eq!(outputs(&stream)[0].metadata["result"], "2025-11-25");
+}
+
+#[tokio::test]
+#[ignore = "needs tests/mcp/setup.sh"]
 async fn the_filesystem_server_lists_and_reads_after_a_yes() {
     let dir = Workdir::new();
     std::fs::create_dir_all(dir.path("data")).unwrap();
@@ -407,6 +417,8 @@ async fn an_error_result_a_slow_call_and_a_huge_result_are_bounded_outcomes() {
     let output = outputs(&stream)[0];
     assert_eq!(output.metadata["error"], "timed out after 1s");
     assert!(started.elapsed() < Duration::from_secs(10));
+    // A call given up on restarts its server (see below).
+    ready_again(&app).await;
 
     let mut stream = confirmed(&app, "big", r#"ask__huge {"kib": 1024}"#).await;
     assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
@@ -837,11 +849,13 @@ async fn a_tool_list_is_bounded_and_a_second_question_at_once_is_declined() {
     let dir = Workdir::new();
     let python = here().join(".venv/bin/python");
     let script = here().join("servers/asker.py");
+    let log = dir.path("asker.log");
     let server = |extra: usize| {
         format!(
-            "[[mcp]]\nname = \"many\"\ncommand = [\"{}\", \"{}\", \"--extra-tools\", \"{extra}\"]\n",
+            "[[mcp]]\nname = \"many\"\ncommand = [\"{}\", \"{}\", \"--extra-tools\", \"{extra}\", \"--log\", \"{}\"]\n",
             python.display(),
-            script.display()
+            script.display(),
+            log.display()
         )
     };
     // Past 128 tools: refused at start, in one line.
@@ -880,13 +894,15 @@ async fn a_tool_list_is_bounded_and_a_second_question_at_once_is_declined() {
     let question = stream.until(ChunkType::InputRequest).await;
     // Answered only once the server has the other one back (declined): an
     // answer sent sooner could free the first before the second arrives.
-    loop {
-        let chunk = stream.next_chunk().await.expect("the server's report");
-        assert!(!chunk.finished, "{chunk:?}");
-        if chunk.chunk_type == ChunkType::Status && chunk.chunk.ends_with("one came back") {
-            break;
-        }
+    let deadline = Instant::now() + WAIT;
+    while dir.server_log().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the second question never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert_eq!(dir.server_log(), ["one came back"]);
     let answered = app
         .post_json(
             &json!({"message": "CONFIRM_ACTION:answer", "session_id": "twice",
@@ -933,4 +949,105 @@ async fn a_call_s_progress_shows_as_status_chunks() {
         ]
     );
     assert_eq!(outputs(&stream)[0].metadata["result"], "3 steps");
+}
+
+#[tokio::test]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn same_titled_choices_reach_the_server_as_the_one_the_person_picked() {
+    let dir = Workdir::new();
+    let app = app(&dir, 10.0, |_| {}).await;
+    for (at, expected) in ["/srv/a/report.pdf", "/srv/b/report.pdf"]
+        .iter()
+        .enumerate()
+    {
+        let session = format!("pick-{at}");
+        let mut stream = confirmed(&app, &session, "ask__pick").await;
+        let question = stream.until(ChunkType::InputRequest).await;
+        let data = serde_json::to_value(question.confirmation_data.as_ref().unwrap()).unwrap();
+        let option = data["questions"][0]["options"][at].clone();
+        assert_eq!(
+            option["label"].as_str().unwrap().starts_with("report.pdf"),
+            true
+        );
+        // By label (what a person reads) and by id: the same option.
+        let by = if at == 0 {
+            &option["id"]
+        } else {
+            &option["label"]
+        };
+        let answered = app
+            .post_json(
+                &json!({"message": "CONFIRM_ACTION:answer", "session_id": session,
+                               "answers": {"file": by}}),
+            )
+            .await;
+        assert_eq!(answered.status(), 200);
+        assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+        assert_eq!(
+            outputs(&stream)[0].metadata["result"],
+            format!("picked {expected}")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn a_call_given_up_on_restarts_its_server_and_its_late_question_reaches_no_other_run() {
+    let dir = Workdir::new();
+    // 1 s per call; the server works 3 s, then asks.
+    let app = app(&dir, 1.0, |_| {}).await;
+    let mut first = confirmed(&app, "first", r#"ask__late {"seconds": 3}"#).await;
+    first.finish().await;
+    let output = outputs(&first)[0];
+    assert_eq!(output.metadata["ok"], false);
+    assert!(output.metadata["error"]
+        .as_str()
+        .unwrap()
+        .contains("timed out"));
+    let pid: u32 = dir.server_log()[0]
+        .strip_prefix("late pid=")
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // The server that was working on it is gone: it asks nobody.
+    let deadline = Instant::now() + WAIT;
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "{pid} still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Back (a fresh process); the next run, another session, is asked its
+    // own question only.
+    ready_again(&app).await;
+    let (mut second, question) = deploy_asked(&app, "second").await;
+    assert_eq!(question.chunk, "Deploy web where?");
+    let answered = app
+        .post_json(
+            &json!({"message": "CONFIRM_ACTION:answer", "session_id": "second",
+                           "answers": {"region": "eu-west", "replicas": 1}}),
+        )
+        .await;
+    assert_eq!(answered.status(), 200);
+    assert_eq!(second.finish().await.chunk_type, ChunkType::Completion);
+    let asked = second
+        .chunks
+        .iter()
+        .filter(|c| c.chunk_type == ChunkType::InputRequest)
+        .count();
+    assert_eq!(asked, 1);
+    let log = dir.server_log();
+    assert!(
+        !log.iter().any(|l| l.starts_with("late question")),
+        "{log:?}"
+    );
+    assert_eq!(log.last().unwrap(), "deployed web to eu-west x1");
+}
+
+/// Waits until every server is up again (`/readyz` 200).
+async fn ready_again(app: &TestApp) {
+    let deadline = Instant::now() + WAIT;
+    while app.get("/readyz").await.0 != 200 {
+        assert!(Instant::now() < deadline, "never ready again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -24,6 +24,7 @@ use rmcp::model::LoggingMessageNotificationParam;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
     ElicitationCapability, FormElicitationCapability, Implementation, ProgressNotificationParam,
+    ProtocolVersion,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use rmcp::{ClientHandler, ErrorData};
@@ -232,9 +233,12 @@ impl ClientHandler for Handler {
         elicitation.form = Some(FormElicitationCapability::default());
         let mut capabilities = ClientCapabilities::default();
         capabilities.elicitation = Some(elicitation);
+        // Offered: 2025-11-25 (rmcp's default would be its newest, 2026-07-28,
+        // whose `input_required` rounds docs/tools.md does not promise).
         ClientConfig::new(
             capabilities,
             Implementation::new("chatgate", env!("CARGO_PKG_VERSION")),
         )
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
     }
 }

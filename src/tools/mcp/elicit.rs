@@ -20,8 +20,8 @@
 use serde_json::{Map, Value};
 
 use crate::protocol::question::{
-    check_questions, Question, QuestionOption, MAX_HEADER_CHARS, MAX_ID_CHARS, MAX_LABEL_CHARS,
-    MAX_OPTIONS, MAX_QUESTIONS, MAX_QUESTION_CHARS, SCHEMA_KEYWORDS,
+    check_questions, Question, QuestionOption, MAX_DESCRIPTION_CHARS, MAX_HEADER_CHARS,
+    MAX_ID_CHARS, MAX_LABEL_CHARS, MAX_OPTIONS, MAX_QUESTIONS, MAX_QUESTION_CHARS, SCHEMA_KEYWORDS,
 };
 
 /// The questions of one elicitation, and how to turn answers back into the
@@ -257,17 +257,50 @@ fn choices(schema: &Map<String, Value>) -> Option<Vec<(Value, String)>> {
 }
 
 /// Puts `choices` on `question` as its options; their values, in order.
+///
+/// An answer names an option by its id or its label, in any case, and is
+/// carried back by its label: so every option gets an id and a label that
+/// no other option of the question has in any case, even where the server
+/// gave two the same title, or titles that agree in their first
+/// [`MAX_LABEL_CHARS`]. Such a label gets its option's number (` #2`), and
+/// the value it stands for as its description.
 fn offer(question: &mut Question, choices: Vec<(Value, String)>) -> Vec<Value> {
     let mut values = Vec::new();
     for (at, (value, label)) in choices.into_iter().enumerate() {
         let text = plain(&value);
-        let id = if valid_id(&text) {
-            text
+        let mut id = if valid_id(&text) {
+            text.clone()
         } else {
             format!("o{}", at + 1)
         };
-        let label: String = label.chars().take(MAX_LABEL_CHARS).collect();
-        question.options.push(option(&id, &label));
+        let mut n = at + 1;
+        while question
+            .options
+            .iter()
+            .any(|o| o.id.eq_ignore_ascii_case(&id))
+        {
+            n += MAX_OPTIONS;
+            id = format!("o{n}");
+        }
+        let mut shown: String = label.chars().take(MAX_LABEL_CHARS).collect();
+        let mut description = String::new();
+        let mut n = at + 1;
+        while question
+            .options
+            .iter()
+            .any(|o| o.label.trim().to_lowercase() == shown.trim().to_lowercase())
+        {
+            let mark = format!(" #{n}");
+            let room = MAX_LABEL_CHARS - mark.chars().count();
+            shown = label.chars().take(room).collect::<String>() + &mark;
+            description = text.chars().take(MAX_DESCRIPTION_CHARS).collect();
+            n += MAX_OPTIONS;
+        }
+        question.options.push(QuestionOption {
+            id,
+            label: shown,
+            description,
+        });
         values.push(value);
     }
     question.allow_other = false;
@@ -368,6 +401,61 @@ mod tests {
         let label = mapped.questions[0].options[0].label.clone();
         let content = mapped.content(json!({"a": label}).as_object().unwrap());
         assert_eq!(content["a"].as_str().unwrap().len(), 5000);
+    }
+
+    #[test]
+    fn same_titled_or_same_cut_choices_stay_distinct_through_every_answer_form() {
+        let long = "y".repeat(300);
+        let schema = json!({"properties": {
+            "file": {"type": "string", "oneOf": [
+                {"const": "/srv/a/report.pdf", "title": "report.pdf"},
+                {"const": "/srv/b/report.pdf", "title": "report.pdf"},
+                {"const": "/srv/c/report.pdf", "title": "Report.PDF"}]},
+            "case": {"type": "string", "enum": ["Report", "report", "o1"]},
+            "cut": {"type": "array", "items": {"enum": [format!("{long}1"), format!("{long}2")]}}
+        }});
+        let mapped = questions(&schema, &[]).unwrap();
+        let by_name = |name: &str| {
+            let at = mapped
+                .fields
+                .iter()
+                .position(|f| f.property == name)
+                .unwrap();
+            &mapped.questions[at]
+        };
+        let ask = |name: &str, text: &str| {
+            let q = by_name(name).clone();
+            let answers = crate::protocol::question::normalize_text(&[q], text).unwrap();
+            mapped.content(&answers)[name].clone()
+        };
+        for (at, path) in [
+            "/srv/a/report.pdf",
+            "/srv/b/report.pdf",
+            "/srv/c/report.pdf",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let option = &by_name("file").options[at];
+            assert_eq!(ask("file", &option.id), json!(path), "{option:?}");
+            assert_eq!(ask("file", &option.label), json!(path), "{option:?}");
+        }
+        assert_eq!(by_name("file").options[1].label, "report.pdf #2");
+        assert_eq!(by_name("file").options[1].description, "/srv/b/report.pdf");
+        for (at, value) in ["Report", "report", "o1"].iter().enumerate() {
+            let option = &by_name("case").options[at];
+            assert_eq!(ask("case", &option.id), json!(value), "{option:?}");
+            assert_eq!(ask("case", &option.label), json!(value), "{option:?}");
+        }
+        let cut = by_name("cut");
+        assert_ne!(cut.options[0].label, cut.options[1].label);
+        assert!(cut.options[1].label.chars().count() <= MAX_LABEL_CHARS);
+        let q = cut.clone();
+        let second = json!({"cut": [cut.options[1].label.clone()]});
+        let answers =
+            crate::protocol::question::normalize_answers(&[q], second.as_object().unwrap())
+                .unwrap();
+        assert_eq!(mapped.content(&answers)["cut"], json!([format!("{long}2")]));
     }
 
     #[test]

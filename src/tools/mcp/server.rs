@@ -95,7 +95,10 @@ pub struct McpServer {
     link: RwLock<Option<Arc<Service>>>,
     /// One call at a time (see the module docs of `mcp`).
     calls: tokio::sync::Mutex<()>,
-    asker: Arc<Asker>,
+    /// Woken when a call on the current connection was abandoned: the
+    /// supervisor kills the process (stdio), so that what the server still
+    /// does for that call reaches no later one.
+    abandoned: Notify,
     /// The names the server lists now (re-read when it says they changed).
     listed: RwLock<HashSet<String>>,
     /// Woken when a message over [`MAX_MESSAGE_BYTES`] arrives.
@@ -127,11 +130,11 @@ impl McpServer {
         reach: Reach,
     ) -> Result<(Arc<McpServer>, Vec<Listed>), String> {
         let server = Arc::new(McpServer {
-            asker: Arc::new(Asker::default()),
             name,
             reach,
             link: RwLock::new(None),
             calls: tokio::sync::Mutex::new(()),
+            abandoned: Notify::new(),
             listed: RwLock::new(HashSet::new()),
             oversized: Arc::new(Notify::new()),
         });
@@ -170,11 +173,12 @@ impl McpServer {
 
     /// Connects and initializes: spawns the process (through the keeper, in
     /// a group of its own, with `PATH` and the named variables only) for
-    /// stdio, or opens a streamable HTTP session.
+    /// stdio, or opens a streamable HTTP session. Each connection has an
+    /// asker of its own: a question on an old one reaches no call of a new one.
     async fn connect(&self) -> Result<(Arc<Service>, Option<Child>), String> {
         let handler = Handler {
             server: self.name.clone(),
-            asker: self.asker.clone(),
+            asker: Arc::new(Asker::default()),
         };
         let (argv, env, cwd) = match &self.reach {
             Reach::Stdio { argv, env, cwd } => (argv, env, cwd),
@@ -233,7 +237,15 @@ impl McpServer {
     /// closes (HTTP; looked at once a second).
     async fn until_gone(&self, child: &mut Option<Child>) -> String {
         if let Some(child) = child {
-            return match child.wait().await {
+            let how = tokio::select! {
+                exited = child.wait() => exited,
+                () = self.abandoned.notified() => {
+                    // The keeper: killed, it takes the server with it.
+                    let _ = child.start_kill();
+                    child.wait().await
+                }
+            };
+            return match how {
                 Ok(status) => status.to_string(),
                 Err(err) => err.to_string(),
             };
@@ -314,7 +326,8 @@ impl McpServer {
                 format!("MCP server {} is not running", self.name),
             );
         };
-        if self.asker.take_list_changed() {
+        let asker = service.service().asker.clone();
+        if asker.take_list_changed() {
             match list(&service).await {
                 Ok(tools) => self.keep(service.clone(), &tools),
                 Err(err) => log::warn!("MCP server {}: {err}", self.name),
@@ -331,18 +344,28 @@ impl McpServer {
                 format!("MCP server {} no longer offers `{tool}`", self.name),
             );
         }
-        self.asker.set(asks, progress);
-        let _clear = Clear(&self.asker);
+        asker.set(asks, progress);
+        let mut in_flight = InFlight {
+            server: self,
+            service: &service,
+            asker: &asker,
+            answered: false,
+        };
         let oversized = self.oversized.notified();
         let params = CallToolRequestParams::new(tool.to_owned())
             .with_arguments(args.as_object().cloned().unwrap_or_default());
         let result = tokio::select! {
             result = service.call_tool(params) => result,
-            () = oversized => return ToolOutcome::failed(started, format!(
-                "the server's reply was over {} MiB and was dropped",
-                MAX_MESSAGE_BYTES / (1024 * 1024)
-            )),
+            () = oversized => {
+                // It answered, too much: nothing of the call is left to come.
+                in_flight.answered = true;
+                return ToolOutcome::failed(started, format!(
+                    "the server's reply was over {} MiB and was dropped",
+                    MAX_MESSAGE_BYTES / (1024 * 1024)
+                ));
+            }
         };
+        in_flight.answered = true;
         match result {
             Ok(result) => outcome(started, &result),
             Err(ServiceError::McpError(err)) => ToolOutcome::failed(
@@ -352,10 +375,7 @@ impl McpServer {
             Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
                 // Down from now on (readiness, the next calls), not only
                 // once the supervisor has reaped the process.
-                let mut link = self.link.write().unwrap_or_else(|p| p.into_inner());
-                if link.as_ref().is_some_and(|now| Arc::ptr_eq(now, &service)) {
-                    *link = None;
-                }
+                self.unlink(&service);
                 let how = match self.reach {
                     Reach::Stdio { .. } => "exited during the call",
                     #[cfg(feature = "openai")]
@@ -368,12 +388,48 @@ impl McpServer {
     }
 }
 
-/// Clears the asker when a call ends, however it ends.
-struct Clear<'a>(&'a Asker);
+impl McpServer {
+    /// Takes `service` out of use if it is the current connection; whether
+    /// it was.
+    fn unlink(&self, service: &Arc<Service>) -> bool {
+        let mut link = self.link.write().unwrap_or_else(|p| p.into_inner());
+        let current = link.as_ref().is_some_and(|now| Arc::ptr_eq(now, service));
+        if current {
+            *link = None;
+        }
+        current
+    }
+}
 
-impl Drop for Clear<'_> {
+/// A call on the wire. When it ends, however it ends, its asker is cleared
+/// (a question or progress that comes later belongs to no call: declined,
+/// dropped). When it ends before the server answered (its timeout, a stop,
+/// a question cancelled past the grace), the server may still be working on
+/// it and ask a question later, which must not reach the next call, another
+/// run of perhaps another key: the connection is retired (closed, a stdio
+/// server killed) and the supervisor starts a fresh one.
+struct InFlight<'a> {
+    server: &'a McpServer,
+    service: &'a Arc<Service>,
+    asker: &'a Asker,
+    answered: bool,
+}
+
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.clear();
+        self.asker.clear();
+        if self.answered {
+            return;
+        }
+        log::warn!(
+            "MCP server {}: a call was given up before the server answered; \
+             restarting it, so that nothing it still does for that call reaches another",
+            self.server.name
+        );
+        if self.server.unlink(self.service) {
+            self.service.cancellation_token().cancel();
+            self.server.abandoned.notify_one();
+        }
     }
 }
 

@@ -58,6 +58,35 @@ async def deploy(service: str, ctx: Context) -> str:
     return f"not deployed: {answer.action}"
 
 
+class Pick(BaseModel):
+    # Two choices under one title: only their values tell them apart.
+    file: str = Field(
+        description="Which file?",
+        json_schema_extra={"oneOf": [
+            {"const": "/srv/a/report.pdf", "title": "report.pdf"},
+            {"const": "/srv/b/report.pdf", "title": "report.pdf"},
+        ]},
+    )
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def pick(ctx: Context) -> str:
+    """Asks which of two same-titled files; says which came back."""
+    answer = await ctx.elicit(message="Which file?", schema=Pick)
+    return f"picked {answer.data.file}" if answer.action == "accept" else answer.action
+
+
+@server.tool()
+async def late(seconds: float, ctx: Context) -> str:
+    """Works `seconds` (past the call's timeout, in the test), then asks a
+    question: one that belongs to a call chatgate has given up on."""
+    record(f"late pid={os.getpid()}")
+    await asyncio.sleep(seconds)
+    answer = await ctx.elicit(message="Deploy password?", schema=Deploy)
+    record(f"late question: {answer.action}")
+    return answer.action
+
+
 @server.tool(annotations=ToolAnnotations(destructiveHint=True))
 def fail(why: str) -> str:
     """Always fails (an `isError` result with this text)."""
@@ -82,6 +111,13 @@ async def slow(seconds: float) -> str:
     await asyncio.sleep(seconds)
     record(f"slow {seconds} done")
     return "slept"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def revision(ctx: Context) -> str:
+    """The protocol revision the client's handshake offered."""
+    params = ctx.session.client_params
+    return str(params.protocol_version) if params else "no handshake"
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
@@ -141,7 +177,7 @@ async def ask_twice(ctx: Context) -> str:
     first = asyncio.ensure_future(ctx.elicit(message="First?", schema=Deploy))
     second = asyncio.ensure_future(ctx.elicit(message="Second?", schema=Deploy))
     await asyncio.wait({first, second}, return_when=asyncio.FIRST_COMPLETED)
-    await ctx.report_progress(1, 2, "one came back")
+    record("one came back")
     return f"first: {(await first).action}, second: {(await second).action}"
 
 
