@@ -16,11 +16,15 @@ use crate::session::SessionKey;
 /// event and URL); more are dropped and counted
 /// (`chatgate_webhook_deliveries_total{outcome="overflow"}`).
 pub const MAX_OUTBOX_EVENTS: usize = 10_000;
+/// The most bytes the memory outbox's undelivered events hold (bodies, URLs,
+/// ids), so that 10,000 events of the largest pause (a 128 KiB plan) cannot
+/// make it 1.3 GB; past it events are dropped and counted as above.
+pub const MAX_OUTBOX_BYTES: usize = 64 * 1024 * 1024;
 
 /// `--store memory`: nothing is kept; a paused run lives as long as its
 /// process (and is cancelled at shutdown, reason `shutdown`). Its webhook
-/// outbox is in memory, bounded by [`MAX_OUTBOX_EVENTS`], and lost with
-/// the process.
+/// outbox is in memory, bounded by [`MAX_OUTBOX_EVENTS`] and
+/// [`MAX_OUTBOX_BYTES`], and lost with the process.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     outbox: Mutex<Outbox>,
@@ -29,6 +33,8 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct Outbox {
     events: HashMap<i64, OutboxEvent>,
+    /// What `events` hold, as [`size`] counts it.
+    bytes: usize,
     schedule: Schedule,
     next_seq: i64,
     overflowed: u64,
@@ -39,15 +45,19 @@ impl MemoryStore {
         let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
         let now = super::now_ms();
         for event in events {
-            if outbox.events.len() >= MAX_OUTBOX_EVENTS {
+            if outbox.events.len() >= MAX_OUTBOX_EVENTS
+                || outbox.bytes + size(event) > MAX_OUTBOX_BYTES
+            {
                 outbox.overflowed += 1;
                 log::warn!(
-                    "the webhook outbox is full ({MAX_OUTBOX_EVENTS} events): {} {} dropped",
+                    "the webhook outbox is full ({MAX_OUTBOX_EVENTS} events or \
+                     {MAX_OUTBOX_BYTES} bytes): {} {} dropped",
                     event.event_type,
                     event.id
                 );
                 continue;
             }
+            outbox.bytes += size(event);
             outbox.next_seq += 1;
             let seq = outbox.next_seq;
             let slot = Slot {
@@ -62,6 +72,11 @@ impl MemoryStore {
             outbox.events.insert(seq, event.clone());
         }
     }
+}
+
+/// The bytes an undelivered event holds in the memory outbox.
+fn size(event: &OutboxEvent) -> usize {
+    event.body.len() + event.target.len() + event.id.len() + event.order.len()
 }
 
 impl Store for MemoryStore {
@@ -153,7 +168,9 @@ impl Store for MemoryStore {
         for (seq, retry_at_ms) in settled {
             outbox.schedule.settle(seq, retry_at_ms);
             if retry_at_ms.is_none() {
-                outbox.events.remove(&seq);
+                if let Some(gone) = outbox.events.remove(&seq) {
+                    outbox.bytes -= size(&gone);
+                }
             }
         }
         Box::pin(async { Ok(()) })
@@ -222,6 +239,28 @@ mod tests {
         store.announce(&events).await.unwrap();
         let stats = store.outbox_stats().await.unwrap();
         assert_eq!(stats.depth, MAX_OUTBOX_EVENTS as u64);
+        assert_eq!(stats.overflowed, 3);
+    }
+
+    #[tokio::test]
+    async fn the_outbox_is_bounded_in_bytes_too_and_delivered_events_free_theirs() {
+        let store = MemoryStore::default();
+        let big = |n: u32| OutboxEvent {
+            body: "x".repeat(128 * 1024),
+            ..event("a", n)
+        };
+        let fit = (MAX_OUTBOX_BYTES / size(&big(0))) as u32;
+        let events: Vec<_> = (0..fit + 2).map(big).collect();
+        store.announce(&events).await.unwrap();
+        let stats = store.outbox_stats().await.unwrap();
+        assert_eq!(stats.depth, u64::from(fit));
+        assert_eq!(stats.overflowed, 2);
+        // One delivered: room for one more.
+        let due = store.due_events(u64::MAX / 2, 1).await.unwrap();
+        store.settle_events(vec![(due[0].seq, None)]).await.unwrap();
+        store.announce(&[big(fit + 2), big(fit + 3)]).await.unwrap();
+        let stats = store.outbox_stats().await.unwrap();
+        assert_eq!(stats.depth, u64::from(fit));
         assert_eq!(stats.overflowed, 3);
     }
 }
