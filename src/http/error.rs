@@ -130,6 +130,7 @@ impl ChatError {
                 DecideError::AlreadyDecided => (S::CONFLICT, T::AlreadyDecided),
                 DecideError::Settling => (S::SERVICE_UNAVAILABLE, T::StoreUnavailable),
             },
+            ChatError::Reply(ReplyError::Decided(_)) => (S::CONFLICT, T::AlreadyDecided),
             ChatError::Reply(ReplyError::AuditUnavailable) => {
                 (S::SERVICE_UNAVAILABLE, T::AuditUnavailable)
             }
@@ -199,7 +200,7 @@ impl ChatError {
         matches!(
             self,
             ChatError::Request(RequestError::MalformedReply(_) | RequestError::ReplyWithoutSession)
-                | ChatError::Reply(ReplyError::Refused(_))
+                | ChatError::Reply(ReplyError::Refused(_) | ReplyError::Decided(_))
         )
     }
 
@@ -241,6 +242,19 @@ impl ChatError {
         if let Some(options) = self.options() {
             let names: Vec<Value> = options.iter().map(|a| Value::from(a.as_str())).collect();
             chunk = chunk.with_meta(meta::OPTIONS, names);
+        }
+        if let ChatError::Reply(ReplyError::Decided(note)) = self {
+            chunk = chunk.with_meta(meta::CONFIRMATION_ID, note.confirmation_id.as_str());
+            if let Some(decided) = &note.decided {
+                let at = std::time::UNIX_EPOCH + Duration::from_millis(decided.at_ms);
+                chunk = chunk
+                    .with_meta(meta::ACTION, decided.action.as_str())
+                    .with_meta(meta::DECIDED_BY, decided.by.as_str())
+                    .with_meta(
+                        meta::DECIDED_AT,
+                        humantime::format_rfc3339_millis(at).to_string(),
+                    );
+            }
         }
         let mut response = sse::single_chunk(status, chunk);
         if matches!(self, ChatError::RequestTimeout) {

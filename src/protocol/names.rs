@@ -20,6 +20,10 @@ pub mod meta {
     pub const TRUNCATED: &str = "truncated";
     pub const CONFIRMATION_ID: &str = "confirmation_id";
     pub const CONFIRMATION_ROUND: &str = "confirmation_round";
+    /// Who decided a pause (the key's label), on `already_decided`.
+    pub const DECIDED_BY: &str = "decided_by";
+    /// When (RFC 3339), on `already_decided`.
+    pub const DECIDED_AT: &str = "decided_at";
     pub const ERROR_TYPE: &str = "error_type";
     pub const FINISH_REASON: &str = "finish_reason";
     pub const GAP: &str = "gap";

@@ -23,8 +23,9 @@ use crate::confirmation::{Accepted, DecideError};
 use crate::protocol::{
     Action, CancelReason, Chunk, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
 };
+use crate::run::log::LogRegistry;
 use crate::session::SessionKey;
-use crate::store::{Fault, Resolution, StoredDecision};
+use crate::store::{DecidedBy, Fault, PauseNote, Resolution, StoredDecision};
 use crate::webhook::{About, DecisionData, Event};
 
 /// A reply, as the decision path takes it.
@@ -80,6 +81,15 @@ pub enum ReplyError {
     /// Forwarded here after the replica that forwarded it gave up on it.
     #[error("this forwarded reply came after its forwarding replica gave up; it was not taken")]
     Late,
+    /// The pause it names was decided by a reply already (this one, sent
+    /// again after an unknown outcome, or another): what was decided, and
+    /// who. Told for as long as the run's log is kept.
+    #[error(
+        "this confirmation has already been decided: {} by {}",
+        .0.decided.as_ref().map_or("?", |d| d.action.as_str()),
+        .0.decided.as_ref().map_or("?", |d| d.by.as_str())
+    )]
+    Decided(PauseNote),
 }
 
 /// What a taken reply decided: its acknowledgement.
@@ -131,13 +141,16 @@ impl Runs {
         {
             return Err(ReplyError::Late);
         }
-        let accepted = self.manager.decide(
-            key,
-            reply.message,
-            reply.confirmation_id,
-            reply.decisions,
-            reply.answers,
-        )?;
+        let accepted = self
+            .manager
+            .decide(
+                key,
+                reply.message,
+                reply.confirmation_id,
+                reply.decisions,
+                reply.answers,
+            )
+            .map_err(|refused| self.told_decided(key, reply.confirmation_id, refused))?;
         let decided = Decided {
             action: accepted.action,
             confirmation_id: accepted.confirmation_id.clone(),
@@ -151,6 +164,7 @@ impl Runs {
             client: reply.client.map(str::to_owned),
             decider: reply.decider.to_owned(),
             audit: self.settings.audit.clone(),
+            logs: self.logs.clone(),
         };
         let events = self.settings.event_rows(|| {
             let about = About {
@@ -223,12 +237,35 @@ impl Runs {
     }
 }
 
-/// What a decision's records need: who decided, and the audit log.
+impl Runs {
+    /// `refused` as the reply is told: a pause its run noted as decided
+    /// (the one it names, else the latest when that one is decided) is
+    /// told what and who, whatever the manager knows of it now (the run
+    /// resumed, paused again or ended).
+    fn told_decided(
+        &self,
+        key: &SessionKey,
+        confirmation_id: Option<&str>,
+        refused: DecideError,
+    ) -> ReplyError {
+        let asks = match (&refused, confirmation_id) {
+            (DecideError::AlreadyDecided, id) => Some(id),
+            (DecideError::NoPending | DecideError::Stale, Some(id)) => Some(Some(id)),
+            _ => None,
+        };
+        asks.and_then(|id| self.logs.find(key)?.decided(id))
+            .map_or(ReplyError::Refused(refused), ReplyError::Decided)
+    }
+}
+
+/// What a decision's records need: who decided, the audit log, and the
+/// run's log (which notes what was decided, for a retry).
 struct Recorder {
     key: SessionKey,
     client: Option<String>,
     decider: String,
     audit: Option<Arc<AuditLog>>,
+    logs: LogRegistry,
 }
 
 impl Recorder {
@@ -236,9 +273,21 @@ impl Recorder {
     /// one, only once the `decided` record is on disk. If it cannot be
     /// written the run ends with `audit_unavailable` and the reply is
     /// refused: a decision is never acted on unrecorded, nor acknowledged
-    /// unacted.
+    /// unacted. Delivered, the run's log notes what was decided and who (a
+    /// retry of the reply is told so).
     async fn audit_and_deliver(self, accepted: Accepted) -> Result<(), ReplyError> {
+        let note = Note {
+            logs: self.logs,
+            key: self.key.clone(),
+            confirmation_id: accepted.confirmation_id.clone(),
+            decided: DecidedBy {
+                action: accepted.action,
+                by: self.decider.clone(),
+                at_ms: crate::store::now_ms(),
+            },
+        };
         let Some(audit) = self.audit else {
+            note.write();
             accepted.ticket.deliver();
             return Ok(());
         };
@@ -273,6 +322,7 @@ impl Recorder {
         let written = tokio::spawn(async move {
             match audit.write(&record).await {
                 Ok(()) => {
+                    note.write();
                     ticket.deliver();
                     true
                 }
@@ -286,6 +336,24 @@ impl Recorder {
         match written {
             Ok(true) => Ok(()),
             _ => Err(ReplyError::AuditUnavailable),
+        }
+    }
+}
+
+/// What a taken decision's run log notes (see [`RunLog::note_decided`]).
+///
+/// [`RunLog::note_decided`]: crate::run::log::RunLog::note_decided
+struct Note {
+    logs: LogRegistry,
+    key: SessionKey,
+    confirmation_id: String,
+    decided: DecidedBy,
+}
+
+impl Note {
+    fn write(self) {
+        if let Some(log) = self.logs.find(&self.key) {
+            log.note_decided(&self.confirmation_id, self.decided);
         }
     }
 }

@@ -124,7 +124,7 @@ impl Runs {
         if let Some(key) = self.manager.find_pause(confirmation_id) {
             return Ok(Some(key));
         }
-        if let Some(key) = self.logs.find_finished(confirmation_id) {
+        if let Some(key) = self.logs.find_pause(confirmation_id) {
             return Ok(Some(key));
         }
         if self.cluster.is_none() {

@@ -24,7 +24,7 @@ use super::stop::RunStop;
 use crate::protocol::{CancelReason, Chunk};
 use crate::session::SessionKey;
 use crate::sse;
-use crate::store::RunEnd;
+use crate::store::{DecidedBy, PauseNote, RunEnd};
 
 /// Default of `--replay-buffer`: chunks kept per run for re-attach.
 pub const REPLAY_BUFFER: usize = 1024;
@@ -64,6 +64,11 @@ pub struct RunLog {
 /// answer at once do not pay for it; people do not answer this fast.
 pub const LONG_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// A run's last pauses its log keeps notes of (see [`PauseNote`]): a run
+/// may pause many times (each modify round, each model turn); the oldest
+/// notes go first.
+pub const MAX_PAUSE_NOTES: usize = 16;
+
 pub(super) struct LogInner {
     pub(super) frames: VecDeque<Bytes>,
     /// Bytes in `frames`.
@@ -92,6 +97,8 @@ pub(super) struct LogInner {
     /// have sent more than it stored, so a client's `Last-Event-ID` may name
     /// chunks this log never had. See [`RunLog::restore`].
     pub(super) restored: Option<Restored>,
+    /// The run's last [`MAX_PAUSE_NOTES`] pauses, oldest first.
+    pauses: VecDeque<PauseNote>,
 }
 
 /// How a restored log tells the ids it knows from the ones it cannot.
@@ -137,6 +144,7 @@ impl RunLog {
                 subscriber: None,
                 next_subscriber_id: 0,
                 restored: None,
+                pauses: VecDeque::new(),
             }),
             limits: LogLimits {
                 frames: limits.frames.max(1),
@@ -236,14 +244,79 @@ impl RunLog {
     /// from the end its store kept: its final chunk is among `end`'s frames.
     pub fn restore_ended(limits: LogLimits, stop: RunStop, end: RunEnd) -> Arc<RunLog> {
         let log = RunLog::restore(limits, stop, end.frames, end.next_seq, false);
-        log.lock().finished = true;
+        let mut inner = log.lock();
+        inner.finished = true;
+        inner.pauses = end.pauses.into();
+        drop(inner);
         log
     }
 
     /// The log as a store keeps an ended run's end.
     pub fn end(&self) -> RunEnd {
         let (frames, next_seq) = self.snapshot();
-        RunEnd { frames, next_seq }
+        let pauses = self.lock().pauses.iter().cloned().collect();
+        RunEnd {
+            frames,
+            next_seq,
+            pauses,
+        }
+    }
+
+    /// Notes the pause `confirmation_id` (asked now, or restored).
+    pub fn note_pause(&self, confirmation_id: &str) {
+        let mut inner = self.lock();
+        if inner
+            .pauses
+            .back()
+            .is_some_and(|last| last.confirmation_id == confirmation_id)
+        {
+            return;
+        }
+        if inner.pauses.len() == MAX_PAUSE_NOTES {
+            inner.pauses.pop_front();
+        }
+        inner.pauses.push_back(PauseNote {
+            confirmation_id: confirmation_id.to_owned(),
+            decided: None,
+        });
+    }
+
+    /// Notes that a reply decided the pause `confirmation_id` (once it is
+    /// recorded and on its way to the run).
+    pub fn note_decided(&self, confirmation_id: &str, decided: DecidedBy) {
+        let mut inner = self.lock();
+        if let Some(note) = inner
+            .pauses
+            .iter_mut()
+            .rev()
+            .find(|note| note.confirmation_id == confirmation_id)
+        {
+            note.decided = Some(decided);
+        }
+    }
+
+    /// The decided pause `confirmation_id` names (`None`: the latest
+    /// pause), with what decided it; `None` when it is not noted as
+    /// decided by a reply.
+    pub fn decided(&self, confirmation_id: Option<&str>) -> Option<PauseNote> {
+        let inner = self.lock();
+        let note = match confirmation_id {
+            Some(id) => inner
+                .pauses
+                .iter()
+                .rev()
+                .find(|note| note.confirmation_id == id),
+            None => inner.pauses.back(),
+        };
+        note.filter(|note| note.decided.is_some()).cloned()
+    }
+
+    /// Whether this log's run asked the pause `confirmation_id`.
+    fn names_pause(&self, confirmation_id: &str) -> bool {
+        self.lock()
+            .pauses
+            .iter()
+            .any(|note| note.confirmation_id == confirmation_id)
     }
 
     /// Ends the log without a final chunk: the run goes on in the next
@@ -430,27 +503,18 @@ impl LogRegistry {
         self.len() == 0
     }
 
-    /// The session of a finished run, kept for its grace, whose frames
-    /// name the pause `confirmation_id` (an approver's re-attach after the
-    /// run ended). A scan of the finished logs: approvers act at a
-    /// person's pace.
-    pub fn find_finished(&self, confirmation_id: &str) -> Option<SessionKey> {
-        let needle = format!("\"confirmation_id\":\"{confirmation_id}\"");
+    /// The session of a run, live or ended and kept for its grace, that
+    /// asked the pause `confirmation_id` (an approver's re-attach or reply
+    /// once that pause was decided). A scan of the logs' pause notes:
+    /// approvers act at a person's pace.
+    pub fn find_pause(&self, confirmation_id: &str) -> Option<SessionKey> {
         let logs: Vec<(SessionKey, Arc<RunLog>)> = self
             .lock()
             .iter()
             .map(|(key, log)| (key.clone(), log.clone()))
             .collect();
-        logs.into_iter().find_map(|(key, log)| {
-            let inner = log.lock();
-            let names = inner.finished
-                && inner.frames.iter().any(|frame| {
-                    frame
-                        .windows(needle.len())
-                        .any(|window| window == needle.as_bytes())
-                });
-            names.then_some(key)
-        })
+        logs.into_iter()
+            .find_map(|(key, log)| log.names_pause(confirmation_id).then_some(key))
     }
 
     /// Runs whose client went away and that may still be re-attached.

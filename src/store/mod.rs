@@ -92,6 +92,29 @@ pub struct PausedRecord {
 pub struct RunEnd {
     pub frames: Vec<String>,
     pub next_seq: u64,
+    /// The run's last pauses (see [`PauseNote`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pauses: Vec<PauseNote>,
+}
+
+/// One of a run's pauses as its log (and its end) keeps it: its id, and
+/// once a reply decided it, what and who. A retry of that reply is told
+/// what was decided; an approver finds the run by the id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PauseNote {
+    pub confirmation_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided: Option<DecidedBy>,
+}
+
+/// What a reply decided, and who.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecidedBy {
+    pub action: Action,
+    /// The key's label (`key-1`, `approver-2`, `anonymous`).
+    pub by: String,
+    /// When (ms since the Unix epoch).
+    pub at_ms: u64,
 }
 
 /// The store could not be used.

@@ -339,3 +339,59 @@ async fn an_unknown_action_without_a_pause_is_404_first() {
     assert_eq!(status, 404);
     assert_eq!(error_type(&chunk), "no_pending_confirmation");
 }
+
+#[tokio::test]
+async fn a_reply_sent_again_is_told_what_was_decided_and_by_whom_while_the_run_s_end_is_kept() {
+    let app = crate::helpers::spawn_app_with(|s| s.api_keys = vec!["k-secret-1".into()]).await;
+    let reply = |id: &str| json!({"message": "CONFIRM_ACTION:confirm", "session_id": "again", "confirmation_id": id});
+    let post = |body: serde_json::Value| {
+        let url = format!("{}/api/v1/chat/stream", app.address);
+        async move {
+            let response = reqwest::Client::new()
+                .post(url)
+                .bearer_auth("k-secret-1")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            one_chunk(response).await
+        }
+    };
+    let opened = reqwest::Client::new()
+        .post(format!("{}/api/v1/chat/stream", app.address))
+        .bearer_auth("k-secret-1")
+        .json(&json!({"message": "build; ship", "session_id": "again"}))
+        .send()
+        .await
+        .unwrap();
+    let mut stream = crate::helpers::EventStream::new(opened);
+    let request = stream.until(ChunkType::ConfirmationRequest).await;
+    let id = confirmation_id(&request);
+    // A person's pace: the run's end is then kept for the grace.
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+
+    let (status, _) = post(reply(&id)).await;
+    assert_eq!(status, 200);
+    // Sent again while the run works on, and again after it ended.
+    let (status, again) = post(reply(&id)).await;
+    assert_eq!(status, 409, "{again:?}");
+    assert_eq!(error_type(&again), "already_decided");
+    assert_eq!(again.metadata["action"], "confirm");
+    assert_eq!(again.metadata["decided_by"], "key-1");
+    assert_eq!(again.metadata["confirmation_id"], id.as_str());
+    assert!(again.metadata["decided_at"]
+        .as_str()
+        .unwrap()
+        .ends_with('Z'));
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    let (status, after) = post(reply(&id)).await;
+    assert_eq!(status, 409, "{after:?}");
+    assert_eq!(after.metadata["decided_by"], "key-1");
+    assert!(after.chunk.contains("confirm by key-1"), "{after:?}");
+    // A reply that names no pause, or another one, is answered as before.
+    let (status, plain) =
+        post(json!({"message": "CONFIRM_ACTION:confirm", "session_id": "again"})).await;
+    assert_eq!(status, 404, "{plain:?}");
+    let (status, other) = post(reply("not-that-one")).await;
+    assert_eq!(status, 404, "{other:?}");
+}

@@ -338,6 +338,7 @@ impl RunContext {
         // answers the instant it reads the chunk always finds it pending;
         // and the log knows it, so a client that leaves ends nothing.
         self.log.pause_started();
+        self.log.note_pause(&confirmation_id);
         let sent = match self.push(chunk) {
             Err(RunError::Cancelled(reason)) => Some(reason),
             _ => None,
@@ -482,6 +483,7 @@ impl RunContext {
             .map_err(RunError::Cancelled)?;
         self.pause_stored = true;
         self.log.pause_started();
+        self.log.note_pause(&record.confirmation_id);
         Ok(pending)
     }
 

@@ -82,6 +82,14 @@ async fn an_ended_run_keeps_its_end_for_the_grace_then_goes() {
     let end = RunEnd {
         frames: vec!["id: 1\ndata: {}\n\n".into(), "id: 2\ndata: {}\n\n".into()],
         next_seq: 3,
+        pauses: vec![crate::store::PauseNote {
+            confirmation_id: "c".into(),
+            decided: Some(crate::store::DecidedBy {
+                action: Action::Confirm,
+                by: "key-1".into(),
+                at_ms: 7,
+            }),
+        }],
     };
     {
         let store = SqliteStore::open(&path, GRACE).unwrap();
