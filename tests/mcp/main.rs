@@ -965,10 +965,7 @@ async fn same_titled_choices_reach_the_server_as_the_one_the_person_picked() {
         let question = stream.until(ChunkType::InputRequest).await;
         let data = serde_json::to_value(question.confirmation_data.as_ref().unwrap()).unwrap();
         let option = data["questions"][0]["options"][at].clone();
-        assert_eq!(
-            option["label"].as_str().unwrap().starts_with("report.pdf"),
-            true
-        );
+        assert!(option["label"].as_str().unwrap().starts_with("report.pdf"));
         // By label (what a person reads) and by id: the same option.
         let by = if at == 0 {
             &option["id"]
