@@ -549,6 +549,19 @@ impl ConfirmationManager {
         self.lock().sessions.get(key).is_some_and(Entry::waits)
     }
 
+    /// Whether the run on `key` is paused on a confirmation nobody decided,
+    /// or whose decision is in doubt (being settled): a run that has not
+    /// acted on a decision here.
+    pub fn is_paused_or_in_doubt(&self, key: &SessionKey) -> bool {
+        self.lock().sessions.get(key).is_some_and(|entry| {
+            entry.waits()
+                || entry
+                    .pause
+                    .as_ref()
+                    .is_some_and(|p| p.decide_tx.is_none() && p.in_doubt)
+        })
+    }
+
     /// Number of sessions with a live run.
     pub fn active_runs(&self) -> usize {
         self.lock().sessions.len()

@@ -210,9 +210,10 @@ impl Runs {
     }
 
     /// Relinquishes the paused runs here whose session another process
-    /// owns. Only paused ones: a run at work here goes on to its end (what
-    /// it does was decided here, and stopping it would be a shutdown that
-    /// is not one).
+    /// owns, a pause whose decision is in doubt included (its settling then
+    /// finds it is not this replica's). Only paused ones: a run at work here
+    /// goes on to its end (what it does was decided here, and stopping it
+    /// would be a shutdown that is not one).
     async fn hand_over_taken(&self) {
         let Some(cluster) = &self.cluster else {
             return;
@@ -221,7 +222,7 @@ impl Runs {
             .logs
             .keys()
             .into_iter()
-            .filter(|key| self.manager.is_paused(key))
+            .filter(|key| self.manager.is_paused_or_in_doubt(key))
             .collect();
         match cluster.owners(&keys).await {
             Ok(owners) => {

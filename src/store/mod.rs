@@ -300,9 +300,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn suspend(&self, _run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
     }
-    /// Where the undecided stored pause `confirmation_id` is, across the
-    /// cluster: its namespace and session id (an approver's reply names
-    /// only the pause). A store of one process finds none (its registry does).
+    /// Where the stored pause `confirmation_id` is, across the cluster: its
+    /// namespace and session id (an approver's reply names only the pause),
+    /// undecided, or decided while its run's record lasts. A store of one
+    /// process finds none (its registry and logs do).
     fn locate<'a>(
         &'a self,
         confirmation_id: &'a str,

@@ -685,6 +685,43 @@ class ApiKeyTests(unittest.TestCase):
         self.assertEqual(chunk_types(read_to_end(stream))[-1], b"completion")
 
 
+    def test_a_decided_pause_s_id_finds_its_run_on_any_replica_and_a_retry_is_told_who_decided(self):
+        session = new_session("ids")
+        first = {"Authorization": "Bearer first-key-0000"}
+        approver = {"Authorization": "Bearer approver-key-0"}
+        stream = post(self.a, {"message": "build; ship", "session_id": session}, first)
+        seen = read_until(stream, rb'"stream_paused":true')
+        first_id = re.search(rb'"confirmation_id":"([0-9a-f-]{36})"', seen).group(1).decode()
+
+        # Round 1 decided on b (a modify): round 2 waits on a.
+        status, chunk, _ = answer(self.b, session, "modify:more", approver, confirmation_id=first_id)
+        self.assertEqual(status, 200, chunk)
+        seen = read_until(stream, rb'"stream_paused":true')
+        second_id = re.findall(rb'"confirmation_id":"([0-9a-f-]{36})"', seen)[-1].decode()
+        self.assertNotEqual(first_id, second_id)
+
+        # The decided round's id still finds the run from b, to re-attach...
+        conn = connect(self.b)
+        conn.request("POST", STREAM_PATH, body=json.dumps({"session_id": session, "confirmation_id": first_id}),
+                     headers=dict({"Content-Type": "application/json", "Last-Event-ID": "0"}, **approver))
+        attached = conn.getresponse()
+        replay = read_until(attached, rb'"stream_paused":true(.|\n)*"stream_paused":true')
+        conn.close()
+        self.assertEqual(attached.status, 200)
+        self.assertIn(b'"action":"modify"', replay)
+        # ...and the same reply sent again, on either replica, is told what
+        # was decided and by whom.
+        for replica in (self.b, self.a):
+            status, chunk, _ = answer(replica, session, "modify:more", approver, confirmation_id=first_id)
+            self.assertEqual(status, 409, chunk)
+            self.assertEqual(chunk["metadata"]["error_type"], "already_decided")
+            self.assertEqual(chunk["metadata"]["action"], "modify")
+            self.assertEqual(chunk["metadata"]["decided_by"], "approver-1")
+        # (The approver's re-attach took the run's one stream over.)
+        status, chunk, _ = answer(self.b, session, "confirm", approver, confirmation_id=second_id)
+        self.assertEqual(status, 200, chunk)
+        stream.conn.close()
+
     def test_an_approver_on_another_replica_lists_and_decides_each_key_s_pause(self):
         session = new_session("appr")
         first = {"Authorization": "Bearer first-key-0000"}
@@ -1008,3 +1045,113 @@ class RedisOutageTests(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class StallableProxy:
+    """A TCP proxy in front of Redis that the test can stall: what a
+    replica sends waits in it, as in a network that stops moving bytes,
+    while the other replicas reach Redis directly."""
+
+    def __init__(self, target_port):
+        self.target_port = target_port
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.url = "redis://127.0.0.1:%d/0" % self.port
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self.sockets = []
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                return
+            self.sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self.pump, args=(source, sink), daemon=True).start()
+
+    def pump(self, source, sink):
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                self.flowing.wait()
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stall(self):
+        self.flowing.clear()
+
+    def flow(self):
+        self.flowing.set()
+
+    def close(self):
+        self.flowing.set()
+        self.listener.close()
+        for s in self.sockets:
+            s.close()
+
+
+class StalledOwnerTests(unittest.TestCase):
+    """An owner whose link to Redis stalls past its lease, while another
+    replica reaches Redis: the other takes the run over, and the old owner
+    must never wait on, list or serve that pause again."""
+
+    def setUp(self):
+        self.cluster = Cluster(replicas=0, nginx=False)
+        self.proxy = StallableProxy(self.cluster.redis.port)
+        self.addCleanup(self.proxy.close)
+        extra = ["--confirm-timeout", "30s"]
+        self.a = Replica(self.proxy, "stall-a", extra)
+        self.b = Replica(self.cluster.redis, "stall-b", extra)
+        self.cluster.replicas += [self.a, self.b]
+
+    def tearDown(self):
+        self.cluster.stop()
+
+    def test_a_reply_taken_over_during_a_stall_leaves_no_zombie_pause_on_the_old_owner(self):
+        session = new_session("zombie")
+        stream = post(self.a, {"message": "build; ship", "session_id": session})
+        seen = read_until(stream, rb'"stream_paused":true')
+        pause = re.search(rb'"confirmation_id":"([0-9a-f-]{36})"', seen).group(1).decode()
+
+        self.proxy.stall()
+        here = answer(self.a, session, "confirm", confirmation_id=pause)
+        # The owner cannot be reached through Redis' eyes once its heartbeat
+        # runs out: until then the other replica says when to retry.
+        deadline = time.monotonic() + 30
+        there = answer(self.b, session, "confirm", confirmation_id=pause)
+        while there[0] == 503 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            there = answer(self.b, session, "confirm", confirmation_id=pause)
+        self.proxy.flow()
+        rest = read_to_end(stream)
+        conn = connect(self.a)
+        conn.request("GET", "/api/v1/interactions")
+        listed = json.loads(conn.getresponse().read())["interactions"]
+        conn.close()
+        again = answer(self.a, session, "confirm", confirmation_id=pause)
+
+        self.assertEqual(here[0], 504, here[1])
+        self.assertEqual(there[0], 200, there[1])
+        # The old owner handed its copy over: its stream ends with `retry:`
+        # (no final chunk of its own), it lists nothing, and a reply sent
+        # to it again goes to the new owner, which says it was decided.
+        self.assertIn(b"retry:", rest)
+        self.assertNotIn(b'"finished":true', rest)
+        self.assertEqual([i for i in listed if i["session_id"] == session], [])
+        self.assertEqual(again[0], 409, again[1])
+        self.assertEqual(again[1]["metadata"]["error_type"], "already_decided")

@@ -94,7 +94,9 @@ impl RedisStore {
         }
     }
 
-    /// Where the undecided pause `confirmation_id` is (see [`crate::store::Store::locate`]).
+    /// Where the pause `confirmation_id` is, undecided or decided while its
+    /// run's record lasts and its session is still that run's (see
+    /// [`crate::store::Store::locate`]).
     pub(super) async fn locate_pause(
         &self,
         confirmation_id: &str,
@@ -123,6 +125,20 @@ impl RedisStore {
                 .query_async(&mut connection)
                 .await
                 .map_err(|err| self.failed(&err))?;
+            // The session's run now, so that an old pause's id does not lead
+            // to a later run of its session.
+            let current: Option<String> = match &session {
+                Some(session) => redis::cmd("HGET")
+                    .arg(session)
+                    .arg("run")
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(|err| self.failed(&err))?,
+                None => None,
+            };
+            if current.as_deref() != Some(run) {
+                return Ok(None);
+            }
             let prefix = format!("chatgate:session:{namespace}:");
             let session_id = session.and_then(|s| s.strip_prefix(&prefix).map(str::to_owned));
             let namespace = (namespace != "-").then(|| namespace.to_owned());

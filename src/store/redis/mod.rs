@@ -33,8 +33,11 @@
 //!   and while its pause waits `pending` (where the inbox lists it).
 //! - `pending:NAMESPACE`: a sorted set of the namespace's undecided stored
 //!   pauses, `CONFIRMATION_ID|RUN` scored by expiry (the inbox's order), and
-//!   `conf:CONFIRMATION_ID`: `SET SCORE MEMBER`, to page from a pause. Both
-//!   change in the scripts that save, decide and end pauses.
+//!   `conf:CONFIRMATION_ID`: `SET SCORE MEMBER`, to page from a pause and
+//!   to find a pause's run by its id. A pause leaves the set in the scripts
+//!   that decide and end pauses; its `conf:` key stays until it expires
+//!   (with the pause's records), so that a decided pause's id still finds
+//!   its run while the run's record lasts.
 //!
 //! Every key expires by itself: a session record an hour after its run
 //! started unless a pause extends it, a pause's records `linger` after the

@@ -31,15 +31,17 @@ end
 
 /// `unlist(run key)`: the run's pause leaves the inbox's index (its
 /// `pending` field names it: `PENDING_SET MEMBER CONFIRMATION_ID`). Shared by
-/// every script that decides or ends a pause.
+/// every script that decides or ends a pause. Its `conf:ID` stays until it
+/// expires (the pause's expiry and the linger): an approver still finds the
+/// run by a decided pause's id, on any replica, while the run's record
+/// lasts (a record that is gone finds nothing).
 pub const UNLIST: &str = r"
 local function unlist(rk)
   local p = redis.call('HGET', rk, 'pending')
   if not p then return end
-  local set, member, conf = string.match(p, '^(%S+) (%S+) (%S+)$')
+  local set, member = string.match(p, '^(%S+) (%S+) %S+$')
   if set then
     redis.call('ZREM', set, member)
-    redis.call('DEL', 'chatgate:conf:' .. conf)
   end
   redis.call('HDEL', rk, 'pending')
 end
@@ -248,13 +250,21 @@ return 'ok'
 
 /// KEYS: run, session. ARGV: nonce, instance, epoch.
 /// After a decision whose recording had an unknown outcome: whether it was
-/// recorded; if it was not, it never will be. A record that is gone is
-/// `not_owner` when the session is another replica's by now, else `gone`.
+/// recorded; if it was not, it never will be. Only for the session's owner
+/// under its epoch: a caller whose run another replica took over meanwhile
+/// is `not_owner` (recorded or not, the run and its decision are the
+/// other's now, and the caller must not wait on its pause again). A record
+/// that is gone is `not_owner` when the session is another replica's by
+/// now, else `gone`.
 pub const RESOLVE: &str = r"
+local owns = redis.call('HGET', KEYS[2], 'instance') == ARGV[2]
+   and redis.call('HGET', KEYS[2], 'epoch') == ARGV[3]
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  if redis.call('EXISTS', KEYS[2]) == 0
-     or (redis.call('HGET', KEYS[2], 'instance') == ARGV[2]
-         and redis.call('HGET', KEYS[2], 'epoch') == ARGV[3]) then return 'gone' end
+  if redis.call('EXISTS', KEYS[2]) == 0 or owns then return 'gone' end
+  return 'not_owner'
+end
+if not owns then
+  redis.call('HSET', KEYS[1], 'void:' .. ARGV[1], '1')
   return 'not_owner'
 end
 if redis.call('HGET', KEYS[1], 'decision_nonce') == ARGV[1] then return 'recorded' end
