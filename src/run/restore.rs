@@ -85,6 +85,14 @@ impl Runs {
             ))
         } else if record.expires_at_ms <= now_ms {
             Some(Chunk::cancelled(&record.session_id, CancelReason::Timeout))
+        } else if record.in_memory {
+            Some(Chunk::failed(
+                &record.session_id,
+                ErrorType::Interrupted,
+                "This run's pause lived in the memory of the process that asked it (an MCP \
+                 server's question, or a model's), which is gone; it cannot go on."
+                    .to_owned(),
+            ))
         } else if record.engine != self.engine.name() {
             Some(Chunk::failed(
                 &record.session_id,

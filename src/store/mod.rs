@@ -83,6 +83,13 @@ pub struct PausedRecord {
     /// Once the run ended: its end, kept for the grace (see [`Store::end`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended: Option<RunEnd>,
+    /// The pause's state lives in its process's memory only (an MCP
+    /// server's question, the openai engine's missing value: `state` is
+    /// null). It is kept so that every replica lists it, finds it by its
+    /// id and forwards to its owner (see [`Store::indexes_every_pause`]);
+    /// a replica that takes it over, or a restart, ends it `interrupted`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_memory: bool,
 }
 
 /// An ended run as its record keeps it for the grace: the frames a
@@ -256,6 +263,12 @@ pub struct OutboxStats {
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// Whether records outlive the process (everything but `memory`).
     fn is_durable(&self) -> bool;
+    /// Whether every pause is kept, one whose state lives only in memory
+    /// included ([`PausedRecord::in_memory`]): a store replicas share,
+    /// whose inbox and pause index are the cluster's.
+    fn indexes_every_pause(&self) -> bool {
+        false
+    }
     /// Inserts or replaces the record of a paused run, and queues `events`
     /// (its webhook events) with it: both or neither.
     fn save<'a>(

@@ -910,7 +910,10 @@ class McpTests(unittest.TestCase):
             f.write('[[mcp]]\nname = "ask"\ncommand = [%s, %s, "--log", %s]\n' % (
                 json.dumps(MCP_PYTHON), json.dumps(os.path.join(ROOT, "tests", "mcp", "servers", "asker.py")),
                 json.dumps(self.log)))
-        self.cluster = Cluster(nginx=False, extra=["--tools", tools])
+        self.cluster = Cluster(nginx=False, extra=["--tools", tools, "--approver-key", "approver-key-0",
+                                                   "--api-key", "requester-key0"])
+        self.key = {"Authorization": "Bearer requester-key0"}
+        self.approver = {"Authorization": "Bearer approver-key-0"}
 
     def tearDown(self):
         self.cluster.stop()
@@ -919,13 +922,25 @@ class McpTests(unittest.TestCase):
     def test_a_server_s_question_asked_on_a_is_answered_on_b(self):
         a, b, c = self.cluster.replicas[:3]
         session = new_session("mcp")
-        stream = post(a, {"message": 'ask__deploy {"service": "web"}', "session_id": session})
+        stream = post(a, {"message": 'ask__deploy {"service": "web"}', "session_id": session}, self.key)
         read_until(stream, rb'"chunk_type":"confirmation_request"')
-        confirmed = answer(c, session, "confirm")
-        read_until(stream, rb'"chunk_type":"input_request"')
-        refused = answer(b, session, "answer", answers={"region": "mars", "replicas": 2})
-        answered = answer(b, session, "answer", answers={"region": "us-east", "replicas": 2})
+        confirmed = answer(c, session, "confirm", self.key)
+        seen = read_until(stream, rb'"chunk_type":"input_request"[^\n]*"stream_paused":true')
+        question = re.findall(rb'"confirmation_id":"([0-9a-f-]{36})"', seen)[-1].decode()
+        # The server's question is in memory on a, and every replica lists it.
+        listings = []
+        for replica in (b, c):
+            conn = connect(replica)
+            conn.request("GET", "/api/v1/interactions", headers=self.approver)
+            listings.append([i["confirmation_id"] for i in json.loads(conn.getresponse().read())["interactions"]
+                             if i["session_id"] == session])
+            conn.close()
+        refused = answer(b, session, "answer", self.key, answers={"region": "mars", "replicas": 2})
+        # An approver names it by its id, on another replica.
+        answered = answer(c, session, "answer", self.approver, confirmation_id=question,
+                          answers={"region": "us-east", "replicas": 2})
         rest = read_to_end(stream)
+        self.assertEqual(listings, [[question], [question]])
 
         self.assertEqual(confirmed[0], 200, confirmed[1])
         self.assertEqual(refused[0], 422, refused[1])
@@ -936,6 +951,33 @@ class McpTests(unittest.TestCase):
         with open(self.log) as f:
             self.assertEqual(f.read().splitlines(), ["deployed web to us-east x2"])
         stream.conn.close()
+
+
+    def test_a_server_s_question_whose_owner_dies_ends_interrupted_where_it_is_taken_over(self):
+        a, b = self.cluster.replicas[:2]
+        session = new_session("mcp-dead")
+        stream = post(a, {"message": 'ask__deploy {"service": "web"}', "session_id": session}, self.key)
+        read_until(stream, rb'"chunk_type":"confirmation_request"')
+        self.assertEqual(answer(b, session, "confirm", self.key)[0], 200)
+        read_until(stream, rb'"chunk_type":"input_request"')
+        a.kill()
+        stream.conn.close()
+
+        # Once a's heartbeat runs out, b takes the run over: the question
+        # lived in a's memory, so the run ends `interrupted` there.
+        deadline = time.monotonic() + 30
+        reply = answer(b, session, "answer", self.key, answers={"region": "us-east", "replicas": 2})
+        while reply[0] == 503 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            reply = answer(b, session, "answer", self.key, answers={"region": "us-east", "replicas": 2})
+        attached = post(b, {"session_id": session}, dict(self.key, **{"Last-Event-ID": "0"}))
+        rest = read_to_end(attached)
+
+        self.assertEqual(reply[0], 404, reply[1])
+        self.assertEqual(attached.status, 200)
+        self.assertEqual(chunk_types(rest)[-1], b"error")
+        self.assertIn(b'"error_type":"interrupted"', rest)
+        self.assertFalse(os.path.exists(self.log) and open(self.log).read().strip())
 
 
 class ReplicaIdTests(unittest.TestCase):

@@ -240,7 +240,10 @@ impl RunContext {
 
     /// With a durable store and an engine that can resume, keeps the pause
     /// in the store before anything is asked: its record holds the frames a
-    /// re-attach replays, the request's own included.
+    /// re-attach replays, the request's own included. A store replicas
+    /// share keeps a pause that cannot be resumed too (its record
+    /// [`PausedRecord::in_memory`]), so that it is listed, found and
+    /// decided from any replica.
     async fn store_pause(&mut self, request: &Request) -> Result<(), RunError> {
         self.pause_stored = false;
         let kind = request.asking.kind();
@@ -257,9 +260,13 @@ impl RunContext {
             self.last_pause = Some(Box::new((request.confirmation_id.clone(), kind)));
         }
         let store = &self.settings.store;
-        let Some(state) = request.state.clone().filter(|_| store.is_durable()) else {
-            self.settings.announce(&events).await;
-            return Ok(());
+        let (state, in_memory) = match request.state.clone() {
+            Some(state) if store.is_durable() => (state, false),
+            _ if store.indexes_every_pause() => (Value::Null, true),
+            _ => {
+                self.settings.announce(&events).await;
+                return Ok(());
+            }
         };
         let stored_id = self
             .stored_id
@@ -296,6 +303,7 @@ impl RunContext {
             next_seq: next_seq + 1,
             decision: None,
             ended: None,
+            in_memory,
         };
         store.save(record, &events).await.map_err(|err| {
             log::error!("{err}");

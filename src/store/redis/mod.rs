@@ -305,6 +305,10 @@ impl Store for RedisStore {
         true
     }
 
+    fn indexes_every_pause(&self) -> bool {
+        true
+    }
+
     fn health(&self) -> Result<(), String> {
         if self.healthy.load(Ordering::Relaxed) {
             Ok(())

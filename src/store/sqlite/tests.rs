@@ -26,6 +26,7 @@ fn record(run: &str) -> PausedRecord {
         next_seq: 2,
         decision: None,
         ended: None,
+        in_memory: false,
     }
 }
 
