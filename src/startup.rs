@@ -235,6 +235,7 @@ impl Application {
         if let Some(cluster) = &cluster {
             // Owns what it starts from the first request on.
             state.runs.start_heartbeat().await;
+            state.runs.start_expiry_sweep();
             log::info!(
                 "replica {} at {}, store {}",
                 cluster.replica_id(),

@@ -27,6 +27,7 @@ pub mod context;
 pub mod decide;
 mod end;
 pub mod engine;
+mod expiry;
 pub mod inbox;
 pub mod log;
 pub mod outcome;

@@ -3,6 +3,7 @@
 //! on, and handed back when another replica took them over.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::context::{RestoredParts, RunContext};
 use super::end::{audit_ended, drive_restored, end_record, remove_record};
@@ -161,14 +162,32 @@ impl Runs {
             let run = RunFields::new(run_id, &record.session_id, Some(&record.run));
             audit_ended(audit, run, ending.chunk_type, why.as_deref()).await;
         }
-        let events = self.settings.event_rows(|| {
-            let about = crate::webhook::About {
-                key: &key,
-                confirmation_id: &record.confirmation_id,
-                kind: record.kind,
+        let about = crate::webhook::About {
+            key: &key,
+            confirmation_id: &record.confirmation_id,
+            kind: record.kind,
+        };
+        // A pause that expired while no process held it: its timeout
+        // decided it, and is announced as its owner's timer would have.
+        let expired = record.decision.is_none() && why.as_deref() == Some("timeout");
+        let mut events = Vec::new();
+        if expired {
+            // As asked, in whole seconds (records of older versions: the
+            // server's timeout).
+            let asked_for = record.expires_at_ms.saturating_sub(record.asked_at_ms);
+            let timeout = if record.asked_at_ms == 0 {
+                self.settings.confirm_timeout
+            } else {
+                Duration::from_secs(asked_for.div_ceil(1000))
             };
+            events.extend(
+                self.settings
+                    .event_rows(|| crate::webhook::Event::expired(&about, timeout)),
+            );
+        }
+        events.extend(self.settings.event_rows(|| {
             crate::webhook::Event::ended(&about, ending.chunk_type, why.as_deref())
-        });
+        }));
         let stop = RunStop::under(&self.shutdown);
         let log = RunLog::restore(
             self.log_limits,

@@ -893,6 +893,48 @@ class WebhookTests(unittest.TestCase):
         self.assertEqual(types, ["interaction.decided", "interaction.requested", "run.ended"])
 
 
+class DeadOwnerExpiryTests(unittest.TestCase):
+    """A pause whose owner died, and that nobody asks about, still expires:
+    a live replica takes it over at its expiry and announces it, once."""
+
+    def setUp(self):
+        self.receiver = Receiver()
+        extra = ["--webhook", self.receiver.url, "--webhook-secret", WEBHOOK_SECRET,
+                 "--confirm-timeout", "4s"]
+        self.cluster = Cluster(nginx=False, extra=extra)
+
+    def tearDown(self):
+        self.cluster.stop()
+        self.receiver.stop()
+
+    def test_a_dead_owner_s_pause_expires_on_a_live_replica_and_is_announced_once(self):
+        owner = self.cluster.replicas[0]
+        session = new_session("expire-k9")
+        stream = pause_on(owner, session)
+        owner.kill()
+        stream.conn.close()
+
+        # requested (sent by the owner, or by another replica from Redis),
+        # then expired and ended from whichever replica took the pause over.
+        delivered = self.receiver.wait_for(3)
+        time.sleep(2)  # a second announcement, from another sweeper, would arrive by now
+        events = [b for b in self.receiver.delivered().values() if b["session_id"] == session]
+        types = sorted(b["type"] for b in events)
+        attached = post(self.cluster.replicas[1], {"session_id": session}, {"Last-Event-ID": "0"})
+        rest = read_to_end(attached)
+
+        self.assertEqual(len(delivered), 3)
+        self.assertEqual(types, ["interaction.expired", "interaction.requested", "run.ended"])
+        expired = next(b for b in events if b["type"] == "interaction.expired")
+        self.assertEqual(expired["data"]["reason"], "timeout")
+        self.assertEqual(expired["data"]["timeout_seconds"], 4)
+        ended = next(b for b in events if b["type"] == "run.ended")
+        self.assertEqual(ended["data"]["reason"], "timeout")
+        # Its end is there to read, on any replica.
+        self.assertEqual(attached.status, 200)
+        self.assertIn(b'"reason":"timeout"', rest)
+
+
 MCP_PYTHON = os.path.join(ROOT, "tests", "mcp", ".venv", "bin", "python")
 
 

@@ -22,14 +22,9 @@ impl RedisStore {
                 .map_or(0, |d| d.as_millis() as u64);
             let mut connection = self.connection().await?;
             let failed = |err: redis::RedisError| self.failed(&err);
-            // Pauses past their expiry are not pending, whoever forgot them.
-            redis::cmd("ZREMRANGEBYSCORE")
-                .arg(&set)
-                .arg("-inf")
-                .arg(now_ms)
-                .query_async::<i64>(&mut connection)
-                .await
-                .map_err(failed)?;
+            // Pauses past their expiry are not pending; they stay in the
+            // set until their end is written (by their owner, or by the
+            // replica that takes a dead owner's over: see `expired_pauses`).
             // Where `after` is: `SET SCORE MEMBER` while it is pending.
             let from: Option<(u64, String)> = match after {
                 Some(conf) => {
@@ -92,6 +87,54 @@ impl RedisStore {
             }
             Ok(records)
         }
+    }
+
+    /// The sessions of at most `limit` pauses of `namespace` past their
+    /// expiry at `now_ms` that are still listed: their owner has not ended
+    /// them (it is gone, or about to). A pause whose records are gone
+    /// leaves the set here.
+    pub async fn expired_pauses(
+        &self,
+        namespace: Option<&str>,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let set = pending_key(namespace);
+        let mut connection = self.connection().await?;
+        let failed = |err: redis::RedisError| self.failed(&err);
+        let members: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+            .arg(&set)
+            .arg("-inf")
+            .arg(now_ms)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut connection)
+            .await
+            .map_err(failed)?;
+        let prefix = format!("chatgate:session:{}:", namespace.unwrap_or("-"));
+        let mut sessions = Vec::new();
+        for member in members {
+            let run = member.split_once('|').map_or("", |(_, run)| run);
+            let session: Option<String> = redis::cmd("HGET")
+                .arg(run_key(run))
+                .arg("session")
+                .query_async(&mut connection)
+                .await
+                .map_err(failed)?;
+            match session.as_deref().and_then(|s| s.strip_prefix(&prefix)) {
+                Some(session_id) => sessions.push(session_id.to_owned()),
+                None => {
+                    redis::cmd("ZREM")
+                        .arg(&set)
+                        .arg(&member)
+                        .query_async::<i64>(&mut connection)
+                        .await
+                        .map_err(failed)?;
+                }
+            }
+        }
+        Ok(sessions)
     }
 
     /// Where the pause `confirmation_id` is, undecided or decided while its
