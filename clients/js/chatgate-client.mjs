@@ -554,7 +554,8 @@ export function formatChunk(chunk, now = Date.now()) {
   if (kind === 'confirmation_request' && data) {
     for (const task of data.tasks ?? []) {
       const risk = task.risk_level ? `, ${task.risk_level} risk` : '';
-      lines.push(`  ${task.index}. ${task.description}  (${task.tool}${risk})`);
+      const tool = task.simulated ? 'simulated: no tool runs' : task.tool;
+      lines.push(`  ${task.index}. ${task.description}  (${tool}${risk})`);
       lines.push(`     args: ${formatArgs(task.args)}`);
     }
     const left = Math.max(0, Math.round((Date.parse(data.expires_at) - now) / 1000));
@@ -573,5 +574,6 @@ export function formatChunk(chunk, now = Date.now()) {
   if ((kind === 'cancelled' || kind === 'error') && (meta.reason || meta.error_type)) {
     lines[0] += `  (${meta.reason ?? meta.error_type})`;
   }
+  if (kind === 'tool_output' && meta.simulated) lines[0] += '  (simulated: no tool ran)';
   return lines.join('\n');
 }

@@ -234,7 +234,15 @@ async function main(argv) {
     }
     throw err;
   }
-  if (result.outcome === 'completed') return 0;
+  if (result.outcome === 'completed') {
+    // A plan of which nothing ran because its tasks were rejected: as a cancel.
+    const counts = result.final?.metadata ?? {};
+    if (counts.tasks_completed === 0 && counts.tasks_rejected > 0) {
+      process.stderr.write(`nothing ran: ${result.final.chunk}\n`);
+      return 2;
+    }
+    return 0;
+  }
   const kind = result.outcome === 'cancelled' ? 'cancelled' : 'error';
   process.stderr.write(`${kind}: ${result.reason}: ${result.final?.chunk ?? ''}\n`);
   return result.exitCode;
@@ -380,11 +388,19 @@ async function promptQuestions(output, data, interrupted) {
 async function decideTasks(ask, output, data) {
   const decisions = [];
   for (const task of data.tasks ?? []) {
+    // What this task takes (older servers do not say: all of them).
+    const takes = task.decisions ?? ['approve', 'reject', 'edit', 'respond'];
+    const offered = ['yes', 'no', ...['edit', 'respond'].filter((d) => takes.includes(d))];
     for (;;) {
-      const answer = await ask(`  task ${task.index}: ${task.description} -- run it? (yes / no / edit / respond) `);
+      const answer = await ask(`  task ${task.index}: ${task.description} -- run it? (${offered.join(' / ')}) `);
       if (answer === null) return null;
       const word = answer.trim().toLowerCase();
       if (['', 'y', 'yes'].includes(word)) break;
+      if ((['e', 'edit'].includes(word) && !takes.includes('edit'))
+        || (['r', 'respond'].includes(word) && !takes.includes('respond'))) {
+        output.write(`    task ${task.index} calls no tool: there are no arguments to edit; answer ${offered.join(', ')}\n`);
+        continue;
+      }
       if (['n', 'no'].includes(word)) {
         const why = await ask('    why? (optional) ');
         if (why === null) return null;
@@ -408,7 +424,7 @@ async function decideTasks(ask, output, data) {
         decisions.push({ index: task.index, decision: 'respond', result: text.trim() });
         break;
       }
-      output.write('    please answer yes, no, edit or respond\n');
+      output.write(`    please answer ${offered.join(', ')}\n`);
     }
   }
   return decisions;

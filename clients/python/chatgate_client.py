@@ -741,8 +741,9 @@ def format_chunk(chunk):
     if kind == "confirmation_request" and data:
         for task in data.get("tasks", []):
             risk = ", %s risk" % task["risk_level"] if task.get("risk_level") else ""
+            tool = "simulated: no tool runs" if task.get("simulated") else task.get("tool")
             lines.append("  %s. %s  (%s%s)"
-                         % (task.get("index"), task.get("description"), task.get("tool"), risk))
+                         % (task.get("index"), task.get("description"), tool, risk))
             lines.append("     args: %s" % format_args(task.get("args")))
         left = _seconds_left(data.get("expires_at"))
         lines.append(
@@ -765,6 +766,8 @@ def format_chunk(chunk):
         lines.append("  answers: %s" % json.dumps(meta["answers"], ensure_ascii=False))
     if kind in ("cancelled", "error") and (meta.get("reason") or meta.get("error_type")):
         lines[0] += "  (%s)" % (meta.get("reason") or meta.get("error_type"))
+    if kind == "tool_output" and meta.get("simulated"):
+        lines[0] += "  (simulated: no tool ran)"
     return "\n".join(lines)
 
 
@@ -782,8 +785,11 @@ def _decide_tasks(chunk, ask, out):
     decisions = []
     for task in (chunk.get("confirmation_data") or {}).get("tasks", []):
         index = task.get("index")
+        # What this task takes (older servers do not say: all of them).
+        takes = task.get("decisions") or ["approve", "reject", "edit", "respond"]
+        offered = ["yes", "no"] + [d for d in ("edit", "respond") if d in takes]
         while True:
-            out.write("  task %s: %s -- run it? (yes / no / edit / respond) " % (index, task.get("description")))
+            out.write("  task %s: %s -- run it? (%s) " % (index, task.get("description"), " / ".join(offered)))
             out.flush()
             answer = ask()
             if answer is None:
@@ -791,6 +797,10 @@ def _decide_tasks(chunk, ask, out):
             answer = answer.strip().lower()
             if answer in ("", "y", "yes"):
                 break
+            if (answer in ("e", "edit") and "edit" not in takes) or (answer in ("r", "respond") and "respond" not in takes):
+                out.write("    task %s calls no tool: there are no arguments to edit; answer %s\n"
+                          % (index, ", ".join(offered)))
+                continue
             if answer in ("n", "no"):
                 out.write("    why? (optional) ")
                 out.flush()
@@ -821,7 +831,7 @@ def _decide_tasks(chunk, ask, out):
                     return None
                 decisions.append(decision(index, "respond", result=text.strip()))
                 break
-            out.write("    please answer yes, no, edit or respond\n")
+            out.write("    please answer %s\n" % ", ".join(offered))
     return decisions
 
 
@@ -1219,6 +1229,11 @@ def main(argv=None):
         sys.stderr.close()
         return 1
     if result.outcome == "completed":
+        # A plan of which nothing ran because its tasks were rejected: as a cancel.
+        counts = (result.final or {}).get("metadata") or {}
+        if counts.get("tasks_completed") == 0 and (counts.get("tasks_rejected") or 0) > 0:
+            sys.stderr.write("nothing ran: %s\n" % result.final.get("chunk", ""))
+            return 2
         return 0
     kind = "cancelled" if result.outcome == "cancelled" else "error"
     sys.stderr.write("%s: %s: %s\n" % (kind, result.reason, (result.final or {}).get("chunk", "")))

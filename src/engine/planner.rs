@@ -243,7 +243,7 @@ async fn execute(
     decisions: crate::protocol::Decisions,
 ) -> Result<Completion, RunError> {
     let total = steps.len();
-    let mut done = 0;
+    let (mut done, mut rejected) = (0, 0);
     for (i, step) in steps.iter().enumerate() {
         let index = i + 1;
         let (name, called) = call_of(step, ctx.tools());
@@ -252,6 +252,7 @@ async fn execute(
                 let why = reason.as_deref().unwrap_or("rejected by the user");
                 let skipped = ToolOutcome::skipped(false, None, Some(format!("rejected: {why}")));
                 Box::pin(ctx.record_tool(index, &name, None, &skipped)).await?;
+                rejected += 1;
                 continue;
             }
             Verdict::Respond { result } => {
@@ -293,10 +294,21 @@ async fn execute(
     }
     let mut metadata = Map::new();
     metadata.insert(meta::TASKS_COMPLETED.to_owned(), Value::from(done));
+    metadata.insert(meta::TASKS_REJECTED.to_owned(), Value::from(rejected));
+    metadata.insert(meta::TOTAL_TASKS.to_owned(), Value::from(total));
     let text = if done == total {
         format!("Completed {total} task(s).")
+    } else if done == 0 {
+        format!(
+            "Nothing ran: {rejected} of {total} task(s) rejected, {} answered for.",
+            total - rejected
+        )
     } else {
-        format!("Completed {done} of {total} task(s); the others were not run, as decided.")
+        format!(
+            "Completed {done} of {total} task(s); {rejected} rejected, {} answered for, as \
+             decided.",
+            total - done - rejected
+        )
     };
     Ok(Completion { text, metadata })
 }
@@ -320,7 +332,10 @@ async fn simulate(ctx: &mut RunContext, index: usize, step: &str) -> Result<Tool
     } else {
         outcome.result = Some(text.clone());
     }
-    let chunk = ctx.tool_output(index, &tool_for(step), &outcome, Some(text));
+    // Nothing real ran: said on the chunk, so a client never takes it for a call.
+    let chunk = ctx
+        .tool_output(index, &tool_for(step), &outcome, Some(text))
+        .with_meta(meta::SIMULATED, true);
     ctx.send(chunk).await?;
     Ok(outcome)
 }
@@ -331,6 +346,7 @@ fn plan(steps: &[String], tools: &Tools, durable: bool) -> Result<Plan, RunError
     let mut risk = RiskLevel::Low;
     let mut tasks = Vec::with_capacity(steps.len());
     for (i, step) in steps.iter().enumerate() {
+        refuse_lookalike(i + 1, step, tools)?;
         let (tool, args) = call_of(step, tools);
         let mut own = if has_word(step, |w| {
             ["delet", "remov", "drop"].iter().any(|p| w.starts_with(p)) || w == "rm"
@@ -356,6 +372,7 @@ fn plan(steps: &[String], tools: &Tools, durable: bool) -> Result<Plan, RunError
             tool,
             args: Some(args),
             risk_level: Some(own),
+            ..TaskSpec::default()
         });
     }
     Ok(Plan {
@@ -423,33 +440,62 @@ fn has_word(text: &str, matches: impl Fn(&str) -> bool) -> bool {
         .any(|w| matches(&w.to_lowercase()))
 }
 
-/// The step's first word, lower-cased, as the tool name (`task` if none).
-/// A word is letters, digits, `_` and inner `-`, so `write_note` and
-/// `deploy-web` are one word each.
 /// The tool a step calls and its arguments: `<tool> {json object}` for a
-/// tool of an MCP server (the object as its arguments; nothing after the
-/// name: `{}`), else the step's first word and `{"step": <step>}`.
+/// declared tool takes the object as its arguments (checked against its
+/// schema when planned); a tool of an MCP server with nothing after its
+/// name gets `{}`; else the step's first word and `{"step": <step>}`.
 fn call_of(step: &str, tools: &Tools) -> (String, Value) {
     let (first, rest) = step
         .trim()
         .split_once(char::is_whitespace)
         .unwrap_or((step.trim(), ""));
     if let Some(tool) = tools.get(first) {
-        if matches!(tool.executor, Executor::Mcp(_)) {
-            let rest = rest.trim();
-            let args = if rest.is_empty() {
-                Some(json!({}))
-            } else {
-                serde_json::from_str::<Value>(rest)
-                    .ok()
-                    .filter(Value::is_object)
-            };
-            if let Some(args) = args {
-                return (first.to_owned(), args);
-            }
+        let rest = rest.trim();
+        let args = if rest.is_empty() && matches!(tool.executor, Executor::Mcp(_)) {
+            Some(json!({}))
+        } else if rest.starts_with('{') {
+            serde_json::from_str::<Value>(rest)
+                .ok()
+                .filter(Value::is_object)
+        } else {
+            None
+        };
+        if let Some(args) = args {
+            return (first.to_owned(), args);
         }
     }
     (tool_for(step), json!({ "step": step }))
+}
+
+/// With a tools file, a step whose first word is no tool but looks like
+/// one (it has `__`, as MCP tools' names do, or it is a small edit away
+/// from a tool's name) is a misspelt call, not a step to pretend: refused
+/// before anything is asked, with the closest name.
+fn refuse_lookalike(index: usize, step: &str, tools: &Tools) -> Result<(), RunError> {
+    let first = step.split_whitespace().next().unwrap_or("");
+    if tools.is_empty() || first.is_empty() || tools.get(first).is_some() {
+        return Ok(());
+    }
+    let closest = tools
+        .iter()
+        .map(|tool| (strsim::levenshtein(first, &tool.name), tool.name.as_str()))
+        .min();
+    let Some((distance, name)) = closest else {
+        return Ok(());
+    };
+    // One edit per five characters, at least one: `deplyo` for `deploy`,
+    // not `test` for `text`-like plain words of four letters or fewer.
+    let near = first.chars().count() > 4 && distance <= (name.chars().count() / 5).max(1);
+    if !first.contains("__") && !near {
+        return Ok(());
+    }
+    Err(RunError::Failed {
+        error_type: ErrorType::UnknownTool,
+        message: format!(
+            "step {index} (`{step}`) calls `{first}`, which is not a tool; did you mean \
+             `{name}`? (GET /api/v1/tools lists them)"
+        ),
+    })
 }
 
 fn tool_for(step: &str) -> String {

@@ -5,7 +5,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::names::{meta, Action, CancelReason, ChunkType, ErrorType, PauseKind, RiskLevel};
+use super::names::{
+    meta, Action, CancelReason, ChunkType, DecisionKind, ErrorType, PauseKind, RiskLevel,
+};
 use super::question::Question;
 
 /// Most tasks one plan may put to the user; a larger plan ends the run with
@@ -65,15 +67,10 @@ impl Decisions {
             .find(|d| d.index == index)
             .map_or(&Verdict::Approve, |d| &d.verdict)
     }
-
-    /// Whether any task was not simply approved.
-    pub fn any_changed(&self) -> bool {
-        self.0.iter().any(|d| d.verdict != Verdict::Approve)
-    }
 }
 
 /// One step of a plan shown to the user for confirmation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskSpec {
     /// 1-based position in the plan.
     pub index: usize,
@@ -86,6 +83,13 @@ pub struct TaskSpec {
     /// records an older version stored: the plan's risk then stands for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk_level: Option<RiskLevel>,
+    /// It calls no declared tool: nothing real runs for it (the planner
+    /// pretends to work; a model's plan step is only described).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub simulated: bool,
+    /// The per-task decisions it takes (set when it is asked).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decisions: Vec<DecisionKind>,
 }
 
 /// The `confirmation_data` object of a `confirmation_request` chunk.

@@ -21,7 +21,9 @@ pub use chunk::{
     json_len, Chunk, ConfirmationData, Decisions, PauseData, QuestionData, TaskDecision, TaskSpec,
     Verdict, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
-pub use names::{meta, Action, CancelReason, ChunkType, ErrorType, PauseKind, RiskLevel};
+pub use names::{
+    meta, Action, CancelReason, ChunkType, DecisionKind, ErrorType, PauseKind, RiskLevel,
+};
 pub use request::{
     is_valid_session_id, parse_reply, ChatRequest, ReplyMessage, ReplySyntaxError, RequestError,
     TaskDecisionRequest, ValidRequest, CHAT_PATH, CONFIRM_PREFIX, INBOX_PATH, MAX_BODY_BYTES,

@@ -17,6 +17,8 @@ pub mod meta {
     pub const RESULT: &str = "result";
     pub const RETRY_AFTER: &str = "retry_after";
     pub const SKIPPED: &str = "skipped";
+    /// On a `tool_output`: no declared tool ran; the step was pretended.
+    pub const SIMULATED: &str = "simulated";
     pub const TRUNCATED: &str = "truncated";
     pub const CONFIRMATION_ID: &str = "confirmation_id";
     pub const CONFIRMATION_ROUND: &str = "confirmation_round";
@@ -35,6 +37,8 @@ pub mod meta {
     pub const RISK_LEVEL: &str = "risk_level";
     pub const STEP: &str = "step";
     pub const TASKS_COMPLETED: &str = "tasks_completed";
+    /// On a planner's `completion`: tasks the person rejected.
+    pub const TASKS_REJECTED: &str = "tasks_rejected";
     pub const TIMEOUT_SECONDS: &str = "timeout_seconds";
     pub const TOOL: &str = "tool";
     pub const TOTAL_TASKS: &str = "total_tasks";
@@ -130,6 +134,9 @@ pub enum ErrorType {
     /// A plan's step would call a declared tool with arguments that do not
     /// fit its schema; nothing was asked.
     InvalidToolArgs,
+    /// With a tools file, a plan's step names what looks like a tool but is
+    /// none (a misspelling); nothing was asked.
+    UnknownTool,
     /// A reply's `decisions` do not fit the pending confirmation (422).
     InvalidDecision,
     /// A reply's answer does not fit the pending questions (422).
@@ -168,6 +175,35 @@ pub enum ErrorType {
 impl ErrorType {
     pub fn as_str(self) -> &'static str {
         self.into()
+    }
+}
+
+/// A per-task decision a confirm may carry (`decisions[].decision`); each
+/// task of a `confirmation_request` lists the ones it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, EnumIter)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum DecisionKind {
+    Approve,
+    Reject,
+    /// New arguments: only for a task that calls a declared tool.
+    Edit,
+    Respond,
+}
+
+impl DecisionKind {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// What a task takes: every kind when it calls a declared tool, else
+    /// all but `edit` (there are no arguments that would run).
+    pub fn for_task(calls_a_tool: bool) -> Vec<DecisionKind> {
+        if calls_a_tool {
+            vec![Self::Approve, Self::Reject, Self::Edit, Self::Respond]
+        } else {
+            vec![Self::Approve, Self::Reject, Self::Respond]
+        }
     }
 }
 

@@ -644,3 +644,93 @@ parameters = {{ type = "object" }}
     let everything = serde_json::to_string(&stream.chunks).unwrap();
     assert!(!everything.contains("s3cret"), "{everything}");
 }
+
+#[tokio::test]
+async fn a_step_with_no_tool_says_it_is_simulated_on_the_card_and_in_its_output() {
+    let dir = Workdir::new();
+    let app = app_with_tools(&dir, "", |_| {}).await;
+
+    let (mut stream, request) = app.open_paused("sim", "note hello; tidy up").await;
+    let tasks = &request.approval().unwrap().tasks;
+    app.reply("sim", "CONFIRM_ACTION:confirm").await;
+    stream.finish().await;
+
+    // The card: which task runs a real tool, and which decisions each takes.
+    assert!(!tasks[0].simulated);
+    assert!(tasks[1].simulated);
+    let raw = serde_json::to_value(request.approval().unwrap()).unwrap();
+    assert_eq!(
+        raw["tasks"][0]["decisions"],
+        json!(["approve", "reject", "edit", "respond"])
+    );
+    assert_eq!(
+        raw["tasks"][1]["decisions"],
+        json!(["approve", "reject", "respond"])
+    );
+    assert_eq!(raw["tasks"][1]["simulated"], true);
+    assert!(raw["tasks"][0].get("simulated").is_none());
+    let outputs = outputs(&stream);
+    assert!(outputs[0].metadata.get("simulated").is_none());
+    assert_eq!(outputs[1].metadata["simulated"], true);
+    assert_eq!(dir.notes(), ["note hello"]);
+}
+
+#[tokio::test]
+async fn a_misspelt_tool_is_refused_before_anything_is_asked_with_did_you_mean() {
+    let dir = Workdir::new();
+    let extra = r#"
+[[tool]]
+name = "fs__write_file"
+description = "Writes"
+risk = "high"
+command = ["true"]
+parameters = { type = "object" }
+"#;
+    let app = app_with_tools(&dir, extra, |_| {}).await;
+    for (i, (step, meant)) in [
+        (r#"fs__write_fil {"path": "x"}"#, "fs__write_file"),
+        ("notes hello", "note"),
+        ("fs__anything at all", "fs__write_file"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut stream = app.open(&format!("typo-{i}"), step).await;
+        let last = stream.finish().await;
+        assert_eq!(error_type(&last), "unknown_tool", "{last:?}");
+        assert!(
+            last.chunk.contains(&format!("did you mean `{meant}`")),
+            "{last:?}"
+        );
+        assert!(!stream.types().contains(&ChunkType::ConfirmationRequest));
+    }
+    // Plain words far from every name stay steps to pretend.
+    let (_, request) = app.open_paused("plain", "tidy the desk; notify").await;
+    assert!(request
+        .approval()
+        .unwrap()
+        .tasks
+        .iter()
+        .all(|t| t.simulated));
+}
+
+#[tokio::test]
+async fn a_json_object_after_a_declared_tool_s_name_is_its_arguments_checked_by_its_schema() {
+    let dir = Workdir::new();
+    let app = app_with_tools(&dir, "", |_| {}).await;
+
+    let (mut stream, request) = app
+        .open_paused("args", r#"note {"step": "from json"}"#)
+        .await;
+    let task = &request.approval().unwrap().tasks[0];
+    assert_eq!(task.tool, "note");
+    assert_eq!(task.args, Some(json!({"step": "from json"})));
+    app.reply("args", "CONFIRM_ACTION:confirm").await;
+    stream.finish().await;
+    assert_eq!(dir.notes(), ["from json"]);
+
+    // An object that does not fit the schema: refused before it is asked.
+    let mut stream = app.open("bad-args", r#"note {"step": 5}"#).await;
+    let last = stream.finish().await;
+    assert_eq!(error_type(&last), "invalid_tool_args", "{last:?}");
+}

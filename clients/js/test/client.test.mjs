@@ -415,6 +415,19 @@ describe('command line', () => {
     assert.match(done.stdout, /round 2/);
   });
 
+  test('a plan whose every task is rejected exits 2, saying nothing ran', () => {
+    const done = cli(['--reject', '1', '--reject', '2', '--reply', 'confirm', 'tidy; sweep']);
+    assert.equal(done.status, 2, done.stderr);
+    assert.match(done.stderr, /nothing ran: Nothing ran: 2 of 2 task\(s\) rejected/);
+  });
+
+  test('a step with no tool is shown as simulated, on the card and in its output', () => {
+    const done = cli(['--auto-confirm', 'tidy up']);
+    assert.equal(done.status, 0, done.stderr);
+    assert.match(done.stdout, /1\. tidy up {2}\(simulated: no tool runs, low risk\)/);
+    assert.match(done.stdout, /\[tool_output\] Step 1 done: tidy up {2}\(simulated: no tool ran\)/);
+  });
+
   test('scripted cancel exits 2 with a reason', () => {
     const done = cli(['--reply', 'cancel', 'build']);
     assert.equal(done.status, 2);

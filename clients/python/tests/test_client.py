@@ -630,6 +630,17 @@ class CommandLineTests(unittest.TestCase):
         self.assertIn("Apply feedback: add logging", done.stdout)
         self.assertIn("round 2", done.stdout)
 
+    def test_a_plan_whose_every_task_is_rejected_exits_2_saying_nothing_ran(self):
+        done = self.cli("--reject", "1", "--reject", "2", "--reply", "confirm", "tidy; sweep")
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertIn("nothing ran: Nothing ran: 2 of 2 task(s) rejected", done.stderr)
+
+    def test_a_step_with_no_tool_is_shown_as_simulated(self):
+        done = self.cli("--auto-confirm", "tidy up")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("1. tidy up  (simulated: no tool runs, low risk)", done.stdout)
+        self.assertIn("[tool_output] Step 1 done: tidy up  (simulated: no tool ran)", done.stdout)
+
     def test_scripted_cancel_exits_2_with_a_reason(self):
         done = self.cli("--reply", "cancel", "build")
         self.assertEqual(done.returncode, 2)

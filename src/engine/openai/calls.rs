@@ -117,6 +117,7 @@ pub async fn tool_turn(
                 tool: tool.name.clone(),
                 args: Some(args.clone()),
                 risk_level: Some(tool.risk),
+                ..TaskSpec::default()
             })
             .collect(),
     };

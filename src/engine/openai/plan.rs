@@ -139,6 +139,7 @@ fn parse_plan(call: &ToolCall) -> Result<Plan, String> {
             description: task.description,
             args: task.args,
             risk_level: Some(risk_level),
+            ..TaskSpec::default()
         })
         .collect();
     Ok(Plan {

@@ -16,8 +16,8 @@ use crate::confirmation::slot::{PauseSpec, PendingDecision};
 use crate::confirmation::{Asking, Decision};
 use crate::protocol::question::{check_questions, MAX_QUESTION_CHARS};
 use crate::protocol::{
-    json_len, Action, CancelReason, Chunk, ConfirmationData, ErrorType, PauseData, PauseKind,
-    QuestionData, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
+    json_len, Action, CancelReason, Chunk, ConfirmationData, DecisionKind, ErrorType, PauseData,
+    PauseKind, QuestionData, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Approval, Plan, Questions, Resumed};
@@ -208,8 +208,15 @@ impl RunContext {
             Action::ALL.to_vec()
         };
 
-        // What a reply's per-task decisions are checked against.
+        // What a reply's per-task decisions are checked against, and what
+        // each task says of itself: whether a real tool runs it, and which
+        // decisions it takes.
         let checks = TaskCheck::of(&plan.tasks, &self.settings.tools);
+        let mut plan = plan;
+        for (task, check) in plan.tasks.iter_mut().zip(checks.iter()) {
+            task.simulated = check.tool.is_none();
+            task.decisions = DecisionKind::for_task(check.tool.is_some());
+        }
         let expires_at = SystemTime::now() + timeout;
         let data = ConfirmationData {
             kind: PauseKind::Approval,
