@@ -395,7 +395,23 @@ async fn load_tools(settings: &Settings) -> Result<Tools, StartupError> {
     };
     let mut tools = Tools::load(path)?;
     tools.start_mcp().await?;
-    log::info!("{} tool(s) declared in {}", tools.len(), path.display());
+    // Their names, in file order (cut, for a file of hundreds).
+    let mut names = String::new();
+    for tool in tools.iter() {
+        if names.len() > 2000 {
+            names.push_str(", ...");
+            break;
+        }
+        if !names.is_empty() {
+            names.push_str(", ");
+        }
+        names.push_str(&tool.name);
+    }
+    log::info!(
+        "{} tool(s) offered from {}: {names} (GET /api/v1/tools lists them)",
+        tools.len(),
+        path.display()
+    );
     Ok(tools)
 }
 

@@ -191,6 +191,19 @@ impl AccessPolicy {
             .any(|allowed| allowed == origin)
             .then_some(origin)
     }
+
+    /// A JSON endpoint's answer to an allowed cross-site request carries
+    /// `Access-Control-Allow-Origin` (and `Vary: Origin`).
+    pub fn allow_origin(&self, headers: &HeaderMap, response: &mut actix_web::HttpResponse) {
+        let Some(origin) = self.allowed_origin(headers) else {
+            return;
+        };
+        if let Ok(value) = header::HeaderValue::from_str(origin) {
+            let headers = response.headers_mut();
+            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, value);
+            headers.insert(header::VARY, header::HeaderValue::from_static("Origin"));
+        }
+    }
 }
 
 fn digest(key: &str) -> KeyDigest {

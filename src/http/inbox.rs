@@ -69,12 +69,6 @@ async fn list(
     let mut response = HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(serde_json::json!({ "interactions": items }));
-    if let Some(origin) = state.access.allowed_origin(headers) {
-        if let Ok(value) = header::HeaderValue::from_str(origin) {
-            let headers = response.headers_mut();
-            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, value);
-            headers.insert(header::VARY, header::HeaderValue::from_static("Origin"));
-        }
-    }
+    state.access.allow_origin(headers, &mut response);
     Ok(response)
 }

@@ -1,5 +1,5 @@
 //! The HTTP glue: the routes ([`configure`]), the chat endpoint ([`chat`]),
-//! the inbox ([`inbox`]),
+//! the inbox ([`inbox`]), the offered tools ([`tools`]),
 //! probes ([`probes`]), the page ([`page`]), forwarding to a run's owner
 //! ([`forward`]), the error table ([`error`]), who may call ([`access`]),
 //! per-connection deadlines ([`connection`]) and the request log
@@ -16,11 +16,12 @@ pub mod inbox;
 pub mod page;
 pub mod probes;
 pub mod state;
+pub mod tools;
 
 use actix_web::http::Method;
 use actix_web::web;
 
-use crate::protocol::{CHAT_PATH, INBOX_PATH};
+use crate::protocol::{CHAT_PATH, INBOX_PATH, TOOLS_PATH};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -30,6 +31,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(chat::method_not_allowed)),
     )
     .route(INBOX_PATH, web::get().to(inbox::interactions))
+    .route(TOOLS_PATH, web::get().to(tools::list))
     .route("/healthz", web::get().to(probes::health))
     .route("/health", web::get().to(probes::health))
     // simacode's paths, for its clients and probes.

@@ -10,6 +10,8 @@ use serde_json::{Map, Value};
 pub const CHAT_PATH: &str = "/api/v1/chat/stream";
 /// The inbox's path: the pending pauses a caller may decide.
 pub const INBOX_PATH: &str = "/api/v1/interactions";
+/// The offered tools, listed (`GET`).
+pub const TOOLS_PATH: &str = "/api/v1/tools";
 /// Upper bound of a request body, in bytes (413 beyond it).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Upper bound of `message`, in bytes of UTF-8 (400 beyond it).

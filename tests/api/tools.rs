@@ -734,3 +734,31 @@ async fn a_json_object_after_a_declared_tool_s_name_is_its_arguments_checked_by_
     let last = stream.finish().await;
     assert_eq!(error_type(&last), "invalid_tool_args", "{last:?}");
 }
+
+#[tokio::test]
+async fn the_offered_tools_are_listed_for_whoever_may_use_the_chat() {
+    let dir = Workdir::new();
+    let app = app_with_tools(&dir, "", |s| s.api_keys = vec!["list-key".into()]).await;
+    let url = format!("{}/api/v1/tools", app.address);
+
+    let refused = reqwest::get(&url).await.unwrap();
+    let listed = app
+        .client
+        .get(&url)
+        .bearer_auth("list-key")
+        .send()
+        .await
+        .unwrap();
+
+    assert_eq!(refused.status(), 401);
+    assert_eq!(listed.status(), 200);
+    let body: Value = listed.json().await.unwrap();
+    let note = &body["tools"][0];
+    assert_eq!(note["name"], "note");
+    assert_eq!(note["description"], "Append a note");
+    assert_eq!(note["risk"], "low");
+    assert_eq!(note["confirm"], true);
+    assert_eq!(note["source"], json!({"kind": "file"}));
+    assert_eq!(note["parameters"]["required"], json!(["step"]));
+    assert_eq!(body["tools"].as_array().unwrap().len(), 1);
+}

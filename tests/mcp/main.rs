@@ -136,6 +136,21 @@ async fn the_handshake_offers_2025_11_25() {
     let mut stream = confirmed(&app, "rev", "ask__revision").await;
     assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
     assert_eq!(outputs(&stream)[0].metadata["result"], "2025-11-25");
+    // The listing names each tool's server.
+    let (status, body) = app.get("/api/v1/tools").await;
+    assert_eq!(status, 200);
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    let revision = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "ask__revision")
+        .unwrap();
+    assert_eq!(
+        revision["source"],
+        json!({"kind": "mcp", "server": "ask", "tool": "revision"})
+    );
+    assert_eq!(revision["risk"], "low");
 }
 
 #[tokio::test]
