@@ -123,8 +123,8 @@ export const RESTART_ATTEMPTS = 30;
 export const RETRYABLE_REPLY_ERRORS = ['store_unavailable', 'owner_unavailable', 'shutting_down'];
 export const UNKNOWN_OUTCOME_STATUSES = [502, 504];
 export const REPLY_ATTEMPTS = 5;
-/** Times `run()` asks `onQuestion` again for one question pause after the
- * server refused its answer (422). */
+/** Times `run()` asks `onQuestion` (or `onConfirmation`) again for one
+ * pause after the server refused its answer as it stands (422). */
 export const QUESTION_ATTEMPTS = 3;
 /** What `onConfirmation` returns when it gave up asking because its
  * `signal` aborted: if the stream broke, the confirmation is asked again
@@ -385,7 +385,7 @@ export class ChatGateClient {
             const ask = (c) => asker(c, { signal: interrupted.signal });
             const again = chunk.chunk_type === 'input_request'
               ? await this.#answerQuestions(chunk, sessionId, onChunk, ask, interrupted.signal)
-              : await this.#answer(chunk, sessionId, onChunk, ask);
+              : await this.#answer(chunk, sessionId, onChunk, ask, interrupted.signal);
             if (again && broke && Number.isInteger(chunk.sequence)) {
               // Given up on because the stream broke: the re-attach shows
               // this request again, to ask it if it still waits.
@@ -433,16 +433,22 @@ export class ChatGateClient {
     return new RunResult(final, seen, status, sessionId);
   }
 
-  /** Asks `onConfirmation` and sends its reply; whether it asked for
-   * ASK_AGAIN. */
-  async #answer(chunk, sessionId, onChunk, onConfirmation) {
-    const given = await onConfirmation(chunk);
-    if (given === ASK_AGAIN) return true;
-    const answer = parseReply(given);
-    if (!answer) return false;
+  /** Asks `onConfirmation` and sends its reply, asking again (a few
+   * times) when the server refuses it as it stands (422: decisions or an
+   * action that do not fit); whether it asked for ASK_AGAIN. */
+  async #answer(chunk, sessionId, onChunk, onConfirmation, interrupted) {
     const confirmationId = chunk.confirmation_data?.confirmation_id;
-    const ack = await this.reply(sessionId, answer[0], answer[1], { confirmationId, decisions: answer[2] });
-    if (ack.chunk_type === 'error' && onChunk) await onChunk(ack);
+    for (let attempt = 0; attempt < QUESTION_ATTEMPTS; attempt += 1) {
+      const given = await onConfirmation(chunk);
+      if (given === ASK_AGAIN) return true;
+      const answer = parseReply(given);
+      if (!answer) return false;
+      const ack = await this.reply(sessionId, answer[0], answer[1], { confirmationId, decisions: answer[2] });
+      if (ack.chunk_type !== 'error') return false;
+      if (onChunk) await onChunk(ack);
+      const refused = ack.metadata?.error_type;
+      if (!['invalid_decision', 'invalid_confirm_action'].includes(refused) || interrupted.aborted) return false;
+    }
     return false;
   }
 

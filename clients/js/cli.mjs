@@ -107,8 +107,10 @@ async function main(argv) {
   const out = process.stdout;
   const client = new ChatGateClient(values.url, { apiKey: values['api-key'] });
   const sessionId = values.session ?? globalThis.crypto.randomUUID();
-  // The confirmation request waiting for a decision, if any.
+  // The confirmation request waiting for a decision, if any, and its place
+  // on the run's stream.
   let pending = null;
+  let pendingAt = 0;
   let inContent = false;
   // A scripted reply was just sent: an error chunk now is its refusal.
   let scripted = false;
@@ -123,8 +125,15 @@ async function main(argv) {
         `(${chunk.metadata?.error_type ?? 'error'})`);
     }
     scripted = false;
-    if (['confirmation_request', 'input_request'].includes(chunk.chunk_type)) pending = chunk.confirmation_data;
-    else if (chunk.chunk_type === 'confirmation_received' || chunk.finished) pending = null;
+    if (['confirmation_request', 'input_request'].includes(chunk.chunk_type)) {
+      pending = chunk.confirmation_data;
+      pendingAt = chunk.sequence ?? 0;
+    } else if ((chunk.chunk_type === 'confirmation_received' || chunk.finished)
+      && (chunk.sequence ?? Infinity) > pendingAt) {
+      // Only the run's own stream, past the pause, ends it: a refused
+      // reply's one chunk (numbered on its own stream, from 1) does not.
+      pending = null;
+    }
     if (values.json) {
       out.write(`${JSON.stringify(chunk)}\n`);
     } else if (chunk.chunk_type === 'content') {

@@ -75,8 +75,9 @@ UNKNOWN_OUTCOME_STATUSES = (502, 504)
 REPLY_ATTEMPTS = 5
 #: Seconds the cancel the command line sends on Ctrl-C may take.
 CANCEL_TIMEOUT = 2.0
-#: Times :meth:`ChatGateClient.run` asks ``on_question`` again for one
-#: question pause after the server refused its answer (422).
+#: Times :meth:`ChatGateClient.run` asks ``on_question`` (or
+#: ``on_confirmation``) again for one pause after the server refused its
+#: answer as it stands (422).
 QUESTION_ATTEMPTS = 3
 #: The chunk types of a pause: a plan to confirm, or questions.
 PAUSES = ("confirmation_request", "input_request")
@@ -578,7 +579,8 @@ class ChatGateClient:
                                 again = self._answer_questions(chunk, session_id, on_chunk,
                                                                answerer, reader.interrupted)
                             else:
-                                again = self._answer(chunk, session_id, on_chunk, answerer)
+                                again = self._answer(chunk, session_id, on_chunk, answerer,
+                                                     reader.interrupted)
                             if again and reader.broke and isinstance(sequence, int):
                                 # Given up on because the stream broke: the
                                 # re-attach replays this request, to ask again
@@ -620,20 +622,27 @@ class ChatGateClient:
 
     pause_interrupted = threading.Event()
 
-    def _answer(self, chunk, session_id, on_chunk, on_confirmation):
-        """Asks ``on_confirmation`` and sends its reply; whether it asked
-        for :data:`ASK_AGAIN`."""
-        reply = on_confirmation(chunk)
-        if reply is ASK_AGAIN:
-            return True
-        answer = parse_reply(reply)
-        if answer is None:
-            return False
+    def _answer(self, chunk, session_id, on_chunk, on_confirmation, interrupted):
+        """Asks ``on_confirmation`` and sends its reply, asking again (a few
+        times) when the server refuses it as it stands (422: decisions or
+        an action that do not fit); whether it asked for :data:`ASK_AGAIN`."""
         data = chunk.get("confirmation_data") or {}
-        ack = self.reply(session_id, answer[0], answer[1], data.get("confirmation_id"),
-                         reply_decisions(reply))
-        if ack.get("chunk_type") == "error" and on_chunk:
-            on_chunk(ack)
+        for _ in range(QUESTION_ATTEMPTS):
+            reply = on_confirmation(chunk)
+            if reply is ASK_AGAIN:
+                return True
+            answer = parse_reply(reply)
+            if answer is None:
+                return False
+            ack = self.reply(session_id, answer[0], answer[1], data.get("confirmation_id"),
+                             reply_decisions(reply))
+            if ack.get("chunk_type") != "error":
+                return False
+            if on_chunk:
+                on_chunk(ack)
+            refused = (ack.get("metadata") or {}).get("error_type")
+            if refused not in ("invalid_decision", "invalid_confirm_action") or interrupted.is_set():
+                return False
         return False
 
     def _answer_questions(self, chunk, session_id, on_chunk, on_question, interrupted):
@@ -1111,6 +1120,7 @@ def main(argv=None):
     in_content = [False]  # mid-way through streamed text, no newline yet
     session_id = args.session or str(uuid.uuid4())
     pending = [None]  # the confirmation waiting for a decision, if any
+    pending_at = [0]  # its place on the run's stream
     scripted = [False]  # a scripted reply was just sent: an error now is its refusal
 
     def on_chunk(chunk):
@@ -1126,7 +1136,11 @@ def main(argv=None):
         scripted[0] = False
         if kind in PAUSES:
             pending[0] = chunk.get("confirmation_data") or {}
-        elif kind == "confirmation_received" or chunk.get("finished"):
+            pending_at[0] = chunk.get("sequence") or 0
+        elif (kind == "confirmation_received" or chunk.get("finished")) \
+                and (chunk.get("sequence") or float("inf")) > pending_at[0]:
+            # Only the run's own stream, past the pause, ends it: a refused
+            # reply's one chunk (numbered on its own stream, from 1) does not.
             pending[0] = None
         if args.json:
             out.write(json.dumps(chunk, ensure_ascii=False) + "\n")

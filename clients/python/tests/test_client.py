@@ -857,6 +857,36 @@ class TerminalTests(unittest.TestCase):
         expect("[completion]")
         return self.finish(pid, fd)
 
+    def refused(self, argv, name):
+        """A per-task decision the server refuses: asked again, and Ctrl-C
+        then cancels the pause that still waits."""
+        pid, fd = self.spawn(argv)
+        expect = self.expecting(fd)
+        expect("confirm / modify / cancel / decide?")
+        os.write(fd, b"d\n")
+        expect("task 1: echo_args hi -- run it? (yes / no / edit / respond)")
+        os.write(fd, b"edit\n")
+        expect("new arguments")
+        os.write(fd, b'{"step": 5}\n')
+        expect("invalid_decision")
+        expect("confirm / modify / cancel / decide?")
+        os.write(fd, b"\x03")
+        expect("the pending confirmation was cancelled")
+        code = self.finish(pid, fd)
+        gone = ChatGateClient(server_url()).reply(name, "confirm")
+        self.assertEqual(gone["metadata"]["error_type"], "no_pending_confirmation")
+        return code
+
+    def test_python_cli_asks_again_after_a_refused_decision_and_ctrl_c_cancels(self):
+        name = session()
+        argv = [sys.executable, CLI, "--url", server_url(), "--session", name, "echo_args hi"]
+        self.assertEqual(self.refused(argv, name), 2)
+
+    def test_js_cli_asks_again_after_a_refused_decision_and_ctrl_c_cancels(self):
+        name = session()
+        argv = ["node", self.js_cli(), "--url", server_url(), "--session", name, "echo_args hi"]
+        self.assertEqual(self.refused(argv, name), 2)
+
     def test_python_cli_asks_about_each_task(self):
         self.assertEqual(self.decide([sys.executable, CLI, "--url", server_url(), "first; second"]), 0)
 
