@@ -19,7 +19,9 @@ use crate::engine::llm::{
 };
 use crate::http::connection::REQUEST_TIMEOUT;
 use crate::run::log::{REPLAY_BUFFER, REPLAY_BUFFER_BYTES};
-use crate::run::settings::{CONFIRM_TIMEOUT, MAX_CONFIRM_TIMEOUT, MAX_ROUNDS, STEP_DELAY};
+use crate::run::settings::{
+    CONFIRM_TIMEOUT, KEEP_OUTCOME, MAX_CONFIRM_TIMEOUT, MAX_ROUNDS, STEP_DELAY,
+};
 use crate::run::stream::{DETACH_GRACE, KEEP_ALIVE};
 
 /// Default of `--shutdown-timeout`: how long shutdown waits for streams to end.
@@ -116,6 +118,13 @@ pub struct Settings {
     #[arg(long, alias = "detach-grace-secs", env = "CHATGATE_DETACH_GRACE",
           default_value = text(DETACH_GRACE), value_parser = DurationArg::secs(Duration::ZERO, DAY))]
     pub detach_grace: Duration,
+    /// How long a run's outcome (its final chunk, what ran, who decided) can
+    /// be read after its end, by re-attach or `GET /api/v1/runs/SESSION`:
+    /// kept in the store (memory: at most 20,000 runs; sqlite: at most
+    /// 1,000,000; redis: by time). 0 (not kept past the grace) to 30 days.
+    #[arg(long, env = "CHATGATE_KEEP_OUTCOME",
+          default_value = text(KEEP_OUTCOME), value_parser = DurationArg::secs(Duration::ZERO, 30 * DAY))]
+    pub keep_outcome: Duration,
     /// Chunks kept per run for re-attach; an attached client that falls this far
     /// behind stops the run (reason `slow_consumer`). 1 to 1,048,576.
     #[arg(long, env = "CHATGATE_REPLAY_BUFFER", default_value_t = REPLAY_BUFFER,

@@ -159,6 +159,7 @@ impl Application {
             engine_name: engine.name(),
             namespaces,
             webhooks,
+            keep_outcome: settings.keep_outcome,
         };
         let runs = Runs {
             manager: ConfirmationManager::new(),

@@ -105,7 +105,8 @@ async fn chat(
             }
             let subscription = state
                 .runs
-                .reattach(key, last_seen)
+                .reattach_or_outcome(key, last_seen)
+                .await
                 .map_err(|err| refused(err.into()))?;
             Ok(sse::stream_response(subscription))
         }

@@ -1,5 +1,6 @@
 //! The HTTP glue: the routes ([`configure`]), the chat endpoint ([`chat`]),
-//! the inbox ([`inbox`]), the offered tools ([`tools`]),
+//! the inbox ([`inbox`]), the offered tools ([`tools`]), kept run
+//! outcomes ([`runs`]),
 //! probes ([`probes`]), the page ([`page`]), forwarding to a run's owner
 //! ([`forward`]), the error table ([`error`]), who may call ([`access`]),
 //! per-connection deadlines ([`connection`]) and the request log
@@ -15,13 +16,14 @@ pub mod forward;
 pub mod inbox;
 pub mod page;
 pub mod probes;
+pub mod runs;
 pub mod state;
 pub mod tools;
 
 use actix_web::http::Method;
 use actix_web::web;
 
-use crate::protocol::{CHAT_PATH, INBOX_PATH, TOOLS_PATH};
+use crate::protocol::{CHAT_PATH, INBOX_PATH, RUNS_PATH, TOOLS_PATH};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -32,6 +34,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     )
     .route(INBOX_PATH, web::get().to(inbox::interactions))
     .route(TOOLS_PATH, web::get().to(tools::list))
+    .route(
+        &format!("{RUNS_PATH}/{{session_id}}"),
+        web::get().to(runs::outcome),
+    )
     .route("/healthz", web::get().to(probes::health))
     .route("/health", web::get().to(probes::health))
     // simacode's paths, for its clients and probes.

@@ -27,6 +27,5 @@ pub use names::{
 pub use request::{
     is_valid_session_id, parse_reply, ChatRequest, ReplyMessage, ReplySyntaxError, RequestError,
     TaskDecisionRequest, ValidRequest, CHAT_PATH, CONFIRM_PREFIX, INBOX_PATH, MAX_BODY_BYTES,
-    TOOLS_PATH,
-    MAX_MESSAGE_BYTES, MAX_MODIFY_TEXT_BYTES, MAX_SESSION_ID_CHARS,
+    MAX_MESSAGE_BYTES, MAX_MODIFY_TEXT_BYTES, MAX_SESSION_ID_CHARS, RUNS_PATH, TOOLS_PATH,
 };

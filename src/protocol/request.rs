@@ -12,6 +12,8 @@ pub const CHAT_PATH: &str = "/api/v1/chat/stream";
 pub const INBOX_PATH: &str = "/api/v1/interactions";
 /// The offered tools, listed (`GET`).
 pub const TOOLS_PATH: &str = "/api/v1/tools";
+/// A session's kept run outcome (`GET`, then `/{session_id}`).
+pub const RUNS_PATH: &str = "/api/v1/runs";
 /// Upper bound of a request body, in bytes (413 beyond it).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Upper bound of `message`, in bytes of UTF-8 (400 beyond it).

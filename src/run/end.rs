@@ -17,10 +17,11 @@ use super::log::RunLog;
 use super::outcome::{Completion, Ending, RunError};
 use crate::audit::{AuditLog, AuditRecord, RunFields};
 use crate::confirmation::slot::PendingDecision;
-use crate::protocol::{ChunkType, ErrorType};
+use crate::protocol::{Chunk, ChunkType, ErrorType};
+use crate::run::settings::RunSettings;
 use crate::session::SessionKey;
 use crate::sse;
-use crate::store::{OutboxEvent, PausedRecord, RunEnd, Store, StoreError};
+use crate::store::{OutboxEvent, Outcome, PausedRecord, RunEnd, Store, StoreError};
 use crate::webhook::{About, Event};
 
 /// First wait before writing an ended run's record again.
@@ -96,7 +97,8 @@ async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
     let key = ctx.session_key().clone();
     let (run_id, session_id) = (ctx.run_id(), ctx.session_id().to_owned());
     let last_pause = ctx.last_pause().cloned();
-    let (ended, why, log) = finish(ctx, result);
+    let (ended, why, log, last) = finish(ctx, result);
+    keep_outcome(&settings, &key, log.outcome(last)).await;
     ::log::debug!("run ended with {ended:?}");
     // `run.ended` for a run that paused: with its end's record when it has one.
     let events = match &last_pause {
@@ -213,7 +215,7 @@ pub(super) async fn audit_ended(
 fn finish(
     ctx: RunContext,
     result: Result<Completion, RunError>,
-) -> (ChunkType, Option<&'static str>, Arc<RunLog>) {
+) -> (ChunkType, Option<&'static str>, Arc<RunLog>, Chunk) {
     let ending = Ending::of(ctx.session_id(), result);
     if let Some(error_type) = ending.error {
         ctx.metrics().error(error_type);
@@ -221,6 +223,26 @@ fn finish(
     let (slot, log) = ctx.into_parts();
     drop(slot);
     let chunk_type = ending.chunk.chunk_type;
-    log.push(ending.chunk);
-    (chunk_type, ending.why, log)
+    let mut last = ending.chunk.clone();
+    last.sequence = log.push(ending.chunk);
+    (chunk_type, ending.why, log, last)
+}
+
+/// Keeps a run's outcome for `--keep-outcome` (unless it is zero); a store
+/// that cannot keep it says so in the log (the run's end is not held up).
+pub(super) async fn keep_outcome(settings: &RunSettings, key: &SessionKey, outcome: Outcome) {
+    if settings.keep_outcome.is_zero() {
+        return;
+    }
+    let namespace = settings.namespaces.name(key.owner);
+    let kept = settings
+        .store
+        .keep_outcome(namespace.as_deref(), &outcome, settings.keep_outcome)
+        .await;
+    if let Err(err) = kept {
+        ::log::warn!(
+            "session {:?}: its outcome is not kept: {err}",
+            key.session_id
+        );
+    }
 }

@@ -21,10 +21,10 @@ use tokio::sync::Notify;
 use bytes::Bytes;
 
 use super::stop::RunStop;
-use crate::protocol::{CancelReason, Chunk};
+use crate::protocol::{meta, CancelReason, Chunk, ChunkType};
 use crate::session::SessionKey;
 use crate::sse;
-use crate::store::{DecidedBy, PauseNote, RunEnd};
+use crate::store::{DecidedBy, Outcome, PauseNote, RanNote, RunEnd, MAX_OUTCOME_TEXT};
 
 /// Default of `--replay-buffer`: chunks kept per run for re-attach.
 pub const REPLAY_BUFFER: usize = 1024;
@@ -68,6 +68,8 @@ pub const LONG_PAUSE: std::time::Duration = std::time::Duration::from_millis(100
 /// may pause many times (each modify round, each model turn); the oldest
 /// notes go first.
 pub const MAX_PAUSE_NOTES: usize = 16;
+/// A run's last calls its log keeps notes of, for its outcome.
+pub const MAX_RAN_NOTES: usize = 128;
 
 pub(super) struct LogInner {
     pub(super) frames: VecDeque<Bytes>,
@@ -99,6 +101,8 @@ pub(super) struct LogInner {
     pub(super) restored: Option<Restored>,
     /// The run's last [`MAX_PAUSE_NOTES`] pauses, oldest first.
     pauses: VecDeque<PauseNote>,
+    /// Its last [`MAX_RAN_NOTES`] calls (`tool_output` chunks), in order.
+    ran: VecDeque<RanNote>,
 }
 
 /// How a restored log tells the ids it knows from the ones it cannot.
@@ -145,6 +149,7 @@ impl RunLog {
                 next_subscriber_id: 0,
                 restored: None,
                 pauses: VecDeque::new(),
+                ran: VecDeque::new(),
             }),
             limits: LogLimits {
                 frames: limits.frames.max(1),
@@ -166,6 +171,12 @@ impl RunLog {
         let mut inner = self.lock();
         let seq = inner.next_seq;
         chunk.sequence = seq;
+        if chunk.chunk_type == ChunkType::ToolOutput {
+            if inner.ran.len() == MAX_RAN_NOTES {
+                inner.ran.pop_front();
+            }
+            inner.ran.push_back(ran_note(&chunk));
+        }
         let frame = sse::encode(&chunk);
         inner.bytes += frame.len();
         inner.frames.push_back(frame);
@@ -259,6 +270,26 @@ impl RunLog {
             frames,
             next_seq,
             pauses,
+        }
+    }
+
+    /// The outcome of the run whose final chunk is `last` (as pushed), as
+    /// `--keep-outcome` keeps it.
+    pub fn outcome(&self, mut last: Chunk) -> Outcome {
+        if last.chunk.len() > MAX_OUTCOME_TEXT {
+            let mut cut = MAX_OUTCOME_TEXT;
+            while !last.chunk.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            last.chunk.truncate(cut);
+        }
+        let inner = self.lock();
+        Outcome {
+            session_id: last.session_id.clone(),
+            final_chunk: last,
+            ended_at_ms: crate::store::now_ms(),
+            pauses: inner.pauses.iter().cloned().collect(),
+            ran: inner.ran.iter().cloned().collect(),
         }
     }
 
@@ -455,6 +486,27 @@ impl RunLog {
             waker.wake();
         }
         id
+    }
+}
+
+/// A `tool_output` chunk as an outcome keeps it.
+fn ran_note(chunk: &Chunk) -> RanNote {
+    let flag = |key: &str| chunk.metadata.get(key).and_then(serde_json::Value::as_bool);
+    RanNote {
+        step: chunk
+            .metadata
+            .get(meta::STEP)
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0),
+        tool: chunk
+            .metadata
+            .get(meta::TOOL)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+        ok: flag(meta::OK).unwrap_or(false),
+        skipped: flag(meta::SKIPPED).unwrap_or(false),
+        simulated: flag(meta::SIMULATED).unwrap_or(false),
     }
 }
 

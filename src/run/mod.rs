@@ -48,13 +48,15 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use self::log::{BeyondEnd, LogLimits, LogRegistry};
+use self::log::{BeyondEnd, LogLimits, LogRegistry, RunLog};
 use self::settings::RunSettings;
+use self::stop::RunStop;
 use self::stream::{StreamSettings, Subscription};
 use crate::cluster::Cluster;
 use crate::confirmation::{ConfirmationManager, RunLimits};
 use crate::metrics::Metrics;
 use crate::session::SessionKey;
+use crate::store::{Outcome, RunEnd, StoreError};
 
 /// Everything a run needs from the server: a cheap-clone handle.
 #[derive(Clone)]
@@ -90,6 +92,58 @@ pub enum ReattachError {
 }
 
 impl Runs {
+    /// The kept outcome of `key`'s latest run that ended (`--keep-outcome`).
+    pub async fn outcome(&self, key: &SessionKey) -> Result<Option<Outcome>, StoreError> {
+        if self.settings.keep_outcome.is_zero() {
+            return Ok(None);
+        }
+        let namespace = self.settings.namespaces.name(key.owner);
+        self.settings
+            .store
+            .outcome(namespace.as_deref(), &key.session_id)
+            .await
+    }
+
+    /// [`Runs::reattach`], and once the run's log is gone (its grace is
+    /// over), its kept outcome: the final chunk alone, under its own
+    /// sequence (`gap: true` when the client had not read up to it). A
+    /// client whose `Last-Event-ID` is the final chunk's read it: 404.
+    pub async fn reattach_or_outcome(
+        &self,
+        key: SessionKey,
+        last_seen: u64,
+    ) -> Result<Subscription, ReattachError> {
+        match self.reattach(key.clone(), last_seen) {
+            Err(ReattachError::NoSuchRun) => {}
+            attached => return attached,
+        }
+        let outcome = match self.outcome(&key).await {
+            Ok(Some(outcome)) => outcome,
+            Ok(None) => return Err(ReattachError::NoSuchRun),
+            Err(err) => {
+                ::log::warn!("session {:?}: {err}", key.session_id);
+                return Err(ReattachError::NoSuchRun);
+            }
+        };
+        let last = outcome.final_chunk;
+        if last_seen >= last.sequence {
+            // Its end was read: nothing is left to re-attach to.
+            return Err(ReattachError::NoSuchRun);
+        }
+        let end = RunEnd {
+            frames: vec![String::from_utf8_lossy(&crate::sse::encode(&last)).into_owned()],
+            next_seq: last.sequence + 1,
+            pauses: outcome.pauses,
+        };
+        let log = RunLog::restore_ended(self.log_limits, RunStop::under(&self.shutdown), end);
+        Subscription::attach(log, key, last_seen, self.stream.clone()).map_err(
+            |BeyondEnd { last_sent }| ReattachError::Beyond {
+                last_seen,
+                last_sent,
+            },
+        )
+    }
+
     /// Re-attaches to the run of `key`, replaying every chunk after `last_seen`.
     pub fn reattach(&self, key: SessionKey, last_seen: u64) -> Result<Subscription, ReattachError> {
         let log = self.logs.find(&key).ok_or_else(|| {

@@ -196,7 +196,9 @@ impl Runs {
             record.next_seq,
             at_work,
         );
-        log.push(ending);
+        let mut last = ending.clone();
+        last.sequence = log.push(ending);
+        super::end::keep_outcome(&self.settings, &key, log.outcome(last)).await;
         self.logs.publish(key.clone(), log.clone());
         stream::expire_unclaimed(log.clone(), key.clone(), self.stream.clone());
         end_record(

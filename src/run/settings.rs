@@ -18,6 +18,9 @@ pub const MAX_CONFIRM_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
 pub const MAX_ROUNDS: u32 = 5;
 /// Default of `--step-delay`: the planner's simulated work per step.
 pub const STEP_DELAY: Duration = Duration::from_millis(100);
+/// Default of `--keep-outcome`: how long a run's outcome can be read
+/// after its end.
+pub const KEEP_OUTCOME: Duration = Duration::from_secs(24 * 3600);
 
 /// Per-run knobs and services, from the server's settings; shared by every run.
 #[derive(Debug, Clone)]
@@ -37,6 +40,8 @@ pub struct RunSettings {
     pub namespaces: Namespaces,
     /// `--webhook`: where every pause's life is announced, if anywhere.
     pub webhooks: Option<Arc<Webhooks>>,
+    /// `--keep-outcome` (zero: not kept).
+    pub keep_outcome: Duration,
 }
 
 impl Default for RunSettings {
@@ -51,6 +56,7 @@ impl Default for RunSettings {
             engine_name: "custom",
             namespaces: Namespaces::default(),
             webhooks: None,
+            keep_outcome: KEEP_OUTCOME,
         }
     }
 }

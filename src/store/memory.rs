@@ -1,14 +1,15 @@
 //! `--store memory`, the default: nothing outlives the process.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
 use super::schedule::{queue_of, Schedule, Slot};
 use super::{
-    OutboxEvent, OutboxStats, PausedRecord, QueuedEvent, Resolution, RunEnd, Store, StoreError,
-    StoredDecision, EVENT_LEASE,
+    OutboxEvent, OutboxStats, Outcome, PausedRecord, QueuedEvent, Resolution, RunEnd, Store,
+    StoreError, StoredDecision, EVENT_LEASE,
 };
 use crate::session::SessionKey;
 
@@ -28,6 +29,53 @@ pub const MAX_OUTBOX_BYTES: usize = 64 * 1024 * 1024;
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     outbox: Mutex<Outbox>,
+    outcomes: Mutex<Outcomes>,
+}
+
+/// The most run outcomes the memory store keeps (`--keep-outcome`): past
+/// it the oldest go first. An outcome is at most a few KiB.
+pub const MAX_KEPT_OUTCOMES: usize = 20_000;
+
+/// Kept outcomes by (namespace, session), and when each goes.
+#[derive(Debug, Default)]
+struct Outcomes {
+    /// Each with its key in `until`.
+    by_session: HashMap<(Option<String>, String), ((u64, u64), Outcome)>,
+    /// (until, order of keeping) -> its session: the next to go first.
+    until: BTreeMap<(u64, u64), (Option<String>, String)>,
+    kept: u64,
+}
+
+impl Outcomes {
+    fn keep(&mut self, at: (Option<String>, String), outcome: Outcome, until_ms: u64) {
+        self.kept += 1;
+        if let Some((old, _)) = self.by_session.remove(&at) {
+            self.until.remove(&old);
+        }
+        let place = (until_ms, self.kept);
+        self.until.insert(place, at.clone());
+        self.by_session.insert(at, (place, outcome));
+        while self.by_session.len() > MAX_KEPT_OUTCOMES {
+            self.pop_first();
+        }
+    }
+
+    /// Forgets what is past its time at `now_ms`.
+    fn expire(&mut self, now_ms: u64) {
+        while self
+            .until
+            .first_key_value()
+            .is_some_and(|((until, _), _)| *until <= now_ms)
+        {
+            self.pop_first();
+        }
+    }
+
+    fn pop_first(&mut self) {
+        if let Some((_, at)) = self.until.pop_first() {
+            self.by_session.remove(&at);
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -123,6 +171,32 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.queue(events);
         Box::pin(async { Ok(()) })
+    }
+
+    fn keep_outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        outcome: &'a Outcome,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let now = super::now_ms();
+        let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
+        outcomes.expire(now);
+        let at = (namespace.map(str::to_owned), outcome.session_id.clone());
+        outcomes.keep(at, outcome.clone(), now + keep.as_millis() as u64);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>> {
+        let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
+        outcomes.expire(super::now_ms());
+        let at = (namespace.map(str::to_owned), session_id.to_owned());
+        let found = outcomes.by_session.get(&at).map(|(_, o)| o.clone());
+        Box::pin(async { Ok(found) })
     }
 
     fn remove(&self, _run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
@@ -228,6 +302,53 @@ mod tests {
         assert_eq!(later[0].event.id, "a-1");
         assert_eq!(later[0].attempts, 1);
         assert_eq!(store.outbox_stats().await.unwrap().depth, 2);
+    }
+
+    fn outcome(session: &str) -> Outcome {
+        Outcome {
+            session_id: session.into(),
+            final_chunk: crate::protocol::Chunk::failed(
+                session,
+                crate::protocol::ErrorType::TaskFailed,
+                "x".into(),
+            ),
+            ended_at_ms: 1,
+            pauses: vec![],
+            ran: vec![],
+        }
+    }
+
+    #[tokio::test]
+    async fn outcomes_are_kept_per_session_bounded_in_count_and_time() {
+        let store = MemoryStore::default();
+        let day = Duration::from_secs(86_400);
+        for n in 0..=MAX_KEPT_OUTCOMES {
+            store
+                .keep_outcome(None, &outcome(&format!("s{n}")), day)
+                .await
+                .unwrap();
+        }
+        // The oldest went first; the others stay.
+        assert_eq!(store.outcome(None, "s0").await.unwrap(), None);
+        assert!(store.outcome(None, "s1").await.unwrap().is_some());
+        // Another namespace's session is another outcome (the oldest goes);
+        // a later run of a session replaces its outcome (none goes).
+        store
+            .keep_outcome(Some("k1"), &outcome("s1"), day)
+            .await
+            .unwrap();
+        assert_eq!(store.outcome(None, "s1").await.unwrap(), None);
+        assert!(store.outcome(Some("k1"), "s1").await.unwrap().is_some());
+        store.keep_outcome(None, &outcome("s2"), day).await.unwrap();
+        assert!(store.outcome(None, "s3").await.unwrap().is_some());
+        let len = store.outcomes.lock().unwrap().by_session.len();
+        assert_eq!(len, MAX_KEPT_OUTCOMES);
+        // Past its time it is gone.
+        store
+            .keep_outcome(None, &outcome("brief"), Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(store.outcome(None, "brief").await.unwrap(), None);
     }
 
     #[tokio::test]

@@ -32,12 +32,14 @@ pub mod redis;
 pub mod schedule;
 pub mod sqlite;
 
+use std::time::Duration;
+
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::protocol::question::Question;
-use crate::protocol::{Action, CancelReason, Decisions, PauseKind, TaskSpec};
+use crate::protocol::{Action, CancelReason, Chunk, Decisions, PauseKind, TaskSpec};
 use crate::session::SessionKey;
 
 /// Where a stored pause is: its namespace (`None` without keys) and its
@@ -112,6 +114,40 @@ pub struct PauseNote {
     pub confirmation_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided: Option<DecidedBy>,
+}
+
+/// A run's outcome, kept after its end for `--keep-outcome` (an agent
+/// that comes back later reads how its run ended): small by design, at
+/// most a few KiB. One per session, the latest run's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub session_id: String,
+    /// The final chunk as it was sent, its text cut to
+    /// [`MAX_OUTCOME_TEXT`] bytes.
+    pub final_chunk: Chunk,
+    /// When the run ended (ms since the Unix epoch).
+    pub ended_at_ms: u64,
+    /// Its last pauses, and who decided them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pauses: Vec<PauseNote>,
+    /// What ran (or was skipped), task by task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ran: Vec<RanNote>,
+}
+
+/// Bytes of a kept outcome's final chunk text (the rest is cut).
+pub const MAX_OUTCOME_TEXT: usize = 2 * 1024;
+
+/// One task's call, as an outcome keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RanNote {
+    pub step: u64,
+    pub tool: String,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub simulated: bool,
 }
 
 /// What a reply decided, and who.
@@ -305,6 +341,21 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         end: &'a RunEnd,
         events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// Keeps `outcome`, the latest run's of session `session_id` in
+    /// `namespace` (its stored name), for `keep` (replacing the one before).
+    fn keep_outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        outcome: &'a Outcome,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// The kept outcome of session `session_id` in `namespace`, if its time
+    /// is not over.
+    fn outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>>;
     /// Forgets run `run` of session `key` at once (a record no client can
     /// reach any more).
     fn remove(&self, run: &str, key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>>;

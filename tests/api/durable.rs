@@ -905,3 +905,25 @@ async fn a_run_that_ended_before_kill_9_shows_its_end_to_a_re_attach_after_the_r
         "ended once, by the first"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_s_outcome_is_kept_across_a_restart() {
+    let dir = Dir::new();
+    let mut server = start(&dir, &["--detach-grace", "0s"]);
+    let url = stream_url(&server);
+    let reading = open_paused(&url, json!({"message": "build", "session_id": "kept"})).await;
+    assert_eq!(reply(&url, "kept", "CONFIRM_ACTION:confirm").await.0, 200);
+    reading.finish().await;
+    terminate(&mut server);
+
+    let server = start(&dir, &["--detach-grace", "0s"]);
+    let response = reqwest::get(format!("{}/api/v1/runs/kept", server.url))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let outcome: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(outcome["outcome"], "completion");
+    assert_eq!(outcome["pauses"][0]["action"], "confirm");
+    assert_eq!(outcome["pauses"][0]["decided_by"], "anonymous");
+    assert_eq!(outcome["ran"][0]["tool"], "build");
+}

@@ -146,8 +146,10 @@ async fn after_the_grace_a_detached_run_at_work_is_cancelled_and_freed() {
         .await;
     let (reattach, chunk) = one_chunk(app.reattach("late", 2).await).await;
 
-    assert_eq!(reattach, 404);
-    assert_eq!(error_type(&chunk), "no_such_run");
+    // Its outcome is kept (--keep-outcome): a re-attach reads how it ended.
+    assert_eq!(reattach, 200);
+    assert_eq!(reason(&chunk), "client_gone");
+    assert_eq!(chunk.metadata["gap"], true);
 }
 
 #[tokio::test]
@@ -272,4 +274,101 @@ async fn a_client_that_stops_reading_stops_the_run_as_slow_consumer() {
             .any(|c| c.metadata.get("gap").is_some()),
         "the skipped chunks are announced"
     );
+}
+
+#[tokio::test]
+async fn a_run_s_outcome_is_read_after_its_grace_by_re_attach_and_by_get() {
+    // No grace at all: the run's log goes with its end; its outcome stays.
+    let app = spawn_app_with(|s| {
+        s.detach_grace = std::time::Duration::ZERO;
+        s.api_keys = vec!["agent-key".into(), "other-key".into()];
+    })
+    .await;
+    let post = |key: &'static str, body: serde_json::Value| {
+        app.client
+            .post(app.url())
+            .bearer_auth(key)
+            .json(&body)
+            .send()
+    };
+    let opened = post(
+        "agent-key",
+        serde_json::json!({"message": "build; ship", "session_id": "later"}),
+    )
+    .await
+    .unwrap();
+    let mut stream = EventStream::new(opened);
+    let request = stream.until(ChunkType::ConfirmationRequest).await;
+    let id = crate::helpers::confirmation_id(&request);
+    let decide = serde_json::json!({"message": "CONFIRM_ACTION:confirm", "session_id": "later",
+                                    "confirmation_id": id, "decisions": [{"index": 2, "decision": "reject"}]});
+    assert_eq!(post("agent-key", decide).await.unwrap().status(), 200);
+    let last = stream.finish().await;
+
+    let read = app
+        .client
+        .get(format!("{}/api/v1/runs/later", app.address))
+        .bearer_auth("agent-key")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 200);
+    let outcome: serde_json::Value = read.json().await.unwrap();
+    assert_eq!(outcome["outcome"], "completion");
+    assert_eq!(outcome["final_chunk"]["chunk"], last.chunk.as_str());
+    assert_eq!(outcome["final_chunk"]["sequence"], last.sequence);
+    assert_eq!(outcome["pauses"][0]["confirmation_id"], id.as_str());
+    assert_eq!(outcome["pauses"][0]["action"], "confirm");
+    assert_eq!(outcome["pauses"][0]["decided_by"], "key-1");
+    assert_eq!(outcome["ran"][0]["ok"], true);
+    assert_eq!(outcome["ran"][0]["simulated"], true);
+    assert_eq!(outcome["ran"][1]["skipped"], true);
+    assert!(outcome["ended_at"].as_str().unwrap().ends_with('Z'));
+
+    // A re-attach gets the final chunk, under its own sequence.
+    let again = app
+        .client
+        .post(app.url())
+        .bearer_auth("agent-key")
+        .header("Last-Event-ID", "1")
+        .json(&serde_json::json!({"session_id": "later"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
+    let mut again = EventStream::resumed(again, 1);
+    let end = again.finish().await;
+    assert_eq!(end.chunk, last.chunk);
+    assert_eq!(end.metadata["gap"], true);
+
+    // Another key's namespace has no such run.
+    let other = app
+        .client
+        .get(format!("{}/api/v1/runs/later", app.address))
+        .bearer_auth("other-key")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 404);
+    let body: serde_json::Value = other.json().await.unwrap();
+    assert_eq!(body["error_type"], "no_such_run");
+}
+
+#[tokio::test]
+async fn with_keep_outcome_zero_an_outcome_goes_with_the_grace() {
+    let app = spawn_app_with(|s| {
+        s.detach_grace = std::time::Duration::ZERO;
+        s.keep_outcome = std::time::Duration::ZERO;
+    })
+    .await;
+    let (mut stream, _) = app.open_paused("gone", "build").await;
+    app.reply("gone", "CONFIRM_ACTION:confirm").await;
+    stream.finish().await;
+
+    let (status, _) = app.get("/api/v1/runs/gone").await;
+    let (again, chunk) = one_chunk(app.reattach("gone", 1).await).await;
+
+    assert_eq!(status, 404);
+    assert_eq!(again, 404);
+    assert_eq!(error_type(&chunk), "no_such_run");
 }

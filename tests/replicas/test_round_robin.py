@@ -439,6 +439,21 @@ class RoundRobinTests(unittest.TestCase):
         self.assertEqual(chunk_types(raw).count(b"confirmation_received"), 1)
         stream.conn.close()
 
+    def test_a_run_s_outcome_is_read_from_any_replica(self):
+        a, b = CLUSTER.replicas[:2]
+        session = new_session("outcome")
+        stream = pause_on(a, session)
+        status, _, _ = answer(a, session, "confirm")
+        read_to_end(stream)
+
+        read = status_of("%s/api/v1/runs/%s" % (b.url, session))
+
+        self.assertEqual(status, 200)
+        self.assertEqual(read[0], 200, read[1])
+        self.assertEqual(read[1]["outcome"], "completion")
+        self.assertEqual(read[1]["pauses"][0]["action"], "confirm")
+        self.assertEqual(len(read[1]["ran"]), 2)
+
     def test_a_re_attach_through_another_replica_replays_and_goes_on(self):
         a, b, c = CLUSTER.replicas[:3]
         session = new_session("reattach")

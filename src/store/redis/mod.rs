@@ -39,6 +39,9 @@
 //!   (with the pause's records), so that a decided pause's id still finds
 //!   its run while the run's record lasts.
 //!
+//! - `outcome:NAMESPACE:SESSION`: the session's latest run's [`Outcome`],
+//!   for `--keep-outcome`.
+//!
 //! Every key expires by itself: a session record an hour after its run
 //! started unless a pause extends it, a pause's records `linger` after the
 //! pause's expiry, an ended run's records after `--detach-grace`.
@@ -64,8 +67,8 @@ use self::scripts::{
     RESOLVE, RESOLVE_CLAIM, SAVE, SETTLE_EVENT, TAKE_EVENTS, TAKE_OVER, UNLIST,
 };
 use super::{
-    Fault, Located, OutboxEvent, OutboxStats, PausedRecord, QueuedEvent, Resolution, RunEnd, Store,
-    StoreError, StoredDecision,
+    Fault, Located, OutboxEvent, OutboxStats, Outcome, PausedRecord, QueuedEvent, Resolution,
+    RunEnd, Store, StoreError, StoredDecision,
 };
 use crate::session::{Namespaces, SessionKey};
 
@@ -484,6 +487,42 @@ impl Store for RedisStore {
         Box::pin(self.pending_page(namespace, after, limit))
     }
 
+    fn keep_outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        outcome: &'a Outcome,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let json = serde_json::to_string(outcome).unwrap_or_default();
+            let mut connection = self.connection().await?;
+            redis::cmd("SET")
+                .arg(outcome_key(namespace, &outcome.session_id))
+                .arg(json)
+                .arg("PX")
+                .arg(keep.as_millis().max(1) as u64)
+                .query_async::<()>(&mut connection)
+                .await
+                .map_err(|err| self.failed(&err))
+        })
+    }
+
+    fn outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>> {
+        Box::pin(async move {
+            let mut connection = self.connection().await?;
+            let json: Option<String> = redis::cmd("GET")
+                .arg(outcome_key(namespace, session_id))
+                .query_async(&mut connection)
+                .await
+                .map_err(|err| self.failed(&err))?;
+            Ok(json.and_then(|json| serde_json::from_str(&json).ok()))
+        })
+    }
+
     fn locate<'a>(
         &'a self,
         confirmation_id: &'a str,
@@ -534,6 +573,11 @@ fn session_key(namespace: Option<&str>, session_id: &str) -> String {
 /// `chatgate:pending:NAMESPACE`: the namespace's undecided stored pauses.
 fn pending_key(namespace: Option<&str>) -> String {
     format!("chatgate:pending:{}", namespace.unwrap_or("-"))
+}
+
+/// A session's kept outcome (`--keep-outcome`): expires by itself.
+fn outcome_key(namespace: Option<&str>, session_id: &str) -> String {
+    format!("chatgate:outcome:{}:{session_id}", namespace.unwrap_or("-"))
 }
 
 fn run_key(run: &str) -> String {

@@ -13,6 +13,7 @@
 //! open.
 
 mod outbox;
+mod outcomes;
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::unix::fs::MetadataExt;
@@ -25,7 +26,7 @@ use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{
-    Fault, OutboxEvent, OutboxStats, PausedRecord, QueuedEvent, Resolution, RunEnd, Store,
+    Fault, OutboxEvent, OutboxStats, Outcome, PausedRecord, QueuedEvent, Resolution, RunEnd, Store,
     StoreError, StoredDecision,
 };
 use crate::session::SessionKey;
@@ -52,6 +53,9 @@ pub struct SqliteStore {
     healthy: Arc<AtomicBool>,
     /// How long an ended run's end is kept (`--detach-grace`).
     grace: Duration,
+    /// Outcomes kept so far (every [`outcomes::COUNT_EVERY`]th looks at
+    /// the count).
+    outcomes_kept: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl SqliteStore {
@@ -84,6 +88,7 @@ impl SqliteStore {
             .map_err(|err| err.to_string())?;
         add_end_columns(&connection).map_err(|err| err.to_string())?;
         outbox::create(&connection).map_err(|err| err.to_string())?;
+        outcomes::create(&connection).map_err(|err| err.to_string())?;
         let outbox = outbox::open(path).map_err(|err| err.to_string())?;
         let ledger = outbox::ledger(&outbox).map_err(|err| err.to_string())?;
         Ok(SqliteStore {
@@ -95,6 +100,7 @@ impl SqliteStore {
             file,
             healthy: Arc::new(AtomicBool::new(true)),
             grace,
+            outcomes_kept: Arc::default(),
         })
     }
 
@@ -284,6 +290,34 @@ impl Store for SqliteStore {
             outbox::scheduled(&ledger, queued);
             Ok(())
         })
+    }
+
+    fn keep_outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        outcome: &'a Outcome,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let namespace = namespace.map(str::to_owned);
+        let outcome = outcome.clone();
+        let now = now_ms();
+        let until = now + keep.as_millis() as i64;
+        let count_now =
+            self.outcomes_kept.fetch_add(1, Ordering::Relaxed) % outcomes::COUNT_EVERY == 0;
+        self.with_outbox(move |c| {
+            outcomes::keep(c, namespace.as_deref(), &outcome, now, until, count_now)
+        })
+    }
+
+    fn outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>> {
+        let namespace = namespace.map(str::to_owned);
+        let session_id = session_id.to_owned();
+        let now = now_ms();
+        self.with_outbox(move |c| outcomes::find(c, namespace.as_deref(), &session_id, now))
     }
 
     fn remove(&self, run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {

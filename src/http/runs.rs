@@ -1,0 +1,90 @@
+//! `GET /api/v1/runs/{session_id}`: how the session's latest run ended, for
+//! `--keep-outcome` after its end (an agent that started a run and left
+//! reads it whenever it comes back): its final chunk, its pauses and who
+//! decided them, and what ran. The caller's own namespace only: an approver
+//! key reads a run by re-attaching with the pause's id.
+
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::{json, Value};
+
+use super::access::Caller;
+use super::error::ChatError;
+use super::state::AppState;
+use crate::protocol::{is_valid_session_id, meta, RequestError};
+use crate::run::ReattachError;
+use crate::session::SessionKey;
+use crate::store::Outcome;
+
+pub async fn outcome(
+    req: HttpRequest,
+    session_id: web::Path<String>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    match read(&req, &session_id, &state).await {
+        Ok(response) => response,
+        Err(err) => {
+            state.runs.metrics.error(err.error_type());
+            err.to_json_response()
+        }
+    }
+}
+
+async fn read(
+    req: &HttpRequest,
+    session_id: &str,
+    state: &AppState,
+) -> Result<HttpResponse, ChatError> {
+    let headers = req.headers();
+    state.access.check_host(headers)?;
+    state.access.check_origin(headers)?;
+    let Caller::Owner(owner) = state.access.caller(headers)? else {
+        return Err(ChatError::ForbiddenRole);
+    };
+    if !is_valid_session_id(session_id) {
+        return Err(RequestError::BadSessionId.into());
+    }
+    let key = SessionKey::new(owner, session_id);
+    let outcome = state
+        .runs
+        .outcome(&key)
+        .await?
+        .ok_or(ChatError::Reattach(ReattachError::NoSuchRun))?;
+    let mut response = HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(described(&outcome));
+    state.access.allow_origin(headers, &mut response);
+    Ok(response)
+}
+
+/// An outcome as the endpoint shows it.
+fn described(outcome: &Outcome) -> Value {
+    let last = &outcome.final_chunk;
+    let at = |ms: u64| {
+        let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+        humantime::format_rfc3339_millis(time).to_string()
+    };
+    let pauses: Vec<Value> = outcome
+        .pauses
+        .iter()
+        .map(|pause| match &pause.decided {
+            Some(decided) => json!({
+                "confirmation_id": pause.confirmation_id,
+                "action": decided.action.as_str(),
+                "decided_by": decided.by,
+                "decided_at": at(decided.at_ms),
+            }),
+            None => json!({ "confirmation_id": pause.confirmation_id }),
+        })
+        .collect();
+    json!({
+        "session_id": outcome.session_id,
+        "outcome": last.chunk_type,
+        "reason": last.metadata.get(meta::REASON),
+        "error_type": last.metadata.get(meta::ERROR_TYPE),
+        "ended_at": at(outcome.ended_at_ms),
+        "final_chunk": last,
+        "pauses": pauses,
+        "ran": outcome.ran,
+    })
+}
