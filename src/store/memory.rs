@@ -36,18 +36,23 @@ pub struct MemoryStore {
 /// it the oldest go first. An outcome is at most a few KiB.
 pub const MAX_KEPT_OUTCOMES: usize = 20_000;
 
-/// Kept outcomes by (namespace, session), and when each goes.
+/// A session as outcomes are kept: its namespace's stored name, its id.
+type SessionAt = (Option<String>, String);
+/// When a kept outcome goes: (until ms, order of keeping).
+type GoesAt = (u64, u64);
+
+/// Kept outcomes by session, and when each goes.
 #[derive(Debug, Default)]
 struct Outcomes {
     /// Each with its key in `until`.
-    by_session: HashMap<(Option<String>, String), ((u64, u64), Outcome)>,
-    /// (until, order of keeping) -> its session: the next to go first.
-    until: BTreeMap<(u64, u64), (Option<String>, String)>,
+    by_session: HashMap<SessionAt, (GoesAt, Outcome)>,
+    /// The next to go first.
+    until: BTreeMap<GoesAt, SessionAt>,
     kept: u64,
 }
 
 impl Outcomes {
-    fn keep(&mut self, at: (Option<String>, String), outcome: Outcome, until_ms: u64) {
+    fn keep(&mut self, at: SessionAt, outcome: Outcome, until_ms: u64) {
         self.kept += 1;
         if let Some((old, _)) = self.by_session.remove(&at) {
             self.until.remove(&old);

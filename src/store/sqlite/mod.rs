@@ -302,8 +302,10 @@ impl Store for SqliteStore {
         let outcome = outcome.clone();
         let now = now_ms();
         let until = now + keep.as_millis() as i64;
-        let count_now =
-            self.outcomes_kept.fetch_add(1, Ordering::Relaxed) % outcomes::COUNT_EVERY == 0;
+        let count_now = self
+            .outcomes_kept
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(outcomes::COUNT_EVERY);
         self.with_outbox(move |c| {
             outcomes::keep(c, namespace.as_deref(), &outcome, now, until, count_now)
         })
