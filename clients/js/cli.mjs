@@ -28,7 +28,8 @@ const USAGE = `usage: cli.mjs [--url URL] [--session ID] [--api-key KEY] [--repl
   --edit N=JSON    with the first confirm: run task N with these arguments
   --respond N=TEXT with the first confirm: do not run task N, use TEXT as its result
   --answer ID=VALUE
-                   scripted answer to the question ID of every question pause
+                   scripted answer to the question ID (or its header, as the
+                   prompt shows it) of every question pause
                    (repeatable): an option's id or label (a,b for several), other
                    text, or a typed value; an answer that does not fit exits 1,
                    naming the question
@@ -185,7 +186,7 @@ async function main(argv) {
     }
     if (scriptedAnswers) {
       scripted = true;
-      return { ...scriptedAnswers };
+      return byQuestionId(scriptedAnswers, data.questions ?? []);
     }
     if (values['answer-text'] !== undefined) {
       scripted = true;
@@ -299,6 +300,30 @@ function answersOf(pairs) {
   return answers;
 }
 
+/** --answer pairs keyed by a question's id or its header (any case), as
+ * the ids the server takes. */
+function byQuestionId(answers, questions) {
+  const named = {};
+  for (const [key, value] of Object.entries(answers)) {
+    const match = questions.find((q) => q.id === key)
+      ?? questions.find((q) => (q.header ?? '').toLowerCase() === key.toLowerCase());
+    named[match ? match.id : key] = value;
+  }
+  return named;
+}
+
+/** The id of the option `text` names: its number (1-based), its id or its
+ * label, in any case; null for none. */
+function optionNamed(options, text) {
+  if (/^\d+$/.test(text)) {
+    const n = Number(text);
+    return n >= 1 && n <= options.length ? options[n - 1].id : null;
+  }
+  const lower = text.toLowerCase();
+  const found = options.find((o) => String(o.id).toLowerCase() === lower || String(o.label ?? '').toLowerCase() === lower);
+  return found ? found.id : null;
+}
+
 /** `text` as the value a question without options takes: [value, null],
  * or [null, what it expects]. */
 function typed(question, text) {
@@ -349,9 +374,8 @@ async function askOne(ask, output, question) {
       continue;
     }
     const picks = text.split(',').map((p) => p.trim()).filter(Boolean);
-    const fits = picks.length > 0 && picks.every((p) => /^\d+$/.test(p) && Number(p) >= 1 && Number(p) <= options.length);
-    if (fits && (picks.length === 1 || question.multi_select)) {
-      const chosen = picks.map((p) => options[Number(p) - 1].id);
+    const chosen = picks.map((p) => optionNamed(options, p));
+    if (picks.length > 0 && chosen.every((id) => id !== null) && (picks.length === 1 || question.multi_select)) {
       return question.multi_select ? chosen : chosen[0];
     }
     output.write(`    please answer ${hint}\n`);

@@ -916,6 +916,28 @@ def _typed(question, text):
     return text, None
 
 
+def _option_named(options, text):
+    """The id of the option ``text`` names: its number (1-based), its id or
+    its label, in any case; None for none."""
+    if text.isdigit():
+        return options[int(text) - 1]["id"] if 1 <= int(text) <= len(options) else None
+    for option in options:
+        if text.lower() in (str(option.get("id", "")).lower(), str(option.get("label", "")).lower()):
+            return option["id"]
+    return None
+
+
+def _by_question_id(answers, questions):
+    """``--answer`` pairs keyed by a question's id or its header (any case),
+    as the ids the server takes."""
+    named = {}
+    for key, value in answers.items():
+        match = next((q["id"] for q in questions if q.get("id") == key), None) or next(
+            (q["id"] for q in questions if (q.get("header") or "").lower() == key.lower()), key)
+        named[match] = value
+    return named
+
+
 def _ask_one(question, ask, out):
     """One question on the terminal, asked until the answer fits: its value
     (an option id, a list of them, other text, a typed value), ``...`` when
@@ -953,10 +975,9 @@ def _ask_one(question, ask, out):
                 return text.strip()
             continue
         picks = [p.strip() for p in line.split(",") if p.strip()]
-        if picks and all(p.isdigit() and 1 <= int(p) <= len(options) for p in picks):
-            if len(picks) == 1 or multi:
-                chosen = [options[int(p) - 1]["id"] for p in picks]
-                return chosen if multi else chosen[0]
+        chosen = [_option_named(options, p) for p in picks]
+        if picks and all(chosen) and (len(picks) == 1 or multi):
+            return chosen if multi else chosen[0]
         out.write("    please answer %s\n" % hint)
 
 
@@ -1096,7 +1117,8 @@ def main(argv=None):
     parser.add_argument("--respond", action="append", default=[], metavar="N=TEXT",
                         help="with the first confirm: do not run task N, use TEXT as its result")
     parser.add_argument("--answer", action="append", default=[], metavar="ID=VALUE",
-                        help="scripted answer to the question ID of every question pause "
+                        help="scripted answer to the question ID (or its header, as the prompt "
+                        "shows it) of every question pause "
                         "(repeatable): an option's id or label (a,b for several), other text, "
                         "or a typed value; an answer that does not fit exits 1, naming the question")
     parser.add_argument("--answer-text", metavar="TEXT",
@@ -1200,7 +1222,7 @@ def main(argv=None):
             return "skip"
         if scripted_answers:
             scripted[0] = True
-            return dict(scripted_answers)
+            return _by_question_id(scripted_answers, data.get("questions") or [])
         if args.answer_text is not None:
             scripted[0] = True
             return ("answer", args.answer_text)

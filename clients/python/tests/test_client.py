@@ -173,6 +173,25 @@ class TaskArgumentsTests(unittest.TestCase):
         self.assertNotIn("evil.example", text)
 
 
+class ScriptedAnswerNamingTests(unittest.TestCase):
+    """--answer takes a question's id or the header the prompt shows;
+    an option is named by its number, id or label."""
+
+    QUESTIONS = [{"id": "region", "header": "Region"}, {"id": "q2", "header": "How many"}]
+    OPTIONS = [{"id": "eu-west", "label": "Frankfurt"}, {"id": "o2", "label": "US East"}]
+
+    def test_an_answer_keyed_by_header_goes_to_its_question_id(self):
+        named = chatgate_client._by_question_id({"how many": "3", "region": "eu-west"}, self.QUESTIONS)
+        self.assertEqual(named, {"q2": "3", "region": "eu-west"})
+        # A key that names no question is left for the server to refuse.
+        self.assertEqual(chatgate_client._by_question_id({"nope": "x"}, self.QUESTIONS), {"nope": "x"})
+
+    def test_an_option_is_named_by_number_id_or_label(self):
+        pick = lambda text: chatgate_client._option_named(self.OPTIONS, text)  # noqa: E731
+        self.assertEqual([pick("2"), pick("EU-WEST"), pick("us east"), pick("3"), pick("x")],
+                         ["o2", "eu-west", "o2", None, None])
+
+
 class RoutingHeaderTests(unittest.TestCase):
     """The client names the session and repeats it in X-Chatgate-Session,
     for load balancers (checked against a recording stub, not chatgate)."""
@@ -960,9 +979,10 @@ class TerminalTests(unittest.TestCase):
         expect("region [1-2, o for other]:")
         os.write(fd, b"7\n")
         expect("please answer")
-        os.write(fd, b"2\n")
+        # An option by its label, in any case, as well as by its number.
+        os.write(fd, b"US-East\n")
         expect("checks [1-3, several as 1,3, o for other]:")
-        os.write(fd, b"3,1\n")
+        os.write(fd, b"FUZZ, 1\n")
         expect("owner [1-2, o for other]:")
         os.write(fd, b"o\n")
         expect("your text:")
