@@ -20,8 +20,16 @@ command -v redis-server >/dev/null || { echo "redis-server is not installed" >&2
 nginx=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$nginx" ] || { echo "nginx is not installed" >&2; exit 1; }
 
-dir=$(mktemp -d -t chatgate-cluster-XXXX)
 redis_port=6390
+# Every port must be free: a server already there would pass for ours.
+for port in "$redis_port" 8081 8082 8083 8000; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    echo "127.0.0.1:$port is taken by another process: stop it first" >&2
+    exit 1
+  fi
+done
+
+dir=$(mktemp -d -t chatgate-cluster-XXXX)
 secret=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 pids=()
 stop() {
@@ -37,6 +45,7 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$dir" \
 pids+=($!)
 sleep 0.5
 
+replicas=()
 for i in 1 2 3; do
   port=808$i
   "$bin" --bind "127.0.0.1:$port" --store "redis://127.0.0.1:$redis_port/0" \
@@ -44,12 +53,22 @@ for i in 1 2 3; do
     --cluster-secret "$secret" "$@" \
     >"$dir/replica-$i.log" 2>&1 &
   pids+=($!)
+  replicas+=($!)
 done
+# Each replica must be up: its own process alive, and ready.
 for i in 1 2 3; do
+  pid=${replicas[$((i - 1))]}
+  ready=
   for _ in $(seq 100); do
-    curl -fs "http://127.0.0.1:808$i/readyz" >/dev/null 2>&1 && break
+    kill -0 "$pid" 2>/dev/null || break
+    if curl -fs "http://127.0.0.1:808$i/readyz" >/dev/null 2>&1; then ready=1; break; fi
     sleep 0.1
   done
+  if [ -z "$ready" ] || ! kill -0 "$pid" 2>/dev/null; then
+    echo "replica-$i did not start on 127.0.0.1:808$i; its log:" >&2
+    tail -n 5 "$dir/replica-$i.log" >&2
+    exit 1
+  fi
 done
 
 mkdir -p "$dir/nginx"
