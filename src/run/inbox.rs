@@ -51,10 +51,73 @@ pub struct Interaction {
     /// The plan's summary: its request's text (approvals only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// Whole seconds until it expires, when listed (0 once past).
+    pub expires_in_seconds: u64,
+    /// Approvals: each task in a line a person can scan (what it calls,
+    /// its risk, a preview of what it runs), so that a dangerous plan does
+    /// not read like a harmless one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskLine>,
     pub confirmation_data: Value,
     /// For ordering: milliseconds since the Unix epoch of `expires_at`.
     #[serde(skip)]
     expires_ms: u64,
+}
+
+/// One task of an approval, as the inbox lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskLine {
+    pub index: u64,
+    pub tool: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub risk_level: Option<Value>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub simulated: bool,
+    /// The task's text and its arguments, each cut to
+    /// [`PREVIEW_CHARS`] characters.
+    pub description: String,
+    pub args: String,
+}
+
+/// Characters of a task's text, and of its arguments as JSON, an inbox
+/// line shows (the whole task is in `confirmation_data`).
+pub const PREVIEW_CHARS: usize = 120;
+
+/// `text` cut to [`PREVIEW_CHARS`] characters, `…` marking a cut.
+fn preview(text: &str) -> String {
+    let mut chars = text.chars();
+    let cut: String = chars.by_ref().take(PREVIEW_CHARS).collect();
+    if chars.next().is_some() {
+        cut + "…"
+    } else {
+        cut
+    }
+}
+
+/// The lines of an approval's tasks.
+fn task_lines(data: &Value) -> Vec<TaskLine> {
+    let Some(tasks) = data.get("tasks").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    tasks
+        .iter()
+        .map(|task| TaskLine {
+            index: task.get("index").and_then(Value::as_u64).unwrap_or(0),
+            tool: task
+                .get("tool")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            risk_level: task.get("risk_level").cloned(),
+            simulated: task.get("simulated").and_then(Value::as_bool) == Some(true),
+            description: preview(
+                task.get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or(""),
+            ),
+            args: preview(&task.get("args").map(Value::to_string).unwrap_or_default()),
+        })
+        .collect()
 }
 
 /// A pause's request, parsed from its frame (`id: N\ndata: {...}\n\n`).
@@ -111,6 +174,14 @@ fn interaction(
             .then(|| data.get("title").and_then(Value::as_str).map(str::to_owned))
             .flatten(),
         summary: (kind == PauseKind::Approval).then_some(text).flatten(),
+        expires_in_seconds: expires_at
+            .duration_since(SystemTime::now())
+            .map_or(0, |left| left.as_secs()),
+        tasks: if kind == PauseKind::Approval {
+            task_lines(&data)
+        } else {
+            Vec::new()
+        },
         confirmation_data: data,
         expires_ms: unix_ms(expires_at),
     })

@@ -468,3 +468,38 @@ async fn approver_lines_in_the_keys_file_are_approver_keys() {
     assert_eq!(ids(&listing, "key"), ["key-1"]);
     assert_eq!(refused, 403);
 }
+
+#[tokio::test]
+async fn an_approval_lists_each_task_with_its_risk_and_a_preview_and_its_time_left() {
+    let app = spawn_app().await;
+    let long = "x".repeat(300);
+    let message = format!("rm -rf /srv/data; note {long}");
+    pause_and_leave(
+        &app,
+        None,
+        "danger",
+        &message,
+        ChunkType::ConfirmationRequest,
+    )
+    .await;
+
+    let (status, body) = inbox(&app, None, "").await;
+
+    assert_eq!(status, 200);
+    let item = &body["interactions"][0];
+    assert_eq!(item["risk_level"], "high");
+    let left = item["expires_in_seconds"].as_u64().unwrap();
+    assert!(left > 0 && left <= 300, "{left}");
+    let tasks = item["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 2);
+    assert_eq!(tasks[0]["index"], 1);
+    assert_eq!(tasks[0]["tool"], "rm");
+    assert_eq!(tasks[0]["risk_level"], "high");
+    assert_eq!(tasks[0]["simulated"], true);
+    assert_eq!(tasks[0]["description"], "rm -rf /srv/data");
+    assert_eq!(tasks[0]["args"], r#"{"step":"rm -rf /srv/data"}"#);
+    // A long task is cut, and says so.
+    let cut = tasks[1]["description"].as_str().unwrap();
+    assert_eq!(cut.chars().count(), 121);
+    assert!(cut.ends_with('…'));
+}

@@ -480,7 +480,11 @@ test('an approver finds an agent\'s pending run in the inbox and confirms it; th
 
     const report = page.locator('.inbox-item', { hasText: 'nightly-report' });
     await report.waitFor();
-    assert.match(await report.textContent(), /Approval Confirm the plan of 2 task\(s\)\? · session nightly-report · from key-1/);
+    const listed = await report.textContent();
+    assert.match(listed, /Approval low risk Confirm the plan of 2 task\(s\)\? · session nightly-report · from key-1 · expires in \d+ min/);
+    // Each task at a glance: its risk, its text, what runs it.
+    assert.match(listed, /low risk write the report simulated: no tool runs/);
+    assert.match(listed, /low risk email it simulated: no tool runs/);
     await page.screenshot({ path: join(SHOTS, 'inbox.png') });
     await report.getByRole('button', { name: 'Open' }).click();
     await report.getByRole('button', { name: 'Confirm' }).click();
