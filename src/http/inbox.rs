@@ -61,14 +61,16 @@ async fn list(
         limit,
         after: query.after.filter(|after| !after.is_empty()),
     };
-    let items = match caller {
-        Caller::Owner(owner) => state.runs.inbox(owner, &query).await?,
+    let (items, role) = match caller {
+        Caller::Owner(owner) => (state.runs.inbox(owner, &query).await?, "requester"),
         // An approver sees every namespace's.
-        Caller::Approver(_) => state.runs.inbox_of_all(&query).await?,
+        Caller::Approver(_) => (state.runs.inbox_of_all(&query).await?, "approver"),
     };
+    // `role`: what the caller's key may do (an approver decides and
+    // re-attaches, it starts no run), for a page to offer only that.
     let mut response = HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
-        .json(serde_json::json!({ "interactions": items }));
+        .json(serde_json::json!({ "interactions": items, "role": role }));
     state.access.allow_origin(headers, &mut response);
     Ok(response)
 }

@@ -287,7 +287,8 @@ test('each task shows its tool and its own risk, and Confirm says the risk of wh
 
   const items = card.locator('ol > li');
   assert.deepEqual(await items.nth(0).locator('.task-meta').textContent(), 'tool: notelow risk');
-  assert.deepEqual(await items.nth(1).locator('.task-meta').textContent(), 'tool: deletehigh risk');
+  // No declared tool runs it: the card says so.
+  assert.deepEqual(await items.nth(1).locator('.task-meta').textContent(), 'simulated: no tool runshigh risk');
   assert.ok(await items.nth(0).locator('.task-meta .tool').isVisible(), 'visible without hovering');
   const confirm = card.locator('.actions button').first();
   assert.equal(await confirm.textContent(), 'Confirm (high risk)');
@@ -375,7 +376,7 @@ test('a question card: one choice, several, other text and a typed value; the an
   assert.deepEqual(await plan.locator('li label span').allTextContents(), ['ship 3 to us-east after lint, fuzz for Cy']);
   assert.match(await card.locator('.decided').textContent(), /Decision: answer/);
   assert.deepEqual(await card.getByRole('list', { name: 'Answers' }).locator('li').allTextContents(),
-    ['checks: lint, fuzz', 'n: 3', 'owner: Cy', 'region: us-east']);
+    ['region: us-east', 'checks: lint, fuzz', 'owner: Cy', 'n: 3'], 'in the questions\' order');
   await plan.getByRole('button', { name: 'Confirm' }).click();
   await page.locator('.outcome.completed').waitFor();
   assert.deepEqual(errors, []);
@@ -486,7 +487,11 @@ test('an approver finds an agent\'s pending run in the inbox and confirms it; th
     assert.match(listed, /low risk write the report simulated: no tool runs/);
     assert.match(listed, /low risk email it simulated: no tool runs/);
     await page.screenshot({ path: join(SHOTS, 'inbox.png') });
+    // An approver's key starts no runs: no composer over the cards.
+    assert.equal(await page.locator('#composer').isVisible(), false);
     await report.getByRole('button', { name: 'Open' }).click();
+    // The card takes the focus of the button it replaced.
+    assert.equal(await page.evaluate(() => document.activeElement.tagName), 'H2');
     await report.getByRole('button', { name: 'Confirm' }).click();
     await report.locator('.decided', { hasText: 'Decision: confirm' }).waitFor();
     const question = page.locator('.inbox-item', { hasText: 'pick-region' });
