@@ -2,8 +2,9 @@
 // chatgate command line (Node 18+), the same flags and exit codes as the
 // Python client:
 //   node cli.mjs [--url URL] [--session ID] [--reply R ...] [--auto-confirm]
+//                [--reject N ...] [--edit N=JSON ...] [--respond N=TEXT ...]
 //                [--answer ID=VALUE ...] [--answer-text TEXT] [--skip]
-//                [--json] [--api-key KEY] "message"
+//                [--json] [--wait] [--api-key KEY] "message"
 // Exit codes: 0 completed, 2 cancelled, 1 error; a one-line reason on stderr.
 
 import { parseArgs } from 'node:util';
@@ -16,7 +17,9 @@ const DEFAULT_URL = 'http://127.0.0.1:8080';
 /** Milliseconds the cancel sent on Ctrl-C may take. */
 const CANCEL_TIMEOUT_MS = 2000;
 
-const USAGE = `usage: cli.mjs [--url URL] [--session ID] [--api-key KEY] [--reply R]... [--auto-confirm] [--json] MESSAGE
+const USAGE = `usage: cli.mjs [--url URL] [--session ID] [--api-key KEY] [--reply R]... [--auto-confirm]
+              [--reject N]... [--edit N=JSON]... [--respond N=TEXT]...
+              [--answer ID=VALUE]... [--answer-text TEXT] [--skip] [--json] [--wait] MESSAGE
   --url URL        server base URL (default: $CHATGATE_URL or ${DEFAULT_URL})
   --session ID     session id (default: a new UUID, made by this client)
   --api-key KEY    bearer key (default: $CHATGATE_API_KEY)
@@ -491,13 +494,23 @@ async function prompt(output, data, options, interrupted) {
     for (;;) {
       const line = await ask(question);
       if (line === null) {
-        output.write(interrupted?.aborted
+        // Past its expiry it expired, whatever else the stream showed.
+        const expired = !(Date.parse(data.expires_at ?? '') > Date.now());
+        output.write(interrupted?.aborted && !expired
           ? '\nthe confirmation stopped waiting here (decided elsewhere, or its stream broke); following the run\n'
           : '\nno answer before the confirmation expired\n');
         return null;
       }
       const answer = line.trim().toLowerCase();
-      if (['confirm', 'c', 'y', 'yes'].includes(answer)) return 'confirm';
+      if (answer === 'confirm') return 'confirm';
+      if (['c', 'y', 'yes'].includes(answer)) {
+        // A high-risk plan takes the whole word, as the page asks.
+        if (data.risk_level === 'high') {
+          output.write('this plan is high risk: type confirm to run it\n');
+          continue;
+        }
+        return 'confirm';
+      }
       if (['cancel', 'n', 'no', 'x'].includes(answer)) return 'cancel';
       if (['decide', 'd'].includes(answer)) {
         const decisions = await decideTasks(ask, output, data);

@@ -850,6 +850,7 @@ def _prompt(chunk, ask, out, interrupted=None):
     ``interrupted`` was set: it stopped waiting for this terminal).
     ``decide`` asks about each task, then confirms with those decisions."""
     options = _offered(chunk)
+    data = chunk.get("confirmation_data") or {}
     last = "modify" not in options
     shown = options + (["decide"] if "confirm" in options else [])
     question = "%s?%s " % (" / ".join(shown), " (last round)" if last else "")
@@ -858,7 +859,10 @@ def _prompt(chunk, ask, out, interrupted=None):
         out.flush()
         answer = ask()
         if answer is None:
-            if interrupted is not None and interrupted.is_set():
+            # Past its expiry it expired, whatever else the stream showed.
+            left = _seconds_left(data.get("expires_at"))
+            expired = left is not None and left <= 0
+            if interrupted is not None and interrupted.is_set() and not expired:
                 out.write("\nthe confirmation stopped waiting here (decided elsewhere, or its "
                           "stream broke); following the run\n")
             else:
@@ -866,7 +870,13 @@ def _prompt(chunk, ask, out, interrupted=None):
             out.flush()
             return None
         answer = answer.strip().lower()
-        if answer in ("confirm", "c", "y", "yes"):
+        if answer == "confirm":
+            return "confirm"
+        if answer in ("c", "y", "yes"):
+            # A high-risk plan takes the whole word, as the page asks.
+            if data.get("risk_level") == "high":
+                out.write("this plan is high risk: type confirm to run it\n")
+                continue
             return "confirm"
         if answer in ("cancel", "n", "no", "x"):
             return "cancel"

@@ -216,14 +216,61 @@ pub fn check_questions(questions: &[Question]) -> Result<(), QuestionsError> {
     Ok(())
 }
 
+/// A typed question's schema as a person reads it: "an integer from 1 to
+/// 5", "a text of at most 20 characters, like ^[a-z]+$", "one of: a, b".
+fn in_words(schema: &Value) -> String {
+    let number = |key: &str| {
+        schema
+            .get(key)
+            .filter(|v| v.is_number())
+            .map(Value::to_string)
+    };
+    let kind = schema.get("type").and_then(Value::as_str).unwrap_or("");
+    if let Some(Value::Array(values)) = schema.get("enum") {
+        let values: Vec<String> = values
+            .iter()
+            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+            .collect();
+        return format!("one of: {}", values.join(", "));
+    }
+    let mut words = match kind {
+        "integer" => "an integer".to_owned(),
+        "number" => "a number".to_owned(),
+        "boolean" => return "yes or no (true or false)".to_owned(),
+        "string" => "a text".to_owned(),
+        _ => "a value".to_owned(),
+    };
+    match (number("minimum"), number("maximum")) {
+        (Some(min), Some(max)) => words += &format!(" from {min} to {max}"),
+        (Some(min), None) => words += &format!(" of at least {min}"),
+        (None, Some(max)) => words += &format!(" of at most {max}"),
+        (None, None) => {}
+    }
+    if let Some(above) = number("exclusiveMinimum") {
+        words += &format!(" above {above}");
+    }
+    if let Some(below) = number("exclusiveMaximum") {
+        words += &format!(" below {below}");
+    }
+    match (number("minLength"), number("maxLength")) {
+        (Some(min), Some(max)) => words += &format!(" of {min} to {max} characters"),
+        (Some(min), None) => words += &format!(" of at least {min} characters"),
+        (None, Some(max)) => words += &format!(" of at most {max} characters"),
+        (None, None) => {}
+    }
+    if let Some(format) = schema.get("format").and_then(Value::as_str) {
+        words += &format!(" in the {format} format");
+    }
+    if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
+        words += &format!(", matching {pattern}");
+    }
+    words
+}
+
 /// What `q` accepts, for an error's text.
 fn expected(q: &Question) -> String {
     if let Some(schema) = &q.schema {
-        let kind = schema
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("value");
-        return format!("a {kind} that fits {schema}");
+        return in_words(schema);
     }
     if q.options.is_empty() {
         return "a text".to_owned();
@@ -439,6 +486,36 @@ pub fn normalize_answers(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_typed_question_says_what_it_expects_in_words() {
+        let cases = [
+            (
+                json!({"type": "integer", "minimum": 1, "maximum": 5}),
+                "an integer from 1 to 5",
+            ),
+            (
+                json!({"type": "number", "maximum": 1.5}),
+                "a number of at most 1.5",
+            ),
+            (
+                json!({"type": "string", "maxLength": 20, "pattern": "^[a-z]+$"}),
+                "a text of at most 20 characters, matching ^[a-z]+$",
+            ),
+            (
+                json!({"type": "string", "format": "email"}),
+                "a text in the email format",
+            ),
+            (
+                json!({"type": "string", "enum": ["a", "b"]}),
+                "one of: a, b",
+            ),
+            (json!({"type": "boolean"}), "yes or no (true or false)"),
+        ];
+        for (schema, words) in cases {
+            assert_eq!(in_words(&schema), words);
+        }
+    }
     use serde_json::json;
 
     use super::*;

@@ -906,6 +906,23 @@ class TerminalTests(unittest.TestCase):
         argv = ["node", self.js_cli(), "--url", server_url(), "--session", name, "echo_args hi"]
         self.assertEqual(self.refused(argv, name), 2)
 
+    def high_risk(self, argv):
+        """y alone does not confirm a high-risk plan: the word does."""
+        pid, fd = self.spawn(argv + ["--url", server_url(), "delete old drafts"])
+        expect = self.expecting(fd)
+        expect("confirm / modify / cancel / decide?")
+        os.write(fd, b"y\n")
+        expect("this plan is high risk: type confirm to run it")
+        os.write(fd, b"confirm\n")
+        expect("[completion]")
+        return self.finish(pid, fd)
+
+    def test_python_cli_wants_the_word_for_a_high_risk_plan(self):
+        self.assertEqual(self.high_risk([sys.executable, CLI]), 0)
+
+    def test_js_cli_wants_the_word_for_a_high_risk_plan(self):
+        self.assertEqual(self.high_risk(["node", self.js_cli()]), 0)
+
     def test_python_cli_asks_about_each_task(self):
         self.assertEqual(self.decide([sys.executable, CLI, "--url", server_url(), "first; second"]), 0)
 
