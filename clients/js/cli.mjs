@@ -257,7 +257,10 @@ async function main(argv) {
     return 0;
   }
   const kind = result.outcome === 'cancelled' ? 'cancelled' : 'error';
-  process.stderr.write(`${kind}: ${result.reason}: ${result.final?.chunk ?? ''}\n`);
+  // The reason line is for scripts; on one terminal the end was just shown.
+  if (!(process.stdout.isTTY && process.stderr.isTTY && !values.json)) {
+    process.stderr.write(`${kind}: ${result.reason}: ${result.final?.chunk ?? ''}\n`);
+  }
   return result.exitCode;
 }
 

@@ -1282,7 +1282,9 @@ def main(argv=None):
             return 2
         return 0
     kind = "cancelled" if result.outcome == "cancelled" else "error"
-    sys.stderr.write("%s: %s: %s\n" % (kind, result.reason, (result.final or {}).get("chunk", "")))
+    # The reason line is for scripts; on one terminal the end was just shown.
+    if not (sys.stdout.isatty() and sys.stderr.isatty() and not args.json):
+        sys.stderr.write("%s: %s: %s\n" % (kind, result.reason, (result.final or {}).get("chunk", "")))
     return result.exit_code
 
 
