@@ -33,6 +33,12 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
             "error": "the store cannot be reached: decisions are refused until it can",
         }));
     }
+    if let Err(why) = state.runs.engine.health() {
+        return HttpResponse::ServiceUnavailable().json(serde_json::json!({
+            "status": "engine_unavailable",
+            "error": why,
+        }));
+    }
     let down = state.runs.settings.tools.mcp_down();
     if !down.is_empty() {
         return HttpResponse::ServiceUnavailable().json(serde_json::json!({

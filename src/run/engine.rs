@@ -28,6 +28,12 @@ pub trait Engine: Send + Sync + 'static {
         "custom"
     }
 
+    /// `Err` (what to say on `/readyz`) while the engine cannot answer:
+    /// its model server cannot be reached.
+    fn health(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Goes on with a run restored from a store: `state` is what the engine
     /// put in [`Plan::state`](crate::run::Plan::state) (or
     /// [`Questions::state`](crate::run::plan::Questions::state)) when it

@@ -204,6 +204,45 @@ async fn an_unreachable_model_server_ends_the_run_with_engine_unavailable() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_says_when_the_model_server_cannot_be_reached_and_when_it_is_back() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let app = app_with_model(&format!("http://127.0.0.1:{port}/v1"), |_| {}).await;
+    let ready = |body: &str| -> Value { serde_json::from_str(body).unwrap() };
+
+    let deadline = tokio::time::Instant::now() + crate::helpers::WAIT;
+    let (status, body) = loop {
+        let (status, body) = app.get("/readyz").await;
+        if status == 503 || tokio::time::Instant::now() > deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(ready(&body)["status"], "engine_unavailable");
+    assert!(ready(&body)["error"]
+        .as_str()
+        .unwrap()
+        .contains("cannot be reached"));
+
+    // Something listens there now: looked at again, it is ready.
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let deadline = tokio::time::Instant::now() + crate::helpers::WAIT;
+    loop {
+        let (status, body) = app.get("/readyz").await;
+        if status == 200 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(listener);
+}
+
 #[tokio::test]
 async fn a_session_s_next_run_carries_its_conversation_and_another_key_s_does_not() {
     let model = fake_model(vec![

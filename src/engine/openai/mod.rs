@@ -33,6 +33,7 @@ pub mod ask;
 mod calls;
 pub mod conversations;
 mod plan;
+mod reach;
 pub mod reply;
 mod turn;
 pub mod upstream;
@@ -111,6 +112,8 @@ pub struct OpenAiEngine {
     /// Where model calls are read: the runtime the engine was built on.
     runtime: tokio::runtime::Handle,
     conversations: Mutex<Conversations>,
+    /// Whether the model server can be reached (for `/readyz`).
+    reach: std::sync::Arc<reach::Reach>,
 }
 
 impl OpenAiEngine {
@@ -127,11 +130,13 @@ impl OpenAiEngine {
             ttl: config.conversation_ttl,
             total_bytes: config.conversation_memory,
         });
+        let reach = reach::Reach::watch(&config.base_url, &runtime);
         Ok(OpenAiEngine {
             http,
             config,
             runtime,
             conversations: Mutex::new(conversations),
+            reach,
         })
     }
 
@@ -328,9 +333,17 @@ impl OpenAiEngine {
         let mut reply = ModelReply::default();
         loop {
             let chunk = match ctx.until_stopped(call.next()).await? {
-                Upstream::Chunk(chunk) => chunk,
+                Upstream::Chunk(chunk) => {
+                    self.reach.set(true);
+                    chunk
+                }
                 Upstream::Done => return Ok(reply),
-                Upstream::Failed(err) => return Err(call_failed(&err)),
+                Upstream::Failed(err) => {
+                    if matches!(err, CallError::Unreachable) {
+                        self.reach.set(false);
+                    }
+                    return Err(call_failed(&err));
+                }
             };
             for choice in chunk.choices {
                 if let Some(reason) = choice.finish_reason {
@@ -361,6 +374,10 @@ impl OpenAiEngine {
 impl Engine for OpenAiEngine {
     fn name(&self) -> &'static str {
         "openai"
+    }
+
+    fn health(&self) -> Result<(), String> {
+        self.reach.health()
     }
 
     fn run<'a>(&'a self, ctx: &'a mut RunContext) -> BoxFuture<'a, Result<Completion, RunError>> {
