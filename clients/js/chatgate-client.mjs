@@ -12,6 +12,8 @@
 // It uses fetch, ReadableStream and TextDecoder only, with its own SSE parser.
 
 export const STREAM_PATH = '/api/v1/chat/stream';
+export const INBOX_PATH = '/api/v1/interactions';
+export const RUNS_PATH = '/api/v1/runs';
 export const CONFIRM_PREFIX = 'CONFIRM_ACTION';
 
 /**
@@ -240,8 +242,46 @@ export class ChatGateClient {
    * run to re-attach to, the stream is one `error` chunk (`no_such_run`).
    * Resolves to `{status, chunks}` like `stream()`.
    */
-  attach(sessionId, lastEventId = 0, { signal } = {}) {
-    return this.stream(undefined, { sessionId, lastEventId, signal });
+  attach(sessionId, lastEventId = 0, { signal, confirmationId } = {}) {
+    return this.stream(undefined, { sessionId, lastEventId, signal, confirmationId });
+  }
+
+  /** GETs `path`: `{status, body}` (the JSON body). */
+  async #getJson(path) {
+    const headers = { Accept: 'application/json' };
+    if (this.apiKey) headers.Authorization = `Bearer ${this.apiKey}`;
+    let response;
+    try {
+      response = await this.fetch(this.baseUrl + path, { headers });
+    } catch (err) {
+      const cause = err?.cause;
+      throw new ChatGateError(`cannot reach ${this.baseUrl || 'the server'}: ${cause?.code ?? cause?.message ?? err.message}`);
+    }
+    return { status: response.status, body: await response.json().catch(() => ({})) };
+  }
+
+  /**
+   * The pending pauses this key may decide (`GET /api/v1/interactions`),
+   * oldest expiry first: `session_id`, `confirmation_id`, `kind`,
+   * `risk_level`, `tasks`, `expires_in_seconds`, `confirmation_data`, ...
+   * Rejects with a ChatGateError when refused.
+   */
+  async interactions({ limit, after } = {}) {
+    const query = new URLSearchParams();
+    if (limit !== undefined) query.set('limit', String(limit));
+    if (after !== undefined) query.set('after', after);
+    const { status, body } = await this.#getJson(INBOX_PATH + (query.size ? `?${query}` : ''));
+    if (status !== 200) throw new ChatGateError(`the inbox answered ${status}: ${body.message} (${body.error_type})`);
+    return body.interactions ?? [];
+  }
+
+  /** How the session's latest run ended (`GET /api/v1/runs/ID`, for
+   * `--keep-outcome`), or null when none is kept. */
+  async outcome(sessionId) {
+    const { status, body } = await this.#getJson(`${RUNS_PATH}/${encodeURIComponent(sessionId)}`);
+    if (status === 404) return null;
+    if (status !== 200) throw new ChatGateError(`the outcome answered ${status}: ${body.message} (${body.error_type})`);
+    return body;
   }
 
   /**

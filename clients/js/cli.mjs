@@ -20,6 +20,14 @@ const CANCEL_TIMEOUT_MS = 2000;
 const USAGE = `usage: cli.mjs [--url URL] [--session ID] [--api-key KEY] [--reply R]... [--auto-confirm]
               [--reject N]... [--edit N=JSON]... [--respond N=TEXT]...
               [--answer ID=VALUE]... [--answer-text TEXT] [--skip] [--json] [--wait] MESSAGE
+       cli.mjs [--url URL] [--api-key KEY] (--inbox | --decide ID | --attach SESSION) [replies...]
+  --inbox          list the pauses this key may decide (an approver's: every
+                   namespace's), then exit
+  --decide ID      decide the listed pause ID (its confirmation_id): shown, then
+                   asked on the terminal or answered by --reply/--auto-confirm/
+                   --answer/--skip; exit 0 when taken, 1 when refused
+  --attach SESSION follow the run of SESSION from its start (or its kept
+                   outcome) to its end, answering its pauses as for a message
   --url URL        server base URL (default: $CHATGATE_URL or ${DEFAULT_URL})
   --session ID     session id (default: a new UUID, made by this client)
   --api-key KEY    bearer key (default: $CHATGATE_API_KEY)
@@ -72,6 +80,9 @@ async function main(argv) {
         skip: { type: 'boolean', default: false },
         json: { type: 'boolean', default: false },
         wait: { type: 'boolean', default: false },
+        inbox: { type: 'boolean', default: false },
+        decide: { type: 'string' },
+        attach: { type: 'string' },
         help: { type: 'boolean', short: 'h', default: false },
       },
     });
@@ -84,10 +95,14 @@ async function main(argv) {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
-  if (positionals.length !== 1) {
-    process.stderr.write(`expected exactly one MESSAGE\n${USAGE}\n`);
+  const approving = values.inbox || values.decide !== undefined || values.attach !== undefined;
+  if (positionals.length !== (approving ? 0 : 1)) {
+    process.stderr.write(`expected exactly one MESSAGE (or --inbox, --decide ID, --attach SESSION)\n${USAGE}\n`);
     return 1;
   }
+  // Following a run that may be decided elsewhere (its replayed pauses
+  // were): with nothing scripted, wait rather than give up.
+  if (values.attach !== undefined) values.wait = true;
   let planned;
   let scriptedAnswers;
   try {
@@ -110,7 +125,7 @@ async function main(argv) {
   const interactive = Boolean(process.stdin.isTTY);
   const out = process.stdout;
   const client = new ChatGateClient(values.url, { apiKey: values['api-key'] });
-  const sessionId = values.session ?? globalThis.crypto.randomUUID();
+  const sessionId = values.attach ?? values.session ?? globalThis.crypto.randomUUID();
   // The confirmation request waiting for a decision, if any, and its place
   // on the run's stream.
   let pending = null;
@@ -234,7 +249,11 @@ async function main(argv) {
 
   let result;
   try {
-    result = await client.run(positionals[0], { sessionId, onChunk, onConfirmation, onQuestion });
+    if (values.inbox) return await listInbox(client, out);
+    if (values.decide !== undefined) return await decideListed(client, values.decide, onConfirmation, onQuestion, out);
+    result = values.attach !== undefined
+      ? await client.resume(sessionId, { onChunk, onConfirmation, onQuestion })
+      : await client.run(positionals[0], { sessionId, onChunk, onConfirmation, onQuestion });
   } catch (err) {
     if (err instanceof ScriptError) {
       const said = pending ? `; ${await cancelPending(client, sessionId, pending)}` : '';
@@ -262,6 +281,52 @@ async function main(argv) {
     process.stderr.write(`${kind}: ${result.reason}: ${result.final?.chunk ?? ''}\n`);
   }
   return result.exitCode;
+}
+
+/** --inbox: one entry per pending pause, its tasks under it. */
+async function listInbox(client, out) {
+  const items = await client.interactions({ limit: 500 });
+  if (items.length === 0) out.write('nothing is waiting for a decision\n');
+  for (const item of items) {
+    const what = item.kind === 'question' ? item.title : item.summary;
+    const risk = item.risk_level ? ` (${item.risk_level} risk)` : '';
+    const minutes = Math.ceil((item.expires_in_seconds ?? 0) / 60);
+    out.write(`${item.confirmation_id}  ${item.kind}${risk}  ${what}  session ${item.session_id}  from ${item.key}  expires in ${minutes} min\n`);
+    for (const task of item.tasks ?? []) {
+      const runs = task.simulated ? 'simulated: no tool runs' : `${task.tool} ${task.args}`;
+      out.write(`    ${task.index}. ${task.description}  (${task.risk_level} risk; ${runs})\n`);
+    }
+  }
+  return 0;
+}
+
+/** --decide ID: the listed pause shown, decided as a run's would be. */
+async function decideListed(client, confirmationId, onConfirmation, onQuestion, out) {
+  const items = await client.interactions({ limit: 500 });
+  const item = items.find((i) => i.confirmation_id === confirmationId);
+  if (!item) {
+    process.stderr.write(`error: no pause ${confirmationId} is waiting for this key (decided, expired, or another namespace's)\n`);
+    return 1;
+  }
+  const question = item.kind === 'question';
+  const chunk = {
+    chunk_type: question ? 'input_request' : 'confirmation_request',
+    chunk: question ? item.title : item.summary,
+    session_id: item.session_id,
+    confirmation_data: item.confirmation_data,
+  };
+  out.write(`${formatChunk(chunk)}\n`);
+  const given = await (question ? onQuestion : onConfirmation)(chunk, {});
+  if (given === null || given === undefined || given === ASK_AGAIN) return 1;
+  let ack;
+  if (question && typeof given === 'object' && !Array.isArray(given)) {
+    ack = await client.reply(item.session_id, 'answer', null, { confirmationId, answers: given });
+  } else {
+    const [action, text, decisions] = parseReply(given);
+    ack = await client.reply(item.session_id, action, text, { confirmationId, decisions });
+  }
+  out.write(`${formatChunk(ack)}\n`);
+  return ack.chunk_type === 'confirmation_received' ? 0 : 1;
 }
 
 /** The decisions of --reject, --edit and --respond; throws if malformed. */

@@ -51,6 +51,8 @@ __all__ = [
 ]
 
 STREAM_PATH = "/api/v1/chat/stream"
+INBOX_PATH = "/api/v1/interactions"
+RUNS_PATH = "/api/v1/runs"
 CONFIRM_PREFIX = "CONFIRM_ACTION"
 #: Seconds without any byte (chunk or keep-alive comment) before a stream is
 #: considered dead. The server writes a keep-alive every 15 s by default.
@@ -447,7 +449,7 @@ class ChatGateClient:
             body["answers"] = dict(answers)
         return ChunkStream(self._open(body))
 
-    def attach(self, session_id, last_event_id=0):
+    def attach(self, session_id, last_event_id=0, confirmation_id=None):
         """Re-attach to the run of ``session_id`` after its stream broke.
 
         The server replays every chunk after ``last_event_id`` (the
@@ -455,8 +457,61 @@ class ChatGateClient:
         holds, then goes on live. A first chunk with ``metadata.gap`` true
         means some chunks in between were lost. With no run to re-attach to
         the stream is one ``error`` chunk, ``error_type`` ``no_such_run``.
+        An approver key names the run by one of its pauses
+        (``confirmation_id``). Once the run's log is gone, the server sends
+        its kept outcome: the final chunk alone (``--keep-outcome``).
         """
-        return ChunkStream(self._open({"session_id": session_id}, last_event_id))
+        body = {"session_id": session_id}
+        if confirmation_id is not None:
+            body["confirmation_id"] = confirmation_id
+        return ChunkStream(self._open(body, last_event_id))
+
+    def _get_json(self, path):
+        """GETs ``path``: (status, the JSON body)."""
+        headers = {"Accept": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = "Bearer " + self.api_key
+        request = urllib.request.Request(self.base_url + path, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.read_timeout) as response:
+                return response.status, json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            try:
+                return err.code, json.loads(err.read() or b"{}")
+            finally:
+                err.close()
+        except (urllib.error.URLError, OSError) as err:
+            reason = getattr(err, "reason", err)
+            raise ChatGateError("cannot reach %s: %s" % (self.base_url, reason)) from None
+
+    def interactions(self, limit=None, after=None):
+        """The pending pauses this key may decide (``GET
+        /api/v1/interactions``), oldest expiry first: a list of dicts
+        (``session_id``, ``confirmation_id``, ``kind``, ``risk_level``,
+        ``tasks``, ``expires_in_seconds``, ``confirmation_data``, ...).
+        Raises :class:`ChatGateError` when refused."""
+        query = {}
+        if limit is not None:
+            query["limit"] = str(limit)
+        if after is not None:
+            query["after"] = after
+        path = INBOX_PATH + ("?" + urllib.parse.urlencode(query) if query else "")
+        status, body = self._get_json(path)
+        if status != 200:
+            raise ChatGateError("the inbox answered %s: %s (%s)"
+                                % (status, body.get("message"), body.get("error_type")))
+        return body.get("interactions", [])
+
+    def outcome(self, session_id):
+        """How the session's latest run ended (``GET /api/v1/runs/ID``,
+        for ``--keep-outcome``): a dict, or None when none is kept."""
+        status, body = self._get_json(RUNS_PATH + "/" + urllib.parse.quote(session_id, safe=""))
+        if status == 404:
+            return None
+        if status != 200:
+            raise ChatGateError("the outcome answered %s: %s (%s)"
+                                % (status, body.get("message"), body.get("error_type")))
+        return body
 
     def reply(self, session_id, action, text=None, confirmation_id=None, decisions=None,
               answers=None):
@@ -545,11 +600,21 @@ class ChatGateClient:
         """
         # Named here, not by the server, so a broken stream can be re-attached.
         session_id = session_id or str(uuid.uuid4())
+        return self._follow(self.stream(message, session_id), session_id, on_chunk,
+                            on_confirmation, on_question)
+
+    def resume(self, session_id, on_chunk=None, on_confirmation=None, on_question=None):
+        """As :meth:`run`, for the run that already lives on ``session_id``
+        (re-attached from its first chunk; once its log is gone, its kept
+        outcome): its pauses are answered the same way."""
+        return self._follow(self.attach(session_id, 0), session_id, on_chunk,
+                            on_confirmation, on_question)
+
+    def _follow(self, stream, session_id, on_chunk, on_confirmation, on_question):
         chunks = []
         final = None
         last_seen = 0
         failures = 0
-        stream = self.stream(message, session_id)
         status = stream.status
         while final is None:
             try:
@@ -1071,6 +1136,60 @@ def _cancel_pending(client, session_id, pending):
     return "could not cancel the pending confirmation (%s)" % (meta.get("error_type") or ack.get("chunk"))
 
 
+def _list_inbox(client, out):
+    """--inbox: one entry per pending pause, its tasks under it."""
+    items = client.interactions(limit=500)
+    if not items:
+        out.write("nothing is waiting for a decision\n")
+    for item in items:
+        what = item.get("title") if item.get("kind") == "question" else item.get("summary")
+        left = item.get("expires_in_seconds") or 0
+        out.write("%s  %s%s  %s  session %s  from %s  expires in %d min\n" % (
+            item.get("confirmation_id"), item.get("kind"),
+            " (%s risk)" % item["risk_level"] if item.get("risk_level") else "", what,
+            item.get("session_id"), item.get("key"), (left + 59) // 60))
+        for task in item.get("tasks") or []:
+            runs = "simulated: no tool runs" if task.get("simulated") else "%s %s" % (
+                task.get("tool"), task.get("args"))
+            out.write("    %s. %s  (%s risk; %s)\n" % (task.get("index"), task.get("description"),
+                                                       task.get("risk_level"), runs))
+    out.flush()
+    return 0
+
+
+def _decide_listed(client, confirmation_id, on_confirmation, on_question, out):
+    """--decide ID: the listed pause shown, decided as a run's would be."""
+    items = client.interactions(limit=500)
+    item = next((i for i in items if i.get("confirmation_id") == confirmation_id), None)
+    if item is None:
+        sys.stderr.write("error: no pause %s is waiting for this key (decided, expired, or "
+                         "another namespace's)\n" % confirmation_id)
+        return 1
+    question = item.get("kind") == "question"
+    chunk = {
+        "chunk_type": "input_request" if question else "confirmation_request",
+        "chunk": item.get("title") if question else item.get("summary"),
+        "session_id": item.get("session_id"),
+        "confirmation_data": item.get("confirmation_data"),
+    }
+    out.write(format_chunk(chunk) + "\n")
+    out.flush()
+    client.pause_interrupted = threading.Event()
+    given = (on_question if question else on_confirmation)(chunk)
+    if given is None or given is ASK_AGAIN:
+        return 1
+    if isinstance(given, dict) and question:
+        ack = client.reply(item["session_id"], "answer", confirmation_id=confirmation_id,
+                           answers=given)
+    else:
+        action, text = parse_reply(given)
+        ack = client.reply(item["session_id"], action, text, confirmation_id,
+                           reply_decisions(given))
+    out.write(format_chunk(ack) + "\n")
+    out.flush()
+    return 0 if ack.get("chunk_type") == "confirmation_received" else 1
+
+
 def _planned_decisions(args):
     """The decisions of --reject, --edit and --respond; ValueError if malformed."""
     planned = [decision(n, "reject") for n in args.reject]
@@ -1108,7 +1227,7 @@ def main(argv=None):
         "pending cancels it on the server before exiting. "
         "Exit codes: 0 completed, 2 cancelled, 1 error.",
     )
-    parser.add_argument("message", help="the chat message or task")
+    parser.add_argument("message", nargs="?", help="the chat message or task")
     parser.add_argument("--url", default=os.environ.get("CHATGATE_URL", "http://127.0.0.1:8080"),
                         help="server base URL (default: $CHATGATE_URL or http://127.0.0.1:8080)")
     parser.add_argument("--session", help="session id (default: a new UUID, made by this client)")
@@ -1136,10 +1255,26 @@ def main(argv=None):
     parser.add_argument("--skip", action="store_true",
                         help="decline every question pause (the run goes on without answers)")
     parser.add_argument("--json", action="store_true", help="print raw chunks, one JSON per line")
+    parser.add_argument("--inbox", action="store_true",
+                        help="list the pauses this key may decide (an approver's: every "
+                        "namespace's), then exit")
+    parser.add_argument("--decide", metavar="ID",
+                        help="decide the listed pause ID (its confirmation_id): shown, then asked "
+                        "on the terminal or answered by --reply/--auto-confirm/--answer/--skip; "
+                        "exit 0 when taken, 1 when refused")
+    parser.add_argument("--attach", metavar="SESSION",
+                        help="follow the run of SESSION from its start (or its kept outcome) to "
+                        "its end, answering its pauses as for a message")
     parser.add_argument("--wait", action="store_true",
                         help="without a terminal and with no reply left, wait for the decision "
                         "to come from elsewhere (another client, the page)")
     args = parser.parse_args(argv)
+    if not (args.message or args.inbox or args.decide or args.attach):
+        parser.error("a message is required (or --inbox, --decide ID, --attach SESSION)")
+    if args.attach:
+        # Following a run that may be decided elsewhere (its replayed pauses
+        # were): with nothing scripted, wait rather than give up.
+        args.wait = True
     try:
         planned = _planned_decisions(args)
         scripted_answers = _scripted_answers(args.answer)
@@ -1254,7 +1389,15 @@ def main(argv=None):
 
     client = ChatGateClient(args.url, api_key=args.api_key)
     try:
-        result = client.run(args.message, session_id, on_chunk, on_confirmation, on_question)
+        if args.inbox:
+            return _list_inbox(client, out)
+        if args.decide:
+            return _decide_listed(client, args.decide, on_confirmation, on_question, out)
+        if args.attach:
+            session_id = args.attach
+            result = client.resume(session_id, on_chunk, on_confirmation, on_question)
+        else:
+            result = client.run(args.message, session_id, on_chunk, on_confirmation, on_question)
     except _ScriptError as err:
         said = "; " + _cancel_pending(client, session_id, pending[0]) if pending[0] else ""
         sys.stderr.write("error: %s%s\n" % (err, said))

@@ -235,6 +235,24 @@ describe('re-attach refused for a while', () => {
 describe('library against a server', () => {
   const client = () => new ChatGateClient(serverUrl());
 
+  test('interactions() lists a pause with its tasks, and outcome() tells how its run ended', async () => {
+    const name = session();
+    const { chunks } = await client().stream('tidy up; delete old drafts', { sessionId: name });
+    let pause;
+    for await (const chunk of chunks) {
+      if (chunk.stream_paused) { pause = chunk.confirmation_data.confirmation_id; break; }
+    }
+    const item = (await client().interactions({ limit: 500 })).find((i) => i.confirmation_id === pause);
+    assert.equal(item.session_id, name);
+    assert.equal(item.risk_level, 'high');
+    assert.deepEqual(item.tasks.map((t) => [t.description, t.simulated]), [['tidy up', true], ['delete old drafts', true]]);
+    assert.equal((await client().reply(name, 'cancel', null, { confirmationId: pause })).chunk_type, 'confirmation_received');
+    const outcome = await client().outcome(name);
+    assert.equal(outcome.outcome, 'cancelled');
+    assert.equal(outcome.reason, 'user');
+    assert.equal(await client().outcome(session()), null);
+  });
+
   test('confirm completes', async () => {
     const seen = [];
     const result = await client().run('create a report; then email it', {
@@ -384,6 +402,9 @@ describe('questions through the library', () => {
     const ack = await client().answer(name, {
       answers: { region: 'eu-west' }, confirmationId: request.confirmation_data.confirmation_id,
     });
+    // Once the plan the answer made waits, a skip is not among its options
+    // (sent sooner, it would meet the decided question: already_decided).
+    for (let next = await it.next(); next.value.chunk_type !== 'confirmation_request'; next = await it.next());
     const late = await client().skip(name);
     await it.return();
     assert.equal(stale.metadata.error_type, 'stale_confirmation');

@@ -493,6 +493,10 @@ class QuestionTests(unittest.TestCase):
         refused = self.client.answer(name, text="mars", confirmation_id="other")
         ack = self.client.answer(name, {"region": "eu-west"},
                                  confirmation_id=request["confirmation_data"]["confirmation_id"])
+        # Once the plan the answer made waits, a skip is not among its
+        # options (sent sooner, it would meet the decided question).
+        while next(chunks)["chunk_type"] != "confirmation_request":
+            pass
         late = self.client.skip(name)
         stream.close()
         self.assertEqual(refused["metadata"]["error_type"], "stale_confirmation")
@@ -636,6 +640,37 @@ class CommandLineTests(unittest.TestCase):
             text=True,
             timeout=60,
         )
+
+    def test_an_approver_lists_decides_and_follows_from_the_terminal_with_both_clis(self):
+        js = os.path.join(os.path.dirname(CLIENT_DIR), "js", "cli.mjs")
+        for program in ([sys.executable, CLI], ["node", js]):
+            def run(*args):
+                return subprocess.run([*program, "--url", server_url(), *args], stdin=subprocess.DEVNULL,
+                                      capture_output=True, text=True, timeout=60)
+            name = session()
+            agent = ChatGateClient(server_url())
+            with agent.stream("tidy the desk; delete old drafts", name) as stream:
+                for chunk in stream:
+                    if chunk.get("stream_paused"):
+                        pause = chunk["confirmation_data"]["confirmation_id"]
+                        break
+            listed = run("--inbox")
+            self.assertEqual(listed.returncode, 0, listed.stderr)
+            line = next(l for l in listed.stdout.splitlines() if l.startswith(pause))
+            self.assertIn("(high risk)", line)
+            self.assertIn("delete old drafts  (high risk; simulated: no tool runs)", listed.stdout)
+            decided = run("--decide", pause, "--reply", "confirm")
+            self.assertEqual(decided.returncode, 0, decided.stderr)
+            self.assertIn("[confirmation_received] Received confirm", decided.stdout)
+            again = run("--decide", pause, "--reply", "confirm")
+            self.assertEqual(again.returncode, 1)
+            followed = run("--attach", name)
+            self.assertEqual(followed.returncode, 0, followed.stderr)
+            self.assertIn("[completion]", followed.stdout)
+            kept = agent.outcome(name)
+            self.assertEqual(kept["outcome"], "completion")
+            self.assertEqual(kept["pauses"][0]["action"], "confirm")
+            self.assertIsNone(agent.outcome(session()))
 
     def test_scripted_confirm_exits_0(self):
         done = self.cli("--reply", "confirm", "build; ship")
