@@ -1,8 +1,9 @@
 //! `GET /api/v1/runs/{session_id}`: how the session's latest run ended, for
 //! `--keep-outcome` after its end (an agent that started a run and left
 //! reads it whenever it comes back): its final chunk, its pauses and who
-//! decided them, and what ran. The caller's own namespace only: an approver
-//! key reads a run by re-attaching with the pause's id.
+//! decided them, and what ran. The caller's own namespace; an approver key,
+//! which sees every namespace, names the run by one of its pauses
+//! (`?confirmation_id=ID`).
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -16,12 +17,19 @@ use crate::run::ReattachError;
 use crate::session::SessionKey;
 use crate::store::Outcome;
 
+/// The query string: an approver names a pause of the run.
+#[derive(Debug, serde::Deserialize)]
+pub struct ByPause {
+    confirmation_id: Option<String>,
+}
+
 pub async fn outcome(
     req: HttpRequest,
     session_id: web::Path<String>,
+    query: web::Query<ByPause>,
     state: web::Data<AppState>,
 ) -> HttpResponse {
-    match read(&req, &session_id, &state).await {
+    match read(&req, &session_id, query.confirmation_id.as_deref(), &state).await {
         Ok(response) => response,
         Err(err) => {
             state.runs.metrics.error(err.error_type());
@@ -33,23 +41,29 @@ pub async fn outcome(
 async fn read(
     req: &HttpRequest,
     session_id: &str,
+    confirmation_id: Option<&str>,
     state: &AppState,
 ) -> Result<HttpResponse, ChatError> {
     let headers = req.headers();
     state.access.check_host(headers)?;
     state.access.check_origin(headers)?;
-    let Caller::Owner(owner) = state.access.caller(headers)? else {
-        return Err(ChatError::ForbiddenRole);
-    };
+    let caller = state.access.caller(headers)?;
     if !is_valid_session_id(session_id) {
         return Err(RequestError::BadSessionId.into());
     }
-    let key = SessionKey::new(owner, session_id);
-    let outcome = state
-        .runs
-        .outcome(&key)
-        .await?
-        .ok_or(ChatError::Reattach(ReattachError::NoSuchRun))?;
+    let outcome = match caller {
+        Caller::Owner(owner) => {
+            state
+                .runs
+                .outcome(&SessionKey::new(owner, session_id))
+                .await?
+        }
+        Caller::Approver(_) => {
+            let id = confirmation_id.ok_or(ChatError::ApproverWithoutConfirmationId)?;
+            state.runs.outcome_by_pause(session_id, id).await?
+        }
+    }
+    .ok_or(ChatError::Reattach(ReattachError::NoSuchRun))?;
     let mut response = HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(described(&outcome));

@@ -104,6 +104,29 @@ impl Runs {
             .await
     }
 
+    /// For an approver, who names a run by one of its pauses: the kept
+    /// outcome of session `session_id`, in whichever namespace, whose run
+    /// asked the pause `confirmation_id`.
+    pub async fn outcome_by_pause(
+        &self,
+        session_id: &str,
+        confirmation_id: &str,
+    ) -> Result<Option<Outcome>, StoreError> {
+        for owner in self.settings.namespaces.owners() {
+            let key = SessionKey::new(owner, session_id);
+            if let Some(outcome) = self.outcome(&key).await? {
+                if outcome
+                    .pauses
+                    .iter()
+                    .any(|p| p.confirmation_id == confirmation_id)
+                {
+                    return Ok(Some(outcome));
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// [`Runs::reattach`], and once the run's log is gone (its grace is
     /// over), its kept outcome: the final chunk alone, under its own
     /// sequence (`gap: true` when the client had not read up to it). A

@@ -503,3 +503,66 @@ async fn an_approval_lists_each_task_with_its_risk_and_a_preview_and_its_time_le
     assert_eq!(cut.chars().count(), 121);
     assert!(cut.ends_with('…'));
 }
+
+#[tokio::test]
+async fn an_approver_reads_how_a_run_it_decided_ended_by_the_pause_s_id() {
+    let app = spawn_app_with(|s| {
+        s.api_keys = vec!["alice".into()];
+        s.approver_keys = vec!["boss".into()];
+        s.detach_grace = Duration::ZERO;
+    })
+    .await;
+    pause_and_leave(
+        &app,
+        Some("alice"),
+        "job",
+        "build",
+        ChunkType::ConfirmationRequest,
+    )
+    .await;
+    let (_, listed) = inbox(&app, Some("boss"), "").await;
+    let id = listed["interactions"][0]["confirmation_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let decided = app
+        .client
+        .post(app.url())
+        .bearer_auth("boss")
+        .json(&json!({"message": "CONFIRM_ACTION:confirm", "session_id": "job", "confirmation_id": id}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(decided.status(), 200);
+    let read = |query: String| {
+        app.client
+            .get(format!("{}/api/v1/runs/job{query}", app.address))
+            .bearer_auth("boss")
+            .send()
+    };
+
+    let deadline = tokio::time::Instant::now() + crate::helpers::WAIT;
+    let outcome: Value = loop {
+        let response = read(format!("?confirmation_id={id}")).await.unwrap();
+        if response.status() == 200 {
+            break response.json().await.unwrap();
+        }
+        assert_eq!(response.status(), 404);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(outcome["outcome"], "completion");
+    assert_eq!(outcome["pauses"][0]["decided_by"], "approver-1");
+    // An approver names the run by a pause: without one, 400.
+    assert_eq!(read(String::new()).await.unwrap().status(), 400);
+    assert_eq!(
+        read("?confirmation_id=other".into())
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+}

@@ -494,6 +494,8 @@ test('an approver finds an agent\'s pending run in the inbox and confirms it; th
     assert.equal(await page.evaluate(() => document.activeElement.tagName), 'H2');
     await report.getByRole('button', { name: 'Confirm' }).click();
     await report.locator('.decided', { hasText: 'Decision: confirm' }).waitFor();
+    // The approver sees how the run it decided ended.
+    await report.locator('.run-end', { hasText: 'Run ended: completion: Completed 2 task(s).' }).waitFor();
     const question = page.locator('.inbox-item', { hasText: 'pick-region' });
     await question.getByRole('button', { name: 'Open' }).click();
     await question.getByRole('radio', { name: 'us' }).check();
