@@ -74,10 +74,6 @@ impl Namespaces {
         })
     }
 
-    /// The owner a stored `namespace` belongs to in this process, or
-    /// `None` when no client can reach it now (its key is not configured;
-    /// or it was stored without keys and keys are required now, or the
-    /// other way round).
     /// Every owner: each key's place, or `None` without keys.
     pub fn owners(&self) -> Vec<Option<u32>> {
         if self.names.is_empty() {
@@ -87,6 +83,10 @@ impl Namespaces {
         }
     }
 
+    /// The owner a stored `namespace` belongs to in this process, or
+    /// `None` when no client can reach it now (its key is not configured;
+    /// or it was stored without keys and keys are required now, or the
+    /// other way round).
     pub fn owner(&self, namespace: Option<&str>) -> Option<Option<u32>> {
         match namespace {
             None if self.names.is_empty() => Some(None),

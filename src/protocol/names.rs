@@ -28,7 +28,6 @@ pub mod meta {
     pub const DECIDED_AT: &str = "decided_at";
     pub const ERROR_TYPE: &str = "error_type";
     pub const FINISH_REASON: &str = "finish_reason";
-    pub const GAP: &str = "gap";
     pub const LAST_ROUND: &str = "last_round";
     pub const MODEL: &str = "model";
     pub const OK: &str = "ok";

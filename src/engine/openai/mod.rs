@@ -80,7 +80,7 @@ fn system_prompt(tools: &Tools, ask_user: bool) -> String {
     let mut prompt = acting_prompt(tools);
     if ask_user {
         prompt.push_str(
-            " When you need a decision or a missing detail from the user, call ask_user              with your questions instead of guessing; its result is their answer.",
+            " When you need a decision or a missing detail from the user, call ask_user with your questions instead of guessing; its result is their answer.",
         );
     }
     prompt
