@@ -263,7 +263,7 @@ pub struct Settings {
     #[arg(long, env = "CHATGATE_WEBHOOK_SECRET", hide_env_values = true,
           value_parser = clap::builder::StringValueParser::new().map(SecretString::from))]
     pub webhook_secret: Option<SecretString>,
-    /// Where people open the page (e.g. https://gate.example.com): webhook
+    /// Where people open the page (e.g. `https://gate.example.com`): webhook
     /// events then carry a `decide_url`, the page opened on their session.
     #[arg(long, env = "CHATGATE_PUBLIC_URL", value_parser = parse_public_url)]
     pub public_url: Option<String>,

@@ -1,5 +1,7 @@
 //! The shape of `src/`, checked: imports flow one way (no cycle among the
-//! modules), and no file grows past a size one reads in a sitting without
+//! modules, and every top-level module names only modules of a lower rank
+//! in [`RANKS`]), the Layout of `lib.rs` and of the README name every
+//! module, and no file grows past a size one reads in a sitting without
 //! saying why in its `//!` header.
 //!
 //! The import graph has one node per file (`src/run/mod.rs` is `run`,
@@ -13,6 +15,90 @@ use std::path::{Path, PathBuf};
 
 /// Longest file, in lines, that needs no reason.
 const MAX_LINES: usize = 600;
+
+/// The layers, top to bottom: a top-level module may name only modules of
+/// a lower rank (two of one rank name neither the other). A new module gets
+/// its place here, which is where it says what it may use.
+const RANKS: &[(&str, u32)] = &[
+    ("startup", 14),
+    ("config", 13),
+    ("http", 12),
+    ("engine", 12),
+    ("run", 11),
+    ("cluster", 10),
+    ("webhook", 10),
+    ("confirmation", 10),
+    ("metrics", 9),
+    ("audit", 9),
+    ("store", 8),
+    ("tools", 8),
+    ("sse", 8),
+    ("session", 7),
+    ("protocol", 6),
+    ("redact", 6),
+];
+
+#[test]
+fn every_top_level_module_names_only_modules_ranked_below_it() {
+    let rank: BTreeMap<&str, u32> = RANKS.iter().copied().collect();
+    let top = |module: &str| module.split("::").next().unwrap_or(module).to_owned();
+    let mut unranked = BTreeSet::new();
+    let mut climbing = Vec::new();
+    for (from, targets) in import_edges() {
+        for to in targets {
+            let (a, b) = (top(&from), top(&to));
+            // `crate` is lib.rs, which declares every module.
+            if a == b || a == "crate" {
+                continue;
+            }
+            match (rank.get(a.as_str()), rank.get(b.as_str())) {
+                (Some(ra), Some(rb)) if ra > rb => {}
+                (Some(_), Some(_)) => climbing.push(format!("{from} -> {to}")),
+                _ => {
+                    unranked.insert(if rank.contains_key(a.as_str()) { b } else { a });
+                }
+            }
+        }
+    }
+    for module in modules().keys().filter(|m| *m != "crate") {
+        if !rank.contains_key(top(module).as_str()) {
+            unranked.insert(top(module));
+        }
+    }
+    assert!(
+        unranked.is_empty(),
+        "modules with no rank in RANKS: {unranked:?}"
+    );
+    assert!(
+        climbing.is_empty(),
+        "imports that climb or cross a layer (see RANKS):\n{}",
+        climbing.join("\n")
+    );
+}
+
+#[test]
+fn the_layout_of_lib_rs_and_the_readme_name_every_module() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let layout = readme
+        .split("## Layout")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("a Layout section in the README");
+    for (module, _) in RANKS {
+        assert!(
+            lib.contains(&format!("[`{module}`]")),
+            "the Layout table of src/lib.rs does not name `{module}`"
+        );
+        let file = format!("src/{module}.rs");
+        let dir = format!("src/{module}/");
+        assert!(
+            layout.contains(&file) || layout.contains(&dir),
+            "the README's Layout does not name {file} or {dir}"
+        );
+    }
+}
 
 #[test]
 fn imports_under_src_form_no_cycle() {

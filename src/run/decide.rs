@@ -23,7 +23,7 @@ use crate::confirmation::{Accepted, DecideError};
 use crate::protocol::{
     Action, CancelReason, Chunk, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
 };
-use crate::run::log::LogRegistry;
+use crate::run::registry::LogRegistry;
 use crate::session::SessionKey;
 use crate::store::{DecidedBy, Fault, PauseNote, Resolution, StoredDecision};
 use crate::webhook::{About, DecisionData, Event};

@@ -9,10 +9,11 @@
 //! behind that an unread frame would be evicted, the run is stopped with
 //! `slow_consumer`, so buffering per stream is bounded by the log's limits.
 //!
-//! [`LogRegistry`] maps a session to its latest log, so a re-attach can find
-//! a run that is live or finished within its grace.
+//! [`LogRegistry`](super::registry::LogRegistry) maps a session to its
+//! latest log, so a re-attach can find a run that is live or finished
+//! within its grace.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
@@ -22,7 +23,6 @@ use bytes::Bytes;
 
 use super::stop::RunStop;
 use crate::protocol::{meta, CancelReason, Chunk, ChunkType};
-use crate::session::SessionKey;
 use crate::sse;
 use crate::store::{DecidedBy, Outcome, PauseNote, RanNote, RunEnd, MAX_OUTCOME_TEXT};
 
@@ -60,7 +60,7 @@ pub struct RunLog {
 }
 
 /// A pause at least this long makes a run's end re-attachable for the
-/// grace whatever its stream wrote (see [`RunLog::waited`]). Scripts that
+/// grace whatever its stream wrote (see `RunLog::waited_since`). Scripts that
 /// answer at once do not pay for it; people do not answer this fast.
 pub const LONG_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -87,7 +87,7 @@ pub(super) struct LogInner {
     paused_since: Option<std::time::Instant>,
     /// When the last pause that lasted [`LONG_PAUSE`] or more ended: a
     /// client attached through it may have gone without the server
-    /// noticing (see [`RunLog::waited_since`]).
+    /// noticing (see `RunLog::waited_since`).
     long_pause_ended: Option<std::time::Instant>,
     /// The run was suspended (see [`RunLog::suspend`]): after the last frame
     /// the stream gets `trailer`, then ends, with no final chunk.
@@ -343,7 +343,7 @@ impl RunLog {
     }
 
     /// Whether this log's run asked the pause `confirmation_id`.
-    fn names_pause(&self, confirmation_id: &str) -> bool {
+    pub(super) fn names_pause(&self, confirmation_id: &str) -> bool {
         self.lock()
             .pauses
             .iter()
@@ -507,72 +507,6 @@ fn ran_note(chunk: &Chunk) -> RanNote {
         ok: flag(meta::OK).unwrap_or(false),
         skipped: flag(meta::SKIPPED).unwrap_or(false),
         simulated: flag(meta::SIMULATED).unwrap_or(false),
-    }
-}
-
-/// Sessions' latest logs, for re-attach. Cheap-clone handle.
-#[derive(Clone, Default)]
-pub struct LogRegistry {
-    logs: Arc<Mutex<HashMap<SessionKey, Arc<RunLog>>>>,
-}
-
-impl LogRegistry {
-    fn lock(&self) -> MutexGuard<'_, HashMap<SessionKey, Arc<RunLog>>> {
-        self.logs.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Makes `log` the one a re-attach to `key` finds.
-    pub fn publish(&self, key: SessionKey, log: Arc<RunLog>) {
-        self.lock().insert(key, log);
-    }
-
-    pub fn find(&self, key: &SessionKey) -> Option<Arc<RunLog>> {
-        self.lock().get(key).cloned()
-    }
-
-    /// Forgets `log` if it is still the one registered for `key`.
-    pub(super) fn forget(&self, key: &SessionKey, log: &Arc<RunLog>) {
-        let mut logs = self.lock();
-        if logs
-            .get(key)
-            .is_some_and(|current| Arc::ptr_eq(current, log))
-        {
-            logs.remove(key);
-        }
-    }
-
-    /// The sessions whose logs are held.
-    pub fn keys(&self) -> Vec<SessionKey> {
-        self.lock().keys().cloned().collect()
-    }
-
-    /// Logs held (live runs plus finished ones within their grace).
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The session of a run, live or ended and kept for its grace, that
-    /// asked the pause `confirmation_id` (an approver's re-attach or reply
-    /// once that pause was decided). A scan of the logs' pause notes:
-    /// approvers act at a person's pace.
-    pub fn find_pause(&self, confirmation_id: &str) -> Option<SessionKey> {
-        let logs: Vec<(SessionKey, Arc<RunLog>)> = self
-            .lock()
-            .iter()
-            .map(|(key, log)| (key.clone(), log.clone()))
-            .collect();
-        logs.into_iter()
-            .find_map(|(key, log)| log.names_pause(confirmation_id).then_some(key))
-    }
-
-    /// Runs whose client went away and that may still be re-attached.
-    pub fn detached(&self) -> usize {
-        let logs: Vec<Arc<RunLog>> = self.lock().values().cloned().collect();
-        logs.iter().filter(|log| log.is_detached()).count()
     }
 }
 

@@ -3,8 +3,8 @@
 //! [`Subscription`] it gets into a response.
 //!
 //! - [`stop`]: why a run must end ([`RunStop`]), first cause wins.
-//! - [`log`]: its numbered, bounded output ([`RunLog`]) and the registry a
-//!   re-attach searches ([`LogRegistry`]).
+//! - [`log`]: its numbered, bounded output ([`RunLog`]); [`registry`]: the
+//!   logs a re-attach searches ([`LogRegistry`]).
 //! - [`stream`]: one client's view of the log ([`Subscription`]): keep-alive,
 //!   gap, detach and its grace.
 //!
@@ -33,6 +33,7 @@ pub mod log;
 pub mod outcome;
 pub mod place;
 pub mod plan;
+pub mod registry;
 mod restore;
 pub mod settings;
 pub mod start;
@@ -48,7 +49,8 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use self::log::{BeyondEnd, LogLimits, LogRegistry, RunLog};
+use self::log::{BeyondEnd, LogLimits, RunLog};
+use self::registry::LogRegistry;
 use self::settings::RunSettings;
 use self::stop::RunStop;
 use self::stream::{StreamSettings, Subscription};

@@ -23,7 +23,8 @@ use bytes::Bytes;
 use futures_util::Stream;
 use tokio::time::Sleep;
 
-use super::log::{BeyondEnd, LogRegistry, RunLog};
+use super::log::{BeyondEnd, RunLog};
+use super::registry::LogRegistry;
 use crate::metrics::Metrics;
 use crate::protocol::CancelReason;
 use crate::session::SessionKey;
@@ -148,7 +149,7 @@ impl Subscription {
 }
 
 /// A run nobody has attached to yet (restored from a store at start) gets
-/// the same grace as a client that left (see [`detached`]).
+/// the same grace as a client that left.
 pub fn expire_unclaimed(log: Arc<RunLog>, key: SessionKey, settings: Arc<StreamSettings>) {
     detached(log, key, &settings, None);
 }

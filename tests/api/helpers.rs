@@ -8,7 +8,7 @@ use chatgate::config::Settings;
 use chatgate::confirmation::ConfirmationManager;
 use chatgate::engine::planner::PlannerEngine;
 use chatgate::protocol::{Chunk, ChunkType};
-use chatgate::run::log::LogRegistry;
+use chatgate::run::registry::LogRegistry;
 use chatgate::run::Engine;
 use chatgate::startup::Application;
 use futures_util::StreamExt;

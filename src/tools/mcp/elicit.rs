@@ -3,7 +3,7 @@
 //!
 //! A form elicitation's `requestedSchema` is a flat object: one question per
 //! property, in the schema's order, at most
-//! [`MAX_QUESTIONS`](crate::protocol::question::MAX_QUESTIONS):
+//! [`MAX_QUESTIONS`]:
 //! - `enum` (or `oneOf` of `{const, title}`) with 2 to 8 values: the values
 //!   are the options (their titles the labels); more or fewer: a typed
 //!   string question whose schema carries the `enum`;

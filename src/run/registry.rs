@@ -1,0 +1,74 @@
+//! The logs a re-attach searches: each session's latest run's, live or
+//! ended within its grace.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::log::RunLog;
+use crate::session::SessionKey;
+
+/// Sessions' latest logs, for re-attach. Cheap-clone handle.
+#[derive(Clone, Default)]
+pub struct LogRegistry {
+    logs: Arc<Mutex<HashMap<SessionKey, Arc<RunLog>>>>,
+}
+
+impl LogRegistry {
+    fn lock(&self) -> MutexGuard<'_, HashMap<SessionKey, Arc<RunLog>>> {
+        self.logs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes `log` the one a re-attach to `key` finds.
+    pub fn publish(&self, key: SessionKey, log: Arc<RunLog>) {
+        self.lock().insert(key, log);
+    }
+
+    pub fn find(&self, key: &SessionKey) -> Option<Arc<RunLog>> {
+        self.lock().get(key).cloned()
+    }
+
+    /// Forgets `log` if it is still the one registered for `key`.
+    pub(super) fn forget(&self, key: &SessionKey, log: &Arc<RunLog>) {
+        let mut logs = self.lock();
+        if logs
+            .get(key)
+            .is_some_and(|current| Arc::ptr_eq(current, log))
+        {
+            logs.remove(key);
+        }
+    }
+
+    /// The sessions whose logs are held.
+    pub fn keys(&self) -> Vec<SessionKey> {
+        self.lock().keys().cloned().collect()
+    }
+
+    /// Logs held (live runs plus finished ones within their grace).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The session of a run, live or ended and kept for its grace, that
+    /// asked the pause `confirmation_id` (an approver's re-attach or reply
+    /// once that pause was decided). A scan of the logs' pause notes:
+    /// approvers act at a person's pace.
+    pub fn find_pause(&self, confirmation_id: &str) -> Option<SessionKey> {
+        let logs: Vec<(SessionKey, Arc<RunLog>)> = self
+            .lock()
+            .iter()
+            .map(|(key, log)| (key.clone(), log.clone()))
+            .collect();
+        logs.into_iter()
+            .find_map(|(key, log)| log.names_pause(confirmation_id).then_some(key))
+    }
+
+    /// Runs whose client went away and that may still be re-attached.
+    pub fn detached(&self) -> usize {
+        let logs: Vec<Arc<RunLog>> = self.lock().values().cloned().collect();
+        logs.iter().filter(|log| log.is_detached()).count()
+    }
+}
