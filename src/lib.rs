@@ -22,10 +22,11 @@
 //! | [`confirmation`] | the run registry and the pause/decide handshake (no I/O) |
 //! | [`audit`], [`metrics`], [`tools`] | the audit log; Prometheus metrics; declared tools and their executors |
 //! | [`webhook`] | signed webhook events: building them, the sender |
-//! | [`session`], [`sse`], [`redact`] | who a session belongs to; SSE framing (the only place that writes SSE bytes); what of a URL may be written out |
+//! | [`session`], [`sse`], [`redact`], [`clock`] | who a session belongs to; SSE framing (the only place that writes SSE bytes); what of a URL may be written out; wall-clock conversions |
 //! | [`protocol`] | wire types and names, the request's rules, chunk constructors (no I/O) |
 
 pub mod audit;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod confirmation;

@@ -36,6 +36,7 @@ const RANKS: &[(&str, u32)] = &[
     ("session", 7),
     ("protocol", 6),
     ("redact", 6),
+    ("clock", 6),
 ];
 
 #[test]

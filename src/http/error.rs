@@ -246,14 +246,10 @@ impl ChatError {
         if let ChatError::Reply(ReplyError::Decided(note)) = self {
             chunk = chunk.with_meta(meta::CONFIRMATION_ID, note.confirmation_id.as_str());
             if let Some(decided) = &note.decided {
-                let at = std::time::UNIX_EPOCH + Duration::from_millis(decided.at_ms);
                 chunk = chunk
                     .with_meta(meta::ACTION, decided.action.as_str())
                     .with_meta(meta::DECIDED_BY, decided.by.as_str())
-                    .with_meta(
-                        meta::DECIDED_AT,
-                        humantime::format_rfc3339_millis(at).to_string(),
-                    );
+                    .with_meta(meta::DECIDED_AT, crate::clock::rfc3339_ms(decided.at_ms));
             }
         }
         let mut response = sse::single_chunk(status, chunk);

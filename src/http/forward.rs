@@ -92,7 +92,7 @@ pub fn forwarded(
         .get(DEADLINE_HEADER)
         .and_then(|value| value.to_str().ok())
         .and_then(|ms| ms.parse::<u64>().ok())
-        .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+        .map(crate::clock::at);
     Ok(Some(Forwarded { not_after }))
 }
 
@@ -119,9 +119,7 @@ pub async fn forward(
     forwarding: Forwarding,
 ) -> Result<HttpResponse, ChatError> {
     let deadline = SystemTime::now() + FORWARD_BUDGET;
-    let deadline_ms = deadline
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
+    let deadline_ms = crate::clock::ms(deadline);
     let mut request = cluster
         .http()
         .post(format!("{}{CHAT_PATH}", owner.url))

@@ -74,10 +74,7 @@ async fn read(
 /// An outcome as the endpoint shows it.
 fn described(outcome: &Outcome) -> Value {
     let last = &outcome.final_chunk;
-    let at = |ms: u64| {
-        let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-        humantime::format_rfc3339_millis(time).to_string()
-    };
+    let at = crate::clock::rfc3339_ms;
     let pauses: Vec<Value> = outcome
         .pauses
         .iter()

@@ -6,7 +6,7 @@
 //! replica's own pauses that are not stored are added.
 
 use std::collections::HashSet;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -127,14 +127,7 @@ fn request_of(frame: &[u8]) -> Option<Value> {
     serde_json::from_str(data).ok()
 }
 
-fn rfc3339(at: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(at).to_string()
-}
-
-fn unix_ms(at: SystemTime) -> u64 {
-    at.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+use crate::clock::{ms as unix_ms, rfc3339};
 
 /// The listing item of the pause `confirmation_id` whose request is
 /// `frame`; `None` when the frame is not that pause's request (a run that
@@ -292,7 +285,7 @@ fn page(mut items: Vec<Interaction>, query: &InboxQuery) -> Vec<Interaction> {
 /// A stored pause as the inbox lists it (`owner`: its namespace's).
 fn stored_interaction(record: &PausedRecord, owner: Option<u32>) -> Option<Interaction> {
     let frame = record.frames.last()?;
-    let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+    let at = crate::clock::at;
     let key = SessionKey::new(owner, &record.session_id);
     interaction(
         &key,

@@ -64,9 +64,7 @@ impl Runs {
             end_record(&self.settings.store, &record.run, &key, end, Vec::new()).await;
             return false;
         }
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let now_ms = crate::clock::now_ms();
         let decided = StoredDecision::of(&record);
         let cancelled = decided
             .as_ref()

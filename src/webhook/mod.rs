@@ -297,9 +297,7 @@ impl DecisionData<'_> {
 
 /// Unix seconds now.
 pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    crate::clock::now_secs()
 }
 
 #[cfg(test)]

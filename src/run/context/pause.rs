@@ -482,7 +482,7 @@ impl RunContext {
             PauseKind::Approval => Asking::Plan(TaskCheck::of(&record.tasks, &self.settings.tools)),
             PauseKind::Question => Asking::Questions(record.questions.clone().into()),
         };
-        let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+        let at = crate::clock::at;
         let spec = PauseSpec {
             confirmation_id: record.confirmation_id.clone(),
             round: record.round,
@@ -510,9 +510,7 @@ impl RunContext {
         pending: PendingDecision,
         record: &PausedRecord,
     ) -> Result<Resumed, RunError> {
-        let now_ms = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let now_ms = crate::clock::now_ms();
         let left = Duration::from_millis(record.expires_at_ms.saturating_sub(now_ms));
         let asked = Asked {
             confirmation_id: record.confirmation_id.clone(),
@@ -536,11 +534,7 @@ impl RunContext {
     }
 }
 
-/// `at` in milliseconds since the Unix epoch.
-fn unix_ms(at: SystemTime) -> u64 {
-    at.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+use crate::clock::ms as unix_ms;
 
 /// Whole seconds of `timeout`, rounded up: a sub-second timeout is not "0".
 fn timeout_seconds(timeout: Duration) -> u64 {

@@ -2,8 +2,6 @@
 //! cluster, from the per-namespace sorted set and `conf:ID` that the save,
 //! decide and end scripts keep (see [`super::scripts::SAVE`]).
 
-use std::time::SystemTime;
-
 use super::{pending_key, run_key, RedisStore};
 use crate::store::{Located, PausedRecord, StoreError};
 
@@ -17,9 +15,7 @@ impl RedisStore {
     ) -> Result<Vec<PausedRecord>, StoreError> {
         {
             let set = pending_key(namespace);
-            let now_ms = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
+            let now_ms = crate::clock::now_ms();
             let mut connection = self.connection().await?;
             let failed = |err: redis::RedisError| self.failed(&err);
             // Pauses past their expiry are not pending; they stay in the

@@ -49,7 +49,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -326,9 +326,7 @@ impl Store for RedisStore {
         events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let now_ms = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
+            let now_ms = crate::clock::now_ms();
             let ttl = record.expires_at_ms.saturating_sub(now_ms)
                 + self.replica.linger.as_millis() as u64;
             let json = serde_json::to_string(&record).unwrap_or_default();

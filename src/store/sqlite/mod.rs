@@ -20,7 +20,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -410,9 +410,7 @@ impl Store for SqliteStore {
 
 /// Milliseconds since the Unix epoch.
 pub(super) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    crate::clock::now_ms() as i64
 }
 
 /// Deletes the ended runs whose grace is over.
