@@ -16,14 +16,12 @@
 //!   [`KILL_GRACE`] later. A tool dies with chatgate, `kill -9` included.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
 
 use super::keeper::{self, KILL_GRACE};
 use super::outcome::{CappedOutput, ToolOutcome, MAX_STDERR_TAIL};
@@ -77,29 +75,7 @@ impl CommandSpec {
         stop: impl std::future::Future<Output = ()>,
     ) -> ToolOutcome {
         let started = Instant::now();
-        let mut command = Command::new(&self.argv[0]);
-        command
-            .args(&self.argv[1..])
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // The keeper's own group: signals for it never reach the tool's.
-            .process_group(0)
-            // A run that ends while its command runs must not leave it behind.
-            .kill_on_drop(true);
-        keeper::keep(&mut command);
-        if let Some(path) = std::env::var_os("PATH") {
-            command.env("PATH", path);
-        }
-        for name in &self.env {
-            if let Some(value) = std::env::var_os(name) {
-                command.env(name, value);
-            }
-        }
-        if let Some(dir) = &self.cwd {
-            command.current_dir(dir);
-        }
+        let mut command = keeper::command(&self.argv, &self.env, self.cwd.as_deref());
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(err) => {

@@ -48,6 +48,43 @@ extern "C" fn on_kill(_: libc::c_int) {
     KILL.store(true, Ordering::SeqCst);
 }
 
+/// The one way chatgate starts a program of the tools file (a command
+/// tool's call, a stdio MCP server): `argv` with piped stdio, through a
+/// keeper (below) in a process group of its own, killed when dropped, in
+/// `cwd` if given, with an environment of `PATH` and the variables `env`
+/// names only (the allow-list: nothing else of chatgate's, its secrets
+/// included, reaches it).
+pub fn command(
+    argv: &[String],
+    env: &[String],
+    cwd: Option<&std::path::Path>,
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        // The keeper's own group: signals for it never reach the tool's.
+        .process_group(0)
+        // A run that ends while its program runs must not leave it behind.
+        .kill_on_drop(true);
+    keep(&mut command);
+    if let Some(path) = std::env::var_os("PATH") {
+        command.env("PATH", path);
+    }
+    for name in env {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    if let Some(dir) = cwd {
+        command.current_dir(dir);
+    }
+    command
+}
+
 /// Makes `command` spawn a keeper that runs the tool (see the module docs).
 /// The spawned process is the keeper: signal it, not its group.
 pub fn keep(command: &mut tokio::process::Command) {

@@ -3,7 +3,6 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::process::Stdio;
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -14,7 +13,7 @@ use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::ServiceExt;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, ReadBuf};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{Child, ChildStdout};
 use tokio::sync::{mpsc, Notify};
 
 use super::client::{Asker, Elicitation, Handler};
@@ -189,28 +188,7 @@ impl McpServer {
             }
         };
         let program = &argv[0];
-        let mut command = Command::new(program);
-        command
-            .args(&argv[1..])
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        keeper::keep(&mut command);
-        if let Some(path) = std::env::var_os("PATH") {
-            command.env("PATH", path);
-        }
-        for name in env {
-            if let Some(value) = std::env::var_os(name) {
-                command.env(name, value);
-            }
-        }
-        if let Some(dir) = cwd {
-            command.current_dir(dir);
-        }
-        let mut child = command
+        let mut child = keeper::command(argv, env, cwd.as_deref())
             .spawn()
             .map_err(|err| format!("cannot start `{program}`: {err}"))?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
