@@ -31,6 +31,41 @@ pub fn owner_label(owner: Option<u32>) -> String {
     owner.map_or_else(|| "anonymous".to_owned(), |i| format!("key-{}", i + 1))
 }
 
+/// What every log line about a run starts with, so that one run's lines
+/// (one decision's) can be found together: `session="demo-1" run=7
+/// key=key-1` (the session as a JSON string, as the access log writes it;
+/// the run's number in this process, when known).
+#[derive(Debug, Clone, Copy)]
+pub struct RunTag<'a> {
+    pub key: &'a SessionKey,
+    pub run: Option<u64>,
+}
+
+impl<'a> RunTag<'a> {
+    pub fn of(key: &'a SessionKey, run: u64) -> RunTag<'a> {
+        RunTag {
+            key,
+            run: Some(run),
+        }
+    }
+
+    /// A session's, before (or without) a run of this process.
+    pub fn session(key: &'a SessionKey) -> RunTag<'a> {
+        RunTag { key, run: None }
+    }
+}
+
+impl std::fmt::Display for RunTag<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let session = serde_json::Value::from(self.key.session_id.as_ref());
+        write!(f, "session={session}")?;
+        if let Some(run) = self.run {
+            write!(f, " run={run}")?;
+        }
+        write!(f, " key={}", owner_label(self.key.owner))
+    }
+}
+
 /// The stored names of the API keys' namespaces.
 ///
 /// In memory a run's owner is its key's place in this process's list (see

@@ -24,7 +24,7 @@ use crate::protocol::{
     Action, CancelReason, Chunk, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
 };
 use crate::run::registry::LogRegistry;
-use crate::session::SessionKey;
+use crate::session::{RunTag, SessionKey};
 use crate::store::{DecidedBy, Fault, PauseNote, Resolution, StoredDecision};
 use crate::webhook::{About, DecisionData, Event};
 
@@ -203,7 +203,7 @@ impl Runs {
             self.settings.wake_sender(&events);
             return recorder.audit_and_deliver(accepted).await.map(|()| decided);
         };
-        log::error!("{err}");
+        log::error!("{}: {err}", RunTag::of(key, accepted.run_id));
         Err(match err.fault {
             // Not recorded, so not taken: the pause waits on, for a retry.
             Fault::Unreachable => {
@@ -383,13 +383,17 @@ impl Settling {
             };
             match resolved {
                 Ok(Resolution::Recorded) => {
-                    log::info!("a decision with an unknown outcome was recorded; it stands");
+                    log::info!(
+                        "{}: a decision with an unknown outcome was recorded; it stands",
+                        RunTag::of(&recorder.key, accepted.run_id)
+                    );
                     let _ = recorder.audit_and_deliver(accepted).await;
                     return;
                 }
                 Ok(Resolution::Void) => {
                     log::info!(
-                        "a decision with an unknown outcome was not recorded; the pause waits"
+                        "{}: a decision with an unknown outcome was not recorded; the pause waits",
+                        RunTag::of(&recorder.key, accepted.run_id)
                     );
                     accepted.ticket.withdraw();
                     return;

@@ -19,7 +19,7 @@ use crate::audit::{AuditLog, AuditRecord, RunFields};
 use crate::confirmation::slot::PendingDecision;
 use crate::protocol::{Chunk, ChunkType, ErrorType};
 use crate::run::settings::RunSettings;
-use crate::session::SessionKey;
+use crate::session::{RunTag, SessionKey};
 use crate::sse;
 use crate::store::{OutboxEvent, Outcome, PausedRecord, RunEnd, Store, StoreError};
 use crate::webhook::{About, Event};
@@ -36,7 +36,7 @@ pub(super) async fn drive(engine: Arc<dyn Engine>, mut ctx: RunContext) {
     let result = AssertUnwindSafe(engine.run(&mut ctx))
         .catch_unwind()
         .await
-        .unwrap_or_else(|_| panicked());
+        .unwrap_or_else(|_| panicked(&ctx));
     // Boxed: the records written at the end must not enlarge the task every
     // paused run is held in.
     Box::pin(conclude(ctx, result)).await;
@@ -54,23 +54,27 @@ pub(super) async fn drive_restored(
         Err(err) => Err(err),
     };
     let result = match resumed {
-        Ok(resumed) => match engine.resume(&mut ctx, record.state, resumed) {
-            Some(going_on) => AssertUnwindSafe(going_on)
-                .catch_unwind()
-                .await
-                .unwrap_or_else(|_| panicked()),
-            None => Err(RunError::failed(
-                ErrorType::Interrupted,
-                "this run's engine cannot go on after a restart",
-            )),
-        },
+        Ok(resumed) => {
+            let ran = match engine.resume(&mut ctx, record.state, resumed) {
+                Some(going_on) => Some(AssertUnwindSafe(going_on).catch_unwind().await),
+                None => None,
+            };
+            match ran {
+                Some(Ok(result)) => result,
+                Some(Err(_)) => panicked(&ctx),
+                None => Err(RunError::failed(
+                    ErrorType::Interrupted,
+                    "this run's engine cannot go on after a restart",
+                )),
+            }
+        }
         Err(err) => Err(err),
     };
     Box::pin(conclude(ctx, result)).await;
 }
 
-fn panicked() -> Result<Completion, RunError> {
-    ::log::error!("engine panicked during a run");
+fn panicked(ctx: &RunContext) -> Result<Completion, RunError> {
+    ::log::error!("{}: engine panicked during a run", ctx.tag());
     Err(RunError::unacted(ErrorType::Internal))
 }
 
@@ -84,13 +88,13 @@ async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
         // handed back, for any of them to take over at once.
         if let Some(stored_id) = ctx.stored_id() {
             if let Err(err) = settings.store.suspend(stored_id, ctx.session_key()).await {
-                ::log::warn!("{err}");
+                ::log::warn!("{}: {err}", ctx.tag());
             }
         }
+        ::log::debug!("{}: suspended until the next start", ctx.tag());
         let (slot, log) = ctx.into_parts();
         drop(slot);
         log.suspend(sse::retry_trailer());
-        ::log::debug!("run suspended until the next start");
         return;
     }
     let stored_id = ctx.stored_id().cloned();
@@ -99,7 +103,7 @@ async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
     let last_pause = ctx.last_pause().cloned();
     let (ended, why, log, last) = finish(ctx, result);
     keep_outcome(&settings, &key, log.outcome(last)).await;
-    ::log::debug!("run ended with {ended:?}");
+    ::log::debug!("{}: ended with {ended:?}", RunTag::of(&key, run_id));
     // `run.ended` for a run that paused: with its end's record when it has one.
     let events = match &last_pause {
         Some((confirmation_id, kind)) => settings.event_rows(|| {
@@ -168,7 +172,10 @@ async fn retry(
     let Err(err) = write(store.clone(), run.to_owned(), key.clone()).await else {
         return;
     };
-    ::log::error!("{err}; trying the {what} of run {run} again in the background");
+    ::log::error!(
+        "{}: {err}; trying the {what} of run {run} again in the background",
+        RunTag::session(key)
+    );
     let (store, run, key) = (store.clone(), run.to_owned(), key.clone());
     tokio::spawn(async move {
         let started = tokio::time::Instant::now();
@@ -240,9 +247,6 @@ pub(super) async fn keep_outcome(settings: &RunSettings, key: &SessionKey, outco
         .keep_outcome(namespace.as_deref(), &outcome, settings.keep_outcome)
         .await;
     if let Err(err) = kept {
-        ::log::warn!(
-            "session {:?}: its outcome is not kept: {err}",
-            key.session_id
-        );
+        ::log::warn!("{}: its outcome is not kept: {err}", RunTag::session(key));
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::Runs;
 use crate::cluster::Cluster;
-use crate::session::SessionKey;
+use crate::session::{RunTag, SessionKey};
 
 /// How often each replica looks for expired pauses of replicas that died.
 pub const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
@@ -58,7 +58,7 @@ impl Runs {
             for session_id in sessions {
                 let key = SessionKey::new(owner, &session_id);
                 if let Err(err) = self.place(&key).await {
-                    ::log::debug!("session {session_id:?}: {err}");
+                    ::log::debug!("{}: {err}", RunTag::session(&key));
                 }
             }
         }

@@ -57,7 +57,7 @@ use self::stream::{StreamSettings, Subscription};
 use crate::cluster::Cluster;
 use crate::confirmation::{ConfirmationManager, RunLimits};
 use crate::metrics::Metrics;
-use crate::session::SessionKey;
+use crate::session::{RunTag, SessionKey};
 use crate::store::{Outcome, RunEnd, StoreError};
 
 /// Everything a run needs from the server: a cheap-clone handle.
@@ -146,7 +146,7 @@ impl Runs {
             Ok(Some(outcome)) => outcome,
             Ok(None) => return Err(ReattachError::NoSuchRun),
             Err(err) => {
-                ::log::warn!("session {:?}: {err}", key.session_id);
+                ::log::warn!("{}: {err}", RunTag::session(&key));
                 return Err(ReattachError::NoSuchRun);
             }
         };
@@ -172,7 +172,7 @@ impl Runs {
     /// Re-attaches to the run of `key`, replaying every chunk after `last_seen`.
     pub fn reattach(&self, key: SessionKey, last_seen: u64) -> Result<Subscription, ReattachError> {
         let log = self.logs.find(&key).ok_or_else(|| {
-            ::log::debug!("session {:?}: nothing to re-attach to", key.session_id);
+            ::log::debug!("{}: nothing to re-attach to", RunTag::session(&key));
             ReattachError::NoSuchRun
         })?;
         Subscription::attach(log, key, last_seen, self.stream.clone()).map_err(

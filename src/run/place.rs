@@ -5,7 +5,7 @@
 
 use super::Runs;
 use crate::cluster::{Located, Peer};
-use crate::session::SessionKey;
+use crate::session::{RunTag, SessionKey};
 use crate::store::StoreError;
 
 /// Where a request about a session is to be answered.
@@ -39,7 +39,7 @@ impl Runs {
             return Ok(Place::Here);
         }
         let located = cluster.locate(key, !self.shutdown.is_cancelled()).await?;
-        ::log::debug!("session {:?}: {located:?}", key.session_id);
+        ::log::debug!("{}: {located:?}", RunTag::session(key));
         match located {
             Located::Nobody => {}
             Located::Elsewhere(owner) => return Ok(Place::Owner(owner)),
@@ -49,12 +49,15 @@ impl Runs {
             // over by this process and now back: restored like any other.
             Located::Mine(run) | Located::TakenOver(run) => match cluster.record(&run).await? {
                 Some(record) => {
-                    ::log::info!("took over run {run} of a replica that is gone");
+                    ::log::info!(
+                        "{}: took over run {run} of a replica that is gone",
+                        RunTag::session(key)
+                    );
                     self.restore_one(record).await;
                 }
                 // It was working when its owner went, or it had ended.
                 None => {
-                    ::log::debug!("session {:?}: run {run} has no record", key.session_id);
+                    ::log::debug!("{}: run {run} has no record", RunTag::session(key));
                     cluster.forget(key, &run).await?
                 }
             },

@@ -14,7 +14,7 @@ use super::Runs;
 use crate::audit::RunFields;
 use crate::confirmation::{Begun, RunLimits};
 use crate::protocol::{meta, Action, CancelReason, Chunk, ErrorType};
-use crate::session::SessionKey;
+use crate::session::{RunTag, SessionKey};
 use crate::store::{PausedRecord, StoredDecision};
 
 impl Runs {
@@ -45,9 +45,9 @@ impl Runs {
             // Its API key is not configured any more: no client can reach
             // it, and it must not land in anyone else's namespace.
             ::log::warn!(
-                "dropping stored run {} of session {:?}: its API key is not configured",
-                record.run,
-                record.session_id
+                "session={} run {}: dropped, its API key is not configured",
+                serde_json::Value::from(record.session_id.as_str()),
+                record.run
             );
             let orphan = SessionKey::new(None, &record.session_id);
             remove_record(&self.settings.store, &record.run, &orphan).await;
@@ -214,7 +214,7 @@ impl Runs {
     /// lapsed): the copy here is suspended, as at a shutdown, so that its
     /// stream ends with `retry:` and its client re-attaches to the owner.
     pub fn relinquish(&self, key: &SessionKey) {
-        ::log::debug!("session {:?}: handed over", key.session_id);
+        ::log::debug!("{}: handed over", RunTag::session(key));
         if let Some(log) = self.logs.find(key) {
             log.stop.stop(CancelReason::Shutdown);
         }

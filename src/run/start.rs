@@ -19,7 +19,7 @@ use super::Runs;
 use crate::cluster::{Claimed, Cluster, Peer, SETTLE_PATIENCE};
 use crate::confirmation::{BeginError, Begun, RunSlot};
 use crate::protocol::{Action, CancelReason};
-use crate::session::SessionKey;
+use crate::session::{RunTag, SessionKey};
 use crate::store::{Fault, Resolution, StoreError, StoredDecision};
 
 /// Where a new message went.
@@ -127,7 +127,7 @@ impl Runs {
             Err(err) if err.fault == Fault::Lost => Ok(begun.now()),
             // `begun` is dropped: the old pause waits again.
             Err(err) => {
-                log::error!("{err}");
+                log::error!("{}: {err}", RunTag::session(key));
                 Err(StartError::Store(err))
             }
         }
@@ -217,7 +217,7 @@ impl Runs {
                 Err(StartError::Unknown)
             }
             Err(err) => {
-                log::error!("{err}");
+                log::error!("{}: {err}", RunTag::session(key));
                 Err(StartError::Store(err))
             }
         }

@@ -353,3 +353,51 @@ async fn the_access_log_names_the_session_and_never_the_message() {
     );
     assert!(!lines.iter().any(|l| l.contains("secret plan")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_line_about_a_run_names_its_session_run_and_key() {
+    // A model server that is not there: the run's warning is logged.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let model = format!("http://127.0.0.1:{port}/v1");
+    let server = crate::common::start_binary(&[
+        "--engine",
+        "openai",
+        "--llm-url",
+        &model,
+        "--llm-model",
+        "m",
+        "--api-key",
+        "tag-key-1234",
+    ]);
+    let response = reqwest::Client::new()
+        .post(format!("{}/api/v1/chat/stream", server.url))
+        .bearer_auth("tag-key-1234")
+        .json(&serde_json::json!({"message": "hello", "session_id": "tagged \"one\""}))
+        .send()
+        .await
+        .unwrap();
+    let body = response.text().await.unwrap();
+    assert!(body.contains("engine_unavailable"), "{body}");
+
+    let deadline = tokio::time::Instant::now() + crate::helpers::WAIT;
+    loop {
+        let logs = server.logs.lock().unwrap().join("\n");
+        let tagged = logs
+            .lines()
+            .find(|l| l.contains("cannot be reached:") && l.contains("run="));
+        if let Some(line) = tagged {
+            assert!(line.contains(r#"session="tagged \"one\"" run="#), "{line}");
+            assert!(
+                line.contains(&format!("key=key-1: model server http://127.0.0.1:{port}:")),
+                "{line}"
+            );
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{logs}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

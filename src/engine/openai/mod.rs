@@ -326,7 +326,13 @@ impl OpenAiEngine {
         let mut call = ModelCall::start(
             &self.runtime,
             request,
-            crate::redact::origin(&url),
+            // Who is speaking, in the call's log lines: the run, and the
+            // model server by its origin only.
+            format!(
+                "{}: model server {}",
+                ctx.tag(),
+                crate::redact::origin(&url)
+            ),
             self.config.timeout,
             self.config.max_time,
         );
@@ -410,7 +416,7 @@ impl Engine for OpenAiEngine {
         resumed: Resumed,
     ) -> Option<BoxFuture<'a, Result<Completion, RunError>>> {
         let paused: PausedTurn = serde_json::from_value(state)
-            .map_err(|err| log::warn!("cannot read a stored openai run: {err}"))
+            .map_err(|err| log::warn!("{}: cannot read a stored openai run: {err}", ctx.tag()))
             .ok()?;
         Some(
             async move {

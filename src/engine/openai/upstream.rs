@@ -130,23 +130,24 @@ pub struct ModelCall {
 
 impl ModelCall {
     /// Sends `request` from a task on `runtime`; the call must end by
-    /// `max_time` from now.
+    /// `max_time` from now. `who` starts its log lines (the run, and the
+    /// model server by its origin).
     pub fn start(
         runtime: &tokio::runtime::Handle,
         request: reqwest::RequestBuilder,
-        url: String,
+        who: String,
         read_timeout: Duration,
         max_time: Duration,
     ) -> ModelCall {
         let (events_tx, events) = mpsc::channel(CHANNEL_DEPTH);
         let deadline = Instant::now() + max_time;
         let task = runtime.spawn(async move {
-            let call = read_call(request, &url, read_timeout, deadline, &events_tx);
+            let call = read_call(request, &who, read_timeout, deadline, &events_tx);
             let ended = match tokio::time::timeout_at(deadline, call).await {
                 Ok(Ok(())) => Upstream::Done,
                 Ok(Err(err)) => Upstream::Failed(err),
                 Err(_) => {
-                    log::warn!("model call to {url} passed its deadline ({max_time:?})");
+                    log::warn!("{who}: the call passed its deadline ({max_time:?})");
                     Upstream::Failed(CallError::Deadline(max_time))
                 }
             };
@@ -178,7 +179,7 @@ impl Drop for ModelCall {
 /// `Retry-After` in seconds, or `retry-after-ms`) while the deadline allows.
 async fn send_with_retries(
     request: reqwest::RequestBuilder,
-    url: &str,
+    who: &str,
     read_timeout: Duration,
     deadline: Instant,
 ) -> Result<reqwest::Response, CallError> {
@@ -188,7 +189,7 @@ async fn send_with_retries(
         let sending = request.try_clone().ok_or(CallError::Unreachable)?;
         let mut response = sending.send().await.map_err(|err| {
             log::warn!(
-                "cannot reach the model server {url}: {}",
+                "{who}: cannot be reached: {}",
                 crate::redact::request_error(&err)
             );
             if err.is_timeout() {
@@ -205,7 +206,7 @@ async fn send_with_retries(
         let wait = asked.unwrap_or(FIRST_BACKOFF * 2u32.pow(attempt.min(6)));
         let detail = read_error_body(&mut response).await;
         log::warn!(
-            "model server {url} answered {status} (attempt {}): {detail:.200}",
+            "{who}: answered {status} (attempt {}): {detail:.200}",
             attempt + 1
         );
         if attempt >= MAX_RETRIES || Instant::now() + wait >= deadline {
@@ -236,16 +237,16 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
 
 async fn read_call(
     request: reqwest::RequestBuilder,
-    url: &str,
+    who: &str,
     read_timeout: Duration,
     deadline: Instant,
     events: &mpsc::Sender<Upstream>,
 ) -> Result<(), CallError> {
-    let mut response = send_with_retries(request, url, read_timeout, deadline).await?;
+    let mut response = send_with_retries(request, who, read_timeout, deadline).await?;
     let status = response.status();
     if !status.is_success() {
         let detail = read_error_body(&mut response).await;
-        log::warn!("model server {url} answered {status}: {detail}");
+        log::warn!("{who}: answered {status}: {detail}");
         return Err(CallError::Status {
             status: status.as_u16(),
         });
@@ -258,7 +259,7 @@ async fn read_call(
             Ok(None) => break,
             Err(err) => {
                 let why = crate::redact::request_error(&err);
-                log::warn!("model stream from {url} broke: {why}");
+                log::warn!("{who}: the stream broke: {why}");
                 return Err(if err.is_timeout() {
                     CallError::NoAnswer(read_timeout)
                 } else {
@@ -270,7 +271,7 @@ async fn read_call(
             if data.trim() == "[DONE]" {
                 return Ok(());
             }
-            let chunk = parse_event(&data, url)?;
+            let chunk = parse_event(&data, who)?;
             finished |= chunk.choices.iter().any(|c| c.finish_reason.is_some());
             if events.send(Upstream::Chunk(chunk)).await.is_err() {
                 return Ok(()); // The run is gone.
@@ -281,7 +282,7 @@ async fn read_call(
         if data.trim() == "[DONE]" {
             return Ok(());
         }
-        let chunk = parse_event(&data, url)?;
+        let chunk = parse_event(&data, who)?;
         finished |= chunk.choices.iter().any(|c| c.finish_reason.is_some());
         if events.send(Upstream::Chunk(chunk)).await.is_err() {
             return Ok(());
@@ -290,18 +291,18 @@ async fn read_call(
     if finished {
         Ok(())
     } else {
-        log::warn!("model stream from {url} ended without [DONE] or a finish_reason");
+        log::warn!("{who}: the stream ended without [DONE] or a finish_reason");
         Err(CallError::EndedEarly)
     }
 }
 
-fn parse_event(data: &str, url: &str) -> Result<StreamChunk, CallError> {
+fn parse_event(data: &str, who: &str) -> Result<StreamChunk, CallError> {
     let chunk: StreamChunk = serde_json::from_str(data).map_err(|err| {
-        log::warn!("unreadable model event from {url}: {err}");
+        log::warn!("{who}: an unreadable event: {err}");
         CallError::Unreadable("not a chat-completion chunk")
     })?;
     if let Some(error) = &chunk.error {
-        log::warn!("model server {url} reported: {:.500}", error.to_string());
+        log::warn!("{who}: reported: {:.500}", error.to_string());
         return Err(CallError::Reported);
     }
     Ok(chunk)

@@ -48,12 +48,15 @@ impl RunContext {
         }
         match recording {
             Err(err) if err.fault == Fault::Moved => {
-                log::info!("{err}: the paused run is handed to its new owner");
+                log::info!(
+                    "{}: {err}: the paused run is handed to its new owner",
+                    self.tag()
+                );
                 Err(RunError::Suspended)
             }
             // It ends here as decided; a restore finds its pause expired.
             Err(err) => {
-                log::warn!("{err}");
+                log::warn!("{}: {err}", self.tag());
                 Ok(decision)
             }
             Ok(()) => Ok(decision),

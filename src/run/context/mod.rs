@@ -22,7 +22,7 @@ use crate::confirmation::RunSlot;
 use crate::metrics::Metrics;
 use crate::protocol::{Chunk, ChunkType};
 use crate::protocol::{ErrorType, PauseKind};
-use crate::session::SessionKey;
+use crate::session::{RunTag, SessionKey};
 use crate::tools::Tools;
 
 /// What a restored run's context is made of.
@@ -146,6 +146,11 @@ impl RunContext {
     /// session have larger ones (engines order saved turns by it).
     pub fn run_id(&self) -> u64 {
         self.slot.run_id()
+    }
+
+    /// What this run's log lines start with (its session, number and key).
+    pub fn tag(&self) -> RunTag<'_> {
+        RunTag::of(self.session_key(), self.run_id())
     }
 
     pub fn settings(&self) -> &RunSettings {

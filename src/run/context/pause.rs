@@ -21,6 +21,7 @@ use crate::protocol::{
 };
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Approval, Plan, Questions, Resumed};
+use crate::session::RunTag;
 use crate::store::PausedRecord;
 use crate::webhook::{About, Event};
 
@@ -312,8 +313,9 @@ impl RunContext {
             ended: None,
             in_memory,
         };
+        let (key, run_id) = (self.session_key().clone(), self.run_id());
         store.save(record, &events).await.map_err(|err| {
-            log::error!("{err}");
+            log::error!("{}: {err}", RunTag::of(&key, run_id));
             RunError::Failed {
                 error_type: ErrorType::StoreUnavailable,
                 message: "the store cannot keep this pause; nothing was asked".to_owned(),
