@@ -110,7 +110,14 @@ async fn ten_thousand_cycles_leave_nothing_behind_and_memory_flat() {
     // Kept outcomes (--keep-outcome) are left behind on purpose, bounded in
     // count (docs/protocol.md); this soak is about what must not be, so it
     // keeps none.
-    let server = start_binary(&["--step-delay", "0", "--workers", "2", "--keep-outcome", "0s"]);
+    let server = start_binary(&[
+        "--step-delay",
+        "0",
+        "--workers",
+        "2",
+        "--keep-outcome",
+        "0s",
+    ]);
     let pid = server.child.id().to_string();
     let client = reqwest::Client::new();
     // Warm up the way the soak runs: sequential, then concurrent.

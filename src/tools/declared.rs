@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::command;
 #[cfg(feature = "openai")]
 use super::http;
+use super::mcp::call::CallHost;
 use super::mcp::{offered_name, McpEntry, McpServer, McpSpec, McpTool};
 use super::outcome::ToolOutcome;
 use crate::protocol::question::{
@@ -466,27 +467,22 @@ impl Tool {
 
     /// Runs one call with `args` (already checked), unless `stop` resolves
     /// first: then a running command is terminated (SIGTERM, SIGKILL 2 s
-    /// later) and the outcome says it was stopped.
-    pub async fn run(
+    /// later) and the outcome says it was stopped. An MCP server's
+    /// questions and progress go to `host`; its error, if asking ended the
+    /// call, comes back with the outcome.
+    pub async fn run<H: CallHost>(
         &self,
         args: &Value,
         stop: impl std::future::Future<Output = ()>,
-    ) -> ToolOutcome {
+        host: &mut H,
+    ) -> (ToolOutcome, Option<H::Error>) {
         match &self.executor {
-            Executor::Command(spec) => spec.run(args, self.timeout, stop).await,
+            Executor::Command(spec) => (spec.run(args, self.timeout, stop).await, None),
             #[cfg(feature = "openai")]
-            Executor::Http(spec) => spec.run(args, self.timeout, stop).await,
-            // Runs call MCP tools through `RunContext::run_tool`, which also
-            // carries the server's questions; here a question is declined.
+            Executor::Http(spec) => (spec.run(args, self.timeout, stop).await, None),
+            // A server's questions and progress go to `host` (the run).
             Executor::Mcp(call) => {
-                let (asks, _) = tokio::sync::mpsc::channel(1);
-                let (progress, _) = tokio::sync::mpsc::channel(1);
-                let started = std::time::Instant::now();
-                tokio::select! {
-                    outcome = call.server.call(&call.tool, args, asks, progress) => outcome,
-                    () = tokio::time::sleep(self.timeout) => super::mcp::timed_out(started, self.timeout),
-                    () = stop => super::mcp::stopped(started),
-                }
+                super::mcp::call::run(call, args, self.timeout, stop, host).await
             }
         }
     }

@@ -2,23 +2,17 @@
 //! `tool_output` chunk and its `executed` audit record. An MCP server's tool
 //! may ask questions mid-call: they are put to the user on the run's stream.
 
-use std::time::Instant;
-
-use rmcp::model::ElicitationAction;
+use futures_util::future::BoxFuture;
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 use super::{audit_failed, RunContext};
 use crate::audit::{self, AuditRecord};
+use crate::protocol::question::Question;
 use crate::protocol::{meta, Chunk, ChunkType, ErrorType};
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Questions};
-use crate::tools::keeper::KILL_GRACE;
-use crate::tools::mcp::{self, client::Elicitation, elicit, McpTool};
-use crate::tools::{Executor, Tool, ToolOutcome};
-
-/// Most often an MCP call's progress is shown (a `status` chunk).
-const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+use crate::tools::mcp::call::{Answered, CallHost};
+use crate::tools::{Tool, ToolOutcome};
 
 /// Calls one run may make without a confirmation (`confirm = false`
 /// tools): past it the run ends with `tool_call_limit`. Every confirmed
@@ -47,147 +41,44 @@ impl RunContext {
     /// schema, and confirmed unless the tool needs no confirmation), then
     /// reports it: a `tool_output` chunk and an `executed` audit record. A
     /// stop terminates a running command; its outcome is still reported and
-    /// recorded. The call runs exactly once.
+    /// recorded. The call runs exactly once. An MCP server's questions
+    /// mid-call are put to the user as question pauses (see [`Host`]); a
+    /// cancel or a timeout of one ends the run cancelled, after the call's
+    /// outcome is reported.
     pub async fn run_tool(
         &mut self,
         index: usize,
         tool: &Tool,
         args: &Value,
     ) -> Result<ToolOutcome, RunError> {
-        if let Executor::Mcp(call) = &tool.executor {
-            return Box::pin(self.run_mcp_tool(index, tool, call, args)).await;
-        }
         let stop = self.stop.clone();
         // Boxed, like the record below: an engine's future is as large as
         // the largest thing it awaits, and a paused run holds that future
         // for the whole pause; a process's state must not be in it.
-        let outcome = Box::pin(tool.run(args, async move {
-            stop.stopped().await;
-        }))
-        .await;
+        let (outcome, ended) = {
+            let mut host = Host {
+                ctx: self,
+                index,
+                tool: &tool.name,
+            };
+            Box::pin(tool.run(
+                args,
+                async move {
+                    stop.stopped().await;
+                },
+                &mut host,
+            ))
+            .await
+        };
         Box::pin(self.record_tool(index, &tool.name, Some(args), &outcome)).await?;
+        if let Some(err) = ended {
+            return Err(err);
+        }
         // Stopped meanwhile: the run ends for that reason, after saying what ran.
         if let Some(reason) = self.stop.reason() {
             return Err(RunError::Cancelled(reason));
         }
         Ok(outcome)
-    }
-
-    /// [`RunContext::run_tool`] for a tool of an MCP server: the call runs
-    /// until its result, its `timeout_secs` (not counting the time a person
-    /// takes to answer the server's questions) or a stop; each question the
-    /// server asks meanwhile is put to the user as a question pause. A
-    /// cancel or a timeout of such a question is told to the server
-    /// (`cancel`), the call is given [`KILL_GRACE`] to end, and the run
-    /// ends cancelled.
-    async fn run_mcp_tool(
-        &mut self,
-        index: usize,
-        tool: &Tool,
-        call: &McpTool,
-        args: &Value,
-    ) -> Result<ToolOutcome, RunError> {
-        let started = Instant::now();
-        let (asks, mut questions) = mpsc::channel(1);
-        let (progress, mut progressed) = mpsc::channel(1);
-        let mut running = Box::pin(call.server.call(&call.tool, args, asks, progress));
-        let mut last_shown: Option<Instant> = None;
-        let stop = self.stop.clone();
-        let mut deadline = tokio::time::Instant::now() + tool.timeout;
-        let mut ended = None;
-        let outcome = loop {
-            tokio::select! {
-                outcome = &mut running => break outcome,
-                Some(question) = questions.recv() => {
-                    let asked = tokio::time::Instant::now();
-                    let answered = self.put_server_question(index, &call.server.name, question).await;
-                    deadline += asked.elapsed();
-                    if let Err(err) = answered {
-                        ended = Some(err);
-                        // Told `cancel`: the server may still end the call.
-                        let outcome = tokio::time::timeout(KILL_GRACE, &mut running)
-                            .await
-                            .unwrap_or_else(|_| mcp::stopped(started));
-                        break outcome;
-                    }
-                }
-                Some(text) = progressed.recv() => {
-                    // At most one a quarter second: a chatty server does not
-                    // fill the run's log.
-                    if last_shown.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY) {
-                        last_shown = Some(Instant::now());
-                        let chunk = self
-                            .chunk(ChunkType::Status, format!("{}: {text}", tool.name))
-                            .with_meta(meta::STEP, index)
-                            .with_meta(meta::TOOL, tool.name.as_str());
-                        self.log.push(chunk);
-                    }
-                }
-                () = tokio::time::sleep_until(deadline) => break mcp::timed_out(started, tool.timeout),
-                _ = stop.stopped() => break mcp::stopped(started),
-            }
-        };
-        // Dropping the call cancels it on the server if it is still running.
-        drop(running);
-        Box::pin(self.record_tool(index, &tool.name, Some(args), &outcome)).await?;
-        if let Some(err) = ended {
-            return Err(err);
-        }
-        if let Some(reason) = self.stop.reason() {
-            return Err(RunError::Cancelled(reason));
-        }
-        Ok(outcome)
-    }
-
-    /// Puts an MCP server's question to the user and answers the server:
-    /// `answer` -> `accept` with the content, `skip` -> `decline`; a cancel,
-    /// a timeout or a stop -> `cancel`, and the run's end comes back as the
-    /// error. A question that cannot be asked is declined, and a `status`
-    /// chunk says why.
-    async fn put_server_question(
-        &mut self,
-        index: usize,
-        server: &str,
-        question: Elicitation,
-    ) -> Result<(), RunError> {
-        let mapped = match elicit::questions(&question.schema, &question.order) {
-            Ok(mapped) => mapped,
-            Err(why) => {
-                let chunk = self
-                    .chunk(
-                        ChunkType::Status,
-                        format!("MCP server {server} asked a question that cannot be put to you ({why}); declined"),
-                    )
-                    .with_meta(meta::STEP, index);
-                self.log.push(chunk);
-                question.answer(ElicitationAction::Decline, None);
-                return Ok(());
-            }
-        };
-        let title = match question.message.trim() {
-            "" => format!("MCP server {server} asks"),
-            message => message.to_owned(),
-        };
-        let asked = Questions {
-            title,
-            questions: mapped.questions.clone(),
-            // A live call cannot outlive the process: never stored.
-            state: None,
-        };
-        match self.ask(asked).await {
-            Ok(Answers::Given(answers)) => {
-                question.answer(ElicitationAction::Accept, Some(mapped.content(&answers)));
-                Ok(())
-            }
-            Ok(Answers::Skipped) => {
-                question.answer(ElicitationAction::Decline, None);
-                Ok(())
-            }
-            Err(err) => {
-                question.answer(ElicitationAction::Cancel, None);
-                Err(err)
-            }
-        }
     }
 
     /// The `tool_output` chunk of a call's outcome; `text` replaces the
@@ -256,5 +147,57 @@ impl RunContext {
                 .map_err(|err| audit_failed(&err))?;
         }
         Ok(())
+    }
+}
+
+/// A run as the host of its MCP calls: a server's question is a question
+/// pause on the run's stream (never stored: a live call cannot outlive the
+/// process), its progress a `status` chunk.
+struct Host<'a> {
+    ctx: &'a mut RunContext,
+    index: usize,
+    tool: &'a str,
+}
+
+impl CallHost for Host<'_> {
+    type Error = RunError;
+
+    fn ask(
+        &mut self,
+        title: String,
+        questions: Vec<Question>,
+    ) -> BoxFuture<'_, Result<Answered, RunError>> {
+        Box::pin(async move {
+            let asked = Questions {
+                title,
+                questions,
+                state: None,
+            };
+            Ok(match self.ctx.ask(asked).await? {
+                Answers::Given(answers) => Answered::Given(answers),
+                Answers::Skipped => Answered::Skipped,
+            })
+        })
+    }
+
+    fn cannot_ask(&mut self, why: &str) {
+        let text = format!(
+            "{} asked a question that cannot be put to you ({why}); declined",
+            self.tool
+        );
+        let chunk = self
+            .ctx
+            .chunk(ChunkType::Status, text)
+            .with_meta(meta::STEP, self.index);
+        self.ctx.log.push(chunk);
+    }
+
+    fn progress(&mut self, text: &str) {
+        let chunk = self
+            .ctx
+            .chunk(ChunkType::Status, format!("{}: {text}", self.tool))
+            .with_meta(meta::STEP, self.index)
+            .with_meta(meta::TOOL, self.tool);
+        self.ctx.log.push(chunk);
     }
 }

@@ -16,6 +16,7 @@
 //! per input schema, [`MAX_DESCRIPTION_CHARS`] per description, a result's
 //! text capped like a command's output, and one pending question per call.
 
+pub mod call;
 pub mod client;
 pub mod elicit;
 #[cfg(feature = "openai")]
