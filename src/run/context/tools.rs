@@ -42,7 +42,8 @@ impl RunContext {
     /// reports it: a `tool_output` chunk and an `executed` audit record. A
     /// stop terminates a running command; its outcome is still reported and
     /// recorded. The call runs exactly once. An MCP server's questions
-    /// mid-call are put to the user as question pauses (see [`Host`]); a
+    /// mid-call are put to the user as question pauses (the run is the
+    /// call's host, `Host`); a
     /// cancel or a timeout of one ends the run cancelled, after the call's
     /// outcome is reported.
     pub async fn run_tool(
