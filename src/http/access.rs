@@ -96,6 +96,14 @@ impl AccessPolicy {
         !self.key_digests.is_empty()
     }
 
+    /// A `GET` of a JSON endpoint (the inbox, the tools, an outcome): its
+    /// `Host` and `Origin` checked, then who it comes from.
+    pub fn json_caller(&self, headers: &HeaderMap) -> Result<Caller, ChatError> {
+        self.check_host(headers)?;
+        self.check_origin(headers)?;
+        self.caller(headers)
+    }
+
     /// Who the request comes from: an approver when it presents an
     /// approver key, else its owner as [`AccessPolicy::owner`] says.
     pub fn caller(&self, headers: &HeaderMap) -> Result<Caller, ChatError> {

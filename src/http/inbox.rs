@@ -39,9 +39,7 @@ async fn list(
     state: &AppState,
 ) -> Result<HttpResponse, ChatError> {
     let headers = req.headers();
-    state.access.check_host(headers)?;
-    state.access.check_origin(headers)?;
-    let caller = state.access.caller(headers)?;
+    let caller = state.access.json_caller(headers)?;
     let query = query
         .map_err(|err| ChatError::InvalidRequest(format!("a malformed query: {err}")))?
         .into_inner();

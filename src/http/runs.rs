@@ -45,9 +45,7 @@ async fn read(
     state: &AppState,
 ) -> Result<HttpResponse, ChatError> {
     let headers = req.headers();
-    state.access.check_host(headers)?;
-    state.access.check_origin(headers)?;
-    let caller = state.access.caller(headers)?;
+    let caller = state.access.json_caller(headers)?;
     if !is_valid_session_id(session_id) {
         return Err(RequestError::BadSessionId.into());
     }

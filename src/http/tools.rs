@@ -46,9 +46,7 @@ pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse 
 
 fn listing(req: &HttpRequest, state: &AppState) -> Result<HttpResponse, ChatError> {
     let headers = req.headers();
-    state.access.check_host(headers)?;
-    state.access.check_origin(headers)?;
-    state.access.caller(headers)?;
+    state.access.json_caller(headers)?;
     let tools: Vec<Listed<'_>> = state
         .runs
         .settings
