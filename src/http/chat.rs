@@ -15,7 +15,7 @@ use super::state::AppState;
 use crate::cluster::Peer;
 use crate::confirmation::DecideError;
 use crate::protocol::{ChatRequest, ValidRequest, MAX_BODY_BYTES};
-use crate::run::decide::Reply;
+use crate::run::decide::{Reply, ReplyError};
 use crate::run::place::Place;
 use crate::run::start::Started;
 use crate::run::ReattachError;
@@ -121,10 +121,24 @@ async fn chat(
             let refused = |err: ChatError| Refusal::new(err, &session_id);
             let key = match caller {
                 Caller::Owner(owner) => SessionKey::new(owner, &session_id),
-                Caller::Approver(_) => approved(state, confirmation_id.as_deref())
-                    .await
-                    .map_err(refused)?
-                    .ok_or_else(|| refused(ChatError::Reply(DecideError::NoPending.into())))?,
+                Caller::Approver(_) => {
+                    match approved(state, confirmation_id.as_deref())
+                        .await
+                        .map_err(refused)?
+                    {
+                        Some(key) => key,
+                        // The run's log is gone: its kept outcome may still
+                        // say who decided the pause the reply names.
+                        None => {
+                            let id = confirmation_id.as_deref().unwrap_or_default();
+                            let told = match state.runs.decided_by_pause(&session_id, id).await {
+                                Some(note) => ReplyError::Decided(note),
+                                None => DecideError::NoPending.into(),
+                            };
+                            return Err(refused(ChatError::Reply(told)));
+                        }
+                    }
+                }
             };
             if let Some(peer) = elsewhere(state, &key, forwarded).await.map_err(refused)? {
                 return forward_to(state, &peer, req, body, Forwarding::Change)

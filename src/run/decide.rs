@@ -141,16 +141,18 @@ impl Runs {
         {
             return Err(ReplyError::Late);
         }
-        let accepted = self
-            .manager
-            .decide(
-                key,
-                reply.message,
-                reply.confirmation_id,
-                reply.decisions,
-                reply.answers,
-            )
-            .map_err(|refused| self.told_decided(key, reply.confirmation_id, refused))?;
+        let accepted = match self.manager.decide(
+            key,
+            reply.message,
+            reply.confirmation_id,
+            reply.decisions,
+            reply.answers,
+        ) {
+            Ok(accepted) => accepted,
+            Err(refused) => {
+                return Err(self.told_decided(key, reply.confirmation_id, refused).await)
+            }
+        };
         let decided = Decided {
             action: accepted.action,
             confirmation_id: accepted.confirmation_id.clone(),
@@ -241,8 +243,9 @@ impl Runs {
     /// `refused` as the reply is told: a pause its run noted as decided
     /// (the one it names, else the latest when that one is decided) is
     /// told what and who, whatever the manager knows of it now (the run
-    /// resumed, paused again or ended).
-    fn told_decided(
+    /// resumed, paused again or ended); once the run's log is gone, its
+    /// kept outcome (`--keep-outcome`) still says, for the pause it names.
+    async fn told_decided(
         &self,
         key: &SessionKey,
         confirmation_id: Option<&str>,
@@ -253,8 +256,20 @@ impl Runs {
             (DecideError::NoPending | DecideError::Stale, Some(id)) => Some(Some(id)),
             _ => None,
         };
-        asks.and_then(|id| self.logs.find(key)?.decided(id))
-            .map_or(ReplyError::Refused(refused), ReplyError::Decided)
+        let Some(asks) = asks else {
+            return ReplyError::Refused(refused);
+        };
+        if let Some(note) = self.logs.find(key).and_then(|log| log.decided(asks)) {
+            return ReplyError::Decided(note);
+        }
+        let kept = match (asks, self.outcome(key).await) {
+            (Some(id), Ok(Some(outcome))) => outcome
+                .pauses
+                .into_iter()
+                .find(|p| p.confirmation_id == id && p.decided.is_some()),
+            _ => None,
+        };
+        kept.map_or(ReplyError::Refused(refused), ReplyError::Decided)
     }
 }
 

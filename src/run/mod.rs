@@ -129,6 +129,24 @@ impl Runs {
         Ok(None)
     }
 
+    /// For an approver's reply: the pause `confirmation_id` of session
+    /// `session_id`, in whichever namespace, as its run's kept outcome
+    /// noted it, when a reply decided it.
+    pub async fn decided_by_pause(
+        &self,
+        session_id: &str,
+        confirmation_id: &str,
+    ) -> Option<crate::store::PauseNote> {
+        let outcome = self
+            .outcome_by_pause(session_id, confirmation_id)
+            .await
+            .ok()??;
+        outcome
+            .pauses
+            .into_iter()
+            .find(|p| p.confirmation_id == confirmation_id && p.decided.is_some())
+    }
+
     /// [`Runs::reattach`], and once the run's log is gone (its grace is
     /// over), its kept outcome: the final chunk alone, under its own
     /// sequence (`gap: true` when the client had not read up to it). A

@@ -566,3 +566,46 @@ async fn an_approver_reads_how_a_run_it_decided_ended_by_the_pause_s_id() {
         404
     );
 }
+
+#[tokio::test]
+async fn a_reply_sent_again_after_the_run_s_grace_is_told_who_decided_from_its_kept_outcome() {
+    let app = spawn_app_with(|s| {
+        s.api_keys = vec!["alice".into()];
+        s.approver_keys = vec!["boss".into()];
+        s.detach_grace = Duration::ZERO;
+    })
+    .await;
+    pause_and_leave(
+        &app,
+        Some("alice"),
+        "late",
+        "build",
+        ChunkType::ConfirmationRequest,
+    )
+    .await;
+    let (_, listed) = inbox(&app, Some("boss"), "").await;
+    let id = listed["interactions"][0]["confirmation_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let send = |key: &'static str| {
+        app.client
+            .post(app.url())
+            .bearer_auth(key)
+            .json(&json!({"message": "CONFIRM_ACTION:confirm", "session_id": "late", "confirmation_id": id}))
+            .send()
+    };
+    assert_eq!(send("boss").await.unwrap().status(), 200);
+    // The run ends and, with no grace, its log goes: only its outcome is kept.
+    app.registry_drains().await;
+    app.eventually("the log is forgotten", |app| app.logs.is_empty())
+        .await;
+
+    for key in ["boss", "alice"] {
+        let (status, again) = crate::helpers::one_chunk(send(key).await.unwrap()).await;
+        assert_eq!(status, 409, "{key}: {again:?}");
+        assert_eq!(again.metadata["error_type"], "already_decided");
+        assert_eq!(again.metadata["decided_by"], "approver-1");
+        assert_eq!(again.metadata["action"], "confirm");
+    }
+}
