@@ -552,11 +552,7 @@ async fn the_sample_clients_re_attach_across_a_restart() {
     ];
     for (i, (program, cli)) in clis.into_iter().enumerate() {
         let dir = Dir::new();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::helpers::free_port();
         let bind = format!("127.0.0.1:{port}");
         let store = dir.store();
         let args = ["--store", store.as_str(), "--step-delay", "0"];

@@ -30,6 +30,16 @@ pub struct TestApp {
     pub server: JoinHandle<std::io::Result<()>>,
 }
 
+/// A loopback port nothing listens on (bound, then freed at once): for a
+/// server that is not there.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Starts a server with the defaults, except no step delay.
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_| {}).await

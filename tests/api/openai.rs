@@ -187,11 +187,7 @@ async fn modify_sends_the_feedback_to_the_model_and_its_revised_plan_is_round_tw
 #[tokio::test]
 async fn an_unreachable_model_server_ends_the_run_with_engine_unavailable() {
     // Bound and dropped at once: nothing listens on this port.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::helpers::free_port();
     let app = app_with_model(&format!("http://127.0.0.1:{port}/v1"), |_| {}).await;
 
     let last = app.open("u", "hello").await.finish().await;
@@ -206,11 +202,7 @@ async fn an_unreachable_model_server_ends_the_run_with_engine_unavailable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_says_when_the_model_server_cannot_be_reached_and_when_it_is_back() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::helpers::free_port();
     let app = app_with_model(&format!("http://127.0.0.1:{port}/v1"), |_| {}).await;
     let ready = |body: &str| -> Value { serde_json::from_str(body).unwrap() };
 

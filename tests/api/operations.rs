@@ -357,11 +357,7 @@ async fn the_access_log_names_the_session_and_never_the_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_line_about_a_run_names_its_session_run_and_key() {
     // A model server that is not there: the run's warning is logged.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::helpers::free_port();
     let model = format!("http://127.0.0.1:{port}/v1");
     let server = crate::common::start_binary(&[
         "--engine",

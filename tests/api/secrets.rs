@@ -8,16 +8,7 @@ use serde_json::json;
 
 use crate::common::start_binary;
 use crate::durable::{open_paused, reply};
-use crate::helpers::WAIT;
-
-/// A loopback port nothing listens on (just freed).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::helpers::{free_port, WAIT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_url_s_password_and_token_never_reach_the_log() {

@@ -612,11 +612,7 @@ async fn a_client_gone_while_a_tool_runs_stops_it_once_and_records_it() {
 #[tokio::test]
 async fn an_unreachable_http_tool_says_refused_and_never_shows_its_url_to_the_client() {
     // A port just freed: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::helpers::free_port();
     let dir = Workdir::new();
     let extra = format!(
         r#"

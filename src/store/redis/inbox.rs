@@ -70,19 +70,29 @@ impl RedisStore {
                     Some(record) if record.decision.is_none() && record.ended.is_none() => {
                         records.push(record);
                     }
-                    _ => {
-                        // Its record went (it expired, or Redis lost it): unlisted.
-                        redis::cmd("ZREM")
-                            .arg(&set)
-                            .arg(&member)
-                            .query_async::<i64>(&mut connection)
-                            .await
-                            .map_err(failed)?;
-                    }
+                    // Its record went (it expired, or Redis lost it): unlisted.
+                    _ => self.unlist(&mut connection, &set, &member).await?,
                 }
             }
             Ok(records)
         }
+    }
+
+    /// Takes `member` out of the pending set `set`: a pause whose records
+    /// are gone.
+    async fn unlist(
+        &self,
+        connection: &mut redis::aio::ConnectionManager,
+        set: &str,
+        member: &str,
+    ) -> Result<(), StoreError> {
+        redis::cmd("ZREM")
+            .arg(set)
+            .arg(member)
+            .query_async::<i64>(connection)
+            .await
+            .map(drop)
+            .map_err(|err| self.failed(&err))
     }
 
     /// The sessions of at most `limit` pauses of `namespace` past their
@@ -120,14 +130,7 @@ impl RedisStore {
                 .map_err(failed)?;
             match session.as_deref().and_then(|s| s.strip_prefix(&prefix)) {
                 Some(session_id) => sessions.push(session_id.to_owned()),
-                None => {
-                    redis::cmd("ZREM")
-                        .arg(&set)
-                        .arg(&member)
-                        .query_async::<i64>(&mut connection)
-                        .await
-                        .map_err(failed)?;
-                }
+                None => self.unlist(&mut connection, &set, &member).await?,
             }
         }
         Ok(sessions)
