@@ -6,7 +6,9 @@
 //! user), `decided` (the answer, per task, who and from where), `asked`
 //! and `answered` (questions put to the user, and the reply), `executed`
 //! (a tool call: the arguments actually used, its outcome, the size and
-//! SHA-256 of its output), `ended` (how the run ended). Each has `event`,
+//! SHA-256 of its output, and what allowed it when no person did),
+//! `policy` (a rule of the tools file matched a call, enforced or in
+//! shadow mode), `ended` (how the run ended). Each has `event`,
 //! `at` (RFC 3339), `run_id` and `session_id` (as the client sent it).
 //!
 //! Fail closed, like an audit device that cannot write: a `proposed` record
@@ -30,7 +32,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::protocol::question::Question;
-use crate::protocol::{Action, ChunkType, Decisions, RiskLevel, TaskSpec};
+use crate::protocol::{Action, ApprovedBy, ChunkType, Decisions, RiskLevel, TaskSpec};
+use crate::tools::{RuleDecision, RuleMode};
 
 /// The fields every record of a run carries. `run_id` counts runs in this
 /// process; with a durable store `stored_run_id`, the run's id there (a
@@ -118,6 +121,29 @@ pub enum AuditRecord {
         duration_ms: u64,
         output_bytes: usize,
         output_sha256: String,
+        /// A call that ran without a person's yes: the rule or the grant
+        /// that allowed it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        approved_by: Option<ApprovedBy>,
+    },
+    /// A rule of the tools file matched a call: `mode` `enforce` (the rule
+    /// decided: `decision` is what happened) or `shadow` (what it would
+    /// have decided; `actual` is what happened instead).
+    Policy {
+        #[serde(flatten)]
+        run: RunFields,
+        /// The requester's key label.
+        key: String,
+        tool: String,
+        args: Value,
+        rule: String,
+        mode: RuleMode,
+        decision: RuleDecision,
+        /// What happened to the call: `allow` (ran without asking), `ask`
+        /// or `deny`.
+        actual: RuleDecision,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// How the run ended: its final chunk's type, and a cancel's reason or
     /// an error's type.

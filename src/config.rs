@@ -125,6 +125,11 @@ pub struct Settings {
     #[arg(long, env = "CHATGATE_KEEP_OUTCOME",
           default_value = text(KEEP_OUTCOME), value_parser = DurationArg::secs(Duration::ZERO, 30 * DAY))]
     pub keep_outcome: Duration,
+    /// A `decisions` reply must name every task of the pause (else 422
+    /// `undecided_tasks`); without it, tasks a reply does not name are
+    /// approved.
+    #[arg(long, env = "CHATGATE_EXPLICIT_DECISIONS")]
+    pub explicit_decisions: bool,
     /// Chunks kept per run for re-attach; an attached client that falls this far
     /// behind stops the run (reason `slow_consumer`). 1 to 1,048,576.
     #[arg(long, env = "CHATGATE_REPLAY_BUFFER", default_value_t = REPLAY_BUFFER,

@@ -47,7 +47,11 @@ pub struct Metrics {
     webhook_deliveries: Family<Labels, Counter>,
     webhook_queue_depth: Gauge,
     webhook_oldest: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// By rule name: names come from the server's tools file (at most 256).
+    policy_decisions: Family<PolicyLabels, Counter>,
 }
+
+type PolicyLabels = [(&'static str, String); 3];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -134,8 +138,15 @@ impl Metrics {
             "Age of the oldest webhook event not delivered yet (0 when none)",
             webhook_oldest.clone(),
         );
+        let policy_decisions = Family::<PolicyLabels, Counter>::default();
+        registry.register(
+            "policy_decisions",
+            "Calls a rule of the tools file matched, by rule, decision (allow, ask, deny) and mode (enforce: it decided; shadow: it would have)",
+            policy_decisions.clone(),
+        );
         Metrics {
             registry,
+            policy_decisions,
             webhook_deliveries,
             webhook_queue_depth,
             webhook_oldest,
@@ -171,6 +182,17 @@ impl Metrics {
             crate::store::now_ms().saturating_sub(at) as f64 / 1000.0
         });
         self.webhook_oldest.set(age);
+    }
+
+    /// A rule matched a call (`mode`: it decided, or only would have).
+    pub fn policy_decision(&self, rule: &str, decision: &'static str, mode: &'static str) {
+        self.policy_decisions
+            .get_or_create(&[
+                ("rule", rule.to_owned()),
+                ("decision", decision.to_owned()),
+                ("mode", mode.to_owned()),
+            ])
+            .inc();
     }
 
     pub fn decision(&self, action: &'static str, outcome: &'static str) {

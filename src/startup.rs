@@ -161,6 +161,7 @@ impl Application {
             namespaces,
             webhooks,
             keep_outcome: settings.keep_outcome,
+            explicit_decisions: settings.explicit_decisions,
         };
         let runs = Runs {
             manager: ConfirmationManager::new(),
@@ -414,6 +415,9 @@ async fn load_tools(settings: &Settings) -> Result<Tools, StartupError> {
         tools.len(),
         path.display()
     );
+    if !tools.rules().is_empty() {
+        log::info!("{} rule(s) decide calls first", tools.rules().len());
+    }
     Ok(tools)
 }
 

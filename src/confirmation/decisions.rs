@@ -9,20 +9,69 @@ use crate::tools::{Tool, Tools};
 /// What the pause knows of a task, to check the decisions made on it.
 #[derive(Debug, Clone, Default)]
 pub struct TaskCheck {
+    /// The task's index in the plan (a task a rule denied is not asked,
+    /// so the indices of a pause may have gaps).
+    pub index: usize,
     /// The declared tool the task calls, if any (its schema checks edits).
     pub tool: Option<Arc<Tool>>,
 }
 
-impl TaskCheck {
+/// What a reply's decisions on a plan are checked against.
+#[derive(Debug, Default)]
+pub struct PlanCheck {
+    pub tasks: Vec<TaskCheck>,
+    /// `--explicit-decisions`: a `decisions` reply names every task.
+    pub explicit: bool,
+    /// The tools file's rules (an edit's new arguments a `deny` rule
+    /// matches are refused) and the requester's key label they apply to.
+    pub rules: Option<(Arc<Tools>, String)>,
+}
+
+impl PlanCheck {
     /// What the decisions on `tasks` are checked against: each task's
-    /// declared tool, if it calls one.
-    pub fn of(tasks: &[TaskSpec], tools: &Tools) -> Arc<[TaskCheck]> {
-        tasks
-            .iter()
-            .map(|task| TaskCheck {
-                tool: tools.get(&task.tool).cloned(),
-            })
-            .collect()
+    /// index and declared tool, if it calls one.
+    pub fn of(tasks: &[TaskSpec], tools: &Arc<Tools>) -> PlanCheck {
+        PlanCheck {
+            tasks: tasks
+                .iter()
+                .map(|task| TaskCheck {
+                    index: task.index,
+                    tool: tools.get(&task.tool).cloned(),
+                })
+                .collect(),
+            explicit: false,
+            rules: None,
+        }
+    }
+
+    /// Refuses edits a `deny` rule matches, for the key labelled `key`.
+    pub fn with_rules(mut self, tools: &Arc<Tools>, key: String) -> PlanCheck {
+        if !tools.rules().is_empty() {
+            self.rules = Some((tools.clone(), key));
+        }
+        self
+    }
+
+    pub fn explicit(mut self, explicit: bool) -> PlanCheck {
+        self.explicit = explicit;
+        self
+    }
+}
+
+/// Why a reply's decisions are refused (422 each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecisionsError {
+    /// `invalid_decision`.
+    Invalid(String),
+    /// `denied_by_rule`: an edit's new arguments.
+    Denied(String),
+    /// `undecided_tasks` (`--explicit-decisions`).
+    Undecided(String),
+}
+
+impl From<String> for DecisionsError {
+    fn from(why: String) -> DecisionsError {
+        DecisionsError::Invalid(why)
     }
 }
 
@@ -34,31 +83,43 @@ impl TaskCheck {
 pub fn check_decisions(
     action: Action,
     requests: Option<&[TaskDecisionRequest]>,
-    tasks: &[TaskCheck],
-) -> Result<Option<Decisions>, String> {
+    plan: &PlanCheck,
+) -> Result<Option<Decisions>, DecisionsError> {
+    let tasks = &plan.tasks;
+    let given = requests.is_some();
     let requests = requests.unwrap_or_default();
     if action != Action::Confirm {
         if !requests.is_empty() {
-            return Err(format!(
+            return Err(DecisionsError::Invalid(format!(
                 "decisions go with confirm only, not with {}",
                 action.as_str()
-            ));
+            )));
         }
         return Ok(None);
     }
-    let mut verdicts = Decisions::approve_all(tasks.len());
+    let mut verdicts = Decisions(
+        tasks
+            .iter()
+            .map(|task| TaskDecision {
+                index: task.index,
+                verdict: Verdict::Approve,
+            })
+            .collect(),
+    );
     let mut named = vec![false; tasks.len()];
     for request in requests {
         let index = usize::try_from(request.index).unwrap_or(usize::MAX);
-        if index == 0 || index > tasks.len() {
-            return Err(format!(
-                "decisions: no task {} (the tasks are 1 to {})",
+        let Some(at) = tasks.iter().position(|task| task.index == index) else {
+            return Err(DecisionsError::Invalid(format!(
+                "decisions: no task {} (the tasks are {})",
                 request.index,
-                tasks.len()
-            ));
-        }
-        if std::mem::replace(&mut named[index - 1], true) {
-            return Err(format!("decisions: task {index} is decided twice"));
+                task_list(tasks)
+            )));
+        };
+        if std::mem::replace(&mut named[at], true) {
+            return Err(DecisionsError::Invalid(format!(
+                "decisions: task {index} is decided twice"
+            )));
         }
         let verdict = match request.decision.as_str() {
             "approve" => Verdict::Approve,
@@ -72,7 +133,7 @@ pub fn check_decisions(
                     .ok_or_else(|| format!("decisions: task {index}: edit needs args"))?;
                 // What is recorded is what runs: only a declared tool's
                 // call runs with arguments an edit can change.
-                let tool = tasks[index - 1].tool.as_ref().ok_or_else(|| {
+                let tool = tasks[at].tool.as_ref().ok_or_else(|| {
                     format!(
                         "decisions: task {index} calls no declared tool, so there are no \
                          arguments to edit; reject it, respond for it, or modify the plan"
@@ -84,6 +145,20 @@ pub fn check_decisions(
                         tool.name
                     )
                 })?;
+                if let Some((tools, key)) = &plan.rules {
+                    if let Some(rule) = tools.rules().denies(&tool.name, &args, key) {
+                        return Err(DecisionsError::Denied(format!(
+                            "decisions: task {index}: the edited call of `{}` is denied by \
+                             rule \"{}\"{}; the pause stays as it was",
+                            tool.name,
+                            rule.name,
+                            rule.reason
+                                .as_deref()
+                                .map(|r| format!(" ({r})"))
+                                .unwrap_or_default()
+                        )));
+                    }
+                }
                 Verdict::Edit { args }
             }
             "respond" => Verdict::Respond {
@@ -93,12 +168,41 @@ pub fn check_decisions(
                     .ok_or_else(|| format!("decisions: task {index}: respond needs result"))?,
             },
             other => {
-                return Err(format!(
+                return Err(DecisionsError::Invalid(format!(
                     "decisions: task {index}: `{other}` is not approve, reject, edit or respond"
-                ))
+                )))
             }
         };
-        verdicts.0[index - 1] = TaskDecision { index, verdict };
+        verdicts.0[at] = TaskDecision { index, verdict };
+    }
+    if plan.explicit && given {
+        let undecided: Vec<String> = tasks
+            .iter()
+            .zip(&named)
+            .filter(|(_, named)| !**named)
+            .map(|(task, _)| task.index.to_string())
+            .collect();
+        if !undecided.is_empty() {
+            return Err(DecisionsError::Undecided(format!(
+                "decisions: task(s) {} not decided; this server takes a decision for every \
+                 task (--explicit-decisions)",
+                undecided.join(", ")
+            )));
+        }
     }
     Ok(Some(verdicts))
+}
+
+/// `1 to 3`, or `1, 3` when there are gaps.
+fn task_list(tasks: &[TaskCheck]) -> String {
+    let contiguous = tasks.iter().enumerate().all(|(i, t)| t.index == i + 1);
+    match (tasks.first(), tasks.last()) {
+        (Some(first), Some(last)) if contiguous => format!("{} to {}", first.index, last.index),
+        (Some(_), Some(_)) => tasks
+            .iter()
+            .map(|t| t.index.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => "none".to_owned(),
+    }
 }

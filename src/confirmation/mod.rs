@@ -47,7 +47,7 @@ use serde_json::{Map, Value};
 pub use self::limits::{RunLimits, MAX_RUNS, RUNS_PER_KEY_DIVISOR};
 
 use self::answers::check_answers;
-use self::decisions::{check_decisions, TaskCheck};
+use self::decisions::{check_decisions, DecisionsError, PlanCheck};
 use crate::protocol::question::Question;
 use crate::protocol::{
     Action, CancelReason, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
@@ -113,6 +113,12 @@ pub enum DecideError {
     Stale,
     #[error("{0}")]
     InvalidDecision(String),
+    /// An edit's new arguments match a `deny` rule.
+    #[error("{0}")]
+    DeniedByRule(String),
+    /// `--explicit-decisions`: a `decisions` reply left tasks undecided.
+    #[error("{0}")]
+    UndecidedTasks(String),
     #[error("{0}")]
     InvalidAnswer(String),
     #[error(
@@ -122,6 +128,16 @@ pub enum DecideError {
     Settling,
     #[error("this confirmation has already been decided")]
     AlreadyDecided,
+}
+
+impl From<DecisionsError> for DecideError {
+    fn from(err: DecisionsError) -> DecideError {
+        match err {
+            DecisionsError::Invalid(why) => DecideError::InvalidDecision(why),
+            DecisionsError::Denied(why) => DecideError::DeniedByRule(why),
+            DecisionsError::Undecided(why) => DecideError::UndecidedTasks(why),
+        }
+    }
 }
 
 /// `confirm, modify, cancel`.
@@ -155,8 +171,8 @@ pub struct Accepted {
 /// What a pause asks, to check the replies to it against.
 #[derive(Debug, Clone)]
 pub enum Asking {
-    /// A plan: one check per task, in order (task `index` is position + 1).
-    Plan(Arc<[TaskCheck]>),
+    /// A plan: one check per task asked, in order.
+    Plan(Arc<PlanCheck>),
     /// Questions: an answer must fit them.
     Questions(Arc<[Question]>),
 }
@@ -442,12 +458,13 @@ impl ConfirmationManager {
                             .to_owned(),
                     ));
                 }
-                let verdicts = check_decisions(action, decisions, tasks)
-                    .map_err(DecideError::InvalidDecision)?;
+                let verdicts =
+                    check_decisions(action, decisions, tasks).map_err(DecideError::from)?;
                 (verdicts, None)
             }
             Asking::Questions(questions) => {
-                check_decisions(action, decisions, &[]).map_err(DecideError::InvalidDecision)?;
+                check_decisions(action, decisions, &PlanCheck::default())
+                    .map_err(DecideError::from)?;
                 let answers = check_answers(action, reply.text.as_deref(), answers, questions)
                     .map_err(DecideError::InvalidAnswer)?;
                 (None, answers)

@@ -37,6 +37,7 @@ use serde_json::{json, Map, Value};
 use crate::protocol::{
     meta, ChunkType, ErrorType, RiskLevel, TaskSpec, Verdict, MAX_CONFIRMATION_BYTES,
 };
+use crate::run::context::policy::Route;
 use crate::run::context::RunContext;
 use crate::run::engine::Engine;
 use crate::run::outcome::{Completion, RunError};
@@ -207,7 +208,10 @@ async fn answer(ctx: &mut RunContext, question: &str) -> Result<Completion, RunE
 }
 
 /// Asks for `steps` (unless `answered`, the decision on them taken before a
-/// restart) until confirmed, then carries them out.
+/// restart) until confirmed, then carries them out. Each round the rules
+/// of the tools file route every call first: denied calls are reported
+/// and left out, allowed ones are listed as such, and a plan with nothing
+/// left to ask pauses nowhere.
 async fn carry_out(
     ctx: &mut RunContext,
     mut steps: Vec<String>,
@@ -217,8 +221,8 @@ async fn carry_out(
         let approval = match answered.take() {
             Some(approval) => approval,
             None => {
-                ctx.confirm(plan(&steps, ctx.tools(), ctx.durable())?)
-                    .await?
+                let plan = Box::pin(prepare(ctx, &steps)).await?;
+                ctx.confirm(plan).await?
             }
         };
         match approval {
@@ -235,22 +239,105 @@ async fn carry_out(
             }
         }
     };
+    // Worked out again rather than held through the pause (rules do not
+    // change while the process runs; a restored run gets them anew).
+    let routes = routes_of(ctx, &steps);
     // Boxed: what carrying out needs is allocated when it starts, not held
     // in this future (and so in every paused run) for the whole pause.
-    Box::pin(execute(ctx, steps, decisions)).await
+    Box::pin(execute(ctx, steps, decisions, routes)).await
 }
 
-/// Runs the confirmed steps as decided, in order.
+/// Every step's route, worked out again without recording anything (a
+/// step without a declared tool is asked: the planner always asks).
+fn routes_of(ctx: &RunContext, steps: &[String]) -> Vec<Route> {
+    steps
+        .iter()
+        .map(|step| {
+            let (name, args) = call_of(step, ctx.tools());
+            match ctx.tools().get(&name) {
+                Some(tool) => ctx.route_quietly(tool, &args, true),
+                None => Route::Ask,
+            }
+        })
+        .collect()
+}
+
+/// The plan of `steps` as it is put to the person, once the rules have
+/// routed (and recorded) every call: with nothing in it that needs a yes,
+/// [`RunContext::confirm`] asks nothing.
+async fn prepare(ctx: &mut RunContext, steps: &[String]) -> Result<Plan, RunError> {
+    let plan = plan(steps, ctx.tools(), ctx.durable())?;
+    let routes = route_plan(ctx, &plan).await?;
+    Ok(asked(plan, &routes))
+}
+
+/// Routes the calls of `plan` through the rules, recording every match
+/// and reporting every denied call (before anything is asked).
+async fn route_plan(ctx: &mut RunContext, plan: &Plan) -> Result<Vec<Route>, RunError> {
+    let mut routes = Vec::with_capacity(plan.tasks.len());
+    for task in &plan.tasks {
+        let Some(tool) = ctx.tools().get(&task.tool).cloned() else {
+            routes.push(Route::Ask);
+            continue;
+        };
+        let args = task.args.clone().unwrap_or_default();
+        let route = ctx.route(&tool, &args, true).await?;
+        if let Route::Deny { rule, reason } = &route {
+            ctx.denied(task.index, &tool.name, rule, reason.as_deref())
+                .await?;
+        }
+        routes.push(route);
+    }
+    Ok(routes)
+}
+
+/// What of `plan` is put to the person: the tasks no rule denied, those a
+/// rule allowed marked so.
+fn asked(mut plan: Plan, routes: &[Route]) -> Plan {
+    let total = plan.tasks.len();
+    let route = |index: usize| &routes[index - 1];
+    plan.tasks
+        .retain(|task| !matches!(route(task.index), Route::Deny { .. }));
+    for task in &mut plan.tasks {
+        task.approved_by = route(task.index).approved_by();
+    }
+    let denied = total - plan.tasks.len();
+    if denied > 0 {
+        plan.risk_level = plan
+            .tasks
+            .iter()
+            .filter_map(|task| task.risk_level)
+            .max()
+            .unwrap_or(RiskLevel::Low);
+        plan.summary = format!(
+            "Confirm {} of the plan's {total} task(s)? ({denied} denied by rules)",
+            plan.tasks.len()
+        );
+    }
+    plan
+}
+
+/// Runs the confirmed steps as decided, in order; a step a rule denied is
+/// not run (it was reported before anything was asked).
 async fn execute(
     ctx: &mut RunContext,
     steps: Vec<String>,
     decisions: crate::protocol::Decisions,
+    routes: Vec<Route>,
 ) -> Result<Completion, RunError> {
     let total = steps.len();
-    let (mut done, mut rejected) = (0, 0);
+    let (mut done, mut rejected, mut denied) = (0, 0, 0);
     for (i, step) in steps.iter().enumerate() {
         let index = i + 1;
         let (name, called) = call_of(step, ctx.tools());
+        let mut approved_by = None;
+        if let Some(route) = routes.get(i) {
+            if matches!(route, Route::Deny { .. }) {
+                denied += 1;
+                continue;
+            }
+            approved_by = route.approved_by();
+        }
         let args = match decisions.verdict(index) {
             Verdict::Reject { reason } => {
                 let why = reason.as_deref().unwrap_or("rejected by the user");
@@ -264,7 +351,18 @@ async fn execute(
                 Box::pin(ctx.record_tool(index, &name, None, &answered)).await?;
                 continue;
             }
-            Verdict::Edit { args } => args.clone(),
+            Verdict::Edit { args } => {
+                // The person decided what runs; the rules see it again.
+                approved_by = None;
+                if let Some(tool) = ctx.tools().get(&name).cloned() {
+                    if let Route::Deny { rule, reason } = ctx.route(&tool, args, true).await? {
+                        ctx.denied(index, &name, &rule, reason.as_deref()).await?;
+                        denied += 1;
+                        continue;
+                    }
+                }
+                args.clone()
+            }
             Verdict::Approve => called,
         };
         // What runs, as it runs: an edited step shows its new arguments.
@@ -282,7 +380,7 @@ async fn execute(
         ctx.send(status).await?;
         let outcome = match ctx.tools().get(&name).cloned() {
             // A declared tool: the real call, once, after the yes.
-            Some(tool) => Box::pin(ctx.run_tool(index, &tool, &args)).await?,
+            Some(tool) => Box::pin(ctx.run_tool(index, &tool, &args, approved_by)).await?,
             None => simulate(ctx, index, step).await?,
         };
         if !outcome.ok {
@@ -299,19 +397,27 @@ async fn execute(
     let mut metadata = Map::new();
     metadata.insert(meta::TASKS_COMPLETED.to_owned(), Value::from(done));
     metadata.insert(meta::TASKS_REJECTED.to_owned(), Value::from(rejected));
+    if denied > 0 {
+        metadata.insert(meta::TASKS_DENIED.to_owned(), Value::from(denied));
+    }
     metadata.insert(meta::TOTAL_TASKS.to_owned(), Value::from(total));
+    let answered = total - done - rejected - denied;
+    let denied_text = if denied > 0 {
+        format!(", {denied} denied by rules")
+    } else {
+        String::new()
+    };
     let text = if done == total {
         format!("Completed {total} task(s).")
     } else if done == 0 {
         format!(
-            "Nothing ran: {rejected} of {total} task(s) rejected, {} answered for.",
-            total - rejected
+            "Nothing ran: {rejected} of {total} task(s) rejected{denied_text}, {answered} \
+             answered for."
         )
     } else {
         format!(
-            "Completed {done} of {total} task(s); {rejected} rejected, {} answered for, as \
-             decided.",
-            total - done - rejected
+            "Completed {done} of {total} task(s); {rejected} rejected{denied_text}, {answered} \
+             answered for, as decided."
         )
     };
     Ok(Completion { text, metadata })

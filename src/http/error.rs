@@ -126,6 +126,8 @@ impl ChatError {
                 }
                 DecideError::Stale => (S::CONFLICT, T::StaleConfirmation),
                 DecideError::InvalidDecision(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidDecision),
+                DecideError::DeniedByRule(_) => (S::UNPROCESSABLE_ENTITY, T::DeniedByRule),
+                DecideError::UndecidedTasks(_) => (S::UNPROCESSABLE_ENTITY, T::UndecidedTasks),
                 DecideError::InvalidAnswer(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidAnswer),
                 DecideError::AlreadyDecided => (S::CONFLICT, T::AlreadyDecided),
                 DecideError::Settling => (S::SERVICE_UNAVAILABLE, T::StoreUnavailable),

@@ -90,6 +90,20 @@ pub struct TaskSpec {
     /// The per-task decisions it takes (set when it is asked).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub decisions: Vec<DecisionKind>,
+    /// Allowed without a person (a rule of the tools file, or a grant):
+    /// listed in a pause that asks for other tasks, it runs unless the
+    /// person rejects it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<ApprovedBy>,
+}
+
+/// Why a call may run without a person's yes: `{"rule": "<name>"}` or
+/// `{"grant": "<id>"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovedBy {
+    Rule(String),
+    Grant(String),
 }
 
 /// The `confirmation_data` object of a `confirmation_request` chunk.

@@ -18,8 +18,8 @@ pub mod question;
 pub mod request;
 
 pub use chunk::{
-    json_len, Chunk, ConfirmationData, Decisions, PauseData, QuestionData, TaskDecision, TaskSpec,
-    Verdict, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
+    json_len, ApprovedBy, Chunk, ConfirmationData, Decisions, PauseData, QuestionData,
+    TaskDecision, TaskSpec, Verdict, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
 pub use names::{
     meta, Action, CancelReason, ChunkType, DecisionKind, ErrorType, PauseKind, RiskLevel,

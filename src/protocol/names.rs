@@ -38,6 +38,12 @@ pub mod meta {
     pub const TASKS_COMPLETED: &str = "tasks_completed";
     /// On a planner's `completion`: tasks the person rejected.
     pub const TASKS_REJECTED: &str = "tasks_rejected";
+    /// Tasks a `deny` rule left out (never run, never asked).
+    pub const TASKS_DENIED: &str = "tasks_denied";
+    /// A rule's name (a denied call's `tool_output`).
+    pub const RULE: &str = "rule";
+    /// Why a call ran without a person: `{"rule": name}` or `{"grant": id}`.
+    pub const APPROVED_BY: &str = "approved_by";
     pub const TIMEOUT_SECONDS: &str = "timeout_seconds";
     pub const TOOL: &str = "tool";
     pub const TOTAL_TASKS: &str = "total_tasks";
@@ -138,6 +144,12 @@ pub enum ErrorType {
     UnknownTool,
     /// A reply's `decisions` do not fit the pending confirmation (422).
     InvalidDecision,
+    /// A `deny` rule of the tools file matches the call (a `tool_output`
+    /// of a call left out; an edit's new arguments: 422).
+    DeniedByRule,
+    /// With `--explicit-decisions`, a `decisions` reply leaves tasks
+    /// undecided (422).
+    UndecidedTasks,
     /// A reply's answer does not fit the pending questions (422).
     InvalidAnswer,
     /// An engine's questions break a bound of a question pause; nothing was asked.

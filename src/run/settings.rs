@@ -42,6 +42,8 @@ pub struct RunSettings {
     pub webhooks: Option<Arc<Webhooks>>,
     /// `--keep-outcome` (zero: not kept).
     pub keep_outcome: Duration,
+    /// `--explicit-decisions`: a `decisions` reply names every task.
+    pub explicit_decisions: bool,
 }
 
 impl Default for RunSettings {
@@ -57,6 +59,7 @@ impl Default for RunSettings {
             namespaces: Namespaces::default(),
             webhooks: None,
             keep_outcome: KEEP_OUTCOME,
+            explicit_decisions: false,
         }
     }
 }

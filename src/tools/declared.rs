@@ -17,6 +17,7 @@ use super::http;
 use super::mcp::call::CallHost;
 use super::mcp::{offered_name, McpEntry, McpServer, McpSpec, McpTool};
 use super::outcome::ToolOutcome;
+use super::rules::Rules;
 use crate::protocol::question::{
     check_questions, Question, MAX_HEADER_CHARS, MAX_QUESTIONS, SCHEMA_KEYWORDS,
 };
@@ -39,6 +40,8 @@ pub struct Tools {
     mcp: Vec<McpSpec>,
     /// The MCP servers started.
     servers: Vec<Arc<McpServer>>,
+    /// The `[[rule]]` tables, in file order.
+    rules: Rules,
 }
 
 /// One declared tool.
@@ -119,6 +122,8 @@ struct ToolsFile {
     tool: Vec<toml::Value>,
     #[serde(default)]
     mcp: Vec<toml::Value>,
+    #[serde(default)]
+    rule: Vec<toml::Value>,
 }
 
 impl Tools {
@@ -185,6 +190,11 @@ impl Tools {
             }
             tools.mcp.push(spec);
         }
+        tools.rules = Rules::parse(parsed.rule).map_err(|err| ToolsFileError {
+            file: file.clone(),
+            place: err.place,
+            message: err.message,
+        })?;
         Ok(tools)
     }
 
@@ -239,7 +249,19 @@ impl Tools {
             );
             self.servers.push(server);
         }
-        Ok(())
+        // Every tool is known now: a rule that matches none is a mistake.
+        self.rules
+            .check_tools(self.order.iter().map(String::as_str))
+            .map_err(|err| ToolsFileError {
+                file: self.file.clone(),
+                place: err.place,
+                message: err.message,
+            })
+    }
+
+    /// The `[[rule]]` tables, in file order.
+    pub fn rules(&self) -> &Rules {
+        &self.rules
     }
 
     /// The MCP servers that are not running now (restarting), by name.

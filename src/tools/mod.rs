@@ -18,6 +18,8 @@ pub mod http;
 pub mod keeper;
 pub mod mcp;
 pub mod outcome;
+pub mod rules;
 
 pub use declared::{Executor, Tool, Tools, ToolsFileError, DEFAULT_TIMEOUT, MAX_TIMEOUT};
 pub use outcome::{ToolOutcome, MAX_OUTPUT_BYTES, MAX_STDERR_TAIL};
+pub use rules::{RuleDecision, RuleMode, Rules};

@@ -8,7 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::helpers::{error_type, one_chunk, spawn_app_with, EventStream, TestApp, WAIT};
 
-async fn post_as(
+pub(crate) async fn post_as(
     app: &TestApp,
     key: Option<&str>,
     session: &str,

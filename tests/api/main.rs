@@ -22,11 +22,14 @@ mod openai;
 #[cfg(feature = "openai")]
 mod openai_questions;
 #[cfg(feature = "openai")]
+mod openai_rules;
+#[cfg(feature = "openai")]
 mod openai_tools;
 mod operations;
 mod questions;
 mod races;
 mod reattach;
+mod rules;
 mod secrets;
 mod stream;
 mod tools;

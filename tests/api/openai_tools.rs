@@ -14,12 +14,17 @@ use crate::openai::{app_with_engine_config, app_with_model};
 
 /// A tools file in a fresh directory: `note` (writes notes there, asks),
 /// `peek` (read-only, `confirm = false`), `danger` (high risk).
-struct Tooling {
-    dir: tempfile::TempDir,
+pub(crate) struct Tooling {
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Tooling {
-    fn new() -> Tooling {
+    pub(crate) fn new() -> Tooling {
+        Tooling::with_rules("")
+    }
+
+    /// The tools, then `rules` (TOML) in the same file.
+    pub(crate) fn with_rules(rules: &str) -> Tooling {
         let dir = tempfile::tempdir().unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tools/write_note.py");
         let text = format!(
@@ -45,6 +50,7 @@ description = "Something irreversible"
 risk = "high"
 command = ["python3", "{script}", "{notes}"]
 parameters = {{ type = "object", properties = {{ step = {{ type = "string" }} }}, required = ["step"] }}
+{rules}
 "#,
             script = script.display(),
             notes = dir.path().join("notes").display(),
@@ -53,13 +59,13 @@ parameters = {{ type = "object", properties = {{ step = {{ type = "string" }} }}
         Tooling { dir }
     }
 
-    fn notes(&self) -> Vec<String> {
+    pub(crate) fn notes(&self) -> Vec<String> {
         std::fs::read_to_string(self.dir.path().join("notes/notes.txt"))
             .map(|t| t.lines().map(str::to_owned).collect())
             .unwrap_or_default()
     }
 
-    fn configure(&self) -> impl FnOnce(&mut chatgate::config::Settings) {
+    pub(crate) fn configure(&self) -> impl FnOnce(&mut chatgate::config::Settings) {
         let tools = self.dir.path().join("tools.toml");
         let audit = self.dir.path().join("audit.jsonl");
         move |s| {
@@ -70,7 +76,12 @@ parameters = {{ type = "object", properties = {{ step = {{ type = "string" }} }}
 }
 
 /// A tool-call delta.
-fn call(index: Option<usize>, id: Option<&str>, name: Option<&str>, args: Value) -> Value {
+pub(crate) fn call(
+    index: Option<usize>,
+    id: Option<&str>,
+    name: Option<&str>,
+    args: Value,
+) -> Value {
     let mut part = json!({ "function": {} });
     if let Some(index) = index {
         part["index"] = json!(index);
@@ -87,7 +98,7 @@ fn call(index: Option<usize>, id: Option<&str>, name: Option<&str>, args: Value)
 }
 
 /// Events, then a `finish_reason`, then `[DONE]`.
-fn answer(events: &[Value], finish: &str) -> String {
+pub(crate) fn answer(events: &[Value], finish: &str) -> String {
     let mut body: String = events.iter().map(event).collect();
     body.push_str(&event(
         &json!({ "choices": [{ "delta": {}, "finish_reason": finish }] }),

@@ -12,19 +12,19 @@ use crate::helpers::{
 };
 
 /// A directory of its own for one test: tools file, notes, audit log.
-struct Workdir(tempfile::TempDir);
+pub(crate) struct Workdir(tempfile::TempDir);
 
 impl Workdir {
-    fn new() -> Workdir {
+    pub(crate) fn new() -> Workdir {
         Workdir(tempfile::tempdir().unwrap())
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.0.path().join(name)
     }
 
     /// The notes the `note` tool wrote, one per line.
-    fn notes(&self) -> Vec<String> {
+    pub(crate) fn notes(&self) -> Vec<String> {
         std::fs::read_to_string(self.path("notes/notes.txt"))
             .map(|text| text.lines().map(str::to_owned).collect())
             .unwrap_or_default()
@@ -32,7 +32,7 @@ impl Workdir {
 
     /// Writes a tools file: `note` (the example's write_note into this
     /// directory) plus `extra` TOML.
-    fn tools(&self, extra: &str) -> PathBuf {
+    pub(crate) fn tools(&self, extra: &str) -> PathBuf {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tools/write_note.py");
         let text = format!(
             r#"
@@ -54,7 +54,7 @@ parameters = {{ type = "object", properties = {{ step = {{ type = "string", maxL
     }
 
     /// The audit log's records.
-    fn audit(&self) -> Vec<Value> {
+    pub(crate) fn audit(&self) -> Vec<Value> {
         std::fs::read_to_string(self.path("audit.jsonl"))
             .unwrap_or_default()
             .lines()
@@ -63,7 +63,7 @@ parameters = {{ type = "object", properties = {{ step = {{ type = "string", maxL
     }
 }
 
-async fn app_with_tools(
+pub(crate) async fn app_with_tools(
     dir: &Workdir,
     extra: &str,
     configure: impl FnOnce(&mut chatgate::config::Settings),
@@ -79,7 +79,11 @@ async fn app_with_tools(
 }
 
 /// POSTs a confirm with `decisions`.
-async fn confirm_with(app: &TestApp, session: &str, decisions: Value) -> reqwest::Response {
+pub(crate) async fn confirm_with(
+    app: &TestApp,
+    session: &str,
+    decisions: Value,
+) -> reqwest::Response {
     app.post_json(&json!({
         "message": "CONFIRM_ACTION:confirm",
         "session_id": session,
@@ -88,7 +92,7 @@ async fn confirm_with(app: &TestApp, session: &str, decisions: Value) -> reqwest
     .await
 }
 
-fn outputs(stream: &EventStream) -> Vec<&chatgate::protocol::Chunk> {
+pub(crate) fn outputs(stream: &EventStream) -> Vec<&chatgate::protocol::Chunk> {
     stream
         .chunks
         .iter()

@@ -7,7 +7,7 @@ use super::*;
 use std::future::{pending, Future};
 use std::time::Duration;
 
-use super::decisions::TaskCheck;
+use super::decisions::{PlanCheck, TaskCheck};
 use super::slot::{PauseSpec, PendingDecision};
 use crate::protocol::{TaskDecisionRequest, Verdict};
 
@@ -82,7 +82,7 @@ fn pause(slot: &RunSlot, id: &str, round: u32) -> PendingDecision {
             id.to_owned(),
             round,
             Action::ALL.to_vec(),
-            Asking::Plan(Arc::from(Vec::new())),
+            Asking::Plan(Arc::default()),
         ),
         CancellationToken::new(),
     )
@@ -465,7 +465,7 @@ async fn a_reply_after_the_stop_fired_is_refused_and_the_stop_decides() {
                 "c1".into(),
                 1,
                 Action::ALL.to_vec(),
-                Asking::Plan(Arc::from(Vec::new())),
+                Asking::Plan(Arc::default()),
             ),
             stop.clone(),
         )

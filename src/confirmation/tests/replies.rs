@@ -7,7 +7,19 @@ use super::*;
 async fn per_task_decisions_are_checked_against_the_pending_tasks() {
     let manager = ConfirmationManager::new();
     let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
-    let tasks: Arc<[TaskCheck]> = vec![TaskCheck::default(), TaskCheck::default()].into();
+    let tasks = Arc::new(PlanCheck {
+        tasks: vec![
+            TaskCheck {
+                index: 1,
+                tool: None,
+            },
+            TaskCheck {
+                index: 2,
+                tool: None,
+            },
+        ],
+        ..PlanCheck::default()
+    });
     let _pending = slot
         .pause(
             PauseSpec::new("c1".into(), 1, Action::ALL.to_vec(), Asking::Plan(tasks)),
@@ -129,7 +141,7 @@ async fn only_the_offered_options_are_accepted() {
                 "c1".into(),
                 1,
                 vec![Action::Confirm, Action::Cancel],
-                Asking::Plan(Arc::from(Vec::new())),
+                Asking::Plan(Arc::default()),
             ),
             CancellationToken::new(),
         )

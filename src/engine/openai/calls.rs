@@ -11,7 +11,8 @@ use serde_json::{json, Value};
 
 use super::reply::ModelReply;
 use super::turn::{modify_text, paused_state, tool_result, Pending, PendingCall, Resumable};
-use crate::protocol::{meta, ChunkType, RiskLevel, TaskSpec, Verdict};
+use crate::protocol::{meta, ApprovedBy, ChunkType, RiskLevel, TaskSpec, Verdict};
+use crate::run::context::policy::Route;
 use crate::run::context::RunContext;
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Approval, Plan, Questions};
@@ -19,8 +20,12 @@ use crate::tools::{Tool, ToolOutcome, Tools};
 
 /// One answer's calls of declared tools. Calls to unknown tools, and calls
 /// whose arguments are not a JSON object fitting the tool's schema, go back
-/// to the model as errors and never reach the user. Calls to `confirm =
-/// false` tools run at once. The rest are one confirmation, one task per
+/// to the model as errors and never reach the user. The rules of the tools
+/// file route each call (a denied call goes back to the model as
+/// `denied_by_rule`); calls to `confirm = false` tools no rule asks for run
+/// at once, and so do calls a rule allows when nothing else needs a yes
+/// (else they are listed in the confirmation, marked as allowed). The
+/// rest are one confirmation, one task per
 /// call; after a confirm each runs as decided (approved, edited, rejected or
 /// answered by the user). Every call gets its result as a `tool` message.
 /// Returns whether any call ran.
@@ -35,6 +40,7 @@ pub async fn tool_turn(
     let call_ids: Vec<String> = calls.iter().map(|call| call.id.clone()).collect();
     let mut results: Vec<String> = vec![String::new(); calls.len()];
     let mut batch: Vec<(usize, Arc<Tool>, Value)> = Vec::new();
+    let mut allowed: Vec<(usize, Arc<Tool>, Value, ApprovedBy)> = Vec::new();
     let mut ran = false;
     let filled = match Box::pin(fill_missing(ctx, reply, tools)).await {
         Ok(filled) => filled,
@@ -79,27 +85,60 @@ pub async fn tool_turn(
             );
             continue;
         }
-        if !tool.confirm {
-            // Read-only by the tools file's word, never by the model's.
+        match Box::pin(ctx.route(&tool, &args, tool.confirm)).await? {
+            Route::Deny { rule, reason } => {
+                let text = ctx
+                    .denied(position + 1, &tool.name, &rule, reason.as_deref())
+                    .await?;
+                results[position] = format!(
+                    "Error (denied_by_rule): {text}. The server's rules forbid this call; do \
+                     not try it again."
+                );
+            }
+            Route::Allow(Some(by)) => allowed.push((position, tool, args, by)),
+            Route::Allow(None) => {
+                // Read-only by the tools file's word, never by the model's.
+                ctx.unconfirmed_call()?;
+                let status = ctx
+                    .chunk(
+                        ChunkType::Status,
+                        format!("Running {} (read-only, no confirmation)", tool.name),
+                    )
+                    .with_meta(meta::TOOL, tool.name.as_str());
+                ctx.send(status).await?;
+                let outcome = ctx.run_tool(position + 1, &tool, &args, None).await?;
+                results[position] = outcome_text(&outcome);
+                ran = true;
+            }
+            Route::Ask => batch.push((position, tool, args)),
+        }
+    }
+    if batch.is_empty() {
+        // Nothing to ask: the calls rules allowed run now.
+        for (position, tool, args, by) in allowed {
             ctx.unconfirmed_call()?;
             let status = ctx
                 .chunk(
                     ChunkType::Status,
-                    format!("Running {} (read-only, no confirmation)", tool.name),
+                    format!("Running {} ({})", tool.name, allowed_text(&by)),
                 )
                 .with_meta(meta::TOOL, tool.name.as_str());
             ctx.send(status).await?;
-            let outcome = ctx.run_tool(position + 1, &tool, &args).await?;
+            let outcome = ctx.run_tool(position + 1, &tool, &args, Some(by)).await?;
             results[position] = outcome_text(&outcome);
             ran = true;
-            continue;
         }
-        batch.push((position, tool, args));
-    }
-    if batch.is_empty() {
         push_results(messages, &call_ids, results);
         return Ok(ran);
     }
+    // Asked with the others, marked as allowed: the person may still
+    // reject them.
+    batch.extend(
+        allowed
+            .into_iter()
+            .map(|(position, tool, args, _)| (position, tool, args)),
+    );
+    batch.sort_by_key(|(position, _, _)| *position);
     let mut plan = Plan {
         state: None,
         summary: format!("Confirm {} tool call(s)?", batch.len()),
@@ -117,6 +156,7 @@ pub async fn tool_turn(
                 tool: tool.name.clone(),
                 args: Some(args.clone()),
                 risk_level: Some(tool.risk),
+                approved_by: ctx.route_quietly(tool, args, tool.confirm).approved_by(),
                 ..TaskSpec::default()
             })
             .collect(),
@@ -197,9 +237,24 @@ pub async fn tools_answered(
         Ok(Approval::Confirm(decisions)) => {
             for (k, (position, tool, args)) in batch.iter().enumerate() {
                 let index = k + 1;
-                let used = match decisions.verdict(index) {
-                    Verdict::Approve => args.clone(),
-                    Verdict::Edit { args } => args.clone(),
+                let (used, approved_by) = match decisions.verdict(index) {
+                    Verdict::Approve => (
+                        args.clone(),
+                        ctx.route_quietly(tool, args, tool.confirm).approved_by(),
+                    ),
+                    Verdict::Edit { args } => {
+                        // The person decided what runs; the rules see it again.
+                        if let Route::Deny { rule, reason } =
+                            Box::pin(ctx.route(tool, args, true)).await?
+                        {
+                            let text = ctx
+                                .denied(index, &tool.name, &rule, reason.as_deref())
+                                .await?;
+                            results[*position] = format!("Error (denied_by_rule): {text}.");
+                            continue;
+                        }
+                        (args.clone(), None)
+                    }
                     Verdict::Reject { reason } => {
                         let why = reason.as_deref().unwrap_or("no reason given");
                         let skipped =
@@ -232,7 +287,7 @@ pub async fn tools_answered(
                     .with_meta(meta::STEP, index)
                     .with_meta(meta::TOOL, tool.name.as_str());
                 ctx.send(status).await?;
-                let outcome = ctx.run_tool(index, tool, &used).await?;
+                let outcome = ctx.run_tool(index, tool, &used, approved_by).await?;
                 results[*position] = outcome_text(&outcome);
                 ran = true;
             }
@@ -266,6 +321,14 @@ pub async fn tools_answered(
 fn push_results(messages: &mut Vec<Value>, call_ids: &[String], results: Vec<String>) {
     for (id, result) in call_ids.iter().zip(results) {
         messages.push(tool_result(id, &result));
+    }
+}
+
+/// Why a call runs without asking, in a status line.
+fn allowed_text(by: &ApprovedBy) -> String {
+    match by {
+        ApprovedBy::Rule(rule) => format!("allowed by rule \"{rule}\""),
+        ApprovedBy::Grant(grant) => format!("allowed by grant {grant}"),
     }
 }
 

@@ -7,6 +7,7 @@
 
 mod fallback;
 mod pause;
+pub mod policy;
 pub mod tools;
 
 use std::future::Future;

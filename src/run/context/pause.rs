@@ -11,13 +11,13 @@ use serde_json::Value;
 
 use super::{audit_failed, RunContext};
 use crate::audit::AuditRecord;
-use crate::confirmation::decisions::TaskCheck;
+use crate::confirmation::decisions::PlanCheck;
 use crate::confirmation::slot::{PauseSpec, PendingDecision};
 use crate::confirmation::{Asking, Decision};
 use crate::protocol::question::{check_questions, MAX_QUESTION_CHARS};
 use crate::protocol::{
     json_len, Action, CancelReason, Chunk, ConfirmationData, DecisionKind, ErrorType, PauseData,
-    PauseKind, QuestionData, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
+    PauseKind, QuestionData, TaskSpec, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Approval, Plan, Questions, Resumed};
@@ -50,14 +50,19 @@ impl RunContext {
     /// Puts `plan` to the user and waits for the answer: sends the
     /// `confirmation_request` chunk, pauses, and on a decision sends a
     /// `confirmation_received` chunk. Cancel, timeout, too many rounds and
-    /// every other stop come back as `Err(Cancelled(reason))`.
+    /// every other stop come back as `Err(Cancelled(reason))`. A plan
+    /// with nothing that needs a yes (no task, or every task allowed by a
+    /// rule or a grant: `approved_by`) pauses nowhere: it is confirmed as
+    /// it is.
     pub async fn confirm(&mut self, plan: Plan) -> Result<Approval, RunError> {
         // Everything but the wait happens in plain functions: this future is
         // what a paused run holds in memory for the whole pause, so it keeps
         // only what the wait needs.
         // Boxed: its state (the request, the records being written) is
         // freed before the pause, not kept in this future for all of it.
-        let (pending, asked) = Box::pin(self.prepare(plan)).await?;
+        let Some((pending, asked)) = Box::pin(self.prepare(plan)).await? else {
+            return Ok(Approval::Confirm(crate::protocol::Decisions::default()));
+        };
         let decision = self.wait_for(pending, &asked).await?;
         self.answered(decision, asked)
     }
@@ -96,11 +101,15 @@ impl RunContext {
     /// Everything before the wait: checks and records the proposal, builds
     /// the request, keeps the pause in a durable store, registers it and
     /// sends the request.
-    async fn prepare(&mut self, plan: Plan) -> Result<(PendingDecision, Asked), RunError> {
+    /// `None`: nothing in the plan needs a yes, so nothing is asked.
+    async fn prepare(&mut self, plan: Plan) -> Result<Option<(PendingDecision, Asked)>, RunError> {
+        if plan.tasks.iter().all(|task| task.approved_by.is_some()) {
+            return Ok(None);
+        }
         let (plan, confirmation_id) = self.propose(plan).await?;
         let request = self.request(plan, confirmation_id);
         self.store_pause(&request).await?;
-        self.put(request)
+        self.put(request).map(Some)
     }
 
     /// [`RunContext::prepare`] for questions: checked against their
@@ -212,9 +221,9 @@ impl RunContext {
         // What a reply's per-task decisions are checked against, and what
         // each task says of itself: whether a real tool runs it, and which
         // decisions it takes.
-        let checks = TaskCheck::of(&plan.tasks, &self.settings.tools);
+        let checks = self.plan_check(&plan.tasks);
         let mut plan = plan;
-        for (task, check) in plan.tasks.iter_mut().zip(checks.iter()) {
+        for (task, check) in plan.tasks.iter_mut().zip(checks.tasks.iter()) {
             task.simulated = check.tool.is_none();
             task.decisions = DecisionKind::for_task(check.tool.is_some());
         }
@@ -237,7 +246,7 @@ impl RunContext {
         };
         Request {
             chunk: Chunk::confirmation_request(self.session_id(), summary, data),
-            asking: Asking::Plan(checks),
+            asking: Asking::Plan(Arc::new(checks)),
             options,
             confirmation_id,
             round,
@@ -474,6 +483,14 @@ impl RunContext {
         }
     }
 
+    /// What a reply's decisions on `tasks` are checked against: their
+    /// tools, the rules an edit must pass, `--explicit-decisions`.
+    fn plan_check(&self, tasks: &[TaskSpec]) -> PlanCheck {
+        PlanCheck::of(tasks, &self.settings.tools)
+            .with_rules(&self.settings.tools, self.key_label())
+            .explicit(self.settings.explicit_decisions)
+    }
+
     /// Registers again the pause of a run restored from a store (its
     /// record is `record`): from here on a reply may decide it.
     pub(crate) fn restore_pause(
@@ -481,7 +498,7 @@ impl RunContext {
         record: &PausedRecord,
     ) -> Result<PendingDecision, RunError> {
         let asking = match record.kind {
-            PauseKind::Approval => Asking::Plan(TaskCheck::of(&record.tasks, &self.settings.tools)),
+            PauseKind::Approval => Asking::Plan(Arc::new(self.plan_check(&record.tasks))),
             PauseKind::Question => Asking::Questions(record.questions.clone().into()),
         };
         let at = crate::clock::at;

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::{audit_failed, RunContext};
 use crate::audit::{self, AuditRecord};
 use crate::protocol::question::Question;
-use crate::protocol::{meta, Chunk, ChunkType, ErrorType};
+use crate::protocol::{meta, ApprovedBy, Chunk, ChunkType, ErrorType};
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Questions};
 use crate::tools::mcp::call::{Answered, CallHost};
@@ -45,12 +45,14 @@ impl RunContext {
     /// mid-call are put to the user as question pauses (the run is the
     /// call's host, `Host`); a
     /// cancel or a timeout of one ends the run cancelled, after the call's
-    /// outcome is reported.
+    /// outcome is reported. `approved_by`: the rule or grant that let it
+    /// run without a person's yes, if that is why it runs.
     pub async fn run_tool(
         &mut self,
         index: usize,
         tool: &Tool,
         args: &Value,
+        approved_by: Option<ApprovedBy>,
     ) -> Result<ToolOutcome, RunError> {
         let stop = self.stop.clone();
         // Boxed, like the record below: an engine's future is as large as
@@ -71,7 +73,8 @@ impl RunContext {
             ))
             .await
         };
-        Box::pin(self.record_tool(index, &tool.name, Some(args), &outcome)).await?;
+        let ran = Ran { args, approved_by };
+        Box::pin(self.record_tool(index, &tool.name, Some(ran), &outcome)).await?;
         if let Some(err) = ended {
             return Err(err);
         }
@@ -117,10 +120,17 @@ impl RunContext {
         &mut self,
         index: usize,
         tool: &str,
-        args: Option<&Value>,
+        ran: Option<Ran<'_>>,
         outcome: &ToolOutcome,
     ) -> Result<(), RunError> {
-        let chunk = self.tool_output(index, tool, outcome, None);
+        let mut chunk = self.tool_output(index, tool, outcome, None);
+        let approved_by = ran.as_ref().and_then(|ran| ran.approved_by.clone());
+        if let Some(by) = &approved_by {
+            chunk = chunk.with_meta(
+                meta::APPROVED_BY,
+                serde_json::to_value(by).unwrap_or_default(),
+            );
+        }
         self.log.push(chunk);
         if outcome.skipped {
             return Ok(());
@@ -134,13 +144,14 @@ impl RunContext {
             let record = AuditRecord::Executed {
                 run: self.audit_fields(),
                 tool: tool.to_owned(),
-                args: args.cloned().unwrap_or(Value::Null),
+                args: ran.map_or(Value::Null, |ran| ran.args.clone()),
                 ok: outcome.ok,
                 exit_status: outcome.exit_status,
                 http_status: outcome.http_status,
                 duration_ms: outcome.duration_ms,
                 output_bytes: outcome.output_bytes,
                 output_sha256: audit::sha256_hex(output.as_bytes()),
+                approved_by,
             };
             audit
                 .write(&record)
@@ -149,6 +160,13 @@ impl RunContext {
         }
         Ok(())
     }
+}
+
+/// A call that ran: the arguments it ran with, and what let it run
+/// without a person's yes, if anything did.
+pub struct Ran<'a> {
+    pub args: &'a Value,
+    pub approved_by: Option<ApprovedBy>,
 }
 
 /// A run as the host of its MCP calls: a server's question is a question

@@ -1,0 +1,156 @@
+//! The rules of the tools file applied to a call an engine is about to
+//! make, with the exact arguments that would run: whether it is asked,
+//! runs without asking, or never runs. Every rule that matches is
+//! recorded before the call goes on (a `policy` audit record, fail
+//! closed, and `chatgate_policy_decisions_total`).
+
+use serde_json::Value;
+
+use super::{audit_failed, RunContext};
+use crate::audit::AuditRecord;
+use crate::protocol::{meta, ApprovedBy, ErrorType};
+use crate::run::outcome::RunError;
+use crate::session::owner_label;
+use crate::tools::rules::Ruling;
+use crate::tools::{RuleDecision, Tool, ToolOutcome};
+
+/// What happens to a call once the rules have spoken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// It runs without asking: a rule allowed it (`Some`), or its tool
+    /// needs no confirmation and no rule says otherwise (`None`).
+    Allow(Option<ApprovedBy>),
+    /// A person decides.
+    Ask,
+    /// A `deny` rule: never run, never asked.
+    Deny {
+        rule: String,
+        reason: Option<String>,
+    },
+}
+
+impl Route {
+    /// The decision word the `policy` record's `actual` gives.
+    fn as_decision(&self) -> RuleDecision {
+        match self {
+            Route::Allow(_) => RuleDecision::Allow,
+            Route::Ask => RuleDecision::Ask,
+            Route::Deny { .. } => RuleDecision::Deny,
+        }
+    }
+
+    /// The rule that allowed it, for a task entry or an `executed` record.
+    pub fn approved_by(&self) -> Option<ApprovedBy> {
+        match self {
+            Route::Allow(by) => by.clone(),
+            _ => None,
+        }
+    }
+}
+
+impl RunContext {
+    /// The requester's key label, as rules (`keys`) and records name it.
+    pub fn key_label(&self) -> String {
+        owner_label(self.session_key().owner)
+    }
+
+    /// Where a call of `tool` with `args` goes: the first enforcing rule
+    /// that matches decides; with none, `asks` (the engine's default for
+    /// the tool). Nothing is recorded: for a decision taken again (a run
+    /// restored after its pause).
+    pub fn route_quietly(&self, tool: &Tool, args: &Value, asks: bool) -> Route {
+        let key = self.key_label();
+        let ruling = self.tools().rules().evaluate(&tool.name, args, &key);
+        route_of(&ruling, asks)
+    }
+
+    /// [`RunContext::route_quietly`], with every matching rule recorded
+    /// first: a `policy` audit record (an unwritable log ends the run
+    /// before the call goes anywhere) and a metric, shadow rules with what
+    /// they would have decided.
+    pub async fn route(
+        &mut self,
+        tool: &Tool,
+        args: &Value,
+        asks: bool,
+    ) -> Result<Route, RunError> {
+        let key = self.key_label();
+        let tools = self.tools().clone();
+        let ruling = tools.rules().evaluate(&tool.name, args, &key);
+        let route = route_of(&ruling, asks);
+        let actual = route.as_decision();
+        let matched = ruling.shadowed.iter().chain(ruling.enforced.iter());
+        for rule in matched {
+            self.metrics
+                .policy_decision(&rule.name, rule.decision.as_str(), rule.mode.as_str());
+            log::info!(
+                "{} rule \"{}\" ({}) would {} {}; it goes to {}",
+                self.tag(),
+                rule.name,
+                rule.mode.as_str(),
+                rule.decision.as_str(),
+                tool.name,
+                actual.as_str()
+            );
+            let Some(audit) = self.settings.audit.clone() else {
+                continue;
+            };
+            let record = AuditRecord::Policy {
+                run: self.audit_fields(),
+                key: key.clone(),
+                tool: tool.name.clone(),
+                args: args.clone(),
+                rule: rule.name.clone(),
+                mode: rule.mode,
+                decision: rule.decision,
+                actual,
+                reason: rule.reason.clone(),
+            };
+            Box::pin(audit.write(&record))
+                .await
+                .map_err(|err| audit_failed(&err))?;
+        }
+        Ok(route)
+    }
+
+    /// Reports a call a `deny` rule left out: a `tool_output` chunk with
+    /// `ok: false`, `error_type: "denied_by_rule"`, the rule and its
+    /// reason. Returns what the model is told.
+    pub async fn denied(
+        &mut self,
+        index: usize,
+        tool: &str,
+        rule: &str,
+        reason: Option<&str>,
+    ) -> Result<String, RunError> {
+        let text = match reason {
+            Some(reason) => format!("{tool} was not run: denied by rule \"{rule}\" ({reason})"),
+            None => format!("{tool} was not run: denied by rule \"{rule}\""),
+        };
+        let outcome = ToolOutcome::skipped(false, None, Some(text.clone()));
+        let mut chunk = self
+            .tool_output(index, tool, &outcome, Some(text.clone()))
+            .with_meta(meta::ERROR_TYPE, ErrorType::DeniedByRule.as_str())
+            .with_meta(meta::RULE, rule);
+        if let Some(reason) = reason {
+            chunk = chunk.with_meta(meta::REASON, reason);
+        }
+        self.send(chunk).await?;
+        Ok(text)
+    }
+}
+
+fn route_of(ruling: &Ruling<'_>, asks: bool) -> Route {
+    match ruling.enforced {
+        Some(rule) => match rule.decision {
+            RuleDecision::Allow => Route::Allow(Some(ApprovedBy::Rule(rule.name.clone()))),
+            RuleDecision::Ask => Route::Ask,
+            RuleDecision::Deny => Route::Deny {
+                rule: rule.name.clone(),
+                reason: rule.reason.clone(),
+            },
+        },
+        None if asks => Route::Ask,
+        None => Route::Allow(None),
+    }
+}
