@@ -8,7 +8,8 @@
 //! (a tool call: the arguments actually used, its outcome, the size and
 //! SHA-256 of its output, and what allowed it when no person did),
 //! `policy` (a rule of the tools file matched a call, enforced or in
-//! shadow mode), `ended` (how the run ended). Each has `event`,
+//! shadow mode), `granted` and `grant_revoked`, `ended` (how the run
+//! ended). Each has `event`,
 //! `at` (RFC 3339), `run_id` and `session_id` (as the client sent it).
 //!
 //! Fail closed, like an audit device that cannot write: a `proposed` record
@@ -144,6 +145,22 @@ pub enum AuditRecord {
         actual: RuleDecision,
         #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+    },
+    /// A person's grant, kept (before any call uses it): the grant as
+    /// `GET /api/v1/grants` lists it, and the pause it was given on.
+    Granted {
+        #[serde(flatten)]
+        run: RunFields,
+        confirmation_id: String,
+        grant: Value,
+    },
+    /// A grant revoked (`DELETE /api/v1/grants/ID`), and by whom.
+    GrantRevoked {
+        session_id: String,
+        grant_id: String,
+        /// The revoking key's label.
+        key: String,
+        client: Option<String>,
     },
     /// How the run ended: its final chunk's type, and a cancel's reason or
     /// an error's type.

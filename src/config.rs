@@ -130,6 +130,12 @@ pub struct Settings {
     /// approved.
     #[arg(long, env = "CHATGATE_EXPLICIT_DECISIONS")]
     pub explicit_decisions: bool,
+    /// The longest a grant given with a confirm may last (its `ttl`; a
+    /// grant that names none lasts this long). 1s to 7 days.
+    #[arg(long, env = "CHATGATE_MAX_GRANT_TTL",
+          default_value = text(crate::confirmation::grant::MAX_GRANT_TTL),
+          value_parser = DurationArg::secs(Duration::from_secs(1), 7 * DAY))]
+    pub max_grant_ttl: Duration,
     /// Chunks kept per run for re-attach; an attached client that falls this far
     /// behind stops the run (reason `slow_consumer`). 1 to 1,048,576.
     #[arg(long, env = "CHATGATE_REPLAY_BUFFER", default_value_t = REPLAY_BUFFER,

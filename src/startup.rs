@@ -162,6 +162,7 @@ impl Application {
             webhooks,
             keep_outcome: settings.keep_outcome,
             explicit_decisions: settings.explicit_decisions,
+            max_grant_ttl: settings.max_grant_ttl,
         };
         let runs = Runs {
             manager: ConfirmationManager::new(),

@@ -17,7 +17,7 @@ pub struct TaskCheck {
 }
 
 /// What a reply's decisions on a plan are checked against.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PlanCheck {
     pub tasks: Vec<TaskCheck>,
     /// `--explicit-decisions`: a `decisions` reply names every task.
@@ -25,6 +25,8 @@ pub struct PlanCheck {
     /// The tools file's rules (an edit's new arguments a `deny` rule
     /// matches are refused) and the requester's key label they apply to.
     pub rules: Option<(Arc<Tools>, String)>,
+    /// `--max-grant-ttl`: the longest a grant given on this pause may last.
+    pub max_grant_ttl: std::time::Duration,
 }
 
 impl PlanCheck {
@@ -41,7 +43,13 @@ impl PlanCheck {
                 .collect(),
             explicit: false,
             rules: None,
+            max_grant_ttl: super::limits::MAX_GRANT_TTL,
         }
+    }
+
+    pub fn max_grant_ttl(mut self, ttl: std::time::Duration) -> PlanCheck {
+        self.max_grant_ttl = ttl;
+        self
     }
 
     /// Refuses edits a `deny` rule matches, for the key labelled `key`.
@@ -55,6 +63,17 @@ impl PlanCheck {
     pub fn explicit(mut self, explicit: bool) -> PlanCheck {
         self.explicit = explicit;
         self
+    }
+}
+
+impl Default for PlanCheck {
+    fn default() -> PlanCheck {
+        PlanCheck {
+            tasks: Vec::new(),
+            explicit: false,
+            rules: None,
+            max_grant_ttl: super::limits::MAX_GRANT_TTL,
+        }
     }
 }
 

@@ -29,7 +29,9 @@
 
 pub mod answers;
 pub mod decisions;
+pub mod grant;
 mod limits;
+mod refused;
 pub mod slot;
 pub mod ticket;
 pub mod waiting;
@@ -45,9 +47,11 @@ use tokio_util::sync::CancellationToken;
 use serde_json::{Map, Value};
 
 pub use self::limits::{RunLimits, MAX_RUNS, RUNS_PER_KEY_DIVISOR};
+pub use self::refused::{DecideError, GrantAsk};
 
 use self::answers::check_answers;
-use self::decisions::{check_decisions, DecisionsError, PlanCheck};
+use self::decisions::{check_decisions, PlanCheck};
+use self::grant::{check_grant, GrantSpec};
 use crate::protocol::question::Question;
 use crate::protocol::{
     Action, CancelReason, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
@@ -58,8 +62,9 @@ use crate::session::SessionKey;
 /// The outcome of one pause, as the waiting run sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
-    /// With the verdict for every task (approved unless said otherwise).
-    Confirm(Decisions),
+    /// With the verdict for every task (approved unless said otherwise),
+    /// and the grant the confirm gives, if any.
+    Confirm(Decisions, Option<Box<GrantSpec>>),
     Modify(String),
     /// The answers to a question pause, normalized (see [`crate::protocol::question`]).
     Answer(Map<String, Value>),
@@ -88,65 +93,6 @@ pub enum BeginError {
 pub struct RunCounts {
     pub active: usize,
     pub paused: usize,
-}
-
-/// Why a reply was refused. The variants are listed in the order they are checked.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DecideError {
-    #[error(
-        "no confirmation is pending for this session: it has no run (none was started, or \
-         it belongs to another API key), its run has ended (completed, cancelled, timed out), \
-         or its run is working and has not paused"
-    )]
-    NoPending,
-    #[error("`{action}` is not one of the offered options: {}", names(options))]
-    NotOffered {
-        action: String,
-        options: Vec<Action>,
-    },
-    #[error(
-        "the modify text is longer than {MAX_MODIFY_TEXT_BYTES} bytes; the options are: {}",
-        names(options)
-    )]
-    ModifyTooLong { options: Vec<Action> },
-    #[error("confirmation_id does not match the pending confirmation")]
-    Stale,
-    #[error("{0}")]
-    InvalidDecision(String),
-    /// An edit's new arguments match a `deny` rule.
-    #[error("{0}")]
-    DeniedByRule(String),
-    /// `--explicit-decisions`: a `decisions` reply left tasks undecided.
-    #[error("{0}")]
-    UndecidedTasks(String),
-    #[error("{0}")]
-    InvalidAnswer(String),
-    #[error(
-        "an earlier reply to this confirmation has an outcome that is not known yet (the \
-         store did not answer in time); it is being settled: retry in a moment"
-    )]
-    Settling,
-    #[error("this confirmation has already been decided")]
-    AlreadyDecided,
-}
-
-impl From<DecisionsError> for DecideError {
-    fn from(err: DecisionsError) -> DecideError {
-        match err {
-            DecisionsError::Invalid(why) => DecideError::InvalidDecision(why),
-            DecisionsError::Denied(why) => DecideError::DeniedByRule(why),
-            DecisionsError::Undecided(why) => DecideError::UndecidedTasks(why),
-        }
-    }
-}
-
-/// `confirm, modify, cancel`.
-fn names(options: &[Action]) -> String {
-    options
-        .iter()
-        .map(|a| a.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// What an accepted reply decided. The pause is decided for everyone from
@@ -426,6 +372,7 @@ impl ConfirmationManager {
         confirmation_id: Option<&str>,
         decisions: Option<&[TaskDecisionRequest]>,
         answers: Option<&Map<String, Value>>,
+        grant: Option<GrantAsk<'_>>,
     ) -> Result<Accepted, DecideError> {
         let mut registry = self.lock();
         let pause = registry
@@ -449,6 +396,7 @@ impl ConfirmationManager {
         if confirmation_id.is_some_and(|id| id != pause.confirmation_id) {
             return Err(DecideError::Stale);
         }
+        let mut granted = None;
         let (verdicts, answers) = match &pause.asking {
             Asking::Plan(tasks) => {
                 if answers.is_some() {
@@ -460,9 +408,26 @@ impl ConfirmationManager {
                 }
                 let verdicts =
                     check_decisions(action, decisions, tasks).map_err(DecideError::from)?;
+                granted = match (grant, &verdicts) {
+                    (None, _) => None,
+                    (Some(ask), Some(verdicts)) => Some(Box::new(
+                        check_grant(ask.grant, verdicts, tasks, ask.by)
+                            .map_err(DecideError::InvalidGrant)?,
+                    )),
+                    (Some(_), None) => {
+                        return Err(DecideError::InvalidGrant(
+                            "grant: a grant goes with confirm only".to_owned(),
+                        ))
+                    }
+                };
                 (verdicts, None)
             }
             Asking::Questions(questions) => {
+                if grant.is_some() {
+                    return Err(DecideError::InvalidGrant(
+                        "grant: a grant goes with a confirmation, not with questions".to_owned(),
+                    ));
+                }
                 check_decisions(action, decisions, &PlanCheck::default())
                     .map_err(DecideError::from)?;
                 let answers = check_answers(action, reply.text.as_deref(), answers, questions)
@@ -481,7 +446,7 @@ impl ConfirmationManager {
         // everyone (later replies: AlreadyDecided; a new message: SessionBusy).
         let decide_tx = pause.decide_tx.take().ok_or(DecideError::AlreadyDecided)?;
         let decision = match action {
-            Action::Confirm => Decision::Confirm(verdicts.clone().unwrap_or_default()),
+            Action::Confirm => Decision::Confirm(verdicts.clone().unwrap_or_default(), granted),
             Action::Modify => Decision::Modify(text.to_owned()),
             Action::Cancel => Decision::Cancel(CancelReason::User),
             Action::Answer => Decision::Answer(answers.clone().unwrap_or_default()),

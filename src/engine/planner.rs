@@ -217,11 +217,18 @@ async fn carry_out(
     mut steps: Vec<String>,
     mut answered: Option<Approval>,
 ) -> Result<Completion, RunError> {
+    // Each round's routes (a grant's call is spent when it is routed, so
+    // they are kept through the pause, not worked out again).
+    let mut routes = Vec::new();
     let decisions = loop {
         let approval = match answered.take() {
-            Some(approval) => approval,
+            Some(approval) => {
+                // Restored after its pause: the rules route as they did.
+                routes = routes_of(ctx, &steps);
+                approval
+            }
             None => {
-                let plan = Box::pin(prepare(ctx, &steps)).await?;
+                let plan = Box::pin(prepare(ctx, &steps, &mut routes)).await?;
                 ctx.confirm(plan).await?
             }
         };
@@ -239,9 +246,6 @@ async fn carry_out(
             }
         }
     };
-    // Worked out again rather than held through the pause (rules do not
-    // change while the process runs; a restored run gets them anew).
-    let routes = routes_of(ctx, &steps);
     // Boxed: what carrying out needs is allocated when it starts, not held
     // in this future (and so in every paused run) for the whole pause.
     Box::pin(execute(ctx, steps, decisions, routes)).await
@@ -265,10 +269,14 @@ fn routes_of(ctx: &RunContext, steps: &[String]) -> Vec<Route> {
 /// The plan of `steps` as it is put to the person, once the rules have
 /// routed (and recorded) every call: with nothing in it that needs a yes,
 /// [`RunContext::confirm`] asks nothing.
-async fn prepare(ctx: &mut RunContext, steps: &[String]) -> Result<Plan, RunError> {
+async fn prepare(
+    ctx: &mut RunContext,
+    steps: &[String],
+    routes: &mut Vec<Route>,
+) -> Result<Plan, RunError> {
     let plan = plan(steps, ctx.tools(), ctx.durable())?;
-    let routes = route_plan(ctx, &plan).await?;
-    Ok(asked(plan, &routes))
+    *routes = route_plan(ctx, &plan).await?;
+    Ok(asked(plan, routes))
 }
 
 /// Routes the calls of `plan` through the rules, recording every match

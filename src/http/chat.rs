@@ -116,6 +116,7 @@ async fn chat(
             confirmation_id,
             decisions,
             answers,
+            grant,
         } => {
             access_log::note_session(req, &session_id);
             let refused = |err: ChatError| Refusal::new(err, &session_id);
@@ -152,6 +153,7 @@ async fn chat(
                 confirmation_id: confirmation_id.as_deref(),
                 decisions: decisions.as_deref(),
                 answers: answers.as_ref(),
+                grant: grant.as_ref(),
                 client: client.as_deref(),
                 decider: &decider,
                 not_after,

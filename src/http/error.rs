@@ -65,6 +65,8 @@ pub enum ChatError {
     ApproverWithoutConfirmationId,
     #[error("the store cannot be reached to find or claim this session's run; retry shortly")]
     StoreUnreachable,
+    #[error("no such grant: it expired, was spent or revoked, or is another key's")]
+    NoSuchGrant,
     #[error(
         "this request carries a replica's header with a wrong --cluster-secret (or this \
          server is not a replica): clients must not send x-chatgate-cluster-secret"
@@ -128,6 +130,8 @@ impl ChatError {
                 DecideError::InvalidDecision(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidDecision),
                 DecideError::DeniedByRule(_) => (S::UNPROCESSABLE_ENTITY, T::DeniedByRule),
                 DecideError::UndecidedTasks(_) => (S::UNPROCESSABLE_ENTITY, T::UndecidedTasks),
+                DecideError::InvalidGrant(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidGrant),
+                DecideError::TooManyGrants => (S::UNPROCESSABLE_ENTITY, T::TooManyGrants),
                 DecideError::InvalidAnswer(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidAnswer),
                 DecideError::AlreadyDecided => (S::CONFLICT, T::AlreadyDecided),
                 DecideError::Settling => (S::SERVICE_UNAVAILABLE, T::StoreUnavailable),
@@ -139,6 +143,7 @@ impl ChatError {
             ChatError::Reply(ReplyError::StoreUnavailable | ReplyError::StoreLost)
             | ChatError::StoreUnreachable => (S::SERVICE_UNAVAILABLE, T::StoreUnavailable),
             ChatError::Reattach(ReattachError::NoSuchRun) => (S::NOT_FOUND, T::NoSuchRun),
+            ChatError::NoSuchGrant => (S::NOT_FOUND, T::NoSuchGrant),
             ChatError::Reattach(ReattachError::Beyond { .. }) => {
                 (S::BAD_REQUEST, T::InvalidRequest)
             }

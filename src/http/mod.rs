@@ -1,5 +1,6 @@
 //! The HTTP glue: the routes ([`configure`]), the chat endpoint ([`chat`]),
-//! the inbox ([`inbox`]), the offered tools ([`tools`]), kept run
+//! the inbox ([`inbox`]), the offered tools ([`tools`]), grants
+//! ([`grants`]), kept run
 //! outcomes ([`runs`]),
 //! probes ([`probes`]), the page ([`page`]), forwarding to a run's owner
 //! ([`forward`]), the error table ([`error`]), who may call ([`access`]),
@@ -13,6 +14,7 @@ pub mod chat;
 pub mod connection;
 pub mod error;
 pub mod forward;
+pub mod grants;
 pub mod inbox;
 pub mod page;
 pub mod probes;
@@ -23,7 +25,7 @@ pub mod tools;
 use actix_web::http::Method;
 use actix_web::web;
 
-use crate::protocol::{CHAT_PATH, INBOX_PATH, RUNS_PATH, TOOLS_PATH};
+use crate::protocol::{CHAT_PATH, GRANTS_PATH, INBOX_PATH, RUNS_PATH, TOOLS_PATH};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -34,6 +36,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     )
     .route(INBOX_PATH, web::get().to(inbox::interactions))
     .route(TOOLS_PATH, web::get().to(tools::list))
+    .route(GRANTS_PATH, web::get().to(grants::list))
+    .route(
+        &format!("{GRANTS_PATH}/{{id}}"),
+        web::delete().to(grants::revoke),
+    )
     .route(
         &format!("{RUNS_PATH}/{{session_id}}"),
         web::get().to(runs::outcome),

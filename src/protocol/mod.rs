@@ -26,6 +26,7 @@ pub use names::{
 };
 pub use request::{
     is_valid_session_id, parse_reply, ChatRequest, ReplyMessage, ReplySyntaxError, RequestError,
-    TaskDecisionRequest, ValidRequest, CHAT_PATH, CONFIRM_PREFIX, INBOX_PATH, MAX_BODY_BYTES,
-    MAX_MESSAGE_BYTES, MAX_MODIFY_TEXT_BYTES, MAX_SESSION_ID_CHARS, RUNS_PATH, TOOLS_PATH,
+    TaskDecisionRequest, ValidRequest, CHAT_PATH, CONFIRM_PREFIX, GRANTS_PATH, INBOX_PATH,
+    MAX_BODY_BYTES, MAX_MESSAGE_BYTES, MAX_MODIFY_TEXT_BYTES, MAX_SESSION_ID_CHARS, RUNS_PATH,
+    TOOLS_PATH,
 };

@@ -44,6 +44,8 @@ pub mod meta {
     pub const RULE: &str = "rule";
     /// Why a call ran without a person: `{"rule": name}` or `{"grant": id}`.
     pub const APPROVED_BY: &str = "approved_by";
+    /// A grant kept, as `GET /api/v1/grants` lists it.
+    pub const GRANT: &str = "grant";
     pub const TIMEOUT_SECONDS: &str = "timeout_seconds";
     pub const TOOL: &str = "tool";
     pub const TOTAL_TASKS: &str = "total_tasks";
@@ -150,6 +152,12 @@ pub enum ErrorType {
     /// With `--explicit-decisions`, a `decisions` reply leaves tasks
     /// undecided (422).
     UndecidedTasks,
+    /// A confirm's `grant` does not fit the pause (422).
+    InvalidGrant,
+    /// The requester's namespace holds the most live grants (422).
+    TooManyGrants,
+    /// A grant's revoke names no grant the caller can see (404).
+    NoSuchGrant,
     /// A reply's answer does not fit the pending questions (422).
     InvalidAnswer,
     /// An engine's questions break a bound of a question pause; nothing was asked.

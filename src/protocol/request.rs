@@ -12,6 +12,8 @@ pub const CHAT_PATH: &str = "/api/v1/chat/stream";
 pub const INBOX_PATH: &str = "/api/v1/interactions";
 /// The offered tools, listed (`GET`).
 pub const TOOLS_PATH: &str = "/api/v1/tools";
+/// Live grants (`GET`), and one grant's revoke (`DELETE .../{id}`).
+pub const GRANTS_PATH: &str = "/api/v1/grants";
 /// A session's kept run outcome (`GET`, then `/{session_id}`).
 pub const RUNS_PATH: &str = "/api/v1/runs";
 /// Upper bound of a request body, in bytes (413 beyond it).
@@ -36,6 +38,9 @@ pub struct ChatRequest {
     pub decisions: Option<Vec<TaskDecisionRequest>>,
     /// An `answer` reply's answers to a question pause: `{"<question id>": value}`.
     pub answers: Option<Map<String, Value>>,
+    /// A confirm's grant: later calls allowed without asking (checked
+    /// against the pause by [`crate::confirmation`]).
+    pub grant: Option<Value>,
 }
 
 /// One entry of a reply's `decisions`, as sent: checked against the pending
@@ -66,6 +71,7 @@ pub enum ValidRequest {
         confirmation_id: Option<String>,
         decisions: Option<Vec<TaskDecisionRequest>>,
         answers: Option<Map<String, Value>>,
+        grant: Option<Value>,
     },
     /// `Last-Event-ID`: re-attach to the run of `session_id` after `last_seen`.
     Reattach {
@@ -144,6 +150,7 @@ impl ChatRequest {
                     confirmation_id: self.confirmation_id,
                     decisions: self.decisions,
                     answers: self.answers,
+                    grant: self.grant,
                 })
             }
         }
@@ -294,6 +301,7 @@ mod tests {
             confirmation_id: None,
             decisions: None,
             answers: None,
+            grant: None,
         }
     }
 

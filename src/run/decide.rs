@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 use super::Runs;
 use crate::audit::{self, AuditLog, AuditRecord};
 use crate::cluster::SETTLE_RETRY;
-use crate::confirmation::{Accepted, DecideError};
+use crate::confirmation::{Accepted, DecideError, GrantAsk};
 use crate::protocol::{
     Action, CancelReason, Chunk, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
 };
@@ -38,6 +38,8 @@ pub struct Reply<'a> {
     pub decisions: Option<&'a [TaskDecisionRequest]>,
     /// Its answers to questions (with `answer`).
     pub answers: Option<&'a Map<String, Value>>,
+    /// Its grant (with `confirm`).
+    pub grant: Option<&'a Value>,
     /// Where it came from, for the audit log.
     pub client: Option<&'a str>,
     /// Who decides, for the audit log: the key's label (`key-N`,
@@ -141,12 +143,20 @@ impl Runs {
         {
             return Err(ReplyError::Late);
         }
+        if reply.grant.is_some() && self.grants_full(key).await {
+            return Err(DecideError::TooManyGrants.into());
+        }
+        let grant = reply.grant.map(|grant| GrantAsk {
+            grant,
+            by: reply.decider,
+        });
         let accepted = match self.manager.decide(
             key,
             reply.message,
             reply.confirmation_id,
             reply.decisions,
             reply.answers,
+            grant,
         ) {
             Ok(accepted) => accepted,
             Err(refused) => {
@@ -240,6 +250,18 @@ impl Runs {
 }
 
 impl Runs {
+    /// Whether the namespace of `key` holds the most live grants (a store
+    /// that cannot tell says no: the run's own add is bounded anyway).
+    async fn grants_full(&self, key: &SessionKey) -> bool {
+        let namespace = self.settings.namespaces.name(key.owner);
+        let namespace = crate::store::Grant::namespace_of(namespace.as_deref());
+        self.settings
+            .store
+            .grants(Some(&namespace))
+            .await
+            .is_ok_and(|grants| grants.len() >= crate::store::grant::MAX_GRANTS_PER_NAMESPACE)
+    }
+
     /// `refused` as the reply is told: a pause its run noted as decided
     /// (the one it names, else the latest when that one is decided) is
     /// told what and who, whatever the manager knows of it now (the run

@@ -28,6 +28,7 @@ pub mod decide;
 mod end;
 pub mod engine;
 mod expiry;
+pub mod grants;
 pub mod inbox;
 pub mod log;
 pub mod outcome;

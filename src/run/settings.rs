@@ -44,6 +44,8 @@ pub struct RunSettings {
     pub keep_outcome: Duration,
     /// `--explicit-decisions`: a `decisions` reply names every task.
     pub explicit_decisions: bool,
+    /// `--max-grant-ttl`: the longest a grant may last.
+    pub max_grant_ttl: Duration,
 }
 
 impl Default for RunSettings {
@@ -60,6 +62,7 @@ impl Default for RunSettings {
             webhooks: None,
             keep_outcome: KEEP_OUTCOME,
             explicit_decisions: false,
+            max_grant_ttl: crate::confirmation::grant::MAX_GRANT_TTL,
         }
     }
 }

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
+use super::grant::MemoryGrants;
 use super::schedule::{queue_of, Schedule, Slot};
 use super::{
-    OutboxEvent, OutboxStats, Outcome, PausedRecord, QueuedEvent, Resolution, RunEnd, Store,
+    Grant, OutboxEvent, OutboxStats, Outcome, PausedRecord, QueuedEvent, Resolution, RunEnd, Store,
     StoreError, StoredDecision, EVENT_LEASE,
 };
 use crate::session::SessionKey;
@@ -30,6 +31,7 @@ pub const MAX_OUTBOX_BYTES: usize = 64 * 1024 * 1024;
 pub struct MemoryStore {
     outbox: Mutex<Outbox>,
     outcomes: Mutex<Outcomes>,
+    grants: MemoryGrants,
 }
 
 /// The most run outcomes the memory store keeps (`--keep-outcome`): past
@@ -202,6 +204,32 @@ impl Store for MemoryStore {
         let at = (namespace.map(str::to_owned), session_id.to_owned());
         let found = outcomes.by_session.get(&at).map(|(_, o)| o.clone());
         Box::pin(async { Ok(found) })
+    }
+
+    fn add_grant<'a>(&'a self, grant: &'a Grant) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let added = self.grants.add(grant, super::now_ms());
+        Box::pin(async move { Ok(added) })
+    }
+
+    fn grants<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Grant>, StoreError>> {
+        let listed = self.grants.list(namespace, super::now_ms());
+        Box::pin(async move { Ok(listed) })
+    }
+
+    fn take_grant_call<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u32>, StoreError>> {
+        let left = self.grants.take(id, super::now_ms());
+        Box::pin(async move { Ok(left) })
+    }
+
+    fn revoke_grant<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Grant>, StoreError>> {
+        let revoked = self.grants.revoke(id);
+        Box::pin(async move { Ok(revoked) })
     }
 
     fn remove(&self, _run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {

@@ -27,6 +27,7 @@
 //! [`Store::resolve`] can learn afterwards whether it was recorded, and make
 //! sure it never will be if it was not.
 
+pub mod grant;
 pub mod memory;
 pub mod redis;
 pub mod schedule;
@@ -41,6 +42,7 @@ use serde_json::{Map, Value};
 use crate::protocol::question::Question;
 use crate::protocol::{Action, CancelReason, Chunk, Decisions, PauseKind, TaskSpec};
 use crate::session::SessionKey;
+pub use grant::{Grant, GrantScope};
 
 /// Where a stored pause is: its namespace (`None` without keys) and its
 /// session id.
@@ -391,6 +393,22 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         let _ = (namespace, after, limit);
         Box::pin(async { Ok(Vec::new()) })
     }
+    /// Keeps `grant`, unless its namespace holds
+    /// [`grant::MAX_GRANTS_PER_NAMESPACE`] live grants already (`false`).
+    fn add_grant<'a>(&'a self, grant: &'a Grant) -> BoxFuture<'a, Result<bool, StoreError>>;
+    /// The live grants of `namespace` (`None`: every namespace), newest
+    /// first.
+    fn grants<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Grant>, StoreError>>;
+    /// Uses one call of grant `id`, atomically for every replica: the calls
+    /// left after it, or `None` when it is gone, expired or spent.
+    fn take_grant_call<'a>(&'a self, id: &'a str)
+        -> BoxFuture<'a, Result<Option<u32>, StoreError>>;
+    /// Removes grant `id` for every replica at once: what it was, if it
+    /// was there.
+    fn revoke_grant<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Grant>, StoreError>>;
     /// Queues webhook events that no record write carries.
     fn announce<'a>(&'a self, events: &'a [OutboxEvent]) -> BoxFuture<'a, Result<(), StoreError>>;
     /// Takes the undelivered events to send now: at most `limit`, oldest

@@ -52,8 +52,14 @@ pub struct Tool {
     /// `false` only for read-only tools, which the `openai` engine then runs
     /// without asking. The planner always asks.
     pub confirm: bool,
+    /// A person may grant later calls of it without asking (`grantable`;
+    /// a low or medium risk tool always is, a high risk one only when its
+    /// table says so).
+    pub grantable: bool,
     /// The JSON Schema of its arguments, as written.
     pub parameters: Value,
+    /// The SHA-256 of `parameters` (a grant covers only the schema it saw).
+    pub schema_hash: String,
     validator: jsonschema::Validator,
     pub timeout: Duration,
     pub executor: Executor,
@@ -101,6 +107,8 @@ struct ToolEntry {
     risk: Option<String>,
     #[serde(default = "yes")]
     confirm: bool,
+    #[serde(default)]
+    grantable: bool,
     command: Option<Vec<String>>,
     http: Option<String>,
     timeout_secs: Option<f64>,
@@ -360,7 +368,7 @@ fn build(entry: ToolEntry) -> Result<Tool, String> {
             http_executor(url, entry.headers)?
         }
     };
-    Tool::new(
+    let mut tool = Tool::new(
         name,
         description,
         risk,
@@ -369,7 +377,9 @@ fn build(entry: ToolEntry) -> Result<Tool, String> {
         timeout,
         executor,
     )
-    .map_err(|err| format!("key `parameters`: {err}"))
+    .map_err(|err| format!("key `parameters`: {err}"))?;
+    tool.grantable = entry.grantable || risk != RiskLevel::High;
+    Ok(tool)
 }
 
 #[cfg(feature = "openai")]
@@ -404,11 +414,17 @@ impl Tool {
             .map_err(|err| format!("not a valid JSON Schema: {err}"))?;
         let validator = jsonschema::validator_for(&parameters)
             .map_err(|err| format!("not a valid JSON Schema: {err}"))?;
+        let schema_hash = {
+            use sha2::{Digest, Sha256};
+            hex::encode(Sha256::digest(parameters.to_string().as_bytes()))
+        };
         Ok(Tool {
             name,
             description,
+            grantable: risk != RiskLevel::High,
             risk,
             confirm,
+            schema_hash,
             parameters,
             validator,
             timeout,
@@ -511,102 +527,4 @@ impl Tool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Write;
-
-    /// The tools file `text`, removed when dropped.
-    fn file(text: &str) -> tempfile::NamedTempFile {
-        let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
-        file.write_all(text.as_bytes()).unwrap();
-        file
-    }
-
-    const GOOD: &str = r#"
-[[tool]]
-name = "echo_args"
-description = "Prints its arguments"
-risk = "low"
-command = ["cat"]
-parameters = { type = "object", properties = { step = { type = "string" } }, required = ["step"] }
-"#;
-
-    #[test]
-    fn a_good_file_loads_and_arguments_are_checked_against_the_schema() {
-        let f = file(GOOD);
-        let tools = Tools::load(f.path()).unwrap();
-        let tool = tools.get("echo_args").unwrap();
-
-        assert_eq!(tool.risk, RiskLevel::Low);
-        assert!(tool.confirm);
-        assert_eq!(tool.timeout, DEFAULT_TIMEOUT);
-        assert!(tool.check_args(&serde_json::json!({"step": "x"})).is_ok());
-        let wrong = tool
-            .check_args(&serde_json::json!({"step": 3}))
-            .unwrap_err();
-        assert!(wrong.contains("/step"), "{wrong}");
-        assert!(tool.check_args(&serde_json::json!({})).is_err());
-    }
-
-    #[test]
-    fn every_mistake_is_one_line_naming_the_file_the_tool_and_the_key() {
-        let cases = [
-            (
-                GOOD.replace("risk = \"low\"", "risk = \"low\"\ncolour = \"red\""),
-                "tool \"echo_args\"",
-                "colour",
-            ),
-            (
-                GOOD.replace(
-                    "type = \"object\", properties",
-                    "type = \"objekt\", properties",
-                ),
-                "tool \"echo_args\"",
-                "parameters",
-            ),
-            (
-                GOOD.replace(
-                    "command = [\"cat\"]",
-                    "command = [\"cat\"]\nhttp = \"http://127.0.0.1:1/\"",
-                ),
-                "tool \"echo_args\"",
-                "http",
-            ),
-            (format!("{GOOD}{GOOD}"), "tool \"echo_args\"", "name"),
-            (
-                GOOD.replace("[\"cat\"]", "[\"no-such-program-here\"]"),
-                "tool \"echo_args\"",
-                "command",
-            ),
-            (
-                GOOD.replace("name = \"echo_args\"\n", ""),
-                "tool #1",
-                "name",
-            ),
-            (
-                GOOD.replace("risk = \"low\"", "risk = \"severe\""),
-                "tool \"echo_args\"",
-                "risk",
-            ),
-            (
-                GOOD.replace(
-                    "properties = { step = { type = \"string\" } }",
-                    "properties = { step = { type = 5 } }",
-                ),
-                "tool \"echo_args\"",
-                "parameters",
-            ),
-            ("[[tool]\n".to_owned(), "the file", "not a tools file"),
-        ];
-        for (text, place, key) in cases {
-            let f = file(&text);
-            let err = Tools::load(f.path()).expect_err(&text);
-            let line = err.to_string();
-            assert!(!line.contains('\n'), "one line: {line}");
-            assert!(line.starts_with(&f.path().display().to_string()), "{line}");
-            assert_eq!(err.place, place, "{line}");
-            assert!(line.contains(key), "{key} in {line}");
-        }
-        let _ = std::io::stdout().flush();
-    }
-}
+mod tests;

@@ -467,6 +467,35 @@ fn parse_matcher(raw: &toml::Value) -> Result<Matcher, String> {
     }
 }
 
+/// A grant's `args` (JSON: pointers to matchers, as a rule's): checked
+/// and compiled; the error names the pointer.
+pub fn matchers_of_json(
+    args: &serde_json::Map<String, Value>,
+) -> Result<Vec<(String, Matcher)>, String> {
+    if args.len() > MAX_MATCHERS {
+        return Err(format!(
+            "args: {} matchers; at most {MAX_MATCHERS}",
+            args.len()
+        ));
+    }
+    args.iter()
+        .map(|(pointer, matcher)| {
+            let matcher = toml::Value::try_from(matcher)
+                .map_err(|_| "not a matcher (no nulls in a matcher)".to_owned())
+                .and_then(|matcher| check_pointer(pointer).and_then(|()| parse_matcher(&matcher)))
+                .map_err(|why| format!("args \"{pointer}\": {why}"))?;
+            Ok((pointer.clone(), matcher))
+        })
+        .collect()
+}
+
+/// Whether every matcher accepts `args`.
+pub fn all_match(matchers: &[(String, Matcher)], args: &Value) -> bool {
+    matchers
+        .iter()
+        .all(|(pointer, matcher)| matcher.matches(args.pointer(pointer)))
+}
+
 fn json_of(value: &toml::Value) -> Result<Value, String> {
     serde_json::to_value(value).map_err(|err| format!("not a JSON value: {err}"))
 }

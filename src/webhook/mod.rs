@@ -120,14 +120,20 @@ pub enum EventType {
     Expired,
     #[serde(rename = "run.ended")]
     Ended,
+    #[serde(rename = "grant.created")]
+    GrantCreated,
+    #[serde(rename = "grant.revoked")]
+    GrantRevoked,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 4] = [
+    pub const ALL: [EventType; 6] = [
         EventType::Requested,
         EventType::Decided,
         EventType::Expired,
         EventType::Ended,
+        EventType::GrantCreated,
+        EventType::GrantRevoked,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -136,6 +142,8 @@ impl EventType {
             EventType::Decided => "interaction.decided",
             EventType::Expired => "interaction.expired",
             EventType::Ended => "run.ended",
+            EventType::GrantCreated => "grant.created",
+            EventType::GrantRevoked => "grant.revoked",
         }
     }
 
@@ -233,6 +241,32 @@ impl Event {
             "timeout_seconds": timeout.as_secs(),
         });
         Event::new(EventType::Expired, about, data)
+    }
+
+    /// A grant kept (`created`, with the pause it was given on) or revoked
+    /// (with who revoked it): `data` is the grant as the API lists it.
+    pub fn grant(
+        event_type: EventType,
+        grant: &crate::store::Grant,
+        confirmation_id: &str,
+        revoked_by: Option<&str>,
+    ) -> Event {
+        let mut data = grant.view();
+        if let (Some(by), Value::Object(fields)) = (revoked_by, &mut data) {
+            fields.insert("revoked_by".into(), by.into());
+        }
+        Event {
+            id: uuid::Uuid::new_v4().to_string(),
+            event_type,
+            at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            session_id: grant.session_id.clone(),
+            confirmation_id: confirmation_id.to_owned(),
+            kind: PauseKind::Approval,
+            key: grant.key.clone(),
+            data,
+            decide_url: None,
+            order: format!("{}/{}", grant.key, grant.session_id),
+        }
     }
 
     /// A run that paused ended: its final chunk's type, and a cancel's

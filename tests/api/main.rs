@@ -9,6 +9,7 @@ mod confirm;
 mod durable;
 mod errors;
 mod faults;
+mod grants;
 mod hardening;
 mod helpers;
 #[cfg(feature = "openai")]

@@ -61,7 +61,7 @@ fn decide(
     confirmation_id: Option<&str>,
 ) -> Result<(Action, u32), DecideError> {
     manager
-        .decide(key, reply, confirmation_id, None, None)
+        .decide(key, reply, confirmation_id, None, None, None)
         .map(|accepted| {
             let seen = (accepted.action, accepted.confirmation_round);
             accepted.ticket.deliver();
@@ -100,7 +100,7 @@ async fn a_reply_that_lands_before_the_wait_is_not_lost() {
 
     let decision = slot.wait(pending, LONG, pending_reason()).await;
 
-    assert_eq!(decision, Decision::Confirm(Decisions::approve_all(0)));
+    assert_eq!(decision, Decision::Confirm(Decisions::approve_all(0), None));
     assert_eq!(manager.paused_runs(), 0);
 }
 
@@ -176,7 +176,7 @@ async fn a_reply_just_before_the_deadline_wins() {
         .await;
 
     assert!(replier.await.unwrap().is_ok());
-    assert_eq!(decision, Decision::Confirm(Decisions::approve_all(0)));
+    assert_eq!(decision, Decision::Confirm(Decisions::approve_all(0), None));
 }
 
 #[tokio::test]
@@ -192,7 +192,7 @@ async fn a_decision_already_sent_stands_against_a_stop() {
         .wait(pending, LONG, async { CancelReason::Shutdown })
         .await;
 
-    assert_eq!(decision, Decision::Confirm(Decisions::approve_all(0)));
+    assert_eq!(decision, Decision::Confirm(Decisions::approve_all(0), None));
 }
 
 #[tokio::test]
@@ -202,7 +202,7 @@ async fn a_decision_in_flight_to_the_run_stands_against_a_stop_that_fires_meanwh
     let pending = pause(&slot, "c1", 1);
     // Taken (an audit record being written), not delivered yet.
     let accepted = manager
-        .decide(&key("s"), &reply("cancel", None), None, None, None)
+        .decide(&key("s"), &reply("cancel", None), None, None, None, None)
         .unwrap();
     let deliverer = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -227,7 +227,7 @@ async fn a_failed_ticket_ends_the_run_with_its_error() {
     let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     let accepted = manager
-        .decide(&key("s"), &reply("confirm", None), None, None, None)
+        .decide(&key("s"), &reply("confirm", None), None, None, None, None)
         .unwrap();
 
     accepted.ticket.fail(ErrorType::AuditUnavailable);
@@ -242,7 +242,7 @@ async fn a_withdrawn_decision_leaves_the_pause_to_the_next_reply() {
     let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     let first = manager
-        .decide(&key("s"), &reply("confirm", None), None, None, None)
+        .decide(&key("s"), &reply("confirm", None), None, None, None, None)
         .unwrap();
     let meanwhile = decide(&manager, &key("s"), &reply("cancel", None), None);
 
@@ -262,7 +262,7 @@ async fn a_withdrawn_decision_yields_to_the_timeout_that_came_due_meanwhile() {
     let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     let accepted = manager
-        .decide(&key("s"), &reply("confirm", None), None, None, None)
+        .decide(&key("s"), &reply("confirm", None), None, None, None, None)
         .unwrap();
     let withdrawer = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -308,7 +308,7 @@ async fn a_second_reply_after_the_run_resumed_is_already_decided() {
     decide(&manager, &key("s"), &reply("confirm", None), None).unwrap();
     assert_eq!(
         slot.wait(pending, LONG, pending_reason()).await,
-        Decision::Confirm(Decisions::approve_all(0))
+        Decision::Confirm(Decisions::approve_all(0), None)
     );
 
     // The run is executing now; the pause it came from is decided.
@@ -348,7 +348,7 @@ async fn concurrent_replies_yield_exactly_one_decision() {
 
         assert_eq!(accepted.len(), 1, "round {round}");
         let expected = match accepted[0] {
-            Action::Confirm => Decision::Confirm(Decisions::approve_all(0)),
+            Action::Confirm => Decision::Confirm(Decisions::approve_all(0), None),
             _ => Decision::Cancel(CancelReason::User),
         };
         assert_eq!(decision, expected, "round {round}");
@@ -394,7 +394,7 @@ async fn a_decided_but_not_yet_resumed_run_is_busy_not_superseded() {
     );
     assert_eq!(
         slot.wait(pending, LONG, pending_reason()).await,
-        Decision::Confirm(Decisions::approve_all(0))
+        Decision::Confirm(Decisions::approve_all(0), None)
     );
 }
 

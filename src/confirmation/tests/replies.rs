@@ -39,6 +39,7 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
         None,
         Some(&decisions),
         None,
+        None,
     ) {
         Err(DecideError::InvalidDecision(why)) => why,
         other => panic!("refused as invalid: {other:?}"),
@@ -68,6 +69,7 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
             &reply("confirm", None),
             None,
             Some(&[reject]),
+            None,
             None,
         )
         .unwrap();
@@ -127,7 +129,7 @@ async fn refused_replies_are_checked_in_the_documented_order_and_change_nothing(
     );
     assert_eq!(
         slot.wait(pending, LONG, pending_reason()).await,
-        Decision::Confirm(Decisions::approve_all(0))
+        Decision::Confirm(Decisions::approve_all(0), None)
     );
 }
 

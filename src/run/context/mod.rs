@@ -6,6 +6,7 @@
 //! every method keeps what it awaits small, and boxes what it need not hold.
 
 mod fallback;
+mod grants;
 mod pause;
 pub mod policy;
 pub mod tools;
@@ -19,6 +20,7 @@ use super::outcome::RunError;
 use super::settings::RunSettings;
 use super::stop::RunStop;
 use crate::audit::AuditError;
+use crate::confirmation::grant::GrantSpec;
 use crate::confirmation::RunSlot;
 use crate::metrics::Metrics;
 use crate::protocol::{Chunk, ChunkType};
@@ -61,6 +63,9 @@ pub struct RunContext {
     /// With webhooks: the last pause (its id and kind), which `run.ended`
     /// names; `None` for a run that never paused (it has no such event).
     last_pause: Option<Box<(String, PauseKind)>>,
+    /// A confirm's grant (and the pause it was given on), taken with the
+    /// decision and kept before the run goes on.
+    pending_grant: Option<Box<(GrantSpec, String)>>,
 }
 
 impl RunContext {
@@ -84,6 +89,7 @@ impl RunContext {
             pause_stored: false,
             unconfirmed_calls: 0,
             last_pause: None,
+            pending_grant: None,
         }
     }
 

@@ -11,13 +11,12 @@ use serde_json::Value;
 
 use super::{audit_failed, RunContext};
 use crate::audit::AuditRecord;
-use crate::confirmation::decisions::PlanCheck;
 use crate::confirmation::slot::{PauseSpec, PendingDecision};
 use crate::confirmation::{Asking, Decision};
 use crate::protocol::question::{check_questions, MAX_QUESTION_CHARS};
 use crate::protocol::{
     json_len, Action, CancelReason, Chunk, ConfirmationData, DecisionKind, ErrorType, PauseData,
-    PauseKind, QuestionData, TaskSpec, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
+    PauseKind, QuestionData, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Approval, Plan, Questions, Resumed};
@@ -64,7 +63,7 @@ impl RunContext {
             return Ok(Approval::Confirm(crate::protocol::Decisions::default()));
         };
         let decision = self.wait_for(pending, &asked).await?;
-        self.answered(decision, asked)
+        self.approval(decision, asked).await
     }
 
     /// Puts `questions` to the user and waits for the answer: sends the
@@ -388,7 +387,7 @@ impl RunContext {
     ) -> Result<(), RunError> {
         self.metrics.confirmation_waited(asked.paused_at.elapsed());
         let outcome = match decision {
-            Decision::Confirm(_) => Action::Confirm.as_str(),
+            Decision::Confirm(..) => Action::Confirm.as_str(),
             Decision::Modify(_) => Action::Modify.as_str(),
             Decision::Answer(_) => Action::Answer.as_str(),
             Decision::Skip => Action::Skip.as_str(),
@@ -414,12 +413,22 @@ impl RunContext {
         }
     }
 
+    /// [`RunContext::answered`], then the grant a confirm gave kept
+    /// before the run goes on.
+    async fn approval(&mut self, decision: Decision, asked: Asked) -> Result<Approval, RunError> {
+        let approval = self.answered(decision, asked)?;
+        if let Some(grant) = self.pending_grant.take() {
+            Box::pin(self.keep_grant(*grant)).await?;
+        }
+        Ok(approval)
+    }
+
     /// Takes the decision of a plan and, for a user's reply, sends
     /// `confirmation_received`.
     fn answered(&mut self, decision: Decision, asked: Asked) -> Result<Approval, RunError> {
         self.settled(PauseKind::Approval, &decision, &asked)?;
         let action = match &decision {
-            Decision::Confirm(_) => Action::Confirm,
+            Decision::Confirm(..) => Action::Confirm,
             Decision::Modify(_) => Action::Modify,
             Decision::Cancel(_) => Action::Cancel,
             // Not offered on a plan: the manager never takes it.
@@ -427,7 +436,7 @@ impl RunContext {
         };
         let round = asked.round;
         let decisions = match &decision {
-            Decision::Confirm(decisions) => Some(decisions),
+            Decision::Confirm(decisions, _) => Some(decisions),
             _ => None,
         };
         let received = Chunk::confirmation_received(
@@ -443,7 +452,11 @@ impl RunContext {
         // refused), so the stream shows it; the stop ends the run next.
         self.log.push(received);
         match decision {
-            Decision::Confirm(decisions) => Ok(Approval::Confirm(decisions)),
+            Decision::Confirm(decisions, grant) => {
+                // Kept by the caller before the run goes on (`keep_grant`).
+                self.pending_grant = grant.map(|grant| Box::new((*grant, asked.confirmation_id)));
+                Ok(Approval::Confirm(decisions))
+            }
             Decision::Modify(text) => Ok(Approval::Modify(text)),
             _ => Err(RunError::Cancelled(CancelReason::User)),
         }
@@ -481,14 +494,6 @@ impl RunContext {
             Action::Cancel => Err(RunError::Cancelled(CancelReason::User)),
             _ => Ok(answers),
         }
-    }
-
-    /// What a reply's decisions on `tasks` are checked against: their
-    /// tools, the rules an edit must pass, `--explicit-decisions`.
-    fn plan_check(&self, tasks: &[TaskSpec]) -> PlanCheck {
-        PlanCheck::of(tasks, &self.settings.tools)
-            .with_rules(&self.settings.tools, self.key_label())
-            .explicit(self.settings.explicit_decisions)
     }
 
     /// Registers again the pause of a run restored from a store (its
@@ -545,7 +550,7 @@ impl RunContext {
         self.log.pause_ended();
         let decision = Box::pin(self.record_fallback(decision, &asked.confirmation_id)).await?;
         match record.kind {
-            PauseKind::Approval => self.answered(decision, asked).map(Resumed::Approval),
+            PauseKind::Approval => self.approval(decision, asked).await.map(Resumed::Approval),
             PauseKind::Question => self
                 .questions_answered(decision, asked)
                 .map(Resumed::Answers),

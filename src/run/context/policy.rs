@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use super::{audit_failed, RunContext};
 use crate::audit::AuditRecord;
-use crate::protocol::{meta, ApprovedBy, ErrorType};
+use crate::confirmation::decisions::PlanCheck;
+use crate::protocol::{meta, ApprovedBy, ErrorType, TaskSpec};
 use crate::run::outcome::RunError;
 use crate::session::owner_label;
 use crate::tools::rules::Ruling;
@@ -49,6 +50,15 @@ impl Route {
 }
 
 impl RunContext {
+    /// What a reply's decisions on `tasks` are checked against: their
+    /// tools, the rules an edit must pass, `--explicit-decisions`.
+    pub(super) fn plan_check(&self, tasks: &[TaskSpec]) -> PlanCheck {
+        PlanCheck::of(tasks, &self.settings.tools)
+            .with_rules(&self.settings.tools, self.key_label())
+            .explicit(self.settings.explicit_decisions)
+            .max_grant_ttl(self.settings.max_grant_ttl)
+    }
+
     /// The requester's key label, as rules (`keys`) and records name it.
     pub fn key_label(&self) -> String {
         owner_label(self.session_key().owner)
@@ -64,8 +74,9 @@ impl RunContext {
         route_of(&ruling, asks)
     }
 
-    /// [`RunContext::route_quietly`], with every matching rule recorded
-    /// first: a `policy` audit record (an unwritable log ends the run
+    /// [`RunContext::route_quietly`], then a live grant for a call that
+    /// would be asked (one of its calls spent: `approved_by` the grant),
+    /// with every matching rule recorded first: a `policy` audit record (an unwritable log ends the run
     /// before the call goes anywhere) and a metric, shadow rules with what
     /// they would have decided.
     pub async fn route(
@@ -77,7 +88,13 @@ impl RunContext {
         let key = self.key_label();
         let tools = self.tools().clone();
         let ruling = tools.rules().evaluate(&tool.name, args, &key);
-        let route = route_of(&ruling, asks);
+        let mut route = route_of(&ruling, asks);
+        // A person's grant covers what would be asked; never a denial.
+        if route == Route::Ask {
+            if let Some(by) = self.spend_grant(tool, args).await {
+                route = Route::Allow(Some(by));
+            }
+        }
         let actual = route.as_decision();
         let matched = ruling.shadowed.iter().chain(ruling.enforced.iter());
         for rule in matched {

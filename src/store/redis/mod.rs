@@ -57,18 +57,21 @@ use redis::Script;
 use secrecy::SecretString;
 use tokio::sync::OnceCell;
 
+mod grants;
 mod inbox;
+mod keys;
 mod outbox;
 pub mod ownership;
 mod scripts;
 
+use self::keys::{outcome_key, pending_key, run_key, session_key};
 use self::scripts::{
     ALIVE, ANNOUNCE, CLAIM, END, ENQUEUE, FORGET, HAND_BACK, LEAVE, RECORD_DECISION, REMOVE,
     RESOLVE, RESOLVE_CLAIM, SAVE, SETTLE_EVENT, TAKE_EVENTS, TAKE_OVER, UNLIST,
 };
 use super::{
-    Fault, Located, OutboxEvent, OutboxStats, Outcome, PausedRecord, QueuedEvent, Resolution,
-    RunEnd, Store, StoreError, StoredDecision,
+    Fault, Grant, Located, OutboxEvent, OutboxStats, Outcome, PausedRecord, QueuedEvent,
+    Resolution, RunEnd, Store, StoreError, StoredDecision,
 };
 use crate::session::{Namespaces, SessionKey};
 
@@ -538,6 +541,28 @@ impl Store for RedisStore {
         Box::pin(self.announce_events(events))
     }
 
+    fn add_grant<'a>(&'a self, grant: &'a Grant) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(self.add_grant_now(grant))
+    }
+
+    fn grants<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Grant>, StoreError>> {
+        Box::pin(self.list_grants(namespace))
+    }
+
+    fn take_grant_call<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u32>, StoreError>> {
+        Box::pin(self.take_grant(id))
+    }
+
+    fn revoke_grant<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Grant>, StoreError>> {
+        Box::pin(self.revoke_grant_now(id))
+    }
+
     fn due_events(
         &self,
         now_ms: u64,
@@ -561,23 +586,4 @@ impl Store for RedisStore {
     fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>> {
         Box::pin(self.stats())
     }
-}
-
-/// `chatgate:session:NAMESPACE:SESSION`, `-` for the namespace without keys.
-fn session_key(namespace: Option<&str>, session_id: &str) -> String {
-    format!("chatgate:session:{}:{session_id}", namespace.unwrap_or("-"))
-}
-
-/// `chatgate:pending:NAMESPACE`: the namespace's undecided stored pauses.
-fn pending_key(namespace: Option<&str>) -> String {
-    format!("chatgate:pending:{}", namespace.unwrap_or("-"))
-}
-
-/// A session's kept outcome (`--keep-outcome`): expires by itself.
-fn outcome_key(namespace: Option<&str>, session_id: &str) -> String {
-    format!("chatgate:outcome:{}:{session_id}", namespace.unwrap_or("-"))
-}
-
-fn run_key(run: &str) -> String {
-    format!("chatgate:run:{run}")
 }

@@ -12,6 +12,7 @@
 //! past theirs. A file from an earlier version gets the two columns at
 //! open.
 
+mod grants;
 mod outbox;
 mod outcomes;
 
@@ -26,8 +27,8 @@ use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{
-    Fault, OutboxEvent, OutboxStats, Outcome, PausedRecord, QueuedEvent, Resolution, RunEnd, Store,
-    StoreError, StoredDecision,
+    Fault, Grant, OutboxEvent, OutboxStats, Outcome, PausedRecord, QueuedEvent, Resolution, RunEnd,
+    Store, StoreError, StoredDecision,
 };
 use crate::session::SessionKey;
 
@@ -89,6 +90,7 @@ impl SqliteStore {
         add_end_columns(&connection).map_err(|err| err.to_string())?;
         outbox::create(&connection).map_err(|err| err.to_string())?;
         outcomes::create(&connection).map_err(|err| err.to_string())?;
+        grants::create(&connection).map_err(|err| err.to_string())?;
         let outbox = outbox::open(path).map_err(|err| err.to_string())?;
         let ledger = outbox::ledger(&outbox).map_err(|err| err.to_string())?;
         Ok(SqliteStore {
@@ -320,6 +322,35 @@ impl Store for SqliteStore {
         let session_id = session_id.to_owned();
         let now = now_ms();
         self.with_outbox(move |c| outcomes::find(c, namespace.as_deref(), &session_id, now))
+    }
+
+    fn add_grant<'a>(&'a self, grant: &'a Grant) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let grant = grant.clone();
+        let now = now_ms();
+        self.with(move |c| grants::add(c, &grant, now))
+    }
+
+    fn grants<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Grant>, StoreError>> {
+        let namespace = namespace.map(str::to_owned);
+        let now = now_ms();
+        self.with(move |c| grants::list(c, namespace.as_deref(), now))
+    }
+
+    fn take_grant_call<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u32>, StoreError>> {
+        let id = id.to_owned();
+        let now = now_ms();
+        self.with(move |c| grants::take(c, &id, now))
+    }
+
+    fn revoke_grant<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Grant>, StoreError>> {
+        let id = id.to_owned();
+        self.with(move |c| grants::revoke(c, &id))
     }
 
     fn remove(&self, run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {

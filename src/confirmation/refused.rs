@@ -1,0 +1,83 @@
+//! Why a reply is refused ([`DecideError`], in the order the checks run),
+//! and what a reply's grant brings to the decision ([`GrantAsk`]).
+
+use serde_json::Value;
+
+use super::decisions::DecisionsError;
+use crate::protocol::{Action, MAX_MODIFY_TEXT_BYTES};
+
+/// Why a reply was refused. The variants are listed in the order they are checked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecideError {
+    #[error(
+        "no confirmation is pending for this session: it has no run (none was started, or \
+         it belongs to another API key), its run has ended (completed, cancelled, timed out), \
+         or its run is working and has not paused"
+    )]
+    NoPending,
+    #[error("`{action}` is not one of the offered options: {}", names(options))]
+    NotOffered {
+        action: String,
+        options: Vec<Action>,
+    },
+    #[error(
+        "the modify text is longer than {MAX_MODIFY_TEXT_BYTES} bytes; the options are: {}",
+        names(options)
+    )]
+    ModifyTooLong { options: Vec<Action> },
+    #[error("confirmation_id does not match the pending confirmation")]
+    Stale,
+    #[error("{0}")]
+    InvalidDecision(String),
+    /// An edit's new arguments match a `deny` rule.
+    #[error("{0}")]
+    DeniedByRule(String),
+    /// `--explicit-decisions`: a `decisions` reply left tasks undecided.
+    #[error("{0}")]
+    UndecidedTasks(String),
+    /// A confirm's `grant` does not fit the pause (or comes without a confirm).
+    #[error("{0}")]
+    InvalidGrant(String),
+    /// The requester's namespace holds the most live grants already.
+    #[error(
+        "this key's namespace holds {} live grants already; revoke some (DELETE \
+         /api/v1/grants/ID) or let them expire",
+        crate::store::grant::MAX_GRANTS_PER_NAMESPACE
+    )]
+    TooManyGrants,
+    #[error("{0}")]
+    InvalidAnswer(String),
+    #[error(
+        "an earlier reply to this confirmation has an outcome that is not known yet (the \
+         store did not answer in time); it is being settled: retry in a moment"
+    )]
+    Settling,
+    #[error("this confirmation has already been decided")]
+    AlreadyDecided,
+}
+
+impl From<DecisionsError> for DecideError {
+    fn from(err: DecisionsError) -> DecideError {
+        match err {
+            DecisionsError::Invalid(why) => DecideError::InvalidDecision(why),
+            DecisionsError::Denied(why) => DecideError::DeniedByRule(why),
+            DecisionsError::Undecided(why) => DecideError::UndecidedTasks(why),
+        }
+    }
+}
+
+/// A reply's `grant`, and who gives it (the deciding key's label).
+#[derive(Debug, Clone, Copy)]
+pub struct GrantAsk<'a> {
+    pub grant: &'a Value,
+    pub by: &'a str,
+}
+
+/// `confirm, modify, cancel`.
+fn names(options: &[Action]) -> String {
+    options
+        .iter()
+        .map(|a| a.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,66 @@
+//! `GET /api/v1/grants` and `DELETE /api/v1/grants/{id}`: a namespace's
+//! live grants (an approver key: every namespace's), newest first, and
+//! their revoke (204; 404 `no_such_grant` for an id the caller cannot
+//! see). Refusals are JSON (`error_type`, `message`).
+
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+
+use super::access::Caller;
+use super::error::ChatError;
+use super::forward::client_address;
+use super::state::AppState;
+use crate::run::grants::GrantsOf;
+
+fn whose(caller: Caller) -> GrantsOf {
+    match caller {
+        Caller::Owner(owner) => GrantsOf::Namespace(owner),
+        Caller::Approver(_) => GrantsOf::Every,
+    }
+}
+
+pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    let listed = async {
+        let caller = state.access.json_caller(req.headers())?;
+        let grants = state
+            .runs
+            .grants(whose(caller))
+            .await
+            .map_err(|_| ChatError::StoreUnreachable)?;
+        let mut response = HttpResponse::Ok()
+            .insert_header((header::CACHE_CONTROL, "no-store"))
+            .json(serde_json::json!({ "grants": grants }));
+        state.access.allow_origin(req.headers(), &mut response);
+        Ok::<_, ChatError>(response)
+    };
+    listed.await.unwrap_or_else(|err| {
+        state.runs.metrics.error(err.error_type());
+        err.to_json_response()
+    })
+}
+
+pub async fn revoke(
+    req: HttpRequest,
+    id: web::Path<String>,
+    state: web::Data<AppState>,
+) -> HttpResponse {
+    let revoked = async {
+        let caller = state.access.json_caller(req.headers())?;
+        let client = client_address(&req, false);
+        let found = state
+            .runs
+            .revoke_grant(whose(caller), &id, &caller.label(), client.as_deref())
+            .await
+            .map_err(|_| ChatError::StoreUnreachable)?;
+        if !found {
+            return Err(ChatError::NoSuchGrant);
+        }
+        let mut response = HttpResponse::NoContent().finish();
+        state.access.allow_origin(req.headers(), &mut response);
+        Ok(response)
+    };
+    revoked.await.unwrap_or_else(|err| {
+        state.runs.metrics.error(err.error_type());
+        err.to_json_response()
+    })
+}

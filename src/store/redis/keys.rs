@@ -1,0 +1,20 @@
+//! The Redis keys of sessions, pending lists, kept outcomes and runs.
+
+/// `chatgate:session:NAMESPACE:SESSION`, `-` for the namespace without keys.
+pub(super) fn session_key(namespace: Option<&str>, session_id: &str) -> String {
+    format!("chatgate:session:{}:{session_id}", namespace.unwrap_or("-"))
+}
+
+/// `chatgate:pending:NAMESPACE`: the namespace's undecided stored pauses.
+pub(super) fn pending_key(namespace: Option<&str>) -> String {
+    format!("chatgate:pending:{}", namespace.unwrap_or("-"))
+}
+
+/// A session's kept outcome (`--keep-outcome`): expires by itself.
+pub(super) fn outcome_key(namespace: Option<&str>, session_id: &str) -> String {
+    format!("chatgate:outcome:{}:{session_id}", namespace.unwrap_or("-"))
+}
+
+pub(super) fn run_key(run: &str) -> String {
+    format!("chatgate:run:{run}")
+}

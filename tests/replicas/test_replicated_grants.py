@@ -1,0 +1,143 @@
+"""Grants across three replicas sharing a Redis (docs/tools.md, "Grants"):
+a grant made on one replica is used on another, its budget of calls is
+never exceeded by concurrent runs spread over all three, and a revoke on
+a third is effective everywhere at once.
+
+Run by .ci/run with the other replica suites (redis-server is started by
+the harness on a free port; every process listens on 127.0.0.1).
+"""
+
+import http.client
+import json
+import os
+import re
+import tempfile
+import threading
+import unittest
+import uuid
+
+from test_round_robin import Cluster, answer, chunk_types, connect, post, read_to_end  # noqa: E402
+from harness import read_until  # noqa: E402
+
+TOOLS = """
+[[tool]]
+name = "note"
+description = "A note"
+risk = "low"
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+"""
+
+
+def session(prefix):
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+
+
+def confirm_granting(target, session_id, grant):
+    response = post(target, {"message": "CONFIRM_ACTION:confirm", "session_id": session_id,
+                             "grant": grant})
+    body = response.read().decode()
+    response.conn.close()
+    return response.status, body
+
+
+def request(target, method, path):
+    conn = connect(target)
+    conn.request(method, path)
+    response = conn.getresponse()
+    body = response.read().decode()
+    conn.close()
+    return response.status, body
+
+
+def grants(target):
+    status, body = request(target, "GET", "/api/v1/grants")
+    assert status == 200, body
+    return json.loads(body)["grants"]
+
+
+def paused_or_ended(target, session_id, message="note again"):
+    """Starts a run; True when it paused (then the stream is returned open)."""
+    stream = post(target, {"message": message, "session_id": session_id})
+    assert stream.status == 200, stream.status
+    seen = read_until(stream, rb'"stream_paused":true|"finished":true')
+    if b'"stream_paused":true' in seen:
+        return True, stream
+    stream.conn.close()
+    return False, None
+
+
+class GrantTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="chatgate-grants-")
+        tools = os.path.join(cls.dir, "tools.toml")
+        with open(tools, "w") as f:
+            f.write(TOOLS)
+        cls.cluster = Cluster(replicas=3, nginx=False, extra=["--tools", tools])
+        cls.a, cls.b, cls.c = cls.cluster.replicas
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def grant_on(self, owner, decider, session_id, grant):
+        """Pauses a run on ``owner``, confirms it with ``grant`` on ``decider``."""
+        stream = post(owner, {"message": "note first", "session_id": session_id})
+        read_until(stream, rb'"chunk_type":"confirmation_request"')
+        status, body = confirm_granting(decider, session_id, grant)
+        self.assertEqual(status, 200, body)
+        seen = read_to_end(stream)
+        stream.conn.close()
+        self.assertEqual(chunk_types(seen)[-1], b"completion")
+        return re.search(rb'\(grant ([0-9a-f-]{36})\)', seen).group(1).decode()
+
+    def test_a_grant_made_on_one_replica_is_used_on_another_and_revoked_on_a_third(self):
+        s = session("g")
+        grant_id = self.grant_on(self.a, self.b, s, {"scope": "session", "tools": ["note"]})
+        listed = [g for g in grants(self.c) if g["id"] == grant_id]
+        self.assertEqual(len(listed), 1)
+        self.assertEqual(listed[0]["calls_left"], 100)
+
+        paused, _ = paused_or_ended(self.b, s)
+        self.assertFalse(paused, "the grant made on a covers a run on b")
+
+        status, body = request(self.c, "DELETE", "/api/v1/grants/" + grant_id)
+        self.assertEqual(status, 204, body)
+        self.assertEqual(request(self.a, "DELETE", "/api/v1/grants/" + grant_id)[0], 404)
+        paused, stream = paused_or_ended(self.a, s)
+        self.assertTrue(paused, "revoked on c: a asks again")
+        answer(self.a, s, "cancel")
+        read_to_end(stream)
+        stream.conn.close()
+
+    def test_max_calls_is_never_exceeded_by_twenty_concurrent_runs_on_three_replicas(self):
+        key_grant = {"scope": "key", "tools": ["note"], "max_calls": 5}
+        grant_id = self.grant_on(self.a, self.c, session("k"), key_grant)
+        targets = [self.a, self.b, self.c]
+        outcomes = [None] * 20
+        streams = [None] * 20
+        sessions = [session("race") for _ in range(20)]
+
+        def one(i):
+            outcomes[i], streams[i] = paused_or_ended(targets[i % 3], sessions[i])
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+
+        covered = outcomes.count(False)
+        self.assertEqual(covered, 5, outcomes)
+        self.assertEqual(outcomes.count(True), 15)
+        for i, stream in enumerate(streams):
+            if stream is not None:
+                answer(targets[i % 3], sessions[i], "cancel")
+                read_to_end(stream)
+                stream.conn.close()
+        self.assertFalse([g for g in grants(self.b) if g["id"] == grant_id], "spent")
+
+
+if __name__ == "__main__":
+    unittest.main()
