@@ -14,6 +14,7 @@
 export const STREAM_PATH = '/api/v1/chat/stream';
 export const INBOX_PATH = '/api/v1/interactions';
 export const RUNS_PATH = '/api/v1/runs';
+export const GRANTS_PATH = '/api/v1/grants';
 export const CONFIRM_PREFIX = 'CONFIRM_ACTION';
 
 /**
@@ -140,14 +141,16 @@ export const DEFAULT_REATTACH_ATTEMPTS = 3;
 export const REATTACH_BACKOFF_MS = 200;
 
 /**
- * Normalises a reply to [action, text|null, decisions|null], or null for
- * silence. A reply may be 'confirm', 'modify:<text>', ['modify', text], or
- * {action: 'confirm', decisions: [{index: 2, decision: 'reject'}, ...]}.
+ * Normalises a reply to [action, text|null, decisions|null, grant|null], or
+ * null for silence. A reply may be 'confirm', 'modify:<text>', ['modify',
+ * text], or {action: 'confirm', decisions: [{index: 2, decision: 'reject'},
+ * ...], grant: {scope: 'session', tools: ['deploy'], ttl: '30m'}}.
  */
 export function parseReply(reply) {
   if (reply === null || reply === undefined) return null;
   if (typeof reply === 'object' && !Array.isArray(reply)) {
-    return [String(reply.action ?? '').trim().toLowerCase(), reply.text ?? null, reply.decisions ?? null];
+    return [String(reply.action ?? '').trim().toLowerCase(), reply.text ?? null, reply.decisions ?? null,
+      reply.grant ?? null];
   }
   if (Array.isArray(reply)) return [String(reply[0]).trim().toLowerCase(), reply[1] ?? null];
   const text = String(reply);
@@ -202,7 +205,7 @@ export class ChatGateClient {
    * Error answers (4xx/5xx) are one `error` chunk. A stream that closes early
    * throws ChatGateError.
    */
-  async stream(message, { sessionId, confirmationId, decisions, answers, signal, lastEventId } = {}) {
+  async stream(message, { sessionId, confirmationId, decisions, answers, grant, signal, lastEventId } = {}) {
     // The client names the session (a fresh UUID unless given), so every
     // request of it can be routed to the same replica (docs/operations.md).
     sessionId ??= globalThis.crypto?.randomUUID?.();
@@ -211,6 +214,7 @@ export class ChatGateClient {
     if (confirmationId !== undefined && confirmationId !== null) body.confirmation_id = confirmationId;
     if (decisions && decisions.length > 0) body.decisions = decisions;
     if (answers !== undefined && answers !== null) body.answers = answers;
+    if (grant !== undefined && grant !== null) body.grant = grant;
     const headers = { 'Content-Type': 'application/json', Accept: 'text/event-stream' };
     // For load-balancer affinity only; percent-encoded, since a session id
     // may be any text and a header value must be ASCII.
@@ -293,12 +297,12 @@ export class ChatGateClient {
    * per task), or an `error` chunk. With 'answer', `answers`
    * ({"<question id>": value}) or `text` answers questions.
    */
-  async reply(sessionId, action, text = null, { confirmationId, decisions, answers } = {}) {
+  async reply(sessionId, action, text = null, { confirmationId, decisions, answers, grant } = {}) {
     let message = `${CONFIRM_PREFIX}:${action}`;
     if (text !== null && text !== undefined) message += `:${text}`;
     for (let attempt = 1; ; attempt += 1) {
       const { status, chunks, retryAfter } = await this.stream(message, {
-        sessionId, confirmationId, decisions, answers,
+        sessionId, confirmationId, decisions, answers, grant,
       });
       let chunk = null;
       try {
@@ -324,6 +328,43 @@ export class ChatGateClient {
       // Not taken, or not known: send the same reply again, when told to.
       await new Promise((resolve) => setTimeout(resolve, retryAfter));
     }
+  }
+
+  /**
+   * Confirms the pending pause of `sessionId` (see `reply`); `grant` (see
+   * `grantOf`) also allows later calls without asking, within its scope,
+   * time and calls.
+   */
+  confirm(sessionId, { confirmationId, decisions, grant } = {}) {
+    return this.reply(sessionId, 'confirm', null, { confirmationId, decisions, grant });
+  }
+
+  /** The live grants this key may see (`GET /api/v1/grants`; an
+   * approver's: every namespace's), newest first. */
+  async grants() {
+    const { status, body } = await this.#getJson(GRANTS_PATH);
+    if (status !== 200) throw new ChatGateError(`the grants answered ${status}: ${body.message} (${body.error_type})`);
+    return body.grants ?? [];
+  }
+
+  /** Revokes a grant (`DELETE /api/v1/grants/ID`): true when revoked,
+   * false when this key has no such grant. */
+  async revokeGrant(grantId) {
+    const headers = { Accept: 'application/json' };
+    if (this.apiKey) headers.Authorization = `Bearer ${this.apiKey}`;
+    let response;
+    try {
+      response = await this.fetch(`${this.baseUrl}${GRANTS_PATH}/${encodeURIComponent(grantId)}`, {
+        method: 'DELETE', headers,
+      });
+    } catch (err) {
+      const cause = err?.cause;
+      throw new ChatGateError(`cannot reach ${this.baseUrl || 'the server'}: ${cause?.code ?? cause?.message ?? err.message}`);
+    }
+    await response.arrayBuffer().catch(() => null);
+    if (response.status === 404) return false;
+    if (response.status !== 204) throw new ChatGateError(`the revoke answered ${response.status}`);
+    return true;
   }
 
   /**
@@ -483,7 +524,9 @@ export class ChatGateClient {
       if (given === ASK_AGAIN) return true;
       const answer = parseReply(given);
       if (!answer) return false;
-      const ack = await this.reply(sessionId, answer[0], answer[1], { confirmationId, decisions: answer[2] });
+      const ack = await this.reply(sessionId, answer[0], answer[1], {
+        confirmationId, decisions: answer[2], grant: answer[3],
+      });
       if (ack.chunk_type !== 'error') return false;
       if (onChunk) await onChunk(ack);
       const refused = ack.metadata?.error_type;
@@ -601,7 +644,7 @@ export function formatChunk(chunk, now = Date.now()) {
     for (const task of data.tasks ?? []) {
       const risk = task.risk_level ? `, ${task.risk_level} risk` : '';
       const tool = task.simulated ? 'simulated: no tool runs' : task.tool;
-      lines.push(`  ${task.index}. ${task.description}  (${tool}${risk})`);
+      lines.push(`  ${task.index}. ${task.description}  (${tool}${risk})${approvedByText(task.approved_by)}`);
       lines.push(`     args: ${formatArgs(task.args)}`);
     }
     const left = Math.max(0, Math.round((Date.parse(data.expires_at) - now) / 1000));
@@ -621,5 +664,65 @@ export function formatChunk(chunk, now = Date.now()) {
     lines[0] += `  (${meta.reason ?? meta.error_type})`;
   }
   if (kind === 'tool_output' && meta.simulated) lines[0] += '  (simulated: no tool ran)';
+  if (kind === 'tool_output' && meta.approved_by) {
+    const by = meta.approved_by;
+    lines[0] += `  (ran without asking: ${by.rule !== undefined ? `rule ${by.rule}` : `grant ${by.grant}`})`;
+  }
+  if (kind === 'tool_output' && meta.error_type === 'denied_by_rule') lines[0] += `  (denied by rule ${meta.rule})`;
   return lines.join('\n');
+}
+
+/** What allowed a task without a person, for a task line (or ''). */
+export function approvedByText(approvedBy) {
+  if (!approvedBy) return '';
+  if (approvedBy.rule !== undefined) return `  [allowed by rule ${approvedBy.rule}; runs unless you reject it]`;
+  return `  [allowed by grant ${approvedBy.grant}; runs unless you reject it]`;
+}
+
+/**
+ * A confirm's grant: `grantOf('session', ['deploy'], { ttl: '30m', maxCalls:
+ * 10 })` allows later calls of those tools (of tasks approved in the pause)
+ * without asking, in this session ('key': every session of the key), for
+ * `ttl`, at most `maxCalls` times; `args` are rule matchers.
+ */
+export function grantOf(scope, tools, { ttl, maxCalls, args } = {}) {
+  const grant = { scope, tools: [...tools] };
+  if (ttl !== undefined) grant.ttl = ttl;
+  if (maxCalls !== undefined) grant.max_calls = maxCalls;
+  if (args !== undefined) grant.args = args;
+  return grant;
+}
+
+/** `SCOPE:TTL[:N]` (`session:30m`, `key:1h:10`) as {scope, ttl, maxCalls};
+ * throws a TypeError if malformed. */
+export function parseGrantFlag(text) {
+  const parts = String(text).split(':');
+  if (![2, 3].includes(parts.length) || !['session', 'key'].includes(parts[0]) || !parts[1]) {
+    throw new TypeError(`--grant expects session:TTL[:N] or key:TTL[:N], got ${JSON.stringify(text)}`);
+  }
+  if (parts.length === 3 && !/^\d+$/.test(parts[2])) throw new TypeError(`--grant ${text}: N is a number of calls`);
+  return { scope: parts[0], ttl: parts[1], maxCalls: parts.length === 3 ? Number(parts[2]) : undefined };
+}
+
+/** The tools a grant on this pause may name: those of its tasks that call a
+ * real tool, in order, once each. */
+export function grantedTools(chunk) {
+  const tools = [];
+  for (const task of chunk.confirmation_data?.tasks ?? []) {
+    if (!task.simulated && task.tool && !tools.includes(task.tool)) tools.push(task.tool);
+  }
+  return tools;
+}
+
+/** `decisions` with an `approve` for every task of the pause they do not
+ * name, in task order (a server with --explicit-decisions takes a decision
+ * for every task). */
+export function everyTask(decisions, chunk) {
+  const named = new Map(decisions.map((d) => [d.index, d]));
+  const full = (chunk.confirmation_data?.tasks ?? []).map((task) => {
+    const given = named.get(task.index);
+    named.delete(task.index);
+    return given ?? { index: task.index, decision: 'approve' };
+  });
+  return [...full, ...named.values()];
 }

@@ -3,14 +3,15 @@
 // Python client:
 //   node cli.mjs [--url URL] [--session ID] [--reply R ...] [--auto-confirm]
 //                [--reject N ...] [--edit N=JSON ...] [--respond N=TEXT ...]
-//                [--answer ID=VALUE ...] [--answer-text TEXT] [--skip]
+//                [--grant SCOPE:TTL[:N]] [--answer ID=VALUE ...] [--answer-text TEXT] [--skip]
 //                [--json] [--wait] [--api-key KEY] "message"
 // Exit codes: 0 completed, 2 cancelled, 1 error; a one-line reason on stderr.
 
 import { parseArgs } from 'node:util';
 import { createInterface } from 'node:readline/promises';
 import {
-  ASK_AGAIN, ChatGateClient, ChatGateError, expects, formatChunk, parseReply,
+  ASK_AGAIN, ChatGateClient, ChatGateError, everyTask, expects, formatChunk, grantedTools, grantOf,
+  parseGrantFlag, parseReply,
 } from './chatgate-client.mjs';
 
 const DEFAULT_URL = 'http://127.0.0.1:8080';
@@ -18,7 +19,7 @@ const DEFAULT_URL = 'http://127.0.0.1:8080';
 const CANCEL_TIMEOUT_MS = 2000;
 
 const USAGE = `usage: cli.mjs [--url URL] [--session ID] [--api-key KEY] [--reply R]... [--auto-confirm]
-              [--reject N]... [--edit N=JSON]... [--respond N=TEXT]...
+              [--reject N]... [--edit N=JSON]... [--respond N=TEXT]... [--grant SCOPE:TTL[:N]]
               [--answer ID=VALUE]... [--answer-text TEXT] [--skip] [--json] [--wait] MESSAGE
        cli.mjs [--url URL] [--api-key KEY] (--inbox | --decide ID | --attach SESSION) [replies...]
   --inbox          list the pauses this key may decide (an approver's: every
@@ -38,6 +39,10 @@ const USAGE = `usage: cli.mjs [--url URL] [--session ID] [--api-key KEY] [--repl
   --reject N       with the first confirm: do not run task N (repeatable)
   --edit N=JSON    with the first confirm: run task N with these arguments
   --respond N=TEXT with the first confirm: do not run task N, use TEXT as its result
+  --grant SCOPE:TTL[:N]
+                   with the first confirm: also allow later calls of the pause's
+                   tools without asking, in this session (session:30m) or every
+                   session of the key (key:1h), at most N calls (default 100)
   --answer ID=VALUE
                    scripted answer to the question ID (or its header, as the
                    prompt shows it) of every question pause
@@ -75,6 +80,7 @@ async function main(argv) {
         reject: { type: 'string', multiple: true, default: [] },
         edit: { type: 'string', multiple: true, default: [] },
         respond: { type: 'string', multiple: true, default: [] },
+        grant: { type: 'string' },
         answer: { type: 'string', multiple: true, default: [] },
         'answer-text': { type: 'string' },
         skip: { type: 'boolean', default: false },
@@ -105,21 +111,35 @@ async function main(argv) {
   if (values.attach !== undefined) values.wait = true;
   let planned;
   let scriptedAnswers;
+  let granting = null;
   try {
     planned = plannedDecisions(values);
     scriptedAnswers = answersOf(values.answer);
+    if (values.grant !== undefined) granting = parseGrantFlag(values.grant);
   } catch (err) {
     process.stderr.write(`${err.message}\n${USAGE}\n`);
     return 1;
   }
-  const withPlanned = (reply) => {
-    // The per-task flags go with the first confirm.
-    if (planned.length > 0 && parseReply(reply)?.[0] === 'confirm') {
-      const decisions = planned;
+  const withPlanned = (reply, chunk) => {
+    // The per-task flags (with a decision for every task) and --grant go
+    // with the first confirm.
+    if (parseReply(reply)?.[0] !== 'confirm' || (planned.length === 0 && !granting)) return reply;
+    const given = typeof reply === 'object' && reply !== null && !Array.isArray(reply)
+      ? { ...reply } : { action: 'confirm' };
+    if (planned.length > 0) {
+      given.decisions = everyTask(planned, chunk);
       planned = [];
-      return { action: 'confirm', decisions };
     }
-    return reply;
+    if (granting) {
+      const tools = grantedTools(chunk);
+      if (tools.length > 0) {
+        given.grant = grantOf(granting.scope, tools, { ttl: granting.ttl, maxCalls: granting.maxCalls });
+      } else {
+        process.stderr.write('--grant: no task of this pause calls a tool; nothing granted\n');
+      }
+      granting = null;
+    }
+    return given;
   };
   const replies = [...values.reply];
   const interactive = Boolean(process.stdin.isTTY);
@@ -176,15 +196,16 @@ async function main(argv) {
           `scripted reply "${reply}" is not one of the offered options: ${options.join(', ')}`);
       }
       scripted = true;
-      return withPlanned(reply);
+      return withPlanned(reply, chunk);
     }
     if (values['auto-confirm']) {
       scripted = true;
-      return withPlanned('confirm');
+      return withPlanned('confirm', chunk);
     }
     if (interactive) {
       const reply = await prompt(values.json ? process.stderr : out, data, options, signal);
-      return reply === null && signal?.aborted ? ASK_AGAIN : reply;
+      if (reply === null) return signal?.aborted ? ASK_AGAIN : null;
+      return withPlanned(reply, chunk);
     }
     if (values.wait) {
       process.stderr.write(`waiting for a decision from elsewhere (session ${sessionId}, ` +
@@ -583,7 +604,7 @@ async function prompt(output, data, options, interrupted) {
       if (['decide', 'd'].includes(answer)) {
         const decisions = await decideTasks(ask, output, data);
         if (decisions === null) return null;
-        return { action: 'confirm', decisions };
+        return { action: 'confirm', decisions: everyTask(decisions, { confirmation_data: data }) };
       }
       if (!last && ['modify', 'm'].includes(answer)) {
         const text = await ask('what should change? (empty: ask again as is) ');

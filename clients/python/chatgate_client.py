@@ -53,6 +53,7 @@ __all__ = [
 STREAM_PATH = "/api/v1/chat/stream"
 INBOX_PATH = "/api/v1/interactions"
 RUNS_PATH = "/api/v1/runs"
+GRANTS_PATH = "/api/v1/grants"
 CONFIRM_PREFIX = "CONFIRM_ACTION"
 #: Seconds without any byte (chunk or keep-alive comment) before a stream is
 #: considered dead. The server writes a keep-alive every 15 s by default.
@@ -254,6 +255,61 @@ def reply_decisions(reply):
     return reply.get("decisions") if isinstance(reply, dict) else None
 
 
+def reply_grant(reply):
+    """The ``grant`` of a reply given as a dict, else None."""
+    return reply.get("grant") if isinstance(reply, dict) else None
+
+
+def grant(scope, tools, ttl=None, max_calls=None, args=None):
+    """A confirm's grant: ``grant("session", ["deploy"], ttl="30m",
+    max_calls=10)`` allows later calls of those tools (of tasks approved in
+    the pause) without asking, in this session (``"key"``: every session
+    of the key), for ``ttl``, at most ``max_calls`` times; ``args`` are rule
+    matchers (``{"/env": "staging-*"}``)."""
+    entry = {"scope": scope, "tools": list(tools)}
+    if ttl is not None:
+        entry["ttl"] = ttl
+    if max_calls is not None:
+        entry["max_calls"] = int(max_calls)
+    if args is not None:
+        entry["args"] = dict(args)
+    return entry
+
+
+def parse_grant_flag(text):
+    """``SCOPE:TTL[:N]`` (``session:30m``, ``key:1h:10``) as (scope, ttl,
+    max_calls or None); ValueError if malformed."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or parts[0] not in ("session", "key") or not parts[1]:
+        raise ValueError("--grant expects session:TTL[:N] or key:TTL[:N], got %r" % text)
+    calls = None
+    if len(parts) == 3:
+        if not parts[2].isdigit():
+            raise ValueError("--grant %s: N is a number of calls" % text)
+        calls = int(parts[2])
+    return parts[0], parts[1], calls
+
+
+def granted_tools(chunk):
+    """The tools a grant on this pause may name: those of its tasks that
+    call a real tool, in order, once each."""
+    tools = []
+    for task in (chunk.get("confirmation_data") or {}).get("tasks", []):
+        if not task.get("simulated") and task.get("tool") and task["tool"] not in tools:
+            tools.append(task["tool"])
+    return tools
+
+
+def every_task(decisions, chunk):
+    """``decisions`` with an ``approve`` for every task of the pause they do
+    not name, in task order: a server with --explicit-decisions takes a
+    decision for every task."""
+    named = {d.get("index"): d for d in decisions}
+    tasks = (chunk.get("confirmation_data") or {}).get("tasks", [])
+    full = [named.pop(t.get("index"), None) or decision(t.get("index"), "approve") for t in tasks]
+    return full + list(named.values())
+
+
 def decision(index, kind, **fields):
     """One per-task decision: ``decision(2, "reject", reason="...")``,
     ``decision(3, "edit", args={...})``, ``decision(1, "respond", result="...")``."""
@@ -432,7 +488,7 @@ class ChatGateClient:
             raise ChatGateError("cannot reach %s: %s" % (self.base_url, reason)) from None
 
     def stream(self, message, session_id=None, confirmation_id=None, decisions=None,
-               answers=None):
+               answers=None, grant=None):
         """Send ``message``; return a :class:`ChunkStream` to iterate over.
 
         Error answers (4xx/5xx) are streams of a single ``error`` chunk; the
@@ -447,6 +503,8 @@ class ChatGateClient:
             body["decisions"] = list(decisions)
         if answers is not None:
             body["answers"] = dict(answers)
+        if grant is not None:
+            body["grant"] = dict(grant)
         return ChunkStream(self._open(body))
 
     def attach(self, session_id, last_event_id=0, confirmation_id=None):
@@ -513,8 +571,46 @@ class ChatGateClient:
                                 % (status, body.get("message"), body.get("error_type")))
         return body
 
+    def confirm(self, session_id, confirmation_id=None, decisions=None, grant=None):
+        """Confirm the pending pause of ``session_id`` (see :meth:`reply`);
+        ``grant`` (see :func:`grant`) also allows later calls without
+        asking, within its scope, time and calls."""
+        return self.reply(session_id, "confirm", confirmation_id=confirmation_id,
+                          decisions=decisions, grant=grant)
+
+    def grants(self):
+        """The live grants this key may see (``GET /api/v1/grants``; an
+        approver's: every namespace's), newest first: a list of dicts
+        (``id``, ``scope``, ``tools``, ``expires_at``, ``calls_left``, ...)."""
+        status, body = self._get_json(GRANTS_PATH)
+        if status != 200:
+            raise ChatGateError("the grants answered %s: %s (%s)"
+                                % (status, body.get("message"), body.get("error_type")))
+        return body.get("grants", [])
+
+    def revoke_grant(self, grant_id):
+        """Revokes a grant (``DELETE /api/v1/grants/ID``): True when it was
+        revoked, False when there is no such grant for this key."""
+        headers = {"Accept": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = "Bearer " + self.api_key
+        request = urllib.request.Request(
+            self.base_url + GRANTS_PATH + "/" + urllib.parse.quote(grant_id, safe=""),
+            headers=headers, method="DELETE")
+        try:
+            with urllib.request.urlopen(request, timeout=self.read_timeout) as response:
+                return response.status == 204
+        except urllib.error.HTTPError as err:
+            err.close()
+            if err.code == 404:
+                return False
+            raise ChatGateError("the revoke answered %s" % err.code) from None
+        except (urllib.error.URLError, OSError) as err:
+            reason = getattr(err, "reason", err)
+            raise ChatGateError("cannot reach %s: %s" % (self.base_url, reason)) from None
+
     def reply(self, session_id, action, text=None, confirmation_id=None, decisions=None,
-              answers=None):
+              answers=None, grant=None):
         """Answer the pending pause of ``session_id``.
 
         With ``confirm``, ``decisions`` may decide single tasks (see
@@ -530,7 +626,7 @@ class ChatGateClient:
             message += ":" + text
         for attempt in range(1, REPLY_ATTEMPTS + 1):
             with self.stream(message, session_id, confirmation_id, decisions,
-                             answers) as chunks:
+                             answers, grant) as chunks:
                 unknown = chunks.status in UNKNOWN_OUTCOME_STATUSES
                 try:
                     chunk = next(iter(chunks), None)
@@ -700,7 +796,7 @@ class ChatGateClient:
             if answer is None:
                 return False
             ack = self.reply(session_id, answer[0], answer[1], data.get("confirmation_id"),
-                             reply_decisions(reply))
+                             reply_decisions(reply), grant=reply_grant(reply))
             if ack.get("chunk_type") != "error":
                 return False
             if on_chunk:
@@ -816,8 +912,9 @@ def format_chunk(chunk):
         for task in data.get("tasks", []):
             risk = ", %s risk" % task["risk_level"] if task.get("risk_level") else ""
             tool = "simulated: no tool runs" if task.get("simulated") else task.get("tool")
-            lines.append("  %s. %s  (%s%s)"
-                         % (task.get("index"), task.get("description"), tool, risk))
+            lines.append("  %s. %s  (%s%s)%s"
+                         % (task.get("index"), task.get("description"), tool, risk,
+                            approved_by_text(task.get("approved_by"))))
             lines.append("     args: %s" % format_args(task.get("args")))
         left = _seconds_left(data.get("expires_at"))
         lines.append(
@@ -842,7 +939,22 @@ def format_chunk(chunk):
         lines[0] += "  (%s)" % (meta.get("reason") or meta.get("error_type"))
     if kind == "tool_output" and meta.get("simulated"):
         lines[0] += "  (simulated: no tool ran)"
+    if kind == "tool_output" and meta.get("approved_by"):
+        by = meta["approved_by"]
+        lines[0] += "  (ran without asking: %s)" % (
+            "rule %s" % by["rule"] if "rule" in by else "grant %s" % by.get("grant"))
+    if kind == "tool_output" and meta.get("error_type") == "denied_by_rule":
+        lines[0] += "  (denied by rule %s)" % meta.get("rule")
     return "\n".join(lines)
+
+
+def approved_by_text(approved_by):
+    """What allowed a task without a person, for a task line (or "")."""
+    if not approved_by:
+        return ""
+    if "rule" in approved_by:
+        return "  [allowed by rule %s; runs unless you reject it]" % approved_by["rule"]
+    return "  [allowed by grant %s; runs unless you reject it]" % approved_by.get("grant")
 
 
 class _ScriptError(Exception):
@@ -870,6 +982,7 @@ def _decide_tasks(chunk, ask, out):
                 return None
             answer = answer.strip().lower()
             if answer in ("", "y", "yes"):
+                decisions.append(decision(index, "approve"))
                 break
             if (answer in ("e", "edit") and "edit" not in takes) or (answer in ("r", "respond") and "respond" not in takes):
                 out.write("    task %s calls no tool: there are no arguments to edit; answer %s\n"
@@ -949,7 +1062,7 @@ def _prompt(chunk, ask, out, interrupted=None):
             decisions = _decide_tasks(chunk, ask, out)
             if decisions is None:
                 return None
-            return {"action": "confirm", "decisions": decisions}
+            return {"action": "confirm", "decisions": every_task(decisions, chunk)}
         if not last and answer in ("modify", "m"):
             out.write("what should change? (empty: ask again as is) ")
             out.flush()
@@ -1245,6 +1358,10 @@ def main(argv=None):
                         help="with the first confirm: run task N with these arguments")
     parser.add_argument("--respond", action="append", default=[], metavar="N=TEXT",
                         help="with the first confirm: do not run task N, use TEXT as its result")
+    parser.add_argument("--grant", metavar="SCOPE:TTL[:N]",
+                        help="with the first confirm: also allow later calls of the pause's tools "
+                        "without asking, in this session (session:30m) or every session of the "
+                        "key (key:1h), at most N calls (default 100)")
     parser.add_argument("--answer", action="append", default=[], metavar="ID=VALUE",
                         help="scripted answer to the question ID (or its header, as the prompt "
                         "shows it) of every question pause "
@@ -1278,6 +1395,7 @@ def main(argv=None):
     try:
         planned = _planned_decisions(args)
         scripted_answers = _scripted_answers(args.answer)
+        granting = [parse_grant_flag(args.grant)] if args.grant else []
     except ValueError as err:
         parser.error(str(err))
 
@@ -1321,11 +1439,23 @@ def main(argv=None):
             out.write(format_chunk(chunk) + "\n")
         out.flush()
 
-    def with_planned(reply):
-        # The per-task flags go with the first confirm.
-        if planned and parse_reply(reply)[0] == "confirm":
-            reply = {"action": "confirm", "decisions": list(planned)}
+    def with_planned(reply, chunk):
+        # The per-task flags (with a decision for every task) and --grant go
+        # with the first confirm.
+        if parse_reply(reply)[0] != "confirm" or not (planned or granting):
+            return reply
+        if not isinstance(reply, dict):
+            reply = {"action": "confirm"}
+        if planned:
+            reply["decisions"] = every_task(list(planned), chunk)
             planned.clear()
+        if granting:
+            scope, ttl, calls = granting.pop()
+            tools = granted_tools(chunk)
+            if tools:
+                reply["grant"] = grant(scope, tools, ttl, calls)
+            else:
+                sys.stderr.write("--grant: no task of this pause calls a tool; nothing granted\n")
         return reply
 
     def on_confirmation(chunk):
@@ -1337,10 +1467,10 @@ def main(argv=None):
                 raise _ScriptError("scripted reply %r is not one of the offered options: %s"
                                    % (reply, ", ".join(options)))
             scripted[0] = True
-            return with_planned(reply)
+            return with_planned(reply, chunk)
         if args.auto_confirm:
             scripted[0] = True
-            return with_planned("confirm")
+            return with_planned("confirm", chunk)
         if interactive:
             left = _seconds_left((chunk.get("confirmation_data") or {}).get("expires_at"))
             # Until the confirmation expires (and a second): the server
@@ -1349,7 +1479,9 @@ def main(argv=None):
             interrupted = client.pause_interrupted
             reply = _prompt(chunk, lambda: _ask_until(deadline, interrupted),
                             sys.stderr if args.json else out, interrupted)
-            return ASK_AGAIN if reply is None and interrupted.is_set() else reply
+            if reply is None:
+                return ASK_AGAIN if interrupted.is_set() else None
+            return with_planned(reply, chunk)
         if args.wait:
             data = chunk.get("confirmation_data") or {}
             sys.stderr.write("waiting for a decision from elsewhere (session %s, until %s)\n"

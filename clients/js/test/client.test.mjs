@@ -436,6 +436,32 @@ describe('command line', () => {
     assert.match(done.stdout, /round 2/);
   });
 
+  test('--grant lets the next run of the session go without asking until revoked', async () => {
+    const name = session();
+    const done = cli(['--session', name, '--grant', 'session:30m:5', '--reply', 'confirm', 'echo_args first']);
+    assert.equal(done.status, 0, done.stderr);
+    assert.match(done.stdout, /Granted: echo_args for this session/);
+    const again = cli(['--session', name, 'echo_args second']);
+    assert.equal(again.status, 0, again.stderr);
+    assert.doesNotMatch(again.stdout, /\[confirmation_request\]/);
+    assert.match(again.stdout, /\(ran without asking: grant /);
+    const client = new ChatGateClient(serverUrl());
+    const mine = (await client.grants()).filter((g) => g.session_id === name);
+    assert.equal(mine.length, 1);
+    assert.equal(mine[0].calls_left, 4);
+    assert.equal(await client.revokeGrant(mine[0].id), true);
+    assert.equal(await client.revokeGrant(mine[0].id), false);
+    const asked = cli(['--session', name, '--reply', 'cancel', 'echo_args third']);
+    assert.equal(asked.status, 2, asked.stderr);
+    assert.match(asked.stdout, /\[confirmation_request\]/);
+  });
+
+  test('a malformed --grant is a usage error', () => {
+    const done = cli(['--grant', 'forever', 'a']);
+    assert.equal(done.status, 1);
+    assert.match(done.stderr, /--grant expects/);
+  });
+
   test('a plan whose every task is rejected exits 2, saying nothing ran', () => {
     const done = cli(['--reject', '1', '--reject', '2', '--reply', 'confirm', 'tidy; sweep']);
     assert.equal(done.status, 2, done.stderr);

@@ -15,7 +15,7 @@ CLIENT_DIR = os.path.dirname(HERE)
 sys.path.insert(0, CLIENT_DIR)
 
 import chatgate_client  # noqa: E402
-from chatgate_client import ChatGateClient, ChatGateError, SSEParser, parse_reply  # noqa: E402
+from chatgate_client import ChatGateClient, ChatGateError, SSEParser, grant, parse_reply  # noqa: E402
 
 CLI = os.path.join(CLIENT_DIR, "chatgate_client.py")
 
@@ -804,6 +804,46 @@ class CommandLineTests(unittest.TestCase):
         outputs = [c for c in chunks if c["chunk_type"] == "tool_output"]
         self.assertEqual([o["metadata"]["skipped"] for o in outputs], [False, True, False, True])
         self.assertEqual(outputs[3]["metadata"]["result"], "by hand")
+
+    def test_grant_lets_the_next_run_of_the_session_go_without_asking_until_revoked(self):
+        name = session()
+        done = self.cli("--session", name, "--grant", "session:30m:5", "--reply", "confirm",
+                        "echo_args first")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("Granted: echo_args for this session", done.stdout)
+        again = self.cli("--session", name, "echo_args second")
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertNotIn("[confirmation_request]", again.stdout)
+        self.assertIn("(ran without asking: grant ", again.stdout)
+        client = ChatGateClient(server_url())
+        mine = [g for g in client.grants() if g["session_id"] == name]
+        self.assertEqual(len(mine), 1)
+        self.assertEqual(mine[0]["calls_left"], 4)
+        self.assertTrue(client.revoke_grant(mine[0]["id"]))
+        self.assertFalse(client.revoke_grant(mine[0]["id"]))
+        asked = self.cli("--session", name, "--reply", "cancel", "echo_args third")
+        self.assertEqual(asked.returncode, 2, asked.stderr)
+        self.assertIn("[confirmation_request]", asked.stdout)
+
+    def test_a_malformed_grant_flag_is_a_usage_error(self):
+        done = self.cli("--grant", "forever", "a")
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("--grant expects", done.stderr)
+
+    def test_the_library_confirms_with_a_grant(self):
+        client = ChatGateClient(server_url())
+        name = session()
+        chunks = iter(client.stream("echo_args lib", name))
+        request = next(c for c in chunks if c["chunk_type"] == "confirmation_request")
+        ack = client.confirm(name, request["confirmation_data"]["confirmation_id"],
+                             grant=grant("session", ["echo_args"], ttl="10m", max_calls=1))
+        self.assertEqual(ack["chunk_type"], "confirmation_received", ack)
+        rest = [c["chunk"] for c in chunks]
+        self.assertTrue(any(c.startswith("Granted: echo_args") for c in rest), rest)
+        refused = client.stream("echo_args again", name)
+        first = next(iter(refused))
+        refused.close()
+        self.assertNotEqual(first["chunk_type"], "confirmation_request")
 
     def test_a_malformed_per_task_flag_is_a_usage_error(self):
         done = self.cli("--edit", "2=not json", "a")
