@@ -466,6 +466,31 @@ async function agentReadsItsRun(url, key, session, until = null) {
   return text;
 }
 
+test('allowing the tool for this session runs the next note without a card; the inbox revokes the grant', async () => {
+  const { page, errors } = await openPage();
+  await send(page, 'note granted one');
+  const card = page.locator('section.card').first();
+  await card.waitFor();
+  assert.match(await card.locator('.grant-offer').textContent(), /Allow note for this session for/);
+  await card.getByLabel('Allow these tools for this session').check();
+  await card.getByRole('button', { name: 'Confirm' }).click();
+  await page.locator('.outcome.completed').first().waitFor();
+
+  await send(page, 'note granted two');
+  await page.locator('.outcome.completed').nth(1).waitFor();
+  assert.equal(await page.locator('section.card').count(), 1, 'the second note was not asked');
+  assert.match(await page.locator('#log').textContent(), /ran without asking|grant/);
+
+  await page.evaluate(() => { location.hash = '#inbox'; });
+  const grant = page.locator('#grants-list .grant', { hasText: 'note for session' });
+  await grant.waitFor();
+  assert.match(await grant.textContent(), /99 of 100 calls left/);
+  await grant.getByRole('button', { name: /Revoke/ }).click();
+  await page.locator('#grants-status', { hasText: 'No live grants.' }).waitFor();
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('an approver finds an agent\'s pending run in the inbox and confirms it; the run completes', async () => {
   const keyed = await startServer(['--step-delay', '0', '--api-key', 'agent-key-0001',
     '--approver-key', 'approver-key-01', '--keep-alive', '50ms']);
