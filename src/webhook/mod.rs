@@ -91,7 +91,11 @@ impl Webhooks {
     /// The outbox rows of `event`: one per URL, in order per session.
     pub fn rows(&self, event: &Event) -> Vec<OutboxEvent> {
         let mut event = event.clone();
-        if let Some(public) = &self.public_url {
+        let about_a_pause = !matches!(
+            event.event_type,
+            EventType::GrantCreated | EventType::GrantRevoked
+        );
+        if let (Some(public), true) = (&self.public_url, about_a_pause) {
             let session = encode_component(&event.session_id);
             event.decide_url = Some(format!("{public}/#session={session}"));
         }

@@ -361,3 +361,44 @@ async fn a_grant_and_its_calls_left_survive_a_restart_but_not_a_changed_schema()
         "the schema changed: not covered"
     );
 }
+
+#[tokio::test]
+async fn a_namespace_holding_a_thousand_live_grants_refuses_the_next_one() {
+    let dir = Dir::new();
+    let tools = restart_tools(&dir, "{ type = \"object\" }");
+    let mut server = start(&dir, &["--tools", &tools]);
+    terminate(&mut server);
+    // A thousand live grants of the namespace without keys, as the store
+    // keeps them (written straight into its file while no server runs).
+    let db = rusqlite::Connection::open(dir.path("runs.db")).unwrap();
+    let far = chatgate::clock::now_ms() + 3_600_000;
+    for n in 0..1000 {
+        let grant = json!({
+            "id": format!("g{n}"), "scope": "session", "namespace": "-", "key": "anonymous",
+            "session_id": "other", "tools": ["note"], "args": {}, "schemas": ["x"],
+            "created_at_ms": 1, "expires_at_ms": far, "max_calls": 1, "calls_left": 1,
+            "granted_by": "anonymous",
+        });
+        db.execute(
+            "INSERT INTO grants (id, namespace, expires_at, calls_left, grant_json) \
+             VALUES (?1, '-', ?2, 1, ?3)",
+            rusqlite::params![format!("g{n}"), far as i64, grant.to_string()],
+        )
+        .unwrap();
+    }
+    drop(db);
+
+    let server = start(&dir, &["--tools", &tools]);
+    let url = stream_url(&server);
+    let reading =
+        crate::durable::open_paused(&url, json!({"message": "note a", "session_id": "full"})).await;
+    let body = json!({"message": "CONFIRM_ACTION:confirm", "session_id": "full",
+        "grant": {"scope": "session", "tools": ["note"]}});
+    let response = crate::durable::post(&url, body, None).await;
+    let status = response.status().as_u16();
+    let chunk = chunks(&read_raw(response, None).await).remove(0);
+    assert_eq!((status, error_type(&chunk)), (422, "too_many_grants"));
+    let (status, _) = crate::durable::reply(&url, "full", "CONFIRM_ACTION:confirm").await;
+    assert_eq!(status, 200, "the pause stayed");
+    reading.finish().await;
+}

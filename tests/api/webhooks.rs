@@ -523,3 +523,57 @@ fn webhooks_need_a_long_secret() {
     let short = build(&|s| s.webhook_secret = Some(SecretString::from("short".to_owned())));
     assert!(short.contains("at least 16"), "{short}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_kept_and_revoked_is_announced() {
+    let receiver = Receiver::start().await;
+    let dir = crate::tools::Workdir::new();
+    let app = crate::tools::app_with_tools(&dir, "", hooked(&receiver)).await;
+    let (mut stream, _) = app.open_paused("g-hook", "note hooked").await;
+    let response = app
+        .post_json(&json!({
+            "message": "CONFIRM_ACTION:confirm", "session_id": "g-hook",
+            "grant": {"scope": "session", "tools": ["note"], "max_calls": 3},
+        }))
+        .await;
+    assert_eq!(response.status(), 200);
+    stream.finish().await;
+    let grants: serde_json::Value = app
+        .client
+        .get(format!("{}/api/v1/grants", app.address))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = grants["grants"][0]["id"].as_str().unwrap().to_owned();
+    let revoked = app
+        .client
+        .delete(format!("{}/api/v1/grants/{id}", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), 204);
+
+    let seen = receiver.wait_for(5).await;
+    let types: Vec<_> = seen.iter().map(|d| d.event.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "interaction.requested",
+            "interaction.decided",
+            "grant.created",
+            "run.ended",
+            "grant.revoked"
+        ]
+    );
+    let created = &seen[2].body;
+    assert_eq!(created["data"]["id"], id.as_str());
+    assert_eq!(created["data"]["tools"], json!(["note"]));
+    assert_eq!(created["data"]["max_calls"], 3);
+    assert_eq!(created["session_id"], "g-hook");
+    assert!(created.get("decide_url").is_none());
+    assert!(seen.iter().all(|d| d.signed));
+    assert_eq!(seen[4].body["data"]["revoked_by"], "anonymous");
+}
