@@ -135,6 +135,18 @@ enum Scenario {
         #[arg(long, default_value = "echo")]
         mcp_tool: String,
     },
+    /// A call a rule (or a grant) allows against the same call asked and
+    /// confirmed (start the server with `--tools bench/rules.toml`: 255
+    /// rules that never match before the one that allows): start→completion
+    /// of each, interleaved on the same connections, and their ratio.
+    Allowed {
+        #[arg(long, default_value_t = 1000)]
+        n: usize,
+        /// Only the asked flows (for an A/B of the rules' cost against a
+        /// server without rules, `--tools bench/tools.toml`).
+        #[arg(long)]
+        asked_only: bool,
+    },
     /// Confirm flows whose reply lands on the replica that holds the run
     /// and on one that does not (it forwards), interleaved: confirm→resume
     /// of each and their ratio. Needs --other, or --store redis://.
@@ -252,6 +264,7 @@ fn main() -> io::Result<()> {
                 };
                 tool_calls(&addr, n, &tool, &args, floor).await
             }
+            Scenario::Allowed { n, asked_only } => allowed(&addr, n, asked_only).await,
             Scenario::Cross { n, other } => {
                 let other =
                     other.ok_or_else(|| err("cross needs --other ADDR or --store redis://"))?;
@@ -969,6 +982,58 @@ enum Floor {
     /// The MCP server's command and the tool's name on it, called by a
     /// minimal client.
     Mcp(Vec<String>, String),
+}
+
+/// Sequential flows, alternately a `trivial` call a rule allows (no
+/// pause: start→completion) and one asked (start→pause→confirm→completion).
+async fn allowed(addr: &str, n: usize, asked_only: bool) -> io::Result<()> {
+    let (mut stream, mut reply) = (Conn::connect(addr).await?, Conn::connect(addr).await?);
+    let mut buf = Vec::with_capacity(256);
+    let (mut free, mut asked) = (Samples::with_capacity(n), Samples::with_capacity(n));
+    for i in 0..n + 50 {
+        let start = Instant::now();
+        if !asked_only {
+            session_json(&mut buf, "allowed", i, "trivial allowed call");
+            if stream.post_chat(&buf).await? != 200 {
+                return Err(err("start not 200"));
+            }
+            let (_, last) = stream.read_to_end().await?;
+            if last.kind != Kind::Completion {
+                return Err(err(
+                    "the allowed call did not complete (start with --tools bench/rules.toml)",
+                ));
+            }
+        }
+        let took = start.elapsed();
+        session_json(&mut buf, "asked", i, "trivial asked call");
+        let start = Instant::now();
+        if stream.post_chat(&buf).await? != 200 {
+            return Err(err("start not 200"));
+        }
+        let (id, _) = pause_of(&mut stream, Kind::ConfirmationRequest, start).await?;
+        reply_json(&mut buf, "asked", i, &id);
+        decide(&mut stream, &mut reply, &buf).await?;
+        let (_, last) = stream.read_to_end().await?;
+        if last.kind != Kind::Completion {
+            return Err(err("the asked call did not complete"));
+        }
+        if i >= 50 {
+            free.push(took);
+            asked.push(start.elapsed());
+        }
+    }
+    let (free, asked) = (free.summary(), asked.summary());
+    if asked_only {
+        println!("allowed     asked and confirmed  {asked}");
+        return Ok(());
+    }
+    println!("allowed     by rule, no pause    {free}");
+    println!("            asked and confirmed  {asked}");
+    println!(
+        "            an allowed call costs {:.2}x of an asked one (p50)",
+        free.p50 as f64 / asked.p50.max(1) as f64
+    );
+    Ok(())
 }
 
 async fn tool_calls(addr: &str, n: usize, tool: &str, args: &str, floor: Floor) -> io::Result<()> {
