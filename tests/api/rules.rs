@@ -293,3 +293,89 @@ fn a_bad_rule_stops_the_start_with_one_line_naming_file_rule_and_key() {
         assert!(stderr.contains(key), "{stderr}");
     }
 }
+
+#[tokio::test]
+async fn every_matcher_kind_decides_over_a_socket() {
+    let dir = Workdir::new();
+    let extra = r#"
+[[tool]]
+name = "probe"
+description = "Takes structured arguments"
+risk = "low"
+command = ["true"]
+parameters = { type = "object", properties = { env = { type = "string" }, n = { type = "number" }, tags = { type = "array" }, note = { type = "string" } } }
+
+[[rule]]
+name = "equals"
+tool = "probe"
+args = { "/env" = { equals = "prod" } }
+decision = "deny"
+
+[[rule]]
+name = "one_of"
+tool = "probe"
+args = { "/env" = { one_of = ["qa", "dev"] } }
+decision = "deny"
+
+[[rule]]
+name = "range"
+tool = "probe"
+args = { "/n" = { min = 10, max = 20 } }
+decision = "deny"
+
+[[rule]]
+name = "regex"
+tool = "probe"
+args = { "/note" = { regex = "(?i)secret.*" } }
+decision = "deny"
+
+[[rule]]
+name = "glob"
+tool = "probe"
+args = { "/tags/0" = "urgent-*" }
+decision = "deny"
+
+[[rule]]
+name = "exists"
+tool = "probe"
+args = { "/env" = { exists = false } }
+decision = "deny"
+"#;
+    let app = app_with_tools(&dir, extra, |_| {}).await;
+    let cases = [
+        (r#"{"env": "prod"}"#, Some("equals")),
+        (r#"{"env": "dev"}"#, Some("one_of")),
+        (r#"{"env": "stage", "n": 15}"#, Some("range")),
+        (r#"{"env": "stage", "n": 25}"#, None),
+        (r#"{"env": "stage", "note": "Secret plan"}"#, Some("regex")),
+        (r#"{"env": "stage", "note": "a secret"}"#, None),
+        (r#"{"env": "stage", "tags": ["urgent-1"]}"#, Some("glob")),
+        (r#"{"n": 1}"#, Some("exists")),
+        (r#"{"env": "stage"}"#, None),
+    ];
+    for (n, (args, rule)) in cases.into_iter().enumerate() {
+        let session = format!("m{n}");
+        let mut stream = app.open(&session, &format!("probe {args}")).await;
+        let mut paused = false;
+        while let Some(chunk) = stream.next_chunk().await {
+            if chunk.chunk_type == ChunkType::ConfirmationRequest {
+                paused = true;
+                break;
+            }
+            if chunk.finished {
+                break;
+            }
+        }
+        match rule {
+            Some(rule) => {
+                assert!(!paused, "{args}: denied, so nothing is asked");
+                let denied = outputs(&stream)[0];
+                assert_eq!(denied.metadata["rule"], rule, "{args}");
+            }
+            None => {
+                assert!(paused, "{args}: no rule matches, so it is asked");
+                app.reply(&session, "CONFIRM_ACTION:cancel").await;
+            }
+        }
+    }
+}
