@@ -77,6 +77,9 @@ pub struct TaskLine {
     /// [`PREVIEW_CHARS`] characters.
     pub description: String,
     pub args: String,
+    /// Allowed without a person (a rule or a grant): it runs unless rejected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<Value>,
 }
 
 /// Characters of a task's text, and of its arguments as JSON, an inbox
@@ -116,6 +119,7 @@ fn task_lines(data: &Value) -> Vec<TaskLine> {
                     .unwrap_or(""),
             ),
             args: preview(&task.get("args").map(Value::to_string).unwrap_or_default()),
+            approved_by: task.get("approved_by").cloned(),
         })
         .collect()
 }
