@@ -107,6 +107,19 @@ pub enum AuditRecord {
         key: String,
         client: Option<String>,
     },
+    /// One approval of several a pause needs (a quorum), before the reply
+    /// is acknowledged: who, and the approvals so far.
+    Approved {
+        #[serde(flatten)]
+        run: RunFields,
+        confirmation_id: String,
+        round: u32,
+        /// The approving key's label, and the client's address.
+        key: String,
+        client: Option<String>,
+        approvals: Vec<String>,
+        required: usize,
+    },
     /// A tool call that ran: the arguments actually used, its outcome, the
     /// size and SHA-256 of its output.
     Executed {

@@ -78,6 +78,8 @@ impl std::fmt::Display for RunTag<'_> {
 #[derive(Debug, Clone, Default)]
 pub struct Namespaces {
     names: Arc<[String]>,
+    /// Each key's `label=` from the keys file, if it has one.
+    labels: Arc<[Option<String>]>,
 }
 
 impl Namespaces {
@@ -94,7 +96,24 @@ impl Namespaces {
                 format!("k{}", hex::encode(&digest[..16]))
             })
             .collect();
-        Namespaces { names }
+        Namespaces {
+            names,
+            labels: Arc::from(Vec::new()),
+        }
+    }
+
+    /// The keys' labels (`label=`), in the keys' order.
+    pub fn with_labels(mut self, labels: Vec<Option<String>>) -> Namespaces {
+        self.labels = labels.into();
+        self
+    }
+
+    /// What records name `owner`'s key by: its `label=`, else `key-N`
+    /// (`anonymous` without keys).
+    pub fn label(&self, owner: Option<u32>) -> String {
+        owner
+            .and_then(|i| self.labels.get(i as usize).cloned().flatten())
+            .unwrap_or_else(|| owner_label(owner))
     }
 
     /// The stored name of `owner`'s namespace (`None`: no keys). An owner

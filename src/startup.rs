@@ -26,7 +26,7 @@ use crate::engine::llm::OpenAiConfig;
 #[cfg(feature = "openai")]
 use crate::engine::openai::OpenAiEngine;
 use crate::engine::planner::PlannerEngine;
-use crate::http::access::{read_keys_file, AccessPolicy};
+use crate::http::access::{read_keys_file, AccessPolicy, KeyAttrs};
 use crate::http::access_log;
 use crate::http::connection::{self, GuardedStream};
 use crate::http::state::AppState;
@@ -95,6 +95,9 @@ impl Application {
     ) -> Result<Application, StartupError> {
         let mut keys: Vec<SecretString> = settings.api_keys.clone();
         let mut approvers: Vec<SecretString> = settings.approver_keys.clone();
+        // Keys given as flags have no attributes; the file's follow them.
+        let mut key_attrs = vec![KeyAttrs::default(); keys.len()];
+        let mut approver_attrs = vec![KeyAttrs::default(); approvers.len()];
         if let Some(path) = &settings.api_keys_file {
             let from_file = read_keys_file(path).map_err(|source| StartupError::KeysFile {
                 path: path.clone(),
@@ -102,21 +105,28 @@ impl Application {
             })?;
             keys.extend(from_file.keys.into_iter().map(SecretString::from));
             approvers.extend(from_file.approvers.into_iter().map(SecretString::from));
+            key_attrs.extend(from_file.key_attrs);
+            approver_attrs.extend(from_file.approver_attrs);
         }
-        let approvers: Vec<&str> = approvers
+        // An empty key is no key (with its attributes).
+        let (approvers, approver_attrs): (Vec<&str>, Vec<KeyAttrs>) = approvers
             .iter()
             .map(ExposeSecret::expose_secret)
-            .filter(|key| !key.is_empty())
-            .collect();
+            .zip(approver_attrs)
+            .filter(|(key, _)| !key.is_empty())
+            .unzip();
         // A key's place in this list is its owner, for access and stores alike.
-        let keys: Vec<&str> = keys
+        let (keys, key_attrs): (Vec<&str>, Vec<KeyAttrs>) = keys
             .iter()
             .map(ExposeSecret::expose_secret)
-            .filter(|key| !key.is_empty())
-            .collect();
-        let namespaces = Namespaces::of_keys(keys.iter().copied());
-        let access =
-            AccessPolicy::new(&keys, settings.cors_origins.clone()).with_approvers(&approvers);
+            .zip(key_attrs)
+            .filter(|(key, _)| !key.is_empty())
+            .unzip();
+        let namespaces = Namespaces::of_keys(keys.iter().copied())
+            .with_labels(key_attrs.iter().map(|a| a.label.clone()).collect());
+        let access = AccessPolicy::new(&keys, settings.cors_origins.clone())
+            .with_approvers(&approvers)
+            .with_attributes(key_attrs, approver_attrs);
         let webhooks = open_webhooks(&settings)?;
         let cluster = open_cluster(&settings, &namespaces)?;
         let bind_error = |source| StartupError::Bind {

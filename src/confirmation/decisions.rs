@@ -3,17 +3,21 @@
 
 use std::sync::Arc;
 
-use crate::protocol::{Action, Decisions, TaskDecision, TaskDecisionRequest, TaskSpec, Verdict};
+use crate::protocol::{
+    Action, Decisions, RiskLevel, TaskDecision, TaskDecisionRequest, TaskSpec, Verdict,
+};
 use crate::tools::{Tool, Tools};
 
 /// What the pause knows of a task, to check the decisions made on it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct TaskCheck {
     /// The task's index in the plan (a task a rule denied is not asked,
     /// so the indices of a pause may have gaps).
     pub index: usize,
     /// The declared tool the task calls, if any (its schema checks edits).
     pub tool: Option<Arc<Tool>>,
+    /// The task's own risk (who may decide it).
+    pub risk: RiskLevel,
 }
 
 /// What a reply's decisions on a plan are checked against.
@@ -39,6 +43,7 @@ impl PlanCheck {
                 .map(|task| TaskCheck {
                     index: task.index,
                     tool: tools.get(&task.tool).cloned(),
+                    risk: task.risk_level.unwrap_or(RiskLevel::Low),
                 })
                 .collect(),
             explicit: false,

@@ -28,9 +28,11 @@
 //! undecided pauses an inbox lists.
 
 pub mod answers;
+pub mod decider;
 pub mod decisions;
 pub mod grant;
 mod limits;
+pub mod quorum;
 mod refused;
 pub mod slot;
 pub mod ticket;
@@ -46,12 +48,14 @@ use tokio_util::sync::CancellationToken;
 
 use serde_json::{Map, Value};
 
+pub use self::decider::Decider;
 pub use self::limits::{RunLimits, MAX_RUNS, RUNS_PER_KEY_DIVISOR};
-pub use self::refused::{DecideError, GrantAsk};
+pub use self::refused::{DecideError, ReplyFrom};
 
 use self::answers::check_answers;
 use self::decisions::{check_decisions, PlanCheck};
 use self::grant::{check_grant, GrantSpec};
+use self::quorum::{check_decider, count, Counted, Quorum};
 use crate::protocol::question::Question;
 use crate::protocol::{
     Action, CancelReason, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
@@ -112,6 +116,12 @@ pub struct Accepted {
     /// The run's id in a durable store, if its pause is kept there.
     pub stored: Option<Arc<str>>,
     pub ticket: DecisionTicket,
+    /// A confirm that is one approval of several: the approvals so far and
+    /// how many are needed. The pause stays pending (the ticket carries no
+    /// decision).
+    pub progress: Option<(Vec<String>, usize)>,
+    /// For a confirm that decides: every label that approved, in order.
+    pub approved_by: Vec<String>,
 }
 
 /// What a pause asks, to check the replies to it against.
@@ -290,6 +300,8 @@ struct Pause {
     /// The decision on its way had an unknown outcome in the store and is
     /// being settled: other replies are told to retry, not that it stands.
     in_doubt: bool,
+    /// The labels that approved it so far (a quorum pause: `approvals`).
+    approvals: Vec<String>,
     /// The run's stop. Once it fires, the pause belongs to the stop: replies
     /// are refused under this lock, so none is acknowledged after the run
     /// was told to stop and before it noticed (see [`RunSlot::wait`]).
@@ -372,8 +384,9 @@ impl ConfirmationManager {
         confirmation_id: Option<&str>,
         decisions: Option<&[TaskDecisionRequest]>,
         answers: Option<&Map<String, Value>>,
-        grant: Option<GrantAsk<'_>>,
+        from: ReplyFrom<'_>,
     ) -> Result<Accepted, DecideError> {
+        let (decider, grant) = (from.decider, from.grant);
         let mut registry = self.lock();
         let pause = registry
             .sessions
@@ -397,8 +410,12 @@ impl ConfirmationManager {
             return Err(DecideError::Stale);
         }
         let mut granted = None;
+        let mut quorum = None;
         let (verdicts, answers) = match &pause.asking {
             Asking::Plan(tasks) => {
+                let asks = Quorum::of(tasks);
+                check_decider(tasks, &asks, decider, action)?;
+                quorum = Some(asks);
                 if answers.is_some() {
                     return Err(DecideError::InvalidAnswer(
                         "answers go with `answer` to questions; this pause is a confirmation \
@@ -411,7 +428,7 @@ impl ConfirmationManager {
                 granted = match (grant, &verdicts) {
                     (None, _) => None,
                     (Some(ask), Some(verdicts)) => Some(Box::new(
-                        check_grant(ask.grant, verdicts, tasks, ask.by)
+                        check_grant(ask, verdicts, tasks, &decider.label)
                             .map_err(DecideError::InvalidGrant)?,
                     )),
                     (Some(_), None) => {
@@ -441,6 +458,45 @@ impl ConfirmationManager {
         }
         if pause.decide_tx.is_none() && pause.in_doubt {
             return Err(DecideError::Settling);
+        }
+        if pause.decide_tx.is_none() {
+            return Err(DecideError::AlreadyDecided);
+        }
+        let mut approved_by = vec![decider.label.clone()];
+        if let (Some(quorum), Some(verdicts), Action::Confirm) = (&quorum, &verdicts, action) {
+            match count(quorum, &mut pause.approvals, decider, verdicts)? {
+                Counted::Decides { approved_by: all } => approved_by = all,
+                Counted::Recorded {
+                    approvals,
+                    required,
+                } => {
+                    let run_id = registry.sessions.get(key).map_or(0, |entry| entry.run_id);
+                    let pause = registry
+                        .sessions
+                        .get(key)
+                        .and_then(|entry| entry.pause.as_ref())
+                        .ok_or(DecideError::NoPending)?;
+                    return Ok(Accepted {
+                        action,
+                        confirmation_id: pause.confirmation_id.clone(),
+                        confirmation_round: pause.round,
+                        run_id,
+                        decisions: None,
+                        answers: None,
+                        kind: PauseKind::Approval,
+                        stored: pause.stored.clone(),
+                        ticket: DecisionTicket {
+                            decide_tx: None,
+                            decision: None,
+                            manager: self.clone(),
+                            key: key.clone(),
+                            run_id,
+                        },
+                        progress: Some((approvals, required)),
+                        approved_by: Vec::new(),
+                    });
+                }
+            }
         }
         // Taken under the lock: from here on the pause is decided for
         // everyone (later replies: AlreadyDecided; a new message: SessionBusy).
@@ -472,6 +528,8 @@ impl ConfirmationManager {
                 key: key.clone(),
                 run_id,
             },
+            progress: None,
+            approved_by,
         })
     }
 
@@ -489,19 +547,6 @@ impl ConfirmationManager {
     /// Whether the run on `key` is paused on a confirmation nobody decided.
     pub fn is_paused(&self, key: &SessionKey) -> bool {
         self.lock().sessions.get(key).is_some_and(Entry::waits)
-    }
-
-    /// Whether the run on `key` is paused on a confirmation nobody decided,
-    /// or whose decision is in doubt (being settled): a run that has not
-    /// acted on a decision here.
-    pub fn is_paused_or_in_doubt(&self, key: &SessionKey) -> bool {
-        self.lock().sessions.get(key).is_some_and(|entry| {
-            entry.waits()
-                || entry
-                    .pause
-                    .as_ref()
-                    .is_some_and(|p| p.decide_tx.is_none() && p.in_doubt)
-        })
     }
 
     /// Number of sessions with a live run.

@@ -45,6 +45,23 @@ pub enum DecideError {
         crate::store::grant::MAX_GRANTS_PER_NAMESPACE
     )]
     TooManyGrants,
+    /// The deciding key may not decide this pause (its risk, its group, its
+    /// namespace).
+    #[error("{0}")]
+    ForbiddenScope(String),
+    /// The requester's own key may not approve this pause.
+    #[error("{0}")]
+    SelfApproval(String),
+    /// This label approved this pause already (a quorum counts it once).
+    #[error("{0} has approved this confirmation already; it needs other people's approvals")]
+    AlreadyApproved(String),
+    /// An edit on a pause whose approvals others give: it would change what
+    /// they approved.
+    #[error(
+        "an edit would change what the other approvers approve: modify the plan (a new round, \
+         whose approvals start from zero) or reject the task"
+    )]
+    EditNeedsNewRound,
     #[error("{0}")]
     InvalidAnswer(String),
     #[error(
@@ -66,11 +83,21 @@ impl From<DecisionsError> for DecideError {
     }
 }
 
-/// A reply's `grant`, and who gives it (the deciding key's label).
+/// Who a reply comes from, and the grant it gives (with a confirm).
 #[derive(Debug, Clone, Copy)]
-pub struct GrantAsk<'a> {
-    pub grant: &'a Value,
-    pub by: &'a str,
+pub struct ReplyFrom<'a> {
+    pub decider: &'a super::Decider,
+    pub grant: Option<&'a Value>,
+}
+
+impl<'a> ReplyFrom<'a> {
+    /// A reply of `decider` that grants nothing.
+    pub fn plain(decider: &'a super::Decider) -> ReplyFrom<'a> {
+        ReplyFrom {
+            decider,
+            grant: None,
+        }
+    }
 }
 
 /// `confirm, modify, cancel`.

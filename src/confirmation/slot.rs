@@ -89,6 +89,7 @@ impl RunSlot {
                     decide_tx: Some(decide_tx),
                     settling: None,
                     in_doubt: false,
+                    approvals: Vec::new(),
                     stop,
                 });
                 Ok(PendingDecision { decide_rx })

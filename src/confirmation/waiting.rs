@@ -16,6 +16,9 @@ pub struct Waiting {
     pub kind: PauseKind,
     pub asked_at: SystemTime,
     pub expires_at: SystemTime,
+    /// A quorum's approvals so far, and how many it needs (1: no quorum).
+    pub approvals: Vec<String>,
+    pub required: usize,
 }
 
 impl ConfirmationManager {
@@ -52,8 +55,40 @@ impl ConfirmationManager {
                     kind: pause.asking.kind(),
                     asked_at: pause.asked_at,
                     expires_at: pause.expires_at,
+                    approvals: pause.approvals.clone(),
+                    required: match &pause.asking {
+                        super::Asking::Plan(plan) => super::quorum::Quorum::of(plan).required,
+                        super::Asking::Questions(_) => 1,
+                    },
                 })
             })
             .collect()
+    }
+
+    /// Takes back `label`'s approval of pause `confirmation_id` (it could
+    /// not be recorded).
+    pub fn withdraw_approval(&self, key: &SessionKey, confirmation_id: &str, label: &str) {
+        let mut registry = self.lock();
+        let pause = registry
+            .sessions
+            .get_mut(key)
+            .and_then(|entry| entry.pause.as_mut())
+            .filter(|pause| pause.confirmation_id == confirmation_id);
+        if let Some(pause) = pause {
+            pause.approvals.retain(|l| l != label);
+        }
+    }
+
+    /// Whether the run on `key` is paused on a confirmation nobody decided,
+    /// or whose decision is in doubt (being settled): a run that has not
+    /// acted on a decision here.
+    pub fn is_paused_or_in_doubt(&self, key: &SessionKey) -> bool {
+        self.lock().sessions.get(key).is_some_and(|entry| {
+            entry.waits()
+                || entry
+                    .pause
+                    .as_ref()
+                    .is_some_and(|p| p.decide_tx.is_none() && p.in_doubt)
+        })
     }
 }

@@ -19,7 +19,6 @@
 //!   what a page on another name cannot have.)
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
 
 use actix_web::http::header::{self, HeaderMap};
 use sha2::{Digest, Sha256};
@@ -55,6 +54,9 @@ impl Caller {
 pub struct AccessPolicy {
     key_digests: Vec<KeyDigest>,
     approver_digests: Vec<KeyDigest>,
+    /// Each key's keys-file attributes (labels, groups, scopes), in order.
+    key_attrs: Vec<KeyAttrs>,
+    approver_attrs: Vec<KeyAttrs>,
     cors_origins: Vec<String>,
     /// Lower-cased host names accepted besides loopback and the bound address.
     allowed_hosts: Vec<String>,
@@ -68,6 +70,8 @@ impl AccessPolicy {
         AccessPolicy {
             key_digests: keys.iter().copied().map(digest).collect(),
             approver_digests: Vec::new(),
+            key_attrs: Vec::new(),
+            approver_attrs: Vec::new(),
             cors_origins,
             allowed_hosts: Vec::new(),
             bound: IpAddr::from([127, 0, 0, 1]),
@@ -90,6 +94,59 @@ impl AccessPolicy {
     pub fn with_approvers(mut self, approvers: &[&str]) -> AccessPolicy {
         self.approver_digests = approvers.iter().copied().map(digest).collect();
         self
+    }
+
+    /// The keys' attributes (from the keys file), in the keys' order; a
+    /// key without any has the defaults.
+    pub fn with_attributes(
+        mut self,
+        keys: Vec<KeyAttrs>,
+        approvers: Vec<KeyAttrs>,
+    ) -> AccessPolicy {
+        self.key_attrs = keys;
+        self.approver_attrs = approvers;
+        self
+    }
+
+    fn attrs(&self, caller: Caller) -> Option<&KeyAttrs> {
+        match caller {
+            Caller::Owner(Some(i)) => self.key_attrs.get(i as usize),
+            Caller::Owner(None) => None,
+            Caller::Approver(i) => self.approver_attrs.get(i as usize),
+        }
+    }
+
+    /// What records name `caller` by: its `label=`, else its place label.
+    pub fn label(&self, caller: Caller) -> String {
+        self.attrs(caller)
+            .and_then(|attrs| attrs.label.clone())
+            .unwrap_or_else(|| caller.label())
+    }
+
+    /// `caller` as the decision path checks it.
+    pub fn decider(&self, caller: Caller) -> crate::confirmation::Decider {
+        let attrs = self.attrs(caller);
+        crate::confirmation::Decider {
+            label: self.label(caller),
+            groups: attrs.map(|a| a.groups.clone()).unwrap_or_default(),
+            max_risk: attrs
+                .and_then(|a| a.max_risk)
+                .unwrap_or(crate::protocol::RiskLevel::High),
+            requester: matches!(caller, Caller::Owner(_)),
+        }
+    }
+
+    /// Whether `caller` may see and decide the pauses of the namespace of
+    /// `owner`: its own, or, for an approver, any of its `namespaces=`
+    /// (requester key labels; all without).
+    pub fn may_see(&self, caller: Caller, owner: Option<u32>) -> bool {
+        match caller {
+            Caller::Owner(own) => own == owner,
+            Caller::Approver(_) => match self.attrs(caller).and_then(|a| a.namespaces.as_ref()) {
+                None => true,
+                Some(labels) => labels.contains(&self.label(Caller::Owner(owner))),
+            },
+        }
     }
 
     pub fn requires_keys(&self) -> bool {
@@ -240,30 +297,7 @@ fn normalize_host(value: &str) -> String {
     name.trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// The keys of a keys file: API keys, and approver keys.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct KeysFile {
-    pub keys: Vec<String>,
-    pub approvers: Vec<String>,
-}
-
-/// Reads API keys from a file: one per line, `approver KEY` for an
-/// approver key; blank lines and `#` comments skipped.
-pub fn read_keys_file(path: &Path) -> std::io::Result<KeysFile> {
-    let mut file = KeysFile::default();
-    for line in std::fs::read_to_string(path)?.lines().map(str::trim) {
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        match line.split_once(char::is_whitespace) {
-            Some(("approver", key)) if !key.trim().is_empty() => {
-                file.approvers.push(key.trim().to_owned());
-            }
-            _ => file.keys.push(line.to_owned()),
-        }
-    }
-    Ok(file)
-}
+pub use super::keys::{read_keys_file, KeyAttrs, KeysFile};
 
 #[cfg(test)]
 mod tests {

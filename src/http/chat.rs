@@ -98,6 +98,11 @@ async fn chat(
                     .map_err(refused)?
                     .ok_or_else(|| refused(ChatError::Reattach(ReattachError::NoSuchRun)))?,
             };
+            if !state.access.may_see(caller, key.owner) {
+                return Err(refused(ChatError::ForbiddenScope(out_of_scope(
+                    state, caller,
+                ))));
+            }
             if let Some(peer) = elsewhere(state, &key, forwarded).await.map_err(refused)? {
                 return forward_to(state, &peer, req, body, Forwarding::Read)
                     .await
@@ -141,13 +146,17 @@ async fn chat(
                     }
                 }
             };
+            if !state.access.may_see(caller, key.owner) {
+                let why = DecideError::ForbiddenScope(out_of_scope(state, caller));
+                return Err(refused(ChatError::Reply(why.into())));
+            }
             if let Some(peer) = elsewhere(state, &key, forwarded).await.map_err(refused)? {
                 return forward_to(state, &peer, req, body, Forwarding::Change)
                     .await
                     .map_err(refused);
             }
             let client = forward::client_address(req, forwarded.is_some());
-            let decider = caller.label();
+            let decider = state.access.decider(caller);
             let reply = Reply {
                 message: &reply,
                 confirmation_id: confirmation_id.as_deref(),
@@ -293,4 +302,12 @@ async fn read_request(
         ChatError::InvalidRequest(format!("body is not a valid chat request: {err}"))
     })?;
     Ok((request, body.freeze()))
+}
+
+/// Why `caller` may not see a namespace's pause.
+fn out_of_scope(state: &AppState, caller: Caller) -> String {
+    format!(
+        "this key ({}) decides only the pauses of the namespaces it names (namespaces=)",
+        state.access.label(caller)
+    )
 }

@@ -67,6 +67,8 @@ pub enum ChatError {
     StoreUnreachable,
     #[error("no such grant: it expired, was spent or revoked, or is another key's")]
     NoSuchGrant,
+    #[error("{0}")]
+    ForbiddenScope(String),
     #[error(
         "this request carries a replica's header with a wrong --cluster-secret (or this \
          server is not a replica): clients must not send x-chatgate-cluster-secret"
@@ -132,6 +134,10 @@ impl ChatError {
                 DecideError::UndecidedTasks(_) => (S::UNPROCESSABLE_ENTITY, T::UndecidedTasks),
                 DecideError::InvalidGrant(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidGrant),
                 DecideError::TooManyGrants => (S::UNPROCESSABLE_ENTITY, T::TooManyGrants),
+                DecideError::ForbiddenScope(_) => (S::FORBIDDEN, T::ForbiddenScope),
+                DecideError::SelfApproval(_) => (S::FORBIDDEN, T::SelfApproval),
+                DecideError::AlreadyApproved(_) => (S::CONFLICT, T::AlreadyApproved),
+                DecideError::EditNeedsNewRound => (S::UNPROCESSABLE_ENTITY, T::EditNeedsNewRound),
                 DecideError::InvalidAnswer(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidAnswer),
                 DecideError::AlreadyDecided => (S::CONFLICT, T::AlreadyDecided),
                 DecideError::Settling => (S::SERVICE_UNAVAILABLE, T::StoreUnavailable),
@@ -144,6 +150,7 @@ impl ChatError {
             | ChatError::StoreUnreachable => (S::SERVICE_UNAVAILABLE, T::StoreUnavailable),
             ChatError::Reattach(ReattachError::NoSuchRun) => (S::NOT_FOUND, T::NoSuchRun),
             ChatError::NoSuchGrant => (S::NOT_FOUND, T::NoSuchGrant),
+            ChatError::ForbiddenScope(_) => (S::FORBIDDEN, T::ForbiddenScope),
             ChatError::Reattach(ReattachError::Beyond { .. }) => {
                 (S::BAD_REQUEST, T::InvalidRequest)
             }

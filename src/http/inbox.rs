@@ -10,7 +10,8 @@ use serde::Deserialize;
 use super::access::Caller;
 use super::error::ChatError;
 use super::state::AppState;
-use crate::run::inbox::{InboxQuery, INBOX_LIMIT, MAX_INBOX_LIMIT};
+use crate::protocol::RiskLevel;
+use crate::run::inbox::{InboxQuery, Interaction, INBOX_LIMIT, MAX_INBOX_LIMIT};
 
 /// The query string, as sent.
 #[derive(Debug, Deserialize)]
@@ -61,8 +62,27 @@ async fn list(
     };
     let (items, role) = match caller {
         Caller::Owner(owner) => (state.runs.inbox(owner, &query).await?, "requester"),
-        // An approver sees every namespace's.
-        Caller::Approver(_) => (state.runs.inbox_of_all(&query).await?, "approver"),
+        // An approver sees every namespace's its scope takes in.
+        Caller::Approver(_) => {
+            let decider = state.access.decider(caller);
+            let tools = state.runs.settings.tools.clone();
+            let in_scope = |owner: Option<u32>, item: &Interaction| {
+                state.access.may_see(caller, owner)
+                    && item.tasks.iter().all(|task| {
+                        let risk = task
+                            .risk_level
+                            .as_ref()
+                            .and_then(|risk| serde_json::from_value::<RiskLevel>(risk.clone()).ok())
+                            .unwrap_or(RiskLevel::Low);
+                        let group = tools
+                            .get(&task.tool)
+                            .and_then(|tool| tool.approvers.as_ref());
+                        risk <= decider.max_risk
+                            && group.is_none_or(|group| decider.groups.contains(group))
+                    })
+            };
+            (state.runs.inbox_of_all(&query, in_scope).await?, "approver")
+        }
     };
     // `role`: what the caller's key may do (an approver decides and
     // re-attaches, it starts no run), for a page to offer only that.

@@ -16,6 +16,7 @@ pub mod error;
 pub mod forward;
 pub mod grants;
 pub mod inbox;
+pub mod keys;
 pub mod page;
 pub mod probes;
 pub mod runs;

@@ -233,6 +233,15 @@ impl Chunk {
         chunk
     }
 
+    /// With `approved_by` (a quorum's labels, when more than one approved).
+    pub fn with_approvers(self, approved_by: &[String]) -> Chunk {
+        if approved_by.len() > 1 {
+            self.with_meta(meta::APPROVED_BY_LABELS, approved_by.to_vec())
+        } else {
+            self
+        }
+    }
+
     /// `confirmation_request`: the run pauses on `data`.
     pub fn confirmation_request(
         session_id: &str,

@@ -46,6 +46,12 @@ pub mod meta {
     pub const APPROVED_BY: &str = "approved_by";
     /// A grant kept, as `GET /api/v1/grants` lists it.
     pub const GRANT: &str = "grant";
+    /// A quorum's approvals so far (labels, in order).
+    pub const APPROVALS: &str = "approvals";
+    /// How many approvals a quorum needs.
+    pub const REQUIRED: &str = "required";
+    /// Every label that approved a decided quorum.
+    pub const APPROVED_BY_LABELS: &str = "approved_by";
     pub const TIMEOUT_SECONDS: &str = "timeout_seconds";
     pub const TOOL: &str = "tool";
     pub const TOTAL_TASKS: &str = "total_tasks";
@@ -63,6 +69,9 @@ pub enum ChunkType {
     /// A question pause (#16).
     InputRequest,
     ConfirmationReceived,
+    /// One approval of several a pause needs (a quorum): the reply's
+    /// acknowledgement; the pause stays pending.
+    ApprovalRecorded,
     Completion,
     Cancelled,
     Error,
@@ -158,6 +167,15 @@ pub enum ErrorType {
     TooManyGrants,
     /// A grant's revoke names no grant the caller can see (404).
     NoSuchGrant,
+    /// The deciding key may not decide this pause: a task's risk above its
+    /// `max_risk`, a group it is not in, a namespace it does not see (403).
+    ForbiddenScope,
+    /// The requester's own key may not approve this pause (403).
+    SelfApproval,
+    /// This label approved this pause already (409).
+    AlreadyApproved,
+    /// An edit on a pause whose approvals others give (422).
+    EditNeedsNewRound,
     /// A reply's answer does not fit the pending questions (422).
     InvalidAnswer,
     /// An engine's questions break a bound of a question pause; nothing was asked.

@@ -19,9 +19,10 @@ use serde_json::{Map, Value};
 use super::Runs;
 use crate::audit::{self, AuditLog, AuditRecord};
 use crate::cluster::SETTLE_RETRY;
-use crate::confirmation::{Accepted, DecideError, GrantAsk};
+use crate::confirmation::{Accepted, DecideError, Decider, ReplyFrom};
 use crate::protocol::{
-    Action, CancelReason, Chunk, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
+    meta, Action, CancelReason, Chunk, ChunkType, Decisions, ErrorType, PauseKind, ReplyMessage,
+    TaskDecisionRequest,
 };
 use crate::run::registry::LogRegistry;
 use crate::session::{RunTag, SessionKey};
@@ -42,9 +43,9 @@ pub struct Reply<'a> {
     pub grant: Option<&'a Value>,
     /// Where it came from, for the audit log.
     pub client: Option<&'a str>,
-    /// Who decides, for the audit log: the key's label (`key-N`,
-    /// `approver-N`, `anonymous`).
-    pub decider: &'a str,
+    /// Who decides: the key's label (`label=`, else `key-N`,
+    /// `approver-N`, `anonymous`), its groups and scope.
+    pub decider: &'a Decider,
     /// A forwarded reply's deadline: its forwarding replica gives up then,
     /// so after it the reply is not taken.
     pub not_after: Option<SystemTime>,
@@ -103,11 +104,32 @@ pub struct Decided {
     pub decisions: Option<Decisions>,
     pub answers: Option<Map<String, Value>>,
     pub kind: PauseKind,
+    /// Every label that approved (a quorum's, in order).
+    pub approved_by: Vec<String>,
+    /// One approval of several: those so far, and how many are needed.
+    pub progress: Option<(Vec<String>, usize)>,
 }
 
 impl Decided {
-    /// The reply's own stream: one final `confirmation_received` chunk.
+    /// The reply's own stream: one final `confirmation_received` chunk
+    /// (`approval_recorded` for one approval of several).
     pub fn acknowledgement(&self, session_id: &str) -> Chunk {
+        if let Some((approvals, required)) = &self.progress {
+            return Chunk::new(
+                ChunkType::ApprovalRecorded,
+                format!(
+                    "Approval recorded: {} of {required} ({})",
+                    approvals.len(),
+                    approvals.join(", ")
+                ),
+                session_id,
+                0,
+            )
+            .with_meta(meta::CONFIRMATION_ID, self.confirmation_id.as_str())
+            .with_meta(meta::APPROVALS, approvals.clone())
+            .with_meta(meta::REQUIRED, *required)
+            .finished();
+        }
         if self.kind == PauseKind::Question {
             return Chunk::questions_answered(
                 session_id,
@@ -126,6 +148,7 @@ impl Decided {
             self.round,
             self.decisions.as_ref(),
         )
+        .with_approvers(&self.approved_by)
         .finished()
     }
 }
@@ -146,23 +169,27 @@ impl Runs {
         if reply.grant.is_some() && self.grants_full(key).await {
             return Err(DecideError::TooManyGrants.into());
         }
-        let grant = reply.grant.map(|grant| GrantAsk {
-            grant,
-            by: reply.decider,
-        });
         let accepted = match self.manager.decide(
             key,
             reply.message,
             reply.confirmation_id,
             reply.decisions,
             reply.answers,
-            grant,
+            ReplyFrom {
+                decider: reply.decider,
+                grant: reply.grant,
+            },
         ) {
             Ok(accepted) => accepted,
             Err(refused) => {
                 return Err(self.told_decided(key, reply.confirmation_id, refused).await)
             }
         };
+        if let Some((approvals, required)) = accepted.progress.clone() {
+            return self
+                .approval_recorded(key, &reply, accepted, approvals, required)
+                .await;
+        }
         let decided = Decided {
             action: accepted.action,
             confirmation_id: accepted.confirmation_id.clone(),
@@ -170,11 +197,13 @@ impl Runs {
             decisions: accepted.decisions.clone(),
             answers: accepted.answers.clone(),
             kind: accepted.kind,
+            approved_by: accepted.approved_by.clone(),
+            progress: None,
         };
         let recorder = Recorder {
             key: key.clone(),
             client: reply.client.map(str::to_owned),
-            decider: reply.decider.to_owned(),
+            decider: reply.decider.label.clone(),
             audit: self.settings.audit.clone(),
             logs: self.logs.clone(),
         };
@@ -189,8 +218,9 @@ impl Runs {
                 decisions: accepted.decisions.as_ref(),
                 answers: accepted.answers.as_ref(),
                 reason: (accepted.action == Action::Cancel).then_some(CancelReason::User),
-                decider: reply.decider,
+                decider: &reply.decider.label,
                 client: reply.client,
+                approved_by: &accepted.approved_by,
             };
             Event::decided(&about, &data)
         });

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::Runs;
 use crate::protocol::PauseKind;
-use crate::session::{owner_label, SessionKey};
+use crate::session::SessionKey;
 use crate::store::{PausedRecord, StoreError};
 
 /// Default of `?limit=`.
@@ -58,6 +58,12 @@ pub struct Interaction {
     /// not read like a harmless one.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<TaskLine>,
+    /// A quorum (more than one approval needed): the labels that approved
+    /// so far, and how many it needs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub required: Option<usize>,
     pub confirmation_data: Value,
     /// For ordering: milliseconds since the Unix epoch of `expires_at`.
     #[serde(skip)]
@@ -179,6 +185,8 @@ fn interaction(
         } else {
             Vec::new()
         },
+        approvals: None,
+        required: None,
         confirmation_data: data,
         expires_ms: unix_ms(expires_at),
     })
@@ -208,14 +216,19 @@ impl Runs {
     /// Every namespace's pending pauses (an approver's inbox), as
     /// [`Runs::inbox`] lists one namespace's. With replicas each
     /// namespace's first [`MAX_INBOX_LIMIT`] stored pauses are merged.
-    pub async fn inbox_of_all(&self, query: &InboxQuery) -> Result<Vec<Interaction>, StoreError> {
+    pub async fn inbox_of_all(
+        &self,
+        query: &InboxQuery,
+        in_scope: impl Fn(Option<u32>, &Interaction) -> bool,
+    ) -> Result<Vec<Interaction>, StoreError> {
         let mut items = Vec::new();
         for owner in self.settings.namespaces.owners() {
             let everything = InboxQuery {
                 limit: MAX_INBOX_LIMIT,
                 after: None,
             };
-            items.extend(self.inbox(owner, &everything).await?);
+            let listed = self.inbox(owner, &everything).await?;
+            items.extend(listed.into_iter().filter(|item| in_scope(owner, item)));
         }
         Ok(page(items, query))
     }
@@ -240,11 +253,9 @@ impl Runs {
             let listed: HashSet<String> =
                 stored.iter().map(|r| r.confirmation_id.clone()).collect();
             items.retain(|item| !listed.contains(&item.confirmation_id));
-            items.extend(
-                stored
-                    .iter()
-                    .filter_map(|record| stored_interaction(record, owner)),
-            );
+            items.extend(stored.iter().filter_map(|record| {
+                stored_interaction(record, owner, self.settings.namespaces.label(owner))
+            }));
         }
         let now = unix_ms(SystemTime::now());
         items.retain(|item| item.expires_ms > now);
@@ -258,15 +269,20 @@ impl Runs {
             .into_iter()
             .filter_map(|pause| {
                 let log = self.logs.find(&pause.key)?;
-                let frame = log.last_frame()?;
-                interaction(
+                let frame = log.last_frame(&pause.confirmation_id)?;
+                let mut item = interaction(
                     &pause.key,
-                    owner_label(pause.key.owner),
+                    self.settings.namespaces.label(pause.key.owner),
                     &pause.confirmation_id,
                     &frame,
                     pause.asked_at,
                     pause.expires_at,
-                )
+                )?;
+                if pause.required > 1 {
+                    item.approvals = Some(pause.approvals);
+                    item.required = Some(pause.required);
+                }
+                Some(item)
             })
             .collect()
     }
@@ -287,13 +303,17 @@ fn page(mut items: Vec<Interaction>, query: &InboxQuery) -> Vec<Interaction> {
 }
 
 /// A stored pause as the inbox lists it (`owner`: its namespace's).
-fn stored_interaction(record: &PausedRecord, owner: Option<u32>) -> Option<Interaction> {
+fn stored_interaction(
+    record: &PausedRecord,
+    owner: Option<u32>,
+    label: String,
+) -> Option<Interaction> {
     let frame = record.frames.last()?;
     let at = crate::clock::at;
     let key = SessionKey::new(owner, &record.session_id);
     interaction(
         &key,
-        owner_label(owner),
+        label,
         &record.confirmation_id,
         frame.as_bytes(),
         at(record.asked_at_ms),

@@ -364,9 +364,22 @@ impl RunLog {
         }
     }
 
-    /// The newest frame kept: a paused run's request (for the inbox).
-    pub fn last_frame(&self) -> Option<Bytes> {
-        self.lock().frames.back().cloned()
+    /// A paused run's request (for the inbox): the newest frame that
+    /// names `confirmation_id`, among the last few (a quorum's progress
+    /// chunks follow the request).
+    pub fn last_frame(&self, confirmation_id: &str) -> Option<Bytes> {
+        let inner = self.lock();
+        let id = confirmation_id.as_bytes();
+        inner
+            .frames
+            .iter()
+            .rev()
+            .take(8)
+            .find(|frame| {
+                memchr::memmem::find(frame, id).is_some()
+                    && memchr::memmem::find(frame, b"\"confirmation_data\":{").is_some()
+            })
+            .cloned()
     }
 
     /// The run paused: until [`RunLog::pause_ended`], a client that goes

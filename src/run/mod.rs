@@ -23,6 +23,7 @@
 //! when the run is stopped: by shutdown, by a slow client, or when a detached
 //! run's grace ends.
 
+mod approval;
 pub mod context;
 pub mod decide;
 mod end;

@@ -60,6 +60,15 @@ pub struct Tool {
     pub parameters: Value,
     /// The SHA-256 of `parameters` (a grant covers only the schema it saw).
     pub schema_hash: String,
+    /// Who decides a pause holding a call of it: only this group's members
+    /// (`approvers`; the requester's own key no longer may).
+    pub approvers: Option<String>,
+    /// Confirms from distinct people a pause holding a call of it needs
+    /// (`approvals`, 1-5).
+    pub approvals: u8,
+    /// Whether the requester's own key counts towards them
+    /// (`requester_may_approve`; default: only when one is enough).
+    pub requester_may_approve: Option<bool>,
     validator: jsonschema::Validator,
     pub timeout: Duration,
     pub executor: Executor,
@@ -109,6 +118,9 @@ struct ToolEntry {
     confirm: bool,
     #[serde(default)]
     grantable: bool,
+    approvers: Option<String>,
+    approvals: Option<i64>,
+    requester_may_approve: Option<bool>,
     command: Option<Vec<String>>,
     http: Option<String>,
     timeout_secs: Option<f64>,
@@ -264,7 +276,25 @@ impl Tools {
                 file: self.file.clone(),
                 place: err.place,
                 message: err.message,
-            })
+            })?;
+        // What more than one person or a named group decides, no rule allows.
+        for tool in self.iter() {
+            if tool.approvals <= 1 && tool.approvers.is_none() {
+                continue;
+            }
+            if let Some(rule) = self.rules.allows(&tool.name) {
+                return Err(ToolsFileError {
+                    file: self.file.clone(),
+                    place: format!("rule \"{}\"", rule.name),
+                    message: format!(
+                        "key `decision`: `allow` would run tool \"{}\" without the people its \
+                         `approvals`/`approvers` name",
+                        tool.name
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The `[[rule]]` tables, in file order.
@@ -379,6 +409,30 @@ fn build(entry: ToolEntry) -> Result<Tool, String> {
     )
     .map_err(|err| format!("key `parameters`: {err}"))?;
     tool.grantable = entry.grantable || risk != RiskLevel::High;
+    if let Some(group) = entry.approvers {
+        let valid = !group.is_empty()
+            && group.len() <= 32
+            && group
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !valid {
+            return Err(format!(
+                "key `approvers`: `{group}` must be a group name of 1-32 characters of A-Z a-z \
+                 0-9 _ -"
+            ));
+        }
+        tool.approvers = Some(group);
+    }
+    tool.approvals = match entry.approvals {
+        None => 1,
+        Some(n @ 1..=5) => n as u8,
+        Some(n) => return Err(format!("key `approvals`: {n} is not from 1 to 5")),
+    };
+    tool.requester_may_approve = entry.requester_may_approve;
+    // What more than one person or a named group decides, no grant covers.
+    if tool.approvals > 1 || tool.approvers.is_some() {
+        tool.grantable = false;
+    }
     Ok(tool)
 }
 
@@ -422,6 +476,9 @@ impl Tool {
             name,
             description,
             grantable: risk != RiskLevel::High,
+            approvers: None,
+            approvals: 1,
+            requester_may_approve: None,
             risk,
             confirm,
             schema_hash,
@@ -430,6 +487,13 @@ impl Tool {
             timeout,
             executor,
         })
+    }
+
+    /// Whether the requester's own key counts towards the approvals a pause
+    /// holding a call of it needs: as the table says, else only when one
+    /// is enough.
+    pub fn requester_may_approve(&self) -> bool {
+        self.requester_may_approve.unwrap_or(self.approvals <= 1)
     }
 
     /// Checks `args` against the tool's schema; the error lists what is wrong.

@@ -178,6 +178,15 @@ impl Rules {
         self.list.is_empty()
     }
 
+    /// The first enforcing `allow` rule whose `tool` matches `tool`, if any.
+    pub fn allows(&self, tool: &str) -> Option<&Rule> {
+        self.list.iter().find(|rule| {
+            rule.decision == RuleDecision::Allow
+                && rule.mode == RuleMode::Enforce
+                && rule.tool_glob.matches(tool)
+        })
+    }
+
     pub fn len(&self) -> usize {
         self.list.len()
     }

@@ -128,10 +128,13 @@ pub enum EventType {
     GrantCreated,
     #[serde(rename = "grant.revoked")]
     GrantRevoked,
+    #[serde(rename = "interaction.progress")]
+    Progress,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 6] = [
+    pub const ALL: [EventType; 7] = [
+        EventType::Progress,
         EventType::Requested,
         EventType::Decided,
         EventType::Expired,
@@ -148,6 +151,7 @@ impl EventType {
             EventType::Ended => "run.ended",
             EventType::GrantCreated => "grant.created",
             EventType::GrantRevoked => "grant.revoked",
+            EventType::Progress => "interaction.progress",
         }
     }
 
@@ -234,7 +238,20 @@ impl Event {
             "decided_by".into(),
             serde_json::json!({"key": decision.decider, "client": decision.client}),
         );
+        if decision.approved_by.len() > 1 {
+            data.insert("approved_by".into(), decision.approved_by.into());
+        }
         Event::new(EventType::Decided, about, Value::Object(data))
+    }
+
+    /// One approval of several a pause needs: who so far, and how many.
+    pub fn progress(about: &About<'_>, approvals: &[String], required: usize, by: &str) -> Event {
+        let data = serde_json::json!({
+            "approvals": approvals,
+            "required": required,
+            "approved_by": by,
+        });
+        Event::new(EventType::Progress, about, data)
     }
 
     /// The pause's timeout decided: the run is cancelled.
@@ -303,6 +320,8 @@ pub struct DecisionData<'a> {
     pub reason: Option<CancelReason>,
     pub decider: &'a str,
     pub client: Option<&'a str>,
+    /// A quorum's labels, in order (reported when more than one approved).
+    pub approved_by: &'a [String],
 }
 
 /// `text` as JavaScript's `encodeURIComponent` writes it (the page reads
@@ -329,6 +348,7 @@ impl DecisionData<'_> {
             reason: Some(CancelReason::Superseded),
             decider,
             client: None,
+            approved_by: &[],
         }
     }
 }

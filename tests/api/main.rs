@@ -4,6 +4,7 @@
 mod common;
 
 mod access;
+mod approvers;
 mod barrage;
 mod confirm;
 mod durable;

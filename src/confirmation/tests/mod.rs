@@ -61,7 +61,14 @@ fn decide(
     confirmation_id: Option<&str>,
 ) -> Result<(Action, u32), DecideError> {
     manager
-        .decide(key, reply, confirmation_id, None, None, None)
+        .decide(
+            key,
+            reply,
+            confirmation_id,
+            None,
+            None,
+            ReplyFrom::plain(&Decider::requester("anonymous")),
+        )
         .map(|accepted| {
             let seen = (accepted.action, accepted.confirmation_round);
             accepted.ticket.deliver();
@@ -202,7 +209,14 @@ async fn a_decision_in_flight_to_the_run_stands_against_a_stop_that_fires_meanwh
     let pending = pause(&slot, "c1", 1);
     // Taken (an audit record being written), not delivered yet.
     let accepted = manager
-        .decide(&key("s"), &reply("cancel", None), None, None, None, None)
+        .decide(
+            &key("s"),
+            &reply("cancel", None),
+            None,
+            None,
+            None,
+            ReplyFrom::plain(&Decider::requester("anonymous")),
+        )
         .unwrap();
     let deliverer = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -227,7 +241,14 @@ async fn a_failed_ticket_ends_the_run_with_its_error() {
     let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     let accepted = manager
-        .decide(&key("s"), &reply("confirm", None), None, None, None, None)
+        .decide(
+            &key("s"),
+            &reply("confirm", None),
+            None,
+            None,
+            None,
+            ReplyFrom::plain(&Decider::requester("anonymous")),
+        )
         .unwrap();
 
     accepted.ticket.fail(ErrorType::AuditUnavailable);
@@ -242,7 +263,14 @@ async fn a_withdrawn_decision_leaves_the_pause_to_the_next_reply() {
     let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     let first = manager
-        .decide(&key("s"), &reply("confirm", None), None, None, None, None)
+        .decide(
+            &key("s"),
+            &reply("confirm", None),
+            None,
+            None,
+            None,
+            ReplyFrom::plain(&Decider::requester("anonymous")),
+        )
         .unwrap();
     let meanwhile = decide(&manager, &key("s"), &reply("cancel", None), None);
 
@@ -262,7 +290,14 @@ async fn a_withdrawn_decision_yields_to_the_timeout_that_came_due_meanwhile() {
     let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let pending = pause(&slot, "c1", 1);
     let accepted = manager
-        .decide(&key("s"), &reply("confirm", None), None, None, None, None)
+        .decide(
+            &key("s"),
+            &reply("confirm", None),
+            None,
+            None,
+            None,
+            ReplyFrom::plain(&Decider::requester("anonymous")),
+        )
         .unwrap();
     let withdrawer = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(2)).await;

@@ -12,10 +12,12 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
             TaskCheck {
                 index: 1,
                 tool: None,
+                risk: crate::protocol::RiskLevel::Low,
             },
             TaskCheck {
                 index: 2,
                 tool: None,
+                risk: crate::protocol::RiskLevel::Low,
             },
         ],
         ..PlanCheck::default()
@@ -39,7 +41,7 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
         None,
         Some(&decisions),
         None,
-        None,
+        ReplyFrom::plain(&Decider::requester("anonymous")),
     ) {
         Err(DecideError::InvalidDecision(why)) => why,
         other => panic!("refused as invalid: {other:?}"),
@@ -70,7 +72,7 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
             None,
             Some(&[reject]),
             None,
-            None,
+            ReplyFrom::plain(&Decider::requester("anonymous")),
         )
         .unwrap();
     let decisions = accepted.decisions.clone().unwrap();

@@ -137,7 +137,7 @@ impl RunContext {
         if let Some(audit) = &self.settings.audit {
             let record = AuditRecord::Asked {
                 run: self.audit_fields(),
-                key: crate::session::owner_label(self.session_key().owner),
+                key: self.key_label(),
                 confirmation_id: confirmation_id.clone(),
                 title: title.clone(),
                 questions: questions.clone(),
@@ -188,7 +188,7 @@ impl RunContext {
         if let Some(audit) = &self.settings.audit {
             let record = AuditRecord::Proposed {
                 run: self.audit_fields(),
-                key: crate::session::owner_label(self.session_key().owner),
+                key: self.key_label(),
                 confirmation_id: confirmation_id.clone(),
                 round: self.round + 1,
                 risk_level: plan.risk_level,

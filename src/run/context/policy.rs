@@ -11,7 +11,6 @@ use crate::audit::AuditRecord;
 use crate::confirmation::decisions::PlanCheck;
 use crate::protocol::{meta, ApprovedBy, ErrorType, TaskSpec};
 use crate::run::outcome::RunError;
-use crate::session::owner_label;
 use crate::tools::rules::Ruling;
 use crate::tools::{RuleDecision, Tool, ToolOutcome};
 
@@ -61,7 +60,7 @@ impl RunContext {
 
     /// The requester's key label, as rules (`keys`) and records name it.
     pub fn key_label(&self) -> String {
-        owner_label(self.session_key().owner)
+        self.settings.namespaces.label(self.session_key().owner)
     }
 
     /// Where a call of `tool` with `args` goes: the first enforcing rule

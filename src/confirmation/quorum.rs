@@ -1,0 +1,146 @@
+//! Who may decide a plan, and how many must approve it: a task's risk
+//! above the decider's `max_risk`, or a tool of a group (`approvers =
+//! "leads"`) the decider is not in, refuses the reply (403
+//! `forbidden_scope`); the requester's own key may not approve where the
+//! tools say so (403 `self_approval`); a tool's `approvals = N` makes a
+//! confirm one approval of N from distinct labels (409 `already_approved`
+//! for a label twice), the pause staying pending until the last.
+
+use super::decisions::PlanCheck;
+use super::{DecideError, Decider};
+use crate::protocol::{Action, Decisions, Verdict};
+
+/// What a plan's tasks ask of their deciders.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Quorum {
+    /// Confirms from distinct labels the pause needs (1: one yes).
+    pub required: usize,
+    /// Whether the requester's own key counts towards them.
+    pub requester_may_approve: bool,
+    /// The groups whose members alone decide (every one of them).
+    pub groups: Vec<String>,
+}
+
+impl Quorum {
+    /// What the tasks of `plan` ask: the most approvals any of its tools
+    /// asks, the requester counting only when every tool lets it, every
+    /// group named.
+    pub fn of(plan: &PlanCheck) -> Quorum {
+        let mut quorum = Quorum {
+            required: 1,
+            requester_may_approve: true,
+            groups: Vec::new(),
+        };
+        for tool in plan.tasks.iter().filter_map(|task| task.tool.as_ref()) {
+            quorum.required = quorum.required.max(usize::from(tool.approvals));
+            quorum.requester_may_approve &= tool.requester_may_approve();
+            if let Some(group) = &tool.approvers {
+                if !quorum.groups.contains(group) {
+                    quorum.groups.push(group.clone());
+                }
+            }
+        }
+        quorum
+    }
+}
+
+/// Refuses `decider` for a pause it may not decide with `action`: a
+/// task's risk above its `max_risk`, a group it is not in (the
+/// requester's own key is in none: it may only cancel), the requester
+/// where it may not approve.
+pub fn check_decider(
+    plan: &PlanCheck,
+    quorum: &Quorum,
+    decider: &Decider,
+    action: Action,
+) -> Result<(), DecideError> {
+    if decider.requester && action == Action::Cancel {
+        // A run's own key may always stop it: nothing runs.
+        return Ok(());
+    }
+    if let Some(task) = plan.tasks.iter().find(|t| t.risk > decider.max_risk) {
+        return Err(DecideError::ForbiddenScope(format!(
+            "task {} is {} risk; this key ({}) decides up to {} risk",
+            task.index,
+            task.risk.as_str(),
+            decider.label,
+            decider.max_risk.as_str()
+        )));
+    }
+    if !quorum.groups.is_empty() {
+        if decider.requester {
+            return Err(DecideError::SelfApproval(format!(
+                "this pause is decided by the group {}; the requester's own key may not \
+                 decide it (only cancel)",
+                quorum.groups.join(" and ")
+            )));
+        }
+        if let Some(group) = quorum.groups.iter().find(|g| !decider.groups.contains(g)) {
+            return Err(DecideError::ForbiddenScope(format!(
+                "this pause is decided by the group {group}; this key ({}) is not in it",
+                decider.label
+            )));
+        }
+    }
+    if decider.requester && !quorum.requester_may_approve && action == Action::Confirm {
+        return Err(DecideError::SelfApproval(format!(
+            "the requester's own key ({}) may not approve this pause: it needs {} approval(s) \
+             from other people",
+            decider.label, quorum.required
+        )));
+    }
+    Ok(())
+}
+
+/// What a confirm of a quorum pause does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Counted {
+    /// The pause is decided (every approval in, or one was enough, or a
+    /// reject of a task ended it): `approved_by` every label, in order.
+    Decides { approved_by: Vec<String> },
+    /// One more approval; the pause stays pending.
+    Recorded {
+        approvals: Vec<String>,
+        required: usize,
+    },
+}
+
+/// Counts `decider`'s confirm (with `verdicts`) into `approvals`.
+pub fn count(
+    quorum: &Quorum,
+    approvals: &mut Vec<String>,
+    decider: &Decider,
+    verdicts: &Decisions,
+) -> Result<Counted, DecideError> {
+    if quorum.required <= 1 {
+        return Ok(Counted::Decides {
+            approved_by: vec![decider.label.clone()],
+        });
+    }
+    if approvals.contains(&decider.label) {
+        return Err(DecideError::AlreadyApproved(decider.label.clone()));
+    }
+    if verdicts
+        .0
+        .iter()
+        .any(|d| matches!(d.verdict, Verdict::Edit { .. }))
+    {
+        return Err(DecideError::EditNeedsNewRound);
+    }
+    approvals.push(decider.label.clone());
+    // A reject ends the pause at once, as a cancel does: what is left runs
+    // only with every approval.
+    let rejects = verdicts
+        .0
+        .iter()
+        .any(|d| matches!(d.verdict, Verdict::Reject { .. }));
+    if approvals.len() >= quorum.required || rejects {
+        return Ok(Counted::Decides {
+            approved_by: approvals.clone(),
+        });
+    }
+    Ok(Counted::Recorded {
+        approvals: approvals.clone(),
+        required: quorum.required,
+    })
+}

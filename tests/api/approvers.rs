@@ -1,0 +1,260 @@
+//! The right people decide, over real sockets: keys-file attributes
+//! (labels, groups, `max_risk`, `namespaces`), scoped listing and 403s, a
+//! tool's group, four-eyes quorums, no self-approval.
+
+use chatgate::protocol::ChunkType;
+use serde_json::{json, Value};
+
+use crate::helpers::{one_chunk, EventStream, TestApp};
+use crate::tools::{app_with_tools, Workdir};
+
+/// Tools: `note` (low, one yes), `deploy` (high, two approvals), `page`
+/// (decided by the group `oncall`).
+const TOOLS: &str = r#"
+[[tool]]
+name = "deploy"
+description = "Deploy to production"
+risk = "high"
+approvals = 2
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+
+[[tool]]
+name = "page"
+description = "Page someone"
+risk = "low"
+approvers = "oncall"
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+"#;
+
+const KEYS: &str = "\
+agent-key-000001 label=ci-bot
+other-key-000002 label=web-app
+approver lead-key-000001 label=lead-1 groups=leads
+approver lead-key-000002 label=lead-2 groups=leads,oncall
+approver low-key-0000003 label=junior max_risk=low
+approver ci-only-key-0004 label=ci-watch namespaces=ci-bot
+";
+
+async fn app(dir: &Workdir) -> TestApp {
+    let keys = dir.path("keys.txt");
+    std::fs::write(&keys, KEYS).unwrap();
+    app_with_tools(dir, TOOLS, move |s| s.api_keys_file = Some(keys)).await
+}
+
+/// POSTs `body` with the bearer `key`.
+async fn post(app: &TestApp, key: &str, body: Value) -> reqwest::Response {
+    app.client
+        .post(app.url())
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// A reply from `key`: its status, chunk type, error type (if any), chunk.
+async fn decide(
+    app: &TestApp,
+    key: &str,
+    session: &str,
+    confirmation_id: &str,
+    body: Value,
+) -> (u16, chatgate::protocol::Chunk) {
+    let mut body = body;
+    body["session_id"] = json!(session);
+    body["confirmation_id"] = json!(confirmation_id);
+    let (status, chunk) = one_chunk(post(app, key, body).await).await;
+    (status.as_u16(), chunk)
+}
+
+fn confirm() -> Value {
+    json!({"message": "CONFIRM_ACTION:confirm"})
+}
+
+fn error_type(chunk: &chatgate::protocol::Chunk) -> &str {
+    chunk.metadata["error_type"].as_str().unwrap_or("")
+}
+
+/// The agent pauses on `message`; its stream and the pause's id.
+async fn paused(app: &TestApp, key: &str, session: &str, message: &str) -> (EventStream, String) {
+    let mut stream =
+        EventStream::new(post(app, key, json!({"message": message, "session_id": session})).await);
+    let request = stream.until(ChunkType::ConfirmationRequest).await;
+    let id = request.approval().unwrap().confirmation_id.clone();
+    (stream, id)
+}
+
+async fn inbox(app: &TestApp, key: &str) -> Vec<Value> {
+    let response = app
+        .client
+        .get(format!("{}/api/v1/interactions", app.address))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    let body: Value = response.json().await.unwrap();
+    body["interactions"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn a_quorum_of_two_needs_two_distinct_labels_and_the_requester_is_not_one() {
+    let dir = Workdir::new();
+    let app = app(&dir).await;
+    let (mut stream, id) = paused(&app, "agent-key-000001", "q", "deploy web").await;
+
+    let (status, chunk) = decide(&app, "agent-key-000001", "q", &id, confirm()).await;
+    assert_eq!(
+        (status, error_type(&chunk)),
+        (403, "self_approval"),
+        "{}",
+        chunk.chunk
+    );
+
+    let (status, chunk) = decide(&app, "lead-key-000001", "q", &id, confirm()).await;
+    assert_eq!(status, 200, "{}", chunk.chunk);
+    assert_eq!(chunk.chunk_type, ChunkType::ApprovalRecorded);
+    assert_eq!(chunk.metadata["approvals"], json!(["lead-1"]));
+    assert_eq!(chunk.metadata["required"], 2);
+    let progress = stream.until(ChunkType::Status).await;
+    assert_eq!(progress.chunk, "1 of 2 approvals (lead-1)");
+    let listed = inbox(&app, "lead-key-000002").await;
+    assert_eq!(listed[0]["approvals"], json!(["lead-1"]));
+    assert_eq!(listed[0]["required"], 2);
+
+    let (status, chunk) = decide(&app, "lead-key-000001", "q", &id, confirm()).await;
+    assert_eq!((status, error_type(&chunk)), (409, "already_approved"));
+    let edit = json!({"message": "CONFIRM_ACTION:confirm",
+        "decisions": [{"index": 1, "decision": "edit", "args": {"step": "deploy other"}}]});
+    let (status, chunk) = decide(&app, "lead-key-000002", "q", &id, edit).await;
+    assert_eq!((status, error_type(&chunk)), (422, "edit_needs_new_round"));
+
+    let (status, chunk) = decide(&app, "lead-key-000002", "q", &id, confirm()).await;
+    assert_eq!(status, 200);
+    assert_eq!(chunk.chunk_type, ChunkType::ConfirmationReceived);
+    assert_eq!(chunk.metadata["approved_by"], json!(["lead-1", "lead-2"]));
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    let approved: Vec<Value> = dir
+        .audit()
+        .into_iter()
+        .filter(|r| r["event"] == "approved")
+        .collect();
+    assert_eq!(approved.len(), 1);
+    assert_eq!(approved[0]["key"], "lead-1");
+}
+
+#[tokio::test]
+async fn a_cancel_during_a_partial_quorum_ends_the_pause_and_a_modify_starts_from_zero() {
+    let dir = Workdir::new();
+    let app = app(&dir).await;
+    let (mut stream, id) = paused(&app, "agent-key-000001", "c", "deploy api").await;
+    decide(&app, "lead-key-000001", "c", &id, confirm()).await;
+    let modify = json!({"message": "CONFIRM_ACTION:modify:canary first"});
+    let (status, _) = decide(&app, "lead-key-000002", "c", &id, modify).await;
+    assert_eq!(status, 200);
+    let request = stream.until(ChunkType::ConfirmationRequest).await;
+    let second = request.approval().unwrap().confirmation_id.clone();
+    let (status, chunk) = decide(&app, "lead-key-000001", "c", &second, confirm()).await;
+    assert_eq!(status, 200, "the new round counts lead-1 again");
+    assert_eq!(chunk.metadata["approvals"], json!(["lead-1"]));
+    let cancel = json!({"message": "CONFIRM_ACTION:cancel"});
+    let (status, _) = decide(&app, "agent-key-000001", "c", &second, cancel).await;
+    assert_eq!(status, 200, "the requester may always cancel its run");
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Cancelled);
+}
+
+#[tokio::test]
+async fn scopes_hide_and_refuse_what_a_key_may_not_decide() {
+    let dir = Workdir::new();
+    let app = app(&dir).await;
+    let (_web, web_id) = paused(&app, "other-key-000002", "w", "deploy site").await;
+    let (_ci, ci_id) = paused(&app, "agent-key-000001", "n", "write notes").await;
+
+    // ci-watch sees only ci-bot's namespace.
+    let watched: Vec<String> = inbox(&app, "ci-only-key-0004")
+        .await
+        .iter()
+        .map(|i| i["confirmation_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(watched, std::slice::from_ref(&ci_id));
+    let (status, chunk) = decide(&app, "ci-only-key-0004", "w", &web_id, confirm()).await;
+    assert_eq!((status, error_type(&chunk)), (403, "forbidden_scope"));
+    let reattach = app
+        .client
+        .post(app.url())
+        .bearer_auth("ci-only-key-0004")
+        .header("Last-Event-ID", "0")
+        .json(&json!({"session_id": "w", "confirmation_id": web_id}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reattach.status(), 403);
+
+    // junior decides up to low risk: the high-risk deploy is hidden and refused.
+    let juniors: Vec<Value> = inbox(&app, "low-key-0000003").await;
+    assert!(juniors
+        .iter()
+        .all(|i| i["confirmation_id"] != web_id.as_str()));
+    let (status, chunk) = decide(&app, "low-key-0000003", "w", &web_id, confirm()).await;
+    assert_eq!((status, error_type(&chunk)), (403, "forbidden_scope"));
+    assert!(chunk.chunk.contains("junior"), "{}", chunk.chunk);
+    let (status, _) = decide(&app, "low-key-0000003", "n", &ci_id, confirm()).await;
+    assert_eq!(status, 200, "a low risk plan is junior's to decide");
+}
+
+#[tokio::test]
+async fn a_group_s_tool_is_decided_by_its_members_only() {
+    let dir = Workdir::new();
+    let app = app(&dir).await;
+    let (mut stream, id) = paused(&app, "agent-key-000001", "g", "page the oncall").await;
+
+    let (status, chunk) = decide(&app, "agent-key-000001", "g", &id, confirm()).await;
+    assert_eq!((status, error_type(&chunk)), (403, "self_approval"));
+    let (status, chunk) = decide(&app, "lead-key-000001", "g", &id, confirm()).await;
+    assert_eq!((status, error_type(&chunk)), (403, "forbidden_scope"));
+    assert!(chunk.chunk.contains("oncall"), "{}", chunk.chunk);
+    assert!(inbox(&app, "lead-key-000001")
+        .await
+        .iter()
+        .all(|i| i["confirmation_id"] != id.as_str()));
+    let (status, _) = decide(&app, "lead-key-000002", "g", &id, confirm()).await;
+    assert_eq!(status, 200);
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    let decided = dir
+        .audit()
+        .into_iter()
+        .find(|r| r["event"] == "decided")
+        .unwrap();
+    assert_eq!(decided["key"], "lead-2", "records name the label");
+}
+
+#[test]
+fn a_bad_keys_file_line_or_an_allow_rule_for_a_quorum_tool_stops_the_start() {
+    let dir = Workdir::new();
+    let keys = dir.path("keys.txt");
+    std::fs::write(&keys, "k-1 label=a\napprover k-2 label=a\n").unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_chatgate"))
+        .args(["--bind", "127.0.0.1:0", "--api-keys-file"])
+        .arg(&keys)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(&keys.display().to_string()), "{stderr}");
+    assert!(stderr.contains("line 2"), "{stderr}");
+
+    let tools = dir.tools(&format!(
+        "{TOOLS}\n[[rule]]\nname = \"ship it\"\ntool = \"dep*\"\ndecision = \"allow\"\n"
+    ));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_chatgate"))
+        .args(["--bind", "127.0.0.1:0", "--tools"])
+        .arg(&tools)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("rule \"ship it\""), "{stderr}");
+    assert!(stderr.contains("deploy"), "{stderr}");
+}
