@@ -527,6 +527,8 @@ export class ChatGateClient {
       const ack = await this.reply(sessionId, answer[0], answer[1], {
         confirmationId, decisions: answer[2], grant: answer[3],
       });
+      // One approval of several: the run waits for the others.
+      if (ack.chunk_type === 'approval_recorded' && onChunk) await onChunk(ack);
       if (ack.chunk_type !== 'error') return false;
       if (onChunk) await onChunk(ack);
       const refused = ack.metadata?.error_type;
@@ -657,6 +659,11 @@ export function formatChunk(chunk, now = Date.now()) {
     lines.push(`  answer / skip / cancel · expires ${data.expires_at}` + (Number.isFinite(left) ? ` (in ${left}s)` : ''));
   }
   const meta = chunk.metadata ?? {};
+  if (kind === 'approval_recorded' && meta.required) {
+    const left = meta.required - (meta.approvals ?? []).length;
+    lines.push(`  waiting for ${left} more approval${left === 1 ? '' : 's'}`);
+  }
+  if (kind === 'confirmation_received' && meta.approved_by) lines.push(`  approved by: ${meta.approved_by.join(', ')}`);
   if (kind === 'confirmation_received' && meta.answers !== undefined) {
     lines.push(`  answers: ${JSON.stringify(meta.answers)}`);
   }

@@ -347,7 +347,7 @@ async function decideListed(client, confirmationId, onConfirmation, onQuestion, 
     ack = await client.reply(item.session_id, action, text, { confirmationId, decisions });
   }
   out.write(`${formatChunk(ack)}\n`);
-  return ack.chunk_type === 'confirmation_received' ? 0 : 1;
+  return ['confirmation_received', 'approval_recorded'].includes(ack.chunk_type) ? 0 : 1;
 }
 
 /** The decisions of --reject, --edit and --respond; throws if malformed. */

@@ -797,6 +797,9 @@ class ChatGateClient:
                 return False
             ack = self.reply(session_id, answer[0], answer[1], data.get("confirmation_id"),
                              reply_decisions(reply), grant=reply_grant(reply))
+            if ack.get("chunk_type") == "approval_recorded" and on_chunk:
+                # One approval of several: the run waits for the others.
+                on_chunk(ack)
             if ack.get("chunk_type") != "error":
                 return False
             if on_chunk:
@@ -933,6 +936,11 @@ def format_chunk(chunk):
         lines.append("  answer / skip / cancel · expires %s%s"
                      % (data.get("expires_at"), "" if left is None else " (in %ss)" % max(left, 0)))
     meta = chunk.get("metadata") or {}
+    if kind == "approval_recorded" and meta.get("required"):
+        left = int(meta["required"]) - len(meta.get("approvals") or [])
+        lines.append("  waiting for %d more approval%s" % (left, "" if left == 1 else "s"))
+    if kind == "confirmation_received" and meta.get("approved_by"):
+        lines.append("  approved by: %s" % ", ".join(meta["approved_by"]))
     if kind == "confirmation_received" and meta.get("answers") is not None:
         lines.append("  answers: %s" % json.dumps(meta["answers"], ensure_ascii=False))
     if kind in ("cancelled", "error") and (meta.get("reason") or meta.get("error_type")):
@@ -1300,7 +1308,7 @@ def _decide_listed(client, confirmation_id, on_confirmation, on_question, out):
                            reply_decisions(given))
     out.write(format_chunk(ack) + "\n")
     out.flush()
-    return 0 if ack.get("chunk_type") == "confirmation_received" else 1
+    return 0 if ack.get("chunk_type") in ("confirmation_received", "approval_recorded") else 1
 
 
 def _planned_decisions(args):

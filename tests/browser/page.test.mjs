@@ -539,6 +539,43 @@ test('an approver finds an agent\'s pending run in the inbox and confirms it; th
   }
 });
 
+test('a deploy that needs two approvals: the first approver is told it waits for one more', async () => {
+  const tools = join(DIR, 'quorum.toml');
+  writeFileSync(tools, `[[tool]]
+name = "deploy"
+description = "Deploy"
+risk = "high"
+approvals = 2
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+`);
+  const keys = join(DIR, 'quorum-keys.txt');
+  writeFileSync(keys, 'agent-key-0009 label=ci-bot\napprover lead-key-0009 label=lead-1\napprover lead-key-0010 label=lead-2\n');
+  const keyed = await startServer(['--step-delay', '0', '--tools', tools, '--api-keys-file', keys, '--keep-alive', '50ms']);
+  try {
+    await agentLeavesAPause(keyed.url, 'agent-key-0009', 'prod-deploy', 'deploy web');
+    const page = await browser.newPage({ viewport: { width: 1000, height: 900 } });
+    page.setDefaultTimeout(WAIT);
+    const errors = [];
+    page.on('pageerror', (err) => errors.push(err.message));
+    await page.addInitScript(() => sessionStorage.setItem('chatgate-key', 'lead-key-0009'));
+    await page.goto(keyed.url + '/#inbox');
+    const item = page.locator('.inbox-item', { hasText: 'prod-deploy' });
+    await item.waitFor();
+    assert.match(await item.textContent(), /from ci-bot/);
+    assert.match(await item.textContent(), /0 of 2 approvals/);
+    await item.getByRole('button', { name: 'Open' }).click();
+    await item.getByRole('button', { name: /Confirm/ }).click();
+    await item.locator('.hint', { hasText: 'waiting for 1 more approval' }).waitFor();
+    assert.equal(await item.getByRole('button', { name: /Confirm/ }).isVisible(), false,
+      'this label approved: no second Confirm for it');
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    keyed.server.kill('SIGTERM');
+  }
+});
+
 test('a decide_url (#session=ID) opens that session\'s pending card at once', async () => {
   const keyed = await startServer(['--step-delay', '0', '--api-key', 'agent-key-0002',
     '--approver-key', 'approver-key-02', '--keep-alive', '50ms']);
