@@ -1,7 +1,9 @@
-"""Grants across three replicas sharing a Redis (docs/tools.md, "Grants"):
-a grant made on one replica is used on another, its budget of calls is
-never exceeded by concurrent runs spread over all three, and a revoke on
-a third is effective everywhere at once.
+"""Grants and quorums across three replicas sharing a Redis (docs/tools.md,
+"Grants"; docs/protocol.md, "Who may decide"): a grant made on one replica
+is used on another, its budget of calls is never exceeded by concurrent
+runs spread over all three, and a revoke on a third is effective
+everywhere at once; two approvals racing on two replicas complete a quorum
+once.
 
 Run by .ci/run with the other replica suites (redis-server is started by
 the harness on a free port; every process listens on 127.0.0.1).
@@ -137,6 +139,87 @@ class GrantTests(unittest.TestCase):
                 read_to_end(stream)
                 stream.conn.close()
         self.assertFalse([g for g in grants(self.b) if g["id"] == grant_id], "spent")
+
+
+KEYS = """agent-key-0000001 label=ci-bot
+approver lead-key-00000001 label=lead-1
+approver lead-key-00000002 label=lead-2
+"""
+
+QUORUM_TOOLS = """
+[[tool]]
+name = "deploy"
+description = "Deploy"
+risk = "high"
+approvals = 2
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+"""
+
+
+class QuorumTests(unittest.TestCase):
+    """Two approvers confirming at the same instant on two replicas complete
+    a quorum of two exactly once; the same label twice counts once."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="chatgate-quorum-")
+        tools = os.path.join(cls.dir, "tools.toml")
+        keys = os.path.join(cls.dir, "keys.txt")
+        with open(tools, "w") as f:
+            f.write(QUORUM_TOOLS)
+        with open(keys, "w") as f:
+            f.write(KEYS)
+        cls.cluster = Cluster(replicas=3, nginx=False,
+                              extra=["--tools", tools, "--api-keys-file", keys])
+        cls.a, cls.b, cls.c = cls.cluster.replicas
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def race(self, first, second):
+        """The agent pauses on a; ``first`` and ``second`` (approver keys)
+        confirm at once on b and c: the statuses and chunk types, and the
+        run's last chunk type."""
+        s = session("quorum")
+        agent = {"Authorization": "Bearer agent-key-0000001"}
+        stream = post(self.a, {"message": "deploy web", "session_id": s}, agent)
+        seen = read_until(stream, rb'"stream_paused":true')
+        pause = re.search(rb'"confirmation_id":"([0-9a-f-]{36})"', seen).group(1).decode()
+        results = [None, None]
+
+        def reply(i, target, key):
+            status, chunk, _ = answer(target, s, "confirm", {"Authorization": "Bearer " + key},
+                                      confirmation_id=pause)
+            results[i] = (status, chunk["chunk_type"])
+
+        threads = [threading.Thread(target=reply, args=(0, self.b, first)),
+                   threading.Thread(target=reply, args=(1, self.c, second))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        return results, stream, s
+
+    def test_two_approvals_racing_on_two_replicas_complete_the_quorum_once(self):
+        for _ in range(20):
+            results, stream, _ = self.race("lead-key-00000001", "lead-key-00000002")
+            kinds = sorted(kind for _, kind in results)
+            self.assertEqual([status for status, _ in results], [200, 200], results)
+            self.assertEqual(kinds, ["approval_recorded", "confirmation_received"], results)
+            self.assertEqual(chunk_types(read_to_end(stream))[-1], b"completion")
+            stream.conn.close()
+
+    def test_the_same_label_on_two_replicas_counts_once(self):
+        for _ in range(5):
+            results, stream, s = self.race("lead-key-00000001", "lead-key-00000001")
+            self.assertEqual(sorted(status for status, _ in results), [200, 409], results)
+            status, chunk, _ = answer(self.a, s, "cancel",
+                                      {"Authorization": "Bearer agent-key-0000001"})
+            self.assertEqual(status, 200, chunk)
+            self.assertEqual(chunk_types(read_to_end(stream))[-1], b"cancelled")
+            stream.conn.close()
 
 
 if __name__ == "__main__":
