@@ -69,6 +69,12 @@ pub struct Tool {
     /// Whether the requester's own key counts towards them
     /// (`requester_may_approve`; default: only when one is enough).
     pub requester_may_approve: Option<bool>,
+    /// How long a pause holding a call of it waits (`timeout`; the
+    /// pause's expiry is the smallest of its tasks' and `--confirm-timeout`).
+    pub pause_timeout: Option<Duration>,
+    /// `on_timeout = "reject"`: a pause whose tasks all say so rejects them
+    /// when nobody answers, and the run goes on (default: it is cancelled).
+    pub reject_on_timeout: bool,
     validator: jsonschema::Validator,
     pub timeout: Duration,
     pub executor: Executor,
@@ -121,6 +127,8 @@ struct ToolEntry {
     approvers: Option<String>,
     approvals: Option<i64>,
     requester_may_approve: Option<bool>,
+    timeout: Option<String>,
+    on_timeout: Option<String>,
     command: Option<Vec<String>>,
     http: Option<String>,
     timeout_secs: Option<f64>,
@@ -429,6 +437,26 @@ fn build(entry: ToolEntry) -> Result<Tool, String> {
         Some(n) => return Err(format!("key `approvals`: {n} is not from 1 to 5")),
     };
     tool.requester_may_approve = entry.requester_may_approve;
+    if let Some(text) = entry.timeout {
+        let timeout = humantime::parse_duration(text.trim())
+            .ok()
+            .filter(|t| *t >= Duration::from_secs(1) && *t <= Duration::from_secs(30 * 86_400))
+            .ok_or_else(|| {
+                format!(
+                    "key `timeout`: `{text}` is not a duration from 1s to 30 days (such as 10m)"
+                )
+            })?;
+        tool.pause_timeout = Some(timeout);
+    }
+    tool.reject_on_timeout = match entry.on_timeout.as_deref() {
+        None | Some("cancel") => false,
+        Some("reject") => true,
+        Some(other) => {
+            return Err(format!(
+                "key `on_timeout`: `{other}` is not cancel or reject"
+            ))
+        }
+    };
     // What more than one person or a named group decides, no grant covers.
     if tool.approvals > 1 || tool.approvers.is_some() {
         tool.grantable = false;
@@ -479,6 +507,8 @@ impl Tool {
             approvers: None,
             approvals: 1,
             requester_may_approve: None,
+            pause_timeout: None,
+            reject_on_timeout: false,
             risk,
             confirm,
             schema_hash,

@@ -258,3 +258,47 @@ fn a_bad_keys_file_line_or_an_allow_rule_for_a_quorum_tool_stops_the_start() {
     assert!(stderr.contains("rule \"ship it\""), "{stderr}");
     assert!(stderr.contains("deploy"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_tool_s_timeout_shortens_the_pause_and_on_timeout_reject_lets_the_run_go_on() {
+    let dir = Workdir::new();
+    let extra = r#"
+[[tool]]
+name = "nudge"
+description = "A nudge nobody has to answer"
+risk = "low"
+timeout = "1s"
+on_timeout = "reject"
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+
+[[tool]]
+name = "ping"
+description = "A ping that waits one second"
+risk = "low"
+timeout = "1s"
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+"#;
+    let app = app_with_tools(&dir, extra, |_| {}).await;
+
+    let (mut rejected, request) = app.open_paused("silent", "nudge them").await;
+    assert_eq!(request.approval().unwrap().timeout_seconds, 1);
+    let last = rejected.finish().await;
+    assert_eq!(last.chunk_type, ChunkType::Completion, "{}", last.chunk);
+    assert_eq!(last.metadata["tasks_rejected"], 1);
+    let output = crate::tools::outputs(&rejected)[0].clone();
+    assert!(
+        output.metadata["error"]
+            .as_str()
+            .unwrap()
+            .contains("no answer in time"),
+        "{:?}",
+        output.metadata
+    );
+
+    let (mut cancelled, _) = app.open_paused("timed", "ping them").await;
+    let last = cancelled.finish().await;
+    assert_eq!(last.chunk_type, ChunkType::Cancelled);
+    assert_eq!(last.metadata["reason"], "timeout");
+}

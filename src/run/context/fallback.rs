@@ -4,12 +4,33 @@
 
 use super::RunContext;
 use crate::confirmation::Decision;
-use crate::protocol::{Action, CancelReason};
+use crate::protocol::{Action, CancelReason, ChunkType, Decisions, TaskDecision, Verdict};
 use crate::run::outcome::RunError;
 use crate::store::{Fault, OutboxEvent, StoredDecision};
 use crate::webhook::{About, Event};
 
 impl RunContext {
+    /// Nobody answered a pause whose tasks all say `on_timeout = "reject"`
+    /// (`rejects`: their indices): every task rejected, and the run goes
+    /// on. Never an approval. Any other decision stands.
+    pub(super) fn silence(&self, decision: Decision, rejects: Option<&[usize]>) -> Decision {
+        let (Decision::Cancel(CancelReason::Timeout), Some(tasks)) = (&decision, rejects) else {
+            return decision;
+        };
+        let rejected = tasks
+            .iter()
+            .map(|&index| TaskDecision {
+                index,
+                verdict: Verdict::Reject {
+                    reason: Some("no answer in time".to_owned()),
+                },
+            })
+            .collect();
+        let text = "No answer in time: every task is rejected (on_timeout = reject)";
+        self.log.push(self.chunk(ChunkType::Status, text));
+        Decision::Confirm(Decisions(rejected), None)
+    }
+
     /// A stored pause decided by the run's own fallback (its timeout): the
     /// decision is recorded as a reply's is, so that an ended pause never
     /// comes back; and if another replica owns the run now (this one's

@@ -25,12 +25,17 @@ use crate::store::PausedRecord;
 use crate::webhook::{About, Event};
 
 /// A confirmation request on its way to a decision.
-struct Asked {
+pub(super) struct Asked {
     confirmation_id: String,
     round: u32,
     paused_at: Instant,
     /// Why the request could not be sent, if it could not.
     sent: Option<CancelReason>,
+    /// How long it waits (the smallest of its tasks' and `--confirm-timeout`).
+    timeout: Duration,
+    /// Its tasks, when nobody answering rejects them (every task's tool
+    /// says `on_timeout = "reject"`) rather than cancelling the run.
+    rejects_on_timeout: Option<Box<[usize]>>,
 }
 
 /// A confirmation request or questions, built and not yet asked.
@@ -42,6 +47,8 @@ struct Request {
     round: u32,
     /// What the engine needs to resume from this pause (stored if durable).
     state: Option<Value>,
+    timeout: Duration,
+    rejects_on_timeout: Option<Box<[usize]>>,
     expires_at: SystemTime,
 }
 
@@ -83,7 +90,7 @@ impl RunContext {
         pending: PendingDecision,
         asked: &Asked,
     ) -> Result<Decision, RunError> {
-        let timeout = self.settings.confirm_timeout;
+        let timeout = asked.timeout;
         let stop = async {
             match asked.sent {
                 // Sending failed: the pause must still be settled, at once.
@@ -94,7 +101,8 @@ impl RunContext {
         let decision = self.slot.wait(pending, timeout, stop).await;
         self.log.pause_ended();
         // Boxed, like `prepare`: a store call does not grow every pause.
-        Box::pin(self.record_fallback(decision, &asked.confirmation_id)).await
+        let decision = Box::pin(self.record_fallback(decision, &asked.confirmation_id)).await?;
+        Ok(self.silence(decision, asked.rejects_on_timeout.as_deref()))
     }
 
     /// Everything before the wait: checks and records the proposal, builds
@@ -168,6 +176,8 @@ impl RunContext {
             round: self.round,
             state,
             expires_at,
+            timeout: self.settings.confirm_timeout,
+            rejects_on_timeout: None,
         };
         self.store_pause(&request).await?;
         self.put(request)
@@ -207,7 +217,8 @@ impl RunContext {
     fn request(&mut self, plan: Plan, confirmation_id: String) -> Request {
         self.round += 1;
         let round = self.round;
-        let timeout = self.settings.confirm_timeout;
+        let checks = self.plan_check(&plan.tasks);
+        let (timeout, rejects_on_timeout) = self.waiting_of(&checks);
         // The last round offers no modify: a modify there could only end
         // the run (`max_rounds`), which nobody asking for changes wants.
         let last_round = round >= self.settings.max_rounds;
@@ -217,10 +228,9 @@ impl RunContext {
             Action::ALL.to_vec()
         };
 
-        // What a reply's per-task decisions are checked against, and what
-        // each task says of itself: whether a real tool runs it, and which
-        // decisions it takes.
-        let checks = self.plan_check(&plan.tasks);
+        // What a reply's per-task decisions are checked against (`checks`),
+        // and what each task says of itself: whether a real tool runs it,
+        // and which decisions it takes.
         let mut plan = plan;
         for (task, check) in plan.tasks.iter_mut().zip(checks.tasks.iter()) {
             task.simulated = check.tool.is_none();
@@ -251,6 +261,8 @@ impl RunContext {
             round,
             state: plan.state,
             expires_at,
+            timeout,
+            rejects_on_timeout,
         }
     }
 
@@ -343,6 +355,8 @@ impl RunContext {
             confirmation_id,
             round,
             expires_at,
+            timeout,
+            rejects_on_timeout,
             ..
         } = request;
         let stored = self.stored_id.clone().filter(|_| self.pause_stored);
@@ -373,6 +387,8 @@ impl RunContext {
             round,
             paused_at: Instant::now(),
             sent,
+            timeout,
+            rejects_on_timeout,
         };
         Ok((pending, asked))
     }
@@ -413,19 +429,13 @@ impl RunContext {
         }
     }
 
-    /// [`RunContext::answered`], then the grant a confirm gave kept
-    /// before the run goes on.
-    async fn approval(&mut self, decision: Decision, asked: Asked) -> Result<Approval, RunError> {
-        let approval = self.answered(decision, asked)?;
-        if let Some(grant) = self.pending_grant.take() {
-            Box::pin(self.keep_grant(*grant)).await?;
-        }
-        Ok(approval)
-    }
-
     /// Takes the decision of a plan and, for a user's reply, sends
     /// `confirmation_received`.
-    fn answered(&mut self, decision: Decision, asked: Asked) -> Result<Approval, RunError> {
+    pub(super) fn answered(
+        &mut self,
+        decision: Decision,
+        asked: Asked,
+    ) -> Result<Approval, RunError> {
         self.settled(PauseKind::Approval, &decision, &asked)?;
         let action = match &decision {
             Decision::Confirm(..) => Action::Confirm,
@@ -541,6 +551,8 @@ impl RunContext {
             round: record.round,
             paused_at: Instant::now(),
             sent: None,
+            timeout: left,
+            rejects_on_timeout: None,
         };
         if self.settings.webhooks.is_some() {
             self.last_pause = Some(Box::new((record.confirmation_id.clone(), record.kind)));

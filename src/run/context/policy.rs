@@ -58,6 +58,28 @@ impl RunContext {
             .max_grant_ttl(self.settings.max_grant_ttl)
     }
 
+    /// What the tools file says of waiting on `checks`: the shortest of
+    /// their tools' `timeout` and `--confirm-timeout`, and (when every task's
+    /// tool says `on_timeout = "reject"`) the tasks silence rejects.
+    pub(super) fn waiting_of(
+        &self,
+        checks: &PlanCheck,
+    ) -> (std::time::Duration, Option<Box<[usize]>>) {
+        let timeout = checks
+            .tasks
+            .iter()
+            .filter_map(|task| task.tool.as_ref()?.pause_timeout)
+            .fold(self.settings.confirm_timeout, std::time::Duration::min);
+        let rejects = !checks.tasks.is_empty()
+            && checks.tasks.iter().all(|task| {
+                task.tool
+                    .as_ref()
+                    .is_some_and(|tool| tool.reject_on_timeout)
+            });
+        let tasks = rejects.then(|| checks.tasks.iter().map(|task| task.index).collect());
+        (timeout, tasks)
+    }
+
     /// The requester's key label, as rules (`keys`) and records name it.
     pub fn key_label(&self) -> String {
         self.settings.namespaces.label(self.session_key().owner)
