@@ -302,6 +302,8 @@ struct Pause {
     in_doubt: bool,
     /// The labels that approved it so far (a quorum pause: `approvals`).
     approvals: Vec<String>,
+    /// The group it was escalated to (its members may decide it too).
+    escalated_to: Option<String>,
     /// The run's stop. Once it fires, the pause belongs to the stop: replies
     /// are refused under this lock, so none is acknowledged after the run
     /// was told to stop and before it noticed (see [`RunSlot::wait`]).
@@ -414,7 +416,7 @@ impl ConfirmationManager {
         let (verdicts, answers) = match &pause.asking {
             Asking::Plan(tasks) => {
                 let asks = Quorum::of(tasks);
-                check_decider(tasks, &asks, decider, action)?;
+                check_decider(tasks, &asks, decider, action, pause.escalated_to.as_deref())?;
                 quorum = Some(asks);
                 if answers.is_some() {
                     return Err(DecideError::InvalidAnswer(

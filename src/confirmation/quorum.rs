@@ -46,13 +46,15 @@ impl Quorum {
 
 /// Refuses `decider` for a pause it may not decide with `action`: a
 /// task's risk above its `max_risk`, a group it is not in (the
-/// requester's own key is in none: it may only cancel), the requester
-/// where it may not approve.
+/// requester's own key is in none: it may only cancel; a pause escalated
+/// to a group admits that group's members), the requester where it may
+/// not approve.
 pub fn check_decider(
     plan: &PlanCheck,
     quorum: &Quorum,
     decider: &Decider,
     action: Action,
+    escalated_to: Option<&str>,
 ) -> Result<(), DecideError> {
     if decider.requester && action == Action::Cancel {
         // A run's own key may always stop it: nothing runs.
@@ -67,7 +69,9 @@ pub fn check_decider(
             decider.max_risk.as_str()
         )));
     }
-    if !quorum.groups.is_empty() {
+    // Escalated: the group's members may decide it too.
+    let escalated = escalated_to.is_some_and(|group| decider.groups.iter().any(|g| g == group));
+    if !quorum.groups.is_empty() && !escalated {
         if decider.requester {
             return Err(DecideError::SelfApproval(format!(
                 "this pause is decided by the group {}; the requester's own key may not \

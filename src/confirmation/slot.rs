@@ -58,6 +58,11 @@ impl RunSlot {
         &self.key.session_id
     }
 
+    /// The registry this run is in.
+    pub fn manager(&self) -> &super::ConfirmationManager {
+        &self.manager
+    }
+
     pub fn key(&self) -> &SessionKey {
         &self.key
     }
@@ -90,6 +95,7 @@ impl RunSlot {
                     settling: None,
                     in_doubt: false,
                     approvals: Vec::new(),
+                    escalated_to: None,
                     stop,
                 });
                 Ok(PendingDecision { decide_rx })

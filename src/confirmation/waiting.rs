@@ -19,6 +19,8 @@ pub struct Waiting {
     /// A quorum's approvals so far, and how many it needs (1: no quorum).
     pub approvals: Vec<String>,
     pub required: usize,
+    /// The group it was escalated to, if it was.
+    pub escalated_to: Option<String>,
 }
 
 impl ConfirmationManager {
@@ -56,6 +58,7 @@ impl ConfirmationManager {
                     asked_at: pause.asked_at,
                     expires_at: pause.expires_at,
                     approvals: pause.approvals.clone(),
+                    escalated_to: pause.escalated_to.clone(),
                     required: match &pause.asking {
                         super::Asking::Plan(plan) => super::quorum::Quorum::of(plan).required,
                         super::Asking::Questions(_) => 1,
@@ -90,5 +93,23 @@ impl ConfirmationManager {
                     .as_ref()
                     .is_some_and(|p| p.decide_tx.is_none() && p.in_doubt)
         })
+    }
+
+    /// Escalates the undecided pause `confirmation_id` of `key` to `group`
+    /// (its members may decide it too); whether it was still waiting.
+    pub fn escalate(&self, key: &SessionKey, confirmation_id: &str, group: &str) -> bool {
+        let mut registry = self.lock();
+        let pause = registry
+            .sessions
+            .get_mut(key)
+            .and_then(|entry| entry.pause.as_mut())
+            .filter(|pause| pause.confirmation_id == confirmation_id && pause.decide_tx.is_some());
+        match pause {
+            Some(pause) => {
+                pause.escalated_to = Some(group.to_owned());
+                true
+            }
+            None => false,
+        }
     }
 }

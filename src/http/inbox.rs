@@ -77,8 +77,13 @@ async fn list(
                         let group = tools
                             .get(&task.tool)
                             .and_then(|tool| tool.approvers.as_ref());
+                        let escalated = item
+                            .escalated_to
+                            .as_ref()
+                            .is_some_and(|group| decider.groups.contains(group));
                         risk <= decider.max_risk
-                            && group.is_none_or(|group| decider.groups.contains(group))
+                            && (escalated
+                                || group.is_none_or(|group| decider.groups.contains(group)))
                     })
             };
             (state.runs.inbox_of_all(&query, in_scope).await?, "approver")

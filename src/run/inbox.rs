@@ -64,6 +64,10 @@ pub struct Interaction {
     pub approvals: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub required: Option<usize>,
+    /// The group an unanswered pause was escalated to (its members may
+    /// decide it too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub escalated_to: Option<String>,
     pub confirmation_data: Value,
     /// For ordering: milliseconds since the Unix epoch of `expires_at`.
     #[serde(skip)]
@@ -187,6 +191,7 @@ fn interaction(
         },
         approvals: None,
         required: None,
+        escalated_to: None,
         confirmation_data: data,
         expires_ms: unix_ms(expires_at),
     })
@@ -282,6 +287,7 @@ impl Runs {
                     item.approvals = Some(pause.approvals);
                     item.required = Some(pause.required);
                 }
+                item.escalated_to = pause.escalated_to;
                 Some(item)
             })
             .collect()

@@ -4,13 +4,14 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
 
+use self::entry::{build, ToolEntry};
 use super::command;
 #[cfg(feature = "openai")]
 use super::http;
@@ -75,6 +76,12 @@ pub struct Tool {
     /// `on_timeout = "reject"`: a pause whose tasks all say so rejects them
     /// when nobody answers, and the run goes on (default: it is cancelled).
     pub reject_on_timeout: bool,
+    /// `remind_after`: an `interaction.reminder` event once a pause holding
+    /// a call of it has waited this long.
+    pub remind_after: Option<Duration>,
+    /// `escalate_after` and `escalate_to`: once a pause holding a call of
+    /// it has waited this long, the group's members may decide it too.
+    pub escalate: Option<(Duration, String)>,
     validator: jsonschema::Validator,
     pub timeout: Duration,
     pub executor: Executor,
@@ -110,37 +117,6 @@ pub struct ToolsFileError {
     /// `tool "name"`, `tool #3` when the name is missing, or `the file`.
     pub place: String,
     pub message: String,
-}
-
-/// A tool as written in the file.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ToolEntry {
-    name: Option<String>,
-    description: Option<String>,
-    parameters: Option<toml::Value>,
-    risk: Option<String>,
-    #[serde(default = "yes")]
-    confirm: bool,
-    #[serde(default)]
-    grantable: bool,
-    approvers: Option<String>,
-    approvals: Option<i64>,
-    requester_may_approve: Option<bool>,
-    timeout: Option<String>,
-    on_timeout: Option<String>,
-    command: Option<Vec<String>>,
-    http: Option<String>,
-    timeout_secs: Option<f64>,
-    cwd: Option<PathBuf>,
-    #[serde(default)]
-    env: Vec<String>,
-    #[serde(default)]
-    headers: HashMap<String, String>,
-}
-
-fn yes() -> bool {
-    true
 }
 
 #[derive(Debug, Deserialize)]
@@ -359,124 +335,6 @@ fn mcp_place(raw: &toml::Value, position: usize) -> String {
         .unwrap_or_else(|| format!("mcp #{}", position + 1))
 }
 
-/// Checks one entry and builds its tool; the error names the key.
-fn build(entry: ToolEntry) -> Result<Tool, String> {
-    let name = entry.name.ok_or("key `name` is missing")?;
-    let valid_name = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if !valid_name {
-        return Err(format!(
-            "key `name`: `{name}` must be 1-64 characters of A-Z a-z 0-9 _ -"
-        ));
-    }
-    let description = entry.description.ok_or("key `description` is missing")?;
-    let risk = match entry.risk.as_deref() {
-        Some("low") => RiskLevel::Low,
-        Some("medium") => RiskLevel::Medium,
-        Some("high") => RiskLevel::High,
-        Some(other) => return Err(format!("key `risk`: `{other}` is not low, medium or high")),
-        None => return Err("key `risk` is missing (low, medium or high)".to_owned()),
-    };
-    let parameters = entry
-        .parameters
-        .ok_or("key `parameters` is missing (a JSON Schema object)")?;
-    let parameters = serde_json::to_value(parameters)
-        .map_err(|err| format!("key `parameters`: not a JSON value: {err}"))?;
-    let timeout = timeout_of(entry.timeout_secs)?;
-    let executor = match (entry.command, entry.http) {
-        (Some(_), Some(_)) => {
-            return Err("keys `command` and `http`: a tool has exactly one executor".to_owned())
-        }
-        (None, None) => {
-            return Err("key `command` or `http` is missing: a tool needs an executor".to_owned())
-        }
-        (Some(argv), None) => {
-            if !entry.headers.is_empty() {
-                return Err("key `headers`: only for `http` tools".to_owned());
-            }
-            Executor::Command(command::CommandSpec::new(argv, entry.cwd, entry.env)?)
-        }
-        (None, Some(url)) => {
-            if entry.cwd.is_some() || !entry.env.is_empty() {
-                return Err("keys `cwd` and `env`: only for `command` tools".to_owned());
-            }
-            http_executor(url, entry.headers)?
-        }
-    };
-    let mut tool = Tool::new(
-        name,
-        description,
-        risk,
-        entry.confirm,
-        parameters,
-        timeout,
-        executor,
-    )
-    .map_err(|err| format!("key `parameters`: {err}"))?;
-    tool.grantable = entry.grantable || risk != RiskLevel::High;
-    if let Some(group) = entry.approvers {
-        let valid = !group.is_empty()
-            && group.len() <= 32
-            && group
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if !valid {
-            return Err(format!(
-                "key `approvers`: `{group}` must be a group name of 1-32 characters of A-Z a-z \
-                 0-9 _ -"
-            ));
-        }
-        tool.approvers = Some(group);
-    }
-    tool.approvals = match entry.approvals {
-        None => 1,
-        Some(n @ 1..=5) => n as u8,
-        Some(n) => return Err(format!("key `approvals`: {n} is not from 1 to 5")),
-    };
-    tool.requester_may_approve = entry.requester_may_approve;
-    if let Some(text) = entry.timeout {
-        let timeout = humantime::parse_duration(text.trim())
-            .ok()
-            .filter(|t| *t >= Duration::from_secs(1) && *t <= Duration::from_secs(30 * 86_400))
-            .ok_or_else(|| {
-                format!(
-                    "key `timeout`: `{text}` is not a duration from 1s to 30 days (such as 10m)"
-                )
-            })?;
-        tool.pause_timeout = Some(timeout);
-    }
-    tool.reject_on_timeout = match entry.on_timeout.as_deref() {
-        None | Some("cancel") => false,
-        Some("reject") => true,
-        Some(other) => {
-            return Err(format!(
-                "key `on_timeout`: `{other}` is not cancel or reject"
-            ))
-        }
-    };
-    // What more than one person or a named group decides, no grant covers.
-    if tool.approvals > 1 || tool.approvers.is_some() {
-        tool.grantable = false;
-    }
-    Ok(tool)
-}
-
-#[cfg(feature = "openai")]
-fn http_executor(url: String, headers: HashMap<String, String>) -> Result<Executor, String> {
-    Ok(Executor::Http(http::HttpSpec::new(url, headers)?))
-}
-
-#[cfg(not(feature = "openai"))]
-fn http_executor(_url: String, _headers: HashMap<String, String>) -> Result<Executor, String> {
-    Err(
-        "key `http`: this chatgate was built without the `openai` feature, which http tools need"
-            .to_owned(),
-    )
-}
-
 impl Tool {
     /// A tool with the argument schema `parameters` (an object schema; the
     /// error says what is wrong with it).
@@ -509,6 +367,8 @@ impl Tool {
             requester_may_approve: None,
             pause_timeout: None,
             reject_on_timeout: false,
+            remind_after: None,
+            escalate: None,
             risk,
             confirm,
             schema_hash,
@@ -620,5 +480,6 @@ impl Tool {
     }
 }
 
+mod entry;
 #[cfg(test)]
 mod tests;

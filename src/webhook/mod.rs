@@ -130,11 +130,17 @@ pub enum EventType {
     GrantRevoked,
     #[serde(rename = "interaction.progress")]
     Progress,
+    #[serde(rename = "interaction.reminder")]
+    Reminder,
+    #[serde(rename = "interaction.escalated")]
+    Escalated,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 7] = [
+    pub const ALL: [EventType; 9] = [
         EventType::Progress,
+        EventType::Reminder,
+        EventType::Escalated,
         EventType::Requested,
         EventType::Decided,
         EventType::Expired,
@@ -152,6 +158,8 @@ impl EventType {
             EventType::GrantCreated => "grant.created",
             EventType::GrantRevoked => "grant.revoked",
             EventType::Progress => "interaction.progress",
+            EventType::Reminder => "interaction.reminder",
+            EventType::Escalated => "interaction.escalated",
         }
     }
 
@@ -252,6 +260,18 @@ impl Event {
             "approved_by": by,
         });
         Event::new(EventType::Progress, about, data)
+    }
+
+    /// A pause nobody has answered for `waited` (its tools' `remind_after`).
+    pub fn reminder(about: &About<'_>, waited: Duration) -> Event {
+        let data = serde_json::json!({ "waited_seconds": waited.as_secs() });
+        Event::new(EventType::Reminder, about, data)
+    }
+
+    /// A pause nobody answered for `waited`, escalated to `group`.
+    pub fn escalated(about: &About<'_>, waited: Duration, group: &str) -> Event {
+        let data = serde_json::json!({ "waited_seconds": waited.as_secs(), "escalated_to": group });
+        Event::new(EventType::Escalated, about, data)
     }
 
     /// The pause's timeout decided: the run is cancelled.

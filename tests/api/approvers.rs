@@ -302,3 +302,64 @@ parameters = { type = "object", properties = { step = { type = "string" } } }
     assert_eq!(last.chunk_type, ChunkType::Cancelled);
     assert_eq!(last.metadata["reason"], "timeout");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_pause_reminds_once_then_escalates_to_its_group() {
+    let receiver = crate::webhooks::Receiver::start().await;
+    let dir = Workdir::new();
+    let keys = dir.path("keys.txt");
+    std::fs::write(&keys, KEYS).unwrap();
+    let extra = r#"
+[[tool]]
+name = "restart"
+description = "Restart a service"
+risk = "low"
+approvers = "oncall"
+remind_after = "1s"
+escalate_after = "2s"
+escalate_to = "leads"
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+"#;
+    let hook = crate::webhooks::hooked(&receiver);
+    let app = app_with_tools(&dir, extra, move |s| {
+        hook(s);
+        s.api_keys_file = Some(keys);
+    })
+    .await;
+    let (mut stream, id) = paused(&app, "agent-key-000001", "esc", "restart api").await;
+    // lead-1 is in leads, not oncall: it waits for the escalation.
+    let (status, chunk) = decide(&app, "lead-key-000001", "esc", &id, confirm()).await;
+    assert_eq!((status, error_type(&chunk)), (403, "forbidden_scope"));
+    assert!(inbox(&app, "lead-key-000001").await.is_empty());
+
+    let escalated = stream.until(ChunkType::Status).await;
+    assert!(
+        escalated.chunk.starts_with("Escalated to leads"),
+        "{}",
+        escalated.chunk
+    );
+    let seen = receiver.wait_for(3).await;
+    let types: Vec<&str> = seen.iter().map(|d| d.event.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "interaction.requested",
+            "interaction.reminder",
+            "interaction.escalated"
+        ]
+    );
+    assert_eq!(seen[2].body["data"]["escalated_to"], "leads");
+    let listed = inbox(&app, "lead-key-000001").await;
+    assert_eq!(listed[0]["escalated_to"], "leads");
+    let (status, _) = decide(&app, "lead-key-000001", "esc", &id, confirm()).await;
+    assert_eq!(status, 200);
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    // Each timer fired once.
+    let all = receiver.wait_for(5).await;
+    let reminders = all
+        .iter()
+        .filter(|d| d.event == "interaction.reminder")
+        .count();
+    assert_eq!(reminders, 1);
+}

@@ -192,7 +192,7 @@ impl Drop for Receiver {
     }
 }
 
-fn hooked(receiver: &Receiver) -> impl FnOnce(&mut chatgate::config::Settings) + '_ {
+pub(crate) fn hooked(receiver: &Receiver) -> impl FnOnce(&mut chatgate::config::Settings) + '_ {
     move |s| {
         s.webhooks = vec![receiver.url.clone()];
         s.webhook_secret = Some(SecretString::from(SECRET.to_owned()));

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::pause::Asked;
+use super::asked::Asked;
 use super::{audit_failed, RunContext};
 use crate::audit::AuditRecord;
 use crate::confirmation::grant::GrantSpec;

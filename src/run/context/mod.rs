@@ -5,10 +5,12 @@
 //! A paused run holds the future of its `confirm` call for the whole pause:
 //! every method keeps what it awaits small, and boxes what it need not hold.
 
+mod asked;
 mod fallback;
 mod grants;
 mod pause;
 pub mod policy;
+mod timers;
 pub mod tools;
 
 use std::future::Future;

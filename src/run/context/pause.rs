@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
+use super::asked::{Asked, Request};
 use super::{audit_failed, RunContext};
 use crate::audit::AuditRecord;
 use crate::confirmation::slot::{PauseSpec, PendingDecision};
@@ -23,34 +24,6 @@ use crate::run::plan::{Answers, Approval, Plan, Questions, Resumed};
 use crate::session::RunTag;
 use crate::store::PausedRecord;
 use crate::webhook::{About, Event};
-
-/// A confirmation request on its way to a decision.
-pub(super) struct Asked {
-    confirmation_id: String,
-    round: u32,
-    paused_at: Instant,
-    /// Why the request could not be sent, if it could not.
-    sent: Option<CancelReason>,
-    /// How long it waits (the smallest of its tasks' and `--confirm-timeout`).
-    timeout: Duration,
-    /// Its tasks, when nobody answering rejects them (every task's tool
-    /// says `on_timeout = "reject"`) rather than cancelling the run.
-    rejects_on_timeout: Option<Box<[usize]>>,
-}
-
-/// A confirmation request or questions, built and not yet asked.
-struct Request {
-    chunk: Chunk,
-    asking: Asking,
-    options: Vec<Action>,
-    confirmation_id: String,
-    round: u32,
-    /// What the engine needs to resume from this pause (stored if durable).
-    state: Option<Value>,
-    timeout: Duration,
-    rejects_on_timeout: Option<Box<[usize]>>,
-    expires_at: SystemTime,
-}
 
 impl RunContext {
     /// Puts `plan` to the user and waits for the answer: sends the
@@ -98,7 +71,14 @@ impl RunContext {
                 None => self.stop.stopped().await,
             }
         };
+        let timers = asked
+            .timers
+            .as_deref()
+            .map(|timers| self.start_timers(timers, &asked.confirmation_id));
         let decision = self.slot.wait(pending, timeout, stop).await;
+        if let Some(timers) = timers {
+            timers.abort();
+        }
         self.log.pause_ended();
         // Boxed, like `prepare`: a store call does not grow every pause.
         let decision = Box::pin(self.record_fallback(decision, &asked.confirmation_id)).await?;
@@ -178,6 +158,7 @@ impl RunContext {
             expires_at,
             timeout: self.settings.confirm_timeout,
             rejects_on_timeout: None,
+            timers: None,
         };
         self.store_pause(&request).await?;
         self.put(request)
@@ -219,6 +200,7 @@ impl RunContext {
         let round = self.round;
         let checks = self.plan_check(&plan.tasks);
         let (timeout, rejects_on_timeout) = self.waiting_of(&checks);
+        let timers = self.timers_of(&checks);
         // The last round offers no modify: a modify there could only end
         // the run (`max_rounds`), which nobody asking for changes wants.
         let last_round = round >= self.settings.max_rounds;
@@ -263,6 +245,7 @@ impl RunContext {
             expires_at,
             timeout,
             rejects_on_timeout,
+            timers,
         }
     }
 
@@ -357,6 +340,7 @@ impl RunContext {
             expires_at,
             timeout,
             rejects_on_timeout,
+            timers,
             ..
         } = request;
         let stored = self.stored_id.clone().filter(|_| self.pause_stored);
@@ -389,6 +373,7 @@ impl RunContext {
             sent,
             timeout,
             rejects_on_timeout,
+            timers,
         };
         Ok((pending, asked))
     }
@@ -553,6 +538,7 @@ impl RunContext {
             sent: None,
             timeout: left,
             rejects_on_timeout: None,
+            timers: None,
         };
         if self.settings.webhooks.is_some() {
             self.last_pause = Some(Box::new((record.confirmation_id.clone(), record.kind)));

@@ -1,0 +1,41 @@
+//! A pause between its request and its decision: the request built and
+//! not yet asked ([`Request`]), then asked and waiting ([`Asked`]).
+
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::Value;
+
+use super::timers::Timers;
+use crate::confirmation::Asking;
+use crate::protocol::{Action, CancelReason, Chunk};
+
+/// A confirmation request on its way to a decision.
+pub(super) struct Asked {
+    pub(super) confirmation_id: String,
+    pub(super) round: u32,
+    pub(super) paused_at: Instant,
+    /// Why the request could not be sent, if it could not.
+    pub(super) sent: Option<CancelReason>,
+    /// How long it waits (the smallest of its tasks' and `--confirm-timeout`).
+    pub(super) timeout: Duration,
+    /// Its tasks, when nobody answering rejects them (every task's tool
+    /// says `on_timeout = "reject"`) rather than cancelling the run.
+    pub(super) rejects_on_timeout: Option<Box<[usize]>>,
+    /// Its reminder and escalation, if its tools ask for them.
+    pub(super) timers: Option<Box<Timers>>,
+}
+
+/// A confirmation request or questions, built and not yet asked.
+pub(super) struct Request {
+    pub(super) chunk: Chunk,
+    pub(super) asking: Asking,
+    pub(super) options: Vec<Action>,
+    pub(super) confirmation_id: String,
+    pub(super) round: u32,
+    /// What the engine needs to resume from this pause (stored if durable).
+    pub(super) state: Option<Value>,
+    pub(super) timeout: Duration,
+    pub(super) rejects_on_timeout: Option<Box<[usize]>>,
+    pub(super) timers: Option<Box<Timers>>,
+    pub(super) expires_at: SystemTime,
+}
