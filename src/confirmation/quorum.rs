@@ -6,8 +6,9 @@
 //! confirm one approval of N from distinct labels (409 `already_approved`
 //! for a label twice), the pause staying pending until the last.
 
+use super::decider::Decider;
 use super::decisions::PlanCheck;
-use super::{DecideError, Decider};
+use super::refused::DecideError;
 use crate::protocol::{Action, Decisions, Verdict};
 
 /// What a plan's tasks ask of their deciders.

@@ -19,7 +19,9 @@ pub mod keeper;
 pub mod mcp;
 pub mod outcome;
 pub mod rules;
+pub mod tool;
 
-pub use declared::{Executor, Tool, Tools, ToolsFileError, DEFAULT_TIMEOUT, MAX_TIMEOUT};
+pub use declared::{Tools, ToolsFileError};
 pub use outcome::{ToolOutcome, MAX_OUTPUT_BYTES, MAX_STDERR_TAIL};
 pub use rules::{RuleDecision, RuleMode, Rules};
+pub use tool::{Executor, Tool, DEFAULT_TIMEOUT, MAX_TIMEOUT};

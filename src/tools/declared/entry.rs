@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{timeout_of, Executor, Tool};
 use crate::protocol::RiskLevel;
 use crate::tools::command;
 #[cfg(feature = "openai")]
 use crate::tools::http;
+use crate::tools::tool::{Executor, Tool, DEFAULT_TIMEOUT, MAX_TIMEOUT};
 
 /// A tool as written in the file.
 #[derive(Debug, Deserialize)]
@@ -195,4 +195,18 @@ fn http_executor(_url: String, _headers: HashMap<String, String>) -> Result<Exec
         "key `http`: this chatgate was built without the `openai` feature, which http tools need"
             .to_owned(),
     )
+}
+
+/// A `timeout_secs` (none: [`DEFAULT_TIMEOUT`]); the error names the key.
+pub(super) fn timeout_of(secs: Option<f64>) -> Result<Duration, String> {
+    match secs {
+        None => Ok(DEFAULT_TIMEOUT),
+        Some(secs) if secs > 0.0 && secs <= MAX_TIMEOUT.as_secs_f64() => {
+            Ok(Duration::from_secs_f64(secs))
+        }
+        Some(secs) => Err(format!(
+            "key `timeout_secs`: {secs} is not from 0 to {} seconds",
+            MAX_TIMEOUT.as_secs()
+        )),
+    }
 }

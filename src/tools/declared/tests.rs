@@ -1,4 +1,6 @@
 use super::*;
+use crate::protocol::RiskLevel;
+use crate::tools::DEFAULT_TIMEOUT;
 use std::io::Write;
 
 /// The tools file `text`, removed when dropped.
