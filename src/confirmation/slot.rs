@@ -25,6 +25,8 @@ pub struct PauseSpec {
     /// When it was asked and when it expires (for the inbox).
     pub asked_at: SystemTime,
     pub expires_at: SystemTime,
+    /// A quorum's approvals so far (a pause restored from a store).
+    pub approvals: Vec<String>,
 }
 
 impl PauseSpec {
@@ -44,6 +46,7 @@ impl PauseSpec {
             stored: None,
             asked_at,
             expires_at: asked_at + Duration::from_secs(300),
+            approvals: Vec::new(),
         }
     }
 }
@@ -94,7 +97,7 @@ impl RunSlot {
                     decide_tx: Some(decide_tx),
                     settling: None,
                     in_doubt: false,
-                    approvals: Vec::new(),
+                    approvals: spec.approvals,
                     escalated_to: None,
                     stop,
                 });

@@ -1,4 +1,5 @@
-//! One approval of several a pause needs (a quorum): recorded (the audit
+//! One approval of several a pause needs (a quorum): kept with the paused
+//! run's record (a durable store: a restart keeps it), recorded (the audit
 //! record `approved`, fail closed like a decision), announced
 //! (`interaction.progress`), shown on the run's stream ("1 of 2 approvals
 //! (lead-1)"), and acknowledged with `approval_recorded`. The pause stays
@@ -21,6 +22,27 @@ impl Runs {
         approvals: Vec<String>,
         required: usize,
     ) -> Result<Decided, ReplyError> {
+        // Kept with the paused run's record first (a restart keeps it):
+        // not kept, not counted, and the pause waits on.
+        if let Some(run) = &accepted.stored {
+            let kept = self
+                .settings
+                .store
+                .record_approvals(run, &accepted.confirmation_id, &approvals)
+                .await;
+            if let Err(err) = kept {
+                log::error!(
+                    "{}: {err}",
+                    crate::session::RunTag::of(key, accepted.run_id)
+                );
+                self.manager.withdraw_approval(
+                    key,
+                    &accepted.confirmation_id,
+                    &reply.decider.label,
+                );
+                return Err(ReplyError::StoreUnavailable);
+            }
+        }
         if let Some(audit) = &self.settings.audit {
             let record = AuditRecord::Approved {
                 run: RunFields::new(accepted.run_id, &key.session_id, accepted.stored.as_deref()),

@@ -94,6 +94,10 @@ pub struct PausedRecord {
     /// a replica that takes it over, or a restart, ends it `interrupted`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub in_memory: bool,
+    /// A quorum's approvals so far (labels), kept apart from the record by
+    /// [`Store::record_approvals`] and joined to it on load.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<String>,
 }
 
 /// An ended run as its record keeps it for the grace: the frames a
@@ -392,6 +396,18 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, Result<Vec<PausedRecord>, StoreError>> {
         let _ = (namespace, after, limit);
         Box::pin(async { Ok(Vec::new()) })
+    }
+    /// Keeps the approvals so far of run `run`'s pause `confirmation_id`
+    /// (a quorum), so that a restart keeps them. A store that restores no
+    /// run keeps none.
+    fn record_approvals<'a>(
+        &'a self,
+        run: &'a str,
+        confirmation_id: &'a str,
+        approvals: &'a [String],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = (run, confirmation_id, approvals);
+        Box::pin(async { Ok(()) })
     }
     /// Keeps `grant`, unless its namespace holds
     /// [`grant::MAX_GRANTS_PER_NAMESPACE`] live grants already (`false`).

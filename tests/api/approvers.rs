@@ -363,3 +363,93 @@ parameters = { type = "object", properties = { step = { type = "string" } } }
         .count();
     assert_eq!(reminders, 1);
 }
+
+#[tokio::test]
+async fn a_partial_quorum_survives_a_restart_with_sqlite() {
+    let dir = crate::durable::Dir::new();
+    std::fs::write(dir.path("keys.txt"), KEYS).unwrap();
+    std::fs::write(dir.path("tools.toml"), TOOLS).unwrap();
+    let keys = dir.path("keys.txt").display().to_string();
+    let tools = dir.path("tools.toml").display().to_string();
+    let args = ["--api-keys-file", keys.as_str(), "--tools", tools.as_str()];
+    let client = reqwest::Client::new();
+    let post = |url: String, key: &'static str, body: Value| {
+        client.post(url).bearer_auth(key).json(&body).send()
+    };
+    let mut server = crate::durable::start(&dir, &args);
+    let url = crate::durable::stream_url(&server);
+    let started = post(
+        url.clone(),
+        "agent-key-000001",
+        json!({"message": "deploy web", "session_id": "dq"}),
+    )
+    .await
+    .unwrap();
+    let raw = crate::durable::read_raw(started, Some("\"stream_paused\":true")).await;
+    let request = crate::durable::chunks(&raw)
+        .into_iter()
+        .find(|c| c.chunk_type == ChunkType::ConfirmationRequest)
+        .unwrap();
+    let id = request.approval().unwrap().confirmation_id.clone();
+    let body =
+        json!({"message": "CONFIRM_ACTION:confirm", "session_id": "dq", "confirmation_id": id});
+    let first = post(url.clone(), "lead-key-000001", body.clone())
+        .await
+        .unwrap();
+    let (status, chunk) = one_chunk(first).await;
+    assert_eq!(status, 200);
+    assert_eq!(chunk.chunk_type, ChunkType::ApprovalRecorded);
+    crate::durable::terminate(&mut server);
+
+    let server = crate::durable::start(&dir, &args);
+    let url = crate::durable::stream_url(&server);
+    let again = post(url.clone(), "lead-key-000001", body.clone())
+        .await
+        .unwrap();
+    let (status, chunk) = one_chunk(again).await;
+    assert_eq!(
+        (status.as_u16(), error_type(&chunk)),
+        (409, "already_approved"),
+        "lead-1's approval was kept: {}",
+        chunk.chunk
+    );
+    let second = post(url.clone(), "lead-key-000002", body).await.unwrap();
+    let (status, chunk) = one_chunk(second).await;
+    assert_eq!(status, 200, "{}", chunk.chunk);
+    assert_eq!(chunk.chunk_type, ChunkType::ConfirmationReceived);
+    assert_eq!(chunk.metadata["approved_by"], json!(["lead-1", "lead-2"]));
+}
+
+#[tokio::test]
+async fn a_quorum_of_three_counts_three_distinct_labels() {
+    let dir = Workdir::new();
+    let keys = dir.path("keys.txt");
+    std::fs::write(&keys, KEYS).unwrap();
+    let extra = r#"
+[[tool]]
+name = "migrate"
+description = "Migrate the database"
+risk = "high"
+approvals = 3
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+"#;
+    let app = app_with_tools(&dir, extra, move |s| s.api_keys_file = Some(keys)).await;
+    let (mut stream, id) = paused(&app, "agent-key-000001", "m3", "migrate db").await;
+    for (n, key) in ["lead-key-000001", "lead-key-000002"].iter().enumerate() {
+        let (status, chunk) = decide(&app, key, "m3", &id, confirm()).await;
+        assert_eq!(status, 200);
+        assert_eq!(chunk.chunk_type, ChunkType::ApprovalRecorded);
+        assert_eq!(chunk.metadata["approvals"].as_array().unwrap().len(), n + 1);
+        assert_eq!(chunk.metadata["required"], 3);
+    }
+    let (status, chunk) = decide(&app, "lead-key-000002", "m3", &id, confirm()).await;
+    assert_eq!((status, error_type(&chunk)), (409, "already_approved"));
+    let (status, chunk) = decide(&app, "ci-only-key-0004", "m3", &id, confirm()).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        chunk.metadata["approved_by"],
+        json!(["lead-1", "lead-2", "ci-watch"])
+    );
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+}

@@ -315,6 +315,7 @@ impl RunContext {
             decision: None,
             ended: None,
             in_memory,
+            approvals: Vec::new(),
         };
         let (key, run_id) = (self.session_key().clone(), self.run_id());
         store.save(record, &events).await.map_err(|err| {
@@ -352,6 +353,7 @@ impl RunContext {
             stored,
             asked_at: SystemTime::now(),
             expires_at,
+            approvals: Vec::new(),
         };
         let pending = self
             .slot
@@ -510,6 +512,7 @@ impl RunContext {
             stored: self.stored_id.clone(),
             asked_at: at(record.asked_at_ms),
             expires_at: at(record.expires_at_ms),
+            approvals: record.approvals.clone(),
         };
         let pending = self
             .slot

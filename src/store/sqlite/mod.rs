@@ -330,6 +330,24 @@ impl Store for SqliteStore {
         self.with(move |c| grants::add(c, &grant, now))
     }
 
+    fn record_approvals<'a>(
+        &'a self,
+        run: &'a str,
+        confirmation_id: &'a str,
+        approvals: &'a [String],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let run = run.to_owned();
+        let json = serde_json::json!({"confirmation_id": confirmation_id, "labels": approvals})
+            .to_string();
+        self.with(move |c| {
+            c.execute(
+                "UPDATE paused_runs SET approvals = ?2 WHERE run = ?1",
+                params![run, json],
+            )
+            .map(drop)
+        })
+    }
+
     fn grants<'a>(
         &'a self,
         namespace: Option<&'a str>,
@@ -367,7 +385,7 @@ impl Store for SqliteStore {
         self.with(|c| {
             delete_past_ends(c, now_ms())?;
             let mut statement = c.prepare(
-                "SELECT record, decision, ended FROM paused_runs
+                "SELECT record, decision, ended, approvals FROM paused_runs
                  ORDER BY ended IS NULL, ended_until",
             )?;
             let rows = statement.query_map([], |row| {
@@ -375,17 +393,24 @@ impl Store for SqliteStore {
                     row.get::<_, String>(0)?,
                     row.get::<_, Option<String>>(1)?,
                     row.get::<_, Option<String>>(2)?,
+                    row.get::<_, Option<String>>(3)?,
                 ))
             })?;
             let mut records = Vec::new();
             for row in rows {
-                let (record, decision, ended) = row?;
+                let (record, decision, ended, approvals) = row?;
                 // A record this version cannot read is skipped (and logged),
                 // not a reason to refuse to start.
                 match serde_json::from_str::<PausedRecord>(&record) {
                     Ok(mut record) => {
                         record.decision = decision.and_then(|d| serde_json::from_str(&d).ok());
                         record.ended = ended.and_then(|e| serde_json::from_str(&e).ok());
+                        // Only the approvals of the pause the record holds.
+                        let approvals = approvals
+                            .and_then(|a| serde_json::from_str::<serde_json::Value>(&a).ok())
+                            .filter(|a| a["confirmation_id"] == record.confirmation_id.as_str())
+                            .and_then(|a| serde_json::from_value(a["labels"].clone()).ok());
+                        record.approvals = approvals.unwrap_or_default();
                         records.push(record);
                     }
                     Err(err) => log::warn!("skipping an unreadable stored run: {err}"),
@@ -496,6 +521,10 @@ fn add_end_columns(c: &Connection) -> rusqlite::Result<()> {
             "ALTER TABLE paused_runs ADD COLUMN ended TEXT;
              ALTER TABLE paused_runs ADD COLUMN ended_until INTEGER;",
         )?;
+    }
+    // A quorum's approvals so far: `{"confirmation_id": ..., "labels": [...]}`.
+    if !names.iter().any(|name| name == "approvals") {
+        c.execute_batch("ALTER TABLE paused_runs ADD COLUMN approvals TEXT;")?;
     }
     c.execute_batch(
         "CREATE INDEX IF NOT EXISTS paused_runs_ended_until ON paused_runs (ended_until)",
