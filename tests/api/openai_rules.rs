@@ -132,3 +132,34 @@ async fn an_allowed_call_runs_at_once_alone_and_is_listed_beside_one_that_asks()
     assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
     assert_eq!(tooling.notes(), ["ok alone", "ok one", "other"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_nobody_answers_whose_tools_say_reject_tells_the_model_it_was_rejected() {
+    let tooling = Tooling::with_rules(
+        r#"
+[[tool]]
+name = "nudge"
+description = "A nudge nobody has to answer"
+risk = "low"
+timeout = "1s"
+on_timeout = "reject"
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+"#,
+    );
+    let model = fake_model(vec![
+        one_call("c1", "nudge", json!({"step": "them"})),
+        tokens(&["Nobody answered; moving on."]),
+    ])
+    .await;
+    let app = app_with_model(&model.url, tooling.configure()).await;
+
+    let (mut stream, _) = app.open_paused("silence", "nudge them").await;
+    let last = stream.finish().await;
+
+    assert_eq!(last.chunk_type, ChunkType::Completion, "{}", last.chunk);
+    let told = tool_messages(&model.requests()[1]);
+    let told = told[0]["content"].as_str().unwrap();
+    assert!(told.contains("rejected"), "{told}");
+    assert!(told.contains("no answer in time"), "{told}");
+}
