@@ -7,6 +7,8 @@
 
 use std::path::Path;
 
+// A label or group name: 1-32 (labels 64) of A-Z a-z 0-9 _ -.
+use crate::protocol::is_plain_name as is_name;
 use crate::protocol::RiskLevel;
 
 /// What a keys-file line says of its key besides the key.
@@ -32,15 +34,6 @@ pub struct KeysFile {
     pub approvers: Vec<String>,
     pub key_attrs: Vec<KeyAttrs>,
     pub approver_attrs: Vec<KeyAttrs>,
-}
-
-/// A label or group name: 1-32 (labels 64) of A-Z a-z 0-9 _ -.
-fn is_name(text: &str, longest: usize) -> bool {
-    !text.is_empty()
-        && text.len() <= longest
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Reads the keys file at `path`; an error names the line.

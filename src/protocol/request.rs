@@ -157,6 +157,16 @@ impl ChatRequest {
     }
 }
 
+/// True when `text` is 1 to `longest` characters of A-Z a-z 0-9 _ -: what
+/// tool, server, group and label names, and question ids, are made of.
+pub fn is_plain_name(text: &str, longest: usize) -> bool {
+    !text.is_empty()
+        && text.len() <= longest
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 /// True when `id` is 1-128 characters (of UTF-8, as every JSON string is)
 /// and none is a control character. Any such id is safe on the wire: it
 /// only ever leaves JSON-escaped.

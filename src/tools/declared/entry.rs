@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::protocol::RiskLevel;
+use crate::protocol::{is_plain_name, RiskLevel};
 use crate::tools::command;
 #[cfg(feature = "openai")]
 use crate::tools::http;
@@ -50,12 +50,7 @@ fn yes() -> bool {
 /// Checks one entry and builds its tool; the error names the key.
 pub(super) fn build(entry: ToolEntry) -> Result<Tool, String> {
     let name = entry.name.ok_or("key `name` is missing")?;
-    let valid_name = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if !valid_name {
+    if !is_plain_name(&name, 64) {
         return Err(format!(
             "key `name`: `{name}` must be 1-64 characters of A-Z a-z 0-9 _ -"
         ));
@@ -106,12 +101,7 @@ pub(super) fn build(entry: ToolEntry) -> Result<Tool, String> {
     .map_err(|err| format!("key `parameters`: {err}"))?;
     tool.grantable = entry.grantable || risk != RiskLevel::High;
     if let Some(group) = entry.approvers {
-        let valid = !group.is_empty()
-            && group.len() <= 32
-            && group
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if !valid {
+        if !is_plain_name(&group, 32) {
             return Err(format!(
                 "key `approvers`: `{group}` must be a group name of 1-32 characters of A-Z a-z \
                  0-9 _ -"
@@ -151,12 +141,7 @@ pub(super) fn build(entry: ToolEntry) -> Result<Tool, String> {
     tool.escalate = match (entry.escalate_after, entry.escalate_to) {
         (None, None) => None,
         (Some(after), Some(group)) => {
-            let valid = !group.is_empty()
-                && group.len() <= 32
-                && group
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-            if !valid {
+            if !is_plain_name(&group, 32) {
                 return Err(format!("key `escalate_to`: `{group}` is not a group name"));
             }
             Some((duration("escalate_after", after)?, group))

@@ -332,11 +332,7 @@ fn text<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
 }
 
 fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= MAX_ID_CHARS
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    crate::protocol::is_plain_name(id, MAX_ID_CHARS)
 }
 
 #[cfg(test)]

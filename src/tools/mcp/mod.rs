@@ -82,12 +82,7 @@ impl McpEntry {
     /// error names the key.
     pub fn check(self, timeout: Duration) -> Result<McpSpec, String> {
         let name = self.name.ok_or("key `name` is missing")?;
-        let valid = !name.is_empty()
-            && name.len() <= 32
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if !valid {
+        if !crate::protocol::is_plain_name(&name, 32) {
             return Err(format!(
                 "key `name`: `{name}` must be 1-32 characters of A-Z a-z 0-9 _ -"
             ));
