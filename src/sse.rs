@@ -57,26 +57,34 @@ const SCRATCH_CAPACITY: usize = 4096;
 const MAX_SCRATCH_CAPACITY: usize = 64 * 1024;
 
 /// The frame with `"gap":true` put first into its `metadata` object.
+pub fn with_gap(frame: &Bytes) -> Bytes {
+    with_meta_first(frame, b"\"gap\":true")
+}
+
+/// The frame with `field` (`"key":value`, JSON) put first into its
+/// `metadata` object (a key written twice: JSON readers take the last, so
+/// the chunk's own value, if it has one, stands).
 ///
-/// No re-parsing (which could fail, on deep nesting say, and lose the flag):
+/// No re-parsing (which could fail, on deep nesting say, and lose it):
 /// `metadata` is the first object-valued field of a chunk, and the text of
 /// the string fields before it is JSON-escaped, so it has no bare `"` and
 /// cannot contain the key; the first `"metadata":{` is always the real one.
-pub fn with_gap(frame: &Bytes) -> Bytes {
+pub fn with_meta_first(frame: &Bytes, field: &[u8]) -> Bytes {
     const KEY: &[u8] = b"\"metadata\":{";
     let Some(at) = memchr::memmem::find(frame, KEY) else {
         // Every frame is an encoded chunk; kept for the type's sake.
         return frame.clone();
     };
     let open = at + KEY.len();
-    let flag: &[u8] = if frame.get(open) == Some(&b'}') {
-        b"\"gap\":true"
+    let comma: &[u8] = if frame.get(open) == Some(&b'}') {
+        b""
     } else {
-        b"\"gap\":true,"
+        b","
     };
-    let mut out = Vec::with_capacity(frame.len() + flag.len());
+    let mut out = Vec::with_capacity(frame.len() + field.len() + 1);
     out.extend_from_slice(&frame[..open]);
-    out.extend_from_slice(flag);
+    out.extend_from_slice(field);
+    out.extend_from_slice(comma);
     out.extend_from_slice(&frame[open..]);
     Bytes::from(out)
 }

@@ -661,7 +661,9 @@ export function formatChunk(chunk, now = Date.now()) {
   const meta = chunk.metadata ?? {};
   if (kind === 'approval_recorded' && meta.required) {
     const left = meta.required - (meta.approvals ?? []).length;
-    lines.push(`  waiting for ${left} more approval${left === 1 ? '' : 's'}`);
+    const groups = meta.approvers ?? [];
+    lines.push(`  waiting for ${left} more approval${left === 1 ? '' : 's'}` +
+      (groups.length ? ` (${groups.join(', ')})` : ''));
   }
   if (kind === 'confirmation_received' && meta.approved_by) lines.push(`  approved by: ${meta.approved_by.join(', ')}`);
   if (kind === 'confirmation_received' && meta.answers !== undefined) {

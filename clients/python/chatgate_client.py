@@ -938,7 +938,9 @@ def format_chunk(chunk):
     meta = chunk.get("metadata") or {}
     if kind == "approval_recorded" and meta.get("required"):
         left = int(meta["required"]) - len(meta.get("approvals") or [])
-        lines.append("  waiting for %d more approval%s" % (left, "" if left == 1 else "s"))
+        groups = meta.get("approvers") or []
+        lines.append("  waiting for %d more approval%s%s" % (
+            left, "" if left == 1 else "s", " (%s)" % ", ".join(groups) if groups else ""))
     if kind == "confirmation_received" and meta.get("approved_by"):
         lines.append("  approved by: %s" % ", ".join(meta["approved_by"]))
     if kind == "confirmation_received" and meta.get("answers") is not None:

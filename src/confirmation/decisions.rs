@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::protocol::{
     Action, Decisions, RiskLevel, TaskDecision, TaskDecisionRequest, TaskSpec, Verdict,
 };
+use crate::tools::gate::Gate;
 use crate::tools::{Tool, Tools};
 
 /// What the pause knows of a task, to check the decisions made on it.
@@ -18,6 +19,9 @@ pub struct TaskCheck {
     pub tool: Option<Arc<Tool>>,
     /// The task's own risk (who may decide it).
     pub risk: RiskLevel,
+    /// Who decides it and what happens while nobody does: its tool's gate,
+    /// made stricter by the `ask` rule its call matches, if any.
+    pub gate: Gate,
 }
 
 /// What a reply's decisions on a plan are checked against.
@@ -40,10 +44,14 @@ impl PlanCheck {
         PlanCheck {
             tasks: tasks
                 .iter()
-                .map(|task| TaskCheck {
-                    index: task.index,
-                    tool: tools.get(&task.tool).cloned(),
-                    risk: task.risk_level.unwrap_or(RiskLevel::Low),
+                .map(|task| {
+                    let tool = tools.get(&task.tool).cloned();
+                    TaskCheck {
+                        index: task.index,
+                        gate: tool.as_ref().map(|t| t.gate.clone()).unwrap_or_default(),
+                        tool,
+                        risk: task.risk_level.unwrap_or(RiskLevel::Low),
+                    }
                 })
                 .collect(),
             explicit: false,
@@ -57,11 +65,23 @@ impl PlanCheck {
         self
     }
 
-    /// Refuses edits a `deny` rule matches, for the key labelled `key`.
-    pub fn with_rules(mut self, tools: &Arc<Tools>, key: String) -> PlanCheck {
-        if !tools.rules().is_empty() {
-            self.rules = Some((tools.clone(), key));
+    /// Refuses edits a `deny` rule matches, for the key labelled `key`,
+    /// and makes each of `tasks` as strict as the `ask` rule its call
+    /// matches says.
+    pub fn with_rules(mut self, tasks: &[TaskSpec], tools: &Arc<Tools>, key: String) -> PlanCheck {
+        if tools.rules().is_empty() {
+            return self;
         }
+        for (check, task) in self.tasks.iter_mut().zip(tasks) {
+            let args = task.args.as_ref().unwrap_or(&serde_json::Value::Null);
+            let ruling = tools.rules().evaluate(&task.tool, args, &key);
+            if let Some(rule) = ruling.enforced {
+                if let Some(gate) = &rule.gate {
+                    check.gate = check.gate.and(gate);
+                }
+            }
+        }
+        self.rules = Some((tools.clone(), key));
         self
     }
 

@@ -89,6 +89,12 @@ pub fn check_grant(
                  approved)"
             ));
         }
+        if in_pause.iter().any(|task| task.gate.needs_people()) {
+            return Err(format!(
+                "grant: `{name}` is decided here by more than one person or a named group; no \
+                 grant covers it"
+            ));
+        }
         if !tool.grantable {
             return Err(format!(
                 "grant: `{name}` is a high risk tool that is not grantable (its table says \

@@ -55,7 +55,7 @@ pub use self::refused::{DecideError, ReplyFrom};
 use self::answers::check_answers;
 use self::decisions::{check_decisions, PlanCheck};
 use self::grant::{check_grant, GrantSpec};
-use self::quorum::{check_decider, count, Counted, Quorum};
+use self::quorum::{check_decider, count, Counted, Progress, Quorum};
 use crate::protocol::question::Question;
 use crate::protocol::{
     Action, CancelReason, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
@@ -119,7 +119,7 @@ pub struct Accepted {
     /// A confirm that is one approval of several: the approvals so far and
     /// how many are needed. The pause stays pending (the ticket carries no
     /// decision).
-    pub progress: Option<(Vec<String>, usize)>,
+    pub progress: Option<Progress>,
     /// For a confirm that decides: every label that approved, in order.
     pub approved_by: Vec<String>,
 }
@@ -304,6 +304,9 @@ struct Pause {
     approvals: Vec<String>,
     /// The group it was escalated to (its members may decide it too).
     escalated_to: Option<String>,
+    /// An escalation moved `expires_at` (`escalate_extends`): the wait
+    /// goes on to it.
+    extended: bool,
     /// The run's stop. Once it fires, the pause belongs to the stop: replies
     /// are refused under this lock, so none is acknowledged after the run
     /// was told to stop and before it noticed (see [`RunSlot::wait`]).
@@ -468,10 +471,7 @@ impl ConfirmationManager {
         if let (Some(quorum), Some(verdicts), Action::Confirm) = (&quorum, &verdicts, action) {
             match count(quorum, &mut pause.approvals, decider, verdicts)? {
                 Counted::Decides { approved_by: all } => approved_by = all,
-                Counted::Recorded {
-                    approvals,
-                    required,
-                } => {
+                Counted::Recorded(progress) => {
                     let run_id = registry.sessions.get(key).map_or(0, |entry| entry.run_id);
                     let pause = registry
                         .sessions
@@ -494,7 +494,7 @@ impl ConfirmationManager {
                             key: key.clone(),
                             run_id,
                         },
-                        progress: Some((approvals, required)),
+                        progress: Some(progress),
                         approved_by: Vec::new(),
                     });
                 }

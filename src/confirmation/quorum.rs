@@ -32,10 +32,10 @@ impl Quorum {
             requester_may_approve: true,
             groups: Vec::new(),
         };
-        for tool in plan.tasks.iter().filter_map(|task| task.tool.as_ref()) {
-            quorum.required = quorum.required.max(usize::from(tool.approvals));
-            quorum.requester_may_approve &= tool.requester_may_approve();
-            if let Some(group) = &tool.approvers {
+        for gate in plan.tasks.iter().map(|task| &task.gate) {
+            quorum.required = quorum.required.max(usize::from(gate.approvals));
+            quorum.requester_may_approve &= gate.requester_may_approve();
+            for group in &gate.approvers {
                 if !quorum.groups.contains(group) {
                     quorum.groups.push(group.clone());
                 }
@@ -104,10 +104,16 @@ pub enum Counted {
     /// reject of a task ended it): `approved_by` every label, in order.
     Decides { approved_by: Vec<String> },
     /// One more approval; the pause stays pending.
-    Recorded {
-        approvals: Vec<String>,
-        required: usize,
-    },
+    Recorded(Progress),
+}
+
+/// A quorum pause's approvals so far, how many it needs, and the groups
+/// whose members alone give them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    pub approvals: Vec<String>,
+    pub required: usize,
+    pub groups: Vec<String>,
 }
 
 /// Counts `decider`'s confirm (with `verdicts`) into `approvals`.
@@ -144,8 +150,9 @@ pub fn count(
             approved_by: approvals.clone(),
         });
     }
-    Ok(Counted::Recorded {
+    Ok(Counted::Recorded(Progress {
         approvals: approvals.clone(),
         required: quorum.required,
-    })
+        groups: quorum.groups.clone(),
+    }))
 }

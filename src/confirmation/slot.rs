@@ -27,6 +27,8 @@ pub struct PauseSpec {
     pub expires_at: SystemTime,
     /// A quorum's approvals so far (a pause restored from a store).
     pub approvals: Vec<String>,
+    /// The group it was escalated to (a pause restored from a store).
+    pub escalated_to: Option<String>,
 }
 
 impl PauseSpec {
@@ -47,6 +49,7 @@ impl PauseSpec {
             asked_at,
             expires_at: asked_at + Duration::from_secs(300),
             approvals: Vec::new(),
+            escalated_to: None,
         }
     }
 }
@@ -98,7 +101,8 @@ impl RunSlot {
                     settling: None,
                     in_doubt: false,
                     approvals: spec.approvals,
-                    escalated_to: None,
+                    escalated_to: spec.escalated_to,
+                    extended: false,
                     stop,
                 });
                 Ok(PendingDecision { decide_rx })
@@ -120,13 +124,23 @@ impl RunSlot {
         stop: impl Future<Output = CancelReason>,
     ) -> Decision {
         let mut decide_rx = pending.decide_rx;
-        let fallback = tokio::select! {
-            decided = &mut decide_rx => {
-                // Only a superseding run drops a sender unsent... and it sends.
-                return decided.unwrap_or(Decision::Cancel(CancelReason::Superseded));
+        let mut deadline = tokio::time::Instant::now() + timeout;
+        let mut stop = std::pin::pin!(stop);
+        let fallback = loop {
+            tokio::select! {
+                decided = &mut decide_rx => {
+                    // Only a superseding run drops a sender unsent... and it sends.
+                    return decided.unwrap_or(Decision::Cancel(CancelReason::Superseded));
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    // An escalation may have moved the expiry (`escalate_extends`).
+                    match self.time_left() {
+                        Some(left) => deadline = tokio::time::Instant::now() + left,
+                        None => break CancelReason::Timeout,
+                    }
+                }
+                reason = &mut stop => break reason,
             }
-            () = tokio::time::sleep(timeout) => CancelReason::Timeout,
-            reason = stop => reason,
         };
         match self.settle(fallback) {
             Some(decision) => decision,
@@ -136,6 +150,25 @@ impl RunSlot {
                 .await
                 .unwrap_or(Decision::Cancel(CancelReason::Superseded)),
         }
+    }
+
+    /// How long the pause has left by its expiry now, when an escalation
+    /// moved it (`escalate_extends`) past the wait's deadline (by more
+    /// than a second).
+    fn time_left(&self) -> Option<Duration> {
+        let registry = self.manager.lock();
+        let pause = registry
+            .sessions
+            .get(&self.key)
+            .filter(|entry| entry.run_id == self.run_id)?
+            .pause
+            .as_ref()
+            .filter(|pause| pause.extended)?;
+        pause
+            .expires_at
+            .duration_since(SystemTime::now())
+            .ok()
+            .filter(|left| *left > Duration::from_secs(1))
     }
 
     /// Decides the pause with `fallback` if nobody has yet (`Some`); `None`

@@ -21,6 +21,10 @@ pub struct Waiting {
     pub required: usize,
     /// The group it was escalated to, if it was.
     pub escalated_to: Option<String>,
+    /// The groups whose members alone decide it.
+    pub groups: Vec<String>,
+    /// Whether the requester's own key counts towards its approvals.
+    pub requester_may_approve: bool,
 }
 
 impl ConfirmationManager {
@@ -51,6 +55,10 @@ impl ConfirmationManager {
             .filter(|(key, entry)| entry.waits() && mine(key))
             .filter_map(|(key, entry): (&SessionKey, &Entry)| {
                 let pause = entry.pause.as_ref()?;
+                let quorum = match &pause.asking {
+                    super::Asking::Plan(plan) => super::quorum::Quorum::of(plan),
+                    super::Asking::Questions(_) => super::quorum::Quorum::default(),
+                };
                 Some(Waiting {
                     key: key.clone(),
                     confirmation_id: pause.confirmation_id.clone(),
@@ -59,10 +67,9 @@ impl ConfirmationManager {
                     expires_at: pause.expires_at,
                     approvals: pause.approvals.clone(),
                     escalated_to: pause.escalated_to.clone(),
-                    required: match &pause.asking {
-                        super::Asking::Plan(plan) => super::quorum::Quorum::of(plan).required,
-                        super::Asking::Questions(_) => 1,
-                    },
+                    required: quorum.required.max(1),
+                    groups: quorum.groups,
+                    requester_may_approve: quorum.requester_may_approve,
                 })
             })
             .collect()
@@ -96,20 +103,28 @@ impl ConfirmationManager {
     }
 
     /// Escalates the undecided pause `confirmation_id` of `key` to `group`
-    /// (its members may decide it too); whether it was still waiting.
-    pub fn escalate(&self, key: &SessionKey, confirmation_id: &str, group: &str) -> bool {
+    /// (its members may decide it too), moving its expiry by `extends` if
+    /// given: its expiry then, or `None` when it no longer waits.
+    pub fn escalate(
+        &self,
+        key: &SessionKey,
+        confirmation_id: &str,
+        group: &str,
+        extends: Option<std::time::Duration>,
+    ) -> Option<SystemTime> {
         let mut registry = self.lock();
         let pause = registry
             .sessions
             .get_mut(key)
             .and_then(|entry| entry.pause.as_mut())
-            .filter(|pause| pause.confirmation_id == confirmation_id && pause.decide_tx.is_some());
-        match pause {
-            Some(pause) => {
-                pause.escalated_to = Some(group.to_owned());
-                true
-            }
-            None => false,
+            .filter(|pause| {
+                pause.confirmation_id == confirmation_id && pause.decide_tx.is_some()
+            })?;
+        pause.escalated_to = Some(group.to_owned());
+        if let Some(extends) = extends {
+            pause.expires_at += extends;
+            pause.extended = true;
         }
+        Some(pause.expires_at)
     }
 }

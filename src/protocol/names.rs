@@ -48,6 +48,8 @@ pub mod meta {
     pub const GRANT: &str = "grant";
     /// A quorum's approvals so far (labels, in order).
     pub const APPROVALS: &str = "approvals";
+    /// The groups whose members alone approve a pause.
+    pub const APPROVERS: &str = "approvers";
     /// How many approvals a quorum needs.
     pub const REQUIRED: &str = "required";
     /// Every label that approved a decided quorum.

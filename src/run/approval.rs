@@ -8,9 +8,11 @@
 use super::decide::{Decided, Reply, ReplyError};
 use super::Runs;
 use crate::audit::{AuditRecord, RunFields};
+use crate::confirmation::quorum::Progress;
 use crate::confirmation::Accepted;
 use crate::protocol::{meta, Chunk, ChunkType};
 use crate::session::SessionKey;
+use crate::store::PauseProgress;
 use crate::webhook::{About, Event};
 
 impl Runs {
@@ -19,17 +21,14 @@ impl Runs {
         key: &SessionKey,
         reply: &Reply<'_>,
         accepted: Accepted,
-        approvals: Vec<String>,
-        required: usize,
+        progress: Progress,
     ) -> Result<Decided, ReplyError> {
+        let (approvals, required) = (progress.approvals.clone(), progress.required);
         // Kept with the paused run's record first (a restart keeps it):
         // not kept, not counted, and the pause waits on.
         if let Some(run) = &accepted.stored {
-            let kept = self
-                .settings
-                .store
-                .record_approvals(run, &accepted.confirmation_id, &approvals)
-                .await;
+            let step = PauseProgress::approvals(&accepted.confirmation_id, &approvals, required);
+            let kept = self.settings.store.record_progress(run, key, &step).await;
             if let Err(err) = kept {
                 log::error!(
                     "{}: {err}",
@@ -92,7 +91,7 @@ impl Runs {
             answers: None,
             kind: accepted.kind,
             approved_by: Vec::new(),
-            progress: Some((approvals, required)),
+            progress: Some(progress),
         })
     }
 }

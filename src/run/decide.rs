@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 use super::Runs;
 use crate::audit::{self, AuditLog, AuditRecord};
 use crate::cluster::SETTLE_RETRY;
+use crate::confirmation::quorum::Progress;
 use crate::confirmation::{Accepted, DecideError, Decider, ReplyFrom};
 use crate::protocol::{
     meta, Action, CancelReason, Chunk, ChunkType, Decisions, ErrorType, PauseKind, ReplyMessage,
@@ -107,15 +108,20 @@ pub struct Decided {
     /// Every label that approved (a quorum's, in order).
     pub approved_by: Vec<String>,
     /// One approval of several: those so far, and how many are needed.
-    pub progress: Option<(Vec<String>, usize)>,
+    pub progress: Option<Progress>,
 }
 
 impl Decided {
     /// The reply's own stream: one final `confirmation_received` chunk
     /// (`approval_recorded` for one approval of several).
     pub fn acknowledgement(&self, session_id: &str) -> Chunk {
-        if let Some((approvals, required)) = &self.progress {
-            return Chunk::new(
+        if let Some(Progress {
+            approvals,
+            required,
+            groups,
+        }) = &self.progress
+        {
+            let ack = Chunk::new(
                 ChunkType::ApprovalRecorded,
                 format!(
                     "Approval recorded: {} of {required} ({})",
@@ -129,6 +135,12 @@ impl Decided {
             .with_meta(meta::APPROVALS, approvals.clone())
             .with_meta(meta::REQUIRED, *required)
             .finished();
+            // The groups whose members alone approve (a client says whose
+            // approval it waits for).
+            if groups.is_empty() {
+                return ack;
+            }
+            return ack.with_meta(meta::APPROVERS, groups.clone());
         }
         if self.kind == PauseKind::Question {
             return Chunk::questions_answered(
@@ -185,9 +197,9 @@ impl Runs {
                 return Err(self.told_decided(key, reply.confirmation_id, refused).await)
             }
         };
-        if let Some((approvals, required)) = accepted.progress.clone() {
+        if let Some(progress) = accepted.progress.clone() {
             return self
-                .approval_recorded(key, &reply, accepted, approvals, required)
+                .approval_recorded(key, &reply, accepted, progress)
                 .await;
         }
         let decided = Decided {

@@ -12,6 +12,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::Runs;
+use crate::confirmation::decisions::PlanCheck;
+use crate::confirmation::quorum::Quorum;
 use crate::protocol::PauseKind;
 use crate::session::SessionKey;
 use crate::store::{PausedRecord, StoreError};
@@ -68,6 +70,20 @@ pub struct Interaction {
     /// decide it too).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub escalated_to: Option<String>,
+    /// The groups whose members alone decide it (its tools' and rules'
+    /// `approvers`; an escalation admits its group's members too).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub approvers: Vec<String>,
+    /// Whether the key that lists it may approve it (approvals only), and
+    /// if not, why: it approved already, it is the requester where that
+    /// may not approve, or it is not in the group that decides.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub may_approve: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why_not: Option<String>,
+    /// Whether the requester's own key counts towards its approvals.
+    #[serde(skip)]
+    pub requester_may_approve: bool,
     pub confirmation_data: Value,
     /// For ordering: milliseconds since the Unix epoch of `expires_at`.
     #[serde(skip)]
@@ -192,6 +208,10 @@ fn interaction(
         approvals: None,
         required: None,
         escalated_to: None,
+        approvers: Vec::new(),
+        may_approve: None,
+        why_not: None,
+        requester_may_approve: true,
         confirmation_data: data,
         expires_ms: unix_ms(expires_at),
     })
@@ -258,9 +278,11 @@ impl Runs {
             let listed: HashSet<String> =
                 stored.iter().map(|r| r.confirmation_id.clone()).collect();
             items.retain(|item| !listed.contains(&item.confirmation_id));
-            items.extend(stored.iter().filter_map(|record| {
-                stored_interaction(record, owner, self.settings.namespaces.label(owner))
-            }));
+            items.extend(
+                stored
+                    .iter()
+                    .filter_map(|record| self.stored_interaction(record, owner)),
+            );
         }
         let now = unix_ms(SystemTime::now());
         items.retain(|item| item.expires_ms > now);
@@ -288,6 +310,8 @@ impl Runs {
                     item.required = Some(pause.required);
                 }
                 item.escalated_to = pause.escalated_to;
+                item.approvers = pause.groups;
+                item.requester_may_approve = pause.requester_may_approve;
                 Some(item)
             })
             .collect()
@@ -308,21 +332,38 @@ fn page(mut items: Vec<Interaction>, query: &InboxQuery) -> Vec<Interaction> {
     items.into_iter().skip(start).take(query.limit).collect()
 }
 
-/// A stored pause as the inbox lists it (`owner`: its namespace's).
-fn stored_interaction(
-    record: &PausedRecord,
-    owner: Option<u32>,
-    label: String,
-) -> Option<Interaction> {
-    let frame = record.frames.last()?;
-    let at = crate::clock::at;
-    let key = SessionKey::new(owner, &record.session_id);
-    interaction(
-        &key,
-        label,
-        &record.confirmation_id,
-        frame.as_bytes(),
-        at(record.asked_at_ms),
-        at(record.expires_at_ms),
-    )
+impl Runs {
+    /// The listing item of a stored pause (another replica's, with
+    /// replicas), with its progress as its record keeps it and who decides
+    /// it as the tools file says.
+    fn stored_interaction(&self, record: &PausedRecord, owner: Option<u32>) -> Option<Interaction> {
+        let frame = record.frames.last()?;
+        let at = crate::clock::at;
+        let key = SessionKey::new(owner, &record.session_id);
+        let label = self.settings.namespaces.label(owner);
+        let progress = record.progress.clone().unwrap_or_default();
+        let expires_at_ms = progress.expires_at_ms.unwrap_or(record.expires_at_ms);
+        let mut item = interaction(
+            &key,
+            label.clone(),
+            &record.confirmation_id,
+            frame.as_bytes(),
+            at(record.asked_at_ms),
+            at(expires_at_ms),
+        )?;
+        if record.kind == PauseKind::Approval {
+            let tools = &self.settings.tools;
+            let checks =
+                PlanCheck::of(&record.tasks, tools).with_rules(&record.tasks, tools, label);
+            let quorum = Quorum::of(&checks);
+            if quorum.required > 1 {
+                item.approvals = Some(progress.approvals);
+                item.required = Some(quorum.required);
+            }
+            item.approvers = quorum.groups;
+            item.requester_may_approve = quorum.requester_may_approve;
+        }
+        item.escalated_to = progress.escalated_to;
+        Some(item)
+    }
 }

@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use bytes::Bytes;
 
 use super::stop::RunStop;
-use crate::protocol::{meta, CancelReason, Chunk, ChunkType};
+use crate::protocol::{CancelReason, Chunk, ChunkType};
 use crate::sse;
 use crate::store::{DecidedBy, Outcome, PauseNote, RanNote, RunEnd, MAX_OUTCOME_TEXT};
 
@@ -175,7 +175,7 @@ impl RunLog {
             if inner.ran.len() == MAX_RAN_NOTES {
                 inner.ran.pop_front();
             }
-            inner.ran.push_back(ran_note(&chunk));
+            inner.ran.push_back(RanNote::of(&chunk));
         }
         let frame = sse::encode(&chunk);
         inner.bytes += frame.len();
@@ -368,18 +368,21 @@ impl RunLog {
     /// names `confirmation_id`, among the last few (a quorum's progress
     /// chunks follow the request).
     pub fn last_frame(&self, confirmation_id: &str) -> Option<Bytes> {
-        let inner = self.lock();
-        let id = confirmation_id.as_bytes();
-        inner
-            .frames
-            .iter()
-            .rev()
-            .take(8)
-            .find(|frame| {
-                memchr::memmem::find(frame, id).is_some()
-                    && memchr::memmem::find(frame, b"\"confirmation_data\":{").is_some()
-            })
-            .cloned()
+        request_frame(&mut self.lock().frames, confirmation_id).map(|frame| frame.clone())
+    }
+
+    /// Writes `field` (`"key":value`) into the metadata of the request of
+    /// the pause `confirmation_id` as this log replays it (an escalation:
+    /// a re-attached client's `confirmation_request` says
+    /// `escalated_to`). Frames already sent are not touched.
+    pub fn amend_request(&self, confirmation_id: &str, field: &[u8]) {
+        let mut inner = self.lock();
+        if let Some(frame) = request_frame(&mut inner.frames, confirmation_id) {
+            let amended = crate::sse::with_meta_first(frame, field);
+            let grown = amended.len() - frame.len();
+            *frame = amended;
+            inner.bytes += grown;
+        }
     }
 
     /// The run paused: until [`RunLog::pause_ended`], a client that goes
@@ -502,25 +505,16 @@ impl RunLog {
     }
 }
 
-/// A `tool_output` chunk as an outcome keeps it.
-fn ran_note(chunk: &Chunk) -> RanNote {
-    let flag = |key: &str| chunk.metadata.get(key).and_then(serde_json::Value::as_bool);
-    RanNote {
-        step: chunk
-            .metadata
-            .get(meta::STEP)
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(0),
-        tool: chunk
-            .metadata
-            .get(meta::TOOL)
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or("")
-            .to_owned(),
-        ok: flag(meta::OK).unwrap_or(false),
-        skipped: flag(meta::SKIPPED).unwrap_or(false),
-        simulated: flag(meta::SIMULATED).unwrap_or(false),
-    }
+/// The request of the pause `confirmation_id` among the last few `frames`.
+fn request_frame<'a>(
+    frames: &'a mut VecDeque<Bytes>,
+    confirmation_id: &str,
+) -> Option<&'a mut Bytes> {
+    let id = confirmation_id.as_bytes();
+    frames.iter_mut().rev().take(8).find(|frame| {
+        memchr::memmem::find(frame, id).is_some()
+            && memchr::memmem::find(frame, b"\"confirmation_data\":{").is_some()
+    })
 }
 
 #[cfg(test)]

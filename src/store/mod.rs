@@ -29,6 +29,7 @@
 
 pub mod grant;
 pub mod memory;
+pub mod progress;
 pub mod redis;
 pub mod schedule;
 pub mod sqlite;
@@ -43,6 +44,7 @@ use crate::protocol::question::Question;
 use crate::protocol::{Action, CancelReason, Chunk, Decisions, PauseKind, TaskSpec};
 use crate::session::SessionKey;
 pub use grant::{Grant, GrantScope};
+pub use progress::PauseProgress;
 
 /// Where a stored pause is: its namespace (`None` without keys) and its
 /// session id.
@@ -94,10 +96,11 @@ pub struct PausedRecord {
     /// a replica that takes it over, or a restart, ends it `interrupted`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub in_memory: bool,
-    /// A quorum's approvals so far (labels), kept apart from the record by
-    /// [`Store::record_approvals`] and joined to it on load.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub approvals: Vec<String>,
+    /// What happened to its pause while it waited (approvals, reminder,
+    /// escalation), kept apart from the record by
+    /// [`Store::record_progress`] and joined to it on load.
+    #[serde(skip)]
+    pub progress: Option<PauseProgress>,
 }
 
 /// An ended run as its record keeps it for the grace: the frames a
@@ -154,6 +157,30 @@ pub struct RanNote {
     pub skipped: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub simulated: bool,
+}
+
+impl RanNote {
+    /// A `tool_output` chunk as an outcome keeps it.
+    pub fn of(chunk: &Chunk) -> RanNote {
+        use crate::protocol::meta;
+        let flag = |key: &str| chunk.metadata.get(key).and_then(Value::as_bool);
+        RanNote {
+            step: chunk
+                .metadata
+                .get(meta::STEP)
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            tool: chunk
+                .metadata
+                .get(meta::TOOL)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            ok: flag(meta::OK).unwrap_or(false),
+            skipped: flag(meta::SKIPPED).unwrap_or(false),
+            simulated: flag(meta::SIMULATED).unwrap_or(false),
+        }
+    }
 }
 
 /// What a reply decided, and who.
@@ -397,16 +424,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         let _ = (namespace, after, limit);
         Box::pin(async { Ok(Vec::new()) })
     }
-    /// Keeps the approvals so far of run `run`'s pause `confirmation_id`
-    /// (a quorum), so that a restart keeps them. A store that restores no
-    /// run keeps none.
-    fn record_approvals<'a>(
+    /// Keeps a step of the progress of run `run`'s pause (see
+    /// [`PauseProgress`]), before it is announced, so that a restart or a
+    /// takeover keeps it. Only the run's owner writes it, while the pause
+    /// waits. A store that restores no run keeps none.
+    fn record_progress<'a>(
         &'a self,
         run: &'a str,
-        confirmation_id: &'a str,
-        approvals: &'a [String],
+        key: &'a SessionKey,
+        step: &'a PauseProgress,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let _ = (run, confirmation_id, approvals);
+        let _ = (run, key, step);
         Box::pin(async { Ok(()) })
     }
     /// Keeps `grant`, unless its namespace holds

@@ -184,7 +184,7 @@ impl Tools {
             })?;
         // What more than one person or a named group decides, no rule allows.
         for tool in self.iter() {
-            if tool.approvals <= 1 && tool.approvers.is_none() {
+            if !tool.gate.needs_people() {
                 continue;
             }
             if let Some(rule) = self.rules.allows(&tool.name) {

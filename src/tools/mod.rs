@@ -13,6 +13,7 @@
 
 pub mod command;
 pub mod declared;
+pub mod gate;
 #[cfg(feature = "openai")]
 pub mod http;
 pub mod keeper;

@@ -17,6 +17,8 @@ use serde::Serialize;
 use serde_json::Value;
 use wildmatch::WildMatch;
 
+use super::gate::{Gate, GateKeys, GATE_KEYS};
+
 /// Most `[[rule]]` tables one tools file may have.
 pub const MAX_RULES: usize = 256;
 /// Most entries a rule's `args` may have.
@@ -78,6 +80,10 @@ pub struct Rule {
     pub decision: RuleDecision,
     pub reason: Option<String>,
     pub mode: RuleMode,
+    /// An `ask` rule's say on who decides and when nobody answers (its
+    /// tool's, made stricter: see [`crate::tools::gate`]); `None` when it
+    /// writes none of those keys.
+    pub gate: Option<Gate>,
 }
 
 /// How one argument (named by a JSON Pointer) must look.
@@ -282,10 +288,12 @@ fn parse_rule(raw: toml::Value) -> Result<Rule, String> {
     let toml::Value::Table(table) = raw else {
         return Err("a rule is a table".to_owned());
     };
-    if let Some(unknown) = table.keys().find(|k| !RULE_KEYS.contains(&k.as_str())) {
+    let known = |k: &str| RULE_KEYS.contains(&k) || GATE_KEYS.contains(&k);
+    if let Some(unknown) = table.keys().find(|k| !known(k)) {
         return Err(format!(
-            "key `{unknown}` is unknown (a rule has {})",
-            RULE_KEYS.join(", ")
+            "key `{unknown}` is unknown (a rule has {}, and an `ask` rule {})",
+            RULE_KEYS.join(", "),
+            GATE_KEYS.join(", ")
         ));
     }
     let text = |key: &str| -> Result<Option<&str>, String> {
@@ -369,7 +377,21 @@ fn parse_rule(raw: toml::Value) -> Result<Rule, String> {
             return Err("key `args`: a table of JSON Pointers to matchers".to_owned());
         }
     };
+    let gate = if table.keys().any(|k| GATE_KEYS.contains(&k.as_str())) {
+        if decision != RuleDecision::Ask {
+            return Err(format!(
+                "key `decision`: only an `ask` rule names who decides and when ({}); this one \
+                 is `{}`",
+                GATE_KEYS.join(", "),
+                decision.as_str()
+            ));
+        }
+        Some(GateKeys::of_table(&table)?.build()?)
+    } else {
+        None
+    };
     Ok(Rule {
+        gate,
         tool_glob: WildMatch::new(&tool),
         name,
         tool,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::command;
+use super::gate::Gate;
 #[cfg(feature = "openai")]
 use super::http;
 use super::mcp::call::CallHost;
@@ -38,27 +39,9 @@ pub struct Tool {
     pub parameters: Value,
     /// The SHA-256 of `parameters` (a grant covers only the schema it saw).
     pub schema_hash: String,
-    /// Who decides a pause holding a call of it: only this group's members
-    /// (`approvers`; the requester's own key no longer may).
-    pub approvers: Option<String>,
-    /// Confirms from distinct people a pause holding a call of it needs
-    /// (`approvals`, 1-5).
-    pub approvals: u8,
-    /// Whether the requester's own key counts towards them
-    /// (`requester_may_approve`; default: only when one is enough).
-    pub requester_may_approve: Option<bool>,
-    /// How long a pause holding a call of it waits (`timeout`; the
-    /// pause's expiry is the smallest of its tasks' and `--confirm-timeout`).
-    pub pause_timeout: Option<Duration>,
-    /// `on_timeout = "reject"`: a pause whose tasks all say so rejects them
-    /// when nobody answers, and the run goes on (default: it is cancelled).
-    pub reject_on_timeout: bool,
-    /// `remind_after`: an `interaction.reminder` event once a pause holding
-    /// a call of it has waited this long.
-    pub remind_after: Option<Duration>,
-    /// `escalate_after` and `escalate_to`: once a pause holding a call of
-    /// it has waited this long, the group's members may decide it too.
-    pub escalate: Option<(Duration, String)>,
+    /// Who decides a pause holding a call of it, and what happens while
+    /// nobody answers (see [`Gate`]).
+    pub gate: Gate,
     validator: jsonschema::Validator,
     pub timeout: Duration,
     pub executor: Executor,
@@ -111,13 +94,7 @@ impl Tool {
             name,
             description,
             grantable: risk != RiskLevel::High,
-            approvers: None,
-            approvals: 1,
-            requester_may_approve: None,
-            pause_timeout: None,
-            reject_on_timeout: false,
-            remind_after: None,
-            escalate: None,
+            gate: Gate::default(),
             risk,
             confirm,
             schema_hash,
@@ -126,13 +103,6 @@ impl Tool {
             timeout,
             executor,
         })
-    }
-
-    /// Whether the requester's own key counts towards the approvals a pause
-    /// holding a call of it needs: as the table says, else only when one
-    /// is enough.
-    pub fn requester_may_approve(&self) -> bool {
-        self.requester_may_approve.unwrap_or(self.approvals <= 1)
     }
 
     /// Checks `args` against the tool's schema; the error lists what is wrong.

@@ -28,7 +28,7 @@ command = ["true"]
 parameters = { type = "object", properties = { step = { type = "string" } } }
 "#;
 
-const KEYS: &str = "\
+pub(crate) const KEYS: &str = "\
 agent-key-000001 label=ci-bot
 other-key-000002 label=web-app
 approver lead-key-000001 label=lead-1 groups=leads
@@ -44,7 +44,7 @@ async fn app(dir: &Workdir) -> TestApp {
 }
 
 /// POSTs `body` with the bearer `key`.
-async fn post(app: &TestApp, key: &str, body: Value) -> reqwest::Response {
+pub(crate) async fn post(app: &TestApp, key: &str, body: Value) -> reqwest::Response {
     app.client
         .post(app.url())
         .bearer_auth(key)
@@ -55,7 +55,7 @@ async fn post(app: &TestApp, key: &str, body: Value) -> reqwest::Response {
 }
 
 /// A reply from `key`: its status, chunk type, error type (if any), chunk.
-async fn decide(
+pub(crate) async fn decide(
     app: &TestApp,
     key: &str,
     session: &str,
@@ -69,16 +69,21 @@ async fn decide(
     (status.as_u16(), chunk)
 }
 
-fn confirm() -> Value {
+pub(crate) fn confirm() -> Value {
     json!({"message": "CONFIRM_ACTION:confirm"})
 }
 
-fn error_type(chunk: &chatgate::protocol::Chunk) -> &str {
+pub(crate) fn error_type(chunk: &chatgate::protocol::Chunk) -> &str {
     chunk.metadata["error_type"].as_str().unwrap_or("")
 }
 
 /// The agent pauses on `message`; its stream and the pause's id.
-async fn paused(app: &TestApp, key: &str, session: &str, message: &str) -> (EventStream, String) {
+pub(crate) async fn paused(
+    app: &TestApp,
+    key: &str,
+    session: &str,
+    message: &str,
+) -> (EventStream, String) {
     let mut stream =
         EventStream::new(post(app, key, json!({"message": message, "session_id": session})).await);
     let request = stream.until(ChunkType::ConfirmationRequest).await;
@@ -86,7 +91,7 @@ async fn paused(app: &TestApp, key: &str, session: &str, message: &str) -> (Even
     (stream, id)
 }
 
-async fn inbox(app: &TestApp, key: &str) -> Vec<Value> {
+pub(crate) async fn inbox(app: &TestApp, key: &str) -> Vec<Value> {
     let response = app
         .client
         .get(format!("{}/api/v1/interactions", app.address))

@@ -9,6 +9,7 @@ mod barrage;
 mod confirm;
 mod durable;
 mod errors;
+mod escalation;
 mod faults;
 mod grants;
 mod hardening;

@@ -16,7 +16,7 @@ use sha2::Sha256;
 use crate::durable::{self, Dir};
 use crate::helpers::{confirmation_id, spawn_app_with, TestApp, WAIT};
 
-const SECRET: &str = "a-webhook-secret-of-some-length";
+pub(crate) const SECRET: &str = "a-webhook-secret-of-some-length";
 
 /// How the receiver answers one delivery.
 #[derive(Debug, Clone, Copy)]

@@ -569,6 +569,16 @@ parameters = { type = "object", properties = { step = { type = "string" } } }
     await item.locator('.hint', { hasText: 'waiting for 1 more approval' }).waitFor();
     assert.equal(await item.getByRole('button', { name: /Confirm/ }).isVisible(), false,
       'this label approved: no second Confirm for it');
+    // Loaded again, the page knows it from the server: no Confirm, and why.
+    await page.reload();
+    const again = page.locator('.inbox-item', { hasText: 'prod-deploy' });
+    await again.waitFor();
+    assert.match(await again.textContent(), /1 of 2 approvals \(lead-1\)/);
+    assert.match(await again.textContent(), /you cannot confirm: lead-1 approved it already/);
+    await again.getByRole('button', { name: 'Open' }).click();
+    await again.locator('.hint', { hasText: 'You cannot confirm' }).waitFor();
+    assert.equal(await again.getByRole('button', { name: /Confirm/ }).isVisible(), false);
+    assert.equal(await again.getByRole('button', { name: 'Cancel' }).isVisible(), true);
     assert.deepEqual(errors, []);
     await page.close();
   } finally {

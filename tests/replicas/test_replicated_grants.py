@@ -15,10 +15,11 @@ import os
 import re
 import tempfile
 import threading
+import time
 import unittest
 import uuid
 
-from test_round_robin import Cluster, answer, chunk_types, connect, post, read_to_end  # noqa: E402
+from test_round_robin import OWNER_TTL, Cluster, answer, chunk_types, connect, post, read_to_end  # noqa: E402
 from harness import read_until  # noqa: E402
 
 TOOLS = """
@@ -170,8 +171,8 @@ class QuorumTests(unittest.TestCase):
             f.write(QUORUM_TOOLS)
         with open(keys, "w") as f:
             f.write(KEYS)
-        cls.cluster = Cluster(replicas=3, nginx=False,
-                              extra=["--tools", tools, "--api-keys-file", keys])
+        cls.extra = ["--tools", tools, "--api-keys-file", keys]
+        cls.cluster = Cluster(replicas=3, nginx=False, extra=cls.extra)
         cls.a, cls.b, cls.c = cls.cluster.replicas
 
     @classmethod
@@ -220,6 +221,28 @@ class QuorumTests(unittest.TestCase):
             self.assertEqual(status, 200, chunk)
             self.assertEqual(chunk_types(read_to_end(stream))[-1], b"cancelled")
             stream.conn.close()
+
+    def test_a_partial_quorum_survives_the_kill_9_of_its_owner(self):
+        doomed = self.cluster.add("doomed-quorum", self.extra)
+        s = session("takeover")
+        agent = {"Authorization": "Bearer agent-key-0000001"}
+        lead_1 = {"Authorization": "Bearer lead-key-00000001"}
+        lead_2 = {"Authorization": "Bearer lead-key-00000002"}
+        stream = post(doomed, {"message": "deploy web", "session_id": s}, agent)
+        seen = read_until(stream, rb'"stream_paused":true')
+        pause = re.search(rb'"confirmation_id":"([0-9a-f-]{36})"', seen).group(1).decode()
+        status, chunk, _ = answer(self.b, s, "confirm", lead_1, confirmation_id=pause)
+        self.assertEqual((status, chunk["chunk_type"]), (200, "approval_recorded"), chunk)
+
+        doomed.kill()
+        stream.conn.close()
+        time.sleep(OWNER_TTL + 0.5)  # its heartbeat expires
+        again, chunk, _ = answer(self.c, s, "confirm", lead_1, confirmation_id=pause)
+        self.assertEqual((again, chunk["metadata"].get("error_type")), (409, "already_approved"),
+                         "lead-1's approval was kept: %r" % (chunk,))
+        status, chunk, _ = answer(self.b, s, "confirm", lead_2, confirmation_id=pause)
+        self.assertEqual((status, chunk["chunk_type"]), (200, "confirmation_received"), chunk)
+        self.assertEqual(chunk["metadata"]["approved_by"], ["lead-1", "lead-2"])
 
 
 if __name__ == "__main__":

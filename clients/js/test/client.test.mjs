@@ -684,4 +684,15 @@ describe('task arguments', () => {
     assert.ok(text.includes(`… (${whole - ARGS_SHOWN} more characters; --json shows them all)`), text);
     assert.ok(!text.includes('evil.example'));
   });
+
+  test('a recorded approval says how many more and from which group', () => {
+    const ack = {
+      chunk_type: 'approval_recorded', chunk: 'Approval recorded: 1 of 2 (lead-1)',
+      metadata: { approvals: ['lead-1'], required: 2, approvers: ['leads'] },
+    };
+    assert.ok(formatChunk(ack).includes('  waiting for 1 more approval (leads)'), formatChunk(ack));
+    const plain = { ...ack, metadata: { approvals: ['lead-1'], required: 3 } };
+    assert.ok(formatChunk(plain).includes('  waiting for 2 more approvals'), formatChunk(plain));
+    assert.ok(!formatChunk(plain).includes('(leads)'));
+  });
 });

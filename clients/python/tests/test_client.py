@@ -172,6 +172,16 @@ class TaskArgumentsTests(unittest.TestCase):
         self.assertIn("… (%d more characters; --json shows them all)" % (whole - shown), text)
         self.assertNotIn("evil.example", text)
 
+    def test_a_recorded_approval_says_how_many_more_and_from_which_group(self):
+        ack = {"chunk_type": "approval_recorded", "chunk": "Approval recorded: 1 of 2 (lead-1)",
+               "metadata": {"approvals": ["lead-1"], "required": 2, "approvers": ["leads"]}}
+        self.assertIn("  waiting for 1 more approval (leads)", chatgate_client.format_chunk(ack))
+        del ack["metadata"]["approvers"]
+        ack["metadata"]["required"] = 3
+        text = chatgate_client.format_chunk(ack)
+        self.assertIn("  waiting for 2 more approvals", text)
+        self.assertNotIn("(leads)", text)
+
 
 class ScriptedAnswerNamingTests(unittest.TestCase):
     """--answer takes a question's id or the header the prompt shows;

@@ -13,11 +13,13 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
                 index: 1,
                 tool: None,
                 risk: crate::protocol::RiskLevel::Low,
+                gate: Default::default(),
             },
             TaskCheck {
                 index: 2,
                 tool: None,
                 risk: crate::protocol::RiskLevel::Low,
+                gate: Default::default(),
             },
         ],
         ..PlanCheck::default()

@@ -10,6 +10,7 @@ mod fallback;
 mod grants;
 mod pause;
 pub mod policy;
+mod restored;
 mod timers;
 pub mod tools;
 

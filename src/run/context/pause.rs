@@ -20,7 +20,7 @@ use crate::protocol::{
     PauseKind, QuestionData, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
 use crate::run::outcome::RunError;
-use crate::run::plan::{Answers, Approval, Plan, Questions, Resumed};
+use crate::run::plan::{Answers, Approval, Plan, Questions};
 use crate::session::RunTag;
 use crate::store::PausedRecord;
 use crate::webhook::{About, Event};
@@ -58,7 +58,7 @@ impl RunContext {
 
     /// Waits for the decision of a registered pause: a reply, or the run's
     /// own fallback (its timeout, a stop), recorded when the pause is stored.
-    async fn wait_for(
+    pub(super) async fn wait_for(
         &mut self,
         pending: PendingDecision,
         asked: &Asked,
@@ -200,7 +200,8 @@ impl RunContext {
         let round = self.round;
         let checks = self.plan_check(&plan.tasks);
         let (timeout, rejects_on_timeout) = self.waiting_of(&checks);
-        let timers = self.timers_of(&checks);
+        let asked_at = SystemTime::now();
+        let timers = self.timers_of(&checks, asked_at, None);
         // The last round offers no modify: a modify there could only end
         // the run (`max_rounds`), which nobody asking for changes wants.
         let last_round = round >= self.settings.max_rounds;
@@ -218,7 +219,7 @@ impl RunContext {
             task.simulated = check.tool.is_none();
             task.decisions = DecisionKind::for_task(check.tool.is_some());
         }
-        let expires_at = SystemTime::now() + timeout;
+        let expires_at = asked_at + timeout;
         let data = ConfirmationData {
             kind: PauseKind::Approval,
             confirmation_id: confirmation_id.clone(),
@@ -315,7 +316,7 @@ impl RunContext {
             decision: None,
             ended: None,
             in_memory,
-            approvals: Vec::new(),
+            progress: None,
         };
         let (key, run_id) = (self.session_key().clone(), self.run_id());
         store.save(record, &events).await.map_err(|err| {
@@ -354,6 +355,7 @@ impl RunContext {
             asked_at: SystemTime::now(),
             expires_at,
             approvals: Vec::new(),
+            escalated_to: None,
         };
         let pending = self
             .slot
@@ -461,7 +463,7 @@ impl RunContext {
 
     /// Takes the reply to questions and sends `confirmation_received` with
     /// the answers (as [`RunContext::answered`] does for a plan).
-    fn questions_answered(
+    pub(super) fn questions_answered(
         &mut self,
         decision: Decision,
         asked: Asked,
@@ -490,71 +492,6 @@ impl RunContext {
         match action {
             Action::Cancel => Err(RunError::Cancelled(CancelReason::User)),
             _ => Ok(answers),
-        }
-    }
-
-    /// Registers again the pause of a run restored from a store (its
-    /// record is `record`): from here on a reply may decide it.
-    pub(crate) fn restore_pause(
-        &mut self,
-        record: &PausedRecord,
-    ) -> Result<PendingDecision, RunError> {
-        let asking = match record.kind {
-            PauseKind::Approval => Asking::Plan(Arc::new(self.plan_check(&record.tasks))),
-            PauseKind::Question => Asking::Questions(record.questions.clone().into()),
-        };
-        let at = crate::clock::at;
-        let spec = PauseSpec {
-            confirmation_id: record.confirmation_id.clone(),
-            round: record.round,
-            options: record.options.clone(),
-            asking,
-            stored: self.stored_id.clone(),
-            asked_at: at(record.asked_at_ms),
-            expires_at: at(record.expires_at_ms),
-            approvals: record.approvals.clone(),
-        };
-        let pending = self
-            .slot
-            .pause(spec, self.stop.token())
-            .map_err(RunError::Cancelled)?;
-        self.pause_stored = true;
-        self.log.pause_started();
-        self.log.note_pause(&record.confirmation_id);
-        Ok(pending)
-    }
-
-    /// Waits on a restored pause (see [`RunContext::restore_pause`]) with
-    /// the time it has left, and takes its decision as
-    /// [`RunContext::confirm`] (or [`RunContext::ask`]) would.
-    pub(crate) async fn resume_pause(
-        &mut self,
-        pending: PendingDecision,
-        record: &PausedRecord,
-    ) -> Result<Resumed, RunError> {
-        let now_ms = crate::clock::now_ms();
-        let left = Duration::from_millis(record.expires_at_ms.saturating_sub(now_ms));
-        let asked = Asked {
-            confirmation_id: record.confirmation_id.clone(),
-            round: record.round,
-            paused_at: Instant::now(),
-            sent: None,
-            timeout: left,
-            rejects_on_timeout: None,
-            timers: None,
-        };
-        if self.settings.webhooks.is_some() {
-            self.last_pause = Some(Box::new((record.confirmation_id.clone(), record.kind)));
-        }
-        let stop = async { self.stop.stopped().await };
-        let decision = self.slot.wait(pending, left, stop).await;
-        self.log.pause_ended();
-        let decision = Box::pin(self.record_fallback(decision, &asked.confirmation_id)).await?;
-        match record.kind {
-            PauseKind::Approval => self.approval(decision, asked).await.map(Resumed::Approval),
-            PauseKind::Question => self
-                .questions_answered(decision, asked)
-                .map(Resumed::Answers),
         }
     }
 }

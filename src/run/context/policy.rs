@@ -11,6 +11,7 @@ use crate::audit::AuditRecord;
 use crate::confirmation::decisions::PlanCheck;
 use crate::protocol::{meta, ApprovedBy, ErrorType, TaskSpec};
 use crate::run::outcome::RunError;
+use crate::tools::gate::Gate;
 use crate::tools::rules::Ruling;
 use crate::tools::{RuleDecision, Tool, ToolOutcome};
 
@@ -53,7 +54,7 @@ impl RunContext {
     /// tools, the rules an edit must pass, `--explicit-decisions`.
     pub(super) fn plan_check(&self, tasks: &[TaskSpec]) -> PlanCheck {
         PlanCheck::of(tasks, &self.settings.tools)
-            .with_rules(&self.settings.tools, self.key_label())
+            .with_rules(tasks, &self.settings.tools, self.key_label())
             .explicit(self.settings.explicit_decisions)
             .max_grant_ttl(self.settings.max_grant_ttl)
     }
@@ -68,14 +69,13 @@ impl RunContext {
         let timeout = checks
             .tasks
             .iter()
-            .filter_map(|task| task.tool.as_ref()?.pause_timeout)
+            .filter_map(|task| task.gate.timeout)
             .fold(self.settings.confirm_timeout, std::time::Duration::min);
         let rejects = !checks.tasks.is_empty()
-            && checks.tasks.iter().all(|task| {
-                task.tool
-                    .as_ref()
-                    .is_some_and(|tool| tool.reject_on_timeout)
-            });
+            && checks
+                .tasks
+                .iter()
+                .all(|task| task.gate.rejects_on_timeout());
         let tasks = rejects.then(|| checks.tasks.iter().map(|task| task.index).collect());
         (timeout, tasks)
     }
@@ -111,7 +111,13 @@ impl RunContext {
         let ruling = tools.rules().evaluate(&tool.name, args, &key);
         let mut route = route_of(&ruling, asks);
         // A person's grant covers what would be asked; never a denial.
-        if route == Route::Ask {
+        // ... and never a call more than one person, or a group, decides.
+        let gated = tool.gate.needs_people()
+            || ruling
+                .enforced
+                .and_then(|rule| rule.gate.as_ref())
+                .is_some_and(Gate::needs_people);
+        if route == Route::Ask && !gated {
             if let Some(by) = self.spend_grant(tool, args).await {
                 route = Route::Allow(Some(by));
             }

@@ -1,39 +1,62 @@
-//! A pause's reminder and escalation (its tools' `remind_after`,
+//! A pause's reminder and escalation (its tasks' `remind_after`,
 //! `escalate_after` with `escalate_to`): each fires once, for its own pause
 //! and round, in the process that holds the run, while the pause waits;
-//! the pause's end stops them. A reminder is the webhook event
+//! the pause's end stops them. Both count from the moment the pause was
+//! asked (wall clock), so that a pause restored by the next process or
+//! taken over by another replica fires what came due meanwhile, at once,
+//! and nothing twice: each step is kept with the pause's record (see
+//! [`PauseProgress`]) before it is announced, and a restored pause skips
+//! what its record says fired. A reminder is the webhook event
 //! `interaction.reminder`; an escalation widens who may decide the pause
-//! to the group's members (the inbox shows `escalated_to`), announces
-//! `interaction.escalated` and says so on the run's stream.
+//! to the group's members (the inbox and the re-sent request show
+//! `escalated_to`), moves its expiry by `escalate_extends` if given,
+//! announces `interaction.escalated` and says so on the run's stream.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::task::JoinHandle;
 
 use super::RunContext;
 use crate::confirmation::decisions::PlanCheck;
 use crate::protocol::{ChunkType, PauseKind};
+use crate::store::{Fault, PauseProgress};
+use crate::tools::gate::Escalation;
 use crate::webhook::{About, Event};
 
-/// What a pause's tools ask of it while it waits.
+/// What a pause's tasks ask of it while it waits, and what already fired.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Timers {
     remind_after: Option<Duration>,
-    escalate: Option<(Duration, String)>,
+    escalate: Option<Escalation>,
+    asked_at: SystemTime,
 }
 
 impl RunContext {
-    /// The earliest reminder and escalation the tools of `checks` ask for.
-    pub(super) fn timers_of(&self, checks: &PlanCheck) -> Option<Box<Timers>> {
-        let tools = checks.tasks.iter().filter_map(|task| task.tool.as_ref());
-        let remind_after = tools.clone().filter_map(|tool| tool.remind_after).min();
-        let escalate = tools
-            .filter_map(|tool| tool.escalate.clone())
-            .min_by_key(|(after, _)| *after);
+    /// The earliest reminder and escalation the tasks of `checks` ask for,
+    /// counted from `asked_at`, less what `fired` says happened already.
+    pub(super) fn timers_of(
+        &self,
+        checks: &PlanCheck,
+        asked_at: SystemTime,
+        fired: Option<&PauseProgress>,
+    ) -> Option<Box<Timers>> {
+        let gates = checks.tasks.iter().map(|task| &task.gate);
+        let reminded = fired.is_some_and(|f| f.reminded);
+        let escalated = fired.is_some_and(|f| f.escalated_to.is_some());
+        let remind_after = gates
+            .clone()
+            .filter_map(|gate| gate.remind_after)
+            .min()
+            .filter(|_| !reminded);
+        let escalate = gates
+            .filter_map(|gate| gate.escalate.clone())
+            .min_by_key(|escalation| escalation.after)
+            .filter(|_| !escalated);
         (remind_after.is_some() || escalate.is_some()).then(|| {
             Box::new(Timers {
                 remind_after,
                 escalate,
+                asked_at,
             })
         })
     }
@@ -45,45 +68,77 @@ impl RunContext {
         let manager = self.slot.manager().clone();
         let key = self.session_key().clone();
         let log = self.log.clone();
+        let stored = self.stored_id.clone();
         let id = confirmation_id.to_owned();
         let timers = timers.clone();
         let tag = self.tag().to_string();
         tokio::spawn(async move {
-            let started = tokio::time::Instant::now();
-            let mut due: Vec<(Duration, Option<String>)> = Vec::new();
+            let mut due: Vec<(Duration, Option<Escalation>)> = Vec::new();
             if let Some(after) = timers.remind_after {
                 due.push((after, None));
             }
-            if let Some((after, group)) = timers.escalate {
-                due.push((after, Some(group)));
+            if let Some(escalation) = timers.escalate {
+                due.push((escalation.after, Some(escalation)));
             }
             due.sort_by_key(|(after, _)| *after);
-            for (after, escalate_to) in due {
-                tokio::time::sleep_until(started + after).await;
+            for (after, escalation) in due {
+                let at = timers.asked_at + after;
+                if let Ok(left) = at.duration_since(SystemTime::now()) {
+                    tokio::time::sleep(left).await;
+                }
                 let about = About {
                     key: &key,
                     confirmation_id: &id,
                     kind: PauseKind::Approval,
                 };
-                let rows = match &escalate_to {
-                    None => settings.event_rows(|| Event::reminder(&about, after)),
-                    Some(group) => {
-                        if !manager.escalate(&key, &id, group) {
+                let (step, rows) = match &escalation {
+                    None => (
+                        PauseProgress::reminded(&id),
+                        settings.event_rows(|| Event::reminder(&about, after)),
+                    ),
+                    Some(escalation) => {
+                        let group = escalation.to.as_str();
+                        let Some(expires_at) =
+                            manager.escalate(&key, &id, group, escalation.extends)
+                        else {
                             return;
-                        }
+                        };
                         log::info!("{tag} pause {id} escalated to {group}");
-                        let text = format!("Escalated to {group}: nobody decided in time");
+                        let field = format!("\"escalated_to\":{}", serde_json::json!(group));
+                        log.amend_request(&id, field.as_bytes());
+                        let mut text = format!("Escalated to {group}: nobody decided in time");
+                        if escalation.extends.is_some() {
+                            let until = humantime::format_rfc3339_seconds(expires_at);
+                            text.push_str(&format!(" (it now expires at {until})"));
+                        }
                         let chunk = crate::protocol::Chunk::new(
                             ChunkType::Status,
                             text,
                             &key.session_id,
                             0,
                         )
-                        .with_meta("escalated_to", group.as_str());
+                        .with_meta("escalated_to", group)
+                        .with_meta(
+                            "expires_at",
+                            humantime::format_rfc3339_seconds(expires_at).to_string(),
+                        );
                         log.push(chunk);
-                        settings.event_rows(|| Event::escalated(&about, after, group))
+                        let step =
+                            PauseProgress::escalated(&id, group, crate::clock::ms(expires_at));
+                        let rows = settings.event_rows(|| Event::escalated(&about, after, group));
+                        (step, rows)
                     }
                 };
+                // Kept first: a restart or takeover must not fire it again.
+                if let Some(run) = stored.as_deref() {
+                    if let Err(err) = settings.store.record_progress(run, &key, &step).await {
+                        log::warn!("{tag} pause {id}: its timer's step was not kept: {err}");
+                        if matches!(err.fault, Fault::Moved | Fault::Lost) {
+                            // The pause is another's now (or gone): not ours to announce.
+                            return;
+                        }
+                    }
+                }
                 settings.announce(&rows).await;
             }
         })

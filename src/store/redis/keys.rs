@@ -18,3 +18,7 @@ pub(super) fn outcome_key(namespace: Option<&str>, session_id: &str) -> String {
 pub(super) fn run_key(run: &str) -> String {
     format!("chatgate:run:{run}")
 }
+
+/// The fields of a run's hash a pause's progress steps are kept in (see
+/// `progress.rs`).
+pub(super) const PROGRESS_FIELDS: [&str; 3] = ["approvals", "reminded", "escalated"];

@@ -61,17 +61,19 @@ mod grants;
 mod inbox;
 mod keys;
 mod outbox;
+mod outcomes;
 pub mod ownership;
+mod progress;
 mod scripts;
 
-use self::keys::{outcome_key, pending_key, run_key, session_key};
+use self::keys::{pending_key, run_key, session_key, PROGRESS_FIELDS};
 use self::scripts::{
     ALIVE, ANNOUNCE, CLAIM, END, ENQUEUE, FORGET, HAND_BACK, LEAVE, RECORD_DECISION, REMOVE,
     RESOLVE, RESOLVE_CLAIM, SAVE, SETTLE_EVENT, TAKE_EVENTS, TAKE_OVER, UNLIST,
 };
 use super::{
-    Fault, Grant, Located, OutboxEvent, OutboxStats, Outcome, PausedRecord, QueuedEvent,
-    Resolution, RunEnd, Store, StoreError, StoredDecision,
+    Fault, Grant, Located, OutboxEvent, OutboxStats, Outcome, PauseProgress, PausedRecord,
+    QueuedEvent, Resolution, RunEnd, Store, StoreError, StoredDecision,
 };
 use crate::session::{Namespaces, SessionKey};
 
@@ -273,23 +275,31 @@ impl RedisStore {
     /// its end if it ended.
     pub async fn get(&self, run: &str) -> Result<Option<PausedRecord>, StoreError> {
         let mut connection = self.connection().await?;
-        let (record, decision, ended): (Option<String>, Option<String>, Option<String>) =
-            redis::cmd("HMGET")
-                .arg(run_key(run))
-                .arg("record")
-                .arg("decision")
-                .arg("ended")
-                .query_async(&mut connection)
-                .await
-                .map_err(|err| self.failed(&err))?;
+        let fields: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(run_key(run))
+            .arg("record")
+            .arg("decision")
+            .arg("ended")
+            .arg(&PROGRESS_FIELDS[..])
+            .query_async(&mut connection)
+            .await
+            .map_err(|err| self.failed(&err))?;
         self.healthy.store(true, Ordering::Relaxed);
-        let Some(record) = record else {
+        let mut fields = fields.into_iter();
+        let (Some(Some(record)), Some(decision), Some(ended)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
             return Ok(None);
         };
         match serde_json::from_str::<PausedRecord>(&record) {
             Ok(mut record) => {
                 record.decision = decision.and_then(|d| serde_json::from_str(&d).ok());
                 record.ended = ended.and_then(|e| serde_json::from_str(&e).ok());
+                let steps: Vec<Option<String>> = fields.collect();
+                record.progress = PauseProgress::join(
+                    &record.confirmation_id,
+                    steps.iter().map(Option::as_deref),
+                );
                 Ok(Some(record))
             }
             Err(err) => {
@@ -494,18 +504,7 @@ impl Store for RedisStore {
         outcome: &'a Outcome,
         keep: Duration,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let json = serde_json::to_string(outcome).unwrap_or_default();
-            let mut connection = self.connection().await?;
-            redis::cmd("SET")
-                .arg(outcome_key(namespace, &outcome.session_id))
-                .arg(json)
-                .arg("PX")
-                .arg(keep.as_millis().max(1) as u64)
-                .query_async::<()>(&mut connection)
-                .await
-                .map_err(|err| self.failed(&err))
-        })
+        Box::pin(self.keep_outcome_now(namespace, outcome, keep))
     }
 
     fn outcome<'a>(
@@ -513,15 +512,7 @@ impl Store for RedisStore {
         namespace: Option<&'a str>,
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>> {
-        Box::pin(async move {
-            let mut connection = self.connection().await?;
-            let json: Option<String> = redis::cmd("GET")
-                .arg(outcome_key(namespace, session_id))
-                .query_async(&mut connection)
-                .await
-                .map_err(|err| self.failed(&err))?;
-            Ok(json.and_then(|json| serde_json::from_str(&json).ok()))
-        })
+        Box::pin(self.read_outcome(namespace, session_id))
     }
 
     fn locate<'a>(
@@ -529,6 +520,15 @@ impl Store for RedisStore {
         confirmation_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Located>, StoreError>> {
         Box::pin(self.locate_pause(confirmation_id))
+    }
+
+    fn record_progress<'a>(
+        &'a self,
+        run: &'a str,
+        key: &'a SessionKey,
+        step: &'a PauseProgress,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.record_step(run, key, step))
     }
 
     fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {

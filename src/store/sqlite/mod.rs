@@ -27,8 +27,8 @@ use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{
-    Fault, Grant, OutboxEvent, OutboxStats, Outcome, PausedRecord, QueuedEvent, Resolution, RunEnd,
-    Store, StoreError, StoredDecision,
+    Fault, Grant, OutboxEvent, OutboxStats, Outcome, PauseProgress, PausedRecord, QueuedEvent,
+    Resolution, RunEnd, Store, StoreError, StoredDecision,
 };
 use crate::session::SessionKey;
 
@@ -330,16 +330,32 @@ impl Store for SqliteStore {
         self.with(move |c| grants::add(c, &grant, now))
     }
 
-    fn record_approvals<'a>(
+    fn record_progress<'a>(
         &'a self,
         run: &'a str,
-        confirmation_id: &'a str,
-        approvals: &'a [String],
+        _key: &'a SessionKey,
+        step: &'a PauseProgress,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let run = run.to_owned();
-        let json = serde_json::json!({"confirmation_id": confirmation_id, "labels": approvals})
-            .to_string();
+        let step = step.clone();
+        // Read, step and written on the store's one connection: steps of
+        // one pause (an approval, its reminder) never overwrite each other.
         self.with(move |c| {
+            let kept: Option<Option<String>> = c
+                .query_row(
+                    "SELECT approvals FROM paused_runs WHERE run = ?1",
+                    params![run],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            let Some(kept) = kept else {
+                return Ok(());
+            };
+            let progress = match PauseProgress::join(&step.confirmation_id, [kept.as_deref()]) {
+                Some(kept) => kept.then(step),
+                None => step,
+            };
+            let json = serde_json::to_string(&progress).unwrap_or_default();
             c.execute(
                 "UPDATE paused_runs SET approvals = ?2 WHERE run = ?1",
                 params![run, json],
@@ -405,12 +421,9 @@ impl Store for SqliteStore {
                     Ok(mut record) => {
                         record.decision = decision.and_then(|d| serde_json::from_str(&d).ok());
                         record.ended = ended.and_then(|e| serde_json::from_str(&e).ok());
-                        // Only the approvals of the pause the record holds.
-                        let approvals = approvals
-                            .and_then(|a| serde_json::from_str::<serde_json::Value>(&a).ok())
-                            .filter(|a| a["confirmation_id"] == record.confirmation_id.as_str())
-                            .and_then(|a| serde_json::from_value(a["labels"].clone()).ok());
-                        record.approvals = approvals.unwrap_or_default();
+                        // Only the progress of the pause the record holds.
+                        record.progress =
+                            PauseProgress::join(&record.confirmation_id, [approvals.as_deref()]);
                         records.push(record);
                     }
                     Err(err) => log::warn!("skipping an unreadable stored run: {err}"),
@@ -522,7 +535,8 @@ fn add_end_columns(c: &Connection) -> rusqlite::Result<()> {
              ALTER TABLE paused_runs ADD COLUMN ended_until INTEGER;",
         )?;
     }
-    // A quorum's approvals so far: `{"confirmation_id": ..., "labels": [...]}`.
+    // What happened to the pause while it waited (a `PauseProgress`; the
+    // column's name is from when it held only a quorum's approvals).
     if !names.iter().any(|name| name == "approvals") {
         c.execute_batch("ALTER TABLE paused_runs ADD COLUMN approvals TEXT;")?;
     }

@@ -27,7 +27,7 @@ fn record(run: &str) -> PausedRecord {
         decision: None,
         ended: None,
         in_memory: false,
-        approvals: Vec::new(),
+        progress: None,
     }
 }
 

@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use crate::protocol::{is_plain_name, RiskLevel};
 use crate::tools::command;
+use crate::tools::gate::GateKeys;
 #[cfg(feature = "openai")]
 use crate::tools::http;
 use crate::tools::tool::{Executor, Tool, DEFAULT_TIMEOUT, MAX_TIMEOUT};
@@ -33,6 +34,7 @@ pub(super) struct ToolEntry {
     remind_after: Option<String>,
     escalate_after: Option<String>,
     escalate_to: Option<String>,
+    escalate_extends: Option<String>,
     command: Option<Vec<String>>,
     http: Option<String>,
     timeout_secs: Option<f64>,
@@ -100,70 +102,20 @@ pub(super) fn build(entry: ToolEntry) -> Result<Tool, String> {
     )
     .map_err(|err| format!("key `parameters`: {err}"))?;
     tool.grantable = entry.grantable || risk != RiskLevel::High;
-    if let Some(group) = entry.approvers {
-        if !is_plain_name(&group, 32) {
-            return Err(format!(
-                "key `approvers`: `{group}` must be a group name of 1-32 characters of A-Z a-z \
-                 0-9 _ -"
-            ));
-        }
-        tool.approvers = Some(group);
+    tool.gate = GateKeys {
+        approvers: entry.approvers,
+        approvals: entry.approvals,
+        requester_may_approve: entry.requester_may_approve,
+        timeout: entry.timeout,
+        on_timeout: entry.on_timeout,
+        remind_after: entry.remind_after,
+        escalate_after: entry.escalate_after,
+        escalate_to: entry.escalate_to,
+        escalate_extends: entry.escalate_extends,
     }
-    tool.approvals = match entry.approvals {
-        None => 1,
-        Some(n @ 1..=5) => n as u8,
-        Some(n) => return Err(format!("key `approvals`: {n} is not from 1 to 5")),
-    };
-    tool.requester_may_approve = entry.requester_may_approve;
-    if let Some(text) = entry.timeout {
-        let timeout = humantime::parse_duration(text.trim())
-            .ok()
-            .filter(|t| *t >= Duration::from_secs(1) && *t <= Duration::from_secs(30 * 86_400))
-            .ok_or_else(|| {
-                format!(
-                    "key `timeout`: `{text}` is not a duration from 1s to 30 days (such as 10m)"
-                )
-            })?;
-        tool.pause_timeout = Some(timeout);
-    }
-    let duration = |key: &str, text: String| {
-        humantime::parse_duration(text.trim())
-            .ok()
-            .filter(|t| *t >= Duration::from_secs(1) && *t <= Duration::from_secs(30 * 86_400))
-            .ok_or_else(|| {
-                format!("key `{key}`: `{text}` is not a duration from 1s to 30 days (such as 5m)")
-            })
-    };
-    tool.remind_after = entry
-        .remind_after
-        .map(|text| duration("remind_after", text))
-        .transpose()?;
-    tool.escalate = match (entry.escalate_after, entry.escalate_to) {
-        (None, None) => None,
-        (Some(after), Some(group)) => {
-            if !is_plain_name(&group, 32) {
-                return Err(format!("key `escalate_to`: `{group}` is not a group name"));
-            }
-            Some((duration("escalate_after", after)?, group))
-        }
-        _ => {
-            return Err(
-                "keys `escalate_after` and `escalate_to` go together (when, and to whom)"
-                    .to_owned(),
-            )
-        }
-    };
-    tool.reject_on_timeout = match entry.on_timeout.as_deref() {
-        None | Some("cancel") => false,
-        Some("reject") => true,
-        Some(other) => {
-            return Err(format!(
-                "key `on_timeout`: `{other}` is not cancel or reject"
-            ))
-        }
-    };
+    .build()?;
     // What more than one person or a named group decides, no grant covers.
-    if tool.approvals > 1 || tool.approvers.is_some() {
+    if tool.gate.needs_people() {
         tool.grantable = false;
     }
     Ok(tool)

@@ -1,0 +1,105 @@
+//! A pause restored from a store (a restart, or a takeover by another
+//! replica): registered again with what its record keeps (its approvals,
+//! its escalation and the expiry that moved with it), then waited on with
+//! the time it has left, its timers and its `on_timeout` as when it was
+//! asked.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::asked::Asked;
+use super::RunContext;
+use crate::confirmation::slot::{PauseSpec, PendingDecision};
+use crate::confirmation::Asking;
+use crate::protocol::PauseKind;
+use crate::run::outcome::RunError;
+use crate::run::plan::Resumed;
+use crate::store::PausedRecord;
+
+impl RunContext {
+    /// Registers again the pause of a run restored from a store (its
+    /// record is `record`): from here on a reply may decide it.
+    pub(crate) fn restore_pause(
+        &mut self,
+        record: &PausedRecord,
+    ) -> Result<PendingDecision, RunError> {
+        let asking = match record.kind {
+            PauseKind::Approval => Asking::Plan(Arc::new(self.plan_check(&record.tasks))),
+            PauseKind::Question => Asking::Questions(record.questions.clone().into()),
+        };
+        let at = crate::clock::at;
+        let progress = record.progress.clone().unwrap_or_default();
+        if let Some(group) = &progress.escalated_to {
+            // A re-attached client is sent the request as it stands now.
+            let field = format!("\"escalated_to\":{}", serde_json::json!(group));
+            self.log
+                .amend_request(&record.confirmation_id, field.as_bytes());
+        }
+        let spec = PauseSpec {
+            confirmation_id: record.confirmation_id.clone(),
+            round: record.round,
+            options: record.options.clone(),
+            asking,
+            stored: self.stored_id.clone(),
+            asked_at: at(record.asked_at_ms),
+            expires_at: at(progress.expires_at_ms.unwrap_or(record.expires_at_ms)),
+            approvals: progress.approvals,
+            escalated_to: progress.escalated_to,
+        };
+        let pending = self
+            .slot
+            .pause(spec, self.stop.token())
+            .map_err(RunError::Cancelled)?;
+        self.pause_stored = true;
+        self.log.pause_started();
+        self.log.note_pause(&record.confirmation_id);
+        Ok(pending)
+    }
+
+    /// Waits on a restored pause (see [`RunContext::restore_pause`]) with
+    /// the time it has left, and takes its decision as
+    /// [`RunContext::confirm`] (or [`RunContext::ask`]) would.
+    pub(crate) async fn resume_pause(
+        &mut self,
+        pending: PendingDecision,
+        record: &PausedRecord,
+    ) -> Result<Resumed, RunError> {
+        let now_ms = crate::clock::now_ms();
+        let progress = record.progress.as_ref();
+        let expires_at_ms = progress
+            .and_then(|p| p.expires_at_ms)
+            .unwrap_or(record.expires_at_ms);
+        let left = Duration::from_millis(expires_at_ms.saturating_sub(now_ms));
+        // What its tasks ask while it waits, as when it was asked: the
+        // timers count from then (what came due meanwhile fires now, what
+        // fired before does not again), silence rejects where they say so.
+        let (rejects_on_timeout, timers) = match record.kind {
+            PauseKind::Approval => {
+                let checks = self.plan_check(&record.tasks);
+                let (_, rejects) = self.waiting_of(&checks);
+                let asked_at = crate::clock::at(record.asked_at_ms);
+                (rejects, self.timers_of(&checks, asked_at, progress))
+            }
+            PauseKind::Question => (None, None),
+        };
+        let asked = Asked {
+            confirmation_id: record.confirmation_id.clone(),
+            round: record.round,
+            paused_at: Instant::now(),
+            sent: None,
+            timeout: left,
+            rejects_on_timeout,
+            timers,
+        };
+        if self.settings.webhooks.is_some() {
+            self.last_pause = Some(Box::new((record.confirmation_id.clone(), record.kind)));
+        }
+        let decision = self.wait_for(pending, &asked).await?;
+        match record.kind {
+            PauseKind::Approval => self.approval(decision, asked).await.map(Resumed::Approval),
+            PauseKind::Question => self
+                .questions_answered(decision, asked)
+                .map(Resumed::Answers),
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! What happened to a pause while it waited: a quorum's approvals, its
+//! reminder, its escalation (and the expiry that moved with it). A durable
+//! store keeps it beside the paused run's record, each step as it happens
+//! and before it is announced, so that a restart or a takeover restores
+//! the pause as it was and fires no timer twice. It is joined to the
+//! record on load only when it is the progress of the pause the record
+//! holds (a new round starts from nothing).
+
+use serde::{Deserialize, Serialize};
+
+/// A pause's progress, or one step of it (the fields that step sets).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PauseProgress {
+    pub confirmation_id: String,
+    /// A quorum's approvals so far (labels, in order), and how many it
+    /// needs. Older files name them `labels`.
+    #[serde(default, alias = "labels", skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<String>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub required: usize,
+    /// Its `interaction.reminder` was sent (or is queued).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reminded: bool,
+    /// The group it was escalated to, and its expiry since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalated_to: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// Which of a pause's steps a [`PauseProgress`] records (a store that keeps
+/// them apart writes each to its own place).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Approvals,
+    Reminded,
+    Escalated,
+}
+
+impl Step {
+    /// Its name as a field (Redis).
+    pub fn field(self) -> &'static str {
+        match self {
+            Step::Approvals => "approvals",
+            Step::Reminded => "reminded",
+            Step::Escalated => "escalated",
+        }
+    }
+}
+
+impl PauseProgress {
+    pub fn approvals(confirmation_id: &str, approvals: &[String], required: usize) -> Self {
+        PauseProgress {
+            confirmation_id: confirmation_id.to_owned(),
+            approvals: approvals.to_vec(),
+            required,
+            ..PauseProgress::default()
+        }
+    }
+
+    pub fn reminded(confirmation_id: &str) -> Self {
+        PauseProgress {
+            confirmation_id: confirmation_id.to_owned(),
+            reminded: true,
+            ..PauseProgress::default()
+        }
+    }
+
+    pub fn escalated(confirmation_id: &str, group: &str, expires_at_ms: u64) -> Self {
+        PauseProgress {
+            confirmation_id: confirmation_id.to_owned(),
+            escalated_to: Some(group.to_owned()),
+            expires_at_ms: Some(expires_at_ms),
+            ..PauseProgress::default()
+        }
+    }
+
+    /// Which step this is.
+    pub fn step(&self) -> Step {
+        if self.escalated_to.is_some() {
+            Step::Escalated
+        } else if self.reminded {
+            Step::Reminded
+        } else {
+            Step::Approvals
+        }
+    }
+
+    /// `step` taken after this: a step of another pause starts over.
+    pub fn then(self, step: PauseProgress) -> PauseProgress {
+        if self.confirmation_id != step.confirmation_id {
+            return step;
+        }
+        let mut progress = self;
+        match step.step() {
+            Step::Approvals => {
+                progress.approvals = step.approvals;
+                progress.required = step.required;
+            }
+            Step::Reminded => progress.reminded = true,
+            Step::Escalated => {
+                progress.escalated_to = step.escalated_to;
+                progress.expires_at_ms = step.expires_at_ms;
+            }
+        }
+        progress
+    }
+
+    /// The progress of the pause `confirmation_id` among `steps` (JSON as
+    /// stored; unreadable or other pauses' steps count for nothing).
+    pub fn join<'a>(
+        confirmation_id: &str,
+        steps: impl IntoIterator<Item = Option<&'a str>>,
+    ) -> Option<PauseProgress> {
+        steps
+            .into_iter()
+            .flatten()
+            .filter_map(|json| serde_json::from_str::<PauseProgress>(json).ok())
+            .filter(|step| step.confirmation_id == confirmation_id)
+            .reduce(PauseProgress::then)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_join_for_their_own_pause_only() {
+        let approvals = serde_json::to_string(&PauseProgress::approvals("c1", &["a".into()], 2));
+        let escalated = serde_json::to_string(&PauseProgress::escalated("c1", "oncall", 9));
+        let other = serde_json::to_string(&PauseProgress::reminded("c0"));
+        let (approvals, escalated, other) =
+            (approvals.unwrap(), escalated.unwrap(), other.unwrap());
+        let joined =
+            PauseProgress::join("c1", [Some(&*approvals), Some(&*other), Some(&*escalated)]);
+        let joined = joined.unwrap();
+        assert_eq!(joined.approvals, ["a"]);
+        assert_eq!(joined.required, 2);
+        assert!(!joined.reminded);
+        assert_eq!(joined.escalated_to.as_deref(), Some("oncall"));
+        assert_eq!(joined.expires_at_ms, Some(9));
+        assert_eq!(PauseProgress::join("c2", [Some(&*approvals), None]), None);
+    }
+
+    #[test]
+    fn the_last_versions_approvals_are_read() {
+        let old = r#"{"confirmation_id":"c1","labels":["lead-1"]}"#;
+        let joined = PauseProgress::join("c1", [Some(old)]).unwrap();
+        assert_eq!(joined.approvals, ["lead-1"]);
+    }
+}
