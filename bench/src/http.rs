@@ -18,6 +18,8 @@ pub struct Conn {
     body_pos: usize,
     state: BodyState,
     request: Vec<u8>,
+    /// `Authorization: Bearer KEY\r\n`, when the requests carry a key.
+    authorization: Vec<u8>,
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -65,7 +67,14 @@ impl Conn {
             body_pos: 0,
             state: BodyState::Done,
             request: Vec::with_capacity(512),
+            authorization: Vec::new(),
         })
+    }
+
+    /// Every chat request of this connection carries `key` as a bearer.
+    pub fn bearer(mut self, key: &str) -> Conn {
+        self.authorization = format!("Authorization: Bearer {key}\r\n").into_bytes();
+        self
     }
 
     /// Sends `POST /api/v1/chat/stream` with a JSON body and reads the head.
@@ -73,8 +82,10 @@ impl Conn {
     pub async fn post_chat(&mut self, json: &[u8]) -> io::Result<u16> {
         self.request.clear();
         self.request.extend_from_slice(
-            b"POST /api/v1/chat/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ",
+            b"POST /api/v1/chat/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n",
         );
+        self.request.extend_from_slice(&self.authorization);
+        self.request.extend_from_slice(b"Content-Length: ");
         push_usize(&mut self.request, json.len());
         self.request.extend_from_slice(b"\r\n\r\n");
         self.request.extend_from_slice(json);

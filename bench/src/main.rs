@@ -4,6 +4,7 @@
 
 mod http;
 mod mcp;
+mod quorum;
 mod receiver;
 mod servers;
 mod stats;
@@ -147,6 +148,14 @@ enum Scenario {
         #[arg(long)]
         asked_only: bool,
     },
+    /// A call one yes decides against one two approvers decide (start the
+    /// server with `--tools bench/quorum.toml --api-keys-file
+    /// bench/quorum-keys.txt`): start→completion of each, and what the
+    /// second approver adds against one confirm round trip.
+    Quorum {
+        #[arg(long, default_value_t = 1000)]
+        n: usize,
+    },
     /// Confirm flows whose reply lands on the replica that holds the run
     /// and on one that does not (it forwards), interleaved: confirm→resume
     /// of each and their ratio. Needs --other, or --store redis://.
@@ -265,6 +274,7 @@ fn main() -> io::Result<()> {
                 tool_calls(&addr, n, &tool, &args, floor).await
             }
             Scenario::Allowed { n, asked_only } => allowed(&addr, n, asked_only).await,
+            Scenario::Quorum { n } => quorum::quorum(&addr, n).await,
             Scenario::Cross { n, other } => {
                 let other =
                     other.ok_or_else(|| err("cross needs --other ADDR or --store redis://"))?;

@@ -72,7 +72,14 @@ impl RunSettings {
     pub fn event_rows(&self, make: impl FnOnce() -> Event) -> Vec<OutboxEvent> {
         self.webhooks
             .as_ref()
-            .map(|hooks| hooks.rows(&make()))
+            .map(|hooks| {
+                let mut event = make();
+                // The key as the keys file labels it (`label=`).
+                if let Some(owner) = event.owner {
+                    event.key = self.namespaces.label(owner);
+                }
+                hooks.rows(&event)
+            })
             .unwrap_or_default()
     }
 

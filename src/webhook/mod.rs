@@ -190,6 +190,10 @@ pub struct Event {
     /// Events of one session (in its namespace) are delivered in order.
     #[serde(skip)]
     order: String,
+    /// The requester's namespace, when `key` is still to be written as
+    /// the keys file labels it (`label=`); `None` when `key` is final.
+    #[serde(skip)]
+    pub owner: Option<Option<u32>>,
 }
 
 /// The pause an event is about.
@@ -212,6 +216,7 @@ impl Event {
             key: crate::session::owner_label(about.key.owner),
             data,
             decide_url: None,
+            owner: Some(about.key.owner),
             order: format!(
                 "{}/{}",
                 crate::session::owner_label(about.key.owner),
@@ -306,6 +311,7 @@ impl Event {
             key: grant.key.clone(),
             data,
             decide_url: None,
+            owner: None,
             order: format!("{}/{}", grant.key, grant.session_id),
         }
     }

@@ -355,6 +355,8 @@ parameters = { type = "object", properties = { step = { type = "string" } } }
         ]
     );
     assert_eq!(seen[2].body["data"]["escalated_to"], "leads");
+    // The requester as the keys file labels it.
+    assert!(seen.iter().all(|d| d.body["key"] == "ci-bot"), "{seen:?}");
     let listed = inbox(&app, "lead-key-000001").await;
     assert_eq!(listed[0]["escalated_to"], "leads");
     let (status, _) = decide(&app, "lead-key-000001", "esc", &id, confirm()).await;
