@@ -278,6 +278,12 @@ pub struct Settings {
     /// events then carry a `decide_url`, the page opened on their session.
     #[arg(long, env = "CHATGATE_PUBLIC_URL", value_parser = parse_public_url)]
     pub public_url: Option<String>,
+    /// With --public-url: sign decision links (`URL/d/<token>`, one per
+    /// pause and person who may decide it) with this key, at least 32
+    /// characters. Changing it voids every link.
+    #[arg(long, env = "CHATGATE_LINK_SECRET", hide_env_values = true,
+          value_parser = clap::builder::StringValueParser::new().map(SecretString::from))]
+    pub link_secret: Option<SecretString>,
     /// How long an undelivered webhook event is tried again before it is
     /// dropped; 1s to 7 days.
     #[arg(long, env = "CHATGATE_WEBHOOK_RETRY_FOR",

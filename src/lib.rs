@@ -22,6 +22,7 @@
 //! | [`confirmation`] | the run registry and the pause/decide handshake (no I/O) |
 //! | [`audit`], [`metrics`], [`tools`] | the audit log; Prometheus metrics; declared tools and their executors |
 //! | [`webhook`] | signed webhook events: building them, the sender |
+//! | [`notify`] | what a person acts on from elsewhere: signed decision links |
 //! | [`session`], [`sse`], [`redact`], [`clock`] | who a session belongs to; SSE framing (the only place that writes SSE bytes); what of a URL may be written out; wall-clock conversions |
 //! | [`protocol`] | wire types and names, the request's rules, chunk constructors (no I/O) |
 
@@ -33,6 +34,7 @@ pub mod confirmation;
 pub mod engine;
 pub mod http;
 pub mod metrics;
+pub mod notify;
 pub mod protocol;
 pub mod redact;
 pub mod run;

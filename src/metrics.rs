@@ -44,6 +44,7 @@ pub struct Metrics {
     confirmation_wait: Histogram,
     first_chunk: Histogram,
     forwarded: Counter,
+    link_refusals: Counter,
     webhook_deliveries: Family<Labels, Counter>,
     webhook_queue_depth: Gauge,
     webhook_oldest: Gauge<f64, std::sync::atomic::AtomicU64>,
@@ -115,6 +116,12 @@ impl Metrics {
             "Requests forwarded to the replica that owns their session",
             forwarded.clone(),
         );
+        let link_refusals = Counter::default();
+        registry.register(
+            "link_refusals",
+            "Decision links refused: forged, altered, expired or signed with another secret",
+            link_refusals.clone(),
+        );
         registry.register(
             "time_to_first_chunk_seconds",
             "Time from accepting a run to writing its first chunk",
@@ -160,7 +167,13 @@ impl Metrics {
             confirmation_wait,
             first_chunk,
             forwarded,
+            link_refusals,
         }
+    }
+
+    /// A decision link's token was refused.
+    pub fn link_refused(&self) {
+        self.link_refusals.inc();
     }
 
     /// A request was forwarded to its session's owner.

@@ -31,6 +31,7 @@ use crate::http::access_log;
 use crate::http::connection::{self, GuardedStream};
 use crate::http::state::AppState;
 use crate::metrics::Metrics;
+use crate::notify::links::Links;
 use crate::run::engine::Engine;
 use crate::run::log::LogLimits;
 use crate::run::registry::LogRegistry;
@@ -173,6 +174,7 @@ impl Application {
             keep_outcome: settings.keep_outcome,
             explicit_decisions: settings.explicit_decisions,
             max_grant_ttl: settings.max_grant_ttl,
+            links: open_links(&settings, &access)?,
         };
         let runs = Runs {
             manager: ConfirmationManager::new(),
@@ -470,6 +472,21 @@ fn open_webhooks(settings: &Settings) -> Result<Option<Arc<Webhooks>>, StartupEr
     )
     .map(Some)
     .map_err(StartupError::Webhook)
+}
+
+/// `--link-secret` (with `--public-url`): decision links for the approvers.
+fn open_links(
+    settings: &Settings,
+    access: &AccessPolicy,
+) -> Result<Option<Arc<Links>>, StartupError> {
+    let Some(secret) = settings.link_secret.clone() else {
+        return Ok(None);
+    };
+    let url = settings.public_url.as_deref().ok_or_else(|| {
+        StartupError::Webhook("--link-secret needs --public-url (where links point)".into())
+    })?;
+    let links = Links::new(url, secret, access.people()).map_err(StartupError::Webhook)?;
+    Ok(Some(Arc::new(links)))
 }
 
 /// With `--store redis://`, this replica in its cluster; the replica flags

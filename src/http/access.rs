@@ -123,6 +123,34 @@ impl AccessPolicy {
             .unwrap_or_else(|| caller.label())
     }
 
+    /// The approvers, as decision links name and scope them.
+    pub fn people(&self) -> Vec<crate::notify::links::Person> {
+        (0..self.approver_digests.len())
+            .map(|i| {
+                let caller = Caller::Approver(i as u32);
+                let attrs = self.attrs(caller).cloned().unwrap_or_default();
+                crate::notify::links::Person {
+                    label: self.label(caller),
+                    groups: attrs.groups,
+                    max_risk: attrs.max_risk,
+                    namespaces: attrs.namespaces,
+                }
+            })
+            .collect()
+    }
+
+    /// The caller whose records name it `label` (labels are unique): a
+    /// decision link decides as it.
+    pub fn caller_of_label(&self, label: &str) -> Option<Caller> {
+        let owners = (0..self.key_digests.len()).map(|i| Caller::Owner(Some(i as u32)));
+        let approvers = (0..self.approver_digests.len()).map(|i| Caller::Approver(i as u32));
+        let anonymous = (!self.requires_keys()).then_some(Caller::Owner(None));
+        owners
+            .chain(approvers)
+            .chain(anonymous)
+            .find(|caller| self.label(*caller) == label)
+    }
+
     /// `caller` as the decision path checks it.
     pub fn decider(&self, caller: Caller) -> crate::confirmation::Decider {
         let attrs = self.attrs(caller);

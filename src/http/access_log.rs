@@ -43,7 +43,9 @@ pub fn log_request<B: MessageBody + 'static>(
         }
         let started = Instant::now();
         let peer = req.peer_addr();
-        let line = format!("{} {} {:?}", req.method(), req.path(), req.version());
+        // A decision link's token never reaches a log.
+        let path = super::links::logged_path(req.path());
+        let line = format!("{} {path} {:?}", req.method(), req.version());
         let response = next.call(req).await;
         let (status, session) = match &response {
             Ok(response) => (

@@ -169,3 +169,48 @@ pub async fn forward(
     }
     Ok(response.streaming(answer.bytes_stream()))
 }
+
+/// Sends a decision link's request (`GET` or `POST /d/<token>`, `body` as
+/// it came) to `owner`, which checks the token again and answers it as its
+/// own: the page comes back as it came.
+pub async fn pass_link(
+    cluster: &Cluster,
+    owner: &Peer,
+    req: &HttpRequest,
+    body: Bytes,
+) -> Result<HttpResponse, ChatError> {
+    let url = format!("{}{}", owner.url, req.path());
+    let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes())
+        .unwrap_or(reqwest::Method::GET);
+    let mut request = cluster
+        .http()
+        .request(method, url)
+        .header(SECRET_HEADER, cluster.secret().expose_secret())
+        .header(FROM_HEADER, cluster.replica_id())
+        .body(body);
+    if let Some(value) = req.headers().get("content-type") {
+        request = request.header("content-type", value.as_bytes());
+    }
+    if let Some(client) = client_address(req, false) {
+        request = request.header(CLIENT_HEADER, client);
+    }
+    let answer = match tokio::time::timeout(FORWARD_WAIT, request.send()).await {
+        Ok(Ok(answer)) => answer,
+        _ => {
+            log::warn!("the owner at {} did not answer a decision link", owner.url);
+            return Err(ChatError::OwnerUnavailable {
+                retry_after: owner.lease,
+            });
+        }
+    };
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut response = HttpResponse::build(status);
+    for name in ["content-type", "cache-control", "content-security-policy"] {
+        if let Some(value) = answer.headers().get(name) {
+            if let Ok(value) = HeaderValue::from_bytes(value.as_bytes()) {
+                response.insert_header((HeaderName::from_static(name), value));
+            }
+        }
+    }
+    Ok(response.streaming(answer.bytes_stream()))
+}

@@ -17,6 +17,7 @@ pub mod forward;
 pub mod grants;
 pub mod inbox;
 pub mod keys;
+pub mod links;
 pub mod page;
 pub mod probes;
 pub mod runs;
@@ -54,6 +55,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .route("/health/ready", web::get().to(probes::ready))
     .route("/readyz", web::get().to(probes::ready))
     .route("/metrics", web::get().to(probes::metrics))
+    .service(
+        web::resource("/d/{token}")
+            .route(web::get().to(links::show))
+            .route(web::post().to(links::decide)),
+    )
     .route("/", web::get().to(page::index))
     .route("/chatgate-client.mjs", web::get().to(page::client_module))
     .default_service(web::to(page::not_found));

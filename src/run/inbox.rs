@@ -289,9 +289,42 @@ impl Runs {
         Ok(page(items, query))
     }
 
+    /// The undecided pause `confirmation_id` of the run on `key`, when this
+    /// process holds it (a decision link's page).
+    pub fn pending_here(&self, key: &SessionKey, confirmation_id: &str) -> Option<Interaction> {
+        self.interactions_where(|k| k == key)
+            .into_iter()
+            .find(|item| item.confirmation_id == confirmation_id)
+    }
+
+    /// What decided the pause `confirmation_id` of the run on `key`, while
+    /// its log or its kept outcome says.
+    pub async fn decided_note(
+        &self,
+        key: &SessionKey,
+        confirmation_id: &str,
+    ) -> Option<crate::store::PauseNote> {
+        let logged = self
+            .logs
+            .find(key)
+            .and_then(|log| log.decided(Some(confirmation_id)));
+        match logged {
+            Some(note) => Some(note),
+            None => {
+                self.decided_by_pause(&key.session_id, confirmation_id)
+                    .await
+            }
+        }
+    }
+
     /// This process's undecided pauses of `owner`'s namespace.
     fn local_interactions(&self, owner: Option<u32>) -> Vec<Interaction> {
-        let waiting = self.manager.waiting(|key| key.owner == owner);
+        self.interactions_where(|key| key.owner == owner)
+    }
+
+    /// This process's undecided pauses of the sessions `mine` accepts.
+    fn interactions_where(&self, mine: impl Fn(&SessionKey) -> bool) -> Vec<Interaction> {
+        let waiting = self.manager.waiting(mine);
         waiting
             .into_iter()
             .filter_map(|pause| {

@@ -342,6 +342,15 @@ impl RunLog {
         note.filter(|note| note.decided.is_some()).cloned()
     }
 
+    /// The ids of the pauses this log's run asked (the last few).
+    pub fn pause_ids(&self) -> Vec<String> {
+        self.lock()
+            .pauses
+            .iter()
+            .map(|note| note.confirmation_id.clone())
+            .collect()
+    }
+
     /// Whether this log's run asked the pause `confirmation_id`.
     pub(super) fn names_pause(&self, confirmation_id: &str) -> bool {
         self.lock()

@@ -1,16 +1,25 @@
 //! The logs a re-attach searches: each session's latest run's, live or
-//! ended within its grace.
+//! ended within its grace; and the sessions of the last
+//! [`REMEMBERED_PAUSES`] pauses of runs whose logs went, so that a
+//! decision link (which names only its pause) still finds whom to ask for
+//! the run's kept outcome: who decided it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::log::RunLog;
 use crate::session::SessionKey;
 
+/// Pauses of forgotten logs whose sessions are remembered (each entry a
+/// pause id and a session key: a few hundred bytes at most, so at most
+/// about 1 MiB).
+pub const REMEMBERED_PAUSES: usize = 4096;
+
 /// Sessions' latest logs, for re-attach. Cheap-clone handle.
 #[derive(Clone, Default)]
 pub struct LogRegistry {
     logs: Arc<Mutex<HashMap<SessionKey, Arc<RunLog>>>>,
+    remembered: Arc<Mutex<VecDeque<(String, SessionKey)>>>,
 }
 
 impl LogRegistry {
@@ -35,6 +44,14 @@ impl LogRegistry {
             .is_some_and(|current| Arc::ptr_eq(current, log))
         {
             logs.remove(key);
+            drop(logs);
+            let mut remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
+            for id in log.pause_ids() {
+                if remembered.len() == REMEMBERED_PAUSES {
+                    remembered.pop_front();
+                }
+                remembered.push_back((id, key.clone()));
+            }
         }
     }
 
@@ -62,8 +79,17 @@ impl LogRegistry {
             .iter()
             .map(|(key, log)| (key.clone(), log.clone()))
             .collect();
-        logs.into_iter()
-            .find_map(|(key, log)| log.names_pause(confirmation_id).then_some(key))
+        let live = logs
+            .into_iter()
+            .find_map(|(key, log)| log.names_pause(confirmation_id).then_some(key));
+        live.or_else(|| {
+            let remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
+            remembered
+                .iter()
+                .rev()
+                .find(|(id, _)| id == confirmation_id)
+                .map(|(_, key)| key.clone())
+        })
     }
 
     /// Runs whose client went away and that may still be re-attached.

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::audit::AuditLog;
+use crate::notify::links::Links;
 use crate::session::Namespaces;
 use crate::store::memory::MemoryStore;
 use crate::store::{OutboxEvent, Store};
@@ -46,6 +47,8 @@ pub struct RunSettings {
     pub explicit_decisions: bool,
     /// `--max-grant-ttl`: the longest a grant may last.
     pub max_grant_ttl: Duration,
+    /// `--link-secret` with `--public-url`: decision links, if made.
+    pub links: Option<Arc<Links>>,
 }
 
 impl Default for RunSettings {
@@ -63,6 +66,7 @@ impl Default for RunSettings {
             keep_outcome: KEEP_OUTCOME,
             explicit_decisions: false,
             max_grant_ttl: crate::confirmation::grant::MAX_GRANT_TTL,
+            links: None,
         }
     }
 }

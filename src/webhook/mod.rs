@@ -187,6 +187,10 @@ pub struct Event {
     pub data: Value,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decide_url: Option<String>,
+    /// Decision links (`--link-secret`): one per person who may decide
+    /// (requested and escalated events).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<crate::notify::links::Link>,
     /// Events of one session (in its namespace) are delivered in order.
     #[serde(skip)]
     order: String,
@@ -216,6 +220,7 @@ impl Event {
             key: crate::session::owner_label(about.key.owner),
             data,
             decide_url: None,
+            links: Vec::new(),
             owner: Some(about.key.owner),
             order: format!(
                 "{}/{}",
@@ -223,6 +228,12 @@ impl Event {
                 about.key.session_id
             ),
         }
+    }
+
+    /// With `links` (decision links of the pause).
+    pub fn with_links(mut self, links: Vec<crate::notify::links::Link>) -> Event {
+        self.links = links;
+        self
     }
 
     /// A pause registered: `data` is its `confirmation_data`.
@@ -311,6 +322,7 @@ impl Event {
             key: grant.key.clone(),
             data,
             decide_url: None,
+            links: Vec::new(),
             owner: None,
             order: format!("{}/{}", grant.key, grant.session_id),
         }

@@ -18,6 +18,7 @@ mod helpers;
 mod hostile_model;
 mod inbox;
 mod lifecycle;
+mod links;
 #[cfg(feature = "openai")]
 mod model_server;
 #[cfg(feature = "openai")]

@@ -8,6 +8,7 @@
 mod asked;
 mod fallback;
 mod grants;
+mod links;
 mod pause;
 pub mod policy;
 mod restored;

@@ -266,7 +266,7 @@ impl RunContext {
                 kind,
             };
             let data = serde_json::to_value(&request.chunk.confirmation_data).unwrap_or_default();
-            Event::requested(&about, data)
+            Event::requested(&about, data).with_links(self.links_of(request))
         });
         if self.settings.webhooks.is_some() {
             self.last_pause = Some(Box::new((request.confirmation_id.clone(), kind)));

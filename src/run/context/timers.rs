@@ -18,6 +18,8 @@ use tokio::task::JoinHandle;
 
 use super::RunContext;
 use crate::confirmation::decisions::PlanCheck;
+use crate::confirmation::quorum::Quorum;
+use crate::protocol::RiskLevel;
 use crate::protocol::{ChunkType, PauseKind};
 use crate::store::{Fault, PauseProgress};
 use crate::tools::gate::Escalation;
@@ -29,6 +31,8 @@ pub(super) struct Timers {
     remind_after: Option<Duration>,
     escalate: Option<Escalation>,
     asked_at: SystemTime,
+    /// Who its escalation's links go to.
+    scope: Scope,
 }
 
 impl RunContext {
@@ -57,6 +61,7 @@ impl RunContext {
                 remind_after,
                 escalate,
                 asked_at,
+                scope: Scope::of(checks),
             })
         })
     }
@@ -72,6 +77,7 @@ impl RunContext {
         let id = confirmation_id.to_owned();
         let timers = timers.clone();
         let tag = self.tag().to_string();
+        let namespace = self.key_label();
         tokio::spawn(async move {
             let mut due: Vec<(Duration, Option<Escalation>)> = Vec::new();
             if let Some(after) = timers.remind_after {
@@ -125,7 +131,16 @@ impl RunContext {
                         log.push(chunk);
                         let step =
                             PauseProgress::escalated(&id, group, crate::clock::ms(expires_at));
-                        let rows = settings.event_rows(|| Event::escalated(&about, after, group));
+                        let links = settings.links.as_ref().map(|links| {
+                            let scope = &timers.scope;
+                            let people =
+                                links.eligible(&namespace, scope.risk, &scope.groups, Some(group));
+                            links.of_pause(&id, step.expires_at_ms.unwrap_or(0), None, people)
+                        });
+                        let rows = settings.event_rows(|| {
+                            Event::escalated(&about, after, group)
+                                .with_links(links.unwrap_or_default())
+                        });
                         (step, rows)
                     }
                 };
@@ -142,5 +157,26 @@ impl RunContext {
                 settings.announce(&rows).await;
             }
         })
+    }
+}
+
+/// Who a pause's links go to: its riskiest task and its deciding groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Scope {
+    pub(super) risk: RiskLevel,
+    pub(super) groups: Vec<String>,
+}
+
+impl Scope {
+    pub(super) fn of(plan: &PlanCheck) -> Scope {
+        Scope {
+            risk: plan
+                .tasks
+                .iter()
+                .map(|task| task.risk)
+                .max()
+                .unwrap_or(RiskLevel::Low),
+            groups: Quorum::of(plan).groups,
+        }
     }
 }

@@ -1,0 +1,262 @@
+//! The pages of a decision link: small, legible on a phone (390 px wide),
+//! working without JavaScript, every text escaped.
+
+use actix_web::http::StatusCode;
+use actix_web::HttpResponse;
+use serde_json::Value;
+
+use crate::notify::links::Token;
+use crate::run::inbox::Interaction;
+use crate::store::PauseNote;
+use actix_web::http::header;
+
+const STYLE: &str = "body{font:16px/1.45 system-ui,sans-serif;margin:0 auto;max-width:40rem;\
+padding:1rem;color:#111}h1{font-size:1.25rem}ol{padding-left:1.2rem}li{margin:.6rem 0}\
+code,pre{font:13px ui-monospace,monospace;white-space:pre-wrap;word-break:break-all;\
+background:#f3f3f3;padding:.2rem .3rem;display:block}.risk{font-weight:600}\
+.high{color:#a00}.medium{color:#a60}.meta{color:#555}\
+button{font-size:1rem;padding:.7rem 1.1rem;margin:.3rem .4rem .3rem 0;min-width:8rem}\
+.confirm{background:#0a5;color:#fff;border:0}.cancel{background:#fff;border:1px solid #999}\
+label{display:block;margin:.3rem 0}input[type=text]{font-size:1rem;width:100%}";
+
+/// Escapes `text` for HTML text and attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn document(status: StatusCode, title: &str, body: &str) -> HttpResponse {
+    html(
+        status,
+        format!(
+            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+             <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+             <title>{}</title><style>{STYLE}</style></head><body>{body}</body></html>",
+            escape(title)
+        ),
+    )
+}
+
+/// A token that is not one: nothing said about why.
+pub fn not_found() -> HttpResponse {
+    document(StatusCode::NOT_FOUND, "Not found", "<h1>Not found</h1>")
+}
+
+pub fn gone(_token: &Token) -> HttpResponse {
+    document(
+        StatusCode::GONE,
+        "No longer waiting",
+        "<h1>This decision is no longer waiting</h1><p>It was decided, it expired, or its run \
+         ended.</p>",
+    )
+}
+
+pub fn unavailable() -> HttpResponse {
+    document(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Try again",
+        "<h1>Not available just now</h1><p>Try again in a few seconds.</p>",
+    )
+}
+
+pub fn refused(why: &str) -> HttpResponse {
+    document(
+        StatusCode::FORBIDDEN,
+        "Not decided",
+        &format!("<h1>Nothing was decided</h1><p>{}</p>", escape(why)),
+    )
+}
+
+pub fn decided(note: &PauseNote) -> HttpResponse {
+    let Some(decided) = &note.decided else {
+        return document(StatusCode::CONFLICT, "Decided", "<h1>Already decided</h1>");
+    };
+    let at = crate::clock::rfc3339_ms(decided.at_ms);
+    document(
+        StatusCode::CONFLICT,
+        "Already decided",
+        &format!(
+            "<h1>Already decided</h1><p><b>{}</b> by <b>{}</b> at {}.</p><p>Nothing more was \
+             decided.</p>",
+            escape(decided.action.as_str()),
+            escape(&decided.by),
+            escape(&at)
+        ),
+    )
+}
+
+pub fn recorded(label: &str, approvals: &Value, required: Option<&Value>) -> HttpResponse {
+    let count = approvals.as_array().map_or(0, Vec::len);
+    let required = required.and_then(Value::as_u64).unwrap_or(0);
+    document(
+        StatusCode::OK,
+        "Approval recorded",
+        &format!(
+            "<h1>Your approval is recorded</h1><p>{} of {required} approvals, as {}. It waits \
+             for the others.</p>",
+            count,
+            escape(label)
+        ),
+    )
+}
+
+pub fn done(action: &str, label: &str) -> HttpResponse {
+    let what = match action {
+        "confirm" => "Confirmed",
+        "cancel" => "Cancelled",
+        "answer" => "Answered",
+        "skip" => "Skipped",
+        other => other,
+    };
+    document(
+        StatusCode::OK,
+        what,
+        &format!("<h1>{what}</h1><p>Decided as {}.</p>", escape(label)),
+    )
+}
+
+/// The pending pause `item`, decided as `label`: the card and its actions.
+pub fn pause(item: &Interaction, label: &str) -> HttpResponse {
+    let mut body = String::new();
+    let data = &item.confirmation_data;
+    let heading = item
+        .summary
+        .as_deref()
+        .or(item.title.as_deref())
+        .unwrap_or("Decide");
+    body.push_str(&format!("<h1>{}</h1>", escape(heading)));
+    let mut meta = format!(
+        "from {} · expires {}",
+        escape(&item.key),
+        escape(&item.expires_at)
+    );
+    if let Some(risk) = item.risk_level.as_ref().and_then(Value::as_str) {
+        meta = format!(
+            "<span class=\"risk {0}\">{0} risk</span> · {meta}",
+            escape(risk)
+        );
+    }
+    if let (Some(approvals), Some(required)) = (&item.approvals, item.required) {
+        meta.push_str(&format!(
+            " · {} of {required} approvals{}",
+            approvals.len(),
+            if approvals.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", escape(&approvals.join(", ")))
+            }
+        ));
+    }
+    if let Some(group) = &item.escalated_to {
+        meta.push_str(&format!(" · escalated to {}", escape(group)));
+    }
+    body.push_str(&format!("<p class=\"meta\">{meta}</p>"));
+    body.push_str("<form method=\"post\">");
+    if let Some(tasks) = data.get("tasks").and_then(Value::as_array) {
+        body.push_str("<ol>");
+        for task in tasks {
+            let index = task.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let text = |key: &str| task.get(key).and_then(Value::as_str).unwrap_or("");
+            let risk = text("risk_level");
+            let args = task
+                .get("args")
+                .map(|a| serde_json::to_string_pretty(a).unwrap_or_default());
+            body.push_str(&format!(
+                "<li><b>{}</b> <span class=\"risk {1}\">({1} risk)</span><br>{2}{3}\
+                 <label><input type=\"checkbox\" name=\"reject\" value=\"{index}\"> reject this \
+                 task</label></li>",
+                escape(text("tool")),
+                escape(risk),
+                escape(text("description")),
+                args.map(|a| format!("<code>{}</code>", escape(&a)))
+                    .unwrap_or_default(),
+            ));
+        }
+        body.push_str("</ol>");
+    }
+    if let Some(questions) = data.get("questions").and_then(Value::as_array) {
+        for q in questions {
+            question(&mut body, q);
+        }
+    }
+    body.push_str(&format!(
+        "<p class=\"meta\">You decide as <b>{}</b>.</p>",
+        escape(label)
+    ));
+    if item.kind == crate::protocol::PauseKind::Question {
+        body.push_str(
+            "<button class=\"confirm\" name=\"action\" value=\"answer\">Answer</button>\
+             <button class=\"cancel\" name=\"action\" value=\"skip\">Skip</button>",
+        );
+    } else if item.may_approve != Some(false) {
+        body.push_str(
+            "<button class=\"confirm\" name=\"action\" value=\"confirm\">Confirm</button>",
+        );
+    }
+    if let Some(why) = &item.why_not {
+        body.push_str(&format!("<p>You cannot confirm: {}.</p>", escape(why)));
+    }
+    body.push_str(
+        "<button class=\"cancel\" name=\"action\" value=\"cancel\">Cancel the run</button></form>",
+    );
+    document(StatusCode::OK, heading, &body)
+}
+
+/// One question's inputs: its options (radio or checkboxes), and a text
+/// field where it takes other text or has no options.
+fn question(body: &mut String, q: &Value) {
+    let text = |key: &str| q.get(key).and_then(Value::as_str).unwrap_or("");
+    let id = escape(text("id"));
+    body.push_str(&format!(
+        "<fieldset><legend>{}</legend>",
+        escape(text("question"))
+    ));
+    let multi = q.get("multi_select").and_then(Value::as_bool) == Some(true);
+    let options = q
+        .get("options")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for option in &options {
+        let value = option.get("id").and_then(Value::as_str).unwrap_or("");
+        let label = option.get("label").and_then(Value::as_str).unwrap_or(value);
+        body.push_str(&format!(
+            "<label><input type=\"{}\" name=\"a.{id}\" value=\"{}\"> {}</label>",
+            if multi { "checkbox" } else { "radio" },
+            escape(value),
+            escape(label)
+        ));
+    }
+    if options.is_empty() || q.get("allow_other").and_then(Value::as_bool) == Some(true) {
+        body.push_str(&format!(
+            "<label>{}<input type=\"text\" name=\"a.{id}\"></label>",
+            if options.is_empty() { "" } else { "Other: " }
+        ));
+    }
+    body.push_str("</fieldset>");
+}
+
+/// The `Content-Security-Policy` of every link page: nothing but its own
+/// inline style and a form posted to itself.
+pub const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \
+                       frame-ancestors 'none'; base-uri 'none'";
+
+fn html(status: actix_web::http::StatusCode, body: String) -> HttpResponse {
+    HttpResponse::build(status)
+        .insert_header((header::CONTENT_TYPE, "text/html; charset=utf-8"))
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .insert_header(("content-security-policy", CSP))
+        .insert_header(("referrer-policy", "no-referrer"))
+        .insert_header(("x-robots-tag", "noindex"))
+        .body(body)
+}

@@ -1,0 +1,5 @@
+//! Notifications that a person can act on: signed decision links
+//! ([`links`]). A link is just another way to reply: it decides through the
+//! same path, scopes, quorum and journal as a reply on the chat endpoint.
+
+pub mod links;

@@ -1,0 +1,44 @@
+//! A pause's decision links (`--link-secret`): the requester's, and one
+//! for each approver whose scope takes the pause in (its namespace, its
+//! riskiest task, the groups that decide it, or the group it escalated
+//! to), carried by the `interaction.requested` and `interaction.escalated`
+//! events.
+
+use super::asked::Request;
+use super::timers::Scope;
+use super::RunContext;
+use crate::confirmation::Asking;
+use crate::notify::links::Link;
+use crate::protocol::RiskLevel;
+
+impl RunContext {
+    /// The links of the pause `request` asks.
+    pub(super) fn links_of(&self, request: &Request) -> Vec<Link> {
+        let scope = match &request.asking {
+            Asking::Plan(plan) => Scope::of(plan),
+            Asking::Questions(_) => Scope {
+                risk: RiskLevel::Low,
+                groups: Vec::new(),
+            },
+        };
+        let expires_at_ms = crate::clock::ms(request.expires_at);
+        self.pause_links(&request.confirmation_id, expires_at_ms, &scope, None)
+    }
+
+    /// The links of the pause `confirmation_id` (escalated to
+    /// `escalated_to`, if it was).
+    pub(super) fn pause_links(
+        &self,
+        confirmation_id: &str,
+        expires_at_ms: u64,
+        scope: &Scope,
+        escalated_to: Option<&str>,
+    ) -> Vec<Link> {
+        let Some(links) = &self.settings.links else {
+            return Vec::new();
+        };
+        let namespace = self.key_label();
+        let people = links.eligible(&namespace, scope.risk, &scope.groups, escalated_to);
+        links.of_pause(confirmation_id, expires_at_ms, Some(&namespace), people)
+    }
+}

@@ -1,0 +1,217 @@
+//! Decision links (`--public-url` with `--link-secret`) over real sockets:
+//! one link per person who may decide, in the `interaction.requested`
+//! event; a GET decides nothing; a POST decides once, as the link's label
+//! (a quorum counts people, self-approval holds); a pause already decided
+//! says by whom; forged, altered, expired and other-secret tokens are 404.
+
+use chatgate::notify::links::{Links, Token};
+use chatgate::protocol::ChunkType;
+use secrecy::SecretString;
+use serde_json::{json, Value};
+
+use crate::approvers::{inbox, paused, KEYS};
+use crate::helpers::TestApp;
+use crate::tools::{app_with_tools, Workdir};
+use crate::webhooks::Receiver;
+
+const SECRET: &str = "a-link-secret-that-is-long-enough-0123";
+const PUBLIC: &str = "https://gate.example";
+
+/// `deploy` (high risk) needs two approvals.
+const TOOLS: &str = r#"
+[[tool]]
+name = "deploy"
+description = "Deploy to production"
+risk = "high"
+approvals = 2
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+"#;
+
+async fn app(dir: &Workdir, receiver: &Receiver) -> TestApp {
+    let keys = dir.path("keys.txt");
+    std::fs::write(&keys, KEYS).unwrap();
+    let hook = crate::webhooks::hooked(receiver);
+    app_with_tools(dir, TOOLS, move |s| {
+        hook(s);
+        s.public_url = Some(PUBLIC.to_owned());
+        s.link_secret = Some(SecretString::from(SECRET.to_owned()));
+        s.api_keys_file = Some(keys);
+    })
+    .await
+}
+
+/// The links of the `interaction.requested` event of pause `id`: label to
+/// URL on `app`.
+async fn links_of(receiver: &Receiver, app: &TestApp, id: &str) -> Vec<(String, String)> {
+    let mut n = 1;
+    let requested = loop {
+        let seen = receiver.wait_for(n).await;
+        let found = seen
+            .into_iter()
+            .find(|d| d.event == "interaction.requested" && d.body["confirmation_id"] == id);
+        match found {
+            Some(found) => break found,
+            None => n += 1,
+        }
+    };
+    requested.body["links"]
+        .as_array()
+        .expect("links")
+        .iter()
+        .map(|link| {
+            let url = link["url"].as_str().unwrap().replace(PUBLIC, &app.address);
+            (link["label"].as_str().unwrap().to_owned(), url)
+        })
+        .collect()
+}
+
+fn link<'a>(links: &'a [(String, String)], label: &str) -> &'a str {
+    &links.iter().find(|(l, _)| l == label).expect(label).1
+}
+
+async fn get(app: &TestApp, url: &str) -> (u16, String, reqwest::header::HeaderMap) {
+    let response = app.client.get(url).send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, response.text().await.unwrap(), headers)
+}
+
+async fn post(app: &TestApp, url: &str, form: &[(&str, &str)]) -> (u16, String) {
+    let response = app.client.post(url).form(form).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_is_decided_by_two_links_each_once_and_a_get_decides_nothing() {
+    let receiver = Receiver::start().await;
+    let dir = Workdir::new();
+    let app = app(&dir, &receiver).await;
+    let (mut stream, id) = paused(&app, "agent-key-000001", "lk", "deploy web").await;
+    let links = links_of(&receiver, &app, &id).await;
+    let labels: Vec<&str> = links.iter().map(|(l, _)| l.as_str()).collect();
+    // The requester, then every approver whose scope takes a high-risk
+    // pause of ci-bot in (not junior: low risk only).
+    assert_eq!(labels, ["ci-bot", "lead-1", "lead-2", "ci-watch"]);
+
+    // A GET shows the pause and decides nothing.
+    let (status, page, headers) = get(&app, link(&links, "lead-1")).await;
+    assert_eq!(status, 200);
+    assert!(page.contains("deploy web"), "{page}");
+    assert!(page.contains("You decide as <b>lead-1</b>"), "{page}");
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.starts_with("default-src 'none'"), "{csp}");
+    assert_eq!(
+        inbox(&app, "lead-key-000001").await.len(),
+        1,
+        "still pending"
+    );
+
+    // The requester's own link may not approve a quorum pause.
+    let (status, page) = post(&app, link(&links, "ci-bot"), &[("action", "confirm")]).await;
+    assert_eq!(status, 403, "{page}");
+    assert!(page.contains("may not approve"), "{page}");
+
+    let (status, page) = post(&app, link(&links, "lead-1"), &[("action", "confirm")]).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("1 of 2 approvals, as lead-1"), "{page}");
+    let (status, page) = post(&app, link(&links, "lead-1"), &[("action", "confirm")]).await;
+    assert_eq!(status, 403, "the same person twice counts once: {page}");
+    let (status, page) = post(&app, link(&links, "lead-2"), &[("action", "confirm")]).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Confirmed"), "{page}");
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+
+    // A link past its pause's decision: who decided, nothing more.
+    let (status, page) = post(&app, link(&links, "ci-watch"), &[("action", "cancel")]).await;
+    assert_eq!(status, 409, "{page}");
+    assert!(page.contains("Already decided"), "{page}");
+    let (status, page, _) = get(&app, link(&links, "lead-1")).await;
+    assert_eq!(status, 409, "{page}");
+    assert!(page.contains("confirm</b> by <b>lead-2"), "{page}");
+    let decided: Vec<Value> = receiver
+        .seen()
+        .into_iter()
+        .filter(|d| d.event == "interaction.decided")
+        .map(|d| d.body)
+        .collect();
+    assert_eq!(decided.len(), 1);
+    assert_eq!(
+        decided[0]["data"]["approved_by"],
+        json!(["lead-1", "lead-2"])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_rejects_one_task_and_a_cancel_link_ends_the_run() {
+    let receiver = Receiver::start().await;
+    let dir = Workdir::new();
+    let app = app(&dir, &receiver).await;
+    let (mut stream, id) = paused(&app, "agent-key-000001", "rj", "note one; note two").await;
+    let links = links_of(&receiver, &app, &id).await;
+    let (status, page) = post(
+        &app,
+        link(&links, "ci-bot"),
+        &[("action", "confirm"), ("reject", "1")],
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let last = stream.finish().await;
+    assert_eq!(last.chunk_type, ChunkType::Completion);
+    assert_eq!(dir.notes(), ["note two"], "task 1 was rejected on the page");
+
+    let (mut stream, id) = paused(&app, "agent-key-000001", "cx", "note three").await;
+    let links = links_of(&receiver, &app, &id).await;
+    let (status, _) = post(&app, link(&links, "lead-1"), &[("action", "cancel")]).await;
+    assert_eq!(status, 200);
+    let last = stream.finish().await;
+    assert_eq!(last.chunk_type, ChunkType::Cancelled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_altered_expired_and_foreign_tokens_are_404_and_counted() {
+    let receiver = Receiver::start().await;
+    let dir = Workdir::new();
+    let app = app(&dir, &receiver).await;
+    let (_stream, id) = paused(&app, "agent-key-000001", "fg", "deploy web").await;
+    let links = links_of(&receiver, &app, &id).await;
+    let good = link(&links, "lead-1").to_owned();
+    let mine = Links::new(PUBLIC, SecretString::from(SECRET.to_owned()), vec![]).unwrap();
+    let theirs = Links::new(
+        PUBLIC,
+        SecretString::from("another-secret-entirely-0123456789".to_owned()),
+        vec![],
+    )
+    .unwrap();
+    let token = |label: &str, expires_at_ms: u64| Token {
+        confirmation_id: id.clone(),
+        label: label.to_owned(),
+        expires_at_ms,
+    };
+    let local = |url: String| url.replace(PUBLIC, &app.address);
+    let bad = [
+        good.replace("lead-1", "lead-2"),
+        format!("{good}0"),
+        format!(
+            "{}/d/{id}.lead-1.99999999999999.00000000000000000000000000000000",
+            app.address
+        ),
+        local(mine.url(&token("lead-1", 1))),
+        local(theirs.url(&token("lead-1", u64::MAX / 2))),
+    ];
+    let before = app.metric("chatgate_link_refusals_total").await;
+    for url in &bad {
+        let (status, page, _) = get(&app, url).await;
+        assert_eq!(status, 404, "{url}");
+        assert!(!page.contains("lead"), "no detail: {page}");
+        let (status, _) = post(&app, url, &[("action", "confirm")]).await;
+        assert_eq!(status, 404, "{url}");
+    }
+    let after = app.metric("chatgate_link_refusals_total").await;
+    assert_eq!(after - before, 2 * bad.len() as i64);
+    assert_eq!(
+        inbox(&app, "lead-key-000001").await[0]["approvals"],
+        json!([])
+    );
+}
