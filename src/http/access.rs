@@ -134,6 +134,7 @@ impl AccessPolicy {
                     groups: attrs.groups,
                     max_risk: attrs.max_risk,
                     namespaces: attrs.namespaces,
+                    email: attrs.email,
                 }
             })
             .collect()
@@ -149,6 +150,17 @@ impl AccessPolicy {
             .chain(approvers)
             .chain(anonymous)
             .find(|caller| self.label(*caller) == label)
+    }
+
+    /// The approver whose keys-file line says `slack=<user_id>`.
+    pub fn caller_of_slack(&self, user_id: &str) -> Option<Caller> {
+        (0..self.approver_attrs.len() as u32)
+            .map(Caller::Approver)
+            .find(|caller| {
+                self.attrs(*caller)
+                    .and_then(|a| a.slack.as_deref())
+                    .is_some_and(|id| id == user_id)
+            })
     }
 
     /// `caller` as the decision path checks it.

@@ -24,6 +24,11 @@ pub struct KeyAttrs {
     /// The requester key labels whose pauses it may see and decide
     /// (default: all).
     pub namespaces: Option<Vec<String>>,
+    /// Where its person gets mail (`email=`).
+    pub email: Option<String>,
+    /// Its person's Slack user id (`slack=U...`): a Slack button they press
+    /// decides as this key.
+    pub slack: Option<String>,
 }
 
 /// The keys of a keys file: API keys and approver keys, each with its
@@ -40,6 +45,18 @@ pub struct KeysFile {
 pub fn read_keys_file(path: &Path) -> std::io::Result<KeysFile> {
     parse_keys(&std::fs::read_to_string(path)?)
         .map_err(|why| std::io::Error::new(std::io::ErrorKind::InvalidData, why))
+}
+
+/// A plausible mail address: `local@domain`, no spaces, at most 254
+/// characters (the mail server has the last word).
+fn is_address(text: &str) -> bool {
+    text.len() <= 254
+        && text
+            .split_once('@')
+            .is_some_and(|(local, domain)| !local.is_empty() && domain.contains('.'))
+        && !text
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '<' || c == '>')
 }
 
 fn parse_keys(text: &str) -> Result<KeysFile, String> {
@@ -64,7 +81,8 @@ fn parse_keys(text: &str) -> Result<KeysFile, String> {
         for word in words {
             let Some((name, value)) = word.split_once('=') else {
                 return Err(at(format!(
-                    "`{word}` is not an attribute (label=, groups=, max_risk=, namespaces=)"
+                    "`{word}` is not an attribute (label=, groups=, max_risk=, namespaces=, \
+                     email=, slack=)"
                 )));
             };
             match name {
@@ -97,6 +115,14 @@ fn parse_keys(text: &str) -> Result<KeysFile, String> {
                     }
                     attrs.namespaces = Some(names);
                 }
+                "email" if is_address(value) => attrs.email = Some(value.to_owned()),
+                "email" => return Err(at(format!("email `{value}` is not a mail address"))),
+                "slack" if is_name(value, 32) => attrs.slack = Some(value.to_owned()),
+                "slack" => {
+                    return Err(at(format!(
+                        "slack `{value}`: a Slack user id (such as U024BE7LH)"
+                    )))
+                }
                 "label" => {
                     return Err(at(format!(
                         "label `{value}`: 1-64 characters of A-Z a-z 0-9 _ -"
@@ -104,7 +130,8 @@ fn parse_keys(text: &str) -> Result<KeysFile, String> {
                 }
                 other => {
                     return Err(at(format!(
-                        "`{other}` is not an attribute (label, groups, max_risk, namespaces)"
+                        "`{other}` is not an attribute (label, groups, max_risk, namespaces, \
+                         email, slack)"
                     )))
                 }
             }

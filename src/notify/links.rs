@@ -39,6 +39,8 @@ pub struct Person {
     pub max_risk: Option<RiskLevel>,
     /// The requester labels whose pauses it may decide (`None`: all).
     pub namespaces: Option<Vec<String>>,
+    /// Its mail address (`email=`), if any.
+    pub email: Option<String>,
 }
 
 /// One link, as a webhook body lists it.

@@ -6,6 +6,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { createHmac } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -604,6 +605,60 @@ test('a decide_url (#session=ID) opens that session\'s pending card at once', as
     const run = await agentReadsItsRun(keyed.url, 'agent-key-0002', 'linked run');
     assert.match(run, /"reason":"user"/);
     await page.close();
+  } finally {
+    keyed.server.kill('SIGTERM');
+  }
+});
+
+/** A decision link's path, signed as chatgate signs it (docs/operations.md). */
+function linkPath(secret, confirmationId, label) {
+  const expires = Date.now() + 600_000;
+  const mac = createHmac('sha256', secret)
+    .update(`chatgate-link-v1:${confirmationId}.${label}.${expires}`)
+    .digest('hex')
+    .slice(0, 32);
+  return `/d/${confirmationId}.${label}.${expires}.${mac}`;
+}
+
+test('a decision link opens a page that works without JavaScript on a phone and decides once', async () => {
+  const secret = 'a-link-secret-for-the-browser-test-0001';
+  const keys = join(DIR, 'link-keys.txt');
+  writeFileSync(keys, 'agent-key-0011 label=ci-bot\napprover lead-key-0011 label=lead-1\n');
+  const keyed = await startServer(['--step-delay', '0', '--api-keys-file', keys, '--keep-alive', '50ms',
+    '--public-url', 'https://gate.example', '--link-secret', secret]);
+  try {
+    const response = await fetch(keyed.url + '/api/v1/chat/stream', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', Authorization: 'Bearer agent-key-0011' },
+      body: JSON.stringify({ message: 'rotate the keys; restart the api', session_id: 'linked' }),
+    });
+    const reader = response.body.getReader();
+    let text = '';
+    while (!text.includes('"stream_paused":true')) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, 'the run paused');
+      text += new TextDecoder().decode(value);
+    }
+    await reader.cancel();
+    const id = text.match(/"confirmation_id":"([0-9a-f-]{36})"/)[1];
+    const context = await browser.newContext({ javaScriptEnabled: false, viewport: { width: 390, height: 844 } });
+    const page = await context.newPage();
+    page.setDefaultTimeout(WAIT);
+    await page.goto(keyed.url + linkPath(secret, id, 'lead-1'));
+    await page.getByRole('heading', { name: /Confirm the plan/ }).waitFor();
+    assert.match(await page.textContent('body'), /rotate the keys/);
+    assert.match(await page.textContent('body'), /You decide as lead-1/);
+    const width = await page.evaluate(() => document.documentElement.scrollWidth).catch(() => null);
+    // Without JavaScript evaluate still runs (Playwright's own); nothing spills sideways.
+    if (width !== null) assert.ok(width <= 390, `page width ${width}`);
+    await page.screenshot({ path: join(SHOTS, 'decision-link-phone.png'), fullPage: true });
+    await page.getByRole('button', { name: 'Confirm' }).click();
+    await page.getByRole('heading', { name: 'Confirmed' }).waitFor();
+    // The same link again: decided, by whom.
+    await page.goto(keyed.url + linkPath(secret, id, 'lead-1'));
+    await page.getByRole('heading', { name: 'Already decided' }).waitFor();
+    assert.match(await page.textContent('body'), /confirm by lead-1/);
+    await context.close();
   } finally {
     keyed.server.kill('SIGTERM');
   }

@@ -9,6 +9,8 @@ Run by .ci/run with the other replica suites (redis-server is started by
 the harness on a free port; every process listens on 127.0.0.1).
 """
 
+import hashlib
+import hmac
 import http.client
 import json
 import os
@@ -171,7 +173,8 @@ class QuorumTests(unittest.TestCase):
             f.write(QUORUM_TOOLS)
         with open(keys, "w") as f:
             f.write(KEYS)
-        cls.extra = ["--tools", tools, "--api-keys-file", keys]
+        cls.extra = ["--tools", tools, "--api-keys-file", keys,
+                     "--public-url", "https://gate.example", "--link-secret", LINK_SECRET]
         cls.cluster = Cluster(replicas=3, nginx=False, extra=cls.extra)
         cls.a, cls.b, cls.c = cls.cluster.replicas
 
@@ -243,6 +246,53 @@ class QuorumTests(unittest.TestCase):
         status, chunk, _ = answer(self.b, s, "confirm", lead_2, confirmation_id=pause)
         self.assertEqual((status, chunk["chunk_type"]), (200, "confirmation_received"), chunk)
         self.assertEqual(chunk["metadata"]["approved_by"], ["lead-1", "lead-2"])
+
+    def test_links_made_on_one_replica_decide_on_others(self):
+        s = session("links")
+        agent = {"Authorization": "Bearer agent-key-0000001"}
+        stream = post(self.a, {"message": "deploy web", "session_id": s}, agent)
+        seen = read_until(stream, rb'"stream_paused":true')
+        pause = re.search(rb'"confirmation_id":"([0-9a-f-]{36})"', seen).group(1).decode()
+
+        status, page = link_request(self.b, "POST", link_path(pause, "lead-1"), "action=confirm")
+        self.assertEqual(status, 200, page)
+        self.assertIn("1 of 2 approvals, as lead-1", page)
+        status, page = link_request(self.c, "GET", link_path(pause, "lead-2"))
+        self.assertEqual(status, 200, page)
+        self.assertIn("1 of 2 approvals (lead-1)", page)
+        status, page = link_request(self.c, "POST", link_path(pause, "lead-2"), "action=confirm")
+        self.assertEqual(status, 200, page)
+        self.assertIn("Confirmed", page)
+        self.assertEqual(chunk_types(read_to_end(stream))[-1], b"completion")
+        stream.conn.close()
+        status, page = link_request(self.b, "POST", link_path(pause, "lead-1"), "action=cancel")
+        self.assertEqual(status, 409, page)
+        forged = link_path(pause, "lead-1")[:-1] + "0"
+        status, page = link_request(self.c, "GET", forged)
+        self.assertEqual(status, 404, page)
+
+
+LINK_SECRET = "a-link-secret-shared-by-every-replica-01"
+
+
+def link_path(confirmation_id, label, expires_at_ms=None):
+    """A decision link's path, signed as chatgate signs it (docs/operations.md)."""
+    expires_at_ms = expires_at_ms or int(time.time() * 1000) + 600_000
+    signed = "chatgate-link-v1:%s.%s.%d" % (confirmation_id, label, expires_at_ms)
+    mac = hmac.new(LINK_SECRET.encode(), signed.encode(), hashlib.sha256).hexdigest()[:32]
+    if mac[-1] == "0":  # so that a forged one (last digit 0) differs
+        return link_path(confirmation_id, label, expires_at_ms + 1)
+    return "/d/%s.%s.%d.%s" % (confirmation_id, label, expires_at_ms, mac)
+
+
+def link_request(target, method, path, form=None):
+    conn = connect(target)
+    headers = {"Content-Type": "application/x-www-form-urlencoded"} if form else {}
+    conn.request(method, path, body=form, headers=headers)
+    response = conn.getresponse()
+    body = response.read().decode()
+    conn.close()
+    return response.status, body
 
 
 if __name__ == "__main__":
