@@ -259,6 +259,7 @@ mod tests {
             groups: groups.iter().map(|g| g.to_string()).collect(),
             max_risk,
             namespaces: namespaces.map(|n| n.iter().map(|s| s.to_string()).collect()),
+            email: None,
         };
         let links = Links {
             people: vec![
