@@ -284,6 +284,29 @@ pub struct Settings {
     #[arg(long, env = "CHATGATE_LINK_SECRET", hide_env_values = true,
           value_parser = clap::builder::StringValueParser::new().map(SecretString::from))]
     pub link_secret: Option<SecretString>,
+    /// A Slack incoming-webhook URL: every approval pause is posted there
+    /// as a message with Approve and Reject buttons. Needs --link-secret.
+    #[arg(long, env = "CHATGATE_SLACK_WEBHOOK", value_parser = parse_webhook_url)]
+    pub slack_webhook: Option<String>,
+    /// The Slack app's signing secret: enables `POST /api/v1/slack/actions`,
+    /// the app's interactivity request URL (requests it does not sign are 401).
+    #[arg(long, env = "CHATGATE_SLACK_SIGNING_SECRET", hide_env_values = true,
+          value_parser = clap::builder::StringValueParser::new().map(SecretString::from))]
+    pub slack_signing_secret: Option<SecretString>,
+    /// Mail each approver with an `email=` a pause's decision link:
+    /// `smtp://[user[:password]@]host[:port]` (STARTTLS when offered) or
+    /// `smtps://...`. Needs --mail-from and --link-secret.
+    #[arg(long, env = "CHATGATE_SMTP", hide_env_values = true,
+          value_parser = clap::builder::StringValueParser::new().map(SecretString::from))]
+    pub smtp: Option<SecretString>,
+    /// The SMTP password, when the --smtp URL has a user and no password.
+    #[arg(long, env = "CHATGATE_SMTP_PASSWORD", hide_env_values = true,
+          value_parser = clap::builder::StringValueParser::new().map(SecretString::from))]
+    pub smtp_password: Option<SecretString>,
+    /// The sender of approval mail (`gate@example.com`, or
+    /// `chatgate <gate@example.com>`).
+    #[arg(long, env = "CHATGATE_MAIL_FROM")]
+    pub mail_from: Option<String>,
     /// How long an undelivered webhook event is tried again before it is
     /// dropped; 1s to 7 days.
     #[arg(long, env = "CHATGATE_WEBHOOK_RETRY_FOR",

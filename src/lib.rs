@@ -22,7 +22,7 @@
 //! | [`confirmation`] | the run registry and the pause/decide handshake (no I/O) |
 //! | [`audit`], [`metrics`], [`tools`] | the audit log; Prometheus metrics; declared tools and their executors |
 //! | [`webhook`] | signed webhook events: building them, the sender |
-//! | [`notify`] | what a person acts on from elsewhere: signed decision links |
+//! | [`notify`] | what a person acts on from elsewhere: signed decision links, approval mail, Slack messages |
 //! | [`session`], [`sse`], [`redact`], [`clock`] | who a session belongs to; SSE framing (the only place that writes SSE bytes); what of a URL may be written out; wall-clock conversions |
 //! | [`protocol`] | wire types and names, the request's rules, chunk constructors (no I/O) |
 

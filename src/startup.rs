@@ -3,6 +3,9 @@
 //! signal (or [`Application::shutdown_token`]) asks it to stop, then drains.
 //! Tests and the binary start the server the same way.
 
+mod notifications;
+
+use self::notifications::{open_links, open_webhooks};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,9 +32,8 @@ use crate::engine::planner::PlannerEngine;
 use crate::http::access::{read_keys_file, AccessPolicy, KeyAttrs};
 use crate::http::access_log;
 use crate::http::connection::{self, GuardedStream};
-use crate::http::state::AppState;
+use crate::http::state::{AppState, SlackApp};
 use crate::metrics::Metrics;
-use crate::notify::links::Links;
 use crate::run::engine::Engine;
 use crate::run::log::LogLimits;
 use crate::run::registry::LogRegistry;
@@ -44,7 +46,6 @@ use crate::store::sqlite::SqliteStore;
 use crate::store::Store;
 use crate::tools::{Tools, ToolsFileError};
 use crate::webhook::deliver::Sender;
-use crate::webhook::Webhooks;
 
 /// Why the server cannot start: one line each, naming the flag at fault.
 #[derive(Debug, thiserror::Error)]
@@ -128,7 +129,7 @@ impl Application {
         let access = AccessPolicy::new(&keys, settings.cors_origins.clone())
             .with_approvers(&approvers)
             .with_attributes(key_attrs, approver_attrs);
-        let webhooks = open_webhooks(&settings)?;
+        let webhooks = open_webhooks(&settings).map_err(StartupError::Webhook)?;
         let cluster = open_cluster(&settings, &namespaces)?;
         let bind_error = |source| StartupError::Bind {
             bind: settings.bind.clone(),
@@ -174,7 +175,7 @@ impl Application {
             keep_outcome: settings.keep_outcome,
             explicit_decisions: settings.explicit_decisions,
             max_grant_ttl: settings.max_grant_ttl,
-            links: open_links(&settings, &access)?,
+            links: open_links(&settings, &access).map_err(StartupError::Webhook)?,
         };
         let runs = Runs {
             manager: ConfirmationManager::new(),
@@ -199,6 +200,15 @@ impl Application {
             runs,
             access,
             request_timeout: settings.request_timeout,
+            slack: settings.slack_signing_secret.clone().map(|signing_secret| {
+                Arc::new(SlackApp {
+                    signing_secret,
+                    http: reqwest::Client::builder()
+                        .timeout(Duration::from_secs(10))
+                        .build()
+                        .unwrap_or_default(),
+                })
+            }),
         };
         let server = serve(listener, &settings, state.clone()).map_err(bind_error)?;
         Ok(Application {
@@ -454,39 +464,6 @@ fn open_store(url: &str, grace: Duration) -> Result<Arc<dyn Store>, StartupError
     Err(StartupError::Store(format!(
         "--store `{url}` is not a store: write memory, sqlite:PATH or redis://HOST:PORT/DB"
     )))
-}
-
-/// `--webhook` and the flags it needs.
-fn open_webhooks(settings: &Settings) -> Result<Option<Arc<Webhooks>>, StartupError> {
-    if settings.webhooks.is_empty() {
-        return Ok(None);
-    }
-    let secret = settings.webhook_secret.clone().ok_or_else(|| {
-        StartupError::Webhook("--webhook needs --webhook-secret (at least 16 characters)".into())
-    })?;
-    Webhooks::new(
-        settings.webhooks.clone(),
-        secret,
-        settings.public_url.clone(),
-        settings.webhook_retry_for,
-    )
-    .map(Some)
-    .map_err(StartupError::Webhook)
-}
-
-/// `--link-secret` (with `--public-url`): decision links for the approvers.
-fn open_links(
-    settings: &Settings,
-    access: &AccessPolicy,
-) -> Result<Option<Arc<Links>>, StartupError> {
-    let Some(secret) = settings.link_secret.clone() else {
-        return Ok(None);
-    };
-    let url = settings.public_url.as_deref().ok_or_else(|| {
-        StartupError::Webhook("--link-secret needs --public-url (where links point)".into())
-    })?;
-    let links = Links::new(url, secret, access.people()).map_err(StartupError::Webhook)?;
-    Ok(Some(Arc::new(links)))
 }
 
 /// With `--store redis://`, this replica in its cluster; the replica flags

@@ -177,19 +177,24 @@ pub async fn pass_link(
     cluster: &Cluster,
     owner: &Peer,
     req: &HttpRequest,
+    path: &str,
+    post: bool,
     body: Bytes,
 ) -> Result<HttpResponse, ChatError> {
-    let url = format!("{}{}", owner.url, req.path());
-    let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes())
-        .unwrap_or(reqwest::Method::GET);
+    let url = format!("{}{path}", owner.url);
+    let method = if post {
+        reqwest::Method::POST
+    } else {
+        reqwest::Method::GET
+    };
     let mut request = cluster
         .http()
         .request(method, url)
         .header(SECRET_HEADER, cluster.secret().expose_secret())
         .header(FROM_HEADER, cluster.replica_id())
         .body(body);
-    if let Some(value) = req.headers().get("content-type") {
-        request = request.header("content-type", value.as_bytes());
+    if post {
+        request = request.header("content-type", "application/x-www-form-urlencoded");
     }
     if let Some(client) = client_address(req, false) {
         request = request.header(CLIENT_HEADER, client);
@@ -205,7 +210,12 @@ pub async fn pass_link(
     };
     let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut response = HttpResponse::build(status);
-    for name in ["content-type", "cache-control", "content-security-policy"] {
+    for name in [
+        "content-type",
+        "cache-control",
+        "content-security-policy",
+        "x-chatgate-outcome",
+    ] {
         if let Some(value) = answer.headers().get(name) {
             if let Ok(value) = HeaderValue::from_bytes(value.as_bytes()) {
                 response.insert_header((HeaderName::from_static(name), value));

@@ -25,7 +25,7 @@ use crate::run::inbox::Interaction;
 use crate::run::place::Place;
 use crate::session::SessionKey;
 
-mod page;
+pub mod page;
 
 /// Most bytes a link's form may be.
 pub const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -43,7 +43,20 @@ pub async fn decide(
 }
 
 async fn answer(req: &HttpRequest, body: web::Bytes, state: &AppState, post: bool) -> HttpResponse {
-    let text = req.match_info().get("token").unwrap_or_default();
+    let text = req.match_info().get("token").unwrap_or_default().to_owned();
+    follow(state, req, &text, body, post).await
+}
+
+/// Shows (`post` false) or decides (`post`: `body` is the form) the pause
+/// of the link token `text`, here or at the replica that holds its run.
+/// Every answer says what it did in its `X-Chatgate-Outcome` header.
+pub async fn follow(
+    state: &AppState,
+    req: &HttpRequest,
+    text: &str,
+    body: web::Bytes,
+    post: bool,
+) -> HttpResponse {
     let Some(token) = state
         .runs
         .settings
@@ -72,7 +85,8 @@ async fn answer(req: &HttpRequest, body: web::Bytes, state: &AppState, post: boo
             let Some(cluster) = &state.runs.cluster else {
                 return page::unavailable();
             };
-            return forward::pass_link(cluster, &owner, req, body.clone())
+            let path = format!("/d/{text}");
+            return forward::pass_link(cluster, &owner, req, &path, post, body.clone())
                 .await
                 .unwrap_or_else(|_| page::unavailable());
         }

@@ -21,6 +21,7 @@ pub mod links;
 pub mod page;
 pub mod probes;
 pub mod runs;
+pub mod slack;
 pub mod state;
 pub mod tools;
 
@@ -28,6 +29,9 @@ use actix_web::http::Method;
 use actix_web::web;
 
 use crate::protocol::{CHAT_PATH, GRANTS_PATH, INBOX_PATH, RUNS_PATH, TOOLS_PATH};
+
+/// The Slack app's interactivity request URL.
+pub const SLACK_ACTIONS_PATH: &str = "/api/v1/slack/actions";
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -60,6 +64,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::get().to(links::show))
             .route(web::post().to(links::decide)),
     )
+    .route(SLACK_ACTIONS_PATH, web::post().to(slack::actions))
     .route("/", web::get().to(page::index))
     .route("/chatgate-client.mjs", web::get().to(page::client_module))
     .default_service(web::to(page::not_found));

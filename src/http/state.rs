@@ -1,7 +1,10 @@
 //! What every handler shares ([`AppState`]), and the one place a refused
 //! request is counted and answered.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use secrecy::SecretString;
 
 use actix_web::HttpResponse;
 
@@ -16,6 +19,16 @@ pub struct AppState {
     pub access: AccessPolicy,
     /// Time allowed to receive a request body.
     pub request_timeout: Duration,
+    /// `--slack-signing-secret`: Slack's button presses are taken.
+    pub slack: Option<Arc<SlackApp>>,
+}
+
+/// The Slack app whose buttons chatgate takes.
+pub struct SlackApp {
+    /// Its signing secret.
+    pub signing_secret: SecretString,
+    /// For the messages' `response_url` updates.
+    pub http: reqwest::Client,
 }
 
 impl AppState {

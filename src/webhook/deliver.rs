@@ -135,7 +135,7 @@ impl Sender {
         let hooks = self.hooks.clone();
         let client = self.client.clone();
         async move {
-            if !hooks.urls.contains(&queued.event.target) {
+            if !hooks.knows(&queued.event.target) {
                 let why = "its URL is no longer a --webhook".to_owned();
                 return (
                     queued,
@@ -144,6 +144,24 @@ impl Sender {
                         retry_after: None,
                     },
                 );
+            }
+            if let Some(mailer) = hooks.mailer_for(&queued.event.target) {
+                let letter =
+                    serde_json::from_str::<crate::notify::mail::Letter>(&queued.event.body);
+                let attempt = match letter {
+                    Ok(letter) => match mailer.send(&letter).await {
+                        Ok(()) => Attempt::Delivered,
+                        Err(why) => Attempt::Failed {
+                            why,
+                            retry_after: None,
+                        },
+                    },
+                    Err(err) => Attempt::Failed {
+                        why: format!("an unreadable mail: {err}"),
+                        retry_after: None,
+                    },
+                };
+                return (queued, attempt);
             }
             let signature = hooks.signature(unix_now(), queued.event.body.as_bytes());
             let sent = client
@@ -186,7 +204,7 @@ impl Sender {
                 None
             }
             Attempt::Failed { why, .. }
-                if now >= deadline || !self.hooks.urls.contains(&queued.event.target) =>
+                if now >= deadline || !self.hooks.knows(&queued.event.target) =>
             {
                 self.metrics.webhook_delivery(label, "dropped");
                 log::warn!(

@@ -48,6 +48,11 @@ pub struct Webhooks {
     /// The page's address, for `decide_url` (no trailing `/`).
     pub public_url: Option<String>,
     pub retry_for: Duration,
+    /// `--slack-webhook`: where approval pauses are posted as Block Kit
+    /// messages with Approve and Reject buttons.
+    pub slack: Option<String>,
+    /// `--smtp`: approval mail to approvers' `email=`.
+    pub mailer: Option<Arc<crate::notify::mail::Mailer>>,
     /// Woken when events are queued: the sender looks at once.
     wake: Notify,
 }
@@ -58,6 +63,8 @@ impl Webhooks {
         secret: SecretString,
         public_url: Option<String>,
         retry_for: Duration,
+        slack: Option<String>,
+        mailer: Option<Arc<crate::notify::mail::Mailer>>,
     ) -> Result<Arc<Webhooks>, String> {
         if secret.expose_secret().chars().count() < MIN_SECRET_CHARS {
             return Err(format!(
@@ -69,8 +76,24 @@ impl Webhooks {
             secret,
             public_url: public_url.map(|url| url.trim_end_matches('/').to_owned()),
             retry_for,
+            slack,
+            mailer,
             wake: Notify::new(),
         }))
+    }
+
+    /// Whether events go to `target` (a `--webhook`, `--slack-webhook`,
+    /// or a mail address with `--smtp`).
+    pub fn knows(&self, target: &str) -> bool {
+        self.urls.iter().any(|url| url == target)
+            || self.slack.as_deref() == Some(target)
+            || self.mailer_for(target).is_some()
+    }
+
+    /// The mailer of a mail target (`mailto:ADDR`).
+    pub fn mailer_for(&self, target: &str) -> Option<&crate::notify::mail::Mailer> {
+        target.strip_prefix(crate::notify::mail::MAILTO)?;
+        self.mailer.as_deref()
     }
 
     /// Events were queued: the sender looks now rather than at its next tick.
@@ -100,7 +123,8 @@ impl Webhooks {
             event.decide_url = Some(format!("{public}/#session={session}"));
         }
         let body = serde_json::to_string(&event).unwrap_or_default();
-        self.urls
+        let mut rows: Vec<OutboxEvent> = self
+            .urls
             .iter()
             .map(|url| OutboxEvent {
                 id: event.id.clone(),
@@ -109,7 +133,45 @@ impl Webhooks {
                 order: event.order.clone(),
                 body: body.clone(),
             })
-            .collect()
+            .collect();
+        // An approval pause, with its buttons' token: a Slack message too.
+        let asked = event.event_type == EventType::Requested && event.kind == PauseKind::Approval;
+        if let (Some(slack), Some(token), true) = (&self.slack, &event.slack, asked) {
+            let summary = event.summary.as_deref().unwrap_or_default();
+            let message = crate::notify::slack::message(&event.data, &event.key, summary, token);
+            rows.push(OutboxEvent {
+                id: event.id.clone(),
+                event_type: event.event_type.as_str().to_owned(),
+                target: slack.clone(),
+                order: event.order.clone(),
+                body: message.to_string(),
+            });
+        }
+        // Approvers with a mail address: one mail each.
+        if self.mailer.is_some() {
+            let escalated = event.data.get("escalated_to").and_then(Value::as_str);
+            for to in &event.mail_to {
+                let summary = event.summary.as_deref().unwrap_or("a pause waits");
+                let letter = crate::notify::mail::letter(
+                    &event.id,
+                    &event.data,
+                    &event.key,
+                    summary,
+                    escalated,
+                    to,
+                );
+                rows.push(OutboxEvent {
+                    id: event.id.clone(),
+                    event_type: event.event_type.as_str().to_owned(),
+                    target: format!("{}{}", crate::notify::mail::MAILTO, to.address),
+                    // Each address's mail in its own order: one slow
+                    // mailbox holds up no one else's.
+                    order: format!("{}/{}", event.order, to.address),
+                    body: serde_json::to_string(&letter).unwrap_or_default(),
+                });
+            }
+        }
+        rows
     }
 }
 
@@ -191,6 +253,16 @@ pub struct Event {
     /// (requested and escalated events).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<crate::notify::links::Link>,
+    /// A decision token naming no one: what a Slack message's buttons
+    /// carry (`--slack-webhook`).
+    #[serde(skip)]
+    pub slack: Option<String>,
+    /// Who gets this event as a mail, with their link (`--smtp`).
+    #[serde(skip)]
+    pub mail_to: Vec<crate::notify::mail::MailTo>,
+    /// The pause's summary (its request's text), for Slack and mail.
+    #[serde(skip)]
+    pub summary: Option<String>,
     /// Events of one session (in its namespace) are delivered in order.
     #[serde(skip)]
     order: String,
@@ -221,6 +293,9 @@ impl Event {
             data,
             decide_url: None,
             links: Vec::new(),
+            slack: None,
+            mail_to: Vec::new(),
+            summary: None,
             owner: Some(about.key.owner),
             order: format!(
                 "{}/{}",
@@ -323,6 +398,9 @@ impl Event {
             data,
             decide_url: None,
             links: Vec::new(),
+            slack: None,
+            mail_to: Vec::new(),
+            summary: None,
             owner: None,
             order: format!("{}/{}", grant.key, grant.session_id),
         }
@@ -406,6 +484,8 @@ mod tests {
             SecretString::from("0123456789abcdef".to_owned()),
             public.map(str::to_owned),
             RETRY_FOR,
+            None,
+            None,
         )
         .unwrap()
     }
@@ -417,6 +497,8 @@ mod tests {
             SecretString::from("short".to_owned()),
             None,
             RETRY_FOR,
+            None,
+            None,
         )
         .unwrap_err();
         assert!(err.contains("16"), "{err}");

@@ -19,6 +19,7 @@ mod hostile_model;
 mod inbox;
 mod lifecycle;
 mod links;
+mod mail;
 #[cfg(feature = "openai")]
 mod model_server;
 #[cfg(feature = "openai")]
@@ -35,6 +36,7 @@ mod races;
 mod reattach;
 mod rules;
 mod secrets;
+mod slack;
 mod stream;
 mod tools;
 mod webhooks;

@@ -35,8 +35,10 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-fn document(status: StatusCode, title: &str, body: &str) -> HttpResponse {
-    html(
+/// A page; `outcome` (one line) is also its `X-Chatgate-Outcome` header,
+/// for a Slack button's reply and a replica that passed the request on.
+fn document(status: StatusCode, title: &str, body: &str, outcome: &str) -> HttpResponse {
+    let mut response = html(
         status,
         format!(
             "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -44,12 +46,37 @@ fn document(status: StatusCode, title: &str, body: &str) -> HttpResponse {
              <title>{}</title><style>{STYLE}</style></head><body>{body}</body></html>",
             escape(title)
         ),
-    )
+    );
+    let ascii: String = outcome
+        .chars()
+        .map(|c| {
+            if c.is_ascii() && !c.is_ascii_control() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .take(300)
+        .collect();
+    if let Ok(value) = header::HeaderValue::from_str(&ascii) {
+        response
+            .headers_mut()
+            .insert(header::HeaderName::from_static(OUTCOME), value);
+    }
+    response
 }
+
+/// The header that says, in one line, what a link's request did.
+pub const OUTCOME: &str = "x-chatgate-outcome";
 
 /// A token that is not one: nothing said about why.
 pub fn not_found() -> HttpResponse {
-    document(StatusCode::NOT_FOUND, "Not found", "<h1>Not found</h1>")
+    document(
+        StatusCode::NOT_FOUND,
+        "Not found",
+        "<h1>Not found</h1>",
+        "not found",
+    )
 }
 
 pub fn gone(_token: &Token) -> HttpResponse {
@@ -58,6 +85,7 @@ pub fn gone(_token: &Token) -> HttpResponse {
         "No longer waiting",
         "<h1>This decision is no longer waiting</h1><p>It was decided, it expired, or its run \
          ended.</p>",
+        "No longer waiting: it was decided, it expired, or its run ended",
     )
 }
 
@@ -66,6 +94,7 @@ pub fn unavailable() -> HttpResponse {
         StatusCode::SERVICE_UNAVAILABLE,
         "Try again",
         "<h1>Not available just now</h1><p>Try again in a few seconds.</p>",
+        "Not available just now: try again",
     )
 }
 
@@ -74,12 +103,18 @@ pub fn refused(why: &str) -> HttpResponse {
         StatusCode::FORBIDDEN,
         "Not decided",
         &format!("<h1>Nothing was decided</h1><p>{}</p>", escape(why)),
+        &format!("Nothing was decided: {why}"),
     )
 }
 
 pub fn decided(note: &PauseNote) -> HttpResponse {
     let Some(decided) = &note.decided else {
-        return document(StatusCode::CONFLICT, "Decided", "<h1>Already decided</h1>");
+        return document(
+            StatusCode::CONFLICT,
+            "Decided",
+            "<h1>Already decided</h1>",
+            "Already decided",
+        );
     };
     let at = crate::clock::rfc3339_ms(decided.at_ms);
     document(
@@ -91,6 +126,11 @@ pub fn decided(note: &PauseNote) -> HttpResponse {
             escape(decided.action.as_str()),
             escape(&decided.by),
             escape(&at)
+        ),
+        &format!(
+            "Already decided: {} by {}",
+            decided.action.as_str(),
+            decided.by
         ),
     )
 }
@@ -107,6 +147,7 @@ pub fn recorded(label: &str, approvals: &Value, required: Option<&Value>) -> Htt
             count,
             escape(label)
         ),
+        &format!("Approval recorded: {count} of {required} ({label})"),
     )
 }
 
@@ -122,6 +163,7 @@ pub fn done(action: &str, label: &str) -> HttpResponse {
         StatusCode::OK,
         what,
         &format!("<h1>{what}</h1><p>Decided as {}.</p>", escape(label)),
+        &format!("{what} by {label}"),
     )
 }
 
@@ -209,7 +251,7 @@ pub fn pause(item: &Interaction, label: &str) -> HttpResponse {
     body.push_str(
         "<button class=\"cancel\" name=\"action\" value=\"cancel\">Cancel the run</button></form>",
     );
-    document(StatusCode::OK, heading, &body)
+    document(StatusCode::OK, heading, &body, "pending")
 }
 
 /// One question's inputs: its options (radio or checkboxes), and a text

@@ -8,7 +8,8 @@ use super::asked::Request;
 use super::timers::Scope;
 use super::RunContext;
 use crate::confirmation::Asking;
-use crate::notify::links::Link;
+use crate::notify::links::{Link, Token};
+use crate::notify::mail::MailTo;
 use crate::protocol::RiskLevel;
 
 impl RunContext {
@@ -23,6 +24,57 @@ impl RunContext {
         };
         let expires_at_ms = crate::clock::ms(request.expires_at);
         self.pause_links(&request.confirmation_id, expires_at_ms, &scope, None)
+    }
+
+    /// What the Slack message of the pause `request` asks carries
+    /// (`--slack-webhook`): a decision token naming no one (the button's
+    /// presser is named by their Slack user id).
+    pub(super) fn slack_of(&self, request: &Request) -> Option<String> {
+        let links = self.settings.links.as_ref()?;
+        self.settings.webhooks.as_ref()?.slack.as_ref()?;
+        let token = links.token(&Token {
+            confirmation_id: request.confirmation_id.clone(),
+            label: String::new(),
+            expires_at_ms: crate::clock::ms(request.expires_at),
+        });
+        Some(token)
+    }
+
+    /// Who gets the mail of the pause `request` asks (`--smtp`): every
+    /// approver with an `email=` whose scope takes it in, with their link.
+    pub(super) fn mails_of(&self, request: &Request) -> Vec<MailTo> {
+        let (Some(links), Some(_)) = (
+            &self.settings.links,
+            self.settings
+                .webhooks
+                .as_ref()
+                .and_then(|w| w.mailer.as_ref()),
+        ) else {
+            return Vec::new();
+        };
+        let scope = match &request.asking {
+            Asking::Plan(plan) => Scope::of(plan),
+            Asking::Questions(_) => Scope {
+                risk: RiskLevel::Low,
+                groups: Vec::new(),
+            },
+        };
+        let namespace = self.key_label();
+        let expires_at_ms = crate::clock::ms(request.expires_at);
+        links
+            .eligible(&namespace, scope.risk, &scope.groups, None)
+            .filter_map(|person| {
+                Some(MailTo {
+                    address: person.email.clone()?,
+                    label: person.label.clone(),
+                    url: links.url(&Token {
+                        confirmation_id: request.confirmation_id.clone(),
+                        label: person.label.clone(),
+                        expires_at_ms,
+                    }),
+                })
+            })
+            .collect()
     }
 
     /// The links of the pause `confirmation_id` (escalated to

@@ -266,7 +266,11 @@ impl RunContext {
                 kind,
             };
             let data = serde_json::to_value(&request.chunk.confirmation_data).unwrap_or_default();
-            Event::requested(&about, data).with_links(self.links_of(request))
+            let mut event = Event::requested(&about, data).with_links(self.links_of(request));
+            event.slack = self.slack_of(request);
+            event.mail_to = self.mails_of(request);
+            event.summary = Some(request.chunk.chunk.clone());
+            event
         });
         if self.settings.webhooks.is_some() {
             self.last_pause = Some(Box::new((request.confirmation_id.clone(), kind)));

@@ -137,9 +137,33 @@ impl RunContext {
                                 links.eligible(&namespace, scope.risk, &scope.groups, Some(group));
                             links.of_pause(&id, step.expires_at_ms.unwrap_or(0), None, people)
                         });
+                        // The escalation group's members with an address: a mail each.
+                        let mail_to = match (&settings.links, &settings.webhooks) {
+                            (Some(links), Some(hooks)) if hooks.mailer.is_some() => {
+                                let scope = &timers.scope;
+                                links
+                                    .eligible(&namespace, scope.risk, &scope.groups, Some(group))
+                                    .filter(|p| p.groups.iter().any(|g| g == group))
+                                    .filter_map(|p| {
+                                        Some(crate::notify::mail::MailTo {
+                                            address: p.email.clone()?,
+                                            label: p.label.clone(),
+                                            url: links.url(&crate::notify::links::Token {
+                                                confirmation_id: id.clone(),
+                                                label: p.label.clone(),
+                                                expires_at_ms: step.expires_at_ms.unwrap_or(0),
+                                            }),
+                                        })
+                                    })
+                                    .collect()
+                            }
+                            _ => Vec::new(),
+                        };
                         let rows = settings.event_rows(|| {
-                            Event::escalated(&about, after, group)
-                                .with_links(links.unwrap_or_default())
+                            let mut event = Event::escalated(&about, after, group)
+                                .with_links(links.unwrap_or_default());
+                            event.mail_to = mail_to;
+                            event
                         });
                         (step, rows)
                     }

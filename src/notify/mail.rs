@@ -1,0 +1,302 @@
+//! Approval mail (`--smtp`, `--mail-from`): on `interaction.requested`,
+//! each approver with an `email=` whose scope takes the pause in gets one
+//! mail (text and HTML: the summary, the tasks with their risk, the
+//! expiry, their own decision link); on `interaction.escalated`, the
+//! escalation group's members. Mails are queued in the webhook outbox with
+//! the event (retries, at least once, never delaying a stream); each
+//! carries a `Message-ID` made from the event's id and the recipient's
+//! label, so a retry is recognizable as the same message.
+
+use lettre::message::header::ContentType;
+use lettre::message::{Mailbox, MultiPart, SinglePart};
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// An outbox target that is a mail address, not a URL.
+pub const MAILTO: &str = "mailto:";
+
+/// Who gets a pause's mail, and their link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MailTo {
+    pub address: String,
+    pub label: String,
+    pub url: String,
+}
+
+/// One mail as the outbox keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Letter {
+    pub to: String,
+    pub subject: String,
+    pub text: String,
+    pub html: String,
+    pub message_id: String,
+}
+
+/// The mail of the pause whose `confirmation_data` is `data` (asked by
+/// `key`, summed up as `summary`) for `to`; `escalated`: the group it
+/// escalated to.
+pub fn letter(
+    event_id: &str,
+    data: &Value,
+    key: &str,
+    summary: &str,
+    escalated: Option<&str>,
+    to: &MailTo,
+) -> Letter {
+    let text_of = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let expires = text_of(data, "expires_at");
+    let risk = text_of(data, "risk_level");
+    let why = match escalated {
+        Some(group) => format!("Escalated to {group}: nobody decided in time.\n\n"),
+        None => String::new(),
+    };
+    let mut text = format!("{why}{summary}\nfrom {key}, {risk} risk, expires {expires}\n\n");
+    let mut html = format!(
+        "<p>{}</p><h2>{}</h2><p>from {}, {} risk, expires {}</p><ol>",
+        escape(why.trim()),
+        escape(summary),
+        escape(key),
+        escape(&risk),
+        escape(&expires)
+    );
+    let tasks = data
+        .get("tasks")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for task in &tasks {
+        let args = task.get("args").map(Value::to_string).unwrap_or_default();
+        let args: String = args.chars().take(500).collect();
+        let line = format!(
+            "{}. {} ({} risk): {}\n   {}\n",
+            task.get("index").and_then(Value::as_u64).unwrap_or(0),
+            text_of(task, "tool"),
+            text_of(task, "risk_level"),
+            text_of(task, "description"),
+            args
+        );
+        text.push_str(&line);
+        html.push_str(&format!(
+            "<li><b>{}</b> ({} risk): {}<br><code>{}</code></li>",
+            escape(&text_of(task, "tool")),
+            escape(&text_of(task, "risk_level")),
+            escape(&text_of(task, "description")),
+            escape(&args)
+        ));
+    }
+    text.push_str(&format!(
+        "\nDecide as {}: {}\n(The link is yours: whoever opens it decides as you.)\n",
+        to.label, to.url
+    ));
+    html.push_str(&format!(
+        "</ol><p><a href=\"{}\">Decide as {}</a></p><p>The link is yours: whoever opens it \
+         decides as you.</p>",
+        escape(&to.url),
+        escape(&to.label)
+    ));
+    let subject = match escalated {
+        Some(group) => format!("[chatgate] Escalated to {group}: {summary}"),
+        None => format!("[chatgate] Approval needed: {summary}"),
+    };
+    Letter {
+        to: to.address.clone(),
+        subject: subject.chars().take(200).collect(),
+        text,
+        html,
+        message_id: format!("<{event_id}.{}@chatgate>", to.label),
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Sends letters through one SMTP server.
+pub struct Mailer {
+    transport: AsyncSmtpTransport<Tokio1Executor>,
+    from: Mailbox,
+}
+
+impl std::fmt::Debug for Mailer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mailer")
+            .field("from", &self.from.to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Mailer {
+    /// `--smtp URL`: `smtp://[user[:password]@]host[:port]` (STARTTLS when
+    /// the server offers it; 25 by default) or `smtps://...` (TLS from the
+    /// start; 465), the password from the URL or `password`
+    /// (`CHATGATE_SMTP_PASSWORD`); `from` the sender's address.
+    pub fn open(url: &str, password: Option<SecretString>, from: &str) -> Result<Mailer, String> {
+        let parsed = reqwest::Url::parse(url).map_err(|err| format!("--smtp: {err}"))?;
+        let host = parsed
+            .host_str()
+            .ok_or("--smtp: the URL names no host")?
+            .to_owned();
+        let builder = match parsed.scheme() {
+            "smtp" => plain_or_starttls(&host)?.port(parsed.port().unwrap_or(25)),
+            "smtps" => implicit_tls(&host)?.port(parsed.port().unwrap_or(465)),
+            other => return Err(format!("--smtp: `{other}://` is not smtp:// or smtps://")),
+        };
+        let user = percent_decode(parsed.username());
+        let password = match parsed.password() {
+            Some(password) => Some(percent_decode(password)),
+            None => password.map(|p| p.expose_secret().to_owned()),
+        };
+        let builder = match (user.is_empty(), password) {
+            (false, Some(password)) => builder.credentials(Credentials::new(user, password)),
+            (false, None) => {
+                return Err(
+                    "--smtp: a user needs a password (in the URL or CHATGATE_SMTP_PASSWORD)"
+                        .to_owned(),
+                )
+            }
+            (true, _) => builder,
+        };
+        let from = from
+            .parse::<Mailbox>()
+            .map_err(|err| format!("--mail-from `{from}`: {err}"))?;
+        Ok(Mailer {
+            transport: builder
+                .timeout(Some(std::time::Duration::from_secs(10)))
+                .build(),
+            from,
+        })
+    }
+
+    /// Sends `letter`; the error says why (never with the password).
+    pub async fn send(&self, letter: &Letter) -> Result<(), String> {
+        let to = letter
+            .to
+            .parse::<Mailbox>()
+            .map_err(|err| format!("bad address: {err}"))?;
+        let message = Message::builder()
+            .from(self.from.clone())
+            .to(to)
+            .subject(letter.subject.clone())
+            .message_id(Some(letter.message_id.clone()))
+            .multipart(
+                MultiPart::alternative()
+                    .singlepart(
+                        SinglePart::builder()
+                            .header(ContentType::TEXT_PLAIN)
+                            .body(letter.text.clone()),
+                    )
+                    .singlepart(
+                        SinglePart::builder()
+                            .header(ContentType::TEXT_HTML)
+                            .body(letter.html.clone()),
+                    ),
+            )
+            .map_err(|err| format!("the mail could not be built: {err}"))?;
+        self.transport
+            .send(message)
+            .await
+            .map(drop)
+            .map_err(|err| format!("SMTP: {err}"))
+    }
+}
+
+type Builder = lettre::transport::smtp::AsyncSmtpTransportBuilder;
+
+#[cfg(feature = "openai")]
+fn plain_or_starttls(host: &str) -> Result<Builder, String> {
+    use lettre::transport::smtp::client::{Tls, TlsParameters};
+    let tls = TlsParameters::new(host.to_owned()).map_err(|err| format!("--smtp: {err}"))?;
+    Ok(AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host).tls(Tls::Opportunistic(tls)))
+}
+
+#[cfg(not(feature = "openai"))]
+fn plain_or_starttls(host: &str) -> Result<Builder, String> {
+    Ok(AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(
+        host,
+    ))
+}
+
+#[cfg(feature = "openai")]
+fn implicit_tls(host: &str) -> Result<Builder, String> {
+    AsyncSmtpTransport::<Tokio1Executor>::relay(host).map_err(|err| format!("--smtp: {err}"))
+}
+
+#[cfg(not(feature = "openai"))]
+fn implicit_tls(_host: &str) -> Result<Builder, String> {
+    Err(
+        "--smtp: smtps:// needs TLS, which this chatgate was built without (the openai feature)"
+            .to_owned(),
+    )
+}
+
+/// `%XX` escapes of a URL's user or password decoded.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(byte) = u8::from_str_radix(&text[i + 1..i + 3], 16) {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_letter_has_the_tasks_the_link_and_an_id_from_the_event() {
+        let data = serde_json::json!({"risk_level": "high", "expires_at": "2026-11-27T18:00:00Z",
+            "tasks": [{"index": 1, "tool": "deploy", "risk_level": "high",
+                       "description": "deploy <web>", "args": {"step": "deploy web"}}]});
+        let to = MailTo {
+            address: "lead@example.com".into(),
+            label: "lead-1".into(),
+            url: "https://gate.example/d/t".into(),
+        };
+        let letter = letter("ev-1", &data, "ci-bot", "Confirm?", None, &to);
+        assert_eq!(letter.message_id, "<ev-1.lead-1@chatgate>");
+        assert_eq!(letter.subject, "[chatgate] Approval needed: Confirm?");
+        assert!(
+            letter.text.contains("1. deploy (high risk): deploy <web>"),
+            "{}",
+            letter.text
+        );
+        assert!(letter
+            .text
+            .contains("Decide as lead-1: https://gate.example/d/t"));
+        assert!(letter.html.contains("deploy &lt;web&gt;"));
+        assert!(letter
+            .html
+            .contains("<a href=\"https://gate.example/d/t\">"));
+    }
+
+    #[test]
+    fn smtp_urls_are_checked() {
+        let open = |url: &str| Mailer::open(url, None, "gate@example.com").map(drop);
+        assert!(open("smtp://127.0.0.1:2525").is_ok());
+        assert!(open("smtp://user:p%40ss@127.0.0.1:2525").is_ok());
+        assert!(open("smtp://user@127.0.0.1")
+            .unwrap_err()
+            .contains("password"));
+        assert!(open("http://127.0.0.1").unwrap_err().contains("smtps://"));
+        assert_eq!(percent_decode("p%40ss%"), "p@ss%");
+        let bad_from = Mailer::open("smtp://127.0.0.1", None, "not an address");
+        assert!(bad_from.unwrap_err().contains("--mail-from"));
+    }
+}

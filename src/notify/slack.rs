@@ -1,0 +1,155 @@
+//! Slack, to its documented formats: the Block Kit message an incoming
+//! webhook posts for a pause (`--slack-webhook`), and the check of an
+//! interactivity request's signature (`--slack-signing-secret`):
+//! `X-Slack-Signature` = `v0=` + hex HMAC-SHA256(secret, `v0:` + timestamp
+//! + `:` + raw body), `X-Slack-Request-Timestamp` within 5 minutes.
+
+use hmac::{Hmac, Mac};
+use serde_json::{json, Value};
+use sha2::Sha256;
+
+/// How far an interactivity request's timestamp may be from now (Slack's
+/// own advice: 5 minutes), in seconds.
+pub const MAX_SKEW_SECS: u64 = 300;
+/// Characters of a task's arguments a message shows (Slack's section text
+/// is at most 3,000).
+pub const ARGS_SHOWN: usize = 1_500;
+/// Tasks a message lists (a message has at most 50 blocks).
+pub const TASKS_SHOWN: usize = 20;
+
+/// Whether `signature` signs `body` sent at `timestamp` with `secret`,
+/// within [`MAX_SKEW_SECS`] of `now_secs` (compared in constant time).
+pub fn verify(secret: &str, timestamp: &str, signature: &str, body: &[u8], now_secs: u64) -> bool {
+    let Ok(at) = timestamp.parse::<u64>() else {
+        return false;
+    };
+    if at.abs_diff(now_secs) > MAX_SKEW_SECS {
+        return false;
+    }
+    let Some(hex) = signature.strip_prefix("v0=") else {
+        return false;
+    };
+    let Ok(given) = hex::decode(hex) else {
+        return false;
+    };
+    let mut mac =
+        Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
+    mac.update(format!("v0:{timestamp}:").as_bytes());
+    mac.update(body);
+    mac.verify_slice(&given).is_ok()
+}
+
+/// The message for the approval pause whose `confirmation_data` is `data`
+/// (asked by the requester labelled `key`): a header, the summary, one
+/// section per task (tool, risk, arguments), the expiry, and Approve and
+/// Reject buttons whose `value` is `token` (a decision token naming no
+/// one: the button's presser is named by their Slack user id).
+pub fn message(data: &Value, key: &str, summary: &str, token: &str) -> Value {
+    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let risk = text(data, "risk_level");
+    let mut blocks = vec![
+        json!({"type": "header", "text": {"type": "plain_text", "text": "Approval needed", "emoji": false}}),
+        json!({"type": "section", "text": {"type": "mrkdwn",
+            "text": format!("*{}*\nfrom {} · {} risk", escape(summary), escape(key), escape(&risk))}}),
+    ];
+    let tasks = data
+        .get("tasks")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for task in tasks.iter().take(TASKS_SHOWN) {
+        let args = task.get("args").map(Value::to_string).unwrap_or_default();
+        let args: String = if args.chars().count() > ARGS_SHOWN {
+            args.chars().take(ARGS_SHOWN).collect::<String>() + "…"
+        } else {
+            args
+        };
+        blocks.push(
+            json!({"type": "section", "text": {"type": "mrkdwn", "text": format!(
+                "*{}. {}* ({} risk)\n{}\n```{}```",
+                task.get("index").and_then(Value::as_u64).unwrap_or(0),
+                escape(&text(task, "tool")),
+                escape(&text(task, "risk_level")),
+                escape(&text(task, "description")),
+                escape(&args).replace("```", "'''"),
+            )}}),
+        );
+    }
+    if tasks.len() > TASKS_SHOWN {
+        blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn",
+            "text": format!("and {} more task(s): open the page to see them", tasks.len() - TASKS_SHOWN)}]}));
+    }
+    blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn",
+        "text": format!("Expires {}", escape(&text(data, "expires_at")))}]}));
+    blocks.push(
+        json!({"type": "actions", "block_id": "chatgate_decision", "elements": [
+            {"type": "button", "action_id": "approve", "style": "primary",
+             "text": {"type": "plain_text", "text": "Approve"}, "value": token},
+            {"type": "button", "action_id": "reject", "style": "danger",
+             "text": {"type": "plain_text", "text": "Reject"}, "value": token},
+        ]}),
+    );
+    json!({"text": format!("Approval needed: {summary}"), "blocks": blocks})
+}
+
+/// Escapes `&`, `<` and `>` as Slack's text formatting asks.
+pub fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sign(secret: &str, timestamp: &str, body: &[u8]) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(format!("v0:{timestamp}:").as_bytes());
+        mac.update(body);
+        format!("v0={}", hex::encode(mac.finalize().into_bytes()))
+    }
+
+    #[test]
+    fn a_signature_is_checked_with_its_timestamp() {
+        let body = b"payload=%7B%7D";
+        let good = sign("s3cret", "1000", body);
+        assert!(verify("s3cret", "1000", &good, body, 1000));
+        assert!(verify("s3cret", "1000", &good, body, 1300));
+        assert!(!verify("s3cret", "1000", &good, body, 1301), "stale");
+        assert!(
+            !verify("s3cret", "1000", &good, b"payload=x", 1000),
+            "altered"
+        );
+        assert!(
+            !verify("other", "1000", &good, body, 1000),
+            "another secret"
+        );
+        assert!(
+            !verify("s3cret", "1001", &good, body, 1000),
+            "another timestamp"
+        );
+        assert!(!verify("s3cret", "1000", &good[3..], body, 1000), "no v0=");
+        assert!(!verify("s3cret", "soon", &good, body, 1000));
+    }
+
+    #[test]
+    fn a_message_has_the_tasks_and_two_buttons_carrying_the_token() {
+        let data = json!({"risk_level": "high", "expires_at": "2026-11-27T18:00:00Z",
+            "tasks": [{"index": 1, "tool": "deploy", "risk_level": "high",
+                       "description": "deploy <web>", "args": {"step": "deploy web"}}]});
+        let message = message(&data, "ci-bot", "Confirm the plan?", "tok");
+        let blocks = message["blocks"].as_array().unwrap();
+        assert_eq!(blocks[0]["type"], "header");
+        let task = blocks[2]["text"]["text"].as_str().unwrap();
+        assert!(
+            task.starts_with("*1. deploy* (high risk)\ndeploy &lt;web&gt;"),
+            "{task}"
+        );
+        let actions = &blocks.last().unwrap()["elements"];
+        assert_eq!(actions[0]["action_id"], "approve");
+        assert_eq!(actions[1]["action_id"], "reject");
+        assert_eq!(actions[0]["value"], "tok");
+        assert_eq!(actions[1]["value"], "tok");
+    }
+}

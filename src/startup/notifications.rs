@@ -1,0 +1,77 @@
+//! The notification services the flags ask for: webhooks (and Slack's
+//! incoming webhook, sent by the same outbox), and decision links.
+
+use std::sync::Arc;
+
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::config::Settings;
+use crate::http::access::AccessPolicy;
+use crate::notify::links::Links;
+use crate::notify::mail::Mailer;
+use crate::webhook::Webhooks;
+
+/// `--webhook` (and `--slack-webhook`) and the flags they need.
+pub(super) fn open_webhooks(settings: &Settings) -> Result<Option<Arc<Webhooks>>, String> {
+    let slack = settings.slack_webhook.clone();
+    if settings.webhooks.is_empty() && slack.is_none() && settings.smtp.is_none() {
+        return Ok(None);
+    }
+    let mailer = open_mailer(settings)?;
+    if slack.is_some() && settings.link_secret.is_none() {
+        let why = "--slack-webhook needs --link-secret and --public-url (its buttons carry links)";
+        return Err(why.to_owned());
+    }
+    let secret = match settings.webhook_secret.clone() {
+        Some(secret) => secret,
+        // Slack or mail alone: no receiver checks a signature.
+        None if settings.webhooks.is_empty() => {
+            SecretString::from(uuid::Uuid::new_v4().simple().to_string())
+        }
+        None => {
+            let why = "--webhook needs --webhook-secret (at least 16 characters)";
+            return Err(why.to_owned());
+        }
+    };
+    Webhooks::new(
+        settings.webhooks.clone(),
+        secret,
+        settings.public_url.clone(),
+        settings.webhook_retry_for,
+        slack,
+        mailer,
+    )
+    .map(Some)
+}
+
+/// `--link-secret` (with `--public-url`): decision links for the approvers.
+pub(super) fn open_links(
+    settings: &Settings,
+    access: &AccessPolicy,
+) -> Result<Option<Arc<Links>>, String> {
+    let Some(secret) = settings.link_secret.clone() else {
+        return Ok(None);
+    };
+    let url = settings
+        .public_url
+        .as_deref()
+        .ok_or("--link-secret needs --public-url (where links point)")?;
+    let links = Links::new(url, secret, access.people())?;
+    Ok(Some(Arc::new(links)))
+}
+
+/// `--smtp` with `--mail-from` (and `--link-secret`: a mail carries links).
+fn open_mailer(settings: &Settings) -> Result<Option<Arc<Mailer>>, String> {
+    let Some(url) = &settings.smtp else {
+        return Ok(None);
+    };
+    let fail = |why: &str| Err(why.to_owned());
+    if settings.link_secret.is_none() {
+        return fail("--smtp needs --link-secret and --public-url (each mail carries a link)");
+    }
+    let Some(from) = &settings.mail_from else {
+        return fail("--smtp needs --mail-from (the sender's address)");
+    };
+    Mailer::open(url.expose_secret(), settings.smtp_password.clone(), from)
+        .map(|mailer| Some(Arc::new(mailer)))
+}
