@@ -145,8 +145,8 @@ class GrantTests(unittest.TestCase):
 
 
 KEYS = """agent-key-0000001 label=ci-bot
-approver lead-key-00000001 label=lead-1
-approver lead-key-00000002 label=lead-2
+approver lead-key-00000001 label=lead-1 slack=U0LEAD1 email=lead1@example.com
+approver lead-key-00000002 label=lead-2 slack=U0LEAD2 email=lead2@example.com
 """
 
 QUORUM_TOOLS = """
@@ -174,13 +174,42 @@ class QuorumTests(unittest.TestCase):
         with open(keys, "w") as f:
             f.write(KEYS)
         cls.extra = ["--tools", tools, "--api-keys-file", keys,
-                     "--public-url", "https://gate.example", "--link-secret", LINK_SECRET]
+                     "--public-url", "https://gate.example", "--link-secret", LINK_SECRET,
+                     "--slack-signing-secret", SLACK_SECRET]
+        cls.smtp = Smtp.start(cls.dir)
+        if cls.smtp:
+            cls.extra += ["--smtp", "smtp://127.0.0.1:%d" % cls.smtp.port,
+                          "--mail-from", "gate@example.com"]
         cls.cluster = Cluster(replicas=3, nginx=False, extra=cls.extra)
         cls.a, cls.b, cls.c = cls.cluster.replicas
 
     @classmethod
     def tearDownClass(cls):
         cls.cluster.stop()
+        if cls.smtp:
+            cls.smtp.stop()
+
+    def test_mailed_links_decide_on_any_replica_and_each_person_gets_one_mail(self):
+        if not self.smtp:
+            self.skipTest("no tests/mcp/.venv with aiosmtpd (tests/mcp/setup.sh)")
+        s = session("mail")
+        agent = {"Authorization": "Bearer agent-key-0000001"}
+        stream = post(self.a, {"message": "deploy web", "session_id": s}, agent)
+        seen = read_until(stream, rb'"stream_paused":true')
+        pause = re.search(rb'"confirmation_id":"([0-9a-f-]{36})"', seen).group(1).decode()
+        mails = self.smtp.wait(lambda m: pause in m[1], 2)
+        self.assertEqual(sorted(to for to, _ in mails), [["lead1@example.com"], ["lead2@example.com"]])
+        link = {to[0]: mail_link(text) for to, text in mails}
+        status, page = link_request(self.c, "POST", link["lead1@example.com"], "action=confirm")
+        self.assertEqual(status, 200, page)
+        status, page = link_request(self.b, "POST", link["lead2@example.com"], "action=confirm")
+        self.assertEqual(status, 200, page)
+        self.assertIn("Confirmed", page)
+        self.assertEqual(chunk_types(read_to_end(stream))[-1], b"completion")
+        stream.conn.close()
+        time.sleep(0.5)
+        self.assertEqual(len([m for m in self.smtp.mails() if pause in m[1]]), 2,
+                         "one mail per person, whichever replica sent it")
 
     def race(self, first, second):
         """The agent pauses on a; ``first`` and ``second`` (approver keys)
@@ -270,9 +299,144 @@ class QuorumTests(unittest.TestCase):
         forged = link_path(pause, "lead-1")[:-1] + "0"
         status, page = link_request(self.c, "GET", forged)
         self.assertEqual(status, 404, page)
+        for replica in (self.a, self.b, self.c):
+            self.assertNotIn(pause + ".lead", replica.logs(), "no token in a log")
+        self.assertIn("/d/<token>", self.b.logs() + self.c.logs(), "the access log has the path")
+
+    def test_a_slack_button_pressed_on_one_replica_decides_the_run_another_holds(self):
+        slack = SlackReceiver()
+        try:
+            s = session("slack")
+            agent = {"Authorization": "Bearer agent-key-0000001"}
+            stream = post(self.a, {"message": "deploy web", "session_id": s}, agent)
+            seen = read_until(stream, rb'"stream_paused":true')
+            pause = re.search(rb'"confirmation_id":"([0-9a-f-]{36})"', seen).group(1).decode()
+            # A button's value: a token naming no one (signed as chatgate signs it).
+            value = link_path(pause, "").split("/")[-1]
+            for user, replica, expected in (("U0LEAD1", self.b, "Approval recorded: 1 of 2 (lead-1)"),
+                                            ("U0LEAD2", self.c, "Approved by lead-2")):
+                status = press(replica, slack, user, value)
+                self.assertEqual(status, 200)
+                self.assertEqual(slack.wait(lambda r: r.get("text") == expected), expected)
+            self.assertEqual(chunk_types(read_to_end(stream))[-1], b"completion")
+            stream.conn.close()
+        finally:
+            slack.stop()
 
 
 LINK_SECRET = "a-link-secret-shared-by-every-replica-01"
+SLACK_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+
+
+class Smtp:
+    """aiosmtpd (tests/mail/smtp_server.py) in the venv tests/mcp/setup.sh makes."""
+
+    ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+    @classmethod
+    def start(cls, dir):
+        import socket
+        import subprocess
+        python = os.path.join(cls.ROOT, "tests", "mcp", ".venv", "bin", "python")
+        if not os.path.exists(python):
+            return None
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        out = os.path.join(dir, "mail")
+        os.makedirs(out, exist_ok=True)
+        process = subprocess.Popen(
+            [python, os.path.join(cls.ROOT, "tests", "mail", "smtp_server.py"), str(port), out, "0"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert process.stdout.readline().strip() == b"ready"
+        smtp = cls()
+        smtp.process, smtp.port, smtp.out = process, port, out
+        return smtp
+
+    def mails(self):
+        found = []
+        for name in sorted(os.listdir(self.out)):
+            if name.endswith(".eml"):
+                base = os.path.join(self.out, name[:-4])
+                with open(base + ".rcpt") as f:
+                    to = json.load(f)
+                with open(base + ".eml") as f:
+                    text = f.read().replace("=\r\n", "").replace("=\n", "").replace("=3D", "=")
+                found.append((to, text))
+        return found
+
+    def wait(self, keep, n, timeout=20):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            mails = [m for m in self.mails() if keep(m)]
+            if len(mails) >= n:
+                return mails
+            time.sleep(0.05)
+        raise AssertionError("%d of %d mails" % (len(self.mails()), n))
+
+    def stop(self):
+        self.process.kill()
+        self.process.wait()
+
+
+def mail_link(text):
+    """The path of the decision link in a mail."""
+    found = re.search(r"https://gate\.example(/d/[0-9a-f-]{36}\.[A-Za-z0-9_-]*\.\d+\.[0-9a-f]{32})", text)
+    return found.group(1)
+
+
+class SlackReceiver:
+    """Slack's side, locally: takes the response_url updates."""
+
+    def __init__(self):
+        import http.server
+        received = self.received = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                received.append(json.loads(body or b"{}"))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d/response" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wait(self, check, timeout=20):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for r in list(self.received):
+                if check(r):
+                    return r.get("text")
+            time.sleep(0.02)
+        raise AssertionError("no matching Slack update in %r" % (self.received,))
+
+    def stop(self):
+        self.server.shutdown()
+
+
+def press(replica, slack, user, value, button="approve"):
+    """A signed block_actions request: ``user`` pressed ``button``."""
+    import urllib.parse
+    payload = {"type": "block_actions", "user": {"id": user},
+               "actions": [{"action_id": button, "value": value, "type": "button"}],
+               "response_url": slack.url}
+    body = urllib.parse.urlencode({"payload": json.dumps(payload)})
+    ts = str(int(time.time()))
+    sig = "v0=" + hmac.new(SLACK_SECRET.encode(), ("v0:%s:%s" % (ts, body)).encode(),
+                           hashlib.sha256).hexdigest()
+    conn = connect(replica)
+    conn.request("POST", "/api/v1/slack/actions", body=body,
+                 headers={"Content-Type": "application/x-www-form-urlencoded",
+                          "X-Slack-Request-Timestamp": ts, "X-Slack-Signature": sig})
+    response = conn.getresponse()
+    response.read()
+    conn.close()
+    return response.status
 
 
 def link_path(confirmation_id, label, expires_at_ms=None):
