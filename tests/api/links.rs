@@ -215,3 +215,39 @@ async fn forged_altered_expired_and_foreign_tokens_are_404_and_counted() {
         json!([])
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_is_answered_through_its_link_and_a_bad_answer_decides_nothing() {
+    let receiver = Receiver::start().await;
+    let dir = Workdir::new();
+    let app = app(&dir, &receiver).await;
+    let body = json!({"message": "ask region: which region? eu-west | us-east; deploy to {region}",
+                      "session_id": "qa"});
+    let response = crate::approvers::post(&app, "agent-key-000001", body).await;
+    let mut stream = crate::helpers::EventStream::new(response);
+    let asked = stream.until(ChunkType::InputRequest).await;
+    let id = asked.questions().unwrap().confirmation_id.clone();
+    let links = links_of(&receiver, &app, &id).await;
+
+    let (status, page, _) = get(&app, link(&links, "lead-1")).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("name=\"a.region\" value=\"eu-west\""),
+        "{page}"
+    );
+    let (status, page) = post(&app, link(&links, "lead-1"), &[("action", "answer")]).await;
+    assert_eq!(status, 403, "a required question unanswered: {page}");
+    let (status, page) = post(
+        &app,
+        link(&links, "lead-1"),
+        &[("action", "answer"), ("a.region", "eu-west")],
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Answered"), "{page}");
+    let plan = stream.until(ChunkType::ConfirmationRequest).await;
+    assert_eq!(
+        plan.approval().unwrap().tasks[0].description,
+        "deploy to eu-west"
+    );
+}
