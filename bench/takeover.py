@@ -9,7 +9,7 @@ kill to that 200: what a user waits, at worst, before a paused run of a dead
 replica can be decided elsewhere.
 
     cargo build --release
-    CHATGATE_BIN=target/release/chatgate python3 bench/takeover.py [--runs 3] [--ttl 15 --ttl 2]
+    CHATGATE_BIN=target/release/chatgate python3 bench/takeover.py [--runs 3] [--ttl 4 --ttl 15 --ttl 2]
 
 Bounded: each attempt gives up 3 TTLs after the kill.
 """
@@ -58,7 +58,7 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--ttl", type=float, action="append", help="--owner-ttl in seconds")
     args = parser.parse_args()
-    for ttl in args.ttl or [15.0, 2.0]:
+    for ttl in args.ttl or [4.0, 15.0, 2.0]:
         times = []
         for _ in range(args.runs):
             seconds, refused = one(ttl)

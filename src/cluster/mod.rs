@@ -44,8 +44,10 @@ pub const SETTLE_RETRY: Duration = Duration::from_millis(250);
 /// take turns, so a run is restored once before the next request looks.
 const STRIPES: usize = 64;
 /// Default of `--owner-ttl`: how long a replica's ownership of its runs
-/// outlives its last heartbeat.
-pub const OWNER_TTL: Duration = Duration::from_secs(15);
+/// outlives its last heartbeat (beats come every second). With epochs and
+/// nonces fencing every write, a short lease is safe: a replica stalled
+/// past it acts on nothing, and a kill -9's runs are taken over within it.
+pub const OWNER_TTL: Duration = Duration::from_secs(4);
 /// Shortest `--cluster-secret`.
 pub const MIN_SECRET_LEN: usize = 16;
 
