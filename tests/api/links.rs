@@ -251,3 +251,67 @@ async fn a_question_is_answered_through_its_link_and_a_bad_answer_decides_nothin
         "deploy to eu-west"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escalation_s_event_carries_links_for_the_group_it_widens_to() {
+    let receiver = Receiver::start().await;
+    let dir = Workdir::new();
+    let keys = dir.path("keys.txt");
+    std::fs::write(
+        &keys,
+        "agent-key-000001 label=ci-bot\n\
+         approver lead-key-000001 label=lead-1 groups=leads\n\
+         approver oncall-key-0001 label=oncall-1 groups=oncall\n",
+    )
+    .unwrap();
+    let tools = r#"
+[[tool]]
+name = "restart"
+description = "Restart a service"
+risk = "low"
+approvers = "leads"
+escalate_after = "1s"
+escalate_to = "oncall"
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+"#;
+    let hook = crate::webhooks::hooked(&receiver);
+    let app = app_with_tools(&dir, tools, move |s| {
+        hook(s);
+        s.public_url = Some(PUBLIC.to_owned());
+        s.link_secret = Some(SecretString::from(SECRET.to_owned()));
+        s.api_keys_file = Some(keys);
+    })
+    .await;
+    let (mut stream, id) = paused(&app, "agent-key-000001", "esc", "restart api").await;
+    let asked = links_of(&receiver, &app, &id).await;
+    let labels: Vec<&str> = asked.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(labels, ["ci-bot", "lead-1"], "oncall-1 may not decide yet");
+
+    let mut seen = Vec::new();
+    for _ in 0..400 {
+        seen = receiver.wait_for(2).await;
+        if seen.iter().any(|d| d.event == "interaction.escalated") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let escalated = seen
+        .iter()
+        .find(|d| d.event == "interaction.escalated")
+        .unwrap();
+    let links: Vec<(String, String)> = escalated.body["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            let url = l["url"].as_str().unwrap().replace(PUBLIC, &app.address);
+            (l["label"].as_str().unwrap().to_owned(), url)
+        })
+        .collect();
+    let labels: Vec<&str> = links.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(labels, ["lead-1", "oncall-1"]);
+    let (status, page) = post(&app, link(&links, "oncall-1"), &[("action", "confirm")]).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+}
