@@ -104,7 +104,12 @@ pub fn letter(
     };
     Letter {
         to: to.address.clone(),
-        subject: subject.chars().take(200).collect(),
+        // One line: nothing a summary holds can start another header.
+        subject: subject
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(200)
+            .collect(),
         text,
         html,
         message_id: format!("<{event_id}.{}@chatgate>", to.label),
@@ -272,6 +277,8 @@ mod tests {
         let letter = letter("ev-1", &data, "ci-bot", "Confirm?", None, &to);
         assert_eq!(letter.message_id, "<ev-1.lead-1@chatgate>");
         assert_eq!(letter.subject, "[chatgate] Approval needed: Confirm?");
+        let sneaky = super::letter("ev-2", &data, "ci-bot", "a\r\nBcc: x@y", None, &to);
+        assert_eq!(sneaky.subject, "[chatgate] Approval needed: aBcc: x@y");
         assert!(
             letter.text.contains("1. deploy (high risk): deploy <web>"),
             "{}",
