@@ -324,6 +324,52 @@ class QuorumTests(unittest.TestCase):
             slack.stop()
 
 
+EXTENDING_TOOLS = """
+[[tool]]
+name = "restart"
+description = "Restart"
+risk = "low"
+timeout = "2s"
+escalate_after = "1s"
+escalate_to = "leads"
+escalate_extends = "1m"
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+"""
+
+
+class EscalationTests(unittest.TestCase):
+    """An escalation that extends a pause keeps its records in Redis alive
+    past the expiry it was asked with (a short --detach-grace makes them
+    expire soon after it otherwise), so another replica decides it later."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="chatgate-extends-")
+        tools = os.path.join(cls.dir, "tools.toml")
+        with open(tools, "w") as f:
+            f.write(EXTENDING_TOOLS)
+        cls.cluster = Cluster(replicas=2, nginx=False,
+                              extra=["--tools", tools, "--detach-grace", "1s"])
+        cls.a, cls.b = cls.cluster.replicas
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def test_an_extended_pause_outlives_its_first_expiry_and_is_decided_elsewhere(self):
+        s = session("extends")
+        stream = post(self.a, {"message": "restart api", "session_id": s})
+        read_until(stream, rb'Escalated to leads')
+        # Past the first expiry (2 s) and what the records had after it
+        # (--detach-grace 1 s and the 2 s lease).
+        time.sleep(6.5)
+        status, chunk, _ = answer(self.b, s, "confirm")
+        self.assertEqual(status, 200, chunk)
+        self.assertEqual(chunk_types(read_to_end(stream))[-1], b"completion")
+        stream.conn.close()
+
+
 LINK_SECRET = "a-link-secret-shared-by-every-replica-01"
 SLACK_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 
