@@ -141,6 +141,16 @@ async fn a_quorum_is_decided_by_two_links_each_once_and_a_get_decides_nothing() 
         decided[0]["data"]["approved_by"],
         json!(["lead-1", "lead-2"])
     );
+    // The audit log names who decided through each link.
+    let audit = dir.audit();
+    let approved: Vec<&Value> = audit.iter().filter(|r| r["event"] == "approved").collect();
+    assert_eq!(approved.len(), 1);
+    assert_eq!(approved[0]["key"], "lead-1");
+    let last = audit
+        .iter()
+        .find(|r| r["event"] == "decided")
+        .expect("decided");
+    assert_eq!(last["key"], "lead-2");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
