@@ -17,12 +17,14 @@ command = ["cat"]
 parameters = { type = "object", properties = { step = { type = "string" } }, required = ["step"] }
 "#;
 
-/// Starts a server for the suites: no step delay, 3 s confirmation timeout
-/// (the suites' timeout cases wait for it), the `echo_args` tool.
+/// Starts a server for the suites: no step delay, a 10 s confirmation
+/// timeout (the suites' timeout cases wait for it; long enough that a CLI
+/// under a pseudo-terminal on a loaded machine answers well before it),
+/// the `echo_args` tool.
 async fn start_server(tools: &std::path::Path) -> String {
     let mut settings = Settings::for_bind("127.0.0.1:0");
     settings.step_delay = std::time::Duration::from_millis(0);
-    settings.confirm_timeout = std::time::Duration::from_secs(3);
+    settings.confirm_timeout = std::time::Duration::from_secs(10);
     settings.workers = Some(2);
     settings.tools = Some(tools.to_owned());
     let app = Application::build(settings).await.expect("server builds");

@@ -1,6 +1,6 @@
 // Tests of the JS client: the SSE parser offline, everything else against a
 // real chatgate server whose URL is in $CHATGATE_URL (cargo test starts one
-// with --confirm-timeout-secs 3 and runs this suite).
+// with a 10 s confirmation timeout and runs this suite).
 
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';

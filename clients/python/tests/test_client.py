@@ -1,6 +1,6 @@
 """Tests of the Python client: the SSE parser offline, everything else
 against a real chatgate server whose URL is in $CHATGATE_URL (cargo test
-starts one with --confirm-timeout-secs 3 and runs this suite)."""
+starts one with a 10 s confirmation timeout and runs this suite)."""
 
 import json
 import os
@@ -928,7 +928,7 @@ class TerminalTests(unittest.TestCase):
         pid, fd = self.spawn(argv)
         expect = self.expecting(fd)
         expect("confirm / modify / cancel / decide?")
-        expect("(timeout)", timeout=15)
+        expect("(timeout)", timeout=40)
         return self.finish(pid, fd)
 
     def interrupt(self, argv, name):
