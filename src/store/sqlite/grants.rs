@@ -23,7 +23,8 @@ pub fn create(c: &Connection) -> rusqlite::Result<()> {
 /// Adds `grant` unless its namespace holds the most live grants already;
 /// what expired or was spent goes first.
 pub fn add(c: &Connection, grant: &Grant, now: i64) -> rusqlite::Result<bool> {
-    let tx = c.unchecked_transaction()?;
+    // In the writer's transaction (a savepoint of its own): all or nothing.
+    let tx = c;
     tx.execute(
         "DELETE FROM grants WHERE expires_at <= ?1 OR calls_left <= 0",
         params![now],
@@ -47,7 +48,6 @@ pub fn add(c: &Connection, grant: &Grant, now: i64) -> rusqlite::Result<bool> {
             serde_json::to_string(grant).unwrap_or_default()
         ],
     )?;
-    tx.commit()?;
     Ok(true)
 }
 

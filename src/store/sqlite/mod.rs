@@ -4,7 +4,10 @@
 //! SQLite everywhere). The database runs in WAL mode with `synchronous =
 //! FULL`: a record is on disk when a write returns, so a decision answered
 //! 200 survives a `kill -9` or a power cut. Writes are small (one row per
-//! paused run, its record as JSON) and run off the async threads.
+//! paused run, its record as JSON) and run on one thread of their own,
+//! which commits what has queued meanwhile in one transaction (group
+//! commit, [`writer`]): a burst of pauses and decisions shares its fsyncs,
+//! and none is answered before it is on disk.
 //!
 //! An ended run's row keeps its end (`ended`, the frames as JSON) until
 //! `ended_until` (milliseconds since the Unix epoch: the end plus
@@ -15,6 +18,7 @@
 mod grants;
 mod outbox;
 mod outcomes;
+mod writer;
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::unix::fs::MetadataExt;
@@ -34,7 +38,9 @@ use crate::session::SessionKey;
 
 #[derive(Debug)]
 pub struct SqliteStore {
-    connection: Arc<Mutex<Connection>>,
+    /// The thread that owns the connection the records are written on, and
+    /// commits them in groups (see [`writer`]).
+    writer: writer::Writer,
     /// The webhook outbox's own connection to the same file (see
     /// [`outbox`]): taking and settling events never waits on, nor delays,
     /// a run's writes.
@@ -92,11 +98,13 @@ impl SqliteStore {
         outcomes::create(&connection).map_err(|err| err.to_string())?;
         grants::create(&connection).map_err(|err| err.to_string())?;
         let outbox = outbox::open(path).map_err(|err| err.to_string())?;
-        let ledger = outbox::ledger(&outbox).map_err(|err| err.to_string())?;
+        let ledger = Arc::new(Mutex::new(
+            outbox::ledger(&outbox).map_err(|err| err.to_string())?,
+        ));
         Ok(SqliteStore {
-            connection: Arc::new(Mutex::new(connection)),
+            writer: writer::Writer::start(connection, ledger.clone()),
             outbox: Arc::new(Mutex::new(outbox)),
-            ledger: Arc::new(Mutex::new(ledger)),
+            ledger,
             name: format!("sqlite:{}", path.display()),
             path: path.to_owned(),
             file,
@@ -106,12 +114,16 @@ impl SqliteStore {
         })
     }
 
-    /// Runs `work` on the connection, off the async threads.
+    /// Runs `work` in the writer's next transaction (see [`writer`]): its
+    /// answer once that is on disk.
     fn with<T: Send + 'static>(
         &self,
-        work: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        work: impl FnOnce(&mut writer::Tx<'_>) -> rusqlite::Result<T> + Send + 'static,
     ) -> BoxFuture<'_, Result<T, StoreError>> {
-        self.run_on(self.connection.clone(), work)
+        Box::pin(async move {
+            let done = self.writer.run(work).await;
+            self.answered(done)
+        })
     }
 
     /// Runs `work` on the outbox's connection, off the async threads.
@@ -119,14 +131,7 @@ impl SqliteStore {
         &self,
         work: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> BoxFuture<'_, Result<T, StoreError>> {
-        self.run_on(self.outbox.clone(), work)
-    }
-
-    fn run_on<T: Send + 'static>(
-        &self,
-        connection: Arc<Mutex<Connection>>,
-        work: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    ) -> BoxFuture<'_, Result<T, StoreError>> {
+        let connection = self.outbox.clone();
         Box::pin(async move {
             let done = tokio::task::spawn_blocking(move || {
                 // A panic elsewhere leaves the connection usable.
@@ -135,13 +140,17 @@ impl SqliteStore {
             })
             .await
             .unwrap_or_else(|err| Err(err.to_string()));
-            self.healthy.store(done.is_ok(), Ordering::Relaxed);
-            // An SQLite statement that fails is rolled back: it did nothing.
-            done.map_err(|reason| StoreError {
-                store: self.name.clone(),
-                reason,
-                fault: Fault::Unreachable,
-            })
+            self.answered(done)
+        })
+    }
+
+    fn answered<T>(&self, done: Result<T, String>) -> Result<T, StoreError> {
+        self.healthy.store(done.is_ok(), Ordering::Relaxed);
+        // An SQLite statement that fails is rolled back: it did nothing.
+        done.map_err(|reason| StoreError {
+            store: self.name.clone(),
+            reason,
+            fault: Fault::Unreachable,
         })
     }
 }
@@ -179,19 +188,14 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let json = serde_json::to_string(&record).unwrap_or_default();
         let events = events.to_vec();
-        let ledger = self.ledger.clone();
-        self.with(move |c| {
-            let tx = c.unchecked_transaction()?;
-            tx.execute(
+        self.with(move |tx| {
+            tx.prepare_cached(
                 "INSERT INTO paused_runs (run, record, decision) VALUES (?1, ?2, NULL)
                  ON CONFLICT(run) DO UPDATE SET record = excluded.record, decision = NULL,
                      ended = NULL, ended_until = NULL",
-                params![record.run, json],
-            )?;
-            let queued = outbox::queue(&tx, &events)?;
-            tx.commit()?;
-            outbox::scheduled(&ledger, queued);
-            Ok(())
+            )?
+            .execute(params![record.run, json])?;
+            tx.queue(&events)
         })
     }
 
@@ -205,17 +209,12 @@ impl Store for SqliteStore {
         let run = run.to_owned();
         let json = serde_json::to_string(decision).unwrap_or_default();
         let events = events.to_vec();
-        let ledger = self.ledger.clone();
-        let updating = self.with(move |c| {
-            let tx = c.unchecked_transaction()?;
-            let updated = tx.execute(
-                "UPDATE paused_runs SET decision = ?2 WHERE run = ?1",
-                params![run, json],
-            )?;
+        let updating = self.with(move |tx| {
+            let updated = tx
+                .prepare_cached("UPDATE paused_runs SET decision = ?2 WHERE run = ?1")?
+                .execute(params![run, json])?;
             if updated > 0 {
-                let queued = outbox::queue(&tx, &events)?;
-                tx.commit()?;
-                outbox::scheduled(&ledger, queued);
+                tx.queue(&events)?;
             }
             Ok(updated)
         });
@@ -275,22 +274,18 @@ impl Store for SqliteStore {
         let grace = self.grace;
         let until = now + grace.as_millis() as i64;
         let events = events.to_vec();
-        let ledger = self.ledger.clone();
-        self.with(move |c| {
-            let tx = c.unchecked_transaction()?;
+        self.with(move |tx| {
             if grace.is_zero() {
-                tx.execute("DELETE FROM paused_runs WHERE run = ?1", params![run])?;
+                tx.prepare_cached("DELETE FROM paused_runs WHERE run = ?1")?
+                    .execute(params![run])?;
             } else {
-                tx.execute(
+                tx.prepare_cached(
                     "UPDATE paused_runs SET ended = ?2, ended_until = ?3 WHERE run = ?1",
-                    params![run, json, until],
-                )?;
-                delete_past_ends(&tx, now)?;
+                )?
+                .execute(params![run, json, until])?;
+                delete_past_ends(tx, now)?;
             }
-            let queued = outbox::queue(&tx, &events)?;
-            tx.commit()?;
-            outbox::scheduled(&ledger, queued);
-            Ok(())
+            tx.queue(&events)
         })
     }
 
@@ -435,14 +430,7 @@ impl Store for SqliteStore {
 
     fn announce<'a>(&'a self, events: &'a [OutboxEvent]) -> BoxFuture<'a, Result<(), StoreError>> {
         let events = events.to_vec();
-        let ledger = self.ledger.clone();
-        self.with(move |c| {
-            let tx = c.unchecked_transaction()?;
-            let queued = outbox::queue(&tx, &events)?;
-            tx.commit()?;
-            outbox::scheduled(&ledger, queued);
-            Ok(())
-        })
+        self.with(move |tx| tx.queue(&events))
     }
 
     fn due_events(
@@ -484,10 +472,10 @@ pub(super) fn now_ms() -> i64 {
 
 /// Deletes the ended runs whose grace is over.
 fn delete_past_ends(c: &Connection, now: i64) -> rusqlite::Result<()> {
-    c.execute(
+    c.prepare_cached(
         "DELETE FROM paused_runs WHERE ended_until IS NOT NULL AND ended_until <= ?1",
-        params![now],
-    )
+    )?
+    .execute(params![now])
     .map(drop)
 }
 
