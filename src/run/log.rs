@@ -262,14 +262,23 @@ impl RunLog {
         log
     }
 
-    /// The log as a store keeps an ended run's end.
+    /// The log as a store keeps an ended run's end: its final chunk (the
+    /// last frame), the sequence number past it and its pauses' ids, not
+    /// the whole log, so that what an ended run costs a store (and a
+    /// restart that reads it back) is bounded by a small constant. A
+    /// re-attach after a restart is sent the final chunk, with `gap: true`
+    /// when it had not read what came before.
     pub fn end(&self) -> RunEnd {
-        let (frames, next_seq) = self.snapshot();
-        let pauses = self.lock().pauses.iter().cloned().collect();
+        let inner = self.lock();
         RunEnd {
-            frames,
-            next_seq,
-            pauses,
+            frames: inner
+                .frames
+                .back()
+                .map(|frame| String::from_utf8_lossy(frame).into_owned())
+                .into_iter()
+                .collect(),
+            next_seq: inner.next_seq,
+            pauses: inner.pauses.iter().cloned().collect(),
         }
     }
 

@@ -104,8 +104,8 @@ pub struct PausedRecord {
 }
 
 /// An ended run as its record keeps it for the grace: the frames a
-/// re-attach replays, the final chunk the last of them, and the sequence
-/// number past it.
+/// re-attach replays (the final chunk alone: a small constant per ended
+/// run, whatever the run sent), and the sequence number past it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunEnd {
     pub frames: Vec<String>,

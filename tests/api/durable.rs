@@ -843,7 +843,8 @@ async fn a_pause_whose_end_was_recorded_is_never_reopened_by_a_restart() {
 
 /// A run that ended while its client was away, its process then killed
 /// before the client came back: the next process shows the end (for the
-/// grace), never the pause again and never a 404.
+/// grace), never the pause again and never a 404. What the file keeps of
+/// an ended run is its end, not its log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_that_ended_before_kill_9_shows_its_end_to_a_re_attach_after_the_restart() {
     let dir = Dir::new();
@@ -874,6 +875,16 @@ async fn a_run_that_ended_before_kill_9_shows_its_end_to_a_re_attach_after_the_r
     // The end is in the store before the audit record is written.
     first.child.kill().unwrap();
     first.child.wait().unwrap();
+    let kept: (i64, i64, String) = rusqlite::Connection::open(dir.path("runs.db"))
+        .unwrap()
+        .query_row(
+            "SELECT json_array_length(ended, '$.frames'), json_array_length(record, '$.frames'),
+                 json_extract(record, '$.message') FROM paused_runs",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(kept, (1, 0, String::new()), "the final chunk alone");
 
     let second = start(&dir, &["--audit-log", &audit]);
     let back = post(
@@ -886,13 +897,15 @@ async fn a_run_that_ended_before_kill_9_shows_its_end_to_a_re_attach_after_the_r
     let rest = chunks(&read_raw(back, None).await);
     let (again, _) = reply(&stream_url(&second), "gone-early", "CONFIRM_ACTION:confirm").await;
 
-    assert_eq!(
-        rest.first().unwrap().sequence,
-        request.sequence + 1,
-        "{rest:?}"
-    );
-    assert_eq!(rest.last().unwrap().chunk_type, ChunkType::Completion);
-    assert_eq!(rest.iter().filter(|c| c.finished).count(), 1);
+    // The store kept the end, not the whole log (#32): the final chunk
+    // alone, under its own sequence number, the chunks before it announced
+    // as a gap.
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    let last = &rest[0];
+    assert_eq!(last.chunk_type, ChunkType::Completion);
+    assert!(last.finished);
+    assert!(last.sequence > request.sequence + 1, "{rest:?}");
+    assert_eq!(last.metadata["gap"], true, "{last:?}");
     assert_eq!(again, 404, "the ended run asks nothing again");
     let (events, _) = audit_trail(&dir.path("audit.jsonl"), "gone-early");
     assert_eq!(

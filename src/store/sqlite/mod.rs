@@ -9,11 +9,12 @@
 //! commit, [`writer`]): a burst of pauses and decisions shares its fsyncs,
 //! and none is answered before it is on disk.
 //!
-//! An ended run's row keeps its end (`ended`, the frames as JSON) until
-//! `ended_until` (milliseconds since the Unix epoch: the end plus
-//! `--detach-grace`); every end written, and every start, deletes the rows
-//! past theirs. A file from an earlier version gets the two columns at
-//! open.
+//! An ended run's row keeps its end (`ended`: its final chunk, its pauses'
+//! ids) until `ended_until` (milliseconds since the Unix epoch: the end
+//! plus `--detach-grace`), and of its record only who the run was (its
+//! frames, state, tasks and message are dropped at the end); every end
+//! written, and every start, deletes the rows past theirs. A file from an
+//! earlier version gets the two columns at open.
 
 mod grants;
 mod outbox;
@@ -279,8 +280,16 @@ impl Store for SqliteStore {
                 tx.prepare_cached("DELETE FROM paused_runs WHERE run = ?1")?
                     .execute(params![run])?;
             } else {
+                // The record keeps who the run was, not what it paused on
+                // (its frames, its engine's state, its tasks, its message):
+                // an ended run costs the file and a restart a small constant.
                 tx.prepare_cached(
-                    "UPDATE paused_runs SET ended = ?2, ended_until = ?3 WHERE run = ?1",
+                    "UPDATE paused_runs SET ended = ?2, ended_until = ?3,
+                         record = json_set(record, '$.frames', json('[]'), '$.state', NULL,
+                             '$.tasks', json('[]'), '$.questions', json('[]'),
+                             '$.message', '', '$.title', ''),
+                         approvals = NULL
+                     WHERE run = ?1",
                 )?
                 .execute(params![run, json, until])?;
                 delete_past_ends(tx, now)?;

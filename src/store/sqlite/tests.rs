@@ -107,6 +107,15 @@ async fn an_ended_run_keeps_its_end_for_the_grace_then_goes() {
         assert_eq!(runs, ["ended", "paused"]);
         assert_eq!(loaded[0].ended.as_ref(), Some(&end));
         assert_eq!(loaded[1].ended, None);
+        // The ended run's record keeps who it was, not what it paused on.
+        let ended = &loaded[0];
+        assert_eq!(
+            (ended.session_id.as_str(), ended.namespace.as_deref()),
+            ("会话", Some("k0123"))
+        );
+        assert!(ended.frames.is_empty() && ended.state.is_null(), "{ended:?}");
+        assert_eq!(loaded[1].frames, record("paused").frames);
+        assert_eq!(loaded[1].state, record("paused").state);
     }
     {
         // Opened with a grace that is over by the time it loads.
