@@ -481,11 +481,9 @@ pub(super) fn now_ms() -> i64 {
 
 /// Deletes the ended runs whose grace is over.
 fn delete_past_ends(c: &Connection, now: i64) -> rusqlite::Result<()> {
-    c.prepare_cached(
-        "DELETE FROM paused_runs WHERE ended_until IS NOT NULL AND ended_until <= ?1",
-    )?
-    .execute(params![now])
-    .map(drop)
+    c.prepare_cached("DELETE FROM paused_runs WHERE ended_until IS NOT NULL AND ended_until <= ?1")?
+        .execute(params![now])
+        .map(drop)
 }
 
 /// How long [`lock`] waits for a lock held elsewhere before it says so.

@@ -113,7 +113,10 @@ async fn an_ended_run_keeps_its_end_for_the_grace_then_goes() {
             (ended.session_id.as_str(), ended.namespace.as_deref()),
             ("会话", Some("k0123"))
         );
-        assert!(ended.frames.is_empty() && ended.state.is_null(), "{ended:?}");
+        assert!(
+            ended.frames.is_empty() && ended.state.is_null(),
+            "{ended:?}"
+        );
         assert_eq!(loaded[1].frames, record("paused").frames);
         assert_eq!(loaded[1].state, record("paused").state);
     }
