@@ -1,17 +1,11 @@
-//! Server-Sent-Events framing: the only place that writes `id:`/`data:` lines.
-//!
-//! Every response of the chat endpoint, success or error, goes through
-//! [`stream_response`] (a live run) or [`single_chunk`] (a one-chunk answer),
-//! so both carry the same headers and framing.
+//! Server-Sent-Events framing: the only place that writes `id:`/`data:`
+//! lines. Bytes in, bytes out: no HTTP here (the responses that carry these
+//! frames are [`crate::http::event_stream`]'s).
 
 use std::cell::RefCell;
-use std::convert::Infallible;
 use std::io::Write;
 
-use actix_web::http::{header, StatusCode};
-use actix_web::{HttpResponse, HttpResponseBuilder};
 use bytes::Bytes;
-use futures_util::Stream;
 
 use crate::protocol::Chunk;
 
@@ -113,30 +107,6 @@ pub fn renumber(frame: &Bytes, sequence: u64) -> Bytes {
     write!(out, "{sequence}").expect("write to Vec");
     out.extend_from_slice(&frame[digits_end..]);
     Bytes::from(out)
-}
-
-fn builder(status: StatusCode) -> HttpResponseBuilder {
-    let mut builder = HttpResponse::build(status);
-    builder
-        .insert_header((header::CONTENT_TYPE, "text/event-stream; charset=utf-8"))
-        .insert_header((header::CACHE_CONTROL, "no-cache"))
-        .insert_header(("X-Accel-Buffering", "no"));
-    builder
-}
-
-/// A complete stream of exactly one chunk, number 1 (errors and reply
-/// acknowledgements).
-pub fn single_chunk(status: StatusCode, mut chunk: Chunk) -> HttpResponse {
-    chunk.sequence = 1;
-    builder(status).body(encode(&chunk))
-}
-
-/// A live stream: the body is a run's [`crate::run::stream::Subscription`].
-pub fn stream_response<S>(body: S) -> HttpResponse
-where
-    S: Stream<Item = Result<Bytes, Infallible>> + 'static,
-{
-    builder(StatusCode::OK).streaming(body)
 }
 
 #[cfg(test)]

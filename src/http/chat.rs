@@ -10,6 +10,7 @@ use futures_util::StreamExt;
 use super::access::Caller;
 use super::access_log;
 use super::error::{ChatError, Refusal};
+use super::event_stream;
 use super::forward::{self, Forwarded, Forwarding};
 use super::state::AppState;
 use crate::cluster::Peer;
@@ -20,7 +21,6 @@ use crate::run::place::Place;
 use crate::run::start::Started;
 use crate::run::ReattachError;
 use crate::session::SessionKey;
-use crate::sse;
 
 /// `POST /api/v1/chat/stream`: a chat message starts a run; a
 /// `CONFIRM_ACTION` message decides the pause of the session's run.
@@ -113,7 +113,7 @@ async fn chat(
                 .reattach_or_outcome(key, last_seen)
                 .await
                 .map_err(|err| refused(err.into()))?;
-            Ok(sse::stream_response(subscription))
+            Ok(event_stream::stream_response(subscription))
         }
         ValidRequest::Reply {
             session_id,
@@ -172,7 +172,7 @@ async fn chat(
                 .decide(&key, reply)
                 .await
                 .map_err(|err| refused(err.into()))?;
-            Ok(sse::single_chunk(
+            Ok(event_stream::single_chunk(
                 StatusCode::OK,
                 decided.acknowledgement(&session_id),
             ))
@@ -197,7 +197,7 @@ async fn chat(
                 .await
                 .map_err(|err| refused(err.into()))?;
             match started {
-                Started::Here(subscription) => Ok(sse::stream_response(subscription)),
+                Started::Here(subscription) => Ok(event_stream::stream_response(subscription)),
                 // Forwarded here, yet another replica owns it now: no second hop.
                 Started::Elsewhere(_) if forwarded.is_some() => {
                     Err(refused(ChatError::owner_unavailable()))

@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::event_stream;
 use crate::confirmation::{BeginError, DecideError};
 use crate::protocol::{meta, Action, Chunk, ErrorType, RequestError, MAX_BODY_BYTES};
 use crate::run::decide::ReplyError;
 use crate::run::start::StartError;
 use crate::run::ReattachError;
-use crate::sse;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -266,7 +266,7 @@ impl ChatError {
                     .with_meta(meta::DECIDED_AT, crate::clock::rfc3339_ms(decided.at_ms));
             }
         }
-        let mut response = sse::single_chunk(status, chunk);
+        let mut response = event_stream::single_chunk(status, chunk);
         if matches!(self, ChatError::RequestTimeout) {
             // The rest of a body that came too slowly is not worth reading:
             // close the connection rather than drain it.

@@ -3,7 +3,8 @@
 //! ([`grants`]), kept run
 //! outcomes ([`runs`]),
 //! probes ([`probes`]), the page ([`page`]), forwarding to a run's owner
-//! ([`forward`]), the error table ([`error`]), who may call ([`access`]),
+//! ([`forward`]), the error table ([`error`]), the chat endpoint's SSE
+//! responses ([`event_stream`]), who may call ([`access`]),
 //! per-connection deadlines ([`connection`]) and the request log
 //! ([`access_log`]). Extract, validate, call [`crate::run`], respond:
 //! nothing else.
@@ -13,6 +14,7 @@ pub mod access_log;
 pub mod chat;
 pub mod connection;
 pub mod error;
+pub mod event_stream;
 pub mod forward;
 pub mod grants;
 pub mod inbox;
