@@ -45,6 +45,16 @@ pub fn encode(chunk: &Chunk) -> Bytes {
     })
 }
 
+/// The JSON of a frame [`encode`] wrote (its one `data:` line), for the
+/// reader that needs the chunk back (the inbox lists a pause's request as
+/// its run sent it).
+pub fn data_of(frame: &[u8]) -> Option<&[u8]> {
+    const DATA: &[u8] = b"\ndata: ";
+    let start = memchr::memmem::find(frame, DATA)? + DATA.len();
+    let end = frame.strip_suffix(b"\n\n")?.len();
+    frame.get(start..end)
+}
+
 /// Scratch capacity a thread starts with, enough for most frames.
 const SCRATCH_CAPACITY: usize = 4096;
 /// Scratch capacity a thread keeps between frames.
@@ -126,6 +136,17 @@ mod tests {
         let back: Chunk = serde_json::from_str(json).unwrap();
         assert_eq!(back.sequence, 42);
         assert_eq!(back.chunk, chunk.chunk);
+    }
+
+    #[test]
+    fn a_frame_s_data_is_its_chunk() {
+        let chunk = Chunk::new(ChunkType::Content, "\ndata: {} in the text", "s", 3);
+
+        let frame = encode(&chunk);
+        let back: Chunk = serde_json::from_slice(data_of(&frame).unwrap()).unwrap();
+
+        assert_eq!(back, chunk);
+        assert_eq!(data_of(b"id: 1\n\n"), None);
     }
 
     #[test]

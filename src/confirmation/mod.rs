@@ -210,6 +210,8 @@ struct Shared {
     next_run_id: AtomicU64,
     /// Woken whenever an entry is removed; see [`ConfirmationManager::wait_until_empty`].
     entry_removed: Notify,
+    /// Runs that freed their entry and still write their end ([`slot::WritingEnd`]).
+    ending: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
@@ -570,14 +572,15 @@ impl ConfirmationManager {
         }
     }
 
-    /// Resolves once no run is registered (used to drain on shutdown).
+    /// Resolves once no run is registered, nor still writing its end (used
+    /// to drain on shutdown).
     pub async fn wait_until_empty(&self) {
         loop {
             let removed = self.shared.entry_removed.notified();
             tokio::pin!(removed);
             // Register interest before looking, so a removal in between is not missed.
             removed.as_mut().enable();
-            if self.lock().sessions.is_empty() {
+            if self.lock().sessions.is_empty() && self.shared.ending.load(Ordering::SeqCst) == 0 {
                 return;
             }
             removed.await;

@@ -3,13 +3,14 @@
 //! the session's entry when dropped.
 
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::{Asking, Decision, Pause, RunSlot};
+use super::{Asking, ConfirmationManager, Decision, Pause, RunSlot};
 use crate::protocol::{Action, CancelReason};
 use crate::session::SessionKey;
 
@@ -207,6 +208,33 @@ impl Drop for RunSlot {
         }
         drop(registry);
         // Woken after the lock is released.
+        self.manager.shared.entry_removed.notify_waiters();
+    }
+}
+
+/// A run that has freed its session (its final chunk is out, the session
+/// may start its next run) and still writes its end: its outcome, its
+/// store record, its audit record. A shutdown waits for it as for a run
+/// (see [`ConfirmationManager::wait_until_empty`]), so what a client was
+/// shown as the end is also what the next process finds.
+pub struct WritingEnd {
+    manager: ConfirmationManager,
+}
+
+impl RunSlot {
+    /// Frees the session's entry (as dropping the slot does) and holds the
+    /// shutdown until the returned [`WritingEnd`] is dropped.
+    pub fn into_ending(self) -> WritingEnd {
+        let manager = self.manager.clone();
+        manager.shared.ending.fetch_add(1, Ordering::SeqCst);
+        drop(self);
+        WritingEnd { manager }
+    }
+}
+
+impl Drop for WritingEnd {
+    fn drop(&mut self) {
+        self.manager.shared.ending.fetch_sub(1, Ordering::SeqCst);
         self.manager.shared.entry_removed.notify_waiters();
     }
 }

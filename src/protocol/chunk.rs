@@ -149,6 +149,16 @@ pub enum PauseData {
     Approval(ConfirmationData),
 }
 
+impl PauseData {
+    /// The id of the pause this request asks.
+    pub fn confirmation_id(&self) -> &str {
+        match self {
+            PauseData::Question(data) => &data.confirmation_id,
+            PauseData::Approval(data) => &data.confirmation_id,
+        }
+    }
+}
+
 /// One JSON object on the stream, written as one `data:` line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Chunk {

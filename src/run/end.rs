@@ -16,7 +16,7 @@ use super::engine::Engine;
 use super::log::RunLog;
 use super::outcome::{Completion, Ending, RunError};
 use crate::audit::{AuditLog, AuditRecord, RunFields};
-use crate::confirmation::slot::PendingDecision;
+use crate::confirmation::slot::{PendingDecision, WritingEnd};
 use crate::protocol::{Chunk, ChunkType, ErrorType};
 use crate::run::settings::RunSettings;
 use crate::session::{RunTag, SessionKey};
@@ -101,7 +101,8 @@ async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
     let key = ctx.session_key().clone();
     let (run_id, session_id) = (ctx.run_id(), ctx.session_id().to_owned());
     let last_pause = ctx.last_pause().cloned();
-    let (ended, why, log, last) = finish(ctx, result);
+    // Held until the end is written: a shutdown waits for it.
+    let (ended, why, log, last, _ending) = finish(ctx, result);
     keep_outcome(&settings, &key, log.outcome(last)).await;
     ::log::debug!("{}: ended with {ended:?}", RunTag::of(&key, run_id));
     // `run.ended` for a run that paused: with its end's record when it has one.
@@ -222,17 +223,25 @@ pub(super) async fn audit_ended(
 fn finish(
     ctx: RunContext,
     result: Result<Completion, RunError>,
-) -> (ChunkType, Option<&'static str>, Arc<RunLog>, Chunk) {
+) -> (
+    ChunkType,
+    Option<&'static str>,
+    Arc<RunLog>,
+    Chunk,
+    WritingEnd,
+) {
     let ending = Ending::of(ctx.session_id(), result);
     if let Some(error_type) = ending.error {
         ctx.metrics().error(error_type);
     }
     let (slot, log) = ctx.into_parts();
-    drop(slot);
+    // The session is free before its final chunk is out: a client that
+    // starts its next run at once is not refused.
+    let writing = slot.into_ending();
     let chunk_type = ending.chunk.chunk_type;
     let mut last = ending.chunk.clone();
     last.sequence = log.push(ending.chunk);
-    (chunk_type, ending.why, log, last)
+    (chunk_type, ending.why, log, last, writing)
 }
 
 /// Keeps a run's outcome for `--keep-outcome` (unless it is zero); a store

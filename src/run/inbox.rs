@@ -150,11 +150,9 @@ fn task_lines(data: &Value) -> Vec<TaskLine> {
         .collect()
 }
 
-/// A pause's request, parsed from its frame (`id: N\ndata: {...}\n\n`).
+/// A pause's request: the chunk its frame carries.
 fn request_of(frame: &[u8]) -> Option<Value> {
-    let text = std::str::from_utf8(frame).ok()?;
-    let data = text.lines().find_map(|line| line.strip_prefix("data: "))?;
-    serde_json::from_str(data).ok()
+    serde_json::from_slice(crate::sse::data_of(frame)?).ok()
 }
 
 use crate::clock::{ms as unix_ms, rfc3339};

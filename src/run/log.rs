@@ -103,6 +103,11 @@ pub(super) struct LogInner {
     pauses: VecDeque<PauseNote>,
     /// Its last [`MAX_RAN_NOTES`] calls (`tool_output` chunks), in order.
     ran: VecDeque<RanNote>,
+    /// The sequence number and pause id of the last pause request pushed
+    /// (or restored): the frame the inbox lists and an escalation amends,
+    /// found by number, never by reading the frames back. Only a run's
+    /// latest pause is ever looked up, so one tag per log, not per frame.
+    request: Option<(u64, Box<str>)>,
 }
 
 /// How a restored log tells the ids it knows from the ones it cannot.
@@ -150,6 +155,7 @@ impl RunLog {
                 restored: None,
                 pauses: VecDeque::new(),
                 ran: VecDeque::new(),
+                request: None,
             }),
             limits: LogLimits {
                 frames: limits.frames.max(1),
@@ -176,6 +182,9 @@ impl RunLog {
                 inner.ran.pop_front();
             }
             inner.ran.push_back(RanNote::of(&chunk));
+        }
+        if let Some(pause) = &chunk.confirmation_data {
+            inner.request = Some((seq, pause.confirmation_id().into()));
         }
         let frame = sse::encode(&chunk);
         inner.bytes += frame.len();
@@ -228,12 +237,14 @@ impl RunLog {
     /// process may have sent chunks past the stored ones, under the ids this
     /// log gives its own; a re-attach naming such an id is sent this log's
     /// own chunks from the first, renumbered past it, with the gap announced.
+    /// `pause`: the stored pause whose request is the last frame.
     pub fn restore(
         limits: LogLimits,
         stop: RunStop,
         frames: Vec<String>,
         next_seq: u64,
         at_work: bool,
+        pause: Option<&str>,
     ) -> Arc<RunLog> {
         let log = RunLog::new(limits, stop);
         {
@@ -243,6 +254,9 @@ impl RunLog {
                 inner.frames.push_back(Bytes::from(frame));
             }
             inner.next_seq = next_seq.max(inner.frames.len() as u64 + 1);
+            if !inner.frames.is_empty() {
+                inner.request = pause.map(|id| (inner.next_seq - 1, id.into()));
+            }
             inner.restored = Some(Restored {
                 first_own: inner.next_seq,
                 ambiguous: at_work,
@@ -254,7 +268,7 @@ impl RunLog {
     /// The log of a run that had ended when its process stopped, restored
     /// from the end its store kept: its final chunk is among `end`'s frames.
     pub fn restore_ended(limits: LogLimits, stop: RunStop, end: RunEnd) -> Arc<RunLog> {
-        let log = RunLog::restore(limits, stop, end.frames, end.next_seq, false);
+        let log = RunLog::restore(limits, stop, end.frames, end.next_seq, false, None);
         let mut inner = log.lock();
         inner.finished = true;
         inner.pauses = end.pauses.into();
@@ -386,7 +400,7 @@ impl RunLog {
     /// names `confirmation_id`, among the last few (a quorum's progress
     /// chunks follow the request).
     pub fn last_frame(&self, confirmation_id: &str) -> Option<Bytes> {
-        request_frame(&mut self.lock().frames, confirmation_id).map(|frame| frame.clone())
+        request_frame(&mut self.lock(), confirmation_id).map(|frame| frame.clone())
     }
 
     /// Writes `field` (`"key":value`) into the metadata of the request of
@@ -395,7 +409,7 @@ impl RunLog {
     /// `escalated_to`). Frames already sent are not touched.
     pub fn amend_request(&self, confirmation_id: &str, field: &[u8]) {
         let mut inner = self.lock();
-        if let Some(frame) = request_frame(&mut inner.frames, confirmation_id) {
+        if let Some(frame) = request_frame(&mut inner, confirmation_id) {
             let amended = crate::sse::with_meta_first(frame, field);
             let grown = amended.len() - frame.len();
             *frame = amended;
@@ -523,77 +537,16 @@ impl RunLog {
     }
 }
 
-/// The request of the pause `confirmation_id` among the last few `frames`.
-fn request_frame<'a>(
-    frames: &'a mut VecDeque<Bytes>,
-    confirmation_id: &str,
-) -> Option<&'a mut Bytes> {
-    let id = confirmation_id.as_bytes();
-    frames.iter_mut().rev().take(8).find(|frame| {
-        memchr::memmem::find(frame, id).is_some()
-            && memchr::memmem::find(frame, b"\"confirmation_data\":{").is_some()
-    })
+/// The request of the pause `confirmation_id`, if it is the log's latest
+/// and still kept.
+fn request_frame<'a>(inner: &'a mut LogInner, confirmation_id: &str) -> Option<&'a mut Bytes> {
+    let (seq, id) = inner.request.as_ref()?;
+    if **id != *confirmation_id {
+        return None;
+    }
+    let index = seq.checked_sub(inner.first_retained())?;
+    inner.frames.get_mut(usize::try_from(index).ok()?)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::protocol::ChunkType;
-
-    fn chunk(text: &str) -> Chunk {
-        Chunk::new(ChunkType::Status, text, "s", 0)
-    }
-
-    fn frames(frames: usize) -> LogLimits {
-        LogLimits {
-            frames,
-            bytes: usize::MAX,
-        }
-    }
-
-    #[tokio::test]
-    async fn an_attached_reader_that_falls_a_whole_buffer_behind_stops_the_run() {
-        let stop = RunStop::default();
-        let log = RunLog::new(frames(4), stop.clone());
-        let _reader = log.attach(0).unwrap();
-
-        for i in 0..4 {
-            log.push(chunk(&i.to_string()));
-        }
-        assert_eq!(stop.reason(), None, "a full buffer is still fine");
-        log.push(chunk("one too many"));
-
-        assert_eq!(stop.reason(), Some(CancelReason::SlowConsumer));
-    }
-
-    #[tokio::test]
-    async fn without_a_reader_old_chunks_are_evicted_and_nothing_stops() {
-        let stop = RunStop::default();
-        let log = RunLog::new(frames(2), stop.clone());
-        for i in 0..10 {
-            log.push(chunk(&i.to_string()));
-        }
-        assert_eq!(stop.reason(), None);
-    }
-
-    #[tokio::test]
-    async fn the_log_keeps_at_most_its_bytes_and_a_reader_behind_them_stops_the_run() {
-        let stop = RunStop::default();
-        let limits = LogLimits {
-            frames: 1000,
-            bytes: 2000,
-        };
-        let log = RunLog::new(limits, stop.clone());
-        for _ in 0..10 {
-            log.push(chunk(&"x".repeat(500)));
-        }
-        assert!(log.lock().bytes <= 2000 && log.lock().frames.len() < 10);
-        assert_eq!(stop.reason(), None, "nobody attached: old frames just go");
-
-        let _reader = log.attach(10).unwrap();
-        for _ in 0..4 {
-            log.push(chunk(&"x".repeat(500)));
-        }
-        assert_eq!(stop.reason(), Some(CancelReason::SlowConsumer));
-    }
-}
+mod tests;

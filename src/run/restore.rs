@@ -122,6 +122,7 @@ impl Runs {
             record.frames.clone(),
             record.next_seq,
             false,
+            Some(&record.confirmation_id),
         );
         self.logs.publish(key.clone(), log.clone());
         stream::expire_unclaimed(log.clone(), key, self.stream.clone());
@@ -193,6 +194,7 @@ impl Runs {
             record.frames,
             record.next_seq,
             at_work,
+            None,
         );
         let mut last = ending.clone();
         last.sequence = log.push(ending);

@@ -474,6 +474,30 @@ async fn wait_until_empty_wakes_when_the_last_run_ends() {
 }
 
 #[tokio::test]
+async fn a_run_still_writing_its_end_holds_the_drain_but_not_its_session() {
+    let manager = ConfirmationManager::new();
+    let slot = begin(&manager, key("s"), RunLimits::total(1)).unwrap();
+    let writing = slot.into_ending();
+    let waiter = tokio::spawn({
+        let manager = manager.clone();
+        async move { manager.wait_until_empty().await }
+    });
+
+    // The session is free at once: its next run starts.
+    let next = begin(&manager, key("s"), RunLimits::total(1)).unwrap();
+    drop(next);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiter.is_finished(), "the end is still being written");
+
+    drop(writing);
+
+    tokio::time::timeout(Duration::from_secs(1), waiter)
+        .await
+        .expect("woken")
+        .unwrap();
+}
+
+#[tokio::test]
 async fn a_full_registry_refuses_new_sessions_but_still_supersedes() {
     let manager = ConfirmationManager::new();
     let slot = begin(&manager, key("a"), RunLimits::total(1)).unwrap();

@@ -6,7 +6,7 @@
 //! 200 survives a `kill -9` or a power cut. Writes are small (one row per
 //! paused run, its record as JSON) and run on one thread of their own,
 //! which commits what has queued meanwhile in one transaction (group
-//! commit, [`writer`]): a burst of pauses and decisions shares its fsyncs,
+//! commit, `writer.rs`): a burst of pauses and decisions shares its fsyncs,
 //! and none is answered before it is on disk.
 //!
 //! An ended run's row keeps its end (`ended`: its final chunk, its pauses'
