@@ -31,7 +31,8 @@ use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
 use crate::session::{Namespaces, SessionKey};
-use crate::store::redis::ownership::{Beat, Claim, Owner, Remote};
+use crate::store::redis::ownership::{Beat, Claim};
+pub use crate::store::redis::ownership::{Located, Peer};
 use crate::store::redis::{RedisStore, ReplicaSettings};
 use crate::store::{Fault, PausedRecord, Resolution, StoreError, StoredDecision};
 
@@ -72,25 +73,6 @@ pub struct ClusterConfig {
     pub namespaces: Namespaces,
 }
 
-/// A live replica that owns a session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Peer {
-    /// Its advertised URL.
-    pub url: String,
-    /// How long its heartbeat has left: if it cannot be reached, its runs
-    /// can be taken over once this has passed.
-    pub lease: Duration,
-}
-
-impl From<Remote> for Peer {
-    fn from(remote: Remote) -> Peer {
-        Peer {
-            url: remote.url,
-            lease: remote.lease,
-        }
-    }
-}
-
 /// Whether a new run may take its session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claimed {
@@ -113,21 +95,6 @@ pub struct PendingClaim {
     /// The run id it claimed the session for.
     pub run: Arc<str>,
     nonce: String,
-}
-
-/// Where a session's run is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Located {
-    /// No run on the session.
-    Nobody,
-    /// This replica owns it, under this run id.
-    Mine(String),
-    /// A live replica owns it.
-    Elsewhere(Peer),
-    /// Its owner was gone: it is this replica's now, under this run id.
-    TakenOver(String),
-    /// Its owner is gone, and this replica may not take it over.
-    Orphan,
 }
 
 /// This replica in the cluster.
@@ -236,7 +203,7 @@ impl Cluster {
         };
         Ok(match claimed {
             Claim::Claimed => Claimed::Here(run),
-            Claim::Owned(remote) => Claimed::Elsewhere(remote.into()),
+            Claim::Owned(peer) => Claimed::Elsewhere(peer),
             Claim::Moved => Claimed::Moved,
         })
     }
@@ -265,13 +232,7 @@ impl Cluster {
     /// Where the run of `key` is; one whose owner is gone becomes this
     /// replica's if `may_take` (not while it shuts down).
     pub async fn locate(&self, key: &SessionKey, may_take: bool) -> Result<Located, StoreError> {
-        Ok(match self.store.take_over(key, may_take).await? {
-            Owner::Nobody => Located::Nobody,
-            Owner::Mine(run) => Located::Mine(run),
-            Owner::Elsewhere(remote) => Located::Elsewhere(remote.into()),
-            Owner::TakenOver(run) => Located::TakenOver(run),
-            Owner::Orphan => Located::Orphan,
-        })
+        self.store.take_over(key, may_take).await
     }
 
     /// The stored record of `run`, with its decision if one was taken.

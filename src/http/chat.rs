@@ -232,8 +232,8 @@ async fn elsewhere(
 ) -> Result<Option<Peer>, ChatError> {
     match state.runs.place(key).await? {
         Place::Here => Ok(None),
-        Place::Owner(_) if forwarded.is_some() => Err(ChatError::owner_unavailable()),
-        Place::Owner(owner) => Ok(Some(owner)),
+        Place::Replica(_) if forwarded.is_some() => Err(ChatError::owner_unavailable()),
+        Place::Replica(peer) => Ok(Some(peer)),
         Place::Draining => Err(ChatError::ShuttingDown),
     }
 }

@@ -81,12 +81,12 @@ pub async fn follow(
     };
     match state.runs.place(&key).await {
         Ok(Place::Here) => {}
-        Ok(Place::Owner(owner)) if !forwarded => {
+        Ok(Place::Replica(peer)) if !forwarded => {
             let Some(cluster) = &state.runs.cluster else {
                 return page::unavailable();
             };
             let path = format!("/d/{text}");
-            return forward::pass_link(cluster, &owner, req, &path, post, body.clone())
+            return forward::pass_link(cluster, &peer, req, &path, post, body.clone())
                 .await
                 .unwrap_or_else(|_| page::unavailable());
         }

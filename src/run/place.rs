@@ -14,7 +14,7 @@ pub enum Place {
     /// Here.
     Here,
     /// At the live replica that owns the session.
-    Owner(Peer),
+    Replica(Peer),
     /// Nowhere while this replica shuts down: the run's owner is gone, and
     /// a replica that is stopping takes nothing over (retry elsewhere).
     Draining,
@@ -42,7 +42,7 @@ impl Runs {
         ::log::debug!("{}: {located:?}", RunTag::session(key));
         match located {
             Located::Nobody => {}
-            Located::Elsewhere(owner) => return Ok(Place::Owner(owner)),
+            Located::Elsewhere(peer) => return Ok(Place::Replica(peer)),
             Located::Orphan => return Ok(Place::Draining),
             // Ours but not here: taken over by a script of this replica's
             // that ran late (its request was answered already), or handed

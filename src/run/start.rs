@@ -74,8 +74,8 @@ impl Runs {
         let (slot, stored_id) = match &self.cluster {
             None => (self.supersede_in_store(&key, begun).await?, None),
             Some(cluster) => match self.claim(cluster.clone(), &key, begun).await? {
-                Claim::Here(slot, run) => (slot, Some(run)),
-                Claim::Elsewhere(peer) => return Ok(Started::Elsewhere(peer)),
+                Taken::Here(slot, run) => (slot, Some(run)),
+                Taken::Elsewhere(peer) => return Ok(Started::Elsewhere(peer)),
             },
         };
         let stop = RunStop::under(&self.shutdown);
@@ -160,7 +160,7 @@ impl Runs {
         cluster: Arc<Cluster>,
         key: &SessionKey,
         begun: Begun,
-    ) -> Result<Claim, StartError> {
+    ) -> Result<Taken, StartError> {
         let decision = match &begun {
             Begun::Supersedes(taken) => taken
                 .stored()
@@ -188,7 +188,7 @@ impl Runs {
             Ok(Claimed::Here(run)) => {
                 self.settings.wake_sender(&with_claim);
                 self.settings.announce(&after_claim).await;
-                Ok(Claim::Here(begun.now(), run))
+                Ok(Taken::Here(begun.now(), run))
             }
             Ok(Claimed::Elsewhere(peer)) => {
                 if matches!(begun, Begun::Supersedes(_)) {
@@ -196,7 +196,7 @@ impl Runs {
                     drop(begun);
                     self.relinquish(key);
                 }
-                Ok(Claim::Elsewhere(peer))
+                Ok(Taken::Elsewhere(peer))
             }
             Ok(Claimed::Moved) => {
                 drop(begun);
@@ -225,7 +225,7 @@ impl Runs {
 }
 
 /// What a claim gave the new run.
-enum Claim {
+enum Taken {
     Here(RunSlot, Arc<str>),
     Elsewhere(Peer),
 }

@@ -12,9 +12,10 @@ use super::{RedisStore, STREAMING_TTL};
 use crate::session::SessionKey;
 use crate::store::{Fault, Resolution, StoreError, StoredDecision};
 
-/// A live replica that owns a session.
+/// A live replica that owns a session (the one type for it from here to
+/// the HTTP layer, through [`crate::cluster`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Remote {
+pub struct Peer {
     /// Its advertised URL, as its signed heartbeat names it.
     pub url: String,
     /// How long its heartbeat has left: if it cannot be reached, its runs
@@ -28,21 +29,22 @@ pub enum Claim {
     /// The session is this process's, under this epoch.
     Claimed,
     /// A live replica owns the session.
-    Owned(Remote),
+    Owned(Peer),
     /// The paused run this claim was to supersede is not this process's to
     /// decide any more (another replica took it over, or it was decided).
     Moved,
 }
 
-/// Where a session's run is, as [`RedisStore::take_over`] found it.
+/// Where a session's run is, as [`RedisStore::take_over`] found it (the
+/// one "where is the run" type, up to [`crate::cluster::Cluster::locate`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Owner {
+pub enum Located {
     /// No run on the session.
     Nobody,
     /// This process owns it (if it is not here, it is to be restored).
     Mine(String),
     /// A live replica owns it.
-    Elsewhere(Remote),
+    Elsewhere(Peer),
     /// Its owner was gone: it is this process's now.
     TakenOver(String),
     /// Its owner is gone, and this process may not take it over.
@@ -106,7 +108,7 @@ impl RedisStore {
                 Ok(Claim::Claimed)
             }
             [what, beat, left @ ..] if what == "owned" => {
-                Ok(Claim::Owned(self.remote(beat, left.first())?))
+                Ok(Claim::Owned(self.peer(beat, left.first())?))
             }
             [what] if what == "void" => Err(self.refused(
                 Fault::Unreachable,
@@ -143,7 +145,7 @@ impl RedisStore {
 
     /// Where the run of `key` is; one whose owner is gone becomes ours if
     /// `may_take` (not while this process shuts down).
-    pub async fn take_over(&self, key: &SessionKey, may_take: bool) -> Result<Owner, StoreError> {
+    pub async fn take_over(&self, key: &SessionKey, may_take: bool) -> Result<Located, StoreError> {
         let may_take = if may_take { "1" } else { "0" };
         let answer: Vec<String> = self
             .invoke(
@@ -155,17 +157,17 @@ impl RedisStore {
         Ok(match answer.as_slice() {
             [what, run, epoch] if what == "mine" => {
                 self.hold(run, epoch);
-                Owner::Mine(run.clone())
+                Located::Mine(run.clone())
             }
             [what, beat, left @ ..] if what == "owned" => {
-                Owner::Elsewhere(self.remote(beat, left.first())?)
+                Located::Elsewhere(self.peer(beat, left.first())?)
             }
             [what, run, epoch] if what == "taken" => {
                 self.hold(run, epoch);
-                Owner::TakenOver(run.clone())
+                Located::TakenOver(run.clone())
             }
-            [what, _] if what == "orphan" => Owner::Orphan,
-            _ => Owner::Nobody,
+            [what, _] if what == "orphan" => Located::Orphan,
+            _ => Located::Nobody,
         })
     }
 
@@ -255,7 +257,7 @@ impl RedisStore {
     /// its signature is checked; `left_ms`: what the heartbeat has left. A
     /// beat the cluster secret did not sign names no owner: nothing is ever
     /// forwarded to its URL.
-    fn remote(&self, beat: &str, left_ms: Option<&String>) -> Result<Remote, StoreError> {
+    fn peer(&self, beat: &str, left_ms: Option<&String>) -> Result<Peer, StoreError> {
         let forged = || {
             log::error!(
                 "a replica heartbeat in Redis is not signed with this --cluster-secret; \
@@ -275,7 +277,7 @@ impl RedisStore {
         mac.verify_slice(&signature).map_err(|_| forged())?;
         let (_instance, url) = signed.split_once(' ').ok_or_else(forged)?;
         let left = left_ms.and_then(|ms| ms.parse::<u64>().ok()).unwrap_or(0);
-        Ok(Remote {
+        Ok(Peer {
             url: url.to_owned(),
             lease: Duration::from_millis(left),
         })
