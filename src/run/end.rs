@@ -188,7 +188,7 @@ async fn retry(
                     ::log::info!("the ended run {run}'s record is written ({what})");
                     return;
                 }
-                Err(err) => ::log::debug!("{err}"),
+                Err(err) => ::log::debug!("the ended run {run}'s record ({what}): {err}"),
             }
             delay = (delay * 2).min(Duration::from_secs(60));
         }

@@ -103,6 +103,47 @@ pub struct PausedRecord {
     pub progress: Option<PauseProgress>,
 }
 
+impl PausedRecord {
+    /// What a store keeps of an ended run's record beside its [`RunEnd`]:
+    /// who the run was (its id, namespace, session, last pause), not what it
+    /// paused on (frames, engine state, tasks, message), so that an ended
+    /// run costs a small constant for its grace.
+    pub fn ended_form(
+        run: &str,
+        namespace: Option<String>,
+        session_id: &str,
+        end: &RunEnd,
+    ) -> PausedRecord {
+        PausedRecord {
+            run: run.to_owned(),
+            namespace,
+            session_id: session_id.to_owned(),
+            engine: String::new(),
+            state: Value::Null,
+            message: String::new(),
+            confirmation_id: end
+                .pauses
+                .last()
+                .map(|pause| pause.confirmation_id.clone())
+                .unwrap_or_default(),
+            round: 0,
+            options: Vec::new(),
+            tasks: Vec::new(),
+            kind: PauseKind::default(),
+            title: String::new(),
+            questions: Vec::new(),
+            expires_at_ms: 0,
+            asked_at_ms: 0,
+            frames: Vec::new(),
+            next_seq: end.next_seq,
+            decision: None,
+            ended: None,
+            in_memory: false,
+            progress: None,
+        }
+    }
+}
+
 /// An ended run as its record keeps it for the grace: the frames a
 /// re-attach replays (the final chunk alone: a small constant per ended
 /// run, whatever the run sent), and the sequence number past it.

@@ -512,6 +512,33 @@ class RoundRobinTests(unittest.TestCase):
                                              b"status", b"tool_output", b"completion"])
         self.assertEqual(second[0], 404, "nothing runs twice: %r" % (second[1],))
 
+    def test_a_run_that_ended_on_a_killed_replica_shows_its_end_elsewhere(self):
+        # Redis keeps an ended run's end (its final chunk) and of its record
+        # only who the run was: a replica that takes the session over shows
+        # the final chunk alone, the chunks before it announced as a gap.
+        doomed = CLUSTER.add("doomed-ended")
+        b = CLUSTER.replicas[1]
+        session = new_session("ended-elsewhere")
+        stream = pause_on(doomed, session)
+        stream.conn.close()  # the client is gone before the end
+        time.sleep(0.2)  # a pause a person could have left during
+        status, chunk, _ = answer(doomed, session, "confirm")
+        end = time.monotonic() + 10
+        while status_of("%s/api/v1/runs/%s" % (doomed.url, session))[0] != 200:
+            self.assertLess(time.monotonic(), end, "the run never ended")
+            time.sleep(0.05)
+        time.sleep(0.3)  # its end is written after its outcome
+
+        doomed.kill()
+        time.sleep(OWNER_TTL + 0.5)  # its heartbeat expires
+        again = post(b, {"session_id": session}, {"Last-Event-ID": "2"})
+        rest = read_to_end(again)
+
+        self.assertEqual(status, 200, chunk)
+        self.assertEqual(again.status, 200, rest)
+        self.assertEqual(chunk_types(rest), [b"completion"])
+        self.assertIn(b'"gap":true', rest)
+
     def test_a_reply_before_a_dead_owners_heartbeat_expires_is_told_how_long_to_wait(self):
         doomed = CLUSTER.add("doomed-early")
         a = CLUSTER.replicas[0]

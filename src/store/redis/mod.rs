@@ -444,8 +444,11 @@ impl Store for RedisStore {
         Box::pin(async move {
             let grace = self.replica.grace.as_millis().to_string();
             let json = serde_json::to_string(end).unwrap_or_default();
+            let namespace = self.replica.namespaces.name(key.owner);
+            let record = PausedRecord::ended_form(run, namespace, &key.session_id, end);
+            let record = serde_json::to_string(&record).unwrap_or_default();
             let epoch = self.epoch(run);
-            let mut args = vec![run, &self.instance, &grace, &epoch, &json];
+            let mut args = vec![run, &self.instance, &grace, &epoch, &json, &record];
             let events = scripts::event_args(events);
             args.extend(events.iter().map(String::as_str));
             self.invoke::<i64>(

@@ -272,8 +272,8 @@ redis.call('HSET', KEYS[1], 'void:' .. ARGV[1], '1')
 return 'void'
 ";
 
-/// KEYS: run, session. ARGV: run id, instance, grace ms, epoch, end, then
-/// events (from 6).
+/// KEYS: run, session. ARGV: run id, instance, grace ms, epoch, end, the
+/// record's ended form (`PausedRecord::ended_form`), then events (from 7).
 /// The run ended: its record keeps only its end, and its session stays
 /// ours, for the grace (a re-attach elsewhere is sent here, where the end
 /// is kept; a replica that takes the session over after this one is gone
@@ -283,7 +283,7 @@ pub const END: &str = r"
 if redis.call('HGET', KEYS[2], 'run') ~= ARGV[1] then
   unlist(KEYS[1])
   redis.call('DEL', KEYS[1])
-  enqueue(6)
+  enqueue(7)
   return 1
 end
 if redis.call('HGET', KEYS[2], 'instance') ~= ARGV[2]
@@ -291,14 +291,15 @@ if redis.call('HGET', KEYS[2], 'instance') ~= ARGV[2]
 unlist(KEYS[1])
 if tonumber(ARGV[3]) > 0 then
   if redis.call('EXISTS', KEYS[1]) == 1 then
-    redis.call('HSET', KEYS[1], 'ended', ARGV[5])
+    redis.call('HSET', KEYS[1], 'ended', ARGV[5], 'record', ARGV[6])
+    redis.call('HDEL', KEYS[1], 'approvals', 'reminded', 'escalated')
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
   end
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
 else
   redis.call('DEL', KEYS[1], KEYS[2])
 end
-enqueue(6)
+enqueue(7)
 return 1
 ";
 
