@@ -61,7 +61,13 @@ impl Runs {
             let log = RunLog::restore_ended(self.log_limits, stop, end.clone());
             self.logs.publish(key.clone(), log.clone());
             stream::expire_unclaimed(log, key.clone(), self.stream.clone());
-            end_record(&self.settings.store, &record.run, &key, end, Vec::new()).await;
+            // Taken over from a replica: the session is this one's for the
+            // grace. Restored at a start, the row is already what it should
+            // be (and goes at its own grace): not written again, so that a
+            // restart over many ended runs costs no write each.
+            if self.cluster.is_some() {
+                end_record(&self.settings.store, &record.run, &key, end, Vec::new()).await;
+            }
             return false;
         }
         let now_ms = crate::clock::now_ms();
