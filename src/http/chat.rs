@@ -91,23 +91,28 @@ async fn chat(
         } => {
             access_log::note_session(req, &session_id);
             let refused = |err: ChatError| Refusal::new(err, &session_id);
-            let key = match caller {
-                Caller::Owner(owner) => SessionKey::new(owner, &session_id),
-                Caller::Approver(_) => approved(state, confirmation_id.as_deref())
-                    .await
-                    .map_err(refused)?
-                    .ok_or_else(|| refused(ChatError::Reattach(ReattachError::NoSuchRun)))?,
+            let routed = route(
+                state,
+                caller,
+                &session_id,
+                confirmation_id.as_deref(),
+                forwarded,
+            );
+            let key = match routed.await {
+                Ok(Route::Here(key)) => key,
+                Ok(Route::Forward(peer)) => {
+                    return forward_to(state, &peer, req, body, Forwarding::Read)
+                        .await
+                        .map_err(refused)
+                }
+                Err(Unrouted::NoRun) => {
+                    return Err(refused(ChatError::Reattach(ReattachError::NoSuchRun)))
+                }
+                Err(Unrouted::OutOfScope(why)) => {
+                    return Err(refused(ChatError::ForbiddenScope(why)))
+                }
+                Err(Unrouted::Refused(err)) => return Err(refused(err)),
             };
-            if !state.access.may_see(caller, key.owner) {
-                return Err(refused(ChatError::ForbiddenScope(out_of_scope(
-                    state, caller,
-                ))));
-            }
-            if let Some(peer) = elsewhere(state, &key, forwarded).await.map_err(refused)? {
-                return forward_to(state, &peer, req, body, Forwarding::Read)
-                    .await
-                    .map_err(refused);
-            }
             let subscription = state
                 .runs
                 .reattach_or_outcome(key, last_seen)
@@ -125,36 +130,36 @@ async fn chat(
         } => {
             access_log::note_session(req, &session_id);
             let refused = |err: ChatError| Refusal::new(err, &session_id);
-            let key = match caller {
-                Caller::Owner(owner) => SessionKey::new(owner, &session_id),
-                Caller::Approver(_) => {
-                    match approved(state, confirmation_id.as_deref())
+            let routed = route(
+                state,
+                caller,
+                &session_id,
+                confirmation_id.as_deref(),
+                forwarded,
+            );
+            let key = match routed.await {
+                Ok(Route::Here(key)) => key,
+                Ok(Route::Forward(peer)) => {
+                    return forward_to(state, &peer, req, body, Forwarding::Change)
                         .await
-                        .map_err(refused)?
-                    {
-                        Some(key) => key,
-                        // The run's log is gone: its kept outcome may still
-                        // say who decided the pause the reply names.
-                        None => {
-                            let id = confirmation_id.as_deref().unwrap_or_default();
-                            let told = match state.runs.decided_by_pause(&session_id, id).await {
-                                Some(note) => ReplyError::Decided(note),
-                                None => DecideError::NoPending.into(),
-                            };
-                            return Err(refused(ChatError::Reply(told)));
-                        }
-                    }
+                        .map_err(refused)
                 }
+                // The run's log is gone: its kept outcome may still say who
+                // decided the pause the reply names.
+                Err(Unrouted::NoRun) => {
+                    let id = confirmation_id.as_deref().unwrap_or_default();
+                    let told = match state.runs.decided_by_pause(&session_id, id).await {
+                        Some(note) => ReplyError::Decided(note),
+                        None => DecideError::NoPending.into(),
+                    };
+                    return Err(refused(ChatError::Reply(told)));
+                }
+                Err(Unrouted::OutOfScope(why)) => {
+                    let why = DecideError::ForbiddenScope(why);
+                    return Err(refused(ChatError::Reply(why.into())));
+                }
+                Err(Unrouted::Refused(err)) => return Err(refused(err)),
             };
-            if !state.access.may_see(caller, key.owner) {
-                let why = DecideError::ForbiddenScope(out_of_scope(state, caller));
-                return Err(refused(ChatError::Reply(why.into())));
-            }
-            if let Some(peer) = elsewhere(state, &key, forwarded).await.map_err(refused)? {
-                return forward_to(state, &peer, req, body, Forwarding::Change)
-                    .await
-                    .map_err(refused);
-            }
             let client = forward::client_address(req, forwarded.is_some());
             let decider = state.access.decider(caller);
             let reply = Reply {
@@ -207,6 +212,50 @@ async fn chat(
                     .map_err(refused),
             }
         }
+    }
+}
+
+/// Where a request about a session's run (a re-attach, a reply) goes.
+enum Route {
+    /// Answered here, about this session.
+    Here(SessionKey),
+    /// Forwarded to the live replica that holds the run.
+    Forward(Peer),
+}
+
+/// Why such a request has nowhere to go (each request says it its way).
+enum Unrouted {
+    /// An approver's `confirmation_id` names no run that holds it.
+    NoRun,
+    /// The caller's key may not see the run's namespace: why.
+    OutOfScope(String),
+    Refused(ChatError),
+}
+
+/// The one preamble of a request about a run: the session (the caller's
+/// own, or for an approver the one its `confirmation_id` names), whether
+/// the caller may see it, and where its run is answered.
+async fn route(
+    state: &AppState,
+    caller: Caller,
+    session_id: &str,
+    confirmation_id: Option<&str>,
+    forwarded: Option<Forwarded>,
+) -> Result<Route, Unrouted> {
+    let key = match caller {
+        Caller::Owner(owner) => SessionKey::new(owner, session_id),
+        Caller::Approver(_) => approved(state, confirmation_id)
+            .await
+            .map_err(Unrouted::Refused)?
+            .ok_or(Unrouted::NoRun)?,
+    };
+    if !state.access.may_see(caller, key.owner) {
+        return Err(Unrouted::OutOfScope(out_of_scope(state, caller)));
+    }
+    match elsewhere(state, &key, forwarded).await {
+        Ok(None) => Ok(Route::Here(key)),
+        Ok(Some(peer)) => Ok(Route::Forward(peer)),
+        Err(err) => Err(Unrouted::Refused(err)),
     }
 }
 
