@@ -14,7 +14,7 @@
 //! |---|---|
 //! | [`startup`] | build (engines, stores, tools, the cluster) and bind; serve; shut down |
 //! | [`config`] | the settings (flags and environment), describing only |
-//! | [`http`] | handlers: extract, check access, validate, one call into [`run`], respond; forwarding to a run's owner; the error table |
+//! | [`http`] | handlers: extract, check access, validate, one call into [`run`], respond; forwarding to a run's owner; the error table; the chat endpoint's SSE responses |
 //! | [`engine`] | the engines ([`engine::planner`], [`engine::openai`]), each using only [`run::RunContext`] |
 //! | [`run`] | a run's home: start, re-attach, decide ([`run::decide`]), where it lives ([`run::place`]), restore, its one final chunk; the engine seam ([`run::Engine`], [`run::RunContext`]); its stop, bounded log and client streams |
 //! | [`cluster`] | replicas over Redis: identity, heartbeat, claim and takeover |
@@ -23,7 +23,7 @@
 //! | [`audit`], [`metrics`], [`tools`] | the audit log; Prometheus metrics; declared tools and their executors |
 //! | [`webhook`] | signed webhook events: building them, the sender |
 //! | [`notify`] | what a person acts on from elsewhere: signed decision links, approval mail, Slack messages |
-//! | [`session`], [`sse`], [`redact`], [`clock`] | who a session belongs to; SSE framing (the only place that writes SSE bytes); what of a URL may be written out; wall-clock conversions |
+//! | [`session`], [`sse`], [`redact`], [`clock`] | who a session belongs to; SSE framing (the only place that writes or reads SSE bytes; no HTTP); what of a URL may be written out; wall-clock conversions |
 //! | [`protocol`] | wire types and names, the request's rules, chunk constructors (no I/O) |
 
 pub mod audit;
