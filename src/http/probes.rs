@@ -5,53 +5,42 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use super::state::AppState;
+use crate::run::readiness::NotReady;
 
 /// Alive: answers as long as the process serves HTTP.
 pub async fn health() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
 }
 
-/// Ready for new runs: 503 from the moment shutdown starts.
+/// Ready for new runs: 503 from the moment shutdown starts, or while
+/// something a run needs is down (see [`NotReady`]).
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
-    if let Some(audit) = state
-        .runs
-        .settings
-        .audit
-        .as_ref()
-        .filter(|a| !a.is_healthy())
-    {
-        return HttpResponse::ServiceUnavailable().json(serde_json::json!({
+    let down = match state.runs.readiness() {
+        Ok(()) => return HttpResponse::Ok().json(serde_json::json!({ "status": "ready" })),
+        Err(down) => down,
+    };
+    HttpResponse::ServiceUnavailable().json(match down {
+        NotReady::Audit(path) => serde_json::json!({
             "status": "audit_unavailable",
-            "audit_log": audit.path().display().to_string(),
+            "audit_log": path,
             "error": "the audit log cannot be written: nothing runs until it can",
-        }));
-    }
-    if let Err(store) = state.runs.settings.store.health() {
-        return HttpResponse::ServiceUnavailable().json(serde_json::json!({
+        }),
+        NotReady::Store(store) => serde_json::json!({
             "status": "store_unavailable",
             "store": store,
             "error": "the store cannot be reached: decisions are refused until it can",
-        }));
-    }
-    if let Err(why) = state.runs.engine.health() {
-        return HttpResponse::ServiceUnavailable().json(serde_json::json!({
+        }),
+        NotReady::Engine(why) => serde_json::json!({
             "status": "engine_unavailable",
             "error": why,
-        }));
-    }
-    let down = state.runs.settings.tools.mcp_down();
-    if !down.is_empty() {
-        return HttpResponse::ServiceUnavailable().json(serde_json::json!({
+        }),
+        NotReady::Mcp(down) => serde_json::json!({
             "status": "mcp_unavailable",
             "mcp": down,
             "error": "an MCP server is not running (it is being restarted): its tools fail until it is back",
-        }));
-    }
-    if state.runs.shutdown.is_cancelled() {
-        HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": "shutting_down" }))
-    } else {
-        HttpResponse::Ok().json(serde_json::json!({ "status": "ready" }))
-    }
+        }),
+        NotReady::ShuttingDown => serde_json::json!({ "status": "shutting_down" }),
+    })
 }
 
 /// Prometheus text (0.0.4) by default, OpenMetrics when the scraper asks
@@ -63,12 +52,7 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> HttpRespon
         .and_then(|v| v.to_str().ok())
         .is_some_and(|accept| accept.contains("application/openmetrics-text"));
     let runs = &state.runs;
-    let counts = runs.manager.counts();
-    let gauges = crate::metrics::RunGauges {
-        active: counts.active,
-        paused: counts.paused,
-        detached: runs.logs.detached(),
-    };
+    let gauges = runs.gauges();
     let (content_type, body) = if openmetrics {
         (
             "application/openmetrics-text; version=1.0.0; charset=utf-8",

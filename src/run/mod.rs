@@ -7,17 +7,14 @@
 //!   logs a re-attach searches ([`LogRegistry`]).
 //! - [`stream`]: one client's view of the log ([`Subscription`]): keep-alive,
 //!   gap, detach and its grace.
-//!
-//! The run task ends when the engine returns. The engine returns promptly
-//! when the run is stopped: by shutdown, by a slow client, or when a detached
-//! run's grace ends.
-
 //! - [`engine`], [`context`], [`plan`], [`outcome`]: what an engine
 //!   implements and the context it drives ([`RunContext`]).
 //! - [`start`]: a new message's path (supersede, claim, start);
 //!   [`decide`]: the one path a decision takes (manager, store, audit,
 //!   delivery); [`place`]: where a session's run lives; `restore`: runs a
 //!   durable store kept; `end`: a run's one final chunk.
+//! - [`readiness`]: what the probes and the metrics read (ready or why
+//!   not; the run gauges).
 //!
 //! The run task ends when the engine returns. The engine returns promptly
 //! when the run is stopped: by shutdown, by a slow client, or when a detached
@@ -35,6 +32,7 @@ pub mod log;
 pub mod outcome;
 pub mod place;
 pub mod plan;
+pub mod readiness;
 pub mod registry;
 mod restore;
 pub mod settings;
