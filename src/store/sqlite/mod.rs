@@ -103,7 +103,8 @@ impl SqliteStore {
             outbox::ledger(&outbox).map_err(|err| err.to_string())?,
         ));
         Ok(SqliteStore {
-            writer: writer::Writer::start(connection, ledger.clone()),
+            writer: writer::Writer::start(connection, ledger.clone())
+                .map_err(|err| format!("cannot start the store's writer: {err}"))?,
             outbox: Arc::new(Mutex::new(outbox)),
             ledger,
             name: format!("sqlite:{}", path.display()),

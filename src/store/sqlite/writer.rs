@@ -121,19 +121,21 @@ pub(super) struct Writer {
 impl Writer {
     /// Starts the thread that owns `connection`; committed events join
     /// `ledger`'s schedule in the order they were written.
-    pub(super) fn start(connection: Connection, ledger: Arc<Mutex<Ledger>>) -> Writer {
+    pub(super) fn start(
+        connection: Connection,
+        ledger: Arc<Mutex<Ledger>>,
+    ) -> std::io::Result<Writer> {
         let (jobs, waiting) = mpsc::channel::<Box<dyn Job>>();
         let batches = Arc::new(AtomicU64::new(0));
         let counted = batches.clone();
         let thread = std::thread::Builder::new()
             .name("sqlite-writer".to_owned())
-            .spawn(move || write(connection, waiting, ledger, counted))
-            .expect("a thread for the store's writes");
-        Writer {
+            .spawn(move || write(connection, waiting, ledger, counted))?;
+        Ok(Writer {
             jobs: Some(jobs),
             thread: Some(thread),
             batches,
-        }
+        })
     }
 
     /// How many transactions the writer has begun.
@@ -234,7 +236,7 @@ mod tests {
     fn writer(dir: &tempfile::TempDir, schema: &str) -> Writer {
         let c = Connection::open(dir.path().join("w.db")).unwrap();
         c.execute_batch(schema).unwrap();
-        Writer::start(c, Arc::default())
+        Writer::start(c, Arc::default()).unwrap()
     }
 
     /// Holds the writer's thread until the returned sender is dropped: what
