@@ -20,7 +20,7 @@ use crate::run::decide::{Reply, ReplyError};
 use crate::run::place::Place;
 use crate::run::start::Started;
 use crate::run::ReattachError;
-use crate::session::SessionKey;
+use crate::session::{RunTag, SessionKey};
 
 /// `POST /api/v1/chat/stream`: a chat message starts a run; a
 /// `CONFIRM_ACTION` message decides the pause of the session's run.
@@ -100,8 +100,8 @@ async fn chat(
             );
             let key = match routed.await {
                 Ok(Route::Here(key)) => key,
-                Ok(Route::Forward(peer)) => {
-                    return forward_to(state, &peer, req, body, Forwarding::Read)
+                Ok(Route::Forward(key, peer)) => {
+                    return forward_to(state, &peer, &key, req, body, Forwarding::Read)
                         .await
                         .map_err(refused)
                 }
@@ -139,8 +139,8 @@ async fn chat(
             );
             let key = match routed.await {
                 Ok(Route::Here(key)) => key,
-                Ok(Route::Forward(peer)) => {
-                    return forward_to(state, &peer, req, body, Forwarding::Change)
+                Ok(Route::Forward(key, peer)) => {
+                    return forward_to(state, &peer, &key, req, body, Forwarding::Change)
                         .await
                         .map_err(refused)
                 }
@@ -198,7 +198,7 @@ async fn chat(
             let key = SessionKey::new(owner, &session_id);
             let started = state
                 .runs
-                .start(key, message, not_after)
+                .start(key.clone(), message, not_after)
                 .await
                 .map_err(|err| refused(err.into()))?;
             match started {
@@ -207,9 +207,11 @@ async fn chat(
                 Started::Elsewhere(_) if forwarded.is_some() => {
                     Err(refused(ChatError::owner_unavailable()))
                 }
-                Started::Elsewhere(peer) => forward_to(state, &peer, req, body, Forwarding::Change)
-                    .await
-                    .map_err(refused),
+                Started::Elsewhere(peer) => {
+                    forward_to(state, &peer, &key, req, body, Forwarding::Change)
+                        .await
+                        .map_err(refused)
+                }
             }
         }
     }
@@ -219,8 +221,8 @@ async fn chat(
 enum Route {
     /// Answered here, about this session.
     Here(SessionKey),
-    /// Forwarded to the live replica that holds the run.
-    Forward(Peer),
+    /// Forwarded to the live replica that holds the session's run.
+    Forward(SessionKey, Peer),
 }
 
 /// Why such a request has nowhere to go (each request says it its way).
@@ -254,7 +256,7 @@ async fn route(
     }
     match elsewhere(state, &key, forwarded).await {
         Ok(None) => Ok(Route::Here(key)),
-        Ok(Some(peer)) => Ok(Route::Forward(peer)),
+        Ok(Some(peer)) => Ok(Route::Forward(key, peer)),
         Err(err) => Err(Unrouted::Refused(err)),
     }
 }
@@ -291,6 +293,7 @@ async fn elsewhere(
 async fn forward_to(
     state: &AppState,
     owner: &Peer,
+    key: &SessionKey,
     req: &HttpRequest,
     body: bytes::Bytes,
     forwarding: Forwarding,
@@ -299,7 +302,7 @@ async fn forward_to(
         return Err(ChatError::owner_unavailable());
     };
     state.runs.metrics.forwarded();
-    forward::forward(cluster, owner, req, body, forwarding).await
+    forward::forward(cluster, owner, &RunTag::session(key), req, body, forwarding).await
 }
 
 /// Any other method on the chat endpoint: 405, `Allow: POST`, and the error

@@ -28,6 +28,7 @@ use secrecy::ExposeSecret;
 use super::error::ChatError;
 use crate::cluster::{Cluster, Peer};
 use crate::protocol::CHAT_PATH;
+use crate::session::RunTag;
 
 /// Carries `--cluster-secret` on a forwarded request.
 pub const SECRET_HEADER: &str = "x-chatgate-cluster-secret";
@@ -114,6 +115,7 @@ pub fn client_address(req: &HttpRequest, forwarded: bool) -> Option<String> {
 pub async fn forward(
     cluster: &Cluster,
     owner: &Peer,
+    tag: &RunTag<'_>,
     req: &HttpRequest,
     body: Bytes,
     forwarding: Forwarding,
@@ -142,19 +144,19 @@ pub async fn forward(
         Ok(Ok(answer)) => answer,
         // Never connected: nothing was sent, so nothing was taken.
         Ok(Err(err)) if err.is_connect() || forwarding == Forwarding::Read => {
-            log::warn!("cannot reach the owner at {}: {err}", owner.url);
+            log::warn!("{tag}: cannot reach the owner at {}: {err}", owner.url);
             return Err(unreachable());
         }
         Ok(Err(err)) => {
-            log::warn!("the owner at {} did not answer: {err}", owner.url);
+            log::warn!("{tag}: the owner at {} did not answer: {err}", owner.url);
             return Err(ChatError::OutcomeUnknown);
         }
         Err(_) if forwarding == Forwarding::Read => {
-            log::warn!("the owner at {} did not answer in time", owner.url);
+            log::warn!("{tag}: the owner at {} did not answer in time", owner.url);
             return Err(unreachable());
         }
         Err(_) => {
-            log::warn!("the owner at {} did not answer in time", owner.url);
+            log::warn!("{tag}: the owner at {} did not answer in time", owner.url);
             return Err(ChatError::OutcomeUnknown);
         }
     };
@@ -176,6 +178,7 @@ pub async fn forward(
 pub async fn pass_link(
     cluster: &Cluster,
     owner: &Peer,
+    tag: &RunTag<'_>,
     req: &HttpRequest,
     path: &str,
     post: bool,
@@ -202,7 +205,10 @@ pub async fn pass_link(
     let answer = match tokio::time::timeout(FORWARD_WAIT, request.send()).await {
         Ok(Ok(answer)) => answer,
         _ => {
-            log::warn!("the owner at {} did not answer a decision link", owner.url);
+            log::warn!(
+                "{tag}: the owner at {} did not answer a decision link",
+                owner.url
+            );
             return Err(ChatError::OwnerUnavailable {
                 retry_after: owner.lease,
             });

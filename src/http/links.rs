@@ -23,7 +23,7 @@ use crate::protocol::{meta, ChunkType, ReplyMessage, TaskDecisionRequest};
 use crate::run::decide::{Reply, ReplyError};
 use crate::run::inbox::Interaction;
 use crate::run::place::Place;
-use crate::session::SessionKey;
+use crate::session::{RunTag, SessionKey};
 
 pub mod page;
 
@@ -86,7 +86,8 @@ pub async fn follow(
                 return page::unavailable();
             };
             let path = format!("/d/{text}");
-            return forward::pass_link(cluster, &peer, req, &path, post, body.clone())
+            let tag = RunTag::session(&key);
+            return forward::pass_link(cluster, &peer, &tag, req, &path, post, body.clone())
                 .await
                 .unwrap_or_else(|_| page::unavailable());
         }

@@ -94,7 +94,11 @@ impl RunSettings {
         }
         match self.store.announce(rows).await {
             Ok(()) => self.wake_sender(rows),
-            Err(err) => log::error!("{err}: {} webhook event(s) lost", rows.len()),
+            Err(err) => log::error!(
+                "{err}: {} webhook event(s) of {} lost",
+                rows.len(),
+                rows[0].order
+            ),
         }
     }
 
