@@ -39,7 +39,7 @@ use crate::run::log::LogLimits;
 use crate::run::registry::LogRegistry;
 use crate::run::settings::RunSettings;
 use crate::run::stream::StreamSettings;
-use crate::run::Runs;
+use crate::run::{Runs, RunsParts};
 use crate::session::Namespaces;
 use crate::store::memory::MemoryStore;
 use crate::store::sqlite::SqliteStore;
@@ -177,8 +177,7 @@ impl Application {
             max_grant_ttl: settings.max_grant_ttl,
             links: open_links(&settings, &access).map_err(StartupError::Webhook)?,
         };
-        let runs = Runs {
-            manager: ConfirmationManager::new(),
+        let runs = Runs::new(RunsParts {
             logs,
             engine,
             settings: Arc::new(run_settings),
@@ -192,10 +191,9 @@ impl Application {
                 access.requires_keys(),
             ),
             stream,
-            shutdown: CancellationToken::new(),
             metrics,
             cluster,
-        };
+        });
         let state = AppState {
             runs,
             access,
@@ -229,21 +227,21 @@ impl Application {
 
     /// The run registry, for inspection (tests, metrics).
     pub fn manager(&self) -> ConfirmationManager {
-        self.state.runs.manager.clone()
+        self.state.runs.manager().clone()
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {
-        self.state.runs.metrics.clone()
+        self.state.runs.metrics().clone()
     }
 
     /// The runs' replay logs, for inspection (tests).
     pub fn logs(&self) -> LogRegistry {
-        self.state.runs.logs.clone()
+        self.state.runs.logs().clone()
     }
 
     /// Cancelling this token shuts the server down exactly like SIGTERM.
     pub fn shutdown_token(&self) -> CancellationToken {
-        self.state.runs.shutdown.clone()
+        self.state.runs.shutdown_token().clone()
     }
 
     /// Serves until SIGINT, SIGTERM or the shutdown token; then every open
@@ -257,7 +255,7 @@ impl Application {
             ..
         } = self;
         let handle = server.handle();
-        let cluster = state.runs.cluster.clone();
+        let cluster = state.runs.cluster().cloned();
         if let Some(cluster) = &cluster {
             // Owns what it starts from the first request on.
             state.runs.start_heartbeat().await;
@@ -272,11 +270,11 @@ impl Application {
         // Webhook events are sent from the start (a durable store's
         // undelivered ones included) until the server has stopped.
         let sender_stop = CancellationToken::new();
-        if let Some(hooks) = &state.runs.settings.webhooks {
+        if let Some(hooks) = &state.runs.settings().webhooks {
             let sender = Sender::new(
                 hooks.clone(),
-                state.runs.settings.store.clone(),
-                state.runs.metrics.clone(),
+                state.runs.settings().store.clone(),
+                state.runs.metrics().clone(),
             );
             tokio::spawn(sender.run(sender_stop.clone()));
         }
@@ -289,23 +287,23 @@ impl Application {
         }
         tokio::select! {
             served = &mut server => return served,
-            () = stop_requested(&state.runs.shutdown) => {}
+            () = stop_requested(state.runs.shutdown_token()) => {}
         }
         log::info!(
             "shutting down: ending {} open run(s)",
-            state.runs.manager.active_runs()
+            state.runs.manager().active_runs()
         );
         // One deadline for everything: runs send their final chunks, then
         // connections finish writing them; whatever is left then is cut.
         let deadline = tokio::time::Instant::now() + shutdown_timeout;
-        state.runs.shutdown.cancel();
-        if tokio::time::timeout_at(deadline, state.runs.manager.wait_until_empty())
+        state.runs.shutdown_token().cancel();
+        if tokio::time::timeout_at(deadline, state.runs.manager().wait_until_empty())
             .await
             .is_err()
         {
             log::warn!(
                 "shutdown timeout: {} run(s) still open",
-                state.runs.manager.active_runs()
+                state.runs.manager().active_runs()
             );
         }
         // The stop only completes while the server future is polled: join them.

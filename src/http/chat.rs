@@ -76,7 +76,7 @@ async fn chat(
     let headers = req.headers();
     state.access.check_host(headers)?;
     state.access.check_origin(headers)?;
-    let forwarded = forward::forwarded(state.runs.cluster.as_deref(), headers)?;
+    let forwarded = forward::forwarded(state.runs.cluster().map(|c| c.as_ref()), headers)?;
     let not_after = forwarded.and_then(|f| f.not_after);
     let caller = state.access.caller(headers)?;
     let (request, body) = tokio::time::timeout(state.request_timeout, read_request(req, payload))
@@ -192,7 +192,7 @@ async fn chat(
             let Caller::Owner(owner) = caller else {
                 return Err(refused(ChatError::ForbiddenRole));
             };
-            if state.runs.shutdown.is_cancelled() {
+            if state.runs.is_shutting_down() {
                 return Err(refused(ChatError::ShuttingDown));
             }
             let key = SessionKey::new(owner, &session_id);
@@ -298,10 +298,10 @@ async fn forward_to(
     body: bytes::Bytes,
     forwarding: Forwarding,
 ) -> Result<HttpResponse, ChatError> {
-    let Some(cluster) = &state.runs.cluster else {
+    let Some(cluster) = state.runs.cluster() else {
         return Err(ChatError::owner_unavailable());
     };
-    state.runs.metrics.forwarded();
+    state.runs.metrics().forwarded();
     forward::forward(cluster, owner, &RunTag::session(key), req, body, forwarding).await
 }
 

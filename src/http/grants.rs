@@ -34,7 +34,7 @@ pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse 
         Ok::<_, ChatError>(response)
     };
     listed.await.unwrap_or_else(|err| {
-        state.runs.metrics.error(err.error_type());
+        state.runs.metrics().error(err.error_type());
         err.to_json_response()
     })
 }
@@ -60,7 +60,7 @@ pub async fn revoke(
         Ok(response)
     };
     revoked.await.unwrap_or_else(|err| {
-        state.runs.metrics.error(err.error_type());
+        state.runs.metrics().error(err.error_type());
         err.to_json_response()
     })
 }

@@ -29,7 +29,7 @@ pub async fn interactions(
     match list(&req, query, &state).await {
         Ok(response) => response,
         Err(err) => {
-            state.runs.metrics.error(err.error_type());
+            state.runs.metrics().error(err.error_type());
             err.to_json_response()
         }
     }

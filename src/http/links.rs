@@ -59,16 +59,16 @@ pub async fn follow(
 ) -> HttpResponse {
     let Some(token) = state
         .runs
-        .settings
+        .settings()
         .links
         .as_ref()
         .and_then(|links| links.verify(text, crate::clock::now_ms()))
     else {
-        state.runs.metrics.link_refused();
+        state.runs.metrics().link_refused();
         return page::not_found();
     };
-    let forwarded =
-        forward::forwarded(state.runs.cluster.as_deref(), req.headers()).is_ok_and(|f| f.is_some());
+    let forwarded = forward::forwarded(state.runs.cluster().map(|c| c.as_ref()), req.headers())
+        .is_ok_and(|f| f.is_some());
     let key = match state.runs.locate(&token.confirmation_id).await {
         Ok(Some(key)) => key,
         Ok(None) => return page::gone(&token),
@@ -82,7 +82,7 @@ pub async fn follow(
     match state.runs.place(&key).await {
         Ok(Place::Here) => {}
         Ok(Place::Replica(peer)) if !forwarded => {
-            let Some(cluster) = &state.runs.cluster else {
+            let Some(cluster) = state.runs.cluster() else {
                 return page::unavailable();
             };
             let path = format!("/d/{text}");

@@ -56,12 +56,12 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> HttpRespon
     let (content_type, body) = if openmetrics {
         (
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            runs.metrics.render_openmetrics(gauges),
+            runs.metrics().render_openmetrics(gauges),
         )
     } else {
         (
             "text/plain; version=0.0.4; charset=utf-8",
-            runs.metrics.render_text(gauges),
+            runs.metrics().render_text(gauges),
         )
     };
     HttpResponse::Ok().content_type(content_type).body(body)

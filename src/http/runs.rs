@@ -32,7 +32,7 @@ pub async fn outcome(
     match read(&req, &session_id, query.confirmation_id.as_deref(), &state).await {
         Ok(response) => response,
         Err(err) => {
-            state.runs.metrics.error(err.error_type());
+            state.runs.metrics().error(err.error_type());
             err.to_json_response()
         }
     }

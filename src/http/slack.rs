@@ -106,11 +106,11 @@ async fn decide(
     button: &str,
     value: &str,
 ) -> Pressed {
-    let Some(link_maker) = &state.runs.settings.links else {
+    let Some(link_maker) = &state.runs.settings().links else {
         return Pressed::Told("this chatgate makes no decision links".to_owned());
     };
     let Some(token) = link_maker.verify(value, crate::clock::now_ms()) else {
-        state.runs.metrics.link_refused();
+        state.runs.metrics().link_refused();
         return Pressed::Told("this button is no longer valid (its pause expired)".to_owned());
     };
     let Some(caller) = state.access.caller_of_slack(user) else {

@@ -36,9 +36,9 @@ impl AppState {
     /// counted.
     pub fn refuse(&self, refusal: Refusal) -> HttpResponse {
         let Refusal { error, session_id } = refusal;
-        self.runs.metrics.error(error.error_type());
+        self.runs.metrics().error(error.error_type());
         if error.is_refused_reply() {
-            self.runs.metrics.decision("reply", "refused");
+            self.runs.metrics().decision("reply", "refused");
         }
         error.to_response(&session_id)
     }

@@ -38,7 +38,7 @@ pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse 
     match listing(&req, &state) {
         Ok(response) => response,
         Err(err) => {
-            state.runs.metrics.error(err.error_type());
+            state.runs.metrics().error(err.error_type());
             err.to_json_response()
         }
     }
@@ -49,7 +49,7 @@ fn listing(req: &HttpRequest, state: &AppState) -> Result<HttpResponse, ChatErro
     state.access.json_caller(headers)?;
     let tools: Vec<Listed<'_>> = state
         .runs
-        .settings
+        .settings()
         .tools
         .iter()
         .map(|tool| Listed {

@@ -60,23 +60,89 @@ use crate::metrics::Metrics;
 use crate::session::{RunTag, SessionKey};
 use crate::store::{Outcome, RunEnd, StoreError};
 
-/// Everything a run needs from the server: a cheap-clone handle.
+/// Everything a run needs from the server: a cheap-clone handle. Its state
+/// is its own: the HTTP layer and startup reach it through the methods
+/// below, and build it from [`RunsParts`].
 #[derive(Clone)]
 pub struct Runs {
-    pub manager: ConfirmationManager,
+    manager: ConfirmationManager,
     /// Runs' replay logs, for re-attach.
+    logs: LogRegistry,
+    engine: Arc<dyn Engine>,
+    settings: Arc<RunSettings>,
+    log_limits: LogLimits,
+    /// Runs the registry may hold, in all and per API key.
+    limits: RunLimits,
+    stream: Arc<StreamSettings>,
+    /// Cancelled once, when shutdown starts; every run's stop is its child.
+    shutdown: CancellationToken,
+    metrics: Arc<Metrics>,
+    /// The replicas this server is one of (`--store redis://`).
+    cluster: Option<Arc<Cluster>>,
+}
+
+/// What startup builds a [`Runs`] from (the registry and the shutdown
+/// token are its own, made new).
+pub struct RunsParts {
     pub logs: LogRegistry,
     pub engine: Arc<dyn Engine>,
     pub settings: Arc<RunSettings>,
     pub log_limits: LogLimits,
-    /// Runs the registry may hold, in all and per API key.
     pub limits: RunLimits,
     pub stream: Arc<StreamSettings>,
-    /// Cancelled once, when shutdown starts; every run's stop is its child.
-    pub shutdown: CancellationToken,
     pub metrics: Arc<Metrics>,
-    /// The replicas this server is one of (`--store redis://`).
     pub cluster: Option<Arc<Cluster>>,
+}
+
+impl Runs {
+    pub fn new(parts: RunsParts) -> Runs {
+        Runs {
+            manager: ConfirmationManager::new(),
+            logs: parts.logs,
+            engine: parts.engine,
+            settings: parts.settings,
+            log_limits: parts.log_limits,
+            limits: parts.limits,
+            stream: parts.stream,
+            shutdown: CancellationToken::new(),
+            metrics: parts.metrics,
+            cluster: parts.cluster,
+        }
+    }
+
+    /// What every run is configured with.
+    pub fn settings(&self) -> &Arc<RunSettings> {
+        &self.settings
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The replicas this server is one of (`--store redis://`).
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.as_ref()
+    }
+
+    /// Cancelled once, when shutdown starts (cancelling it starts one).
+    pub fn shutdown_token(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// Shutdown has started: no new run.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
+
+    /// The run registry (the drain, tests).
+    pub fn manager(&self) -> &ConfirmationManager {
+        &self.manager
+    }
+
+    /// The runs' replay logs (tests).
+    pub fn logs(&self) -> &LogRegistry {
+        &self.logs
+    }
 }
 
 /// Why a re-attach found nothing to attach to.
