@@ -144,8 +144,12 @@ impl Writer {
         self.batches.load(Ordering::Relaxed)
     }
 
-    /// Runs `work` in the next batch; its answer once the batch is on disk.
-    pub(super) async fn run<T, F>(&self, work: F) -> Result<T, String>
+    /// Queues `work` for the next batch at once (in call order); the
+    /// future is its answer once the batch is on disk.
+    pub(super) fn run<T, F>(
+        &self,
+        work: F,
+    ) -> impl std::future::Future<Output = Result<T, String>> + Send + 'static
     where
         T: Send + 'static,
         F: FnOnce(&mut Tx<'_>) -> rusqlite::Result<T> + Send + 'static,
@@ -157,12 +161,14 @@ impl Writer {
             reply,
         });
         let sent = self.jobs.as_ref().map(|jobs| jobs.send(job));
-        if !matches!(sent, Some(Ok(()))) {
-            return Err("the store's writer has stopped".to_owned());
+        let sent = matches!(sent, Some(Ok(())));
+        async move {
+            let stopped = || Err("the store's writer has stopped".to_owned());
+            if !sent {
+                return stopped();
+            }
+            answer.await.unwrap_or_else(|_| stopped())
         }
-        answer
-            .await
-            .unwrap_or_else(|_| Err("the store's writer has stopped".to_owned()))
     }
 }
 
@@ -243,9 +249,9 @@ mod tests {
     /// is sent meanwhile waits, and goes in one batch.
     fn hold(writer: &Arc<Writer>) -> (mpsc::Sender<()>, tokio::task::JoinHandle<()>) {
         let (release, held) = mpsc::channel::<()>();
-        let writer = writer.clone();
+        let holding = writer.run(move |_| Ok(held.recv()));
         let holding = tokio::spawn(async move {
-            let _ = writer.run(move |_| Ok(held.recv())).await;
+            let _ = holding.await;
         });
         (release, holding)
     }
@@ -276,15 +282,11 @@ mod tests {
         let writer = Arc::new(writer(&dir, "CREATE TABLE t (v TEXT PRIMARY KEY);"));
         let (release, holding) = hold(&writer);
         begun(&writer, 1).await;
+        // Each is queued behind the held one as it is called.
         let jobs: Vec<_> = ["a", "b", "a", "c"]
             .into_iter()
-            .map(|value| {
-                let writer = writer.clone();
-                tokio::spawn(async move { writer.run(insert(value)).await })
-            })
+            .map(|value| tokio::spawn(writer.run(insert(value))))
             .collect();
-        // Every job is queued behind the held one before it lets go.
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         drop(release);
         holding.await.unwrap();
         let mut answers = Vec::new();
@@ -315,19 +317,9 @@ mod tests {
         ));
         let (release, holding) = hold(&writer);
         begun(&writer, 1).await;
-        let good = {
-            let writer = writer.clone();
-            tokio::spawn(async move { writer.run(insert("kept?")).await })
-        };
-        let dangling = {
-            let writer = writer.clone();
-            tokio::spawn(async move {
-                writer
-                    .run(|tx| tx.execute("INSERT INTO t (v, p) VALUES ('x', 7)", []))
-                    .await
-            })
-        };
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let good = tokio::spawn(writer.run(insert("kept?")));
+        let dangling =
+            tokio::spawn(writer.run(|tx| tx.execute("INSERT INTO t (v, p) VALUES ('x', 7)", [])));
         drop(release);
         holding.await.unwrap();
         let good = good.await.unwrap();
