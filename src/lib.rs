@@ -16,7 +16,7 @@
 //! | [`config`] | the settings (flags and environment), describing only |
 //! | [`http`] | handlers: extract, check access, validate, one call into [`run`], respond; forwarding to a run's owner; the error table; the chat endpoint's SSE responses |
 //! | [`engine`] | the engines ([`engine::planner`], [`engine::openai`]), each using only [`run::RunContext`] |
-//! | [`run`] | a run's home: start, re-attach, decide ([`run::decide`]), where it lives ([`run::place`]), restore, its one final chunk; the engine seam ([`run::Engine`], [`run::RunContext`]); its stop, bounded log and client streams |
+//! | [`run`] | a run's home: start, re-attach, decide ([`run::decide`]), what is written of each pause event ([`run::journal`]), where it lives ([`run::place`]), restore, its one final chunk; the engine seam ([`run::Engine`], [`run::RunContext`]); its stop, bounded log and client streams |
 //! | [`cluster`] | replicas over Redis: identity, heartbeat, claim and takeover |
 //! | [`store`] | paused runs' records: [`store::memory`], [`store::sqlite`], [`store::redis`] |
 //! | [`confirmation`] | the run registry and the pause/decide handshake (no I/O) |

@@ -176,6 +176,37 @@ fn no_file_under_src_is_long_without_saying_why() {
     );
 }
 
+/// #26: what is written of a pause event (its audit record, its webhook
+/// event) is built in `run/journal.rs` alone.
+#[test]
+fn only_the_journal_builds_audit_records_and_webhook_events_under_run() {
+    let mut found = Vec::new();
+    for file in rust_files(Path::new("src/run")) {
+        if file.ends_with("journal.rs") {
+            continue;
+        }
+        let code = without_tests(&std::fs::read_to_string(&file).unwrap());
+        // The webhook event and its types are not even named; an audit
+        // record may be passed on (a type), never built (`AuditRecord::`).
+        for word in ["Event", "EventType", "About", "event_rows"] {
+            if find_word(&code, word).is_some() {
+                found.push(format!("{} names {word}", file.display()));
+            }
+        }
+        let compact: String = code.split_whitespace().collect();
+        if compact.contains("AuditRecord::") || compact.contains("AuditRecord{") {
+            found.push(format!("{} builds an AuditRecord", file.display()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "use run::journal instead:\n{}",
+        found.join("\n")
+    );
+    let journal = without_tests(&std::fs::read_to_string("src/run/journal.rs").unwrap());
+    assert!(journal.contains("AuditRecord::Decided") && journal.contains("Event::decided"));
+}
+
 /// Every module file of the library, by module path.
 fn modules() -> BTreeMap<String, PathBuf> {
     let mut modules = BTreeMap::new();

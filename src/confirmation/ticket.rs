@@ -59,6 +59,11 @@ impl Superseding {
         self.stored.as_ref()
     }
 
+    /// The superseded run's number.
+    pub fn run_id(&self) -> u64 {
+        self.old_run_id
+    }
+
     /// The superseded pause's confirmation id.
     pub fn confirmation_id(&self) -> &str {
         &self.confirmation_id

@@ -6,14 +6,13 @@
 //! pending, its expiry unchanged.
 
 use super::decide::{Decided, Reply, ReplyError};
+use super::journal::{Entry, Pause, PauseEvent, Subject};
 use super::Runs;
-use crate::audit::{AuditRecord, RunFields};
 use crate::confirmation::quorum::Progress;
 use crate::confirmation::Accepted;
 use crate::protocol::{meta, Chunk, ChunkType};
 use crate::session::SessionKey;
 use crate::store::PauseProgress;
-use crate::webhook::{About, Event};
 
 impl Runs {
     pub(super) async fn approval_recorded(
@@ -42,34 +41,30 @@ impl Runs {
                 return Err(ReplyError::StoreUnavailable);
             }
         }
-        if let Some(audit) = &self.settings.audit {
-            let record = AuditRecord::Approved {
-                run: RunFields::new(accepted.run_id, &key.session_id, accepted.stored.as_deref()),
-                confirmation_id: accepted.confirmation_id.clone(),
-                round: accepted.confirmation_round,
-                key: reply.decider.label.clone(),
-                client: reply.client.map(str::to_owned),
-                approvals: approvals.clone(),
-                required,
-            };
-            if audit.write(&record).await.is_err() {
-                // Not on the record, so not counted: the pause waits on.
-                self.manager.withdraw_approval(
-                    key,
-                    &accepted.confirmation_id,
-                    &reply.decider.label,
-                );
-                return Err(ReplyError::AuditUnavailable);
-            }
-        }
-        let events = self.settings.event_rows(|| {
-            let about = About {
-                key,
+        let approved = PauseEvent::Approved {
+            pause: Pause {
                 confirmation_id: &accepted.confirmation_id,
                 kind: accepted.kind,
-            };
-            Event::progress(&about, &approvals, required, &reply.decider.label)
-        });
+            },
+            round: accepted.confirmation_round,
+            by: &reply.decider.label,
+            client: reply.client,
+            approvals: &approvals,
+            required,
+        };
+        let run = Subject {
+            key,
+            run_id: accepted.run_id,
+            stored: accepted.stored.as_deref(),
+        };
+        let journal = self.settings.journal();
+        let Entry { audit, events, .. } = journal.pause(run, approved);
+        if journal.audit(audit.as_ref()).await.is_err() {
+            // Not on the record, so not counted: the pause waits on.
+            self.manager
+                .withdraw_approval(key, &accepted.confirmation_id, &reply.decider.label);
+            return Err(ReplyError::AuditUnavailable);
+        }
         self.settings.announce(&events).await;
         if let Some(log) = self.logs.find(key) {
             let text = format!(

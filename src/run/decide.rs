@@ -16,8 +16,9 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value};
 
+use super::journal::{Entry, Pause, PauseEvent, Subject};
 use super::Runs;
-use crate::audit::{self, AuditLog, AuditRecord};
+use crate::audit::{AuditLog, AuditRecord};
 use crate::cluster::SETTLE_RETRY;
 use crate::confirmation::quorum::Progress;
 use crate::confirmation::{Accepted, DecideError, Decider, ReplyFrom};
@@ -27,8 +28,8 @@ use crate::protocol::{
 };
 use crate::run::registry::LogRegistry;
 use crate::session::{RunTag, SessionKey};
-use crate::store::{DecidedBy, Fault, PauseNote, Resolution, StoredDecision};
-use crate::webhook::{About, DecisionData, Event};
+use crate::store::{DecidedBy, Fault, PauseNote, Resolution};
+use crate::webhook::DecisionData;
 
 /// A reply, as the decision path takes it.
 #[derive(Debug, Clone, Copy)]
@@ -212,42 +213,45 @@ impl Runs {
             approved_by: accepted.approved_by.clone(),
             progress: None,
         };
+        let decision = DecisionData {
+            action: accepted.action,
+            decisions: accepted.decisions.as_ref(),
+            answers: accepted.answers.as_ref(),
+            reason: (accepted.action == Action::Cancel).then_some(CancelReason::User),
+            decider: &reply.decider.label,
+            client: reply.client,
+            approved_by: &accepted.approved_by,
+        };
+        let run = Subject {
+            key,
+            run_id: accepted.run_id,
+            stored: accepted.stored.as_deref(),
+        };
+        let pause = Pause {
+            confirmation_id: &accepted.confirmation_id,
+            kind: accepted.kind,
+        };
+        let round = accepted.confirmation_round;
+        let decided_event = PauseEvent::Decided {
+            pause,
+            round,
+            decision,
+        };
+        let Entry {
+            audit,
+            events,
+            decision,
+        } = self.settings.journal().pause(run, decided_event);
         let recorder = Recorder {
             key: key.clone(),
-            client: reply.client.map(str::to_owned),
             decider: reply.decider.label.clone(),
-            audit: self.settings.audit.clone(),
+            record: audit.zip(self.settings.audit.clone()),
             logs: self.logs.clone(),
         };
-        let events = self.settings.event_rows(|| {
-            let about = About {
-                key,
-                confirmation_id: &accepted.confirmation_id,
-                kind: accepted.kind,
-            };
-            let data = DecisionData {
-                action: accepted.action,
-                decisions: accepted.decisions.as_ref(),
-                answers: accepted.answers.as_ref(),
-                reason: (accepted.action == Action::Cancel).then_some(CancelReason::User),
-                decider: &reply.decider.label,
-                client: reply.client,
-                approved_by: &accepted.approved_by,
-            };
-            Event::decided(&about, &data)
-        });
-        let Some(run) = accepted.stored.clone() else {
+        let (Some(run), Some(decision)) = (accepted.stored.clone(), decision) else {
             self.settings.announce(&events).await;
             return recorder.audit_and_deliver(accepted).await.map(|()| decided);
         };
-        let reason = (accepted.action == Action::Cancel).then_some(CancelReason::User);
-        let mut decision = StoredDecision::new(
-            accepted.action,
-            &accepted.confirmation_id,
-            accepted.decisions.clone(),
-            reason,
-        );
-        decision.answers = accepted.answers.clone();
         let Err(err) = self
             .settings
             .store
@@ -341,9 +345,9 @@ impl Runs {
 /// run's log (which notes what was decided, for a retry).
 struct Recorder {
     key: SessionKey,
-    client: Option<String>,
     decider: String,
-    audit: Option<Arc<AuditLog>>,
+    /// The `decided` (or `answered`) record, and the log it goes to.
+    record: Option<(AuditRecord, Arc<AuditLog>)>,
     logs: LogRegistry,
 }
 
@@ -365,35 +369,10 @@ impl Recorder {
                 at_ms: crate::store::now_ms(),
             },
         };
-        let Some(audit) = self.audit else {
+        let Some((record, audit)) = self.record else {
             note.write();
             accepted.ticket.deliver();
             return Ok(());
-        };
-        let run = audit::RunFields::new(
-            accepted.run_id,
-            &self.key.session_id,
-            accepted.stored.as_deref(),
-        );
-        let key = self.decider;
-        let record = match accepted.kind {
-            PauseKind::Approval => AuditRecord::Decided {
-                run,
-                confirmation_id: accepted.confirmation_id,
-                round: accepted.confirmation_round,
-                action: accepted.action,
-                decisions: accepted.decisions,
-                key,
-                client: self.client,
-            },
-            PauseKind::Question => AuditRecord::Answered {
-                run,
-                confirmation_id: accepted.confirmation_id,
-                action: accepted.action,
-                answers: accepted.answers,
-                key,
-                client: self.client,
-            },
         };
         let ticket = accepted.ticket;
         // A task of its own: a client that goes away while the record is

@@ -13,16 +13,15 @@ use futures_util::FutureExt;
 
 use super::context::RunContext;
 use super::engine::Engine;
+use super::journal::{Entry, Pause, PauseEvent, Subject};
 use super::log::RunLog;
 use super::outcome::{Completion, Ending, RunError};
-use crate::audit::{AuditLog, AuditRecord, RunFields};
 use crate::confirmation::slot::{PendingDecision, WritingEnd};
 use crate::protocol::{Chunk, ChunkType, ErrorType};
 use crate::run::settings::RunSettings;
 use crate::session::{RunTag, SessionKey};
 use crate::sse;
 use crate::store::{OutboxEvent, Outcome, PausedRecord, RunEnd, Store, StoreError};
-use crate::webhook::{About, Event};
 
 /// First wait before writing an ended run's record again.
 const STORE_RETRY: Duration = Duration::from_secs(1);
@@ -99,34 +98,37 @@ async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
     }
     let stored_id = ctx.stored_id().cloned();
     let key = ctx.session_key().clone();
-    let (run_id, session_id) = (ctx.run_id(), ctx.session_id().to_owned());
+    let run_id = ctx.run_id();
     let last_pause = ctx.last_pause().cloned();
     // Held until the end is written: a shutdown waits for it.
     let (ended, why, log, last, _ending) = finish(ctx, result);
     keep_outcome(&settings, &key, log.outcome(last)).await;
     ::log::debug!("{}: ended with {ended:?}", RunTag::of(&key, run_id));
-    // `run.ended` for a run that paused: with its end's record when it has one.
-    let events = match &last_pause {
-        Some((confirmation_id, kind)) => settings.event_rows(|| {
-            let about = About {
-                key: &key,
-                confirmation_id,
-                kind: *kind,
-            };
-            Event::ended(&about, ended, why)
-        }),
-        None => Vec::new(),
+    // `run.ended` for a run that paused: with its end's record when it has
+    // one; the `ended` audit record last.
+    let run = Subject {
+        key: &key,
+        run_id,
+        stored: stored_id.as_deref(),
     };
+    let last = last_pause.as_ref().map(|(confirmation_id, kind)| Pause {
+        confirmation_id,
+        kind: *kind,
+    });
+    let ended = PauseEvent::Ended {
+        last,
+        outcome: ended,
+        why,
+    };
+    let Entry { audit, events, .. } = settings.journal().pause(run, ended);
     if let Some(stored_id) = &stored_id {
         end_record(&settings.store, stored_id, &key, log.end(), events.clone()).await;
         settings.wake_sender(&events);
     } else {
         settings.announce(&events).await;
     }
-    if let Some(audit) = &settings.audit {
-        let run = RunFields::new(run_id, &session_id, stored_id.as_deref());
-        audit_ended(audit, run, ended, why).await;
-    }
+    // The run is over: a failure here is logged and shows on /readyz.
+    let _ = settings.journal().audit(audit.as_ref()).await;
 }
 
 /// Keeps only an ended run's end in its record, for the grace (see
@@ -194,23 +196,6 @@ async fn retry(
         }
         ::log::warn!("gave up the {what} of the ended run {run}'s record; a restart shows its end");
     });
-}
-
-/// The `ended` audit record: the run's outcome (its final chunk's type)
-/// and reason (a cancel's reason or an error's type).
-pub(super) async fn audit_ended(
-    audit: &Arc<AuditLog>,
-    run: RunFields,
-    outcome: ChunkType,
-    why: Option<&str>,
-) {
-    let record = AuditRecord::Ended {
-        run,
-        outcome,
-        reason: why.map(str::to_owned),
-    };
-    // The run is over: a failure here is logged and shows on /readyz.
-    let _ = audit.write(&record).await;
 }
 
 /// Turns the engine's result into the final chunk, frees the session, then

@@ -4,10 +4,9 @@
 
 use serde_json::Value;
 
+use super::journal::{Entry, GrantEvent};
 use super::Runs;
-use crate::audit::AuditRecord;
 use crate::store::{Grant, StoreError};
-use crate::webhook::{Event, EventType};
 
 /// Whose grants a caller sees.
 #[derive(Debug, Clone, Copy)]
@@ -59,20 +58,16 @@ impl Runs {
             grant.session_id,
             grant.key
         );
-        if let Some(audit) = &self.settings.audit {
-            let record = AuditRecord::GrantRevoked {
-                session_id: grant.session_id.clone(),
-                grant_id: grant.id.clone(),
-                key: by.to_owned(),
-                client: client.map(str::to_owned),
-            };
-            // The grant is gone either way: revoking is always safe.
-            let _ = audit.write(&record).await;
-        }
-        let rows = self
-            .settings
-            .event_rows(|| Event::grant(EventType::GrantRevoked, &grant, "", Some(by)));
-        self.settings.announce(&rows).await;
+        let revoked = GrantEvent::Revoked {
+            grant: &grant,
+            by,
+            client,
+        };
+        let journal = self.settings.journal();
+        let Entry { audit, events, .. } = journal.grant(revoked);
+        // The grant is gone either way: revoking is always safe.
+        let _ = journal.audit(audit.as_ref()).await;
+        self.settings.announce(&events).await;
         Ok(true)
     }
 }

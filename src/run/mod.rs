@@ -11,7 +11,9 @@
 //!   implements and the context it drives ([`RunContext`]).
 //! - [`start`]: a new message's path (supersede, claim, start);
 //!   [`decide`]: the one path a decision takes (manager, store, audit,
-//!   delivery); [`place`]: where a session's run lives; `restore`: runs a
+//!   delivery); [`journal`]: what is written of each pause event (its audit
+//!   record, webhook rows and stored decision: built there only);
+//!   [`place`]: where a session's run lives; `restore`: runs a
 //!   durable store kept; `end`: a run's one final chunk.
 //! - [`readiness`]: what the probes and the metrics read (ready or why
 //!   not; the run gauges).
@@ -28,6 +30,7 @@ pub mod engine;
 mod expiry;
 pub mod grants;
 pub mod inbox;
+pub mod journal;
 pub mod log;
 pub mod outcome;
 pub mod place;

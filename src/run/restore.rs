@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::context::{RestoredParts, RunContext};
-use super::end::{audit_ended, drive_restored, end_record, remove_record};
+use super::end::{drive_restored, end_record, remove_record};
+use super::journal::{Entry, Pause, PauseEvent, Subject};
 use super::log::RunLog;
 use super::stop::RunStop;
 use super::stream;
 use super::Runs;
-use crate::audit::RunFields;
 use crate::confirmation::{Begun, RunLimits};
 use crate::protocol::{meta, Action, CancelReason, Chunk, ErrorType};
 use crate::session::{RunTag, SessionKey};
@@ -162,20 +162,27 @@ impl Runs {
             .or(ending.metadata.get(meta::ERROR_TYPE))
             .and_then(|w| w.as_str())
             .map(str::to_owned);
-        if let Some(audit) = &self.settings.audit {
-            let run_id = self.manager.number_run();
-            let run = RunFields::new(run_id, &record.session_id, Some(&record.run));
-            audit_ended(audit, run, ending.chunk_type, why.as_deref()).await;
-        }
-        let about = crate::webhook::About {
+        let run = Subject {
             key: &key,
+            run_id: self.manager.number_run(),
+            stored: Some(&record.run),
+        };
+        let pause = Pause {
             confirmation_id: &record.confirmation_id,
             kind: record.kind,
         };
+        let journal = self.settings.journal();
+        let ended = PauseEvent::Ended {
+            last: Some(pause),
+            outcome: ending.chunk_type,
+            why: why.as_deref(),
+        };
+        let Entry { audit, events, .. } = journal.pause(run, ended);
+        let _ = journal.audit(audit.as_ref()).await;
         // A pause that expired while no process held it: its timeout
         // decided it, and is announced as its owner's timer would have.
         let expired = record.decision.is_none() && why.as_deref() == Some("timeout");
-        let mut events = Vec::new();
+        let mut events = events;
         if expired {
             // As asked, in whole seconds (records of older versions: the
             // server's timeout).
@@ -185,14 +192,9 @@ impl Runs {
             } else {
                 Duration::from_secs(asked_for.div_ceil(1000))
             };
-            events.extend(
-                self.settings
-                    .event_rows(|| crate::webhook::Event::expired(&about, timeout)),
-            );
+            let expired = journal.pause(run, PauseEvent::Expired { pause, timeout });
+            events.splice(0..0, expired.events);
         }
-        events.extend(self.settings.event_rows(|| {
-            crate::webhook::Event::ended(&about, ending.chunk_type, why.as_deref())
-        }));
         let stop = RunStop::under(&self.shutdown);
         let log = RunLog::restore(
             self.log_limits,

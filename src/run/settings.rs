@@ -9,7 +9,7 @@ use crate::session::Namespaces;
 use crate::store::memory::MemoryStore;
 use crate::store::{OutboxEvent, Store};
 use crate::tools::Tools;
-use crate::webhook::{Event, Webhooks};
+use crate::webhook::Webhooks;
 
 /// Default of `--confirm-timeout`: how long a pause waits for an answer.
 pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(300);
@@ -72,21 +72,6 @@ impl Default for RunSettings {
 }
 
 impl RunSettings {
-    /// The outbox rows of the event `make` builds (none without webhooks).
-    pub fn event_rows(&self, make: impl FnOnce() -> Event) -> Vec<OutboxEvent> {
-        self.webhooks
-            .as_ref()
-            .map(|hooks| {
-                let mut event = make();
-                // The key as the keys file labels it (`label=`).
-                if let Some(owner) = event.owner {
-                    event.key = self.namespaces.label(owner);
-                }
-                hooks.rows(&event)
-            })
-            .unwrap_or_default()
-    }
-
     /// Queues `rows` that no record write carries; the sender is woken.
     pub async fn announce(&self, rows: &[OutboxEvent]) {
         if rows.is_empty() {

@@ -12,15 +12,15 @@ use std::time::SystemTime;
 
 use super::context::RunContext;
 use super::end::drive;
+use super::journal::{Entry, Pause, PauseEvent, Subject};
 use super::log::RunLog;
 use super::stop::RunStop;
 use super::stream::Subscription;
 use super::Runs;
 use crate::cluster::{Claimed, Cluster, Peer, SETTLE_PATIENCE};
 use crate::confirmation::{BeginError, Begun, RunSlot};
-use crate::protocol::{Action, CancelReason};
 use crate::session::{RunTag, SessionKey};
-use crate::store::{Fault, Resolution, StoreError, StoredDecision};
+use crate::store::{Fault, Resolution, StoreError};
 
 /// Where a new message went.
 pub enum Started {
@@ -107,12 +107,13 @@ impl Runs {
         };
         // Announced by the taker, before the new run can pause: a
         // session's events stay in order.
-        let events = self.supersede_events(key, taken);
-        let Some(run) = taken.stored() else {
+        let Entry {
+            events, decision, ..
+        } = self.superseded(key, taken);
+        let (Some(run), Some(decision)) = (taken.stored(), decision) else {
             self.settings.announce(&events).await;
             return Ok(begun.now());
         };
-        let decision = superseded(taken.confirmation_id());
         match self
             .settings
             .store
@@ -133,24 +134,21 @@ impl Runs {
         }
     }
 
-    /// The `interaction.decided` event of a supersede (none without webhooks).
-    fn supersede_events(
-        &self,
-        key: &SessionKey,
-        taken: &crate::confirmation::Superseding,
-    ) -> Vec<crate::store::OutboxEvent> {
-        self.settings.event_rows(|| {
-            let about = crate::webhook::About {
-                key,
-                confirmation_id: taken.confirmation_id(),
-                kind: taken.kind(),
-            };
-            let decider = crate::session::owner_label(key.owner);
-            crate::webhook::Event::decided(
-                &about,
-                &crate::webhook::DecisionData::superseded(&decider),
-            )
-        })
+    /// What is written of a supersede: the decision kept on the old pause
+    /// and its `interaction.decided` (none without webhooks).
+    fn superseded(&self, key: &SessionKey, taken: &crate::confirmation::Superseding) -> Entry {
+        let run = Subject {
+            key,
+            run_id: taken.run_id(),
+            stored: taken.stored().map(|run| &**run),
+        };
+        let pause = Pause {
+            confirmation_id: taken.confirmation_id(),
+            kind: taken.kind(),
+        };
+        self.settings
+            .journal()
+            .pause(run, PauseEvent::Superseded { pause })
     }
 
     /// Replicas: the session is claimed for the new run (the superseded
@@ -161,15 +159,13 @@ impl Runs {
         key: &SessionKey,
         begun: Begun,
     ) -> Result<Taken, StartError> {
-        let decision = match &begun {
-            Begun::Supersedes(taken) => taken
-                .stored()
-                .map(|run| (run.clone(), superseded(taken.confirmation_id()))),
-            Begun::Fresh(_) => None,
-        };
-        let events = match &begun {
-            Begun::Supersedes(taken) => self.supersede_events(key, taken),
-            Begun::Fresh(_) => Vec::new(),
+        let (decision, events) = match &begun {
+            Begun::Supersedes(taken) => {
+                let entry = self.superseded(key, taken);
+                let kept = taken.stored().cloned().zip(entry.decision);
+                (kept, entry.events)
+            }
+            Begun::Fresh(_) => (None, Vec::new()),
         };
         // A stored pause's supersede is queued with its decision; another's
         // on its own once the claim stands.
@@ -228,14 +224,4 @@ impl Runs {
 enum Taken {
     Here(RunSlot, Arc<str>),
     Elsewhere(Peer),
-}
-
-/// The decision a supersede records on the pause it ends.
-fn superseded(confirmation_id: &str) -> StoredDecision {
-    StoredDecision::new(
-        Action::Cancel,
-        confirmation_id,
-        None,
-        Some(CancelReason::Superseded),
-    )
 }

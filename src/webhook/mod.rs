@@ -17,7 +17,10 @@
 //! HMAC-SHA256 of "<t>.<body>">`, `X-Chatgate-Event`, `X-Chatgate-Delivery`
 //! (the event's id, the same on every retry).
 
+mod body;
 pub mod deliver;
+
+pub use body::DecisionData;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -25,11 +28,11 @@ use std::time::{Duration, SystemTime};
 use hmac::{Hmac, Mac};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::Sha256;
 use tokio::sync::Notify;
 
-use crate::protocol::{Action, CancelReason, ChunkType, Decisions, PauseKind};
+use crate::protocol::{ChunkType, PauseKind};
 use crate::session::SessionKey;
 use crate::store::OutboxEvent;
 
@@ -319,59 +322,35 @@ impl Event {
     /// A reply won: what it decided, and who (the deciding key's label and
     /// the client's address).
     pub fn decided(about: &About<'_>, decision: &DecisionData<'_>) -> Event {
-        let mut data = Map::new();
-        data.insert("action".into(), decision.action.as_str().into());
-        if let Some(decisions) = decision.decisions {
-            data.insert(
-                "decisions".into(),
-                serde_json::to_value(decisions).unwrap_or_default(),
-            );
-        }
-        if let Some(answers) = decision.answers {
-            data.insert("answers".into(), Value::Object(answers.clone()));
-        }
-        if let Some(reason) = decision.reason {
-            data.insert("reason".into(), reason.as_str().into());
-        }
-        data.insert(
-            "decided_by".into(),
-            serde_json::json!({"key": decision.decider, "client": decision.client}),
-        );
-        if decision.approved_by.len() > 1 {
-            data.insert("approved_by".into(), decision.approved_by.into());
-        }
-        Event::new(EventType::Decided, about, Value::Object(data))
+        let data = body::data(body::Decided::of(decision));
+        Event::new(EventType::Decided, about, data)
     }
 
     /// One approval of several a pause needs: who so far, and how many.
     pub fn progress(about: &About<'_>, approvals: &[String], required: usize, by: &str) -> Event {
-        let data = serde_json::json!({
-            "approvals": approvals,
-            "required": required,
-            "approved_by": by,
+        let data = body::data(body::Progress {
+            approvals,
+            required,
+            approved_by: by,
         });
         Event::new(EventType::Progress, about, data)
     }
 
     /// A pause nobody has answered for `waited` (its tools' `remind_after`).
     pub fn reminder(about: &About<'_>, waited: Duration) -> Event {
-        let data = serde_json::json!({ "waited_seconds": waited.as_secs() });
+        let data = body::data(body::Waited::new(waited, None));
         Event::new(EventType::Reminder, about, data)
     }
 
     /// A pause nobody answered for `waited`, escalated to `group`.
     pub fn escalated(about: &About<'_>, waited: Duration, group: &str) -> Event {
-        let data = serde_json::json!({ "waited_seconds": waited.as_secs(), "escalated_to": group });
+        let data = body::data(body::Waited::new(waited, Some(group)));
         Event::new(EventType::Escalated, about, data)
     }
 
     /// The pause's timeout decided: the run is cancelled.
     pub fn expired(about: &About<'_>, timeout: Duration) -> Event {
-        let data = serde_json::json!({
-            "action": "cancel",
-            "reason": "timeout",
-            "timeout_seconds": timeout.as_secs(),
-        });
+        let data = body::data(body::Expired::after(timeout));
         Event::new(EventType::Expired, about, data)
     }
 
@@ -383,10 +362,10 @@ impl Event {
         confirmation_id: &str,
         revoked_by: Option<&str>,
     ) -> Event {
-        let mut data = grant.view();
-        if let (Some(by), Value::Object(fields)) = (revoked_by, &mut data) {
-            fields.insert("revoked_by".into(), by.into());
-        }
+        let data = body::data(body::Grant {
+            grant: grant.view(),
+            revoked_by,
+        });
         Event {
             id: uuid::Uuid::new_v4().to_string(),
             event_type,
@@ -409,35 +388,9 @@ impl Event {
     /// A run that paused ended: its final chunk's type, and a cancel's
     /// reason or an error's type. `about` is its last pause.
     pub fn ended(about: &About<'_>, outcome: ChunkType, why: Option<&str>) -> Event {
-        let mut data = Map::new();
-        data.insert(
-            "outcome".into(),
-            serde_json::to_value(outcome).unwrap_or_default(),
-        );
-        match outcome {
-            ChunkType::Error => {
-                data.insert("error_type".into(), why.into());
-            }
-            _ => {
-                data.insert("reason".into(), why.into());
-            }
-        }
-        Event::new(EventType::Ended, about, Value::Object(data))
+        let data = body::data(body::Ended::new(outcome, why));
+        Event::new(EventType::Ended, about, data)
     }
-}
-
-/// What an `interaction.decided` event says.
-#[derive(Debug, Clone, Copy)]
-pub struct DecisionData<'a> {
-    pub action: Action,
-    pub decisions: Option<&'a Decisions>,
-    pub answers: Option<&'a Map<String, Value>>,
-    /// A cancel's reason (`user`, `superseded`).
-    pub reason: Option<CancelReason>,
-    pub decider: &'a str,
-    pub client: Option<&'a str>,
-    /// A quorum's labels, in order (reported when more than one approved).
-    pub approved_by: &'a [String],
 }
 
 /// `text` as JavaScript's `encodeURIComponent` writes it (the page reads
@@ -452,21 +405,6 @@ fn encode_component(text: &str) -> String {
         }
     }
     out
-}
-
-impl DecisionData<'_> {
-    /// A supersede: cancelled by a new message of the same key.
-    pub fn superseded(decider: &str) -> DecisionData<'_> {
-        DecisionData {
-            action: Action::Cancel,
-            decisions: None,
-            answers: None,
-            reason: Some(CancelReason::Superseded),
-            decider,
-            client: None,
-            approved_by: &[],
-        }
-    }
 }
 
 /// Unix seconds now.

@@ -4,10 +4,10 @@
 
 use super::RunContext;
 use crate::confirmation::Decision;
-use crate::protocol::{Action, CancelReason, ChunkType, Decisions, TaskDecision, Verdict};
+use crate::protocol::{CancelReason, ChunkType, Decisions, TaskDecision, Verdict};
+use crate::run::journal::{Entry, Pause, PauseEvent};
 use crate::run::outcome::RunError;
-use crate::store::{Fault, OutboxEvent, StoredDecision};
-use crate::webhook::{About, Event};
+use crate::store::Fault;
 
 impl RunContext {
     /// Nobody answered a pause whose tasks all say `on_timeout = "reject"`
@@ -50,7 +50,11 @@ impl RunContext {
             CancelReason::User | CancelReason::Superseded | CancelReason::Shutdown
         );
         let stored = self.stored_id.as_ref().filter(|_| self.pause_stored);
-        let events = self.fallback_events(reason, confirmation_id);
+        let Entry {
+            events,
+            decision: recorded,
+            ..
+        } = self.fallback_entry(reason, confirmation_id);
         let Some(run) = stored else {
             self.settings.announce(&events).await;
             return Ok(decision);
@@ -58,7 +62,9 @@ impl RunContext {
         if decided_elsewhere {
             return Ok(decision);
         }
-        let recorded = StoredDecision::new(Action::Cancel, confirmation_id, None, Some(reason));
+        let Some(recorded) = recorded else {
+            return Ok(decision);
+        };
         let recording = self
             .settings
             .store
@@ -84,23 +90,24 @@ impl RunContext {
         }
     }
 
-    /// The webhook events of a pause the run itself ended: its timeout
-    /// (`interaction.expired`). (A supersede's is written by its taker,
-    /// before the new run can pause.)
-    fn fallback_events(&self, reason: CancelReason, confirmation_id: &str) -> Vec<OutboxEvent> {
-        let Some((_, kind)) = self.last_pause.as_deref() else {
-            return Vec::new();
+    /// What is written of a pause the run itself ended: the decision kept,
+    /// and for its timeout `interaction.expired` (a supersede's is written
+    /// by its taker, before the new run can pause). Without webhooks no
+    /// pause is remembered, and none is announced.
+    fn fallback_entry(&self, reason: CancelReason, confirmation_id: &str) -> Entry {
+        let kind = self.last_pause.as_deref().map(|(_, kind)| *kind);
+        let withdrawn = PauseEvent::Withdrawn {
+            pause: Pause {
+                confirmation_id,
+                kind: kind.unwrap_or_default(),
+            },
+            reason,
+            timeout: self.settings.confirm_timeout,
         };
-        let about = About {
-            key: self.session_key(),
-            confirmation_id,
-            kind: *kind,
-        };
-        match reason {
-            CancelReason::Timeout => self
-                .settings
-                .event_rows(|| Event::expired(&about, self.settings.confirm_timeout)),
-            _ => Vec::new(),
+        let mut entry = self.settings.journal().pause(self.subject(), withdrawn);
+        if kind.is_none() {
+            entry.events.clear();
         }
+        entry
     }
 }

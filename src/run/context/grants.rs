@@ -3,11 +3,11 @@
 //! goes on), and spending one call of a live grant that covers a call the
 //! run would otherwise ask about.
 
+use crate::run::journal::GrantEvent;
 use serde_json::Value;
 
 use super::asked::Asked;
-use super::{audit_failed, RunContext};
-use crate::audit::AuditRecord;
+use super::RunContext;
 use crate::confirmation::grant::GrantSpec;
 use crate::confirmation::Decision;
 use crate::protocol::{meta, ApprovedBy, ChunkType};
@@ -16,7 +16,6 @@ use crate::run::plan::Approval;
 use crate::store::{Grant, GrantScope};
 use crate::tools::rules::{all_match, matchers_of_json};
 use crate::tools::Tool;
-use crate::webhook::{Event, EventType};
 
 impl RunContext {
     /// [`RunContext::answered`], then the grant a confirm gave kept
@@ -80,21 +79,17 @@ impl RunContext {
             let text = format!("Not granted: {why}; later calls will be asked");
             return self.emit(ChunkType::Status, text).await;
         }
-        if let Some(audit) = self.settings.audit.clone() {
-            let record = AuditRecord::Granted {
-                run: self.audit_fields(),
-                confirmation_id: confirmation_id.clone(),
-                grant: grant.view(),
-            };
-            if let Err(err) = audit.write(&record).await {
-                let _ = store.revoke_grant(&grant.id).await;
-                return Err(audit_failed(&err));
-            }
+        let created = GrantEvent::Created {
+            run: self.subject(),
+            grant: &grant,
+            confirmation_id: &confirmation_id,
+        };
+        let entry = self.settings.journal().grant(created);
+        if let Err(err) = self.audit(entry.audit.as_ref()).await {
+            let _ = store.revoke_grant(&grant.id).await;
+            return Err(err);
         }
-        let rows = self
-            .settings
-            .event_rows(|| Event::grant(EventType::GrantCreated, &grant, &confirmation_id, None));
-        self.settings.announce(&rows).await;
+        self.settings.announce(&entry.events).await;
         let whom = match grant.scope {
             GrantScope::Session => "this session",
             GrantScope::Key => "every session of this key",

@@ -19,11 +19,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::journal::{PauseEvent, Subject};
 use super::log::RunLog;
 use super::outcome::RunError;
 use super::settings::RunSettings;
 use super::stop::RunStop;
-use crate::audit::AuditError;
+use crate::audit::{AuditError, AuditRecord};
 use crate::confirmation::grant::GrantSpec;
 use crate::confirmation::RunSlot;
 use crate::metrics::Metrics;
@@ -233,9 +234,27 @@ impl RunContext {
         &self.settings.tools
     }
 
-    /// The fields every audit record of this run carries.
-    pub(crate) fn audit_fields(&self) -> crate::audit::RunFields {
-        crate::audit::RunFields::new(self.run_id(), self.session_id(), self.stored_id.as_deref())
+    /// This run, as its journal's events name it.
+    pub(crate) fn subject(&self) -> Subject<'_> {
+        Subject {
+            key: self.session_key(),
+            run_id: self.run_id(),
+            stored: self.stored_id.as_deref(),
+        }
+    }
+
+    /// Writes the audit record of `event` before anything of it is done:
+    /// a record that cannot be written ends the run (`audit_unavailable`).
+    pub(crate) async fn audit_first(&self, event: PauseEvent<'_>) -> Result<(), RunError> {
+        let entry = self.settings.journal().pause(self.subject(), event);
+        self.audit(entry.audit.as_ref()).await
+    }
+
+    /// Writes `record` (where there is an audit log); one that cannot be
+    /// written ends the run (`audit_unavailable`).
+    pub(crate) async fn audit(&self, record: Option<&AuditRecord>) -> Result<(), RunError> {
+        let written = self.settings.journal().audit(record).await;
+        written.map_err(|err| audit_failed(&err))
     }
 
     /// The run's metrics, for the driver that ends it.

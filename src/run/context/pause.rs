@@ -4,14 +4,14 @@
 //! Questions take the same path: checked, recorded as asked, kept, sent as
 //! an `input_request`, read back as [`Answers`].
 
+use crate::run::journal::{Pause, PauseEvent};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
 use super::asked::{Asked, Request};
-use super::{audit_failed, RunContext};
-use crate::audit::AuditRecord;
+use super::RunContext;
 use crate::confirmation::slot::{PauseSpec, PendingDecision};
 use crate::confirmation::{Asking, Decision};
 use crate::protocol::question::{check_questions, MAX_QUESTION_CHARS};
@@ -23,7 +23,6 @@ use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Approval, Plan, Questions};
 use crate::session::RunTag;
 use crate::store::PausedRecord;
-use crate::webhook::{About, Event};
 
 impl RunContext {
     /// Puts `plan` to the user and waits for the answer: sends the
@@ -122,19 +121,12 @@ impl RunContext {
         if self.durable() && self.stored_id.is_none() {
             self.stored_id = Some(Arc::from(uuid::Uuid::new_v4().to_string()));
         }
-        if let Some(audit) = &self.settings.audit {
-            let record = AuditRecord::Asked {
-                run: self.audit_fields(),
-                key: self.key_label(),
-                confirmation_id: confirmation_id.clone(),
-                title: title.clone(),
-                questions: questions.clone(),
-            };
-            audit
-                .write(&record)
-                .await
-                .map_err(|err| audit_failed(&err))?;
-        }
+        let asked = PauseEvent::Asked {
+            confirmation_id: &confirmation_id,
+            title: &title,
+            questions: &questions,
+        };
+        self.audit_first(asked).await?;
         let timeout = self.settings.confirm_timeout;
         let expires_at = SystemTime::now() + timeout;
         let options = Action::QUESTION.to_vec();
@@ -176,20 +168,13 @@ impl RunContext {
             // Named before the first record, which then carries it.
             self.stored_id = Some(Arc::from(uuid::Uuid::new_v4().to_string()));
         }
-        if let Some(audit) = &self.settings.audit {
-            let record = AuditRecord::Proposed {
-                run: self.audit_fields(),
-                key: self.key_label(),
-                confirmation_id: confirmation_id.clone(),
-                round: self.round + 1,
-                risk_level: plan.risk_level,
-                tasks: plan.tasks.clone(),
-            };
-            audit
-                .write(&record)
-                .await
-                .map_err(|err| audit_failed(&err))?;
-        }
+        let proposed = PauseEvent::Proposed {
+            confirmation_id: &confirmation_id,
+            round: self.round + 1,
+            risk_level: plan.risk_level,
+            tasks: &plan.tasks,
+        };
+        self.audit_first(proposed).await?;
         Ok((plan, confirmation_id))
     }
 
@@ -259,19 +244,27 @@ impl RunContext {
     async fn store_pause(&mut self, request: &Request) -> Result<(), RunError> {
         self.pause_stored = false;
         let kind = request.asking.kind();
-        let events = self.settings.event_rows(|| {
-            let about = About {
-                key: self.session_key(),
-                confirmation_id: &request.confirmation_id,
-                kind,
-            };
-            let data = serde_json::to_value(&request.chunk.confirmation_data).unwrap_or_default();
-            let mut event = Event::requested(&about, data).with_links(self.links_of(request));
-            event.slack = self.slack_of(request);
-            event.mail_to = self.mails_of(request);
-            event.summary = Some(request.chunk.chunk.clone());
-            event
-        });
+        let events = match self.settings.webhooks {
+            Some(_) => {
+                let requested = PauseEvent::Requested {
+                    pause: Pause {
+                        confirmation_id: &request.confirmation_id,
+                        kind,
+                    },
+                    data: serde_json::to_value(&request.chunk.confirmation_data)
+                        .unwrap_or_default(),
+                    summary: &request.chunk.chunk,
+                    links: self.links_of(request),
+                    slack: self.slack_of(request),
+                    mail_to: self.mails_of(request),
+                };
+                self.settings
+                    .journal()
+                    .pause(self.subject(), requested)
+                    .events
+            }
+            None => Vec::new(),
+        };
         if self.settings.webhooks.is_some() {
             self.last_pause = Some(Box::new((request.confirmation_id.clone(), kind)));
         }

@@ -4,10 +4,10 @@
 //! recorded before the call goes on (a `policy` audit record, fail
 //! closed, and `chatgate_policy_decisions_total`).
 
+use crate::run::journal::CallEvent;
 use serde_json::Value;
 
-use super::{audit_failed, RunContext};
-use crate::audit::AuditRecord;
+use super::RunContext;
 use crate::confirmation::decisions::PlanCheck;
 use crate::protocol::{meta, ApprovedBy, ErrorType, TaskSpec};
 use crate::run::outcome::RunError;
@@ -136,23 +136,14 @@ impl RunContext {
                 tool.name,
                 actual.as_str()
             );
-            let Some(audit) = self.settings.audit.clone() else {
-                continue;
-            };
-            let record = AuditRecord::Policy {
-                run: self.audit_fields(),
-                key: key.clone(),
-                tool: tool.name.clone(),
-                args: args.clone(),
-                rule: rule.name.clone(),
-                mode: rule.mode,
-                decision: rule.decision,
+            let policy = CallEvent::Policy {
+                tool: &tool.name,
+                args,
+                rule,
                 actual,
-                reason: rule.reason.clone(),
             };
-            Box::pin(audit.write(&record))
-                .await
-                .map_err(|err| audit_failed(&err))?;
+            let record = self.settings.journal().call(self.subject(), policy);
+            Box::pin(self.audit(record.as_ref())).await?;
         }
         Ok(route)
     }

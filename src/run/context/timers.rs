@@ -21,9 +21,9 @@ use crate::confirmation::decisions::PlanCheck;
 use crate::confirmation::quorum::Quorum;
 use crate::protocol::RiskLevel;
 use crate::protocol::{ChunkType, PauseKind};
+use crate::run::journal::{Pause, PauseEvent, Subject};
 use crate::store::{Fault, PauseProgress};
 use crate::tools::gate::Escalation;
-use crate::webhook::{About, Event};
 
 /// What a pause's tasks ask of it while it waits, and what already fired.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +78,7 @@ impl RunContext {
         let timers = timers.clone();
         let tag = self.tag().to_string();
         let namespace = self.key_label();
+        let run_id = self.run_id();
         tokio::spawn(async move {
             let mut due: Vec<(Duration, Option<Escalation>)> = Vec::new();
             if let Some(after) = timers.remind_after {
@@ -92,15 +93,28 @@ impl RunContext {
                 if let Ok(left) = at.duration_since(SystemTime::now()) {
                     tokio::time::sleep(left).await;
                 }
-                let about = About {
+                let run = Subject {
                     key: &key,
+                    run_id,
+                    stored: stored.as_deref(),
+                };
+                let pause = Pause {
                     confirmation_id: &id,
                     kind: PauseKind::Approval,
                 };
+                let journal = settings.journal();
                 let (step, rows) = match &escalation {
                     None => (
                         PauseProgress::reminded(&id),
-                        settings.event_rows(|| Event::reminder(&about, after)),
+                        journal
+                            .pause(
+                                run,
+                                PauseEvent::Reminded {
+                                    pause,
+                                    waited: after,
+                                },
+                            )
+                            .events,
                     ),
                     Some(escalation) => {
                         let group = escalation.to.as_str();
@@ -159,12 +173,14 @@ impl RunContext {
                             }
                             _ => Vec::new(),
                         };
-                        let rows = settings.event_rows(|| {
-                            let mut event = Event::escalated(&about, after, group)
-                                .with_links(links.unwrap_or_default());
-                            event.mail_to = mail_to;
-                            event
-                        });
+                        let escalated = PauseEvent::Escalated {
+                            pause,
+                            waited: after,
+                            group,
+                            links: links.unwrap_or_default(),
+                            mail_to,
+                        };
+                        let rows = journal.pause(run, escalated).events;
                         (step, rows)
                     }
                 };

@@ -2,11 +2,11 @@
 //! `tool_output` chunk and its `executed` audit record. An MCP server's tool
 //! may ask questions mid-call: they are put to the user on the run's stream.
 
+use crate::run::journal::CallEvent;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
-use super::{audit_failed, RunContext};
-use crate::audit::{self, AuditRecord};
+use super::RunContext;
 use crate::protocol::question::Question;
 use crate::protocol::{meta, ApprovedBy, Chunk, ChunkType, ErrorType};
 use crate::run::outcome::RunError;
@@ -135,29 +135,20 @@ impl RunContext {
         if outcome.skipped {
             return Ok(());
         }
-        if let Some(audit) = self.settings.audit.clone() {
-            let output = outcome
-                .result
-                .as_deref()
-                .or(outcome.error.as_deref())
-                .unwrap_or("");
-            let record = AuditRecord::Executed {
-                run: self.audit_fields(),
-                tool: tool.to_owned(),
-                args: ran.map_or(Value::Null, |ran| ran.args.clone()),
-                ok: outcome.ok,
-                exit_status: outcome.exit_status,
-                http_status: outcome.http_status,
-                duration_ms: outcome.duration_ms,
-                output_bytes: outcome.output_bytes,
-                output_sha256: audit::sha256_hex(output.as_bytes()),
-                approved_by,
-            };
-            audit
-                .write(&record)
-                .await
-                .map_err(|err| audit_failed(&err))?;
-        }
+        let output = outcome
+            .result
+            .as_deref()
+            .or(outcome.error.as_deref())
+            .unwrap_or("");
+        let executed = CallEvent::Executed {
+            tool,
+            args: ran.map_or(Value::Null, |ran| ran.args.clone()),
+            outcome,
+            output,
+            approved_by,
+        };
+        let record = self.settings.journal().call(self.subject(), executed);
+        self.audit(record.as_ref()).await?;
         Ok(())
     }
 }
