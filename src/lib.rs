@@ -20,6 +20,7 @@
 //! | [`cluster`] | replicas over Redis: identity, heartbeat, claim and takeover |
 //! | [`store`] | paused runs' records: [`store::memory`], [`store::sqlite`], [`store::redis`] |
 //! | [`confirmation`] | the run registry and the pause/decide handshake (no I/O) |
+//! | [`pause`] | the kinds of pause, one file each ([`pause::approval`], [`pause::questions`]): what each asks, how a reply to it is checked |
 //! | [`audit`], [`metrics`], [`tools`] | the audit log; Prometheus metrics; declared tools and their executors |
 //! | [`webhook`] | signed webhook events: building them, the sender |
 //! | [`notify`] | what a person acts on from elsewhere: signed decision links, approval mail, Slack messages |
@@ -35,6 +36,7 @@ pub mod engine;
 pub mod http;
 pub mod metrics;
 pub mod notify;
+pub mod pause;
 pub mod protocol;
 pub mod redact;
 pub mod run;

@@ -29,6 +29,7 @@ const RANKS: &[(&str, u32)] = &[
     ("webhook", 10),
     ("confirmation", 10),
     ("metrics", 9),
+    ("pause", 9),
     ("notify", 9),
     ("audit", 9),
     ("store", 8),

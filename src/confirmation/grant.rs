@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::decisions::PlanCheck;
+use crate::pause::approval::PlanCheck;
 use crate::protocol::{Decisions, Verdict};
 use crate::store::GrantScope;
 use crate::tools::rules::matchers_of_json;

@@ -9,8 +9,7 @@ pub const MAX_RUNS: usize = 20_000;
 /// fraction of `--max-runs` (1/4), so one key cannot lock the others out.
 pub const RUNS_PER_KEY_DIVISOR: usize = 4;
 
-/// Default of `--max-grant-ttl`, and of a grant that names no `ttl`.
-pub const MAX_GRANT_TTL: Duration = Duration::from_secs(3600);
+pub use crate::pause::approval::MAX_GRANT_TTL;
 /// Longest `--max-grant-ttl`.
 pub const MAX_GRANT_TTL_LIMIT: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Most calls one grant may allow; the default of a grant that names none

@@ -27,9 +27,7 @@
 //! [`answers`] the answers an answer to questions carries, [`waiting`] the
 //! undecided pauses an inbox lists.
 
-pub mod answers;
 pub mod decider;
-pub mod decisions;
 pub mod grant;
 mod limits;
 pub mod quorum;
@@ -51,12 +49,12 @@ use serde_json::{Map, Value};
 pub use self::decider::Decider;
 pub use self::limits::{RunLimits, MAX_RUNS, RUNS_PER_KEY_DIVISOR};
 pub use self::refused::{DecideError, ReplyFrom};
+use crate::pause::approval::{check_decisions, PlanCheck, Quorum};
+use crate::pause::questions::check_answers;
+pub use crate::pause::Asking;
 
-use self::answers::check_answers;
-use self::decisions::{check_decisions, PlanCheck};
 use self::grant::{check_grant, GrantSpec};
-use self::quorum::{check_decider, count, Counted, Progress, Quorum};
-use crate::protocol::question::Question;
+use self::quorum::{check_decider, count, Counted, Progress};
 use crate::protocol::{
     Action, CancelReason, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
     MAX_MODIFY_TEXT_BYTES,
@@ -122,24 +120,6 @@ pub struct Accepted {
     pub progress: Option<Progress>,
     /// For a confirm that decides: every label that approved, in order.
     pub approved_by: Vec<String>,
-}
-
-/// What a pause asks, to check the replies to it against.
-#[derive(Debug, Clone)]
-pub enum Asking {
-    /// A plan: one check per task asked, in order.
-    Plan(Arc<PlanCheck>),
-    /// Questions: an answer must fit them.
-    Questions(Arc<[Question]>),
-}
-
-impl Asking {
-    pub fn kind(&self) -> PauseKind {
-        match self {
-            Asking::Plan(_) => PauseKind::Approval,
-            Asking::Questions(_) => PauseKind::Question,
-        }
-    }
 }
 
 /// What [`ConfirmationManager::begin_run`] found on the session.

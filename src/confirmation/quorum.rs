@@ -7,43 +7,9 @@
 //! for a label twice), the pause staying pending until the last.
 
 use super::decider::Decider;
-use super::decisions::PlanCheck;
 use super::refused::DecideError;
+use crate::pause::approval::{PlanCheck, Quorum};
 use crate::protocol::{Action, Decisions, Verdict};
-
-/// What a plan's tasks ask of their deciders.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Quorum {
-    /// Confirms from distinct labels the pause needs (1: one yes).
-    pub required: usize,
-    /// Whether the requester's own key counts towards them.
-    pub requester_may_approve: bool,
-    /// The groups whose members alone decide (every one of them).
-    pub groups: Vec<String>,
-}
-
-impl Quorum {
-    /// What the tasks of `plan` ask: the most approvals any of its tools
-    /// asks, the requester counting only when every tool lets it, every
-    /// group named.
-    pub fn of(plan: &PlanCheck) -> Quorum {
-        let mut quorum = Quorum {
-            required: 1,
-            requester_may_approve: true,
-            groups: Vec::new(),
-        };
-        for gate in plan.tasks.iter().map(|task| &task.gate) {
-            quorum.required = quorum.required.max(usize::from(gate.approvals));
-            quorum.requester_may_approve &= gate.requester_may_approve();
-            for group in &gate.approvers {
-                if !quorum.groups.contains(group) {
-                    quorum.groups.push(group.clone());
-                }
-            }
-        }
-        quorum
-    }
-}
 
 /// Refuses `decider` for a pause it may not decide with `action`: a
 /// task's risk above its `max_risk`, a group it is not in (the

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::decisions::DecisionsError;
+use crate::pause::approval::DecisionsError;
 use crate::protocol::{Action, MAX_MODIFY_TEXT_BYTES};
 
 /// Why a reply was refused. The variants are listed in the order they are checked.

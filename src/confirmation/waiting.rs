@@ -55,10 +55,7 @@ impl ConfirmationManager {
             .filter(|(key, entry)| entry.waits() && mine(key))
             .filter_map(|(key, entry): (&SessionKey, &Entry)| {
                 let pause = entry.pause.as_ref()?;
-                let quorum = match &pause.asking {
-                    super::Asking::Plan(plan) => super::quorum::Quorum::of(plan),
-                    super::Asking::Questions(_) => super::quorum::Quorum::default(),
-                };
+                let quorum = pause.asking.quorum();
                 Some(Waiting {
                     key: key.clone(),
                     confirmation_id: pause.confirmation_id.clone(),

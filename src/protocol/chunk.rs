@@ -150,6 +150,14 @@ pub enum PauseData {
 }
 
 impl PauseData {
+    /// The kind of pause it asks.
+    pub fn kind(&self) -> PauseKind {
+        match self {
+            PauseData::Question(_) => PauseKind::Question,
+            PauseData::Approval(_) => PauseKind::Approval,
+        }
+    }
+
     /// The id of the pause this request asks.
     pub fn confirmation_id(&self) -> &str {
         match self {

@@ -8,13 +8,13 @@
 use std::collections::HashSet;
 use std::time::SystemTime;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::Runs;
-use crate::confirmation::decisions::PlanCheck;
-use crate::confirmation::quorum::Quorum;
-use crate::protocol::PauseKind;
+use crate::pause::approval::PlanCheck;
+use crate::pause::approval::Quorum;
+use crate::protocol::{PauseData, PauseKind, TaskSpec};
 use crate::session::SessionKey;
 use crate::store::{PausedRecord, StoreError};
 
@@ -124,35 +124,33 @@ fn preview(text: &str) -> String {
 }
 
 /// The lines of an approval's tasks.
-fn task_lines(data: &Value) -> Vec<TaskLine> {
-    let Some(tasks) = data.get("tasks").and_then(Value::as_array) else {
-        return Vec::new();
-    };
+fn task_lines(tasks: &[TaskSpec]) -> Vec<TaskLine> {
     tasks
         .iter()
         .map(|task| TaskLine {
-            index: task.get("index").and_then(Value::as_u64).unwrap_or(0),
-            tool: task
-                .get("tool")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned(),
-            risk_level: task.get("risk_level").cloned(),
-            simulated: task.get("simulated").and_then(Value::as_bool) == Some(true),
-            description: preview(
-                task.get("description")
-                    .and_then(Value::as_str)
-                    .unwrap_or(""),
-            ),
-            args: preview(&task.get("args").map(Value::to_string).unwrap_or_default()),
-            approved_by: task.get("approved_by").cloned(),
+            index: task.index as u64,
+            tool: task.tool.clone(),
+            risk_level: task
+                .risk_level
+                .and_then(|risk| serde_json::to_value(risk).ok()),
+            simulated: task.simulated,
+            description: preview(&task.description),
+            args: preview(&task.args.as_ref().map(Value::to_string).unwrap_or_default()),
+            approved_by: task
+                .approved_by
+                .as_ref()
+                .and_then(|by| serde_json::to_value(by).ok()),
         })
         .collect()
 }
 
-/// A pause's request: the chunk its frame carries.
-fn request_of(frame: &[u8]) -> Option<Value> {
-    serde_json::from_slice(crate::sse::data_of(frame)?).ok()
+/// What the inbox reads of a pause's request chunk: its text, and its
+/// `confirmation_data` as sent (an escalation adds `escalated_to` to it),
+/// read typed as [`PauseData`] below.
+#[derive(Deserialize)]
+struct Request {
+    chunk: String,
+    confirmation_data: Value,
 }
 
 use crate::clock::{ms as unix_ms, rfc3339};
@@ -168,41 +166,35 @@ fn interaction(
     asked_at: SystemTime,
     expires_at: SystemTime,
 ) -> Option<Interaction> {
-    let request = request_of(frame)?;
-    let data = request.get("confirmation_data")?.clone();
-    if data.get("confirmation_id")?.as_str()? != confirmation_id {
+    let request: Request = serde_json::from_slice(crate::sse::data_of(frame)?).ok()?;
+    let data = request.confirmation_data;
+    let pause = PauseData::deserialize(&data).ok()?;
+    if pause.confirmation_id() != confirmation_id {
         return None;
     }
-    let kind = match data.get("kind").and_then(Value::as_str) {
-        Some("question") => PauseKind::Question,
-        _ => PauseKind::Approval,
+    let (risk_level, title, summary, tasks) = match &pause {
+        PauseData::Approval(plan) => (
+            serde_json::to_value(plan.risk_level).ok(),
+            None,
+            Some(request.chunk),
+            task_lines(&plan.tasks),
+        ),
+        PauseData::Question(questions) => (None, Some(questions.title.clone()), None, Vec::new()),
     };
-    let text = request
-        .get("chunk")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
     Some(Interaction {
         session_id: key.session_id.to_string(),
         confirmation_id: confirmation_id.to_owned(),
-        kind,
+        kind: pause.kind(),
         key: label,
         created_at: rfc3339(asked_at),
         expires_at: rfc3339(expires_at),
-        risk_level: (kind == PauseKind::Approval)
-            .then(|| data.get("risk_level").cloned())
-            .flatten(),
-        title: (kind == PauseKind::Question)
-            .then(|| data.get("title").and_then(Value::as_str).map(str::to_owned))
-            .flatten(),
-        summary: (kind == PauseKind::Approval).then_some(text).flatten(),
+        risk_level,
+        title,
+        summary,
         expires_in_seconds: expires_at
             .duration_since(SystemTime::now())
             .map_or(0, |left| left.as_secs()),
-        tasks: if kind == PauseKind::Approval {
-            task_lines(&data)
-        } else {
-            Vec::new()
-        },
+        tasks,
         approvals: None,
         required: None,
         escalated_to: None,

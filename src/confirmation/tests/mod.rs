@@ -7,8 +7,8 @@ use super::*;
 use std::future::{pending, Future};
 use std::time::Duration;
 
-use super::decisions::{PlanCheck, TaskCheck};
 use super::slot::{PauseSpec, PendingDecision};
+use crate::pause::approval::{PlanCheck, TaskCheck};
 use crate::protocol::{TaskDecisionRequest, Verdict};
 
 /// Begins a run, completing a supersede at once (nothing to record here).

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::Value;
 
 use super::timers::Timers;
-use crate::confirmation::Asking;
+use crate::pause::Asking;
 use crate::protocol::{Action, CancelReason, Chunk};
 
 /// A confirmation request on its way to a decision.

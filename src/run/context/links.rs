@@ -5,23 +5,15 @@
 //! events.
 
 use super::asked::Request;
-use super::timers::Scope;
 use super::RunContext;
-use crate::confirmation::Asking;
 use crate::notify::links::{Link, Token};
 use crate::notify::mail::MailTo;
-use crate::protocol::RiskLevel;
+use crate::pause::Scope;
 
 impl RunContext {
     /// The links of the pause `request` asks.
     pub(super) fn links_of(&self, request: &Request) -> Vec<Link> {
-        let scope = match &request.asking {
-            Asking::Plan(plan) => Scope::of(plan),
-            Asking::Questions(_) => Scope {
-                risk: RiskLevel::Low,
-                groups: Vec::new(),
-            },
-        };
+        let scope = request.asking.scope();
         let expires_at_ms = crate::clock::ms(request.expires_at);
         self.pause_links(&request.confirmation_id, expires_at_ms, &scope, None)
     }
@@ -52,13 +44,7 @@ impl RunContext {
         ) else {
             return Vec::new();
         };
-        let scope = match &request.asking {
-            Asking::Plan(plan) => Scope::of(plan),
-            Asking::Questions(_) => Scope {
-                risk: RiskLevel::Low,
-                groups: Vec::new(),
-            },
-        };
+        let scope = request.asking.scope();
         let namespace = self.key_label();
         let expires_at_ms = crate::clock::ms(request.expires_at);
         links

@@ -13,7 +13,8 @@ use serde_json::Value;
 use super::asked::{Asked, Request};
 use super::RunContext;
 use crate::confirmation::slot::{PauseSpec, PendingDecision};
-use crate::confirmation::{Asking, Decision};
+use crate::confirmation::Decision;
+use crate::pause::Asking;
 use crate::protocol::question::{check_questions, MAX_QUESTION_CHARS};
 use crate::protocol::{
     json_len, Action, CancelReason, Chunk, ConfirmationData, DecisionKind, ErrorType, PauseData,

@@ -8,7 +8,7 @@ use crate::run::journal::CallEvent;
 use serde_json::Value;
 
 use super::RunContext;
-use crate::confirmation::decisions::PlanCheck;
+use crate::pause::approval::PlanCheck;
 use crate::protocol::{meta, ApprovedBy, ErrorType, TaskSpec};
 use crate::run::outcome::RunError;
 use crate::tools::gate::Gate;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::asked::Asked;
 use super::RunContext;
 use crate::confirmation::slot::{PauseSpec, PendingDecision};
-use crate::confirmation::Asking;
+use crate::pause::Asking;
 use crate::protocol::PauseKind;
 use crate::run::outcome::RunError;
 use crate::run::plan::Resumed;

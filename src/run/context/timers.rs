@@ -17,9 +17,8 @@ use std::time::{Duration, SystemTime};
 use tokio::task::JoinHandle;
 
 use super::RunContext;
-use crate::confirmation::decisions::PlanCheck;
-use crate::confirmation::quorum::Quorum;
-use crate::protocol::RiskLevel;
+use crate::pause::approval::PlanCheck;
+use crate::pause::Scope;
 use crate::protocol::{ChunkType, PauseKind};
 use crate::run::journal::{Pause, PauseEvent, Subject};
 use crate::store::{Fault, PauseProgress};
@@ -197,26 +196,5 @@ impl RunContext {
                 settings.announce(&rows).await;
             }
         })
-    }
-}
-
-/// Who a pause's links go to: its riskiest task and its deciding groups.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Scope {
-    pub(super) risk: RiskLevel,
-    pub(super) groups: Vec<String>,
-}
-
-impl Scope {
-    pub(super) fn of(plan: &PlanCheck) -> Scope {
-        Scope {
-            risk: plan
-                .tasks
-                .iter()
-                .map(|task| task.risk)
-                .max()
-                .unwrap_or(RiskLevel::Low),
-            groups: Quorum::of(plan).groups,
-        }
     }
 }

@@ -1,5 +1,8 @@
-//! The per-task decisions a `confirm` may carry (`decisions` of a reply),
-//! checked against the pending tasks before the pause is decided.
+//! An approval pause (a `confirmation_request`): what its plan's tasks
+//! ask (one [`TaskCheck`] each: the tool, the risk, the gate), who must
+//! approve it ([`Quorum`]), and the per-task decisions a `confirm` may
+//! carry (`decisions` of a reply), checked against the pending tasks
+//! before the pause is decided.
 
 use std::sync::Arc;
 
@@ -8,6 +11,9 @@ use crate::protocol::{
 };
 use crate::tools::gate::Gate;
 use crate::tools::{Tool, Tools};
+
+/// Default of `--max-grant-ttl`, and of a grant that names no `ttl`.
+pub const MAX_GRANT_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// What the pause knows of a task, to check the decisions made on it.
 #[derive(Debug, Clone)]
@@ -56,7 +62,7 @@ impl PlanCheck {
                 .collect(),
             explicit: false,
             rules: None,
-            max_grant_ttl: super::limits::MAX_GRANT_TTL,
+            max_grant_ttl: MAX_GRANT_TTL,
         }
     }
 
@@ -97,8 +103,42 @@ impl Default for PlanCheck {
             tasks: Vec::new(),
             explicit: false,
             rules: None,
-            max_grant_ttl: super::limits::MAX_GRANT_TTL,
+            max_grant_ttl: MAX_GRANT_TTL,
         }
+    }
+}
+
+/// What a plan's tasks ask of their deciders.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Quorum {
+    /// Confirms from distinct labels the pause needs (1: one yes).
+    pub required: usize,
+    /// Whether the requester's own key counts towards them.
+    pub requester_may_approve: bool,
+    /// The groups whose members alone decide (every one of them).
+    pub groups: Vec<String>,
+}
+
+impl Quorum {
+    /// What the tasks of `plan` ask: the most approvals any of its tools
+    /// asks, the requester counting only when every tool lets it, every
+    /// group named.
+    pub fn of(plan: &PlanCheck) -> Quorum {
+        let mut quorum = Quorum {
+            required: 1,
+            requester_may_approve: true,
+            groups: Vec::new(),
+        };
+        for gate in plan.tasks.iter().map(|task| &task.gate) {
+            quorum.required = quorum.required.max(usize::from(gate.approvals));
+            quorum.requester_may_approve &= gate.requester_may_approve();
+            for group in &gate.approvers {
+                if !quorum.groups.contains(group) {
+                    quorum.groups.push(group.clone());
+                }
+            }
+        }
+        quorum
     }
 }
 

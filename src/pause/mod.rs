@@ -1,0 +1,88 @@
+//! The kinds of pause, each in its own file: what a pause of that kind
+//! asks and how a reply to it is checked.
+//!
+//! - [`approval`]: a plan put to the user (`confirmation_request`): its
+//!   tasks' checks, who must approve it ([`approval::Quorum`]), the
+//!   per-task decisions a confirm carries.
+//! - [`questions`]: questions put to the user (`input_request`): the
+//!   answers a reply carries.
+//!
+//! [`Asking`] is the kind with what its pause asks, and dispatches on it:
+//! the registry (`confirmation`) keeps one per pause and checks replies
+//! against it; the run reads who may decide it ([`Asking::scope`]). The
+//! wire types of each kind live in `protocol` (`ConfirmationData`,
+//! `QuestionData`), its audit records and webhook events in
+//! `run/journal.rs`.
+//!
+//! Adding a kind: a file here with its checks, an arm of [`Asking`] (the
+//! compiler then names every dispatch that must say what the kind does),
+//! its wire types in `protocol`, its error row.
+
+pub mod approval;
+pub mod questions;
+
+use std::sync::Arc;
+
+use self::approval::{PlanCheck, Quorum};
+use crate::protocol::question::Question;
+use crate::protocol::{PauseKind, RiskLevel};
+
+/// What a pause asks, to check the replies to it against.
+#[derive(Debug, Clone)]
+pub enum Asking {
+    /// A plan: one check per task asked, in order.
+    Plan(Arc<PlanCheck>),
+    /// Questions: an answer must fit them.
+    Questions(Arc<[Question]>),
+}
+
+impl Asking {
+    pub fn kind(&self) -> PauseKind {
+        match self {
+            Asking::Plan(_) => PauseKind::Approval,
+            Asking::Questions(_) => PauseKind::Question,
+        }
+    }
+
+    /// Who must approve the pause: a plan's tools say; questions are
+    /// answered by one reply from anyone who may decide the session.
+    pub fn quorum(&self) -> Quorum {
+        match self {
+            Asking::Plan(plan) => Quorum::of(plan),
+            Asking::Questions(_) => Quorum::default(),
+        }
+    }
+
+    /// Who the pause's decision links and mails go to.
+    pub fn scope(&self) -> Scope {
+        match self {
+            Asking::Plan(plan) => Scope::of(plan),
+            Asking::Questions(_) => Scope {
+                risk: RiskLevel::Low,
+                groups: Vec::new(),
+            },
+        }
+    }
+}
+
+/// Who a pause's links go to: its riskiest task and its deciding groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    pub risk: RiskLevel,
+    pub groups: Vec<String>,
+}
+
+impl Scope {
+    /// The scope of a plan's tasks.
+    pub fn of(plan: &PlanCheck) -> Scope {
+        Scope {
+            risk: plan
+                .tasks
+                .iter()
+                .map(|task| task.risk)
+                .max()
+                .unwrap_or(RiskLevel::Low),
+            groups: Quorum::of(plan).groups,
+        }
+    }
+}
