@@ -23,9 +23,10 @@
 //! Each file adds to the types defined here: `limits` how many runs the
 //! registry holds, [`slot`] the run's side (pause,
 //! wait, settle, free), [`ticket`] a decision on its way (deliver, fail,
-//! withdraw), [`decisions`] the per-task decisions a confirm may carry,
-//! [`answers`] the answers an answer to questions carries, [`waiting`] the
-//! undecided pauses an inbox lists.
+//! withdraw), [`quorum`] who may decide and counting approvals, [`grant`]
+//! a confirm's grant, [`waiting`] the undecided pauses an inbox lists.
+//! What each kind of pause asks, and the checks of the decisions and
+//! answers a reply carries, are the kind's own (`crate::pause`).
 
 pub mod decider;
 pub mod grant;
