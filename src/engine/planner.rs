@@ -194,7 +194,7 @@ async fn answer(ctx: &mut RunContext, question: &str) -> Result<Completion, RunE
          such as \"create a report; then email it\", to see a plan."
     );
     // Token-by-token, the way a model streams; a tenth of the step delay apart.
-    let token_delay = ctx.settings().step_delay / 10;
+    let token_delay = ctx.step_delay() / 10;
     for (i, word) in text.split_inclusive(' ').enumerate() {
         if i > 0 && !token_delay.is_zero() {
             ctx.sleep(token_delay).await?;
@@ -435,7 +435,7 @@ async fn execute(
 /// `fail` fails it.
 async fn simulate(ctx: &mut RunContext, index: usize, step: &str) -> Result<ToolOutcome, RunError> {
     let started = std::time::Instant::now();
-    ctx.sleep(ctx.settings().step_delay).await?;
+    ctx.sleep(ctx.step_delay()).await?;
     let failed = has_word(step, |w| w == "fail");
     let text = if failed {
         format!("Step {index} failed: {step}")

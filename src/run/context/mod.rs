@@ -165,8 +165,9 @@ impl RunContext {
         RunTag::of(self.session_key(), self.run_id())
     }
 
-    pub fn settings(&self) -> &RunSettings {
-        &self.settings
+    /// The pause between an engine's simulated steps (`--step-delay`).
+    pub fn step_delay(&self) -> Duration {
+        self.settings.step_delay
     }
 
     /// A chunk stamped with this run's session; its sequence number is given

@@ -81,7 +81,7 @@ impl RunContext {
     }
 
     /// The requester's key label, as rules (`keys`) and records name it.
-    pub fn key_label(&self) -> String {
+    pub(crate) fn key_label(&self) -> String {
         self.settings.namespaces.label(self.session_key().owner)
     }
 
