@@ -307,6 +307,51 @@ async fn deploy_asked(app: &TestApp, session: &str) -> (EventStream, Chunk) {
     (stream, question)
 }
 
+/// #26: a server's log lines during a call name the run it is for
+/// (its session, number and key), as every log line about a run does.
+#[tokio::test]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn a_server_s_log_lines_during_a_call_name_its_run() {
+    let dir = Workdir::new();
+    let tools = dir.tools(10.0, "");
+    let server = common::start_binary(&["--tools", tools.to_str().unwrap()]);
+    let client = reqwest::Client::new();
+    let url = format!("{}/api/v1/chat/stream", server.url);
+    let session = r#"logged "one""#;
+    let post = |message: &str| {
+        client
+            .post(&url)
+            .json(&json!({"message": message, "session_id": session}))
+            .send()
+    };
+    let opened = post(r#"ask__deploy {"service": "api"}"#).await.unwrap();
+    let mut stream = EventStream::new(opened);
+    stream.until(ChunkType::ConfirmationRequest).await;
+    assert_eq!(post("CONFIRM_ACTION:confirm").await.unwrap().status(), 200);
+    // The server logged before it asked; the call waits on the question
+    // until it is answered, so its line comes while the call is in flight.
+    stream.until(ChunkType::InputRequest).await;
+    let deadline = Instant::now() + WAIT;
+    let line = loop {
+        let logs = server.logs.lock().unwrap().clone();
+        if let Some(line) = logs
+            .iter()
+            .find(|l| l.contains("asking where to deploy api"))
+        {
+            break line.clone();
+        }
+        assert!(Instant::now() < deadline, "{logs:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        line.contains(r#"session="logged \"one\"" run="#)
+            && line.contains("key=anonymous MCP server ask (Info)"),
+        "{line}"
+    );
+    assert_eq!(post("CONFIRM_ACTION:skip").await.unwrap().status(), 200);
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+}
+
 #[tokio::test]
 #[ignore = "needs tests/mcp/setup.sh"]
 async fn the_server_s_question_is_asked_on_the_stream_and_answered() {

@@ -191,6 +191,11 @@ impl CallHost for Host<'_> {
     }
 
     fn cannot_ask(&mut self, why: &str) {
+        log::info!(
+            "{} {}: a question that cannot be asked ({why}), declined",
+            self.ctx.tag(),
+            self.tool
+        );
         let text = format!(
             "{} asked a question that cannot be put to you ({why}); declined",
             self.tool
@@ -200,6 +205,10 @@ impl CallHost for Host<'_> {
             .chunk(ChunkType::Status, text)
             .with_meta(meta::STEP, self.index);
         self.ctx.log.push(chunk);
+    }
+
+    fn tag(&self) -> String {
+        self.ctx.tag().to_string()
     }
 
     fn progress(&mut self, text: &str) {

@@ -47,6 +47,10 @@ pub trait CallHost: Send {
 
     /// The call's progress (at most one per [`PROGRESS_EVERY`]).
     fn progress(&mut self, text: &str);
+
+    /// What the call's log lines start with: the run's session, number and
+    /// key (`session="s" run=3 key=key-1`); empty outside a run.
+    fn tag(&self) -> String;
 }
 
 /// Makes the call of `call` with `args`, within `timeout` (the person's
@@ -62,7 +66,8 @@ pub async fn run<H: CallHost>(
     let started = Instant::now();
     let (asks, mut questions) = mpsc::channel(1);
     let (progress, mut progressed) = mpsc::channel(1);
-    let mut running = Box::pin(call.server.call(&call.tool, args, asks, progress));
+    let tag = host.tag();
+    let mut running = Box::pin(call.server.call(&call.tool, args, asks, progress, &tag));
     let mut last_shown: Option<Instant> = None;
     let mut deadline = tokio::time::Instant::now() + timeout;
     tokio::pin!(stop);
@@ -152,4 +157,8 @@ impl CallHost for Unattended {
     fn cannot_ask(&mut self, _why: &str) {}
 
     fn progress(&mut self, _text: &str) {}
+
+    fn tag(&self) -> String {
+        String::new()
+    }
 }

@@ -68,6 +68,8 @@ pub struct Asker {
     list_changed: AtomicBool,
     /// A question is on its way to a person, or being asked.
     pending: AtomicBool,
+    /// The log tag of the run whose call is in flight (empty: none).
+    tag: Mutex<String>,
 }
 
 /// Clears [`Asker::pending`] when a question is settled, however it ends.
@@ -82,14 +84,28 @@ impl Drop for Pending<'_> {
 impl Asker {
     /// From now until [`Asker::clear`], questions go to `to`, progress to
     /// `progress`.
-    pub fn set(&self, to: mpsc::Sender<Elicitation>, progress: mpsc::Sender<String>) {
+    /// `tag`: the run's log tag, which the server's log lines during the
+    /// call carry.
+    pub fn set(&self, to: mpsc::Sender<Elicitation>, progress: mpsc::Sender<String>, tag: &str) {
         *self.call.lock().unwrap_or_else(|p| p.into_inner()) = Some(to);
         *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = Some(progress);
+        tag.clone_into(&mut self.tag.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
     pub fn clear(&self) {
         *self.call.lock().unwrap_or_else(|p| p.into_inner()) = None;
         *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.tag.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// What a log line about the call in flight starts with: the run's tag
+    /// and a space, or nothing between calls.
+    fn prefix(&self) -> String {
+        let tag = self.tag.lock().unwrap_or_else(|p| p.into_inner());
+        match tag.as_str() {
+            "" => String::new(),
+            tag => format!("{tag} "),
+        }
     }
 
     /// Whether the server said its tools changed since the last call of
@@ -126,7 +142,11 @@ impl ClientHandler for Handler {
             ..
         } = request
         else {
-            log::info!("MCP server {}: a URL elicitation, declined", self.server);
+            let run = self.asker.prefix();
+            log::info!(
+                "{run}MCP server {}: a URL elicitation, declined",
+                self.server
+            );
             return Ok(declined());
         };
         let Some(call) = self.asker.current() else {
@@ -141,7 +161,8 @@ impl ClientHandler for Handler {
         // up questions.
         if self.asker.pending.swap(true, Ordering::SeqCst) {
             log::info!(
-                "MCP server {}: a question while another is pending, declined",
+                "{}MCP server {}: a question while another is pending, declined",
+                self.asker.prefix(),
                 self.server
             );
             return Ok(declined());
@@ -221,7 +242,12 @@ impl ClientHandler for Handler {
             other => other.to_string(),
         };
         let data: String = data.chars().take(MAX_LOGGED_CHARS).collect();
-        log::info!("MCP server {} ({:?}): {data}", self.server, params.level);
+        let run = self.asker.prefix();
+        log::info!(
+            "{run}MCP server {} ({:?}): {data}",
+            self.server,
+            params.level
+        );
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {

@@ -295,6 +295,7 @@ impl McpServer {
         args: &Value,
         asks: mpsc::Sender<Elicitation>,
         progress: mpsc::Sender<String>,
+        tag: &str,
     ) -> ToolOutcome {
         let started = Instant::now();
         let _turn = self.calls.lock().await;
@@ -322,12 +323,13 @@ impl McpServer {
                 format!("MCP server {} no longer offers `{tool}`", self.name),
             );
         }
-        asker.set(asks, progress);
+        asker.set(asks, progress, tag);
         let mut in_flight = InFlight {
             server: self,
             service: &service,
             asker: &asker,
             answered: false,
+            tag,
         };
         let oversized = self.oversized.notified();
         let params = CallToolRequestParams::new(tool.to_owned())
@@ -391,6 +393,8 @@ struct InFlight<'a> {
     service: &'a Arc<Service>,
     asker: &'a Asker,
     answered: bool,
+    /// The run's log tag.
+    tag: &'a str,
 }
 
 impl Drop for InFlight<'_> {
@@ -400,8 +404,9 @@ impl Drop for InFlight<'_> {
             return;
         }
         log::warn!(
-            "MCP server {}: a call was given up before the server answered; \
+            "{} MCP server {}: a call was given up before the server answered; \
              restarting it, so that nothing it still does for that call reaches another",
+            self.tag,
             self.server.name
         );
         if self.server.unlink(self.service) {

@@ -48,7 +48,9 @@ def echo(text: str) -> str:
 
 @server.tool()
 async def deploy(service: str, ctx: Context) -> str:
-    """Deploys a service; asks where and how many first."""
+    """Deploys a service; asks where and how many first (and logs that it
+    asks, as an MCP log message)."""
+    await ctx.info(f"asking where to deploy {service}")
     answer = await ctx.elicit(message=f"Deploy {service} where?", schema=Deploy)
     if answer.action == "accept":
         line = f"deployed {service} to {answer.data.region} x{answer.data.replicas}"
