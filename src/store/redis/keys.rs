@@ -22,3 +22,10 @@ pub(super) fn run_key(run: &str) -> String {
 /// The fields of a run's hash a pause's progress steps are kept in (see
 /// `progress.rs`).
 pub(super) const PROGRESS_FIELDS: [&str; 3] = ["approvals", "reminded", "escalated"];
+
+/// [`PROGRESS_FIELDS`] as a Lua table named `PROGRESS`, for the scripts
+/// that drop a pause's progress.
+pub(super) fn progress_lua() -> String {
+    let fields: Vec<String> = PROGRESS_FIELDS.iter().map(|f| format!("'{f}'")).collect();
+    format!("local PROGRESS = {{{}}}\n", fields.join(", "))
+}

@@ -66,7 +66,7 @@ pub mod ownership;
 mod progress;
 mod scripts;
 
-use self::keys::{pending_key, run_key, session_key, PROGRESS_FIELDS};
+use self::keys::{pending_key, progress_lua, run_key, session_key, PROGRESS_FIELDS};
 use self::scripts::{
     ALIVE, ANNOUNCE, CLAIM, END, ENQUEUE, FORGET, HAND_BACK, LEAVE, RECORD_DECISION, REMOVE,
     RESOLVE, RESOLVE_CLAIM, SAVE, SETTLE_EVENT, TAKE_EVENTS, TAKE_OVER, UNLIST,
@@ -169,7 +169,7 @@ impl RedisStore {
                 save: with_unlist(SAVE),
                 record_decision: with_alive(RECORD_DECISION),
                 resolve: Script::new(RESOLVE),
-                end: with_unlist(END),
+                end: with_unlist(&format!("{}{END}", progress_lua())),
                 remove: with_unlist(REMOVE),
                 hand_back: Script::new(HAND_BACK),
                 forget: Script::new(FORGET),

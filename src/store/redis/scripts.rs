@@ -278,7 +278,9 @@ return 'void'
 /// ours, for the grace (a re-attach elsewhere is sent here, where the end
 /// is kept; a replica that takes the session over after this one is gone
 /// shows the end from the record). A run whose session went on to another
-/// run goes at once; one another replica owns now is that replica's.
+/// run goes at once; one another replica owns now is that replica's. Its
+/// pause's progress goes (`PROGRESS`, the fields of `keys.rs`'s
+/// `PROGRESS_FIELDS`, is defined before it).
 pub const END: &str = r"
 if redis.call('HGET', KEYS[2], 'run') ~= ARGV[1] then
   unlist(KEYS[1])
@@ -292,7 +294,7 @@ unlist(KEYS[1])
 if tonumber(ARGV[3]) > 0 then
   if redis.call('EXISTS', KEYS[1]) == 1 then
     redis.call('HSET', KEYS[1], 'ended', ARGV[5], 'record', ARGV[6])
-    redis.call('HDEL', KEYS[1], 'approvals', 'reminded', 'escalated')
+    redis.call('HDEL', KEYS[1], unpack(PROGRESS))
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
   end
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
