@@ -20,6 +20,17 @@
 //! the session's next request: one Lua script swaps the owner, so two
 //! replicas never own one run, and the run is restored from its record as
 //! after a restart.
+//!
+//! What lives where: this module holds the policy (the lease and its
+//! heartbeat, when a replica may take a run over, where a request goes)
+//! and names the ownership types ([`Located`], [`Peer`]) for everything
+//! above it. The ownership *scripts* stay with the Redis store
+//! (`store/redis/ownership.rs`, `scripts.rs`): every write the store
+//! fences (a pause saved, a decision recorded, an end) checks the owner
+//! and its epoch inside its own Lua script, in the one atomic `EVAL` that
+//! writes it, so the owner check and the writes share their keys and
+//! their script, and cannot be split across two modules without a second
+//! round trip and a gap between the check and the write.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

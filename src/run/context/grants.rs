@@ -3,35 +3,18 @@
 //! goes on), and spending one call of a live grant that covers a call the
 //! run would otherwise ask about.
 
-use crate::run::journal::GrantEvent;
 use serde_json::Value;
 
-use super::asked::Asked;
 use super::RunContext;
 use crate::confirmation::grant::GrantSpec;
-use crate::confirmation::Decision;
 use crate::protocol::{meta, ApprovedBy, ChunkType};
+use crate::run::journal::GrantEvent;
 use crate::run::outcome::RunError;
-use crate::run::plan::Approval;
 use crate::store::{Grant, GrantScope};
 use crate::tools::rules::{all_match, matchers_of_json};
 use crate::tools::Tool;
 
 impl RunContext {
-    /// [`RunContext::answered`], then the grant a confirm gave kept
-    /// before the run goes on.
-    pub(super) async fn approval(
-        &mut self,
-        decision: Decision,
-        asked: Asked,
-    ) -> Result<Approval, RunError> {
-        let approval = self.answered(decision, asked)?;
-        if let Some(grant) = self.pending_grant.take() {
-            Box::pin(self.keep_grant(*grant)).await?;
-        }
-        Ok(approval)
-    }
-
     /// The stored name of the requester's namespace, as grants keep it.
     fn grant_namespace(&self) -> String {
         let name = self.settings.namespaces.name(self.session_key().owner);

@@ -1,16 +1,21 @@
 //! [`RunContext`]: everything an engine may do during a run. Sending chunks,
-//! waiting, asking ([`RunContext::confirm`], whose machinery is in
-//! `pause`), and running declared tools (`tools`).
+//! waiting, asking ([`RunContext::confirm`], [`RunContext::ask`]: one path
+//! for every kind of pause in `pause`, each kind's request and
+//! acknowledgement in its own file, `approval` and `questions`), and
+//! running declared tools (`tools`). Engines see only its public methods;
+//! the run's settings (store, audit log, webhooks) stay the run's.
 //!
 //! A paused run holds the future of its `confirm` call for the whole pause:
 //! every method keeps what it awaits small, and boxes what it need not hold.
 
+mod approval;
 mod asked;
 mod fallback;
 mod grants;
 mod links;
 mod pause;
 pub mod policy;
+mod questions;
 mod restored;
 mod timers;
 pub mod tools;

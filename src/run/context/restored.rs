@@ -95,11 +95,6 @@ impl RunContext {
             self.last_pause = Some(Box::new((record.confirmation_id.clone(), record.kind)));
         }
         let decision = self.wait_for(pending, &asked).await?;
-        match record.kind {
-            PauseKind::Approval => self.approval(decision, asked).await.map(Resumed::Approval),
-            PauseKind::Question => self
-                .questions_answered(decision, asked)
-                .map(Resumed::Answers),
-        }
+        self.take_restored(record.kind, decision, asked).await
     }
 }

@@ -1,0 +1,193 @@
+//! A plan put to the user, as a run asks it (what it asks is checked in
+//! `crate::pause::approval`): checked against the bounds of a paused run
+//! and its rounds, recorded as proposed, built into a
+//! `confirmation_request` (each task's checks, its timeout, its timers);
+//! its decision acknowledged with `confirmation_received` and turned into
+//! an [`Approval`], a grant it carries kept first.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::asked::{Asked, Request};
+use super::pause::{timeout_seconds, Kind};
+use super::RunContext;
+use crate::confirmation::Decision;
+use crate::pause::Asking;
+use crate::protocol::{
+    json_len, Action, CancelReason, Chunk, ConfirmationData, DecisionKind, ErrorType, PauseKind,
+    MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
+};
+use crate::run::journal::PauseEvent;
+use crate::run::outcome::RunError;
+use crate::run::plan::{Approval, Plan};
+
+impl Kind for Plan {
+    type Answer = Approval;
+    const KIND: PauseKind = PauseKind::Approval;
+
+    /// `None`: nothing in the plan needs a yes, so nothing is asked.
+    async fn request(self, ctx: &mut RunContext) -> Result<Option<Request>, RunError> {
+        if self.tasks.iter().all(|task| task.approved_by.is_some()) {
+            return Ok(None);
+        }
+        let (plan, confirmation_id) = ctx.propose(self).await?;
+        Ok(Some(ctx.request(plan, confirmation_id)))
+    }
+
+    /// A confirm's grant is kept (in the store, on the record) before the
+    /// run goes on.
+    async fn take(
+        ctx: &mut RunContext,
+        decision: Decision,
+        asked: Asked,
+    ) -> Result<Approval, RunError> {
+        let approval = ctx.answered(decision, asked)?;
+        if let Some(grant) = ctx.pending_grant.take() {
+            Box::pin(ctx.keep_grant(*grant)).await?;
+        }
+        Ok(approval)
+    }
+}
+
+impl RunContext {
+    /// Checks the plan and records it as proposed in the audit log, if
+    /// there is one: a plan that cannot be recorded is never asked.
+    async fn propose(&mut self, plan: Plan) -> Result<(Plan, String), RunError> {
+        if self.round >= self.settings.max_rounds {
+            return Err(RunError::Cancelled(CancelReason::MaxRounds));
+        }
+        check_plan_size(&plan)?;
+        let confirmation_id = uuid::Uuid::new_v4().to_string();
+        if self.durable() && self.stored_id.is_none() {
+            // Named before the first record, which then carries it.
+            self.stored_id = Some(Arc::from(uuid::Uuid::new_v4().to_string()));
+        }
+        let proposed = PauseEvent::Proposed {
+            confirmation_id: &confirmation_id,
+            round: self.round + 1,
+            risk_level: plan.risk_level,
+            tasks: &plan.tasks,
+        };
+        self.audit_first(proposed).await?;
+        Ok((plan, confirmation_id))
+    }
+
+    /// Registers the pause and sends the `confirmation_request` chunk.
+    /// Builds the confirmation request of `plan` for the next round.
+    fn request(&mut self, plan: Plan, confirmation_id: String) -> Request {
+        self.round += 1;
+        let round = self.round;
+        let checks = self.plan_check(&plan.tasks);
+        let (timeout, rejects_on_timeout) = self.waiting_of(&checks);
+        let asked_at = SystemTime::now();
+        let timers = self.timers_of(&checks, asked_at, None);
+        // The last round offers no modify: a modify there could only end
+        // the run (`max_rounds`), which nobody asking for changes wants.
+        let last_round = round >= self.settings.max_rounds;
+        let options = if last_round {
+            vec![Action::Confirm, Action::Cancel]
+        } else {
+            Action::ALL.to_vec()
+        };
+
+        // What a reply's per-task decisions are checked against (`checks`),
+        // and what each task says of itself: whether a real tool runs it,
+        // and which decisions it takes.
+        let mut plan = plan;
+        for (task, check) in plan.tasks.iter_mut().zip(checks.tasks.iter()) {
+            task.simulated = check.tool.is_none();
+            task.decisions = DecisionKind::for_task(check.tool.is_some());
+        }
+        let expires_at = asked_at + timeout;
+        let data = ConfirmationData {
+            kind: PauseKind::Approval,
+            confirmation_id: confirmation_id.clone(),
+            confirmation_round: round,
+            tasks: plan.tasks,
+            options: options.clone(),
+            timeout_seconds: timeout_seconds(timeout),
+            expires_at: humantime::format_rfc3339_seconds(expires_at).to_string(),
+            risk_level: plan.risk_level,
+            last_round,
+        };
+        let summary = if last_round && round > 1 {
+            format!("{} (last round: confirm or cancel)", plan.summary)
+        } else {
+            plan.summary
+        };
+        Request {
+            chunk: Chunk::confirmation_request(self.session_id(), summary, data),
+            asking: Asking::Plan(Arc::new(checks)),
+            options,
+            confirmation_id,
+            round,
+            state: plan.state,
+            expires_at,
+            timeout,
+            rejects_on_timeout,
+            timers,
+        }
+    }
+
+    /// Takes the decision of a plan and sends `confirmation_received`.
+    fn answered(&mut self, decision: Decision, asked: Asked) -> Result<Approval, RunError> {
+        let action = match &decision {
+            Decision::Confirm(..) => Action::Confirm,
+            Decision::Modify(_) => Action::Modify,
+            Decision::Cancel(_) => Action::Cancel,
+            // Not offered on a plan: the manager never takes it.
+            _ => return Err(RunError::unacted(ErrorType::Internal)),
+        };
+        let round = asked.round;
+        let decisions = match &decision {
+            Decision::Confirm(decisions, _) => Some(decisions),
+            _ => None,
+        };
+        let received = Chunk::confirmation_received(
+            self.session_id(),
+            format!("Received {} for round {round}", action.as_str()),
+            action,
+            &asked.confirmation_id,
+            round,
+            decisions,
+        );
+        // Written even if the run was told to stop meanwhile: this decision
+        // was acknowledged to a reply before the stop (later replies are
+        // refused), so the stream shows it; the stop ends the run next.
+        self.log.push(received);
+        match decision {
+            Decision::Confirm(decisions, grant) => {
+                // Kept by the caller before the run goes on (`keep_grant`).
+                self.pending_grant = grant.map(|grant| Box::new((*grant, asked.confirmation_id)));
+                Ok(Approval::Confirm(decisions))
+            }
+            Decision::Modify(text) => Ok(Approval::Modify(text)),
+            _ => Err(RunError::Cancelled(CancelReason::User)),
+        }
+    }
+}
+
+/// Refuses a plan larger than a paused run may hold: more than
+/// [`MAX_PLAN_TASKS`] tasks, or more than [`MAX_CONFIRMATION_BYTES`] of tasks
+/// and summary as JSON.
+fn check_plan_size(plan: &Plan) -> Result<(), RunError> {
+    let tasks = plan.tasks.len();
+    if tasks > MAX_PLAN_TASKS {
+        return Err(RunError::Failed {
+            error_type: ErrorType::PlanTooLarge,
+            message: format!(
+                "the plan has {tasks} tasks; at most {MAX_PLAN_TASKS} can be confirmed"
+            ),
+        });
+    }
+    let bytes = plan.summary.len() + json_len(&plan.tasks);
+    if bytes > MAX_CONFIRMATION_BYTES {
+        return Err(RunError::Failed {
+            error_type: ErrorType::PlanTooLarge,
+            message: format!(
+                "the plan is {bytes} bytes; at most {MAX_CONFIRMATION_BYTES} can be confirmed"
+            ),
+        });
+    }
+    Ok(())
+}
