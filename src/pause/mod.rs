@@ -14,9 +14,15 @@
 //! `QuestionData`), its audit records and webhook events in
 //! `run/journal.rs`.
 //!
-//! Adding a kind: a file here with its checks, an arm of [`Asking`] (the
-//! compiler then names every dispatch that must say what the kind does),
-//! its wire types in `protocol`, its error row.
+//! Adding a kind: a file here with its checks and an arm of [`Asking`];
+//! its wire types in `protocol` (a `PauseKind` and a `PauseData` arm); its
+//! run side, a file in `run/context/` implementing `Kind` (its request and
+//! how its decision is taken); its error row. Every `match` on `Asking`,
+//! `PauseKind` or `PauseData` is exhaustive, so the compiler names each
+//! place that must say what the new kind does (its audit record in
+//! `run/journal.rs`, its acknowledgement, its inbox line, its restore).
+//! The run side lives above the registry, this below it: the registry
+//! checks replies against an [`Asking`] and must not know runs.
 
 pub mod approval;
 pub mod questions;

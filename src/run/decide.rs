@@ -143,25 +143,25 @@ impl Decided {
             }
             return ack.with_meta(meta::APPROVERS, groups.clone());
         }
-        if self.kind == PauseKind::Question {
-            return Chunk::questions_answered(
+        let text = format!("Received {}", self.action.as_str());
+        match self.kind {
+            PauseKind::Question => Chunk::questions_answered(
                 session_id,
-                format!("Received {}", self.action.as_str()),
+                text,
                 self.action,
                 &self.confirmation_id,
                 self.answers.as_ref(),
+            ),
+            PauseKind::Approval => Chunk::confirmation_received(
+                session_id,
+                text,
+                self.action,
+                &self.confirmation_id,
+                self.round,
+                self.decisions.as_ref(),
             )
-            .finished();
+            .with_approvers(&self.approved_by),
         }
-        Chunk::confirmation_received(
-            session_id,
-            format!("Received {}", self.action.as_str()),
-            self.action,
-            &self.confirmation_id,
-            self.round,
-            self.decisions.as_ref(),
-        )
-        .with_approvers(&self.approved_by)
         .finished()
     }
 }
