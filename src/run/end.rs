@@ -187,14 +187,21 @@ async fn retry(
             tokio::time::sleep(delay).await;
             match write(store.clone(), run.clone(), key.clone()).await {
                 Ok(()) => {
-                    ::log::info!("the ended run {run}'s record is written ({what})");
+                    let tag = RunTag::session(&key);
+                    ::log::info!("{tag}: the ended run {run}'s record is written ({what})");
                     return;
                 }
-                Err(err) => ::log::debug!("the ended run {run}'s record ({what}): {err}"),
+                Err(err) => {
+                    let tag = RunTag::session(&key);
+                    ::log::debug!("{tag}: the ended run {run}'s record ({what}): {err}");
+                }
             }
             delay = (delay * 2).min(Duration::from_secs(60));
         }
-        ::log::warn!("gave up the {what} of the ended run {run}'s record; a restart shows its end");
+        ::log::warn!(
+            "{}: gave up the {what} of the ended run {run}'s record; a restart shows its end",
+            RunTag::session(&key)
+        );
     });
 }
 

@@ -208,9 +208,10 @@ impl Sender {
             {
                 self.metrics.webhook_delivery(label, "dropped");
                 log::warn!(
-                    "webhook {} {} to {} dropped after {} attempt(s): {why}",
+                    "webhook {} {} of {} to {} dropped after {} attempt(s): {why}",
                     queued.event.event_type,
                     queued.event.id,
+                    queued.event.order,
                     crate::redact::origin(&queued.event.target),
                     queued.attempts + 1
                 );
@@ -221,9 +222,10 @@ impl Sender {
                 let wait = retry_after.unwrap_or_else(|| backoff(queued.attempts));
                 let at = (now + wait.as_millis() as u64).min(deadline);
                 log::info!(
-                    "webhook {} {} to {}: {why}; again in {} ms",
+                    "webhook {} {} of {} to {}: {why}; again in {} ms",
                     queued.event.event_type,
                     queued.event.id,
+                    queued.event.order,
                     crate::redact::origin(&queued.event.target),
                     at - now
                 );
