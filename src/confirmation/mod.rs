@@ -55,7 +55,7 @@ use crate::pause::questions::check_answers;
 pub use crate::pause::Asking;
 
 use self::grant::{check_grant, GrantSpec};
-use self::quorum::{check_decider, count, Counted, Progress};
+use self::quorum::{check_decider, count, Counted, Progress, Tally};
 use crate::protocol::{
     Action, CancelReason, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
     MAX_MODIFY_TEXT_BYTES,
@@ -283,8 +283,13 @@ struct Pause {
     /// The decision on its way had an unknown outcome in the store and is
     /// being settled: other replies are told to retry, not that it stands.
     in_doubt: bool,
-    /// The labels that approved it so far (a quorum pause: `approvals`).
-    approvals: Vec<String>,
+    /// The approvals kept so far (a quorum pause), and the tasks their
+    /// approvers rejected.
+    tally: Tally,
+    /// An approval of it is being kept (store, audit log): until that is
+    /// known, no other approval is counted (an approval counts only once
+    /// kept, so none can complete a quorum with one that is then lost).
+    approving: bool,
     /// The group it was escalated to (its members may decide it too).
     escalated_to: Option<String>,
     /// An escalation moved `expires_at` (`escalate_extends`): the wait
@@ -451,10 +456,34 @@ impl ConfirmationManager {
             return Err(DecideError::AlreadyDecided);
         }
         let mut approved_by = vec![decider.label.clone()];
-        if let (Some(quorum), Some(verdicts), Action::Confirm) = (&quorum, &verdicts, action) {
-            match count(quorum, &mut pause.approvals, decider, verdicts)? {
-                Counted::Decides { approved_by: all } => approved_by = all,
+        let mut verdicts = verdicts;
+        if let (Some(quorum), Some(given), Asking::Plan(plan), Action::Confirm) =
+            (&quorum, &verdicts, &pause.asking, action)
+        {
+            if pause.approving && quorum.required > 1 {
+                return Err(DecideError::Counting);
+            }
+            let mut tally = pause.tally.clone();
+            let counted = count(plan, quorum, &mut tally, decider, given)?;
+            if matches!(counted, Counted::Recorded(_)) && granted.is_some() {
+                return Err(DecideError::InvalidGrant(
+                    "grant: this confirm is one approval of several, and a grant is given by \
+                     the approval that decides the pause: confirm without it, or give it \
+                     with the last approval"
+                        .to_owned(),
+                ));
+            }
+            pause.tally = tally;
+            match counted {
+                Counted::Decides {
+                    approved_by: all,
+                    decisions,
+                } => {
+                    approved_by = all;
+                    verdicts = Some(decisions);
+                }
                 Counted::Recorded(progress) => {
+                    pause.approving = true;
                     let run_id = registry.sessions.get(key).map_or(0, |entry| entry.run_id);
                     let pause = registry
                         .sessions

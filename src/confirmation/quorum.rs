@@ -10,6 +10,7 @@ use super::decider::Decider;
 use super::refused::DecideError;
 use crate::pause::approval::{PlanCheck, Quorum};
 use crate::protocol::{Action, Decisions, Verdict};
+use crate::store::CarriedReject;
 
 /// Refuses `decider` for a pause it may not decide with `action`: a
 /// task's risk above its `max_risk`, a group it is not in (the
@@ -36,16 +37,17 @@ pub fn check_decider(
             decider.max_risk.as_str()
         )));
     }
+    if !quorum.groups.is_empty() && decider.requester {
+        // Escalated or not: the requester is never one of a group's deciders.
+        return Err(DecideError::SelfApproval(format!(
+            "this pause is decided by the group {}; the requester's own key may not decide it \
+             (only cancel), even when its key is in the group it was escalated to",
+            quorum.groups.join(" and ")
+        )));
+    }
     // Escalated: the group's members may decide it too.
     let escalated = escalated_to.is_some_and(|group| decider.groups.iter().any(|g| g == group));
     if !quorum.groups.is_empty() && !escalated {
-        if decider.requester {
-            return Err(DecideError::SelfApproval(format!(
-                "this pause is decided by the group {}; the requester's own key may not \
-                 decide it (only cancel)",
-                quorum.groups.join(" and ")
-            )));
-        }
         if let Some(group) = quorum.groups.iter().find(|g| !decider.groups.contains(g)) {
             return Err(DecideError::ForbiddenScope(format!(
                 "this pause is decided by the group {group}; this key ({}) is not in it",
@@ -64,61 +66,121 @@ pub fn check_decider(
 }
 
 /// What a confirm of a quorum pause does.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Counted {
-    /// The pause is decided (every approval in, or one was enough, or a
-    /// reject of a task ended it): `approved_by` every label, in order.
-    Decides { approved_by: Vec<String> },
+    /// The pause is decided: every task still approved has its approvals
+    /// (or one was enough). `approved_by` every label, in order;
+    /// `decisions` the verdicts with every earlier approver's rejects.
+    Decides {
+        approved_by: Vec<String>,
+        decisions: Decisions,
+    },
     /// One more approval; the pause stays pending.
     Recorded(Progress),
 }
 
-/// A quorum pause's approvals so far, how many it needs, and the groups
-/// whose members alone give them.
+/// A quorum pause's approvals so far, how many it needs, the groups
+/// whose members alone give them, and the tasks its approvers rejected
+/// on the way (carried to the decision).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Progress {
     pub approvals: Vec<String>,
     pub required: usize,
     pub groups: Vec<String>,
+    pub rejected: Vec<CarriedReject>,
 }
 
-/// Counts `decider`'s confirm (with `verdicts`) into `approvals`.
+/// What a quorum pause holds between approvals.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// The labels whose approvals are kept (in order).
+    pub approvals: Vec<String>,
+    /// The tasks they rejected while approving the rest.
+    pub rejected: Vec<CarriedReject>,
+}
+
+/// Counts `decider`'s confirm (with `verdicts`) into `tally`. A confirm
+/// is its decider's approval of what it approves: a task it rejects stays
+/// rejected whatever the later approvers say, and the pause is decided
+/// only once every task still approved has the approvals its own gate
+/// asks (a reject of a task needing one yes never completes another
+/// task's quorum). An edit or a `respond` on the way to a quorum would
+/// change what the other approvers approve: refused.
 pub fn count(
+    plan: &PlanCheck,
     quorum: &Quorum,
-    approvals: &mut Vec<String>,
+    tally: &mut Tally,
     decider: &Decider,
     verdicts: &Decisions,
 ) -> Result<Counted, DecideError> {
     if quorum.required <= 1 {
         return Ok(Counted::Decides {
             approved_by: vec![decider.label.clone()],
+            decisions: verdicts.clone(),
         });
     }
-    if approvals.contains(&decider.label) {
+    if tally.approvals.contains(&decider.label) {
         return Err(DecideError::AlreadyApproved(decider.label.clone()));
     }
-    if verdicts
-        .0
-        .iter()
-        .any(|d| matches!(d.verdict, Verdict::Edit { .. }))
-    {
-        return Err(DecideError::EditNeedsNewRound);
+    for decision in &verdicts.0 {
+        match decision.verdict {
+            Verdict::Edit { .. } => return Err(DecideError::EditNeedsNewRound(EDIT.to_owned())),
+            Verdict::Respond { .. } => {
+                return Err(DecideError::EditNeedsNewRound(format!(
+                    "task {}: a respond stands in for the task's result, which the other \
+                     approvers have not seen: approve or reject the task, or modify the plan \
+                     (a new round, whose approvals start from zero)",
+                    decision.index
+                )))
+            }
+            Verdict::Approve | Verdict::Reject { .. } => {}
+        }
     }
-    approvals.push(decider.label.clone());
-    // A reject ends the pause at once, as a cancel does: what is left runs
-    // only with every approval.
-    let rejects = verdicts
-        .0
+    let mut decisions = verdicts.clone();
+    for carried in &tally.rejected {
+        if let Some(task) = decisions.0.iter_mut().find(|d| d.index == carried.index) {
+            if task.verdict == Verdict::Approve {
+                task.verdict = Verdict::Reject {
+                    reason: carried.reason.clone(),
+                };
+            }
+        }
+    }
+    tally.approvals.push(decider.label.clone());
+    for decision in &verdicts.0 {
+        let Verdict::Reject { reason } = &decision.verdict else {
+            continue;
+        };
+        if !tally.rejected.iter().any(|r| r.index == decision.index) {
+            tally.rejected.push(CarriedReject {
+                by: decider.label.clone(),
+                index: decision.index,
+                reason: reason.clone(),
+            });
+        }
+    }
+    // The approvals the tasks still approved ask: a rejected task asks none.
+    let needed = plan
+        .tasks
         .iter()
-        .any(|d| matches!(d.verdict, Verdict::Reject { .. }));
-    if approvals.len() >= quorum.required || rejects {
+        .filter(|task| decisions.verdict(task.index) == &Verdict::Approve)
+        .map(|task| usize::from(task.gate.approvals))
+        .max()
+        .unwrap_or(1);
+    if tally.approvals.len() >= needed {
         return Ok(Counted::Decides {
-            approved_by: approvals.clone(),
+            approved_by: tally.approvals.clone(),
+            decisions,
         });
     }
     Ok(Counted::Recorded(Progress {
-        approvals: approvals.clone(),
+        approvals: tally.approvals.clone(),
         required: quorum.required,
         groups: quorum.groups.clone(),
+        rejected: tally.rejected.clone(),
     }))
 }
+
+/// Why an edit is refused on the way to a quorum.
+const EDIT: &str = "an edit would change what the other approvers approve: modify the plan (a \
+                    new round, whose approvals start from zero) or reject the task";

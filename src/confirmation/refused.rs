@@ -55,13 +55,11 @@ pub enum DecideError {
     /// This label approved this pause already (a quorum counts it once).
     #[error("{0} has approved this confirmation already; it needs other people's approvals")]
     AlreadyApproved(String),
-    /// An edit on a pause whose approvals others give: it would change what
-    /// they approved.
-    #[error(
-        "an edit would change what the other approvers approve: modify the plan (a new round, \
-         whose approvals start from zero) or reject the task"
-    )]
-    EditNeedsNewRound,
+    /// An edit (or a `respond`) on a pause whose approvals others give: it
+    /// would change what they approved; or an edit whose new call needs
+    /// more or other people than the pause's.
+    #[error("{0}")]
+    EditNeedsNewRound(String),
     #[error("{0}")]
     InvalidAnswer(String),
     #[error(
@@ -69,6 +67,13 @@ pub enum DecideError {
          store did not answer in time); it is being settled: retry in a moment"
     )]
     Settling,
+    /// Another approval of this quorum pause is being kept: an approval
+    /// counts only once kept, so this one waits its turn.
+    #[error(
+        "another approval of this confirmation is being recorded; nothing was taken: retry in \
+         a moment"
+    )]
+    Counting,
     #[error("this confirmation has already been decided")]
     AlreadyDecided,
 }
@@ -79,6 +84,7 @@ impl From<DecisionsError> for DecideError {
             DecisionsError::Invalid(why) => DecideError::InvalidDecision(why),
             DecisionsError::Denied(why) => DecideError::DeniedByRule(why),
             DecisionsError::Undecided(why) => DecideError::UndecidedTasks(why),
+            DecisionsError::NeedsNewRound(why) => DecideError::EditNeedsNewRound(why),
         }
     }
 }

@@ -26,8 +26,9 @@ pub struct PauseSpec {
     /// When it was asked and when it expires (for the inbox).
     pub asked_at: SystemTime,
     pub expires_at: SystemTime,
-    /// A quorum's approvals so far (a pause restored from a store).
-    pub approvals: Vec<String>,
+    /// A quorum's approvals so far and the tasks they rejected (a pause
+    /// restored from a store).
+    pub tally: super::quorum::Tally,
     /// The group it was escalated to (a pause restored from a store).
     pub escalated_to: Option<String>,
 }
@@ -49,7 +50,7 @@ impl PauseSpec {
             stored: None,
             asked_at,
             expires_at: asked_at + Duration::from_secs(300),
-            approvals: Vec::new(),
+            tally: super::quorum::Tally::default(),
             escalated_to: None,
         }
     }
@@ -101,7 +102,8 @@ impl RunSlot {
                     decide_tx: Some(decide_tx),
                     settling: None,
                     in_doubt: false,
-                    approvals: spec.approvals,
+                    tally: spec.tally,
+                    approving: false,
                     escalated_to: spec.escalated_to,
                     extended: false,
                     stop,

@@ -62,7 +62,7 @@ impl ConfirmationManager {
                     kind: pause.asking.kind(),
                     asked_at: pause.asked_at,
                     expires_at: pause.expires_at,
-                    approvals: pause.approvals.clone(),
+                    approvals: pause.tally.approvals.clone(),
                     escalated_to: pause.escalated_to.clone(),
                     required: quorum.required.max(1),
                     groups: quorum.groups,
@@ -73,7 +73,7 @@ impl ConfirmationManager {
     }
 
     /// Takes back `label`'s approval of pause `confirmation_id` (it could
-    /// not be recorded).
+    /// not be recorded), with the rejects it carried.
     pub fn withdraw_approval(&self, key: &SessionKey, confirmation_id: &str, label: &str) {
         let mut registry = self.lock();
         let pause = registry
@@ -82,7 +82,23 @@ impl ConfirmationManager {
             .and_then(|entry| entry.pause.as_mut())
             .filter(|pause| pause.confirmation_id == confirmation_id);
         if let Some(pause) = pause {
-            pause.approvals.retain(|l| l != label);
+            pause.tally.approvals.retain(|l| l != label);
+            pause.tally.rejected.retain(|r| r.by != label);
+            pause.approving = false;
+        }
+    }
+
+    /// `label`'s approval of pause `confirmation_id` of `key` is kept: the
+    /// next approval may be counted.
+    pub fn approval_kept(&self, key: &SessionKey, confirmation_id: &str) {
+        let mut registry = self.lock();
+        let pause = registry
+            .sessions
+            .get_mut(key)
+            .and_then(|entry| entry.pause.as_mut())
+            .filter(|pause| pause.confirmation_id == confirmation_id);
+        if let Some(pause) = pause {
+            pause.approving = false;
         }
     }
 

@@ -346,7 +346,19 @@ async fn execute(
             }
             approved_by = route.approved_by();
         }
-        let args = match decisions.verdict(index) {
+        // A task the decision does not name was not in the pause (a rule
+        // left it out): it runs only if a rule or a grant allows it now,
+        // never on a yes that did not see it (a plan restored after the
+        // rules changed).
+        let unseen = Verdict::Reject {
+            reason: Some("it was not in the confirmation that was decided".to_owned()),
+        };
+        let verdict = match decisions.named(index) {
+            Some(verdict) => verdict,
+            None if approved_by.is_some() || decisions.0.is_empty() => &Verdict::Approve,
+            None => &unseen,
+        };
+        let args = match verdict {
             Verdict::Reject { reason } => {
                 let why = reason.as_deref().unwrap_or("rejected by the user");
                 let skipped = ToolOutcome::skipped(false, None, Some(format!("rejected: {why}")));
@@ -374,7 +386,7 @@ async fn execute(
             Verdict::Approve => called,
         };
         // What runs, as it runs: an edited step shows its new arguments.
-        let shown = match decisions.verdict(index) {
+        let shown = match verdict {
             Verdict::Edit { args } => match args.get("step").and_then(Value::as_str) {
                 Some(text) => format!("{text} (edited)"),
                 None => format!("{name} {args} (edited)"),

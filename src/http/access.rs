@@ -189,6 +189,15 @@ impl AccessPolicy {
         }
     }
 
+    /// An approver's `namespaces=` (requester key labels), `None` for
+    /// every namespace (and for a requester key).
+    pub fn namespaces(&self, caller: Caller) -> Option<Vec<String>> {
+        match caller {
+            Caller::Owner(_) => None,
+            Caller::Approver(_) => self.attrs(caller).and_then(|a| a.namespaces.clone()),
+        }
+    }
+
     pub fn requires_keys(&self) -> bool {
         !self.key_digests.is_empty()
     }

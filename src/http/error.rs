@@ -137,10 +137,14 @@ impl ChatError {
                 DecideError::ForbiddenScope(_) => (S::FORBIDDEN, T::ForbiddenScope),
                 DecideError::SelfApproval(_) => (S::FORBIDDEN, T::SelfApproval),
                 DecideError::AlreadyApproved(_) => (S::CONFLICT, T::AlreadyApproved),
-                DecideError::EditNeedsNewRound => (S::UNPROCESSABLE_ENTITY, T::EditNeedsNewRound),
+                DecideError::EditNeedsNewRound(_) => {
+                    (S::UNPROCESSABLE_ENTITY, T::EditNeedsNewRound)
+                }
                 DecideError::InvalidAnswer(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidAnswer),
                 DecideError::AlreadyDecided => (S::CONFLICT, T::AlreadyDecided),
-                DecideError::Settling => (S::SERVICE_UNAVAILABLE, T::StoreUnavailable),
+                DecideError::Settling | DecideError::Counting => {
+                    (S::SERVICE_UNAVAILABLE, T::StoreUnavailable)
+                }
             },
             ChatError::Reply(ReplyError::Decided(_)) => (S::CONFLICT, T::AlreadyDecided),
             ChatError::Reply(ReplyError::AuditUnavailable) => {

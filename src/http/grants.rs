@@ -12,10 +12,12 @@ use super::forward::client_address;
 use super::state::AppState;
 use crate::run::grants::GrantsOf;
 
-fn whose(caller: Caller) -> GrantsOf {
+/// Whose grants `caller` sees: its namespace's, or an approver's scope
+/// (its `namespaces=`, as its inbox).
+fn whose(state: &AppState, caller: Caller) -> GrantsOf {
     match caller {
         Caller::Owner(owner) => GrantsOf::Namespace(owner),
-        Caller::Approver(_) => GrantsOf::Every,
+        Caller::Approver(_) => GrantsOf::Approver(state.access.namespaces(caller)),
     }
 }
 
@@ -24,7 +26,7 @@ pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse 
         let caller = state.access.json_caller(req.headers())?;
         let grants = state
             .runs
-            .grants(whose(caller))
+            .grants(whose(&state, caller))
             .await
             .map_err(|_| ChatError::StoreUnreachable)?;
         let mut response = HttpResponse::Ok()
@@ -49,7 +51,12 @@ pub async fn revoke(
         let client = client_address(&req, false);
         let found = state
             .runs
-            .revoke_grant(whose(caller), &id, &caller.label(), client.as_deref())
+            .revoke_grant(
+                whose(&state, caller),
+                &id,
+                &state.access.label(caller),
+                client.as_deref(),
+            )
             .await
             .map_err(|_| ChatError::StoreUnreachable)?;
         if !found {

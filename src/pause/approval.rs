@@ -151,6 +151,9 @@ pub enum DecisionsError {
     Denied(String),
     /// `undecided_tasks` (`--explicit-decisions`).
     Undecided(String),
+    /// `edit_needs_new_round`: an edit's new call needs more or other
+    /// people than the pause's (an `ask` rule matches it).
+    NeedsNewRound(String),
 }
 
 impl From<String> for DecisionsError {
@@ -231,15 +234,23 @@ pub fn check_decisions(
                 })?;
                 if let Some((tools, key)) = &plan.rules {
                     if let Some(rule) = tools.rules().denies(&tool.name, &args, key) {
-                        return Err(DecisionsError::Denied(format!(
-                            "decisions: task {index}: the edited call of `{}` is denied by \
-                             rule \"{}\"{}; the pause stays as it was",
+                        return Err(denied(index, &tool.name, rule));
+                    }
+                    // The edited call routed with its new arguments: an
+                    // `ask` rule that wants more or other people than this
+                    // pause's sends it to them, in a new round.
+                    let ruling = tools.rules().evaluate(&tool.name, &args, key);
+                    let gate = match ruling.enforced.and_then(|rule| rule.gate.as_ref()) {
+                        Some(gate) => tool.gate.and(gate),
+                        None => tool.gate.clone(),
+                    };
+                    if !tasks[at].gate.covers(&gate) {
+                        return Err(DecisionsError::NeedsNewRound(format!(
+                            "decisions: task {index}: the edited call of `{}` needs other \
+                             approvers than this pause's ({}); modify the plan so that it \
+                             is asked of them (a new round), or reject the task",
                             tool.name,
-                            rule.name,
-                            rule.reason
-                                .as_deref()
-                                .map(|r| format!(" ({r})"))
-                                .unwrap_or_default()
+                            gate.describe()
                         )));
                     }
                 }
@@ -275,6 +286,19 @@ pub fn check_decisions(
         }
     }
     Ok(Some(verdicts))
+}
+
+/// The refusal of an edit whose new call `rule` denies.
+fn denied(index: usize, tool: &str, rule: &crate::tools::rules::Rule) -> DecisionsError {
+    DecisionsError::Denied(format!(
+        "decisions: task {index}: the edited call of `{tool}` is denied by rule \"{}\"{}; the \
+         pause stays as it was",
+        rule.name,
+        rule.reason
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    ))
 }
 
 /// `1 to 3`, or `1, 3` when there are gaps.

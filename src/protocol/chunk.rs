@@ -60,6 +60,11 @@ impl Decisions {
         )
     }
 
+    /// The verdict this decision names for task `index`, if it names one.
+    pub fn named(&self, index: usize) -> Option<&Verdict> {
+        self.0.iter().find(|d| d.index == index).map(|d| &d.verdict)
+    }
+
     /// The verdict for task `index` (approved unless said otherwise).
     pub fn verdict(&self, index: usize) -> &Verdict {
         self.0

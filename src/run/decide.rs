@@ -120,6 +120,7 @@ impl Decided {
             approvals,
             required,
             groups,
+            ..
         }) = &self.progress
         {
             let ack = Chunk::new(

@@ -9,29 +9,39 @@ use super::Runs;
 use crate::store::{Grant, StoreError};
 
 /// Whose grants a caller sees.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum GrantsOf {
     /// A requester key's namespace (its place in the list; `None`: no keys).
     Namespace(Option<u32>),
-    /// An approver: every namespace's.
-    Every,
+    /// An approver: every namespace's (`None`), or those of the requester
+    /// keys its `namespaces=` names (their labels), as its inbox is scoped.
+    Approver(Option<Vec<String>>),
 }
 
 impl Runs {
-    fn grants_namespace(&self, of: GrantsOf) -> Option<String> {
+    fn grants_namespace(&self, of: &GrantsOf) -> Option<String> {
         match of {
             GrantsOf::Namespace(owner) => {
-                let name = self.settings.namespaces.name(owner);
+                let name = self.settings.namespaces.name(*owner);
                 Some(Grant::namespace_of(name.as_deref()))
             }
-            GrantsOf::Every => None,
+            GrantsOf::Approver(_) => None,
         }
+    }
+
+    /// The live grants `of` sees, newest first.
+    async fn visible(&self, of: &GrantsOf) -> Result<Vec<Grant>, StoreError> {
+        let namespace = self.grants_namespace(of);
+        let mut grants = self.settings.store.grants(namespace.as_deref()).await?;
+        if let GrantsOf::Approver(Some(labels)) = of {
+            grants.retain(|grant| labels.contains(&grant.key));
+        }
+        Ok(grants)
     }
 
     /// The live grants `of` sees, newest first, as the API lists them.
     pub async fn grants(&self, of: GrantsOf) -> Result<Vec<Value>, StoreError> {
-        let namespace = self.grants_namespace(of);
-        let grants = self.settings.store.grants(namespace.as_deref()).await?;
+        let grants = self.visible(&of).await?;
         Ok(grants.iter().map(Grant::view).collect())
     }
 
@@ -44,9 +54,8 @@ impl Runs {
         by: &str,
         client: Option<&str>,
     ) -> Result<bool, StoreError> {
-        let namespace = self.grants_namespace(of);
         let store = &self.settings.store;
-        let visible = store.grants(namespace.as_deref()).await?;
+        let visible = self.visible(&of).await?;
         if !visible.iter().any(|grant| grant.id == id) {
             return Ok(false);
         }

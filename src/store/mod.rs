@@ -44,7 +44,7 @@ use crate::protocol::question::Question;
 use crate::protocol::{Action, CancelReason, Chunk, Decisions, PauseKind, TaskSpec};
 use crate::session::SessionKey;
 pub use grant::{Grant, GrantScope};
-pub use progress::PauseProgress;
+pub use progress::{CarriedReject, PauseProgress};
 
 /// Where a stored pause is: its namespace (`None` without keys) and its
 /// session id.

@@ -18,6 +18,10 @@ pub struct PauseProgress {
     pub approvals: Vec<String>,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub required: usize,
+    /// Tasks an approver rejected while approving the rest, carried to the
+    /// decision (a reject given on the way to a quorum stands).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<CarriedReject>,
     /// Its `interaction.reminder` was sent (or is queued).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reminded: bool,
@@ -26,6 +30,17 @@ pub struct PauseProgress {
     pub escalated_to: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
+}
+
+/// A task one approver of a quorum rejected while approving the rest:
+/// whatever the later approvers say, it does not run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CarriedReject {
+    /// The label that rejected it.
+    pub by: String,
+    pub index: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -53,11 +68,17 @@ impl Step {
 }
 
 impl PauseProgress {
-    pub fn approvals(confirmation_id: &str, approvals: &[String], required: usize) -> Self {
+    pub fn approvals(
+        confirmation_id: &str,
+        approvals: &[String],
+        required: usize,
+        rejected: &[CarriedReject],
+    ) -> Self {
         PauseProgress {
             confirmation_id: confirmation_id.to_owned(),
             approvals: approvals.to_vec(),
             required,
+            rejected: rejected.to_vec(),
             ..PauseProgress::default()
         }
     }
@@ -100,6 +121,7 @@ impl PauseProgress {
             Step::Approvals => {
                 progress.approvals = step.approvals;
                 progress.required = step.required;
+                progress.rejected = step.rejected;
             }
             Step::Reminded => progress.reminded = true,
             Step::Escalated => {
@@ -131,7 +153,8 @@ mod tests {
 
     #[test]
     fn steps_join_for_their_own_pause_only() {
-        let approvals = serde_json::to_string(&PauseProgress::approvals("c1", &["a".into()], 2));
+        let approvals =
+            serde_json::to_string(&PauseProgress::approvals("c1", &["a".into()], 2, &[]));
         let escalated = serde_json::to_string(&PauseProgress::escalated("c1", "oncall", 9));
         let other = serde_json::to_string(&PauseProgress::reminded("c0"));
         let (approvals, escalated, other) =

@@ -106,6 +106,31 @@ impl Gate {
         self.approvals > 1 || !self.approvers.is_empty()
     }
 
+    /// Whether the people this gate asks for are enough for `other`: as
+    /// many approvals, every one of its groups, and the requester kept out
+    /// where `other` keeps it out. An edited call whose gate this is not
+    /// goes to a new round (its people were not asked).
+    pub fn covers(&self, other: &Gate) -> bool {
+        other.approvals <= self.approvals
+            && other.approvers.iter().all(|g| self.approvers.contains(g))
+            && (other.requester_may_approve() || !self.requester_may_approve())
+    }
+
+    /// Who it asks, in words: `2 approvals of leads, not the requester`.
+    pub fn describe(&self) -> String {
+        let mut text = match self.approvals {
+            1 => "1 approval".to_owned(),
+            n => format!("{n} approvals"),
+        };
+        if !self.approvers.is_empty() {
+            text.push_str(&format!(" of {}", self.approvers.join(" and ")));
+        }
+        if !self.requester_may_approve() {
+            text.push_str(", not the requester");
+        }
+        text
+    }
+
     pub fn rejects_on_timeout(&self) -> bool {
         self.on_timeout == Some(OnTimeout::Reject)
     }
@@ -130,9 +155,12 @@ impl Gate {
         Gate {
             approvers,
             approvals: self.approvals.max(rule.approvals),
+            // Only if both allow it: a side that leaves it unset says what
+            // its own approvals imply (a tool of two approvals keeps the
+            // requester out, whatever a rule says).
             requester_may_approve: match (self.requester_may_approve, rule.requester_may_approve) {
-                (Some(a), Some(b)) => Some(a && b),
-                (a, b) => a.or(b),
+                (None, None) => None,
+                _ => Some(self.requester_may_approve() && rule.requester_may_approve()),
             },
             timeout: shorter(self.timeout, rule.timeout),
             on_timeout: rule.on_timeout.or(self.on_timeout),

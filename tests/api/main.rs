@@ -11,6 +11,7 @@ mod durable;
 mod errors;
 mod escalation;
 mod faults;
+mod four_eyes;
 mod grants;
 mod hardening;
 mod helpers;

@@ -178,3 +178,58 @@ async fn a_modify_text_over_the_bound_is_refused_and_the_pause_stays() {
     assert!(matches!(refused, Err(DecideError::ModifyTooLong { .. })));
     assert!(accepted.is_ok());
 }
+
+#[tokio::test]
+async fn an_approval_counts_only_once_kept_and_none_completes_a_quorum_with_one_in_flight() {
+    let manager = ConfirmationManager::new();
+    let slot = begin(&manager, key("q"), RunLimits::UNLIMITED).unwrap();
+    let gate = crate::tools::gate::Gate {
+        approvals: 2,
+        ..Default::default()
+    };
+    let tasks = Arc::new(PlanCheck {
+        tasks: vec![TaskCheck {
+            index: 1,
+            tool: None,
+            risk: crate::protocol::RiskLevel::Low,
+            gate,
+        }],
+        ..PlanCheck::default()
+    });
+    let _pending = slot
+        .pause(
+            PauseSpec::new("c1".into(), 1, Action::ALL.to_vec(), Asking::Plan(tasks)),
+            CancellationToken::new(),
+        )
+        .unwrap_or_else(|_| panic!("slot owns its session"));
+    let approver = |label: &str| Decider {
+        label: label.to_owned(),
+        groups: Vec::new(),
+        max_risk: crate::protocol::RiskLevel::High,
+        requester: false,
+    };
+    let confirm = |label: &str| {
+        manager.decide(
+            &key("q"),
+            &reply("confirm", None),
+            None,
+            None,
+            None,
+            ReplyFrom::plain(&approver(label)),
+        )
+    };
+
+    let first = confirm("a").unwrap();
+    assert_eq!(first.progress.as_ref().unwrap().approvals, ["a"]);
+    // a's approval is being kept: b's is not counted, not taken.
+    assert_eq!(confirm("b").unwrap_err(), DecideError::Counting);
+    // a's could not be kept: it is withdrawn, and b's is the first.
+    manager.withdraw_approval(&key("q"), "c1", "a");
+    let second = confirm("b").unwrap();
+    assert_eq!(second.progress.as_ref().unwrap().approvals, ["b"]);
+    manager.approval_kept(&key("q"), "c1");
+    let third = confirm("a").unwrap();
+    assert!(third.progress.is_none(), "two kept approvals decide");
+    assert_eq!(third.approved_by, ["b", "a"]);
+    third.ticket.deliver();
+}

@@ -264,7 +264,7 @@ impl RunContext {
             stored,
             asked_at: SystemTime::now(),
             expires_at,
-            approvals: Vec::new(),
+            tally: Default::default(),
             escalated_to: None,
         };
         let pending = self

@@ -43,7 +43,10 @@ impl RunContext {
             stored: self.stored_id.clone(),
             asked_at: at(record.asked_at_ms),
             expires_at: at(progress.expires_at_ms.unwrap_or(record.expires_at_ms)),
-            approvals: progress.approvals,
+            tally: crate::confirmation::quorum::Tally {
+                approvals: progress.approvals,
+                rejected: progress.rejected,
+            },
             escalated_to: progress.escalated_to,
         };
         let pending = self
