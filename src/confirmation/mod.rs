@@ -23,7 +23,8 @@
 //! Each file adds to the types defined here: `limits` how many runs the
 //! registry holds, [`slot`] the run's side (pause,
 //! wait, settle, free), [`ticket`] a decision on its way (deliver, fail,
-//! withdraw), [`quorum`] who may decide and counting approvals, [`grant`]
+//! withdraw), [`quorum`] who may decide and counting approvals (`tally` under the
+//! lock), [`grant`]
 //! a confirm's grant, [`waiting`] the undecided pauses an inbox lists.
 //! What each kind of pause asks, and the checks of the decisions and
 //! answers a reply carries, are the kind's own (`crate::pause`).
@@ -34,6 +35,7 @@ mod limits;
 pub mod quorum;
 mod refused;
 pub mod slot;
+mod tally;
 pub mod ticket;
 pub mod waiting;
 
@@ -55,7 +57,7 @@ use crate::pause::questions::check_answers;
 pub use crate::pause::Asking;
 
 use self::grant::{check_grant, GrantSpec};
-use self::quorum::{check_decider, count, Counted, Progress, Tally};
+use self::quorum::{check_decider, Counted, Progress, Tally};
 use crate::protocol::{
     Action, CancelReason, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
     MAX_MODIFY_TEXT_BYTES,
@@ -457,24 +459,9 @@ impl ConfirmationManager {
         }
         let mut approved_by = vec![decider.label.clone()];
         let mut verdicts = verdicts;
-        if let (Some(quorum), Some(given), Asking::Plan(plan), Action::Confirm) =
-            (&quorum, &verdicts, &pause.asking, action)
-        {
-            if pause.approving && quorum.required > 1 {
-                return Err(DecideError::Counting);
-            }
-            let mut tally = pause.tally.clone();
-            let counted = count(plan, quorum, &mut tally, decider, given)?;
-            if matches!(counted, Counted::Recorded(_)) && granted.is_some() {
-                return Err(DecideError::InvalidGrant(
-                    "grant: this confirm is one approval of several, and a grant is given by \
-                     the approval that decides the pause: confirm without it, or give it \
-                     with the last approval"
-                        .to_owned(),
-                ));
-            }
-            pause.tally = tally;
-            match counted {
+        let mut progress = None;
+        if let (Some(quorum), Some(given), Action::Confirm) = (&quorum, &verdicts, action) {
+            match pause.count_confirm(quorum, decider, given, granted.is_some())? {
                 Counted::Decides {
                     approved_by: all,
                     decisions,
@@ -482,45 +469,28 @@ impl ConfirmationManager {
                     approved_by = all;
                     verdicts = Some(decisions);
                 }
-                Counted::Recorded(progress) => {
-                    pause.approving = true;
-                    let run_id = registry.sessions.get(key).map_or(0, |entry| entry.run_id);
-                    let pause = registry
-                        .sessions
-                        .get(key)
-                        .and_then(|entry| entry.pause.as_ref())
-                        .ok_or(DecideError::NoPending)?;
-                    return Ok(Accepted {
-                        action,
-                        confirmation_id: pause.confirmation_id.clone(),
-                        confirmation_round: pause.round,
-                        run_id,
-                        decisions: None,
-                        answers: None,
-                        kind: PauseKind::Approval,
-                        stored: pause.stored.clone(),
-                        ticket: DecisionTicket {
-                            decide_tx: None,
-                            decision: None,
-                            manager: self.clone(),
-                            key: key.clone(),
-                            run_id,
-                        },
-                        progress: Some(progress),
-                        approved_by: Vec::new(),
-                    });
+                // One approval of several: the pause stays pending (the
+                // ticket carries no decision).
+                Counted::Recorded(recorded) => {
+                    (approved_by, verdicts) = (Vec::new(), None);
+                    progress = Some(recorded);
                 }
             }
         }
-        // Taken under the lock: from here on the pause is decided for
-        // everyone (later replies: AlreadyDecided; a new message: SessionBusy).
-        let decide_tx = pause.decide_tx.take().ok_or(DecideError::AlreadyDecided)?;
-        let decision = match action {
-            Action::Confirm => Decision::Confirm(verdicts.clone().unwrap_or_default(), granted),
-            Action::Modify => Decision::Modify(text.to_owned()),
-            Action::Cancel => Decision::Cancel(CancelReason::User),
-            Action::Answer => Decision::Answer(answers.clone().unwrap_or_default()),
-            Action::Skip => Decision::Skip,
+        let (decide_tx, decision) = if progress.is_some() {
+            (None, None)
+        } else {
+            // Taken under the lock: from here on the pause is decided for
+            // everyone (later replies: AlreadyDecided; a new message: SessionBusy).
+            let decide_tx = pause.decide_tx.take().ok_or(DecideError::AlreadyDecided)?;
+            let decision = match action {
+                Action::Confirm => Decision::Confirm(verdicts.clone().unwrap_or_default(), granted),
+                Action::Modify => Decision::Modify(text.to_owned()),
+                Action::Cancel => Decision::Cancel(CancelReason::User),
+                Action::Answer => Decision::Answer(answers.clone().unwrap_or_default()),
+                Action::Skip => Decision::Skip,
+            };
+            (Some(decide_tx), Some(decision))
         };
         let (confirmation_id, confirmation_round) = (pause.confirmation_id.clone(), pause.round);
         let stored = pause.stored.clone();
@@ -536,13 +506,13 @@ impl ConfirmationManager {
             kind,
             stored,
             ticket: DecisionTicket {
-                decide_tx: Some(decide_tx),
-                decision: Some(decision),
+                decide_tx,
+                decision,
                 manager: self.clone(),
                 key: key.clone(),
                 run_id,
             },
-            progress: None,
+            progress,
             approved_by,
         })
     }

@@ -1,0 +1,50 @@
+//! A confirm counted into a quorum pause's tally, under the registry's
+//! lock: one approval at a time (an approval counts only once it is kept),
+//! a grant only with the approval that decides. What counts is
+//! [`super::quorum::count`]'s.
+
+use super::quorum::{count, Counted};
+use super::{DecideError, Decider, Pause};
+use crate::pause::approval::Quorum;
+use crate::pause::Asking;
+use crate::protocol::Decisions;
+
+impl Pause {
+    /// Counts a confirm of `decider` (with `verdicts`, `granting` or not)
+    /// into this pause's tally: only while no other approval is being kept
+    /// (an approval counts only once kept), and a grant only with the
+    /// approval that decides. A step that does not decide marks the pause
+    /// `approving` until its approval is kept or withdrawn.
+    pub(super) fn count_confirm(
+        &mut self,
+        quorum: &Quorum,
+        decider: &Decider,
+        verdicts: &Decisions,
+        granting: bool,
+    ) -> Result<Counted, DecideError> {
+        let Asking::Plan(plan) = &self.asking else {
+            return Ok(Counted::Decides {
+                approved_by: vec![decider.label.clone()],
+                decisions: verdicts.clone(),
+            });
+        };
+        if self.approving && quorum.required > 1 {
+            return Err(DecideError::Counting);
+        }
+        let mut tally = self.tally.clone();
+        let counted = count(plan, quorum, &mut tally, decider, verdicts)?;
+        if let Counted::Recorded(_) = counted {
+            if granting {
+                return Err(DecideError::InvalidGrant(
+                    "grant: this confirm is one approval of several, and a grant is given by \
+                     the approval that decides the pause: confirm without it, or give it with \
+                     the last approval"
+                        .to_owned(),
+                ));
+            }
+            self.approving = true;
+        }
+        self.tally = tally;
+        Ok(counted)
+    }
+}
