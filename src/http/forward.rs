@@ -173,8 +173,12 @@ pub async fn forward(
 }
 
 /// Sends a decision link's request (`GET` or `POST /d/<token>`, `body` as
-/// it came) to `owner`, which checks the token again and answers it as its
-/// own: the page comes back as it came.
+/// it came), or a Slack button's (`POST /api/v1/slack/actions`, its
+/// signature headers with it), to `owner`, which checks the token (or the
+/// signature) again and answers it as its own: the page comes back as it
+/// came. A `POST` carries the chat path's deadline: the owner takes
+/// nothing past it, an owner never reached is 503 `owner_unavailable`
+/// (nothing taken), one that did not answer in time `outcome_unknown`.
 pub async fn pass_link(
     cluster: &Cluster,
     owner: &Peer,
@@ -197,21 +201,43 @@ pub async fn pass_link(
         .header(FROM_HEADER, cluster.replica_id())
         .body(body);
     if post {
-        request = request.header("content-type", "application/x-www-form-urlencoded");
+        let deadline = crate::clock::ms(SystemTime::now() + FORWARD_BUDGET);
+        let content_type = req
+            .headers()
+            .get("content-type")
+            .map_or(&b"application/x-www-form-urlencoded"[..], |v| v.as_bytes());
+        request = request
+            .header(DEADLINE_HEADER, deadline.to_string())
+            .header("content-type", content_type);
+        for name in ["x-slack-signature", "x-slack-request-timestamp"] {
+            if let Some(value) = req.headers().get(name) {
+                request = request.header(name, value.as_bytes());
+            }
+        }
     }
     if let Some(client) = client_address(req, false) {
         request = request.header(CLIENT_HEADER, client);
     }
     let answer = match tokio::time::timeout(FORWARD_WAIT, request.send()).await {
         Ok(Ok(answer)) => answer,
-        _ => {
-            log::warn!(
-                "{tag}: the owner at {} did not answer a decision link",
-                owner.url
-            );
+        Ok(Err(err)) if err.is_connect() || !post => {
+            log::warn!("{tag}: cannot reach the owner at {}: {err}", owner.url);
             return Err(ChatError::OwnerUnavailable {
                 retry_after: owner.lease,
             });
+        }
+        _ if !post => {
+            log::warn!("{tag}: the owner at {} did not answer in time", owner.url);
+            return Err(ChatError::OwnerUnavailable {
+                retry_after: owner.lease,
+            });
+        }
+        _ => {
+            log::warn!(
+                "{tag}: the owner at {} did not answer a decision in time",
+                owner.url
+            );
+            return Err(ChatError::OutcomeUnknown);
         }
     };
     let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -220,6 +246,8 @@ pub async fn pass_link(
         "content-type",
         "cache-control",
         "content-security-policy",
+        "referrer-policy",
+        "x-robots-tag",
         "x-chatgate-outcome",
     ] {
         if let Some(value) = answer.headers().get(name) {

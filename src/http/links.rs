@@ -12,18 +12,20 @@
 //! The token never reaches a log (the access log writes `/d/<token>`).
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::access::Caller;
+use super::error::ChatError;
 use super::forward;
 use super::state::AppState;
 use crate::confirmation::DecideError;
 use crate::notify::links::Token;
-use crate::protocol::{meta, ChunkType, ReplyMessage, TaskDecisionRequest};
-use crate::run::decide::{Reply, ReplyError};
+use crate::protocol::{ReplyMessage, TaskDecisionRequest};
+use crate::run::decide::{Decided, Reply, ReplyError};
 use crate::run::inbox::Interaction;
 use crate::run::place::Place;
 use crate::session::{RunTag, SessionKey};
+use crate::store::PauseNote;
 
 pub mod page;
 
@@ -47,9 +49,56 @@ async fn answer(req: &HttpRequest, body: web::Bytes, state: &AppState, post: boo
     follow(state, req, &text, body, post).await
 }
 
+/// What a decision link's (or a Slack button's) decision did, typed: the
+/// page and the Slack reply are worded from it, never from each other.
+#[derive(Debug)]
+pub enum Outcome {
+    /// A forged, altered, expired or other-secret token.
+    NotFound,
+    /// Nothing is waiting on it any more (decided, expired, the run ended).
+    Gone,
+    /// Refused as it stands (scope, quorum rules, a bad form): why.
+    Refused(String),
+    /// Not taken, and nothing was: try again (a store or an owner out of
+    /// reach, a forwarded decision past its deadline, an approval being kept).
+    Unavailable,
+    /// Taken or not is not known yet (a store or an owner that did not
+    /// answer in time): the page (reloaded) says which.
+    Unknown,
+    /// Decided (or one approval recorded) as `label`.
+    Decided { label: String, decided: Decided },
+    /// Decided before, by a reply: what and who.
+    AlreadyDecided(PauseNote),
+}
+
+/// A link token's pause, found: its run, and who decides it.
+pub struct Target {
+    pub token: Token,
+    pub key: SessionKey,
+    pub caller: Caller,
+}
+
+/// Finds the pause `token` names and the key its label decides as: its
+/// scope must still admit it.
+pub async fn target(state: &AppState, token: Token) -> Result<Target, Outcome> {
+    let key = match state.runs.locate(&token.confirmation_id).await {
+        Ok(Some(key)) => key,
+        Ok(None) => return Err(Outcome::Gone),
+        Err(_) => return Err(Outcome::Unavailable),
+    };
+    match state.access.caller_of_label(&token.label) {
+        Some(caller) if state.access.may_see(caller, key.owner) => {
+            Ok(Target { token, key, caller })
+        }
+        // A label the keys file no longer has (or its scope changed).
+        _ => Err(Outcome::Refused(
+            "this link's key may no longer decide this pause".to_owned(),
+        )),
+    }
+}
+
 /// Shows (`post` false) or decides (`post`: `body` is the form) the pause
 /// of the link token `text`, here or at the replica that holds its run.
-/// Every answer says what it did in its `X-Chatgate-Outcome` header.
 pub async fn follow(
     state: &AppState,
     req: &HttpRequest,
@@ -67,34 +116,34 @@ pub async fn follow(
         state.runs.metrics().link_refused();
         return page::not_found();
     };
-    let forwarded = forward::forwarded(state.runs.cluster().map(|c| c.as_ref()), req.headers())
-        .is_ok_and(|f| f.is_some());
-    let key = match state.runs.locate(&token.confirmation_id).await {
-        Ok(Some(key)) => key,
-        Ok(None) => return page::gone(&token),
-        Err(_) => return page::unavailable(),
+    let forwarded =
+        match forward::forwarded(state.runs.cluster().map(|c| c.as_ref()), req.headers()) {
+            Ok(forwarded) => forwarded,
+            Err(_) => return page::refused("not a replica of this cluster"),
+        };
+    let target = match target(state, token).await {
+        Ok(target) => target,
+        Err(outcome) => return page::of(outcome),
     };
-    let caller = match state.access.caller_of_label(&token.label) {
-        Some(caller) if state.access.may_see(caller, key.owner) => caller,
-        // A label the keys file no longer has (or its scope changed).
-        _ => return page::refused("this link's key may no longer decide this pause"),
-    };
-    match state.runs.place(&key).await {
+    match state.runs.place(&target.key).await {
         Ok(Place::Here) => {}
-        Ok(Place::Replica(peer)) if !forwarded => {
+        Ok(Place::Replica(peer)) if forwarded.is_none() => {
             let Some(cluster) = state.runs.cluster() else {
                 return page::unavailable();
             };
             let path = format!("/d/{text}");
-            let tag = RunTag::session(&key);
-            return forward::pass_link(cluster, &peer, &tag, req, &path, post, body.clone())
+            let tag = RunTag::session(&target.key);
+            return forward::pass_link(cluster, &peer, &tag, req, &path, post, body)
                 .await
-                .unwrap_or_else(|_| page::unavailable());
+                .unwrap_or_else(|err| match err {
+                    ChatError::OutcomeUnknown => page::of(Outcome::Unknown),
+                    _ => page::unavailable(),
+                });
         }
         _ => return page::unavailable(),
     }
     if !post {
-        return show_pause(state, &key, &token).await;
+        return show_pause(state, &target).await;
     }
     if body.len() > MAX_FORM_BYTES {
         return page::refused("the form is too large");
@@ -102,11 +151,14 @@ pub async fn follow(
     let Ok(form) = serde_urlencoded::from_bytes::<Vec<(String, String)>>(&body) else {
         return page::refused("the form could not be read");
     };
-    decide_pause(req, state, &key, &token, caller, &form, forwarded).await
+    let not_after = forwarded.and_then(|f| f.not_after);
+    let client = forward::client_address(req, forwarded.is_some());
+    page::of(decide_form(state, &target, &form, client.as_deref(), not_after).await)
 }
 
 /// The page of a pending pause, or of what became of it.
-async fn show_pause(state: &AppState, key: &SessionKey, token: &Token) -> HttpResponse {
+async fn show_pause(state: &AppState, target: &Target) -> HttpResponse {
+    let (key, token) = (&target.key, &target.token);
     match state.runs.pending_here(key, &token.confirmation_id) {
         Some(item) => page::pause(&item, &token.label),
         None => match state.runs.decided_note(key, &token.confirmation_id).await {
@@ -116,23 +168,24 @@ async fn show_pause(state: &AppState, key: &SessionKey, token: &Token) -> HttpRe
     }
 }
 
-async fn decide_pause(
-    req: &HttpRequest,
+/// Decides the pause of `target` with `form` (`action=confirm` with a
+/// `reject=<index>` per task to reject, `cancel`, `skip`, `answer` with
+/// `a.<id>` answers) through the decision path, as the token's label.
+pub async fn decide_form(
     state: &AppState,
-    key: &SessionKey,
-    token: &Token,
-    caller: Caller,
+    target: &Target,
     form: &[(String, String)],
-    forwarded: bool,
-) -> HttpResponse {
+    client: Option<&str>,
+    not_after: Option<std::time::SystemTime>,
+) -> Outcome {
+    let (key, token) = (&target.key, &target.token);
     let field = |name: &str| {
         form.iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     };
-    let action = field("action").unwrap_or("");
     let item = state.runs.pending_here(key, &token.confirmation_id);
-    let (action_name, decisions, answers) = match action {
+    let (action_name, decisions, answers) = match field("action").unwrap_or("") {
         "confirm" => {
             let rejected: Vec<TaskDecisionRequest> = form
                 .iter()
@@ -152,10 +205,9 @@ async fn decide_pause(
         "cancel" => ("cancel", None, None),
         "skip" => ("skip", None, None),
         "answer" => ("answer", None, Some(answers_of(form, item.as_ref()))),
-        _ => return page::refused("choose an action"),
+        _ => return Outcome::Refused("choose an action".to_owned()),
     };
-    let client = forward::client_address(req, forwarded);
-    let decider = state.access.decider(caller);
+    let decider = state.access.decider(target.caller);
     let message = ReplyMessage {
         action: action_name.to_owned(),
         text: None,
@@ -166,32 +218,29 @@ async fn decide_pause(
         decisions: decisions.as_deref(),
         answers: answers.as_ref(),
         grant: None,
-        client: client.as_deref(),
+        client,
         decider: &decider,
-        not_after: None,
+        not_after,
     };
     match state.runs.decide(key, reply).await {
-        Ok(decided) => {
-            let ack = decided.acknowledgement(&key.session_id);
-            if ack.chunk_type == ChunkType::ApprovalRecorded {
-                let approvals = ack
-                    .metadata
-                    .get(meta::APPROVALS)
-                    .cloned()
-                    .unwrap_or(json!([]));
-                page::recorded(&decider.label, &approvals, ack.metadata.get(meta::REQUIRED))
-            } else {
-                page::done(action, &decider.label)
-            }
-        }
-        Err(ReplyError::Decided(note)) => page::decided(&note),
+        Ok(decided) => Outcome::Decided {
+            label: decider.label,
+            decided,
+        },
+        Err(ReplyError::Decided(note)) => Outcome::AlreadyDecided(note),
         Err(ReplyError::Refused(DecideError::NoPending)) => {
             match state.runs.decided_note(key, &token.confirmation_id).await {
-                Some(note) => page::decided(&note),
-                None => page::gone(token),
+                Some(note) => Outcome::AlreadyDecided(note),
+                None => Outcome::Gone,
             }
         }
-        Err(err) => page::refused(&err.to_string()),
+        Err(ReplyError::OutcomeUnknown) => Outcome::Unknown,
+        Err(
+            ReplyError::StoreUnavailable
+            | ReplyError::Late
+            | ReplyError::Refused(DecideError::Settling | DecideError::Counting),
+        ) => Outcome::Unavailable,
+        Err(err) => Outcome::Refused(err.to_string()),
     }
 }
 
@@ -232,11 +281,73 @@ fn answers_of(form: &[(String, String)], item: Option<&Interaction>) -> Map<Stri
     answers
 }
 
-/// `/d/<token>` as the access log writes it.
-pub fn logged_path(path: &str) -> &str {
-    if path.starts_with("/d/") {
-        "/d/<token>"
+/// A path as the access log writes it: every segment that is a decision
+/// link's token, or follows a `d` segment, as `<token>`, however it is
+/// spelt (`/d/<token>`, `//d/<token>`, `/%64/<token>`, a percent-encoded
+/// token): the router serves them all, and none may reach a log.
+pub fn logged_path(path: &str) -> std::borrow::Cow<'_, str> {
+    let decoded = |segment: &str| {
+        percent_encoding::percent_decode_str(segment)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let mut after_d = false;
+    let mut masked = false;
+    let segments: Vec<&str> = path
+        .split('/')
+        .map(|segment| {
+            let text = decoded(segment);
+            let hide = (after_d && !segment.is_empty()) || looks_like_token(&text);
+            if !segment.is_empty() {
+                after_d = text == "d";
+            }
+            masked |= hide;
+            if hide {
+                "<token>"
+            } else {
+                segment
+            }
+        })
+        .collect();
+    if masked {
+        std::borrow::Cow::Owned(segments.join("/"))
     } else {
-        path
+        std::borrow::Cow::Borrowed(path)
+    }
+}
+
+/// `<id>.<label>.<expiry ms>.<hex mac>`: a decision token's shape.
+fn looks_like_token(text: &str) -> bool {
+    let parts: Vec<&str> = text.split('.').collect();
+    parts.len() == 4
+        && !parts[2].is_empty()
+        && parts[2].bytes().all(|b| b.is_ascii_digit())
+        && !parts[3].is_empty()
+        && parts[3].bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::logged_path;
+
+    #[test]
+    fn a_token_never_reaches_the_access_log_however_the_path_is_spelt() {
+        let token = "5d0c0000-0000-4000-8000-000000000001.lead-1.2000.0123abcd";
+        for path in [
+            format!("/d/{token}"),
+            format!("//d/{token}"),
+            format!("/%64/{token}"),
+            format!("/d//{token}"),
+            format!("/x/{}", token.replace('.', "%2E")),
+            "/d/anything-else".to_owned(),
+        ] {
+            let logged = logged_path(&path);
+            assert!(logged.contains("<token>"), "{path} -> {logged}");
+            assert!(!logged.contains("lead-1"), "{path} -> {logged}");
+            assert!(!logged.contains("anything-else"), "{path} -> {logged}");
+        }
+        assert_eq!(logged_path("/d/abc"), "/d/<token>");
+        assert_eq!(logged_path("/api/v1/chat/stream"), "/api/v1/chat/stream");
+        assert_eq!(logged_path("/"), "/");
     }
 }

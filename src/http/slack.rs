@@ -18,10 +18,15 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 
-use super::links;
+use super::error::ChatError;
+use super::forward;
+use super::links::{self, Outcome};
 use super::state::AppState;
 use crate::notify::links::Token;
 use crate::notify::slack;
+use crate::protocol::Action;
+use crate::run::place::Place;
+use crate::session::RunTag;
 
 /// Most bytes an interactivity request may be (Slack's are a few KiB).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -68,18 +73,21 @@ pub async fn actions(
         action["action_id"].as_str().unwrap_or_default(),
         action["value"].as_str().unwrap_or_default(),
     );
-    let reply = match decide(&state, &req, &user, button, value).await {
-        Pressed::Decided(outcome) => {
-            json!({"replace_original": true, "text": outcome, "blocks": [
-                {"type": "section", "text": {"type": "mrkdwn", "text": slack::escape(&outcome)}}]})
-        }
-        Pressed::Told(why) => {
-            json!({"response_type": "ephemeral", "replace_original": false, "text": why})
-        }
+    if button == "open" {
+        // A link button: Slack opened the page; nothing to decide.
+        return HttpResponse::Ok().finish();
+    }
+    let forwarded = forward::forwarded(state.runs.cluster().map(|c| c.as_ref()), req.headers())
+        .ok()
+        .flatten();
+    let pressed = match press(&state, &req, &body, &user, button, value, forwarded).await {
+        Pressed::PassedOn => return HttpResponse::Ok().finish(),
+        Pressed::Outcome(outcome) => reply_to(outcome, &payload["message"]),
+        Pressed::Told(why) => ephemeral(&why),
     };
     if let Some(url) = response_url {
         tokio::spawn(async move {
-            if let Err(err) = app.http.post(&url).json(&reply).send().await {
+            if let Err(err) = app.http.post(&url).json(&pressed).send().await {
                 log::warn!(
                     "slack: the message could not be updated at {}: {}",
                     crate::redact::origin(&url),
@@ -93,18 +101,26 @@ pub async fn actions(
 
 /// What a press did.
 enum Pressed {
-    /// A decision was taken or refused: the message says it to everyone.
-    Decided(String),
+    /// A decision was taken, refused or not known: what it did.
+    Outcome(Outcome),
     /// Nothing was asked of the pause: only the presser is told.
     Told(String),
+    /// The run's owner is another replica: the press went there as it
+    /// came, and that replica answers Slack.
+    PassedOn,
 }
 
-async fn decide(
+/// Decides the pause the button's token names as the presser's approver
+/// key, through the decision link's door (its scope, quorum and journal),
+/// here or at the replica that holds its run.
+async fn press(
     state: &AppState,
     req: &HttpRequest,
+    body: &web::Bytes,
     user: &str,
     button: &str,
     value: &str,
+    forwarded: Option<forward::Forwarded>,
 ) -> Pressed {
     let Some(link_maker) = &state.runs.settings().links else {
         return Pressed::Told("this chatgate makes no decision links".to_owned());
@@ -124,25 +140,93 @@ async fn decide(
         "reject" => "cancel",
         _ => return Pressed::Told("unknown button".to_owned()),
     };
-    let label = state.access.label(caller);
-    let as_approver = link_maker.token(&Token {
-        label: label.clone(),
+    let token = Token {
+        label: state.access.label(caller),
         ..token
-    });
-    let form = web::Bytes::from(format!("action={action}"));
-    let answer = links::follow(state, req, &as_approver, form, true).await;
-    let outcome = answer
-        .headers()
-        .get(links::page::OUTCOME)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("Nothing was decided")
-        .to_owned();
-    let outcome = if let Some(by) = outcome.strip_prefix("Confirmed by ") {
-        format!("Approved by {by}")
-    } else if let Some(by) = outcome.strip_prefix("Cancelled by ") {
-        format!("Rejected by {by}")
-    } else {
-        outcome
     };
-    Pressed::Decided(outcome)
+    let target = match links::target(state, token).await {
+        Ok(target) => target,
+        Err(outcome) => return Pressed::Outcome(outcome),
+    };
+    match state.runs.place(&target.key).await {
+        Ok(Place::Here) => {}
+        Ok(Place::Replica(peer)) if forwarded.is_none() => {
+            let Some(cluster) = state.runs.cluster() else {
+                return Pressed::Outcome(Outcome::Unavailable);
+            };
+            let tag = RunTag::session(&target.key);
+            let path = req.path().to_owned();
+            return match forward::pass_link(cluster, &peer, &tag, req, &path, true, body.clone())
+                .await
+            {
+                Ok(_) => Pressed::PassedOn,
+                Err(ChatError::OutcomeUnknown) => Pressed::Outcome(Outcome::Unknown),
+                Err(_) => Pressed::Outcome(Outcome::Unavailable),
+            };
+        }
+        _ => return Pressed::Outcome(Outcome::Unavailable),
+    }
+    let form = [("action".to_owned(), action.to_owned())];
+    let client = forward::client_address(req, forwarded.is_some());
+    let not_after = forwarded.and_then(|f| f.not_after);
+    Pressed::Outcome(links::decide_form(state, &target, &form, client.as_deref(), not_after).await)
+}
+
+/// Slack's reply to a press that reached the pause: the channel message is
+/// replaced only when the pause is decided (its buttons go); an approval
+/// towards a quorum keeps the buttons and shows the progress; a refusal or
+/// a press to retry is told to the presser alone.
+fn reply_to(outcome: Outcome, message: &Value) -> Value {
+    let replace = |text: String| {
+        json!({"replace_original": true, "text": text, "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": slack::escape(&text)}}]})
+    };
+    match outcome {
+        Outcome::Decided { label, decided } => match decided.progress {
+            Some(progress) => {
+                let text = format!(
+                    "Approval recorded: {} of {} ({})",
+                    progress.approvals.len(),
+                    progress.required,
+                    progress.approvals.join(", ")
+                );
+                match slack::with_progress(message, &text) {
+                    Some(blocks) => {
+                        json!({"replace_original": true, "text": text, "blocks": blocks})
+                    }
+                    None => ephemeral(&text),
+                }
+            }
+            None => replace(match decided.action {
+                Action::Confirm => format!("Approved by {}", decided.approved_by.join(", ")),
+                Action::Cancel => format!("Rejected by {label}"),
+                other => format!("{} by {label}", other.as_str()),
+            }),
+        },
+        Outcome::AlreadyDecided(note) => replace(match &note.decided {
+            Some(decided) => format!(
+                "Already decided: {} by {}",
+                decided.action.as_str(),
+                decided.by
+            ),
+            None => "Already decided".to_owned(),
+        }),
+        Outcome::Gone => {
+            replace("No longer waiting: it was decided, it expired, or its run ended".to_owned())
+        }
+        Outcome::NotFound => ephemeral("this button is no longer valid (its pause expired)"),
+        Outcome::Refused(why) => ephemeral(&format!("Nothing was decided: {why}")),
+        Outcome::Unavailable => ephemeral(
+            "Nothing was decided: chatgate cannot take it just now; press again in a few seconds",
+        ),
+        Outcome::Unknown => ephemeral(
+            "Whether your press was taken is not known yet (it is being settled); press again \
+             in a few seconds to see what became of the pause",
+        ),
+    }
+}
+
+/// A reply only the presser sees; the channel message stays as it was.
+fn ephemeral(text: &str) -> Value {
+    json!({"response_type": "ephemeral", "replace_original": false, "text": text})
 }

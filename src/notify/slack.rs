@@ -43,8 +43,12 @@ pub fn verify(secret: &str, timestamp: &str, signature: &str, body: &[u8], now_s
 /// (asked by the requester labelled `key`): a header, the summary, one
 /// section per task (tool, risk, arguments), the expiry, and Approve and
 /// Reject buttons whose `value` is `token` (a decision token naming no
-/// one: the button's presser is named by their Slack user id).
-pub fn message(data: &Value, key: &str, summary: &str, token: &str) -> Value {
+/// one: the button's presser is named by their Slack user id). When the
+/// message cuts anything (more than [`TASKS_SHOWN`] tasks, arguments over
+/// [`ARGS_SHOWN`] characters) there is no Approve: nobody approves what
+/// they were not shown; a button opens the full pause on the page (`page`,
+/// with `--public-url`) instead.
+pub fn message(data: &Value, key: &str, summary: &str, token: &str, page: Option<&str>) -> Value {
     let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
     let risk = text(data, "risk_level");
     let mut blocks = vec![
@@ -57,8 +61,10 @@ pub fn message(data: &Value, key: &str, summary: &str, token: &str) -> Value {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
+    let mut cut = tasks.len() > TASKS_SHOWN;
     for task in tasks.iter().take(TASKS_SHOWN) {
         let args = task.get("args").map(Value::to_string).unwrap_or_default();
+        cut |= args.chars().count() > ARGS_SHOWN;
         let args: String = if args.chars().count() > ARGS_SHOWN {
             args.chars().take(ARGS_SHOWN).collect::<String>() + "…"
         } else {
@@ -81,16 +87,53 @@ pub fn message(data: &Value, key: &str, summary: &str, token: &str) -> Value {
     }
     blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn",
         "text": format!("Expires {}", escape(&text(data, "expires_at")))}]}));
-    blocks.push(
-        json!({"type": "actions", "block_id": "chatgate_decision", "elements": [
-            {"type": "button", "action_id": "approve", "style": "primary",
-             "text": {"type": "plain_text", "text": "Approve"}, "value": token},
-            {"type": "button", "action_id": "reject", "style": "danger",
-             "text": {"type": "plain_text", "text": "Reject"}, "value": token},
-        ]}),
-    );
+    let approve = json!({"type": "button", "action_id": "approve", "style": "primary",
+        "text": {"type": "plain_text", "text": "Approve"}, "value": token});
+    let reject = json!({"type": "button", "action_id": "reject", "style": "danger",
+        "text": {"type": "plain_text", "text": "Reject"}, "value": token});
+    let elements = if cut {
+        blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn",
+            "text": "Not all of this plan fits here: approve it where it is shown whole \
+                     (the decision page, the inbox)"}]}));
+        let mut elements = Vec::new();
+        if let Some(page) = page {
+            elements.push(json!({"type": "button", "action_id": "open",
+                "text": {"type": "plain_text", "text": "Open the whole plan"}, "url": page}));
+        }
+        elements.push(reject);
+        elements
+    } else {
+        vec![approve, reject]
+    };
+    blocks.push(json!({"type": "actions", "block_id": "chatgate_decision", "elements": elements}));
     json!({"text": format!("Approval needed: {summary}"), "blocks": blocks})
 }
+
+/// The `blocks` of a message chatgate posted (`message`, as a
+/// `block_actions` payload carries it) with `text` as its progress line
+/// (a context block `chatgate_progress`, replaced on each approval), its
+/// buttons kept; `None` when the payload carries no blocks.
+pub fn with_progress(message: &Value, text: &str) -> Option<Vec<Value>> {
+    let mut blocks: Vec<Value> = message
+        .get("blocks")?
+        .as_array()?
+        .iter()
+        .filter(|block| block["block_id"] != PROGRESS_BLOCK)
+        .cloned()
+        .collect();
+    let progress = json!({"type": "context", "block_id": PROGRESS_BLOCK,
+        "elements": [{"type": "mrkdwn", "text": escape(text)}]});
+    // Just above the buttons, where the presser looks.
+    let at = blocks
+        .iter()
+        .position(|block| block["type"] == "actions")
+        .unwrap_or(blocks.len());
+    blocks.insert(at, progress);
+    Some(blocks)
+}
+
+/// The `block_id` of a message's progress line.
+const PROGRESS_BLOCK: &str = "chatgate_progress";
 
 /// Escapes `&`, `<` and `>` as Slack's text formatting asks.
 pub fn escape(text: &str) -> String {
@@ -138,7 +181,7 @@ mod tests {
         let data = json!({"risk_level": "high", "expires_at": "2026-11-27T18:00:00Z",
             "tasks": [{"index": 1, "tool": "deploy", "risk_level": "high",
                        "description": "deploy <web>", "args": {"step": "deploy web"}}]});
-        let message = message(&data, "ci-bot", "Confirm the plan?", "tok");
+        let message = message(&data, "ci-bot", "Confirm the plan?", "tok", None);
         let blocks = message["blocks"].as_array().unwrap();
         assert_eq!(blocks[0]["type"], "header");
         let task = blocks[2]["text"]["text"].as_str().unwrap();
@@ -151,5 +194,25 @@ mod tests {
         assert_eq!(actions[1]["action_id"], "reject");
         assert_eq!(actions[0]["value"], "tok");
         assert_eq!(actions[1]["value"], "tok");
+    }
+
+    #[test]
+    fn a_message_that_cuts_anything_offers_no_approve() {
+        let task = |index: usize, args: Value| json!({"index": index, "tool": "deploy", "risk_level": "low", "args": args});
+        let long = json!({"tasks": [task(1, json!({"step": "x".repeat(ARGS_SHOWN)}))]});
+        let many = json!({"tasks": (1..=TASKS_SHOWN + 1)
+            .map(|i| task(i, json!({})))
+            .collect::<Vec<_>>()});
+        for data in [long, many] {
+            let message = message(&data, "ci-bot", "s", "tok", Some("https://gate/#session=s"));
+            let blocks = message["blocks"].as_array().unwrap();
+            let actions = blocks.last().unwrap()["elements"].as_array().unwrap();
+            let ids: Vec<&str> = actions
+                .iter()
+                .map(|a| a["action_id"].as_str().unwrap())
+                .collect();
+            assert_eq!(ids, ["open", "reject"], "{message}");
+            assert_eq!(actions[0]["url"], "https://gate/#session=s");
+        }
     }
 }

@@ -141,7 +141,9 @@ impl Webhooks {
         let asked = event.event_type == EventType::Requested && event.kind == PauseKind::Approval;
         if let (Some(slack), Some(token), true) = (&self.slack, &event.slack, asked) {
             let summary = event.summary.as_deref().unwrap_or_default();
-            let message = crate::notify::slack::message(&event.data, &event.key, summary, token);
+            let page = event.decide_url.as_deref();
+            let message =
+                crate::notify::slack::message(&event.data, &event.key, summary, token, page);
             rows.push(OutboxEvent {
                 id: event.id.clone(),
                 event_type: event.event_type.as_str().to_owned(),

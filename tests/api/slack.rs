@@ -24,6 +24,7 @@ const KEYS: &str = "\
 agent-key-000001 label=ci-bot
 approver lead-key-000001 label=lead-1 groups=leads slack=U0LEAD1
 approver lead-key-000002 label=lead-2 groups=leads slack=U0LEAD2
+approver low-key-0000003 label=junior max_risk=low slack=U0JUNIOR
 ";
 
 const TOOLS: &str = r#"
@@ -115,13 +116,17 @@ async fn app(dir: &Workdir, slack: &Slack) -> TestApp {
     .await
 }
 
-/// A `block_actions` request body: `user` pressed `button` carrying `value`.
+/// A `block_actions` request body: `user` pressed `button` carrying `value`
+/// on the first message the local Slack got (Slack sends the message with
+/// its blocks along).
 fn press(slack: &Slack, user: &str, button: &str, value: &str) -> String {
+    let message = slack.messages.lock().unwrap().first().cloned();
     let payload = json!({
         "type": "block_actions",
         "user": {"id": user, "username": user.to_lowercase()},
         "actions": [{"action_id": button, "block_id": "chatgate_decision", "value": value,
                      "type": "button"}],
+        "message": message,
         "response_url": format!("{}/response", slack.url),
     });
     serde_urlencoded::to_string([("payload", payload.to_string())]).unwrap()
@@ -198,14 +203,24 @@ async fn a_slack_message_s_buttons_decide_as_the_mapped_approvers() {
         "{told}"
     );
 
-    // lead-1 approves (1 of 2); the same request again counts once.
+    // lead-1 approves (1 of 2): the message keeps its buttons and shows the
+    // progress; the same request again counts once, told to lead-1 alone.
     let at = now();
     assert_eq!(send(&app, &body, at, &signature(at, &body)).await, 200);
     let update = Slack::wait(&slack.responses, 2).await.remove(1);
     assert_eq!(update["replace_original"], true);
     assert_eq!(update["text"], "Approval recorded: 1 of 2 (lead-1)");
+    let kept = update["blocks"].as_array().unwrap();
+    assert_eq!(kept.last().unwrap()["type"], "actions", "the buttons stay");
+    assert!(
+        kept.iter().any(|b| b["block_id"] == "chatgate_progress"
+            && b["elements"][0]["text"] == "Approval recorded: 1 of 2 (lead-1)"),
+        "{update}"
+    );
     assert_eq!(send(&app, &body, at, &signature(at, &body)).await, 200);
     let again = Slack::wait(&slack.responses, 3).await.remove(2);
+    assert_eq!(again["response_type"], "ephemeral", "{again}");
+    assert_eq!(again["replace_original"], false);
     assert!(
         again["text"]
             .as_str()
@@ -214,19 +229,32 @@ async fn a_slack_message_s_buttons_decide_as_the_mapped_approvers() {
         "{again}"
     );
 
+    // junior may not decide a high-risk pause: told alone, buttons kept.
+    let junior = press(&slack, "U0JUNIOR", "reject", &token);
+    let at = now();
+    assert_eq!(send(&app, &junior, at, &signature(at, &junior)).await, 200);
+    let refused = Slack::wait(&slack.responses, 4).await.remove(3);
+    assert_eq!(refused["response_type"], "ephemeral", "{refused}");
+    assert_eq!(refused["replace_original"], false);
+    assert!(
+        refused["text"].as_str().unwrap().contains("junior"),
+        "{refused}"
+    );
+
     // lead-2 approves: the pause is decided, the run completes.
     let second = press(&slack, "U0LEAD2", "approve", &token);
     let at = now();
     assert_eq!(send(&app, &second, at, &signature(at, &second)).await, 200);
-    let update = Slack::wait(&slack.responses, 4).await.remove(3);
-    assert_eq!(update["text"], "Approved by lead-2");
+    let update = Slack::wait(&slack.responses, 5).await.remove(4);
+    assert_eq!(update["text"], "Approved by lead-1, lead-2");
+    assert_eq!(update["replace_original"], true);
     assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
 
     // A press after the decision: who decided first.
     let late = press(&slack, "U0LEAD1", "reject", &token);
     let at = now();
     assert_eq!(send(&app, &late, at, &signature(at, &late)).await, 200);
-    let update = Slack::wait(&slack.responses, 5).await.remove(4);
+    let update = Slack::wait(&slack.responses, 6).await.remove(5);
     assert_eq!(update["text"], "Already decided: confirm by lead-2");
 }
 

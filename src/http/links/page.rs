@@ -89,6 +89,36 @@ pub fn gone(_token: &Token) -> HttpResponse {
     )
 }
 
+/// The page of what a decision did.
+pub fn of(outcome: super::Outcome) -> HttpResponse {
+    use super::Outcome;
+    match outcome {
+        Outcome::NotFound => not_found(),
+        Outcome::Gone => document(
+            StatusCode::GONE,
+            "No longer waiting",
+            "<h1>This decision is no longer waiting</h1><p>It was decided, it expired, or its \
+             run ended.</p>",
+            "No longer waiting: it was decided, it expired, or its run ended",
+        ),
+        Outcome::Refused(why) => refused(&why),
+        Outcome::Unavailable => unavailable(),
+        Outcome::Unknown => document(
+            StatusCode::GATEWAY_TIMEOUT,
+            "Not known yet",
+            "<h1>Not known yet</h1><p>Whether your decision was taken is not known yet: it is \
+             being settled. Open this link again in a few seconds to see what became of the \
+             pause.</p>",
+            "Not known yet: open the link again in a few seconds",
+        ),
+        Outcome::AlreadyDecided(note) => decided(&note),
+        Outcome::Decided { label, decided } => match &decided.progress {
+            Some(progress) => recorded(&label, progress.approvals.len(), progress.required),
+            None => done(decided.action.as_str(), &label),
+        },
+    }
+}
+
 pub fn unavailable() -> HttpResponse {
     document(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -135,9 +165,7 @@ pub fn decided(note: &PauseNote) -> HttpResponse {
     )
 }
 
-pub fn recorded(label: &str, approvals: &Value, required: Option<&Value>) -> HttpResponse {
-    let count = approvals.as_array().map_or(0, Vec::len);
-    let required = required.and_then(Value::as_u64).unwrap_or(0);
+pub fn recorded(label: &str, count: usize, required: usize) -> HttpResponse {
     document(
         StatusCode::OK,
         "Approval recorded",
