@@ -325,3 +325,45 @@ parameters = { type = "object", properties = { step = { type = "string" } } }
     assert_eq!(status, 200, "{page}");
     assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_never_reaches_the_access_log_however_its_path_is_spelt() {
+    let server = crate::common::start_binary(&["--link-secret", SECRET, "--public-url", PUBLIC]);
+    let secret_part = "lead-1.99999999999999.0123456789abcdef0123456789abcdef";
+    let token = format!("5d0c0000-0000-4000-8000-000000000001.{secret_part}");
+    let paths = [
+        format!("/d/{token}"),
+        format!("//d/{token}"),
+        format!("/%64/{token}"),
+        format!("/%64/{}", token.replace('.', "%2E")),
+    ];
+    let client = reqwest::Client::new();
+    for path in &paths {
+        let url = format!("{}{path}", server.url);
+        client.get(url).send().await.unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + crate::helpers::WAIT;
+    let lines = loop {
+        let lines: Vec<String> = server
+            .logs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|line| line.contains("\"GET "))
+            .cloned()
+            .collect();
+        if lines.len() >= paths.len() || tokio::time::Instant::now() > deadline {
+            break lines;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(lines.len(), paths.len(), "{lines:?}");
+    for line in &lines {
+        assert!(line.contains("<token>"), "{line}");
+        assert!(
+            !line.contains("lead-1"),
+            "the token reached the log: {line}"
+        );
+        assert!(!line.contains("0123456789abcdef"), "{line}");
+    }
+}
