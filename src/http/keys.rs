@@ -62,6 +62,8 @@ fn is_address(text: &str) -> bool {
 fn parse_keys(text: &str) -> Result<KeysFile, String> {
     let mut file = KeysFile::default();
     let mut labels: Vec<String> = Vec::new();
+    // Every key's line, in the order of its list (requester, approver).
+    let (mut key_lines, mut approver_lines) = (Vec::new(), Vec::new());
     for (number, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -147,12 +149,54 @@ fn parse_keys(text: &str) -> Result<KeysFile, String> {
         if approver {
             file.approvers.push(key.to_owned());
             file.approver_attrs.push(attrs);
+            approver_lines.push(number + 1);
         } else {
             file.keys.push(key.to_owned());
             file.key_attrs.push(attrs);
+            key_lines.push(number + 1);
         }
     }
+    check_effective_labels(&file, &key_lines, &approver_lines)?;
     Ok(file)
+}
+
+/// Every key's label as the records name it (its `label=`, else its place
+/// label: `key-N`, `approver-N`) is its own: a `label=approver-1` on
+/// another key would let a link or a record of one key pass for the other.
+fn check_effective_labels(
+    file: &KeysFile,
+    key_lines: &[usize],
+    approver_lines: &[usize],
+) -> Result<(), String> {
+    let effective = |attrs: &KeyAttrs, place: String| attrs.label.clone().unwrap_or(place);
+    let mut seen: Vec<(String, usize)> = vec![("anonymous".to_owned(), 0)];
+    let keys = file
+        .key_attrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (effective(a, format!("key-{}", i + 1)), key_lines[i]));
+    let approvers = file.approver_attrs.iter().enumerate().map(|(i, a)| {
+        (
+            effective(a, format!("approver-{}", i + 1)),
+            approver_lines[i],
+        )
+    });
+    for (label, line) in keys.chain(approvers) {
+        if let Some((_, first)) = seen.iter().find(|(l, _)| *l == label) {
+            let (line, other) = (line.max(*first), line.min(*first));
+            let whose = if other == 0 {
+                "the label of a request without a key".to_owned()
+            } else {
+                format!("the label of the key on line {other}")
+            };
+            return Err(format!(
+                "line {line}: label `{label}` is {whose} (a key without label= is named by \
+                 its place: key-N, approver-N); give each key a label of its own"
+            ));
+        }
+        seen.push((label, line));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -176,6 +220,13 @@ mod tests {
 
         for (text, line, word) in [
             ("k1 label=a\nk2 label=a\n", "line 2", "label `a`"),
+            (
+                "approver a1\nk1 label=approver-1\n",
+                "line 2",
+                "label `approver-1`",
+            ),
+            ("k1 label=key-2\nk2\n", "line 2", "label `key-2`"),
+            ("k1 label=anonymous\n", "line 1", "label `anonymous`"),
             ("k1 colour=red\n", "line 1", "colour"),
             ("\napprover k1 max_risk=huge\n", "line 2", "max_risk"),
             ("k1 groups=a,b/c\n", "line 1", "groups"),

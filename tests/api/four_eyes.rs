@@ -327,3 +327,23 @@ async fn a_restored_plan_never_runs_a_task_that_was_not_in_its_pause() {
         "the wipe nobody saw was never run"
     );
 }
+
+#[test]
+fn a_label_that_is_another_key_s_place_label_stops_the_start() {
+    let dir = Workdir::new();
+    let keys = dir.path("keys.txt");
+    std::fs::write(
+        &keys,
+        "agent-key-000001\napprover lead-key-000001\napprover lead-key-000002 label=approver-1\n",
+    )
+    .unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_chatgate"))
+        .args(["--bind", "127.0.0.1:0", "--api-keys-file"])
+        .arg(&keys)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("line 3"), "{stderr}");
+    assert!(stderr.contains("`approver-1`"), "{stderr}");
+}
