@@ -375,7 +375,7 @@ async fn execute(
                 // The person decided what runs; the rules see it again.
                 approved_by = None;
                 if let Some(tool) = ctx.tools().get(&name).cloned() {
-                    if let Route::Deny { rule, reason } = ctx.route(&tool, args, true).await? {
+                    if let Route::Deny { rule, reason } = ctx.route_edited(&tool, args).await? {
                         ctx.denied(index, &name, &rule, reason.as_deref()).await?;
                         denied += 1;
                         continue;

@@ -347,3 +347,53 @@ fn a_label_that_is_another_key_s_place_label_stops_the_start() {
     assert!(stderr.contains("line 3"), "{stderr}");
     assert!(stderr.contains("`approver-1`"), "{stderr}");
 }
+
+#[tokio::test]
+async fn an_edited_task_spends_no_second_call_of_the_grant_that_routed_it() {
+    let dir = Workdir::new();
+    let extra = r#"
+[[tool]]
+name = "deploy"
+description = "Deploy"
+risk = "high"
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+"#;
+    let app = app_with_tools(&dir, extra, |_| {}).await;
+    let (mut first, _) = app.open_paused("gr", "note one").await;
+    let granting = json!({"message": "CONFIRM_ACTION:confirm", "session_id": "gr",
+        "grant": {"scope": "session", "tools": ["note"], "ttl": "10m", "max_calls": 3}});
+    let (status, chunk) = crate::helpers::one_chunk(app.post_json(&granting).await).await;
+    assert_eq!(status, 200, "{}", chunk.chunk);
+    assert_eq!(first.finish().await.chunk_type, ChunkType::Completion);
+    let calls_left = || async {
+        let listed: Value = app
+            .client
+            .get(format!("{}/api/v1/grants", app.address))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        listed["grants"][0]["calls_left"].as_u64().unwrap()
+    };
+    assert_eq!(
+        calls_left().await,
+        3,
+        "the call confirmed with it spends none"
+    );
+
+    // The grant routes `note two` (a call spent); the deploy is asked; the
+    // person edits the note: the edit spends nothing more.
+    let (mut second, request) = app.open_paused("gr", "note two; deploy web").await;
+    assert_eq!(request.approval().unwrap().tasks.len(), 2);
+    assert_eq!(calls_left().await, 2, "routing note two spent one");
+    let edit = json!({"message": "CONFIRM_ACTION:confirm", "session_id": "gr",
+        "decisions": [{"index": 1, "decision": "edit", "args": {"step": "note edited"}}]});
+    let (status, chunk) = crate::helpers::one_chunk(app.post_json(&edit).await).await;
+    assert_eq!(status, 200, "{}", chunk.chunk);
+    assert_eq!(second.finish().await.chunk_type, ChunkType::Completion);
+    assert_eq!(dir.notes(), ["note one", "note edited"]);
+    assert_eq!(calls_left().await, 2, "the edit spent no second call");
+}

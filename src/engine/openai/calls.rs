@@ -245,7 +245,7 @@ pub async fn tools_answered(
                     Verdict::Edit { args } => {
                         // The person decided what runs; the rules see it again.
                         if let Route::Deny { rule, reason } =
-                            Box::pin(ctx.route(tool, args, true)).await?
+                            Box::pin(ctx.route_edited(tool, args)).await?
                         {
                             let text = ctx
                                 .denied(index, &tool.name, &rule, reason.as_deref())

@@ -106,6 +106,24 @@ impl RunContext {
         args: &Value,
         asks: bool,
     ) -> Result<Route, RunError> {
+        self.route_with(tool, args, asks, true).await
+    }
+
+    /// An edited call routed again with its new arguments, after the
+    /// person decided it: its rules recorded and a `deny` found, but no
+    /// grant spent (the person's yes, not a grant, lets it run; the grant
+    /// that routed it before the edit spent its call then).
+    pub async fn route_edited(&mut self, tool: &Tool, args: &Value) -> Result<Route, RunError> {
+        self.route_with(tool, args, true, false).await
+    }
+
+    async fn route_with(
+        &mut self,
+        tool: &Tool,
+        args: &Value,
+        asks: bool,
+        spends: bool,
+    ) -> Result<Route, RunError> {
         let key = self.key_label();
         let tools = self.tools().clone();
         let ruling = tools.rules().evaluate(&tool.name, args, &key);
@@ -117,7 +135,7 @@ impl RunContext {
                 .enforced
                 .and_then(|rule| rule.gate.as_ref())
                 .is_some_and(Gate::needs_people);
-        if route == Route::Ask && !gated {
+        if route == Route::Ask && !gated && spends {
             if let Some(by) = self.spend_grant(tool, args).await {
                 route = Route::Allow(Some(by));
             }
