@@ -479,7 +479,10 @@ fn parse_matcher(raw: &toml::Value) -> Result<Matcher, String> {
             if pattern.chars().count() > MAX_PATTERN_CHARS {
                 return Err(format!("`regex` is at most {MAX_PATTERN_CHARS} characters"));
             }
+            // `.` matches a newline too: a `deny` on `prod.*` must not
+            // miss `"prod\nx"`.
             regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+                .dot_matches_new_line(true)
                 .size_limit(MAX_REGEX_BYTES)
                 .build()
                 .map(Matcher::Regex)

@@ -289,3 +289,30 @@ fn the_example_rules_file_loads_and_decides_as_it_says() {
     assert!(echo.enforced.is_none());
     assert_eq!(echo.shadowed[0].name, "echo watch");
 }
+
+#[test]
+fn a_regex_and_a_glob_match_across_lines() {
+    let rules = rules(
+        r#"
+[[rule]]
+name = "no prod regex"
+tool = "deploy"
+args = { "/env" = { regex = "prod.*" } }
+decision = "deny"
+
+[[rule]]
+name = "no prod glob"
+tool = "ship"
+args = { "/env" = "prod*" }
+decision = "deny"
+"#,
+    )
+    .unwrap();
+    for (tool, name) in [("deploy", "no prod regex"), ("ship", "no prod glob")] {
+        assert_eq!(
+            decided(&rules, tool, json!({"env": "prod\nx"}), "k"),
+            Some((name.to_owned(), RuleDecision::Deny)),
+            "{tool}"
+        );
+    }
+}
