@@ -106,6 +106,10 @@ pub enum AuditRecord {
         /// Who decided: the API key's label, and the client's address.
         key: String,
         client: Option<String>,
+        /// A quorum's decision: every label that approved, in order (absent
+        /// for a decision of one person).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        approved_by: Vec<String>,
     },
     /// One approval of several a pause needs (a quorum), before the reply
     /// is acknowledged: who, and the approvals so far.

@@ -344,6 +344,10 @@ impl Journal<'_> {
                     decisions: decision.decisions.cloned(),
                     key,
                     client,
+                    approved_by: match decision.approved_by {
+                        several if several.len() > 1 => several.to_vec(),
+                        _ => Vec::new(),
+                    },
                 },
                 PauseKind::Question => AuditRecord::Answered {
                     run: run.fields(),

@@ -72,6 +72,14 @@ async fn a_reject_of_another_task_is_one_approval_and_the_reject_is_carried() {
         ["deploy web"],
         "the deploy ran on two approvals; lead-1's reject of the note stood"
     );
+    let decided = dir
+        .audit()
+        .into_iter()
+        .find(|r| r["event"] == "decided")
+        .unwrap();
+    assert_eq!(decided["key"], "lead-2");
+    assert_eq!(decided["approved_by"], json!(["lead-1", "lead-2"]));
+    assert_eq!(decided["decisions"][1]["decision"], "reject", "{decided}");
 }
 
 #[tokio::test]
