@@ -163,3 +163,48 @@ parameters = { type = "object", properties = { step = { type = "string" } } }
     assert!(told.contains("rejected"), "{told}");
     assert!(told.contains("no answer in time"), "{told}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_routed_call_asked_beside_another_runs_as_the_grant_s() {
+    let tooling = Tooling::with_rules(RULES);
+    let both = answer(
+        &[
+            call(
+                Some(0),
+                Some("c2"),
+                Some("note"),
+                json!("{\"step\":\"two\"}"),
+            ),
+            call(Some(1), Some("c3"), Some("peek"), json!("{}")),
+        ],
+        "tool_calls",
+    );
+    let model = fake_model(vec![
+        one_call("c1", "note", json!({"step": "one"})),
+        tokens(&["noted"]),
+        both,
+        tokens(&["both done"]),
+    ])
+    .await;
+    let app = app_with_model(&model.url, tooling.configure()).await;
+
+    let (mut first, _) = app.open_paused("gr", "note one").await;
+    let granting = json!({"message": "CONFIRM_ACTION:confirm", "session_id": "gr",
+        "grant": {"scope": "session", "tools": ["note"], "ttl": "10m"}});
+    let (status, chunk) = crate::helpers::one_chunk(app.post_json(&granting).await).await;
+    assert_eq!(status, 200, "{}", chunk.chunk);
+    assert_eq!(first.finish().await.chunk_type, ChunkType::Completion);
+
+    let (mut second, request) = app.open_paused("gr", "note two and peek").await;
+    let tasks = &request.approval().unwrap().tasks;
+    let by = serde_json::to_value(&tasks[0].approved_by).unwrap();
+    assert!(by["grant"].is_string(), "listed as the grant's: {by}");
+    app.reply("gr", "CONFIRM_ACTION:confirm").await;
+    assert_eq!(second.finish().await.chunk_type, ChunkType::Completion);
+    let ran = second
+        .chunks
+        .iter()
+        .find(|c| c.chunk_type == ChunkType::ToolOutput)
+        .unwrap();
+    assert_eq!(ran.metadata["approved_by"], by, "it ran as the grant's");
+}

@@ -39,7 +39,7 @@ pub async fn tool_turn(
     let calls = &reply.tool_calls;
     let call_ids: Vec<String> = calls.iter().map(|call| call.id.clone()).collect();
     let mut results: Vec<String> = vec![String::new(); calls.len()];
-    let mut batch: Vec<(usize, Arc<Tool>, Value)> = Vec::new();
+    let mut batch: Vec<(usize, Arc<Tool>, Value, Option<ApprovedBy>)> = Vec::new();
     let mut allowed: Vec<(usize, Arc<Tool>, Value, ApprovedBy)> = Vec::new();
     let mut ran = false;
     let filled = match Box::pin(fill_missing(ctx, reply, tools)).await {
@@ -110,7 +110,7 @@ pub async fn tool_turn(
                 results[position] = outcome_text(&outcome);
                 ran = true;
             }
-            Route::Ask => batch.push((position, tool, args)),
+            Route::Ask => batch.push((position, tool, args, None)),
         }
     }
     if batch.is_empty() {
@@ -136,27 +136,27 @@ pub async fn tool_turn(
     batch.extend(
         allowed
             .into_iter()
-            .map(|(position, tool, args, _)| (position, tool, args)),
+            .map(|(position, tool, args, by)| (position, tool, args, Some(by))),
     );
-    batch.sort_by_key(|(position, _, _)| *position);
+    batch.sort_by_key(|(position, ..)| *position);
     let mut plan = Plan {
         state: None,
         summary: format!("Confirm {} tool call(s)?", batch.len()),
         risk_level: batch
             .iter()
-            .map(|(_, tool, _)| tool.risk)
+            .map(|(_, tool, ..)| tool.risk)
             .max()
             .unwrap_or(RiskLevel::Low),
         tasks: batch
             .iter()
             .enumerate()
-            .map(|(k, (_, tool, args))| TaskSpec {
+            .map(|(k, (_, tool, args, by))| TaskSpec {
                 index: k + 1,
                 description: describe(tool, args),
                 tool: tool.name.clone(),
                 args: Some(args.clone()),
                 risk_level: Some(tool.risk),
-                approved_by: ctx.route_quietly(tool, args, tool.confirm).approved_by(),
+                approved_by: by.clone(),
                 ..TaskSpec::default()
             })
             .collect(),
@@ -166,10 +166,11 @@ pub async fn tool_turn(
         results: results.clone(),
         batch: batch
             .iter()
-            .map(|(position, tool, args)| PendingCall {
+            .map(|(position, tool, args, by)| PendingCall {
                 position: *position,
                 tool: tool.name.clone(),
                 args: args.clone(),
+                approved_by: by.clone(),
             })
             .collect(),
         ran,
@@ -229,19 +230,18 @@ pub async fn tools_answered(
     messages: &mut Vec<Value>,
     call_ids: &[String],
     mut results: Vec<String>,
-    batch: &[(usize, Arc<Tool>, Value)],
+    batch: &[(usize, Arc<Tool>, Value, Option<ApprovedBy>)],
     answer: Result<Approval, RunError>,
     mut ran: bool,
 ) -> Result<bool, RunError> {
     match answer {
         Ok(Approval::Confirm(decisions)) => {
-            for (k, (position, tool, args)) in batch.iter().enumerate() {
+            for (k, (position, tool, args, allowed_by)) in batch.iter().enumerate() {
                 let index = k + 1;
                 let (used, approved_by) = match decisions.verdict(index) {
-                    Verdict::Approve => (
-                        args.clone(),
-                        ctx.route_quietly(tool, args, tool.confirm).approved_by(),
-                    ),
+                    // What allowed it before the pause (a rule, a grant):
+                    // approved as is, it runs as that, else as the person's.
+                    Verdict::Approve => (args.clone(), allowed_by.clone()),
                     Verdict::Edit { args } => {
                         // The person decided what runs; the rules see it again.
                         if let Route::Deny { rule, reason } =
@@ -297,14 +297,14 @@ pub async fn tools_answered(
                 "Not run. {} Call the tools again as they should be.",
                 modify_text(&feedback)
             );
-            for (position, _, _) in batch {
+            for (position, ..) in batch {
                 results[*position] = text.clone();
             }
             ctx.emit(ChunkType::Status, "Re-planning with your feedback")
                 .await?;
         }
         Err(RunError::Cancelled(reason)) => {
-            for (position, _, _) in batch {
+            for (position, ..) in batch {
                 results[*position] =
                     format!("Not run: the user did not confirm ({}).", reason.as_str());
             }

@@ -268,7 +268,7 @@ impl OpenAiEngine {
                                 call.tool
                             ),
                         })?;
-                    calls.push((call.position, tool, call.args));
+                    calls.push((call.position, tool, call.args, call.approved_by));
                 }
                 let answer = Ok(approval);
                 tools_answered(ctx, messages, &call_ids, results, &calls, answer, ran).await?

@@ -61,6 +61,10 @@ pub struct PendingCall {
     pub position: usize,
     pub tool: String,
     pub args: Value,
+    /// What allowed it before the pause (a rule, a grant whose call it
+    /// spent), when something did: approved as is, it runs as that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<crate::protocol::ApprovedBy>,
 }
 
 /// The state a pause stores, when pauses are stored at all.
