@@ -111,6 +111,17 @@ pub enum AuditRecord {
         #[serde(skip_serializing_if = "Vec::is_empty")]
         approved_by: Vec<String>,
     },
+    /// Nobody answered a pause whose tasks say `on_timeout = "reject"`:
+    /// every task rejected (`decisions`), before the run goes on. No key
+    /// decided it.
+    TimeoutRejected {
+        #[serde(flatten)]
+        run: RunFields,
+        confirmation_id: String,
+        round: u32,
+        decisions: Decisions,
+        timeout_seconds: u64,
+    },
     /// One approval of several a pause needs (a quorum), before the reply
     /// is acknowledged: who, and the approvals so far.
     Approved {

@@ -75,6 +75,9 @@ pub enum Decision {
     Answer(Map<String, Value>),
     /// A question pause declined.
     Skip,
+    /// Nobody answered a pause whose tasks reject on timeout: these
+    /// verdicts (every task rejected), and the run goes on.
+    TimedOut(Decisions),
     /// `CancelReason::User` for a `cancel` reply, otherwise why the run stopped.
     Cancel(CancelReason),
     /// The decision could not be acted on (the audit log could not record
@@ -489,6 +492,8 @@ impl ConfirmationManager {
                 Action::Cancel => Decision::Cancel(CancelReason::User),
                 Action::Answer => Decision::Answer(answers.clone().unwrap_or_default()),
                 Action::Skip => Decision::Skip,
+                // No pause offers it: `options` refused it above.
+                Action::TimeoutReject => return Err(DecideError::AlreadyDecided),
             };
             (Some(decide_tx), Some(decision))
         };

@@ -158,6 +158,20 @@ impl RunSlot {
     /// How long the pause has left by its expiry now, when an escalation
     /// moved it (`escalate_extends`) past the wait's deadline (by more
     /// than a second).
+    /// How long this run's latest pause was given, from when it was asked
+    /// to its expiry (an escalation's extension included): what its
+    /// `interaction.expired` says it waited.
+    pub fn pause_span(&self) -> Option<Duration> {
+        let registry = self.manager.lock();
+        let pause = registry
+            .sessions
+            .get(&self.key)
+            .filter(|entry| entry.run_id == self.run_id)?
+            .pause
+            .as_ref()?;
+        pause.expires_at.duration_since(pause.asked_at).ok()
+    }
+
     fn time_left(&self) -> Option<Duration> {
         let registry = self.manager.lock();
         let pause = registry

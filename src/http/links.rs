@@ -21,13 +21,15 @@ use super::state::AppState;
 use crate::confirmation::DecideError;
 use crate::notify::links::Token;
 use crate::protocol::{ReplyMessage, TaskDecisionRequest};
-use crate::run::decide::{Decided, Reply, ReplyError};
+use crate::run::decide::{Reply, ReplyError};
 use crate::run::inbox::Interaction;
 use crate::run::place::Place;
 use crate::session::{RunTag, SessionKey};
-use crate::store::PauseNote;
 
+pub mod outcome;
 pub mod page;
+
+pub use self::outcome::Outcome;
 
 /// Most bytes a link's form may be.
 pub const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -47,28 +49,6 @@ pub async fn decide(
 async fn answer(req: &HttpRequest, body: web::Bytes, state: &AppState, post: bool) -> HttpResponse {
     let text = req.match_info().get("token").unwrap_or_default().to_owned();
     follow(state, req, &text, body, post).await
-}
-
-/// What a decision link's (or a Slack button's) decision did, typed: the
-/// page and the Slack reply are worded from it, never from each other.
-#[derive(Debug)]
-pub enum Outcome {
-    /// A forged, altered, expired or other-secret token.
-    NotFound,
-    /// Nothing is waiting on it any more (decided, expired, the run ended).
-    Gone,
-    /// Refused as it stands (scope, quorum rules, a bad form): why.
-    Refused(String),
-    /// Not taken, and nothing was: try again (a store or an owner out of
-    /// reach, a forwarded decision past its deadline, an approval being kept).
-    Unavailable,
-    /// Taken or not is not known yet (a store or an owner that did not
-    /// answer in time): the page (reloaded) says which.
-    Unknown,
-    /// Decided (or one approval recorded) as `label`.
-    Decided { label: String, decided: Decided },
-    /// Decided before, by a reply: what and who.
-    AlreadyDecided(PauseNote),
 }
 
 /// A link token's pause, found: its run, and who decides it.

@@ -277,6 +277,10 @@ pub enum Action {
     Cancel,
     Answer,
     Skip,
+    /// Nobody answered a pause whose tasks say `on_timeout = "reject"`:
+    /// every task rejected, the run goes on. Recorded and shown, never
+    /// sent by a client (no pause offers it).
+    TimeoutReject,
 }
 
 impl Action {
@@ -289,10 +293,11 @@ impl Action {
         self.into()
     }
 
-    /// Parses an already trimmed, lower-cased action word.
+    /// Parses an already trimmed, lower-cased action word (what a reply
+    /// may say: never `timeout_reject`).
     pub fn from_word(word: &str) -> Option<Action> {
         use strum::IntoEnumIterator;
-        Action::iter().find(|a| a.as_str() == word)
+        Action::iter().find(|a| a.as_str() == word && *a != Action::TimeoutReject)
     }
 }
 

@@ -23,7 +23,7 @@ use crate::notify::links::Link;
 use crate::notify::mail::MailTo;
 use crate::protocol::question::Question;
 use crate::protocol::{
-    Action, ApprovedBy, CancelReason, ChunkType, PauseKind, RiskLevel, TaskSpec,
+    Action, ApprovedBy, CancelReason, ChunkType, Decisions, PauseKind, RiskLevel, TaskSpec,
 };
 use crate::session::SessionKey;
 use crate::store::{Grant, OutboxEvent, StoredDecision};
@@ -114,6 +114,16 @@ pub enum PauseEvent<'a> {
     Withdrawn {
         pause: Pause<'a>,
         reason: CancelReason,
+        timeout: Duration,
+    },
+    /// Nobody answered for `timeout` and its tasks say `on_timeout =
+    /// "reject"`: `rejected` (every task) is its decision, the store keeps
+    /// it, the audit log's `timeout_rejected` says so, and
+    /// `interaction.expired` carries it.
+    TimedOut {
+        pause: Pause<'a>,
+        round: u32,
+        rejected: &'a Decisions,
         timeout: Duration,
     },
     /// A restore found the pause's timeout passed: `interaction.expired`.
@@ -298,6 +308,27 @@ impl Journal<'_> {
                 },
                 decision: Some(cancelled(pause, reason)),
                 audit: None,
+            },
+            PauseEvent::TimedOut {
+                pause,
+                round,
+                rejected,
+                timeout,
+            } => Entry {
+                audit: self.record(|| AuditRecord::TimeoutRejected {
+                    run: run.fields(),
+                    confirmation_id: pause.confirmation_id.to_owned(),
+                    round,
+                    decisions: rejected.clone(),
+                    timeout_seconds: timeout.as_secs(),
+                }),
+                events: self.rows(|| Event::expired_rejecting(&about(pause), timeout, rejected)),
+                decision: Some(StoredDecision::new(
+                    Action::TimeoutReject,
+                    pause.confirmation_id,
+                    Some(rejected.clone()),
+                    Some(CancelReason::Timeout),
+                )),
             },
             PauseEvent::Expired { pause, timeout } => {
                 self.announced(|| Event::expired(&about(pause), timeout))

@@ -104,20 +104,33 @@ impl Waited<'_> {
     }
 }
 
-/// `interaction.expired`: the pause's timeout decided (a cancel).
+/// `interaction.expired`: the pause's timeout decided: a cancel, or (its
+/// tasks saying `on_timeout = "reject"`) every task rejected, `decisions`
+/// saying which, and the run went on.
 #[derive(Debug, Serialize)]
-pub(super) struct Expired {
+pub(super) struct Expired<'a> {
     action: Action,
     reason: CancelReason,
     timeout_seconds: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decisions: Option<&'a Decisions>,
 }
 
-impl Expired {
-    pub(super) fn after(timeout: Duration) -> Expired {
+impl<'a> Expired<'a> {
+    pub(super) fn after(timeout: Duration) -> Expired<'a> {
         Expired {
             action: Action::Cancel,
             reason: CancelReason::Timeout,
             timeout_seconds: timeout.as_secs(),
+            decisions: None,
+        }
+    }
+
+    pub(super) fn rejecting(timeout: Duration, rejected: &'a Decisions) -> Expired<'a> {
+        Expired {
+            action: Action::TimeoutReject,
+            decisions: Some(rejected),
+            ..Expired::after(timeout)
         }
     }
 }

@@ -356,6 +356,16 @@ impl Event {
         Event::new(EventType::Expired, about, data)
     }
 
+    /// `interaction.expired` of a pause whose tasks silence rejected.
+    pub fn expired_rejecting(
+        about: &About<'_>,
+        timeout: Duration,
+        rejected: &crate::protocol::Decisions,
+    ) -> Event {
+        let data = body::data(body::Expired::rejecting(timeout, rejected));
+        Event::new(EventType::Expired, about, data)
+    }
+
     /// A grant kept (`created`, with the pause it was given on) or revoked
     /// (with who revoked it): `data` is the grant as the API lists it.
     pub fn grant(

@@ -32,6 +32,7 @@ mod openai_rules;
 #[cfg(feature = "openai")]
 mod openai_tools;
 mod operations;
+mod operator;
 mod questions;
 mod races;
 mod reattach;

@@ -5,6 +5,7 @@ use actix_web::http::StatusCode;
 use actix_web::HttpResponse;
 use serde_json::Value;
 
+use super::outcome::Outcome;
 use crate::notify::links::Token;
 use crate::run::inbox::Interaction;
 use crate::store::PauseNote;
@@ -90,8 +91,7 @@ pub fn gone(_token: &Token) -> HttpResponse {
 }
 
 /// The page of what a decision did.
-pub fn of(outcome: super::Outcome) -> HttpResponse {
-    use super::Outcome;
+pub fn of(outcome: Outcome) -> HttpResponse {
     match outcome {
         Outcome::NotFound => not_found(),
         Outcome::Gone => document(

@@ -135,17 +135,25 @@ impl RunContext {
             Decision::Confirm(..) => Action::Confirm,
             Decision::Modify(_) => Action::Modify,
             Decision::Cancel(_) => Action::Cancel,
+            Decision::TimedOut(_) => Action::TimeoutReject,
             // Not offered on a plan: the manager never takes it.
             _ => return Err(RunError::unacted(ErrorType::Internal)),
         };
         let round = asked.round;
         let decisions = match &decision {
-            Decision::Confirm(decisions, _) => Some(decisions),
+            Decision::Confirm(decisions, _) | Decision::TimedOut(decisions) => Some(decisions),
             _ => None,
+        };
+        let text = match action {
+            Action::TimeoutReject => format!(
+                "No answer in time for round {round}: every task is rejected (on_timeout = \
+                 reject)"
+            ),
+            _ => format!("Received {} for round {round}", action.as_str()),
         };
         let received = Chunk::confirmation_received(
             self.session_id(),
-            format!("Received {} for round {round}", action.as_str()),
+            text,
             action,
             &asked.confirmation_id,
             round,
@@ -161,6 +169,7 @@ impl RunContext {
                 self.pending_grant = grant.map(|grant| Box::new((*grant, asked.confirmation_id)));
                 Ok(Approval::Confirm(decisions))
             }
+            Decision::TimedOut(decisions) => Ok(Approval::Confirm(decisions)),
             Decision::Modify(text) => Ok(Approval::Modify(text)),
             _ => Err(RunError::Cancelled(CancelReason::User)),
         }

@@ -143,9 +143,11 @@ impl RunContext {
             timers.abort();
         }
         self.log.pause_ended();
-        // Boxed, like `put_to_person`: a store call does not grow every pause.
-        let decision = Box::pin(self.record_fallback(decision, &asked.confirmation_id)).await?;
-        Ok(self.silence(decision, asked.rejects_on_timeout.as_deref()))
+        // Silence turned into what the tasks say it is (a reject), then
+        // recorded as that. Boxed, like `put_to_person`: a store call does
+        // not grow every pause.
+        let decision = self.silence(decision, asked.rejects_on_timeout.as_deref());
+        Box::pin(self.record_fallback(decision, asked)).await
     }
 
     /// With a durable store and an engine that can resume, keeps the pause
@@ -306,6 +308,7 @@ impl RunContext {
             Decision::Modify(_) => Action::Modify.as_str(),
             Decision::Answer(_) => Action::Answer.as_str(),
             Decision::Skip => Action::Skip.as_str(),
+            Decision::TimedOut(_) => Action::TimeoutReject.as_str(),
             Decision::Cancel(CancelReason::User) => Action::Cancel.as_str(),
             Decision::Cancel(reason) => reason.as_str(),
             Decision::Failed(error_type) => return Err(RunError::unacted(*error_type)),

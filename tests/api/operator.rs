@@ -1,0 +1,84 @@
+//! What an operator hit setting up approvals (#41), over real sockets: a
+//! timeout's reject is its own outcome everywhere, an escalation's mail
+//! and a run's record say who.
+
+use chatgate::protocol::ChunkType;
+use serde_json::json;
+
+use crate::tools::{app_with_tools, outputs, Workdir};
+use crate::webhooks::{hooked, Receiver};
+
+/// `nudge` waits two seconds; nobody answering rejects it.
+const NUDGE: &str = r#"
+[[tool]]
+name = "nudge"
+description = "A nudge nobody has to answer"
+risk = "low"
+timeout = "2s"
+on_timeout = "reject"
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_s_reject_is_its_own_outcome_on_the_stream_the_metrics_the_audit_and_the_webhook()
+{
+    let receiver = Receiver::start().await;
+    let dir = Workdir::new();
+    let hook = hooked(&receiver);
+    let app = app_with_tools(&dir, NUDGE, hook).await;
+
+    let (mut stream, request) = app.open_paused("silent", "nudge them").await;
+    assert_eq!(request.approval().unwrap().timeout_seconds, 2);
+    let received = stream.until(ChunkType::ConfirmationReceived).await;
+    assert_eq!(
+        received.metadata["action"], "timeout_reject",
+        "{received:?}"
+    );
+    assert!(
+        received.chunk.starts_with("No answer in time"),
+        "{}",
+        received.chunk
+    );
+    let last = stream.finish().await;
+    assert_eq!(last.chunk_type, ChunkType::Completion, "{}", last.chunk);
+    assert_eq!(last.metadata["tasks_rejected"], 1);
+    assert!(outputs(&stream).iter().all(|o| o.metadata["ok"] == false));
+
+    let (_, metrics) = app.get("/metrics").await;
+    let line = |needle: &str| {
+        metrics
+            .lines()
+            .find(|l| l.contains(needle) && !l.starts_with('#'))
+            .map(str::to_owned)
+    };
+    let pauses = line("chatgate_pauses_total{").unwrap_or_default();
+    assert!(
+        pauses.contains("outcome=\"timeout_reject\"") && pauses.ends_with(" 1"),
+        "{metrics}"
+    );
+    assert!(
+        line("outcome=\"confirm\"").is_none(),
+        "nobody confirmed: {metrics}"
+    );
+
+    let audited = dir
+        .audit()
+        .into_iter()
+        .find(|r| r["event"] == "timeout_rejected")
+        .expect("a timeout_rejected record");
+    assert_eq!(audited["decisions"][0]["decision"], "reject", "{audited}");
+    assert_eq!(audited["timeout_seconds"], 2);
+    assert!(dir.audit().iter().all(|r| r["event"] != "decided"));
+
+    let seen = receiver.wait_for(2).await;
+    let expired = seen
+        .iter()
+        .find(|d| d.event == "interaction.expired")
+        .expect("interaction.expired");
+    assert_eq!(
+        expired.body["data"],
+        json!({"action": "timeout_reject", "reason": "timeout", "timeout_seconds": 2,
+               "decisions": [{"index": 1, "decision": "reject", "reason": "no answer in time"}]})
+    );
+}
