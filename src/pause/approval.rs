@@ -91,6 +91,12 @@ impl PlanCheck {
         self
     }
 
+    /// Whether silence rejects this plan: every task's gate says
+    /// `on_timeout = "reject"` (a plan of no task: no).
+    pub fn rejects_on_timeout(&self) -> bool {
+        !self.tasks.is_empty() && self.tasks.iter().all(|task| task.gate.rejects_on_timeout())
+    }
+
     pub fn explicit(mut self, explicit: bool) -> PlanCheck {
         self.explicit = explicit;
         self

@@ -13,7 +13,8 @@ use super::stop::RunStop;
 use super::stream;
 use super::Runs;
 use crate::confirmation::{Begun, RunLimits};
-use crate::protocol::{meta, Action, CancelReason, Chunk, ErrorType};
+use crate::pause::approval::PlanCheck;
+use crate::protocol::{meta, Action, CancelReason, Chunk, ErrorType, PauseKind};
 use crate::session::{RunTag, SessionKey};
 use crate::store::{PausedRecord, StoredDecision};
 
@@ -88,7 +89,10 @@ impl Runs {
                  it is not run again (it may have partly run)."
                     .to_owned(),
             ))
-        } else if record.expires_at_ms <= now_ms {
+        } else if record.expires_at_ms <= now_ms && !self.rejects_on_timeout(&key, &record) {
+            // Expired while nobody held it. A plan whose tasks say
+            // `on_timeout = "reject"` is restored instead: its wait ends at
+            // once, and silence rejects its tasks as its owner would have.
             Some(Chunk::cancelled(&record.session_id, CancelReason::Timeout))
         } else if record.in_memory {
             Some(Chunk::failed(
@@ -145,6 +149,21 @@ impl Runs {
         let pending = ctx.restore_pause(&record);
         tokio::spawn(drive_restored(self.engine.clone(), ctx, record, pending));
         true
+    }
+
+    /// Whether silence rejects the stored pause of `record` (a plan whose
+    /// every task's gate, with the rules, says `on_timeout = "reject"`).
+    fn rejects_on_timeout(&self, key: &SessionKey, record: &PausedRecord) -> bool {
+        match record.kind {
+            PauseKind::Approval => {
+                let tools = &self.settings.tools;
+                let label = self.settings.namespaces.label(key.owner);
+                PlanCheck::of(&record.tasks, tools)
+                    .with_rules(&record.tasks, tools, label)
+                    .rejects_on_timeout()
+            }
+            PauseKind::Question => false,
+        }
     }
 
     /// A stored run that cannot go on: its end is written after its frames,

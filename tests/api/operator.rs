@@ -82,3 +82,44 @@ async fn a_timeout_s_reject_is_its_own_outcome_on_the_stream_the_metrics_the_aud
                "decisions": [{"index": 1, "decision": "reject", "reason": "no answer in time"}]})
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_that_expired_while_nobody_held_it_still_rejects_as_its_tools_say() {
+    use crate::durable::{chunks, open_paused, post, read_raw, start, stream_url, terminate};
+    let work = Workdir::new();
+    let tools = work.tools(NUDGE).display().to_string();
+    let dir = crate::durable::Dir::new();
+    let mut first = start(&dir, &["--tools", &tools]);
+    let reading = open_paused(
+        &stream_url(&first),
+        json!({"message": "nudge them", "session_id": "gone"}),
+    )
+    .await;
+    terminate(&mut first);
+    let seen = chunks(&reading.finish().await);
+    // Down past the pause's two seconds: nobody holds it when it expires.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+
+    let second = start(&dir, &["--tools", &tools]);
+    let last_seen = seen.last().unwrap().sequence;
+    let back = post(
+        &stream_url(&second),
+        json!({"session_id": "gone"}),
+        Some(last_seen),
+    )
+    .await;
+    let after = chunks(&read_raw(back, None).await);
+    let received = after
+        .iter()
+        .find(|c| c.chunk_type == ChunkType::ConfirmationReceived)
+        .expect("the timeout's decision on the stream");
+    assert_eq!(received.metadata["action"], "timeout_reject");
+    let last = after.last().unwrap();
+    assert_eq!(
+        last.chunk_type,
+        ChunkType::Completion,
+        "the run went on, its task rejected: {}",
+        last.chunk
+    );
+    assert_eq!(last.metadata["tasks_rejected"], 1);
+}

@@ -71,12 +71,9 @@ impl RunContext {
             .iter()
             .filter_map(|task| task.gate.timeout)
             .fold(self.settings.confirm_timeout, std::time::Duration::min);
-        let rejects = !checks.tasks.is_empty()
-            && checks
-                .tasks
-                .iter()
-                .all(|task| task.gate.rejects_on_timeout());
-        let tasks = rejects.then(|| checks.tasks.iter().map(|task| task.index).collect());
+        let tasks = checks
+            .rejects_on_timeout()
+            .then(|| checks.tasks.iter().map(|task| task.index).collect());
         (timeout, tasks)
     }
 
