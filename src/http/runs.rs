@@ -77,12 +77,22 @@ fn described(outcome: &Outcome) -> Value {
         .pauses
         .iter()
         .map(|pause| match &pause.decided {
-            Some(decided) => json!({
-                "confirmation_id": pause.confirmation_id,
-                "action": decided.action.as_str(),
-                "decided_by": decided.by,
-                "decided_at": at(decided.at_ms),
-            }),
+            Some(decided) => {
+                let mut shown = json!({
+                    "confirmation_id": pause.confirmation_id,
+                    "action": decided.action.as_str(),
+                    "decided_by": decided.by,
+                    "decided_at": at(decided.at_ms),
+                });
+                // A confirm names every approver (a quorum's, in order).
+                if decided.action == crate::protocol::Action::Confirm {
+                    shown["approved_by"] = match decided.approved_by.as_slice() {
+                        [] => json!([decided.by]),
+                        all => json!(all),
+                    };
+                }
+                shown
+            }
             None => json!({ "confirmation_id": pause.confirmation_id }),
         })
         .collect();

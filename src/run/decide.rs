@@ -368,6 +368,10 @@ impl Recorder {
                 action: accepted.action,
                 by: self.decider.clone(),
                 at_ms: crate::store::now_ms(),
+                approved_by: match &accepted.approved_by {
+                    several if several.len() > 1 => several.clone(),
+                    _ => Vec::new(),
+                },
             },
         };
         let Some((record, audit)) = self.record else {

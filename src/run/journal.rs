@@ -108,6 +108,9 @@ pub enum PauseEvent<'a> {
         group: &'a str,
         links: Vec<Link>,
         mail_to: Vec<MailTo>,
+        /// The pause's request as it was sent (its `confirmation_data` and
+        /// summary), for the mail: what waits, as the first mail said.
+        request: Option<(Value, String)>,
     },
     /// The run itself cancelled the pause for `reason` (its timeout of
     /// `timeout`: `interaction.expired`): the decision the store keeps.
@@ -292,9 +295,14 @@ impl Journal<'_> {
                 group,
                 links,
                 mail_to,
+                request,
             } => self.announced(|| {
                 let mut event = Event::escalated(&about(pause), waited, group).with_links(links);
                 event.mail_to = mail_to;
+                if let Some((data, summary)) = request {
+                    event.mail_data = Some(data);
+                    event.summary = Some(summary);
+                }
                 event
             }),
             PauseEvent::Withdrawn {

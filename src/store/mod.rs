@@ -232,6 +232,10 @@ pub struct DecidedBy {
     pub by: String,
     /// When (ms since the Unix epoch).
     pub at_ms: u64,
+    /// A quorum's confirm: every label that approved, in order (empty for
+    /// a decision of one person).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approved_by: Vec<String>,
 }
 
 /// The store could not be used.

@@ -159,7 +159,7 @@ impl Webhooks {
                 let summary = event.summary.as_deref().unwrap_or("a pause waits");
                 let letter = crate::notify::mail::letter(
                     &event.id,
-                    &event.data,
+                    event.mail_data.as_ref().unwrap_or(&event.data),
                     &event.key,
                     summary,
                     escalated,
@@ -268,6 +268,10 @@ pub struct Event {
     /// The pause's summary (its request's text), for Slack and mail.
     #[serde(skip)]
     pub summary: Option<String>,
+    /// The pause's `confirmation_data`, for a mail of an event whose `data`
+    /// is not it (an escalation's): its tasks, risk and expiry.
+    #[serde(skip)]
+    pub mail_data: Option<Value>,
     /// Events of one session (in its namespace) are delivered in order.
     #[serde(skip)]
     order: String,
@@ -301,6 +305,7 @@ impl Event {
             slack: None,
             mail_to: Vec::new(),
             summary: None,
+            mail_data: None,
             owner: Some(about.key.owner),
             order: format!(
                 "{}/{}",
@@ -392,6 +397,7 @@ impl Event {
             slack: None,
             mail_to: Vec::new(),
             summary: None,
+            mail_data: None,
             owner: None,
             order: format!("{}/{}", grant.key, grant.session_id),
         }

@@ -80,6 +80,26 @@ async fn a_reject_of_another_task_is_one_approval_and_the_reject_is_carried() {
     assert_eq!(decided["key"], "lead-2");
     assert_eq!(decided["approved_by"], json!(["lead-1", "lead-2"]));
     assert_eq!(decided["decisions"][1]["decision"], "reject", "{decided}");
+
+    // The run's record names both approvers too (#41 item 8).
+    let outcome: Value = app
+        .client
+        .get(format!(
+            "{}/api/v1/runs/r1?confirmation_id={id}",
+            app.address
+        ))
+        .bearer_auth("lead-key-000001")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(outcome["pauses"][0]["decided_by"], "lead-2", "{outcome}");
+    assert_eq!(
+        outcome["pauses"][0]["approved_by"],
+        json!(["lead-1", "lead-2"])
+    );
 }
 
 #[tokio::test]

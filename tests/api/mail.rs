@@ -186,6 +186,18 @@ async fn each_eligible_approver_is_mailed_their_link_retried_and_escalated() {
     let mails = smtp.wait(2).await;
     assert_eq!(mails[1].0, ["oncall1@example.com"]);
     assert!(mails[1].1.contains("Escalated to oncall"), "{}", mails[1].1);
+    // What waits, as the first mail said it: the summary, tasks, risk and
+    // expiry (not an empty "a pause waits").
+    assert!(
+        mails[1].1.contains("1. restart (medium risk): restart api"),
+        "{}",
+        mails[1].1
+    );
+    assert!(
+        mails[1].1.contains("from ci-bot, medium risk, expires 20"),
+        "{}",
+        mails[1].1
+    );
 
     // lead-1's link decides as lead-1.
     let link = link_in(&mails[0].1).replace("https://gate.example", &app.address);

@@ -172,12 +172,25 @@ impl RunContext {
                             }
                             _ => Vec::new(),
                         };
+                        // The mail says what waits, as the first one did:
+                        // read from the request as the run's log keeps it.
+                        let request = (!mail_to.is_empty())
+                            .then(|| log.last_frame(&id))
+                            .flatten()
+                            .and_then(|frame| {
+                                let json = crate::sse::data_of(&frame)?;
+                                let chunk: crate::protocol::Chunk =
+                                    serde_json::from_slice(json).ok()?;
+                                let data = serde_json::to_value(chunk.confirmation_data?).ok()?;
+                                Some((data, chunk.chunk))
+                            });
                         let escalated = PauseEvent::Escalated {
                             pause,
                             waited: after,
                             group,
                             links: links.unwrap_or_default(),
                             mail_to,
+                            request,
                         };
                         let rows = journal.pause(run, escalated).events;
                         (step, rows)
