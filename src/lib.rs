@@ -20,6 +20,7 @@
 //! | [`cluster`] | replicas over Redis: identity, heartbeat, claim and takeover |
 //! | [`store`] | paused runs' records: [`store::memory`], [`store::sqlite`], [`store::redis`] |
 //! | [`confirmation`] | the run registry and the pause/decide handshake (no I/O) |
+//! | [`decider`] | who may decide a pause: the one rule ([`decider::may_decide`]) every door and list asks |
 //! | [`pause`] | the kinds of pause, one file each ([`pause::approval`], [`pause::questions`]): what each asks, how a reply to it is checked |
 //! | [`audit`], [`metrics`], [`tools`] | the audit log; Prometheus metrics; declared tools and their executors |
 //! | [`webhook`] | signed webhook events: building them, the sender |
@@ -32,6 +33,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod confirmation;
+pub mod decider;
 pub mod engine;
 pub mod http;
 pub mod metrics;

@@ -33,6 +33,7 @@ const RANKS: &[(&str, u32)] = &[
     ("notify", 9),
     ("audit", 9),
     ("store", 8),
+    ("decider", 8),
     ("tools", 8),
     ("sse", 8),
     ("session", 7),
@@ -608,4 +609,60 @@ fn find_cycles(
             )
         })
         .collect()
+}
+
+/// Who may decide a pause is one rule (`src/decider.rs`): no other file
+/// compares a key's risk or checks a key's groups.
+#[test]
+fn the_who_may_decide_rule_is_defined_once() {
+    let risk = regex_lite(r"max_risk\s*(<|>)|(<|>)=?\s*[a-z_.]*max_risk\b");
+    let groups = regex_lite(r"(decider|person|caller|key|p)\.groups\.(contains|iter)");
+    let mut found = Vec::new();
+    for file in rust_files(Path::new("src")) {
+        if file.ends_with("decider.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if risk(code) || groups(code) {
+                found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "who may decide is decided by crate::decider::may_decide alone:\n{}",
+        found.join("\n")
+    );
+}
+
+/// Kind comparisons by `==` live in `pause/` only (elsewhere: a match, or
+/// a method of the kind).
+#[test]
+fn no_kind_is_compared_by_eq_outside_pause() {
+    let mut found = Vec::new();
+    for file in rust_files(Path::new("src")) {
+        if file.starts_with("src/pause") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("== PauseKind::")
+                || code.contains("!= PauseKind::")
+                || code.contains("== crate::protocol::PauseKind::")
+            {
+                found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "kind comparisons:\n{}", found.join("\n"));
+}
+
+/// A line matcher for the fitness tests: the `regex` crate the server
+/// depends on.
+fn regex_lite(pattern: &str) -> impl Fn(&str) -> bool {
+    let regex = regex::Regex::new(pattern).unwrap();
+    move |text| regex.is_match(text)
 }

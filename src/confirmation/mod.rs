@@ -29,7 +29,6 @@
 //! What each kind of pause asks, and the checks of the decisions and
 //! answers a reply carries, are the kind's own (`crate::pause`).
 
-pub mod decider;
 pub mod grant;
 mod limits;
 pub mod quorum;
@@ -49,9 +48,9 @@ use tokio_util::sync::CancellationToken;
 
 use serde_json::{Map, Value};
 
-pub use self::decider::Decider;
 pub use self::limits::{RunLimits, MAX_RUNS, RUNS_PER_KEY_DIVISOR};
 pub use self::refused::{DecideError, ReplyFrom};
+pub use crate::decider::Decider;
 use crate::pause::approval::{check_decisions, PlanCheck, Quorum};
 use crate::pause::questions::check_answers;
 pub use crate::pause::Asking;

@@ -6,17 +6,15 @@
 //! confirm one approval of N from distinct labels (409 `already_approved`
 //! for a label twice), the pause staying pending until the last.
 
-use super::decider::Decider;
 use super::refused::DecideError;
+use crate::decider::{may_decide, Decider, Deciding, Refusal};
 use crate::pause::approval::{PlanCheck, Quorum};
-use crate::protocol::{Action, Decisions, Verdict};
+use crate::protocol::{Action, Decisions, RiskLevel, Verdict};
 use crate::store::CarriedReject;
 
-/// Refuses `decider` for a pause it may not decide with `action`: a
-/// task's risk above its `max_risk`, a group it is not in (the
-/// requester's own key is in none: it may only cancel; a pause escalated
-/// to a group admits that group's members), the requester where it may
-/// not approve.
+/// Refuses `decider` for a pause it may not decide with `action`: the
+/// one rule ([`may_decide`]), asked of the plan's riskiest task, its
+/// deciding groups, its requester rule and its escalation.
 pub fn check_decider(
     plan: &PlanCheck,
     quorum: &Quorum,
@@ -24,45 +22,18 @@ pub fn check_decider(
     action: Action,
     escalated_to: Option<&str>,
 ) -> Result<(), DecideError> {
-    if decider.requester && action == Action::Cancel {
-        // A run's own key may always stop it: nothing runs.
-        return Ok(());
-    }
-    if let Some(task) = plan.tasks.iter().find(|t| t.risk > decider.max_risk) {
-        return Err(DecideError::ForbiddenScope(format!(
-            "task {} is {} risk; this key ({}) decides up to {} risk",
-            task.index,
-            task.risk.as_str(),
-            decider.label,
-            decider.max_risk.as_str()
-        )));
-    }
-    if !quorum.groups.is_empty() && decider.requester {
-        // Escalated or not: the requester is never one of a group's deciders.
-        return Err(DecideError::SelfApproval(format!(
-            "this pause is decided by the group {}; the requester's own key may not decide it \
-             (only cancel), even when its key is in the group it was escalated to",
-            quorum.groups.join(" and ")
-        )));
-    }
-    // Escalated: the group's members may decide it too.
-    let escalated = escalated_to.is_some_and(|group| decider.groups.iter().any(|g| g == group));
-    if !quorum.groups.is_empty() && !escalated {
-        if let Some(group) = quorum.groups.iter().find(|g| !decider.groups.contains(g)) {
-            return Err(DecideError::ForbiddenScope(format!(
-                "this pause is decided by the group {group}; this key ({}) is not in it",
-                decider.label
-            )));
-        }
-    }
-    if decider.requester && !quorum.requester_may_approve && action == Action::Confirm {
-        return Err(DecideError::SelfApproval(format!(
-            "the requester's own key ({}) may not approve this pause: it needs {} approval(s) \
-             from other people",
-            decider.label, quorum.required
-        )));
-    }
-    Ok(())
+    let riskiest = plan.tasks.iter().max_by_key(|task| task.risk);
+    let deciding = Deciding {
+        risk: riskiest.map_or(RiskLevel::Low, |task| task.risk),
+        riskiest: riskiest.map(|task| task.index),
+        groups: &quorum.groups,
+        requester_may_approve: quorum.requester_may_approve,
+        escalated_to,
+    };
+    may_decide(decider, &deciding, action).map_err(|refusal| match refusal {
+        Refusal::OutOfScope(why) => DecideError::ForbiddenScope(why),
+        Refusal::SelfApproval(why) => DecideError::SelfApproval(why),
+    })
 }
 
 /// What a confirm of a quorum pause does.

@@ -92,13 +92,13 @@ impl From<DecisionsError> for DecideError {
 /// Who a reply comes from, and the grant it gives (with a confirm).
 #[derive(Debug, Clone, Copy)]
 pub struct ReplyFrom<'a> {
-    pub decider: &'a super::decider::Decider,
+    pub decider: &'a crate::decider::Decider,
     pub grant: Option<&'a Value>,
 }
 
 impl<'a> ReplyFrom<'a> {
     /// A reply of `decider` that grants nothing.
-    pub fn plain(decider: &'a super::decider::Decider) -> ReplyFrom<'a> {
+    pub fn plain(decider: &'a crate::decider::Decider) -> ReplyFrom<'a> {
         ReplyFrom {
             decider,
             grant: None,

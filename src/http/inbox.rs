@@ -10,8 +10,8 @@ use serde::Deserialize;
 use super::access::Caller;
 use super::error::ChatError;
 use super::state::AppState;
-use crate::confirmation::Decider;
-use crate::protocol::RiskLevel;
+use crate::decider::{may_decide, Decider};
+use crate::protocol::Action;
 use crate::run::inbox::{InboxQuery, Interaction, INBOX_LIMIT, MAX_INBOX_LIMIT};
 
 /// The query string, as sent.
@@ -66,23 +66,11 @@ async fn list(
         // An approver sees every namespace's its scope takes in.
         Caller::Approver(_) => {
             let decider = state.access.decider(caller);
+            // What it may decide, by the one rule (a cancel: an
+            // approver sees what is its to decide, approved or not).
             let in_scope = |owner: Option<u32>, item: &Interaction| {
-                let escalated = item
-                    .escalated_to
-                    .as_ref()
-                    .is_some_and(|group| decider.groups.contains(group));
-                let in_groups =
-                    escalated || item.approvers.iter().all(|g| decider.groups.contains(g));
                 state.access.may_see(caller, owner)
-                    && in_groups
-                    && item.tasks.iter().all(|task| {
-                        let risk = task
-                            .risk_level
-                            .as_ref()
-                            .and_then(|risk| serde_json::from_value::<RiskLevel>(risk.clone()).ok())
-                            .unwrap_or(RiskLevel::Low);
-                        risk <= decider.max_risk
-                    })
+                    && may_decide(&decider, &item.deciding(), Action::Cancel).is_ok()
             };
             (state.runs.inbox_of_all(&query, in_scope).await?, "approver")
         }
@@ -91,7 +79,7 @@ async fn list(
     let items: Vec<Interaction> = items
         .into_iter()
         .map(|mut item| {
-            if item.kind == crate::protocol::PauseKind::Approval {
+            if matches!(item.kind, crate::protocol::PauseKind::Approval) {
                 item.why_not = why_not(&decider, &item);
                 item.may_approve = Some(item.why_not.is_none());
             }
@@ -108,7 +96,8 @@ async fn list(
 }
 
 /// Why `decider` may not approve `item` (it may still cancel), if it may
-/// not: what a page shows instead of a Confirm button.
+/// not: what a page shows instead of a Confirm button. It approved already
+/// (a quorum's count), or the one rule says no.
 fn why_not(decider: &Decider, item: &Interaction) -> Option<String> {
     let approvals = item.approvals.as_deref().unwrap_or_default();
     if approvals.contains(&decider.label) {
@@ -118,33 +107,7 @@ fn why_not(decider: &Decider, item: &Interaction) -> Option<String> {
             decider.label
         ));
     }
-    let escalated = item
-        .escalated_to
-        .as_ref()
-        .is_some_and(|group| decider.groups.contains(group));
-    if decider.requester
-        && (!item.approvers.is_empty() && !escalated || !item.requester_may_approve)
-    {
-        let by = if item.approvers.is_empty() {
-            "other people".to_owned()
-        } else {
-            format!("the group {}", item.approvers.join(" and "))
-        };
-        return Some(format!(
-            "the requester's own key ({}) may not approve it: it is decided by {by} (this key \
-             may cancel)",
-            decider.label
-        ));
-    }
-    if let Some(group) = item
-        .approvers
-        .iter()
-        .find(|g| !escalated && !decider.groups.contains(g))
-    {
-        return Some(format!(
-            "it is decided by the group {group}; this key ({}) is not in it",
-            decider.label
-        ));
-    }
-    None
+    may_decide(decider, &item.deciding(), Action::Confirm)
+        .err()
+        .map(|refusal| refusal.text().to_owned())
 }

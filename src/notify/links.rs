@@ -12,7 +12,8 @@ use hmac::{Hmac, Mac};
 use secrecy::{ExposeSecret, SecretString};
 use sha2::Sha256;
 
-use crate::protocol::RiskLevel;
+use crate::decider::{may_decide, Decider, Deciding};
+use crate::protocol::{Action, RiskLevel};
 
 /// Shortest `--link-secret`, in characters.
 pub const MIN_SECRET_CHARS: usize = 32;
@@ -41,6 +42,13 @@ pub struct Person {
     pub namespaces: Option<Vec<String>>,
     /// Its mail address (`email=`), if any.
     pub email: Option<String>,
+}
+
+impl Person {
+    /// The approver key it is, as the one rule sees it.
+    pub fn decider(&self) -> Decider {
+        Decider::approver(&self.label, &self.groups, self.max_risk)
+    }
 }
 
 /// One link, as a webhook body lists it.
@@ -159,9 +167,17 @@ impl Links {
                 .namespaces
                 .as_ref()
                 .is_none_or(|names| names.iter().any(|n| n == namespace));
-            let escalated = escalated_to.is_some_and(|g| person.groups.iter().any(|p| p == g));
-            let in_groups = escalated || groups.iter().all(|g| person.groups.contains(g));
-            sees && in_groups && person.max_risk.unwrap_or(RiskLevel::High) >= risk
+            // Who may decide it: the one rule, as the decide path asks it.
+            let decider = person.decider();
+            let deciding = Deciding {
+                risk,
+                riskiest: None,
+                groups,
+                // Approvers only: whether the requester counts is moot.
+                requester_may_approve: true,
+                escalated_to,
+            };
+            sees && may_decide(&decider, &deciding, Action::Confirm).is_ok()
         })
     }
 

@@ -108,6 +108,29 @@ pub struct TaskLine {
     pub approved_by: Option<Value>,
 }
 
+impl Interaction {
+    /// What it asks of whoever decides it, for the one rule
+    /// ([`crate::decider::may_decide`]).
+    pub fn deciding(&self) -> crate::decider::Deciding<'_> {
+        let risk_of = |task: &TaskLine| {
+            task.risk_level
+                .as_ref()
+                .and_then(|risk| {
+                    serde_json::from_value::<crate::protocol::RiskLevel>(risk.clone()).ok()
+                })
+                .unwrap_or(crate::protocol::RiskLevel::Low)
+        };
+        let riskiest = self.tasks.iter().max_by_key(|task| risk_of(task));
+        crate::decider::Deciding {
+            risk: riskiest.map_or(crate::protocol::RiskLevel::Low, risk_of),
+            riskiest: riskiest.map(|task| task.index as usize),
+            groups: &self.approvers,
+            requester_may_approve: self.requester_may_approve,
+            escalated_to: self.escalated_to.as_deref(),
+        }
+    }
+}
+
 /// Characters of a task's text, and of its arguments as JSON, an inbox
 /// line shows (the whole task is in `confirmation_data`).
 pub const PREVIEW_CHARS: usize = 120;
@@ -374,7 +397,7 @@ impl Runs {
             at(record.asked_at_ms),
             at(expires_at_ms),
         )?;
-        if record.kind == PauseKind::Approval {
+        if matches!(record.kind, PauseKind::Approval) {
             let tools = &self.settings.tools;
             let checks =
                 PlanCheck::of(&record.tasks, tools).with_rules(&record.tasks, tools, label);

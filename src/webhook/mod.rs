@@ -138,7 +138,8 @@ impl Webhooks {
             })
             .collect();
         // An approval pause, with its buttons' token: a Slack message too.
-        let asked = event.event_type == EventType::Requested && event.kind == PauseKind::Approval;
+        let asked =
+            event.event_type == EventType::Requested && matches!(event.kind, PauseKind::Approval);
         if let (Some(slack), Some(token), true) = (&self.slack, &event.slack, asked) {
             let summary = event.summary.as_deref().unwrap_or_default();
             let page = event.decide_url.as_deref();

@@ -238,6 +238,13 @@ parameters = { type = "object", properties = { step = { type = "string" } } }
         "escalated or not, the requester never approves: {}",
         chunk.chunk
     );
+    // The inbox (and so the page's Confirm button) says the same: one rule.
+    let listed = crate::approvers::inbox(&app, "oncall-agent-0009").await;
+    assert_eq!(listed[0]["may_approve"], false, "{listed:?}");
+    assert!(
+        listed[0]["why_not"].as_str().unwrap().contains("requester"),
+        "{listed:?}"
+    );
     // The on-call approver (lead-2 is in oncall) decides it.
     let (status, _) = decide(&app, "lead-key-000002", "x1", &id, confirm()).await;
     assert_eq!(status, 200);

@@ -263,7 +263,7 @@ pub fn pause(item: &Interaction, label: &str) -> HttpResponse {
         "<p class=\"meta\">You decide as <b>{}</b>.</p>",
         escape(label)
     ));
-    if item.kind == crate::protocol::PauseKind::Question {
+    if matches!(item.kind, crate::protocol::PauseKind::Question) {
         body.push_str(
             "<button class=\"confirm\" name=\"action\" value=\"answer\">Answer</button>\
              <button class=\"cancel\" name=\"action\" value=\"skip\">Skip</button>",

@@ -320,7 +320,7 @@ impl RunContext {
             }
         }
         self.metrics.pause_ended(kind, outcome);
-        if kind == PauseKind::Approval {
+        if matches!(kind, PauseKind::Approval) {
             self.metrics.decision(outcome, "accepted");
         }
         match decision {

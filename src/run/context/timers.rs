@@ -156,7 +156,7 @@ impl RunContext {
                                 let scope = &timers.scope;
                                 links
                                     .eligible(&namespace, scope.risk, &scope.groups, Some(group))
-                                    .filter(|p| p.groups.iter().any(|g| g == group))
+                                    .filter(|p| p.decider().is_member(group))
                                     .filter_map(|p| {
                                         Some(crate::notify::mail::MailTo {
                                             address: p.email.clone()?,
