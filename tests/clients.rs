@@ -7,7 +7,8 @@ use chatgate::config::Settings;
 use chatgate::startup::Application;
 
 /// The tool the suites edit per task: a step `echo_args ...` calls it, and
-/// its output is its arguments.
+/// its output is its arguments (`echo_args forbidden ...` a rule denies);
+/// `two_eyes` needs two people (an inbox shows its progress).
 const TOOLS: &str = r#"
 [[tool]]
 name = "echo_args"
@@ -15,6 +16,20 @@ description = "Prints its arguments"
 risk = "low"
 command = ["cat"]
 parameters = { type = "object", properties = { step = { type = "string" } }, required = ["step"] }
+
+[[tool]]
+name = "two_eyes"
+description = "Needs two people's approvals"
+risk = "low"
+approvals = 2
+command = ["cat"]
+parameters = { type = "object", properties = { step = { type = "string" } }, required = ["step"] }
+
+[[rule]]
+name = "no forbidden echoes"
+tool = "echo_args"
+args = { "/step" = "echo_args forbidden*" }
+decision = "deny"
 "#;
 
 /// Starts a server for the suites: no step delay, a 10 s confirmation

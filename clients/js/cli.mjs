@@ -22,8 +22,13 @@ const USAGE = `usage: cli.mjs [--url URL] [--session ID] [--api-key KEY] [--repl
               [--reject N]... [--edit N=JSON]... [--respond N=TEXT]... [--grant SCOPE:TTL[:N]]
               [--answer ID=VALUE]... [--answer-text TEXT] [--skip] [--json] [--wait] MESSAGE
        cli.mjs [--url URL] [--api-key KEY] (--inbox | --decide ID | --attach SESSION) [replies...]
+       cli.mjs [--url URL] [--api-key KEY] (--grants | --revoke-grant ID)
   --inbox          list the pauses this key may decide (an approver's: every
-                   namespace's), then exit
+                   namespace's), with a quorum's progress and whether this key
+                   may approve each (and why not), then exit
+  --grants         list the live grants this key may see, then exit
+  --revoke-grant ID
+                   revoke grant ID: exit 0 when revoked, 1 when there is none
   --decide ID      decide the listed pause ID (its confirmation_id): shown, then
                    asked on the terminal or answered by --reply/--auto-confirm/
                    --answer/--skip; exit 0 when taken, 1 when refused
@@ -87,6 +92,8 @@ async function main(argv) {
         json: { type: 'boolean', default: false },
         wait: { type: 'boolean', default: false },
         inbox: { type: 'boolean', default: false },
+        grants: { type: 'boolean', default: false },
+        'revoke-grant': { type: 'string' },
         decide: { type: 'string' },
         attach: { type: 'string' },
         help: { type: 'boolean', short: 'h', default: false },
@@ -101,9 +108,10 @@ async function main(argv) {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
-  const approving = values.inbox || values.decide !== undefined || values.attach !== undefined;
+  const approving = values.inbox || values.decide !== undefined || values.attach !== undefined
+    || values.grants || values['revoke-grant'] !== undefined;
   if (positionals.length !== (approving ? 0 : 1)) {
-    process.stderr.write(`expected exactly one MESSAGE (or --inbox, --decide ID, --attach SESSION)\n${USAGE}\n`);
+    process.stderr.write(`expected exactly one MESSAGE (or --inbox, --decide ID, --attach SESSION, --grants, --revoke-grant ID)\n${USAGE}\n`);
     return 1;
   }
   // Following a run that may be decided elsewhere (its replayed pauses
@@ -271,6 +279,8 @@ async function main(argv) {
   let result;
   try {
     if (values.inbox) return await listInbox(client, out);
+    if (values.grants) return await listGrants(client, out);
+    if (values['revoke-grant'] !== undefined) return await revokeGrant(client, values['revoke-grant'], out);
     if (values.decide !== undefined) return await decideListed(client, values.decide, onConfirmation, onQuestion, out);
     result = values.attach !== undefined
       ? await client.resume(sessionId, { onChunk, onConfirmation, onQuestion })
@@ -290,7 +300,7 @@ async function main(argv) {
   if (result.outcome === 'completed') {
     // A plan of which nothing ran because its tasks were rejected: as a cancel.
     const counts = result.final?.metadata ?? {};
-    if (counts.tasks_completed === 0 && counts.tasks_rejected > 0) {
+    if (counts.tasks_completed === 0 && (counts.tasks_rejected > 0 || counts.tasks_denied > 0)) {
       process.stderr.write(`nothing ran: ${result.final.chunk}\n`);
       return 2;
     }
@@ -313,6 +323,13 @@ async function listInbox(client, out) {
     const risk = item.risk_level ? ` (${item.risk_level} risk)` : '';
     const minutes = Math.ceil((item.expires_in_seconds ?? 0) / 60);
     out.write(`${item.confirmation_id}  ${item.kind}${risk}  ${what}  session ${item.session_id}  from ${item.key}  expires in ${minutes} min\n`);
+    if (item.required > 1 || item.approvers?.length) {
+      const approvals = item.approvals ?? [];
+      const by = item.approvers?.length ? ` of ${item.approvers.join(' and ')}` : '';
+      const so = approvals.length ? `: ${approvals.join(', ')}` : '';
+      out.write(`    needs ${item.required ?? 1}${by}; ${approvals.length} of ${item.required ?? 1} approved${so}\n`);
+    }
+    if (item.may_approve === false) out.write(`    you may not approve it: ${item.why_not}\n`);
     for (const task of item.tasks ?? []) {
       const runs = task.simulated ? 'simulated: no tool runs' : `${task.tool} ${task.args}`;
       out.write(`    ${task.index}. ${task.description}  (${task.risk_level} risk; ${runs})\n`);
@@ -343,11 +360,55 @@ async function decideListed(client, confirmationId, onConfirmation, onQuestion, 
   if (question && typeof given === 'object' && !Array.isArray(given)) {
     ack = await client.reply(item.session_id, 'answer', null, { confirmationId, answers: given });
   } else {
-    const [action, text, decisions] = parseReply(given);
-    ack = await client.reply(item.session_id, action, text, { confirmationId, decisions });
+    const [action, text, decisions, grant] = parseReply(given);
+    const since = Date.now();
+    ack = await client.reply(item.session_id, action, text, { confirmationId, decisions, grant });
+    if (grant && ack.chunk_type === 'confirmation_received') {
+      out.write(`${formatChunk(ack)}\n`);
+      out.write(`${await grantMade(client, item.session_id, since)}\n`);
+      return 0;
+    }
   }
   out.write(`${formatChunk(ack)}\n`);
   return ['confirmation_received', 'approval_recorded'].includes(ack.chunk_type) ? 0 : 1;
+}
+
+/** The grant a confirm just gave on `sessionId`, in words: the run keeps
+ * it as it goes on, so it is looked for a few seconds. */
+async function grantMade(client, sessionId, since) {
+  for (let tries = 0; tries < 50; tries += 1) {
+    const made = (await client.grants()).find(
+      (g) => g.session_id === sessionId && Date.parse(g.created_at) >= since - 2000,
+    );
+    if (made) return describeGrant(made);
+    await new Promise((resolve) => { setTimeout(resolve, 100); });
+  }
+  return 'the grant was not kept (the run\'s stream says why); later calls will be asked';
+}
+
+/** A grant in one line: what it allows, where, until when, how many calls. */
+function describeGrant(g) {
+  const where = g.scope === 'key' ? `every session of ${g.key}` : `session ${g.session_id}`;
+  return `granted: ${g.tools.join(', ')} for ${where} until ${g.expires_at}, `
+    + `${g.calls_left} of ${g.max_calls} call(s) left (grant ${g.id}, by ${g.granted_by})`;
+}
+
+/** --grants: the live grants this key may see, one a line. */
+async function listGrants(client, out) {
+  const grants = await client.grants();
+  if (grants.length === 0) out.write('no live grants\n');
+  for (const g of grants) out.write(`${describeGrant(g)}\n`);
+  return 0;
+}
+
+/** --revoke-grant ID: 0 when revoked, 1 when there is no such grant here. */
+async function revokeGrant(client, id, out) {
+  if (await client.revokeGrant(id)) {
+    out.write(`revoked grant ${id}\n`);
+    return 0;
+  }
+  process.stderr.write(`error: no grant ${id} for this key (expired, spent, revoked, or another namespace's)\n`);
+  return 1;
 }
 
 /** The decisions of --reject, --edit and --respond; throws if malformed. */

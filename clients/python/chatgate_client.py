@@ -1271,6 +1271,15 @@ def _list_inbox(client, out):
             item.get("confirmation_id"), item.get("kind"),
             " (%s risk)" % item["risk_level"] if item.get("risk_level") else "", what,
             item.get("session_id"), item.get("key"), (left + 59) // 60))
+        required = item.get("required") or 1
+        if required > 1 or item.get("approvers"):
+            approvals = item.get("approvals") or []
+            by = " of %s" % " and ".join(item["approvers"]) if item.get("approvers") else ""
+            so = ": %s" % ", ".join(approvals) if approvals else ""
+            out.write("    needs %d%s; %d of %d approved%s\n" % (required, by, len(approvals),
+                                                                required, so))
+        if item.get("may_approve") is False:
+            out.write("    you may not approve it: %s\n" % item.get("why_not"))
         for task in item.get("tasks") or []:
             runs = "simulated: no tool runs" if task.get("simulated") else "%s %s" % (
                 task.get("tool"), task.get("args"))
@@ -1306,11 +1315,70 @@ def _decide_listed(client, confirmation_id, on_confirmation, on_question, out):
                            answers=given)
     else:
         action, text = parse_reply(given)
+        granting = reply_grant(given)
+        since = time.time()
         ack = client.reply(item["session_id"], action, text, confirmation_id,
-                           reply_decisions(given))
+                           reply_decisions(given), grant=granting)
+        if granting and ack.get("chunk_type") == "confirmation_received":
+            out.write(format_chunk(ack) + "\n")
+            out.write(_grant_made(client, item["session_id"], since) + "\n")
+            out.flush()
+            return 0
     out.write(format_chunk(ack) + "\n")
     out.flush()
     return 0 if ack.get("chunk_type") in ("confirmation_received", "approval_recorded") else 1
+
+
+def _grant_made(client, session_id, since):
+    """The grant a confirm just gave on ``session_id``, in words: the run
+    keeps it as it goes on, so it is looked for a few seconds."""
+    for _ in range(50):
+        for made in client.grants():
+            if made.get("session_id") == session_id and \
+                    _epoch(made.get("created_at")) >= since - 2:
+                return describe_grant(made)
+        time.sleep(0.1)
+    return "the grant was not kept (the run's stream says why); later calls will be asked"
+
+
+def _epoch(rfc3339):
+    """Seconds since the epoch of an RFC 3339 UTC time (0 if unreadable)."""
+    try:
+        text = (rfc3339 or "").replace("Z", "+00:00")
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return 0
+
+
+def describe_grant(g):
+    """A grant in one line: what it allows, where, until when, how many calls."""
+    where = ("every session of %s" % g.get("key") if g.get("scope") == "key"
+             else "session %s" % g.get("session_id"))
+    return "granted: %s for %s until %s, %s of %s call(s) left (grant %s, by %s)" % (
+        ", ".join(g.get("tools") or []), where, g.get("expires_at"), g.get("calls_left"),
+        g.get("max_calls"), g.get("id"), g.get("granted_by"))
+
+
+def _list_grants(client, out):
+    """--grants: the live grants this key may see, one a line."""
+    grants = client.grants()
+    if not grants:
+        out.write("no live grants\n")
+    for g in grants:
+        out.write(describe_grant(g) + "\n")
+    out.flush()
+    return 0
+
+
+def _revoke_grant(client, grant_id, out):
+    """--revoke-grant ID: 0 when revoked, 1 when there is no such grant here."""
+    if client.revoke_grant(grant_id):
+        out.write("revoked grant %s\n" % grant_id)
+        out.flush()
+        return 0
+    sys.stderr.write("error: no grant %s for this key (expired, spent, revoked, or another "
+                     "namespace's)\n" % grant_id)
+    return 1
 
 
 def _planned_decisions(args):
@@ -1384,7 +1452,12 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help="print raw chunks, one JSON per line")
     parser.add_argument("--inbox", action="store_true",
                         help="list the pauses this key may decide (an approver's: every "
-                        "namespace's), then exit")
+                        "namespace's), with a quorum's progress and whether this key may approve "
+                        "each (and why not), then exit")
+    parser.add_argument("--grants", action="store_true",
+                        help="list the live grants this key may see, then exit")
+    parser.add_argument("--revoke-grant", metavar="ID",
+                        help="revoke grant ID: exit 0 when revoked, 1 when there is none")
     parser.add_argument("--decide", metavar="ID",
                         help="decide the listed pause ID (its confirmation_id): shown, then asked "
                         "on the terminal or answered by --reply/--auto-confirm/--answer/--skip; "
@@ -1396,8 +1469,10 @@ def main(argv=None):
                         help="without a terminal and with no reply left, wait for the decision "
                         "to come from elsewhere (another client, the page)")
     args = parser.parse_args(argv)
-    if not (args.message or args.inbox or args.decide or args.attach):
-        parser.error("a message is required (or --inbox, --decide ID, --attach SESSION)")
+    if not (args.message or args.inbox or args.decide or args.attach or args.grants
+            or args.revoke_grant):
+        parser.error("a message is required (or --inbox, --decide ID, --attach SESSION, "
+                     "--grants, --revoke-grant ID)")
     if args.attach:
         # Following a run that may be decided elsewhere (its replayed pauses
         # were): with nothing scripted, wait rather than give up.
@@ -1533,6 +1608,10 @@ def main(argv=None):
     try:
         if args.inbox:
             return _list_inbox(client, out)
+        if args.grants:
+            return _list_grants(client, out)
+        if args.revoke_grant:
+            return _revoke_grant(client, args.revoke_grant, out)
         if args.decide:
             return _decide_listed(client, args.decide, on_confirmation, on_question, out)
         if args.attach:
@@ -1562,7 +1641,8 @@ def main(argv=None):
     if result.outcome == "completed":
         # A plan of which nothing ran because its tasks were rejected: as a cancel.
         counts = (result.final or {}).get("metadata") or {}
-        if counts.get("tasks_completed") == 0 and (counts.get("tasks_rejected") or 0) > 0:
+        if counts.get("tasks_completed") == 0 and \
+                (counts.get("tasks_rejected") or 0) + (counts.get("tasks_denied") or 0) > 0:
             sys.stderr.write("nothing ran: %s\n" % result.final.get("chunk", ""))
             return 2
         return 0

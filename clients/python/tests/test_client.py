@@ -682,6 +682,81 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(kept["pauses"][0]["action"], "confirm")
             self.assertIsNone(agent.outcome(session()))
 
+    def test_an_approver_grants_from_either_cli_and_lists_and_revokes_grants(self):
+        js = os.path.join(os.path.dirname(CLIENT_DIR), "js", "cli.mjs")
+        for program in ([sys.executable, CLI], ["node", js]):
+            def run(*args):
+                return subprocess.run([*program, "--url", server_url(), *args],
+                                      stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                      timeout=60)
+            name = session()
+            agent = ChatGateClient(server_url())
+            with agent.stream("echo_args granted", name) as stream:
+                for chunk in stream:
+                    if chunk.get("stream_paused"):
+                        pause = chunk["confirmation_data"]["confirmation_id"]
+                        break
+            decided = run("--decide", pause, "--reply", "confirm", "--grant", "session:15m:3")
+            self.assertEqual(decided.returncode, 0, decided.stderr)
+            self.assertIn("granted: echo_args for session %s until " % name, decided.stdout)
+            self.assertIn("3 of 3 call(s) left", decided.stdout)
+            grant_id = decided.stdout.split("(grant ")[1].split(",")[0]
+            listed = run("--grants")
+            self.assertEqual(listed.returncode, 0, listed.stderr)
+            self.assertIn("(grant %s," % grant_id, listed.stdout)
+            revoked = run("--revoke-grant", grant_id)
+            self.assertEqual(revoked.returncode, 0, revoked.stderr)
+            self.assertIn("revoked grant %s" % grant_id, revoked.stdout)
+            again = run("--revoke-grant", grant_id)
+            self.assertEqual(again.returncode, 1)
+            self.assertIn("no grant %s" % grant_id, again.stderr)
+            self.assertNotIn("(grant %s," % grant_id, run("--grants").stdout)
+
+    def test_a_refused_grant_from_decide_says_why_and_the_pause_waits(self):
+        name = session()
+        agent = ChatGateClient(server_url())
+        with agent.stream("echo_args refused", name) as stream:
+            for chunk in stream:
+                if chunk.get("stream_paused"):
+                    pause = chunk["confirmation_data"]["confirmation_id"]
+                    break
+            refused = self.cli("--decide", pause, "--reply", "confirm", "--grant", "session:99h:3")
+            self.assertEqual(refused.returncode, 1, refused.stdout)
+            self.assertIn("invalid_grant", refused.stdout)
+            self.assertIn("ttl", refused.stdout)
+            decided = self.cli("--decide", pause, "--reply", "confirm")
+            self.assertEqual(decided.returncode, 0, decided.stderr)
+
+    def test_the_inbox_shows_a_quorum_s_progress_and_why_this_key_may_not_approve(self):
+        js = os.path.join(os.path.dirname(CLIENT_DIR), "js", "cli.mjs")
+        name = session()
+        agent = ChatGateClient(server_url())
+        with agent.stream("two_eyes please", name) as stream:
+            for chunk in stream:
+                if chunk.get("stream_paused"):
+                    pause = chunk["confirmation_data"]["confirmation_id"]
+                    break
+            for program in ([sys.executable, CLI], ["node", js]):
+                listed = subprocess.run([*program, "--url", server_url(), "--inbox"],
+                                        stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                        timeout=60)
+                self.assertEqual(listed.returncode, 0, listed.stderr)
+                lines = listed.stdout.splitlines()
+                at = next(i for i, l in enumerate(lines) if l.startswith(pause))
+                self.assertEqual(lines[at + 1].strip(), "needs 2; 0 of 2 approved")
+                self.assertTrue(lines[at + 2].strip().startswith(
+                    "you may not approve it: the requester's own key"), lines[at + 2])
+            agent.reply(name, "cancel", confirmation_id=pause)
+
+    def test_a_plan_whose_every_task_a_rule_denied_exits_2(self):
+        for program in ([sys.executable, CLI],
+                        ["node", os.path.join(os.path.dirname(CLIENT_DIR), "js", "cli.mjs")]):
+            done = subprocess.run([*program, "--url", server_url(), "--auto-confirm",
+                                   "echo_args forbidden one"], stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=60)
+            self.assertEqual(done.returncode, 2, done.stdout + done.stderr)
+            self.assertIn("nothing ran: ", done.stderr)
+
     def test_scripted_confirm_exits_0(self):
         done = self.cli("--reply", "confirm", "build; ship")
         self.assertEqual(done.returncode, 0, done.stderr)
