@@ -9,6 +9,13 @@
 //! lives is left to that owner's own timer; one whose owner is gone is
 //! taken over (one Lua script: exactly one replica wins) and restored,
 //! which ends it `timeout`, announced once, as its owner would have.
+//!
+//! Its timers likewise: the same look finds pauses whose next timer (a
+//! reminder, an escalation) is due in the store's index of due timers,
+//! and puts each through [`Runs::place`]: a live owner fires its own; a
+//! dead owner's run is taken over and restored, which fires what came due
+//! at once (before any decision), so that on-call is paged even when
+//! nobody touches the session.
 
 use std::time::Duration;
 
@@ -47,11 +54,22 @@ impl Runs {
                 .store()
                 .expired_pauses(namespace.as_deref(), now_ms, SWEEP_LIMIT)
                 .await;
-            let sessions = match expired {
-                Ok(sessions) => sessions,
+            let due = cluster
+                .store()
+                .due_timers(namespace.as_deref(), now_ms, SWEEP_LIMIT)
+                .await;
+            let sessions = match (expired, due) {
+                (Ok(mut sessions), Ok(due)) => {
+                    for session in due {
+                        if !sessions.contains(&session) {
+                            sessions.push(session);
+                        }
+                    }
+                    sessions
+                }
                 // Redis is out of reach: the heartbeat says so; look again later.
-                Err(err) => {
-                    ::log::debug!("expired pauses: {err}");
+                (Err(err), _) | (_, Err(err)) => {
+                    ::log::debug!("expired pauses and due timers: {err}");
                     return;
                 }
             };

@@ -96,6 +96,12 @@ pub struct PausedRecord {
     /// a replica that takes it over, or a restart, ends it `interrupted`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub in_memory: bool,
+    /// When its first timer (a reminder, an escalation) is due (ms since
+    /// the Unix epoch), if it has one: a store replicas share indexes it,
+    /// so that a timer of a pause whose owner died fires on another
+    /// replica (see `run/expiry.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timer_due_ms: Option<u64>,
     /// What happened to its pause while it waited (approvals, reminder,
     /// escalation), kept apart from the record by
     /// [`Store::record_progress`] and joined to it on load.
@@ -139,6 +145,7 @@ impl PausedRecord {
             decision: None,
             ended: None,
             in_memory: false,
+            timer_due_ms: None,
             progress: None,
         }
     }

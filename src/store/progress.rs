@@ -30,6 +30,11 @@ pub struct PauseProgress {
     pub escalated_to: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
+    /// A timer's step: when the pause's next timer is due (ms), `None`
+    /// when none is left. Not kept in the step: it moves the index of due
+    /// timers a store replicas share.
+    #[serde(skip)]
+    pub next_timer_ms: Option<u64>,
 }
 
 /// A task one approver of a quorum rejected while approving the rest:

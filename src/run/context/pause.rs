@@ -228,6 +228,11 @@ impl RunContext {
             decision: None,
             ended: None,
             in_memory,
+            timer_due_ms: request
+                .timers
+                .as_deref()
+                .and_then(|timers| timers.first_due())
+                .map(unix_ms),
             progress: None,
         };
         let (key, run_id) = (self.session_key().clone(), self.run_id());

@@ -34,6 +34,19 @@ pub(super) struct Timers {
     scope: Scope,
 }
 
+impl Timers {
+    /// When the first of them is due.
+    pub(super) fn first_due(&self) -> Option<SystemTime> {
+        let remind = self.remind_after;
+        let escalate = self.escalate.as_ref().map(|e| e.after);
+        remind
+            .into_iter()
+            .chain(escalate)
+            .min()
+            .map(|after| self.asked_at + after)
+    }
+}
+
 impl RunContext {
     /// The earliest reminder and escalation the tasks of `checks` ask for,
     /// counted from `asked_at`, less what `fired` says happened already.
@@ -87,7 +100,13 @@ impl RunContext {
                 due.push((escalation.after, Some(escalation)));
             }
             due.sort_by_key(|(after, _)| *after);
-            for (after, escalation) in due {
+            let dues: Vec<Duration> = due.iter().map(|(after, _)| *after).collect();
+            for (n, (after, escalation)) in due.into_iter().enumerate() {
+                // When the timer after this one is due (the index of due
+                // timers a store replicas share moves to it).
+                let next_timer_ms = dues
+                    .get(n + 1)
+                    .map(|next| crate::clock::ms(timers.asked_at + *next));
                 let at = timers.asked_at + after;
                 if let Ok(left) = at.duration_since(SystemTime::now()) {
                     tokio::time::sleep(left).await;
@@ -196,6 +215,8 @@ impl RunContext {
                         (step, rows)
                     }
                 };
+                let mut step = step;
+                step.next_timer_ms = next_timer_ms;
                 // Kept first: a restart or takeover must not fire it again.
                 if let Some(run) = stored.as_deref() {
                     if let Err(err) = settings.store.record_progress(run, &key, &step).await {

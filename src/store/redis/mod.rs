@@ -65,6 +65,7 @@ mod outcomes;
 pub mod ownership;
 mod progress;
 mod scripts;
+mod timers;
 
 use self::keys::{pending_key, progress_lua, run_key, session_key, PROGRESS_FIELDS};
 use self::scripts::{
@@ -367,6 +368,10 @@ impl Store for RedisStore {
                 )
                 .await?;
             if saved == 1 {
+                if let Some(due) = record.timer_due_ms {
+                    let namespace = record.namespace.as_deref();
+                    self.index_timer(namespace, &record.run, Some(due)).await;
+                }
                 Ok(())
             } else {
                 Err(self.refused(Fault::Moved, "another replica owns this session now"))
@@ -531,7 +536,16 @@ impl Store for RedisStore {
         key: &'a SessionKey,
         step: &'a PauseProgress,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.record_step(run, key, step))
+        Box::pin(async move {
+            self.record_step(run, key, step).await?;
+            if matches!(
+                step.step(),
+                super::progress::Step::Reminded | super::progress::Step::Escalated
+            ) {
+                self.timer_fired(run, key, step).await;
+            }
+            Ok(())
+        })
     }
 
     fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
