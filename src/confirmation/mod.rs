@@ -254,6 +254,10 @@ impl Registry {
 struct Entry {
     run_id: u64,
     pause: Option<Pause>,
+    /// A run restored from a store (a restart, a takeover) whose pause is
+    /// not registered yet: a reply meanwhile is told to retry, not that
+    /// nothing waits.
+    restoring: bool,
 }
 
 impl Entry {
@@ -328,6 +332,22 @@ impl ConfirmationManager {
     /// A new session is refused when `limits.max_runs` runs are registered
     /// already, or its owner holds `limits.per_owner`.
     pub fn begin_run(&self, key: SessionKey, limits: RunLimits) -> Result<Begun, BeginError> {
+        self.begin(key, limits, false)
+    }
+
+    /// Registers a run restored from a store on the free session `key`:
+    /// until its pause is registered again ([`RunSlot::pause`]), a reply
+    /// is told the run is being restored (503, retry), never 404.
+    pub fn begin_restored_run(&self, key: SessionKey) -> Result<Begun, BeginError> {
+        self.begin(key, RunLimits::UNLIMITED, true)
+    }
+
+    fn begin(
+        &self,
+        key: SessionKey,
+        limits: RunLimits,
+        restoring: bool,
+    ) -> Result<Begun, BeginError> {
         let run_id = self.shared.next_run_id.fetch_add(1, Ordering::Relaxed);
         let mut registry = self.lock();
         if let Some(entry) = registry.sessions.get_mut(&key) {
@@ -362,6 +382,7 @@ impl ConfirmationManager {
             Entry {
                 run_id,
                 pause: None,
+                restoring,
             },
         );
         Ok(Begun::Fresh(RunSlot {
@@ -385,11 +406,14 @@ impl ConfirmationManager {
     ) -> Result<Accepted, DecideError> {
         let (decider, grant) = (from.decider, from.grant);
         let mut registry = self.lock();
-        let pause = registry
+        let entry = registry
             .sessions
             .get_mut(key)
-            .and_then(|entry| entry.pause.as_mut())
             .ok_or(DecideError::NoPending)?;
+        if entry.restoring {
+            return Err(DecideError::Restoring);
+        }
+        let pause = entry.pause.as_mut().ok_or(DecideError::NoPending)?;
         let action = Action::from_word(&reply.action)
             .filter(|action| pause.options.contains(action))
             .ok_or_else(|| DecideError::NotOffered {

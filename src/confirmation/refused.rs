@@ -9,6 +9,13 @@ use crate::protocol::{Action, MAX_MODIFY_TEXT_BYTES};
 /// Why a reply was refused. The variants are listed in the order they are checked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecideError {
+    /// The session's run is being restored here (a restart, a takeover of
+    /// a replica that died) and its pause is not registered yet: retry.
+    #[error(
+        "this session's run is being restored here (its replica stopped or died); its \
+         confirmation is registered again in a moment: retry"
+    )]
+    Restoring,
     #[error(
         "no confirmation is pending for this session: it has no run (none was started, or \
          it belongs to another API key), its run has ended (completed, cancelled, timed out), \

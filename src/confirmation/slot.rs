@@ -91,6 +91,7 @@ impl RunSlot {
         let mut registry = self.manager.lock();
         match registry.sessions.get_mut(&self.key) {
             Some(entry) if entry.run_id == self.run_id => {
+                entry.restoring = false;
                 entry.pause = Some(Pause {
                     confirmation_id: spec.confirmation_id,
                     round: spec.round,

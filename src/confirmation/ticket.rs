@@ -88,6 +88,7 @@ impl Superseding {
             Entry {
                 run_id: self.new_run_id,
                 pause: None,
+                restoring: false,
             },
         );
         drop(registry);

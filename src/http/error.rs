@@ -125,6 +125,7 @@ impl ChatError {
             }
             ChatError::Reply(ReplyError::Refused(refused)) => match refused {
                 DecideError::NoPending => (S::NOT_FOUND, T::NoPendingConfirmation),
+                DecideError::Restoring => (S::SERVICE_UNAVAILABLE, T::OwnerUnavailable),
                 DecideError::NotOffered { .. } | DecideError::ModifyTooLong { .. } => {
                     (S::UNPROCESSABLE_ENTITY, T::InvalidConfirmAction)
                 }

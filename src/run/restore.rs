@@ -12,7 +12,7 @@ use super::log::RunLog;
 use super::stop::RunStop;
 use super::stream;
 use super::Runs;
-use crate::confirmation::{Begun, RunLimits};
+use crate::confirmation::Begun;
 use crate::pause::approval::PlanCheck;
 use crate::protocol::{meta, Action, CancelReason, Chunk, ErrorType, PauseKind};
 use crate::session::{RunTag, SessionKey};
@@ -121,8 +121,7 @@ impl Runs {
             return false;
         }
         // A restored run never supersedes anything: the session is free.
-        let Ok(Begun::Fresh(slot)) = self.manager.begin_run(key.clone(), RunLimits::UNLIMITED)
-        else {
+        let Ok(Begun::Fresh(slot)) = self.manager.begin_restored_run(key.clone()) else {
             return false;
         };
         let stop = RunStop::under(&self.shutdown);

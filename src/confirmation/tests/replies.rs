@@ -233,3 +233,38 @@ async fn an_approval_counts_only_once_kept_and_none_completes_a_quorum_with_one_
     assert_eq!(third.approved_by, ["b", "a"]);
     third.ticket.deliver();
 }
+
+#[tokio::test]
+async fn a_reply_to_a_run_being_restored_is_told_to_retry_until_its_pause_is_back() {
+    let manager = ConfirmationManager::new();
+    let Ok(Begun::Fresh(slot)) = manager.begin_restored_run(key("r")) else {
+        panic!("the session is free");
+    };
+    assert_eq!(
+        decide(&manager, &key("r"), &reply("confirm", None), None),
+        Err(DecideError::Restoring),
+        "not 404: the run is here, its pause on its way back"
+    );
+    let _pending = slot
+        .pause(
+            PauseSpec::new(
+                "c1".into(),
+                1,
+                Action::ALL.to_vec(),
+                Asking::Plan(Default::default()),
+            ),
+            CancellationToken::new(),
+        )
+        .unwrap_or_else(|_| panic!("slot owns its session"));
+    let accepted = manager
+        .decide(
+            &key("r"),
+            &reply("confirm", None),
+            None,
+            None,
+            None,
+            ReplyFrom::plain(&Decider::requester("anonymous")),
+        )
+        .unwrap();
+    accepted.ticket.deliver();
+}
