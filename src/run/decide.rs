@@ -183,17 +183,7 @@ impl Runs {
         if reply.grant.is_some() && self.grants_full(key).await {
             return Err(DecideError::TooManyGrants.into());
         }
-        let accepted = match self.manager.decide(
-            key,
-            reply.message,
-            reply.confirmation_id,
-            reply.decisions,
-            reply.answers,
-            ReplyFrom {
-                decider: reply.decider,
-                grant: reply.grant,
-            },
-        ) {
+        let accepted = match self.take(key, &reply).await {
             Ok(accepted) => accepted,
             Err(refused) => {
                 return Err(self.told_decided(key, reply.confirmation_id, refused).await)
@@ -296,7 +286,43 @@ impl Runs {
     }
 }
 
+/// How long a confirm waits its turn behind another approval of the same
+/// pause that is being kept (a store write: milliseconds; a store that does
+/// not answer, its command timeout): then it is told to retry (503).
+const COUNTING_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 impl Runs {
+    /// The manager takes `reply` (see [`crate::confirmation::ConfirmationManager::decide`]).
+    /// An approval of a quorum waits while another approval of the same
+    /// pause is being kept (an approval counts only once kept: no quorum
+    /// completes with one that is then lost), at most [`COUNTING_WAIT`]
+    /// and never past the reply's deadline.
+    async fn take(&self, key: &SessionKey, reply: &Reply<'_>) -> Result<Accepted, DecideError> {
+        let waited_from = tokio::time::Instant::now();
+        loop {
+            let taken = self.manager.decide(
+                key,
+                reply.message,
+                reply.confirmation_id,
+                reply.decisions,
+                reply.answers,
+                ReplyFrom {
+                    decider: reply.decider,
+                    grant: reply.grant,
+                },
+            );
+            let late = reply
+                .not_after
+                .is_some_and(|deadline| SystemTime::now() > deadline);
+            match taken {
+                Err(DecideError::Counting) if waited_from.elapsed() < COUNTING_WAIT && !late => {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+                taken => return taken,
+            }
+        }
+    }
+
     /// Whether the namespace of `key` holds the most live grants (a store
     /// that cannot tell says no: the run's own add is bounded anyway).
     async fn grants_full(&self, key: &SessionKey) -> bool {

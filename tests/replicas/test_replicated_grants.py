@@ -314,7 +314,7 @@ class QuorumTests(unittest.TestCase):
             # A button's value: a token naming no one (signed as chatgate signs it).
             value = link_path(pause, "").split("/")[-1]
             for user, replica, expected in (("U0LEAD1", self.b, "Approval recorded: 1 of 2 (lead-1)"),
-                                            ("U0LEAD2", self.c, "Approved by lead-2")):
+                                            ("U0LEAD2", self.c, "Approved by lead-1, lead-2")):
                 status = press(replica, slack, user, value)
                 self.assertEqual(status, 200)
                 self.assertEqual(slack.wait(lambda r: r.get("text") == expected), expected)
