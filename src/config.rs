@@ -167,7 +167,11 @@ pub struct Settings {
     )]
     pub api_keys: Vec<SecretString>,
     /// File of API keys, one per line (`#` comments allowed); a line
-    /// `approver KEY` is an approver key (see --approver-key).
+    /// `approver KEY` is an approver key (see --approver-key). A key may be
+    /// followed by attributes: `label=NAME` (what records name it by),
+    /// `groups=A,B` (what tools' `approvers` name), `max_risk=low|medium|high`,
+    /// `namespaces=LABEL,...` (the requester keys an approver decides for),
+    /// `email=ADDR` (approval mail), `slack=USER_ID` (Slack buttons).
     #[arg(long, env = "CHATGATE_API_KEYS_FILE")]
     pub api_keys_file: Option<std::path::PathBuf>,
     /// An approver key (repeatable; in the env var, comma-separated): it may

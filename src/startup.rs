@@ -437,7 +437,12 @@ async fn load_tools(settings: &Settings) -> Result<Tools, StartupError> {
         path.display()
     );
     if !tools.rules().is_empty() {
-        log::info!("{} rule(s) decide calls first", tools.rules().len());
+        let (all, enforcing) = (tools.rules().len(), tools.rules().enforcing());
+        log::info!(
+            "{all} rule(s) read: {enforcing} decide calls first, {} in shadow mode (record what \
+             they would decide, decide nothing); GET /api/v1/rules lists them",
+            all - enforcing
+        );
     }
     Ok(tools)
 }

@@ -153,6 +153,14 @@ impl AccessPolicy {
     }
 
     /// The approver whose keys-file line says `slack=<user_id>`.
+    /// How many approver keys a Slack user id maps to (`slack=`).
+    pub fn slack_people(&self) -> usize {
+        self.approver_attrs
+            .iter()
+            .filter(|attrs| attrs.slack.is_some())
+            .count()
+    }
+
     pub fn caller_of_slack(&self, user_id: &str) -> Option<Caller> {
         (0..self.approver_attrs.len() as u32)
             .map(Caller::Approver)

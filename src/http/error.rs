@@ -67,6 +67,13 @@ pub enum ChatError {
     StoreUnreachable,
     #[error("no such grant: it expired, was spent or revoked, or is another key's")]
     NoSuchGrant,
+    /// `GET /api/v1/runs/SESSION` with no kept outcome.
+    #[error(
+        "no ended run of this key's on this session within --keep-outcome: none was started, \
+         it belongs to another API key, it is still going (re-attach to it), or its outcome is \
+         no longer kept"
+    )]
+    NoSuchOutcome,
     #[error("{0}")]
     ForbiddenScope(String),
     #[error(
@@ -155,6 +162,7 @@ impl ChatError {
             | ChatError::StoreUnreachable => (S::SERVICE_UNAVAILABLE, T::StoreUnavailable),
             ChatError::Reattach(ReattachError::NoSuchRun) => (S::NOT_FOUND, T::NoSuchRun),
             ChatError::NoSuchGrant => (S::NOT_FOUND, T::NoSuchGrant),
+            ChatError::NoSuchOutcome => (S::NOT_FOUND, T::NoSuchRun),
             ChatError::ForbiddenScope(_) => (S::FORBIDDEN, T::ForbiddenScope),
             ChatError::Reattach(ReattachError::Beyond { .. }) => {
                 (S::BAD_REQUEST, T::InvalidRequest)

@@ -215,6 +215,9 @@ pub async fn decide_form(
             }
         }
         Err(ReplyError::OutcomeUnknown) => Outcome::Unknown,
+        Err(ReplyError::Refused(DecideError::AlreadyApproved(label))) => {
+            Outcome::AlreadyApproved(label)
+        }
         Err(
             ReplyError::StoreUnavailable
             | ReplyError::Late

@@ -30,7 +30,7 @@ pub mod tools;
 use actix_web::http::Method;
 use actix_web::web;
 
-use crate::protocol::{CHAT_PATH, GRANTS_PATH, INBOX_PATH, RUNS_PATH, TOOLS_PATH};
+use crate::protocol::{CHAT_PATH, GRANTS_PATH, INBOX_PATH, RULES_PATH, RUNS_PATH, TOOLS_PATH};
 
 /// The Slack app's interactivity request URL.
 pub const SLACK_ACTIONS_PATH: &str = "/api/v1/slack/actions";
@@ -44,6 +44,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     )
     .route(INBOX_PATH, web::get().to(inbox::interactions))
     .route(TOOLS_PATH, web::get().to(tools::list))
+    .route(RULES_PATH, web::get().to(tools::rules))
     .route(GRANTS_PATH, web::get().to(grants::list))
     .route(
         &format!("{GRANTS_PATH}/{{id}}"),

@@ -13,7 +13,6 @@ use super::access::Caller;
 use super::error::ChatError;
 use super::state::AppState;
 use crate::protocol::{is_valid_session_id, meta, RequestError};
-use crate::run::ReattachError;
 use crate::session::SessionKey;
 use crate::store::Outcome;
 
@@ -61,7 +60,7 @@ async fn read(
             state.runs.outcome_by_pause(session_id, id).await?
         }
     }
-    .ok_or(ChatError::Reattach(ReattachError::NoSuchRun))?;
+    .ok_or(ChatError::NoSuchOutcome)?;
     let mut response = HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(described(&outcome));

@@ -216,6 +216,9 @@ fn reply_to(outcome: Outcome, message: &Value) -> Value {
         }
         Outcome::NotFound => ephemeral("this button is no longer valid (its pause expired)"),
         Outcome::Refused(why) => ephemeral(&format!("Nothing was decided: {why}")),
+        Outcome::AlreadyApproved(label) => ephemeral(&format!(
+            "Nothing was decided: {label} has approved this already; it waits for the others"
+        )),
         Outcome::Unavailable => ephemeral(
             "Nothing was decided: chatgate cannot take it just now; press again in a few seconds",
         ),

@@ -12,6 +12,8 @@ pub const CHAT_PATH: &str = "/api/v1/chat/stream";
 pub const INBOX_PATH: &str = "/api/v1/interactions";
 /// The offered tools, listed (`GET`).
 pub const TOOLS_PATH: &str = "/api/v1/tools";
+/// The tools file's rules in force.
+pub const RULES_PATH: &str = "/api/v1/rules";
 /// Live grants (`GET`), and one grant's revoke (`DELETE .../{id}`).
 pub const GRANTS_PATH: &str = "/api/v1/grants";
 /// A session's kept run outcome (`GET`, then `/{session_id}`).

@@ -56,7 +56,30 @@ pub(super) fn open_links(
         .public_url
         .as_deref()
         .ok_or("--link-secret needs --public-url (where links point)")?;
-    let links = Links::new(url, secret, access.people())?;
+    let people = access.people();
+    let mailed = people.iter().filter(|p| p.email.is_some()).count();
+    let slack = access.slack_people();
+    log::info!(
+        "approvers are sent: decision links ({} approver key(s)){}{}",
+        people.len(),
+        match (&settings.smtp, mailed) {
+            (None, _) => String::new(),
+            (Some(_), 0) =>
+                ", mail (but no approver key has an email=: nobody is mailed)".to_owned(),
+            (Some(_), n) => format!(", mail ({n} address(es))"),
+        },
+        match &settings.slack_webhook {
+            None => String::new(),
+            Some(_) => format!(", Slack ({slack} approver(s) with slack=)"),
+        }
+    );
+    if settings.smtp.is_some() && mailed == 0 {
+        log::warn!(
+            "--smtp is on, but no approver key in the keys file carries email=ADDR: no mail \
+             will be sent"
+        );
+    }
+    let links = Links::new(url, secret, people)?;
     Ok(Some(Arc::new(links)))
 }
 

@@ -197,6 +197,19 @@ impl Rules {
         self.list.len()
     }
 
+    /// The rules in file order, each as `GET /api/v1/rules` shows it.
+    pub fn views(&self) -> Vec<Value> {
+        self.list.iter().map(Rule::view).collect()
+    }
+
+    /// How many rules enforce (not `mode = "shadow"`).
+    pub fn enforcing(&self) -> usize {
+        self.list
+            .iter()
+            .filter(|rule| rule.mode == RuleMode::Enforce)
+            .count()
+    }
+
     /// What the rules say about a call of `tool` with `args` made for the
     /// key labelled `key`.
     pub fn evaluate(&self, tool: &str, args: &Value, key: &str) -> Ruling<'_> {
@@ -239,7 +252,54 @@ impl Rule {
     }
 }
 
+impl Rule {
+    /// The rule as the API lists it: what it matches (its argument
+    /// matchers as written), what it decides, for which keys, in which mode,
+    /// and for an `ask` rule who decides (`approvers`, `approvals`).
+    pub fn view(&self) -> Value {
+        let args: serde_json::Map<String, Value> = self
+            .args
+            .iter()
+            .map(|(pointer, matcher)| (pointer.clone(), matcher.view()))
+            .collect();
+        let mut view = serde_json::json!({
+            "name": self.name,
+            "tool": self.tool,
+            "args": args,
+            "decision": self.decision.as_str(),
+            "mode": self.mode.as_str(),
+            "reason": self.reason,
+            "keys": self.keys,
+        });
+        if let Some(gate) = &self.gate {
+            view["approvers"] = serde_json::json!(gate.approvers);
+            view["approvals"] = serde_json::json!(gate.approvals);
+        }
+        view
+    }
+}
+
 impl Matcher {
+    /// The matcher as a rule's `args` writes it.
+    fn view(&self) -> Value {
+        match self {
+            Matcher::Glob(glob) => Value::from(glob.to_string()),
+            Matcher::Equals(value) => serde_json::json!({ "equals": value }),
+            Matcher::Regex(regex) => {
+                // Written whole-value: `^(?:PATTERN)$` as compiled.
+                let full = regex.as_str();
+                let written = full
+                    .strip_prefix("^(?:")
+                    .and_then(|rest| rest.strip_suffix(")$"))
+                    .unwrap_or(full);
+                serde_json::json!({ "regex": written })
+            }
+            Matcher::OneOf(values) => serde_json::json!({ "one_of": values }),
+            Matcher::Range { min, max } => serde_json::json!({ "min": min, "max": max }),
+            Matcher::Exists(exists) => serde_json::json!({ "exists": exists }),
+        }
+    }
+
     /// Whether the value a pointer resolved to (`None`: it did not) matches.
     pub fn matches(&self, value: Option<&Value>) -> bool {
         let Some(value) = value else {

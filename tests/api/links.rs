@@ -117,7 +117,11 @@ async fn a_quorum_is_decided_by_two_links_each_once_and_a_get_decides_nothing() 
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("1 of 2 approvals, as lead-1"), "{page}");
     let (status, page) = post(&app, link(&links, "lead-1"), &[("action", "confirm")]).await;
-    assert_eq!(status, 403, "the same person twice counts once: {page}");
+    assert_eq!(
+        status, 409,
+        "the same person twice counts once, told as the API tells it: {page}"
+    );
+    assert!(page.contains("You approved it already"), "{page}");
     let (status, page) = post(&app, link(&links, "lead-2"), &[("action", "confirm")]).await;
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("Confirmed"), "{page}");

@@ -123,3 +123,78 @@ async fn a_pause_that_expired_while_nobody_held_it_still_rejects_as_its_tools_sa
     );
     assert_eq!(last.metadata["tasks_rejected"], 1);
 }
+
+#[tokio::test]
+async fn the_tools_say_who_approves_and_the_rules_in_force_are_listed() {
+    let dir = Workdir::new();
+    let extra = format!(
+        "{NUDGE}
+[[tool]]
+name = \"deploy\"
+description = \"Deploy\"
+risk = \"high\"
+approvals = 2
+approvers = \"leads\"
+escalate_after = \"10m\"
+escalate_to = \"oncall\"
+command = [\"true\"]
+parameters = {{ type = \"object\" }}
+
+[[rule]]
+name = \"no prod notes\"
+tool = \"note\"
+args = {{ \"/step\" = {{ regex = \"note prod.*\" }} }}
+decision = \"deny\"
+reason = \"prod is frozen\"
+
+[[rule]]
+name = \"watch\"
+tool = \"*\"
+decision = \"deny\"
+mode = \"shadow\"
+"
+    );
+    let app = app_with_tools(&dir, &extra, |_| {}).await;
+    let (status, body) = app.get("/api/v1/tools").await;
+    assert_eq!(status, 200, "{body}");
+    let tools: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let tool = |name: &str| {
+        tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let deploy = tool("deploy");
+    assert_eq!(deploy["approvals"], 2);
+    assert_eq!(deploy["approvers"], json!(["leads"]));
+    assert_eq!(deploy["requester_may_approve"], false);
+    assert_eq!(deploy["grantable"], false);
+    assert_eq!(deploy["on_timeout"], "cancel");
+    assert_eq!(deploy["escalate_to"], "oncall");
+    assert_eq!(deploy["escalate_after_seconds"], 600);
+    let nudge = tool("nudge");
+    assert_eq!(nudge["timeout_seconds"], 2);
+    assert_eq!(nudge["on_timeout"], "reject");
+    assert_eq!(tool("note")["grantable"], true);
+
+    let (status, body) = app.get("/api/v1/rules").await;
+    assert_eq!(status, 200, "{body}");
+    let rules: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        rules["rules"][0],
+        json!({"name": "no prod notes", "tool": "note", "args": {"/step": {"regex": "note prod.*"}},
+               "decision": "deny", "mode": "enforce", "reason": "prod is frozen", "keys": null})
+    );
+    assert_eq!(rules["rules"][1]["mode"], "shadow");
+
+    let (status, body) = app.get("/api/v1/runs/never-started").await;
+    assert_eq!(status, 404, "{body}");
+    let refused: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(refused["error_type"], "no_such_run");
+    let text = refused["message"].as_str().unwrap();
+    assert!(text.contains("no ended run"), "{text}");
+    assert!(!text.contains("re-attach to on"), "its own text: {text}");
+}

@@ -14,6 +14,9 @@ pub enum Outcome {
     Gone,
     /// Refused as it stands (scope, quorum rules, a bad form): why.
     Refused(String),
+    /// This person approved the pause already (a quorum counts them
+    /// once): 409, as the chat endpoint answers.
+    AlreadyApproved(String),
     /// Not taken, and nothing was: try again (a store or an owner out of
     /// reach, a forwarded decision past its deadline, an approval being kept).
     Unavailable,

@@ -102,6 +102,16 @@ pub fn of(outcome: Outcome) -> HttpResponse {
             "No longer waiting: it was decided, it expired, or its run ended",
         ),
         Outcome::Refused(why) => refused(&why),
+        Outcome::AlreadyApproved(label) => document(
+            StatusCode::CONFLICT,
+            "Already approved",
+            &format!(
+                "<h1>You approved it already</h1><p>{} approved this pause before; it waits \
+                 for the other approvals. Nothing more was recorded.</p>",
+                escape(&label)
+            ),
+            &format!("Already approved by {label}: it waits for the others"),
+        ),
         Outcome::Unavailable => unavailable(),
         Outcome::Unknown => document(
             StatusCode::GATEWAY_TIMEOUT,
