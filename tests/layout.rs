@@ -666,3 +666,59 @@ fn regex_lite(pattern: &str) -> impl Fn(&str) -> bool {
     let regex = regex::Regex::new(pattern).unwrap();
     move |text| regex.is_match(text)
 }
+
+/// Most lines an HTTP handler (a function under `src/http/` that takes the
+/// request) may have: extract, check, one call below HTTP, respond.
+const MAX_HANDLER_LINES: usize = 60;
+
+#[test]
+fn no_http_handler_is_over_sixty_lines() {
+    let mut long = Vec::new();
+    for file in rust_files(Path::new("src/http")) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut i = 0;
+        while i < lines.len() {
+            let line = lines[i].trim_start();
+            let is_fn = line.starts_with("fn ")
+                || line.starts_with("async fn ")
+                || line.starts_with("pub fn ")
+                || line.starts_with("pub async fn ")
+                || line.starts_with("pub(crate) async fn ")
+                || line.starts_with("pub(super) async fn ");
+            if !is_fn {
+                i += 1;
+                continue;
+            }
+            // The signature, to its opening brace; then the body, to the
+            // brace that closes it.
+            let mut signature = String::new();
+            let mut j = i;
+            while j < lines.len() && !lines[j].contains('{') {
+                signature.push_str(lines[j]);
+                j += 1;
+            }
+            signature.push_str(lines.get(j).copied().unwrap_or(""));
+            let mut depth = 0i32;
+            let mut k = j;
+            while k < lines.len() {
+                depth += lines[k].matches('{').count() as i32;
+                depth -= lines[k].matches('}').count() as i32;
+                if depth <= 0 {
+                    break;
+                }
+                k += 1;
+            }
+            let length = k + 1 - i;
+            if signature.contains("HttpRequest") && length > MAX_HANDLER_LINES {
+                long.push(format!("{}:{} ({length} lines)", file.display(), i + 1));
+            }
+            i = k + 1;
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "HTTP handlers over {MAX_HANDLER_LINES} lines (move the work below HTTP):\n{}",
+        long.join("\n")
+    );
+}

@@ -561,25 +561,6 @@ impl ConfirmationManager {
         self.lock().sessions.get(key).is_some_and(Entry::waits)
     }
 
-    /// Number of sessions with a live run.
-    pub fn active_runs(&self) -> usize {
-        self.lock().sessions.len()
-    }
-
-    /// Number of runs paused on a confirmation nobody has decided yet.
-    pub fn paused_runs(&self) -> usize {
-        self.counts().paused
-    }
-
-    /// Active and paused runs, read under one lock.
-    pub fn counts(&self) -> RunCounts {
-        let registry = self.lock();
-        RunCounts {
-            active: registry.sessions.len(),
-            paused: registry.sessions.values().filter(|e| e.waits()).count(),
-        }
-    }
-
     /// Resolves once no run is registered, nor still writing its end (used
     /// to drain on shutdown).
     pub async fn wait_until_empty(&self) {

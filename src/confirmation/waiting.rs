@@ -141,3 +141,24 @@ impl ConfirmationManager {
         Some(pause.expires_at)
     }
 }
+
+impl ConfirmationManager {
+    /// Number of sessions with a live run.
+    pub fn active_runs(&self) -> usize {
+        self.lock().sessions.len()
+    }
+
+    /// Number of runs paused on a confirmation nobody has decided yet.
+    pub fn paused_runs(&self) -> usize {
+        self.counts().paused
+    }
+
+    /// Active and paused runs, read under one lock.
+    pub fn counts(&self) -> super::RunCounts {
+        let registry = self.lock();
+        super::RunCounts {
+            active: registry.sessions.len(),
+            paused: registry.sessions.values().filter(|e| e.waits()).count(),
+        }
+    }
+}

@@ -77,49 +77,24 @@ async fn chat(
     state.access.check_host(headers)?;
     state.access.check_origin(headers)?;
     let forwarded = forward::forwarded(state.runs.cluster().map(|c| c.as_ref()), headers)?;
-    let not_after = forwarded.and_then(|f| f.not_after);
     let caller = state.access.caller(headers)?;
     let (request, body) = tokio::time::timeout(state.request_timeout, read_request(req, payload))
         .await
         .map_err(|_| ChatError::RequestTimeout)??;
     let last_event_id = headers.get("last-event-id").map(|v| v.as_bytes());
+    let incoming = Incoming {
+        req,
+        state,
+        caller,
+        forwarded,
+        body,
+    };
     match request.validate(last_event_id)? {
         ValidRequest::Reattach {
             session_id,
             last_seen,
             confirmation_id,
-        } => {
-            access_log::note_session(req, &session_id);
-            let refused = |err: ChatError| Refusal::new(err, &session_id);
-            let routed = route(
-                state,
-                caller,
-                &session_id,
-                confirmation_id.as_deref(),
-                forwarded,
-            );
-            let key = match routed.await {
-                Ok(Route::Here(key)) => key,
-                Ok(Route::Forward(key, peer)) => {
-                    return forward_to(state, &peer, &key, req, body, Forwarding::Read)
-                        .await
-                        .map_err(refused)
-                }
-                Err(Unrouted::NoRun) => {
-                    return Err(refused(ChatError::Reattach(ReattachError::NoSuchRun)))
-                }
-                Err(Unrouted::OutOfScope(why)) => {
-                    return Err(refused(ChatError::ForbiddenScope(why)))
-                }
-                Err(Unrouted::Refused(err)) => return Err(refused(err)),
-            };
-            let subscription = state
-                .runs
-                .reattach_or_outcome(key, last_seen)
-                .await
-                .map_err(|err| refused(err.into()))?;
-            Ok(event_stream::stream_response(subscription))
-        }
+        } => reattach(incoming, &session_id, last_seen, confirmation_id.as_deref()).await,
         ValidRequest::Reply {
             session_id,
             reply,
@@ -128,91 +103,172 @@ async fn chat(
             answers,
             grant,
         } => {
-            access_log::note_session(req, &session_id);
-            let refused = |err: ChatError| Refusal::new(err, &session_id);
-            let routed = route(
-                state,
-                caller,
-                &session_id,
-                confirmation_id.as_deref(),
-                forwarded,
-            );
-            let key = match routed.await {
-                Ok(Route::Here(key)) => key,
-                Ok(Route::Forward(key, peer)) => {
-                    return forward_to(state, &peer, &key, req, body, Forwarding::Change)
-                        .await
-                        .map_err(refused)
-                }
-                // The run's log is gone: its kept outcome may still say who
-                // decided the pause the reply names.
-                Err(Unrouted::NoRun) => {
-                    let id = confirmation_id.as_deref().unwrap_or_default();
-                    let told = match state.runs.decided_by_pause(&session_id, id).await {
-                        Some(note) => ReplyError::Decided(note),
-                        None => DecideError::NoPending.into(),
-                    };
-                    return Err(refused(ChatError::Reply(told)));
-                }
-                Err(Unrouted::OutOfScope(why)) => {
-                    let why = DecideError::ForbiddenScope(why);
-                    return Err(refused(ChatError::Reply(why.into())));
-                }
-                Err(Unrouted::Refused(err)) => return Err(refused(err)),
-            };
-            let client = forward::client_address(req, forwarded.is_some());
-            let decider = state.access.decider(caller);
-            let reply = Reply {
+            let reply = RawReply {
                 message: &reply,
                 confirmation_id: confirmation_id.as_deref(),
                 decisions: decisions.as_deref(),
                 answers: answers.as_ref(),
                 grant: grant.as_ref(),
-                client: client.as_deref(),
-                decider: &decider,
-                not_after,
             };
-            let decided = state
-                .runs
-                .decide(&key, reply)
-                .await
-                .map_err(|err| refused(err.into()))?;
-            Ok(event_stream::single_chunk(
-                StatusCode::OK,
-                decided.acknowledgement(&session_id),
-            ))
+            decide(incoming, &session_id, reply).await
         }
         ValidRequest::Chat {
             session_id,
             message,
-        } => {
-            let session_id = session_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-            access_log::note_session(req, &session_id);
-            let refused = |err: ChatError| Refusal::new(err, &session_id);
-            let Caller::Owner(owner) = caller else {
-                return Err(refused(ChatError::ForbiddenRole));
-            };
-            if state.runs.is_shutting_down() {
-                return Err(refused(ChatError::ShuttingDown));
-            }
-            let key = SessionKey::new(owner, &session_id);
-            let started = state
-                .runs
-                .start(key.clone(), message, not_after)
+        } => start(incoming, session_id, message).await,
+    }
+}
+
+/// A request on the chat endpoint, read and checked: who sent it, from
+/// where, and its body as it came (a replica forwards it).
+struct Incoming<'a> {
+    req: &'a HttpRequest,
+    state: &'a AppState,
+    caller: Caller,
+    forwarded: Option<Forwarded>,
+    body: bytes::Bytes,
+}
+
+/// A reply's parts, as the request gave them.
+struct RawReply<'a> {
+    message: &'a crate::protocol::ReplyMessage,
+    confirmation_id: Option<&'a str>,
+    decisions: Option<&'a [crate::protocol::TaskDecisionRequest]>,
+    answers: Option<&'a serde_json::Map<String, serde_json::Value>>,
+    grant: Option<&'a serde_json::Value>,
+}
+
+/// A re-attach (`Last-Event-ID`): the run's stream from there, here or at
+/// its owner.
+async fn reattach(
+    incoming: Incoming<'_>,
+    session_id: &str,
+    last_seen: u64,
+    confirmation_id: Option<&str>,
+) -> Result<HttpResponse, Refusal> {
+    let Incoming { req, state, .. } = incoming;
+    access_log::note_session(req, session_id);
+    let refused = |err: ChatError| Refusal::new(err, session_id);
+    let routed = route(
+        state,
+        incoming.caller,
+        session_id,
+        confirmation_id,
+        incoming.forwarded,
+    );
+    let key = match routed.await {
+        Ok(Route::Here(key)) => key,
+        Ok(Route::Forward(key, peer)) => {
+            return forward_to(state, &peer, &key, req, incoming.body, Forwarding::Read)
                 .await
-                .map_err(|err| refused(err.into()))?;
-            match started {
-                Started::Here(subscription) => Ok(event_stream::stream_response(subscription)),
-                // Forwarded here, yet another replica owns it now: no second hop.
-                Started::Elsewhere(_) if forwarded.is_some() => {
-                    Err(refused(ChatError::owner_unavailable()))
-                }
-                Started::Elsewhere(peer) => {
-                    forward_to(state, &peer, &key, req, body, Forwarding::Change)
-                        .await
-                        .map_err(refused)
-                }
-            }
+                .map_err(refused)
+        }
+        Err(Unrouted::NoRun) => return Err(refused(ReattachError::NoSuchRun.into())),
+        Err(Unrouted::OutOfScope(why)) => return Err(refused(ChatError::ForbiddenScope(why))),
+        Err(Unrouted::Refused(err)) => return Err(refused(err)),
+    };
+    let subscription = state
+        .runs
+        .reattach_or_outcome(key, last_seen)
+        .await
+        .map_err(|err| refused(err.into()))?;
+    Ok(event_stream::stream_response(subscription))
+}
+
+/// A reply: the pause of the session's run decided, here or at its owner.
+async fn decide(
+    incoming: Incoming<'_>,
+    session_id: &str,
+    raw: RawReply<'_>,
+) -> Result<HttpResponse, Refusal> {
+    let Incoming { req, state, .. } = incoming;
+    access_log::note_session(req, session_id);
+    let refused = |err: ChatError| Refusal::new(err, session_id);
+    let routed = route(
+        state,
+        incoming.caller,
+        session_id,
+        raw.confirmation_id,
+        incoming.forwarded,
+    );
+    let key = match routed.await {
+        Ok(Route::Here(key)) => key,
+        Ok(Route::Forward(key, peer)) => {
+            return forward_to(state, &peer, &key, req, incoming.body, Forwarding::Change)
+                .await
+                .map_err(refused)
+        }
+        // The run's log is gone: its kept outcome may still say who
+        // decided the pause the reply names.
+        Err(Unrouted::NoRun) => {
+            let id = raw.confirmation_id.unwrap_or_default();
+            let told = match state.runs.decided_by_pause(session_id, id).await {
+                Some(note) => ReplyError::Decided(note),
+                None => DecideError::NoPending.into(),
+            };
+            return Err(refused(ChatError::Reply(told)));
+        }
+        Err(Unrouted::OutOfScope(why)) => {
+            let why = DecideError::ForbiddenScope(why);
+            return Err(refused(ChatError::Reply(why.into())));
+        }
+        Err(Unrouted::Refused(err)) => return Err(refused(err)),
+    };
+    let client = forward::client_address(req, incoming.forwarded.is_some());
+    let decider = state.access.decider(incoming.caller);
+    let reply = Reply {
+        message: raw.message,
+        confirmation_id: raw.confirmation_id,
+        decisions: raw.decisions,
+        answers: raw.answers,
+        grant: raw.grant,
+        client: client.as_deref(),
+        decider: &decider,
+        not_after: incoming.forwarded.and_then(|f| f.not_after),
+    };
+    let decided = state
+        .runs
+        .decide(&key, reply)
+        .await
+        .map_err(|err| refused(err.into()))?;
+    let ack = decided.acknowledgement(session_id);
+    Ok(event_stream::single_chunk(StatusCode::OK, ack))
+}
+
+/// A chat message: a new run on the session (superseding a paused one),
+/// here or at the replica that owns the session.
+async fn start(
+    incoming: Incoming<'_>,
+    session_id: Option<String>,
+    message: String,
+) -> Result<HttpResponse, Refusal> {
+    let Incoming { req, state, .. } = incoming;
+    let session_id = session_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    access_log::note_session(req, &session_id);
+    let refused = |err: ChatError| Refusal::new(err, &session_id);
+    let Caller::Owner(owner) = incoming.caller else {
+        return Err(refused(ChatError::ForbiddenRole));
+    };
+    if state.runs.is_shutting_down() {
+        return Err(refused(ChatError::ShuttingDown));
+    }
+    let key = SessionKey::new(owner, &session_id);
+    let not_after = incoming.forwarded.and_then(|f| f.not_after);
+    let started = state
+        .runs
+        .start(key.clone(), message, not_after)
+        .await
+        .map_err(|err| refused(err.into()))?;
+    match started {
+        Started::Here(subscription) => Ok(event_stream::stream_response(subscription)),
+        // Forwarded here, yet another replica owns it now: no second hop.
+        Started::Elsewhere(_) if incoming.forwarded.is_some() => {
+            Err(refused(ChatError::owner_unavailable()))
+        }
+        Started::Elsewhere(peer) => {
+            forward_to(state, &peer, &key, req, incoming.body, Forwarding::Change)
+                .await
+                .map_err(refused)
         }
     }
 }

@@ -188,6 +188,43 @@ pub async fn pass_link(
     post: bool,
     body: Bytes,
 ) -> Result<HttpResponse, ChatError> {
+    let request = link_request(cluster, owner, req, path, post, body);
+    let answer = match tokio::time::timeout(FORWARD_WAIT, request.send()).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(err)) if err.is_connect() || !post => {
+            log::warn!("{tag}: cannot reach the owner at {}: {err}", owner.url);
+            return Err(ChatError::OwnerUnavailable {
+                retry_after: owner.lease,
+            });
+        }
+        _ if !post => {
+            log::warn!("{tag}: the owner at {} did not answer in time", owner.url);
+            return Err(ChatError::OwnerUnavailable {
+                retry_after: owner.lease,
+            });
+        }
+        _ => {
+            log::warn!(
+                "{tag}: the owner at {} did not answer a decision in time",
+                owner.url
+            );
+            return Err(ChatError::OutcomeUnknown);
+        }
+    };
+    Ok(page_of(answer))
+}
+
+/// The request passing a link's (or a Slack press's) request on to
+/// `owner`: with the cluster secret, and for a POST its content type, the
+/// chat path's deadline and Slack's signature headers.
+fn link_request(
+    cluster: &Cluster,
+    owner: &Peer,
+    req: &HttpRequest,
+    path: &str,
+    post: bool,
+    body: Bytes,
+) -> reqwest::RequestBuilder {
     let url = format!("{}{path}", owner.url);
     let method = if post {
         reqwest::Method::POST
@@ -218,28 +255,12 @@ pub async fn pass_link(
     if let Some(client) = client_address(req, false) {
         request = request.header(CLIENT_HEADER, client);
     }
-    let answer = match tokio::time::timeout(FORWARD_WAIT, request.send()).await {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(err)) if err.is_connect() || !post => {
-            log::warn!("{tag}: cannot reach the owner at {}: {err}", owner.url);
-            return Err(ChatError::OwnerUnavailable {
-                retry_after: owner.lease,
-            });
-        }
-        _ if !post => {
-            log::warn!("{tag}: the owner at {} did not answer in time", owner.url);
-            return Err(ChatError::OwnerUnavailable {
-                retry_after: owner.lease,
-            });
-        }
-        _ => {
-            log::warn!(
-                "{tag}: the owner at {} did not answer a decision in time",
-                owner.url
-            );
-            return Err(ChatError::OutcomeUnknown);
-        }
-    };
+    request
+}
+
+/// A link page the owner answered, as it came: its status, its own
+/// headers (the policies a page sets, what it did), its body streamed.
+fn page_of(answer: reqwest::Response) -> HttpResponse {
     let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut response = HttpResponse::build(status);
     for name in [
@@ -256,5 +277,5 @@ pub async fn pass_link(
             }
         }
     }
-    Ok(response.streaming(answer.bytes_stream()))
+    response.streaming(answer.bytes_stream())
 }

@@ -39,28 +39,10 @@ pub async fn actions(
     let Some(app) = state.slack.clone() else {
         return HttpResponse::NotFound().finish();
     };
-    let header = |name: &str| {
-        req.headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-    };
-    let signed = body.len() <= MAX_BODY_BYTES
-        && slack::verify(
-            app.signing_secret.expose_secret(),
-            header("x-slack-request-timestamp"),
-            header("x-slack-signature"),
-            &body,
-            crate::clock::now_secs(),
-        );
-    if !signed {
+    if !signed(&app, &req, &body) {
         return HttpResponse::Unauthorized().body("not signed by Slack");
     }
-    let payload = serde_urlencoded::from_bytes::<Vec<(String, String)>>(&body)
-        .ok()
-        .and_then(|form| form.into_iter().find(|(k, _)| k == "payload"))
-        .and_then(|(_, payload)| serde_json::from_str::<Value>(&payload).ok());
-    let Some(payload) = payload.filter(|p| p["type"] == "block_actions") else {
+    let Some(payload) = block_actions(&body) else {
         return HttpResponse::BadRequest().body("expected a block_actions payload");
     };
     let user = payload["user"]["id"]
@@ -97,6 +79,35 @@ pub async fn actions(
         });
     }
     HttpResponse::Ok().finish()
+}
+
+/// Whether `body` is at most [`MAX_BODY_BYTES`] and signed by Slack with
+/// the app's signing secret, within 5 minutes.
+fn signed(app: &super::state::SlackApp, req: &HttpRequest, body: &[u8]) -> bool {
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    };
+    body.len() <= MAX_BODY_BYTES
+        && slack::verify(
+            app.signing_secret.expose_secret(),
+            header("x-slack-request-timestamp"),
+            header("x-slack-signature"),
+            body,
+            crate::clock::now_secs(),
+        )
+}
+
+/// The `payload` form field of `body`, when it is a `block_actions` one.
+fn block_actions(body: &[u8]) -> Option<Value> {
+    serde_urlencoded::from_bytes::<Vec<(String, String)>>(body)
+        .ok()?
+        .into_iter()
+        .find(|(k, _)| k == "payload")
+        .and_then(|(_, payload)| serde_json::from_str::<Value>(&payload).ok())
+        .filter(|p| p["type"] == "block_actions")
 }
 
 /// What a press did.

@@ -368,10 +368,7 @@ impl Store for RedisStore {
                 )
                 .await?;
             if saved == 1 {
-                if let Some(due) = record.timer_due_ms {
-                    let namespace = record.namespace.as_deref();
-                    self.index_timer(namespace, &record.run, Some(due)).await;
-                }
+                self.timer_saved(&record).await;
                 Ok(())
             } else {
                 Err(self.refused(Fault::Moved, "another replica owns this session now"))
@@ -536,16 +533,7 @@ impl Store for RedisStore {
         key: &'a SessionKey,
         step: &'a PauseProgress,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            self.record_step(run, key, step).await?;
-            if matches!(
-                step.step(),
-                super::progress::Step::Reminded | super::progress::Step::Escalated
-            ) {
-                self.timer_fired(run, key, step).await;
-            }
-            Ok(())
-        })
+        Box::pin(self.record_step(run, key, step))
     }
 
     fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {

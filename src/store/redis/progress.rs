@@ -12,6 +12,7 @@ use redis::Script;
 use super::keys::run_key;
 use super::RedisStore;
 use crate::session::SessionKey;
+use crate::store::progress::Step;
 use crate::store::{Fault, PauseProgress, StoreError};
 
 /// KEYS: run, session. ARGV: instance, epoch, field, step (JSON), and
@@ -77,7 +78,13 @@ impl RedisStore {
             )
             .await?;
         match answer.as_str() {
-            "ok" => Ok(()),
+            "ok" => {
+                // A timer's step moves the index of due timers (see `timers`).
+                if matches!(step.step(), Step::Reminded | Step::Escalated) {
+                    self.timer_fired(run, key, step).await;
+                }
+                Ok(())
+            }
             "not_owner" => Err(self.refused(Fault::Moved, "another replica owns this run now")),
             "decided" => Err(self.refused(Fault::Moved, "this pause was decided meanwhile")),
             _ => Err(self.refused(Fault::Lost, "the run's record is gone")),

@@ -53,6 +53,14 @@ impl RedisStore {
         }
     }
 
+    /// After a pause was saved: its first timer indexed, if it has one.
+    pub(super) async fn timer_saved(&self, record: &crate::store::PausedRecord) {
+        if let Some(due) = record.timer_due_ms {
+            let namespace = record.namespace.as_deref();
+            self.index_timer(namespace, &record.run, Some(due)).await;
+        }
+    }
+
     /// After a timer's `step` for `key`'s run `run`: its next timer indexed.
     pub(super) async fn timer_fired(&self, run: &str, key: &SessionKey, step: &PauseProgress) {
         let namespace = self.replica.namespaces.name(key.owner);
