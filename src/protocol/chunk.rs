@@ -128,6 +128,26 @@ pub struct ConfirmationData {
     /// This is the last round: `modify` is not offered.
     #[serde(default)]
     pub last_round: bool,
+    /// Who decides, when more than one yes from anyone who may decide:
+    /// how many distinct people (`required`, above 1) and the groups whose
+    /// members alone decide (`approvers`).
+    #[serde(default, skip_serializing_if = "is_one_or_less")]
+    pub required: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvers: Vec<String>,
+    /// What silence does when it is not a cancel: `reject` (every task
+    /// rejected, the run goes on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_timeout: Option<String>,
+    /// Its escalation, when it has one: to whom, and when (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalate_to: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalates_at: Option<String>,
+}
+
+fn is_one_or_less(n: &usize) -> bool {
+    *n <= 1
 }
 
 /// The `confirmation_data` object of an `input_request` chunk: questions.

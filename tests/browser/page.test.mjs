@@ -472,8 +472,10 @@ test('allowing the tool for this session runs the next note without a card; the 
   await send(page, 'note granted one');
   const card = page.locator('section.card').first();
   await card.waitFor();
-  assert.match(await card.locator('.grant-offer').textContent(), /Allow note for this session for/);
+  assert.match(await card.locator('.grant-offer').textContent(), /Allow note for this session for .*at most/);
   await card.getByLabel('Allow these tools for this session').check();
+  // Calls beside the time, as the CLIs' --grant SCOPE:TTL:N.
+  await card.getByLabel('At most how many calls').selectOption('10');
   await card.getByRole('button', { name: 'Confirm' }).click();
   await page.locator('.outcome.completed').first().waitFor();
 
@@ -485,7 +487,7 @@ test('allowing the tool for this session runs the next note without a card; the 
   await page.evaluate(() => { location.hash = '#inbox'; });
   const grant = page.locator('#grants-list .grant', { hasText: 'note for session' });
   await grant.waitFor();
-  assert.match(await grant.textContent(), /99 of 100 calls left/);
+  assert.match(await grant.textContent(), /9 of 10 calls left/);
   await grant.getByRole('button', { name: /Revoke/ }).click();
   await page.locator('#grants-status', { hasText: 'No live grants.' }).waitFor();
   assert.deepEqual(errors, []);
@@ -566,6 +568,11 @@ parameters = { type = "object", properties = { step = { type = "string" } } }
     assert.match(await item.textContent(), /from ci-bot/);
     assert.match(await item.textContent(), /0 of 2 approvals/);
     await item.getByRole('button', { name: 'Open' }).click();
+    await item.getByRole('button', { name: /Confirm/ }).waitFor();
+    // Two people approve what it runs: no edit nor respond (always 422), no grant offer.
+    assert.equal(await item.getByRole('button', { name: 'edit arguments' }).count(), 0);
+    assert.equal(await item.getByRole('button', { name: 'respond instead' }).count(), 0);
+    assert.equal(await item.locator('.grant-offer').count(), 0);
     await item.getByRole('button', { name: /Confirm/ }).click();
     await item.locator('.hint', { hasText: 'waiting for 1 more approval' }).waitFor();
     assert.equal(await item.getByRole('button', { name: /Confirm/ }).isVisible(), false,

@@ -99,6 +99,12 @@ impl RunContext {
             task.decisions = DecisionKind::for_task(check.tool.is_some());
         }
         let expires_at = asked_at + timeout;
+        let quorum = crate::pause::approval::Quorum::of(&checks);
+        let escalation = checks
+            .tasks
+            .iter()
+            .filter_map(|task| task.gate.escalate.clone())
+            .min_by_key(|escalation| escalation.after);
         let data = ConfirmationData {
             kind: PauseKind::Approval,
             confirmation_id: confirmation_id.clone(),
@@ -109,6 +115,13 @@ impl RunContext {
             expires_at: humantime::format_rfc3339_seconds(expires_at).to_string(),
             risk_level: plan.risk_level,
             last_round,
+            required: quorum.required,
+            approvers: quorum.groups,
+            on_timeout: rejects_on_timeout.is_some().then(|| "reject".to_owned()),
+            escalate_to: escalation.as_ref().map(|e| e.to.clone()),
+            escalates_at: escalation.map(|e| {
+                humantime::format_rfc3339_seconds(asked_at + e.after).to_string()
+            }),
         };
         let summary = if last_round && round > 1 {
             format!("{} (last round: confirm or cancel)", plan.summary)
