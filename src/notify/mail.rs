@@ -43,6 +43,7 @@ pub fn letter(
     event_id: &str,
     data: &Value,
     key: &str,
+    session_id: &str,
     summary: &str,
     escalated: Option<&str>,
     to: &MailTo,
@@ -54,14 +55,19 @@ pub fn letter(
         Some(group) => format!("Escalated to {group}: nobody decided in time.\n\n"),
         None => String::new(),
     };
-    let mut text = format!("{why}{summary}\nfrom {key}, {risk} risk, expires {expires}\n\n");
+    let who = super::who_decides(data);
+    let mut text = format!(
+        "{why}{summary}\nfrom {key}, session {session_id}, {risk} risk, expires {expires}\n{who}\n\n"
+    );
     let mut html = format!(
-        "<p>{}</p><h2>{}</h2><p>from {}, {} risk, expires {}</p><ol>",
+        "<p>{}</p><h2>{}</h2><p>from {}, session {}, {} risk, expires {}</p><p>{}</p><ol>",
         escape(why.trim()),
         escape(summary),
         escape(key),
+        escape(session_id),
         escape(&risk),
-        escape(&expires)
+        escape(&expires),
+        escape(&who)
     );
     let tasks = data
         .get("tasks")
@@ -98,9 +104,21 @@ pub fn letter(
         escape(&to.url),
         escape(&to.label)
     ));
+    // The tools it would run and the session, then the summary.
+    let mut tools: Vec<String> = Vec::new();
+    for task in &tasks {
+        let tool = text_of(task, "tool");
+        if !tool.is_empty() && !tools.contains(&tool) {
+            tools.push(tool);
+        }
+    }
+    let what = match tools.as_slice() {
+        [] => format!("session {session_id}"),
+        _ => format!("{} in session {session_id}", tools.join(", ")),
+    };
     let subject = match escalated {
-        Some(group) => format!("[chatgate] Escalated to {group}: {summary}"),
-        None => format!("[chatgate] Approval needed: {summary}"),
+        Some(group) => format!("[chatgate] Escalated to {group}: {what}: {summary}"),
+        None => format!("[chatgate] Approval needed: {what}: {summary}"),
     };
     Letter {
         to: to.address.clone(),
@@ -274,11 +292,24 @@ mod tests {
             label: "lead-1".into(),
             url: "https://gate.example/d/t".into(),
         };
-        let letter = letter("ev-1", &data, "ci-bot", "Confirm?", None, &to);
+        let letter = letter("ev-1", &data, "ci-bot", "s1", "Confirm?", None, &to);
         assert_eq!(letter.message_id, "<ev-1.lead-1@chatgate>");
-        assert_eq!(letter.subject, "[chatgate] Approval needed: Confirm?");
-        let sneaky = super::letter("ev-2", &data, "ci-bot", "a\r\nBcc: x@y", None, &to);
-        assert_eq!(sneaky.subject, "[chatgate] Approval needed: aBcc: x@y");
+        assert_eq!(
+            letter.subject,
+            "[chatgate] Approval needed: deploy in session s1: Confirm?"
+        );
+        let sneaky = super::letter("ev-2", &data, "ci-bot", "s1", "a\r\nBcc: x@y", None, &to);
+        assert_eq!(
+            sneaky.subject,
+            "[chatgate] Approval needed: deploy in session s1: aBcc: x@y"
+        );
+        assert!(
+            letter
+                .text
+                .contains("Needs one approval. If nobody answers by"),
+            "{}",
+            letter.text
+        );
         assert!(
             letter.text.contains("1. deploy (high risk): deploy <web>"),
             "{}",

@@ -54,7 +54,8 @@ pub fn message(data: &Value, key: &str, summary: &str, token: &str, page: Option
     let mut blocks = vec![
         json!({"type": "header", "text": {"type": "plain_text", "text": "Approval needed", "emoji": false}}),
         json!({"type": "section", "text": {"type": "mrkdwn",
-            "text": format!("*{}*\nfrom {} · {} risk", escape(summary), escape(key), escape(&risk))}}),
+            "text": format!("*{}*\nfrom {} · {} risk\n{}", escape(summary), escape(key), escape(&risk),
+                escape(&super::who_decides(data)))}}),
     ];
     let tasks = data
         .get("tasks")

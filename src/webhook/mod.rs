@@ -162,6 +162,7 @@ impl Webhooks {
                     &event.id,
                     event.mail_data.as_ref().unwrap_or(&event.data),
                     &event.key,
+                    &event.session_id,
                     summary,
                     escalated,
                     to,

@@ -176,6 +176,12 @@ async fn each_eligible_approver_is_mailed_their_link_retried_and_escalated() {
         text.contains("1. restart (medium risk): restart api"),
         "{text}"
     );
+    // The subject names the tool and the session; the mail says who decides.
+    assert!(
+        text.contains("Approval needed: restart in session ml:"),
+        "{text}"
+    );
+    assert!(text.contains("Needs one approval of leads"), "{text}");
     assert!(text.contains("Content-Type: text/html"), "{text}");
     let attempts = smtp.attempts();
     assert_eq!(attempts.len(), 2, "{attempts:?}");
@@ -194,7 +200,9 @@ async fn each_eligible_approver_is_mailed_their_link_retried_and_escalated() {
         mails[1].1
     );
     assert!(
-        mails[1].1.contains("from ci-bot, medium risk, expires 20"),
+        mails[1]
+            .1
+            .contains("from ci-bot, session ml, medium risk, expires 20"),
         "{}",
         mails[1].1
     );

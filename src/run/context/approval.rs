@@ -119,9 +119,8 @@ impl RunContext {
             approvers: quorum.groups,
             on_timeout: rejects_on_timeout.is_some().then(|| "reject".to_owned()),
             escalate_to: escalation.as_ref().map(|e| e.to.clone()),
-            escalates_at: escalation.map(|e| {
-                humantime::format_rfc3339_seconds(asked_at + e.after).to_string()
-            }),
+            escalates_at: escalation
+                .map(|e| humantime::format_rfc3339_seconds(asked_at + e.after).to_string()),
         };
         let summary = if last_round && round > 1 {
             format!("{} (last round: confirm or cancel)", plan.summary)
