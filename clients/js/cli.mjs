@@ -128,7 +128,14 @@ async function main(argv) {
     process.stderr.write(`${err.message}\n${USAGE}\n`);
     return 1;
   }
+  // The scripted reply just sent (a confirm whose grant the server refuses
+  // goes again without it).
+  let lastReply = null;
   const withPlanned = (reply, chunk) => {
+    lastReply = planReply(reply, chunk);
+    return lastReply;
+  };
+  const planReply = (reply, chunk) => {
     // The per-task flags (with a decision for every task) and --grant go
     // with the first confirm.
     if (parseReply(reply)?.[0] !== 'confirm' || (planned.length === 0 && !granting)) return reply;
@@ -163,6 +170,22 @@ async function main(argv) {
   let scripted = false;
 
   const onChunk = (chunk) => {
+    if (scripted && chunk.chunk_type === 'error'
+      && ['invalid_grant', 'too_many_grants'].includes(chunk.metadata?.error_type)
+      && lastReply && typeof lastReply === 'object' && lastReply.grant) {
+      // A refused grant never cancels: the confirm goes again without it.
+      process.stderr.write(`--grant was refused: ${chunk.chunk} (${chunk.metadata.error_type}); confirming without it\n`);
+      const without = lastReply;
+      lastReply = null;
+      scripted = false;
+      client.reply(sessionId, 'confirm', null, { confirmationId: pending?.confirmation_id, decisions: without.decisions })
+        .then((ack) => {
+          if (ack.chunk_type === 'error') {
+            process.stderr.write(`the server refused the confirm without the grant too: ${ack.chunk} (${ack.metadata?.error_type})\n`);
+          }
+        })
+        .catch((err) => process.stderr.write(`the confirm without the grant could not be sent: ${err.message}\n`));
+    }
     if (scripted && chunk.chunk_type === 'error' && chunk.metadata?.error_type !== 'already_decided') {
       // The server refused what the script said (a task number or
       // arguments that do not fit): waiting on would ask nobody. (A
@@ -640,7 +663,11 @@ async function prompt(output, data, options, interrupted) {
   const last = !options.includes('modify');
   const shown = options.includes('confirm') ? [...options, 'decide'] : options;
   const question = `${shown.join(' / ')}?${last ? ' (last round)' : ''} `;
+  const allowable = allowableTools(data, options);
   try {
+    if (allowable.length) {
+      output.write(`  (or allow: confirm, and allow ${allowable.join(', ')} for this session for 15 min without asking)\n`);
+    }
     for (;;) {
       const line = await ask(question);
       if (line === null) {
@@ -662,6 +689,9 @@ async function prompt(output, data, options, interrupted) {
         return 'confirm';
       }
       if (['cancel', 'n', 'no', 'x'].includes(answer)) return 'cancel';
+      if (allowable.length && ['allow', 'a'].includes(answer)) {
+        return { action: 'confirm', grant: grantOf('session', allowable, { ttl: '15m' }) };
+      }
       if (['decide', 'd'].includes(answer)) {
         const decisions = await decideTasks(ask, output, data);
         if (decisions === null) return null;
@@ -677,6 +707,15 @@ async function prompt(output, data, options, interrupted) {
   } finally {
     close();
   }
+}
+
+/** The tools "allow" may grant at the prompt ("yes, and don't ask again"):
+ * the plan's real tools, when one person decides it and none is high risk
+ * (a high risk tool is grantable only by its tools file: the server says). */
+function allowableTools(data, options) {
+  if (!options.includes('confirm') || (data.required ?? 1) > 1 || (data.approvers ?? []).length) return [];
+  if ((data.tasks ?? []).some((t) => !t.simulated && t.risk_level === 'high')) return [];
+  return grantedTools({ confirmation_data: data });
 }
 
 /** A terminal to ask on until the pause of `data` expires (and a second:

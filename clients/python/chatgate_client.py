@@ -971,6 +971,8 @@ class _ScriptError(Exception):
     """A scripted reply that cannot work: the run is cancelled, exit 1."""
 
 
+
+
 def _offered(chunk):
     data = chunk.get("confirmation_data") or {}
     return data.get("options") or ["confirm", "modify", "cancel"]
@@ -1042,6 +1044,10 @@ def _prompt(chunk, ask, out, interrupted=None):
     last = "modify" not in options
     shown = options + (["decide"] if "confirm" in options else [])
     question = "%s?%s " % (" / ".join(shown), " (last round)" if last else "")
+    allowable = _allowable_tools(data, options)
+    if allowable:
+        out.write("  (or allow: confirm, and allow %s for this session for 15 min without "
+                  "asking)\n" % ", ".join(allowable))
     while True:
         out.write(question)
         out.flush()
@@ -1068,6 +1074,8 @@ def _prompt(chunk, ask, out, interrupted=None):
             return "confirm"
         if answer in ("cancel", "n", "no", "x"):
             return "cancel"
+        if allowable and answer in ("allow", "a"):
+            return {"action": "confirm", "grant": grant("session", allowable, ttl="15m")}
         if answer in ("decide", "d"):
             decisions = _decide_tasks(chunk, ask, out)
             if decisions is None:
@@ -1081,6 +1089,18 @@ def _prompt(chunk, ask, out, interrupted=None):
                 return None
             return ("modify", text.strip())
         out.write("please answer %s\n" % ", ".join(options))
+
+
+def _allowable_tools(data, options):
+    """The tools "allow" may grant at the prompt ("yes, and don't ask
+    again"): the plan's real tools, when one person decides it and none is
+    high risk (a high risk tool is grantable only by its tools file)."""
+    if "confirm" not in options or (data.get("required") or 1) > 1 or data.get("approvers"):
+        return []
+    tasks = data.get("tasks") or []
+    if any(not t.get("simulated") and t.get("risk_level") == "high" for t in tasks):
+        return []
+    return granted_tools({"confirmation_data": data})
 
 
 def _typed(question, text):
@@ -1496,6 +1516,22 @@ def main(argv=None):
     def on_chunk(chunk):
         kind = chunk.get("chunk_type")
         error_type = (chunk.get("metadata") or {}).get("error_type")
+        if scripted[0] and kind == "error" and error_type in ("invalid_grant", "too_many_grants") \
+                and isinstance(last_reply[0], dict) and "grant" in last_reply[0]:
+            # A refused grant never cancels: the confirm goes again without it.
+            sys.stderr.write("--grant was refused: %s (%s); confirming without it\n"
+                             % (chunk.get("chunk", ""), error_type))
+            without = dict(last_reply[0])
+            without.pop("grant")
+            last_reply[0] = None
+            scripted[0] = False
+            confirmation_id = (pending[0] or {}).get("confirmation_id")
+            ack = client.reply(session_id, "confirm", None, confirmation_id,
+                               reply_decisions(without))
+            if ack.get("chunk_type") == "error":
+                raise _ScriptError("the server refused the confirm without the grant too: "
+                                   "%s (%s)" % (ack.get("chunk", ""),
+                                                (ack.get("metadata") or {}).get("error_type")))
         if scripted[0] and kind == "error" and error_type != "already_decided":
             # The server refused what the script said (a task number or
             # arguments that do not fit): waiting on would ask nobody. (A
@@ -1524,7 +1560,13 @@ def main(argv=None):
             out.write(format_chunk(chunk) + "\n")
         out.flush()
 
+    last_reply = [None]  # the scripted reply just sent
+
     def with_planned(reply, chunk):
+        last_reply[0] = _with_planned(reply, chunk)
+        return last_reply[0]
+
+    def _with_planned(reply, chunk):
         # The per-task flags (with a decision for every task) and --grant go
         # with the first confirm.
         if parse_reply(reply)[0] != "confirm" or not (planned or granting):

@@ -727,6 +727,23 @@ class CommandLineTests(unittest.TestCase):
             decided = self.cli("--decide", pause, "--reply", "confirm")
             self.assertEqual(decided.returncode, 0, decided.stderr)
 
+    def test_a_refused_scripted_grant_never_cancels_the_pause(self):
+        js = os.path.join(os.path.dirname(CLIENT_DIR), "js", "cli.mjs")
+        for program in ([sys.executable, CLI], ["node", js]):
+            name = session()
+            done = subprocess.run([*program, "--url", server_url(), "--session", name,
+                                   "--grant", "session:99h:3", "--reply", "confirm",
+                                   "echo_args kept waiting"],
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=60)
+            # Not cancelled: the confirm goes again without the grant.
+            self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+            self.assertIn("--grant was refused", done.stderr)
+            self.assertIn("ttl", done.stderr)
+            self.assertIn("confirming without it", done.stderr)
+            self.assertIn("[completion]", done.stdout)
+            self.assertNotIn("Granted:", done.stdout)
+
     def test_the_inbox_shows_a_quorum_s_progress_and_why_this_key_may_not_approve(self):
         js = os.path.join(os.path.dirname(CLIENT_DIR), "js", "cli.mjs")
         name = session()
@@ -1065,6 +1082,27 @@ class TerminalTests(unittest.TestCase):
         name = session()
         argv = ["node", self.js_cli(), "--url", server_url(), "--session", name, "echo_args hi"]
         self.assertEqual(self.refused(argv, name), 2)
+
+    def allow(self, program):
+        """allow at the prompt: confirm, and the tool is allowed for the
+        session for 15 minutes: the next call of it is not asked."""
+        name = session()
+        pid, fd = self.spawn(program + ["--url", server_url(), "--session", name, "echo_args one"])
+        expect = self.expecting(fd)
+        expect("(or allow: confirm, and allow echo_args for this session for 15 min")
+        expect("confirm / modify / cancel / decide?")
+        os.write(fd, b"allow\n")
+        expect("Granted: echo_args for this session for 15m")
+        expect("[completion]")
+        self.assertEqual(self.finish(pid, fd), 0)
+        again = subprocess.run(program + ["--url", server_url(), "--session", name, "echo_args two"],
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        self.assertEqual(again.returncode, 0, again.stdout + again.stderr)
+        self.assertNotIn("confirmation_request", again.stdout)
+
+    def test_both_clis_allow_a_tool_for_15_minutes_at_the_prompt(self):
+        self.allow([sys.executable, CLI])
+        self.allow(["node", self.js_cli()])
 
     def high_risk(self, argv):
         """y alone does not confirm a high-risk plan: the word does."""
