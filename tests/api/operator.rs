@@ -198,3 +198,19 @@ mode = \"shadow\"
     assert!(text.contains("no ended run"), "{text}");
     assert!(!text.contains("re-attach to on"), "its own text: {text}");
 }
+
+#[tokio::test]
+async fn a_step_s_first_word_names_its_tool_in_any_letter_case() {
+    let dir = Workdir::new();
+    let app = app_with_tools(&dir, "", |_| {}).await;
+    let (mut stream, request) = app
+        .open_paused("cased", "Note one; NOTE {\"step\": \"two\"}")
+        .await;
+    let tasks = &request.approval().unwrap().tasks;
+    assert_eq!(tasks[0].tool, "note");
+    assert_eq!(tasks[1].tool, "note");
+    assert!(!tasks[0].simulated && !tasks[1].simulated, "{tasks:?}");
+    app.reply("cased", "CONFIRM_ACTION:confirm").await;
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    assert_eq!(dir.notes(), ["Note one", "two"]);
+}

@@ -73,7 +73,11 @@ pub(super) fn call_of(step: &str, tools: &Tools) -> (String, Value) {
         .trim()
         .split_once(char::is_whitespace)
         .unwrap_or((step.trim(), ""));
-    if let Some(tool) = tools.get(first) {
+    // The first word names a tool in any letter case (`Note`, `NOTE`).
+    if let Some(tool) = tools
+        .get(first)
+        .or_else(|| tools.get(&first.to_lowercase()))
+    {
         let rest = rest.trim();
         let args = if rest.is_empty() && matches!(tool.executor, Executor::Mcp(_)) {
             Some(json!({}))
@@ -85,7 +89,7 @@ pub(super) fn call_of(step: &str, tools: &Tools) -> (String, Value) {
             None
         };
         if let Some(args) = args {
-            return (first.to_owned(), args);
+            return (tool.name.clone(), args);
         }
     }
     (tool_for(step), json!({ "step": step }))
@@ -97,7 +101,12 @@ pub(super) fn call_of(step: &str, tools: &Tools) -> (String, Value) {
 /// before anything is asked, with the closest name.
 pub(super) fn refuse_lookalike(index: usize, step: &str, tools: &Tools) -> Result<(), RunError> {
     let first = step.split_whitespace().next().unwrap_or("");
-    if tools.is_empty() || first.is_empty() || tools.get(first).is_some() {
+    let lower = first.to_lowercase();
+    if tools.is_empty()
+        || first.is_empty()
+        || tools.get(&lower).is_some()
+        || tools.get(first).is_some()
+    {
         return Ok(());
     }
     let closest = tools
