@@ -336,6 +336,12 @@ parameters = { type = "object", properties = { step = { type = "string" } } }
     // lead-1 is in leads, not oncall: it waits for the escalation.
     let (status, chunk) = decide(&app, "lead-key-000001", "esc", &id, confirm()).await;
     assert_eq!((status, error_type(&chunk)), (403, "forbidden_scope"));
+    // The refusal says when it escalates to lead-1's group.
+    assert!(
+        chunk.chunk.contains("it escalates to leads at "),
+        "{}",
+        chunk.chunk
+    );
     assert!(inbox(&app, "lead-key-000001").await.is_empty());
 
     let escalated = stream.until(ChunkType::Status).await;
