@@ -436,7 +436,7 @@ impl ConfirmationManager {
             Asking::Plan(tasks) => {
                 let asks = Quorum::of(tasks);
                 check_decider(tasks, &asks, decider, action, pause.escalated_to.as_deref())
-                    .map_err(|refused| escalates_to(refused, tasks, decider, pause))?;
+                    .map_err(|refused| pause.escalates_to(refused, tasks, decider))?;
                 quorum = Some(asks);
                 if answers.is_some() {
                     return Err(DecideError::InvalidAnswer(
@@ -575,33 +575,6 @@ impl ConfirmationManager {
             }
             removed.await;
         }
-    }
-}
-
-/// A refusal of `decider` that an escalation of `pause` to a group it is
-/// in will lift says when ("it escalates to oncall at T").
-fn escalates_to(
-    refused: DecideError,
-    plan: &PlanCheck,
-    decider: &Decider,
-    pause: &Pause,
-) -> DecideError {
-    let DecideError::ForbiddenScope(why) = refused else {
-        return refused;
-    };
-    let escalation = plan
-        .tasks
-        .iter()
-        .filter_map(|task| task.gate.escalate.as_ref())
-        .min_by_key(|escalation| escalation.after)
-        .filter(|escalation| pause.escalated_to.is_none() && decider.is_member(&escalation.to));
-    match escalation {
-        Some(escalation) => DecideError::ForbiddenScope(format!(
-            "{why}; it escalates to {} at {} if nobody decides it by then",
-            escalation.to,
-            humantime::format_rfc3339_seconds(pause.asked_at + escalation.after)
-        )),
-        None => DecideError::ForbiddenScope(why),
     }
 }
 

@@ -1,15 +1,43 @@
-//! A confirm counted into a quorum pause's tally, under the registry's
-//! lock: one approval at a time (an approval counts only once it is kept),
-//! a grant only with the approval that decides. What counts is
+//! What a pause itself says of a confirm, under the registry's lock: its
+//! count into a quorum's tally (one approval at a time: an approval counts
+//! only once it is kept; a grant only with the approval that decides), and
+//! when its escalation lifts a refusal. What counts is
 //! [`super::quorum::count`]'s.
 
 use super::quorum::{count, Counted};
 use super::{DecideError, Decider, Pause};
-use crate::pause::approval::Quorum;
+use crate::pause::approval::{PlanCheck, Quorum};
 use crate::pause::Asking;
 use crate::protocol::Decisions;
 
 impl Pause {
+    /// A refusal of `decider` that this pause's escalation to a group it is
+    /// in will lift says when ("it escalates to oncall at T").
+    pub(super) fn escalates_to(
+        &self,
+        refused: DecideError,
+        plan: &PlanCheck,
+        decider: &Decider,
+    ) -> DecideError {
+        let DecideError::ForbiddenScope(why) = refused else {
+            return refused;
+        };
+        let escalation = plan
+            .tasks
+            .iter()
+            .filter_map(|task| task.gate.escalate.as_ref())
+            .min_by_key(|escalation| escalation.after)
+            .filter(|escalation| self.escalated_to.is_none() && decider.is_member(&escalation.to));
+        match escalation {
+            Some(escalation) => DecideError::ForbiddenScope(format!(
+                "{why}; it escalates to {} at {} if nobody decides it by then",
+                escalation.to,
+                humantime::format_rfc3339_seconds(self.asked_at + escalation.after)
+            )),
+            None => DecideError::ForbiddenScope(why),
+        }
+    }
+
     /// Counts a confirm of `decider` (with `verdicts`, `granting` or not)
     /// into this pause's tally: only while no other approval is being kept
     /// (an approval counts only once kept), and a grant only with the
