@@ -57,6 +57,13 @@ impl RunFields {
     }
 }
 
+/// The first rule of a rule set that matches a call, and what it decides.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyFirst {
+    pub rule: String,
+    pub decision: RuleDecision,
+}
+
 /// One record: `event` names its kind; `at` is added when it is written.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -173,6 +180,9 @@ pub enum AuditRecord {
         actual: RuleDecision,
         #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// What the rule set as a whole would decide were every rule
+        /// enforced: its first rule that matches the call (shadow or not).
+        if_enforced: PolicyFirst,
     },
     /// A person's grant, kept (before any call uses it): the grant as
     /// `GET /api/v1/grants` lists it, and the pause it was given on.

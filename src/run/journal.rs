@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::settings::RunSettings;
-use crate::audit::{AuditError, AuditRecord, RunFields};
+use crate::audit::{AuditError, AuditRecord, PolicyFirst, RunFields};
 use crate::notify::links::Link;
 use crate::notify::mail::MailTo;
 use crate::protocol::question::Question;
@@ -176,6 +176,10 @@ pub enum CallEvent<'a> {
         args: &'a Value,
         rule: &'a crate::tools::rules::Rule,
         actual: RuleDecision,
+        /// The first rule of the file that matched the call, shadow or not:
+        /// what the rule set as a whole would decide were every rule
+        /// enforced.
+        first: &'a crate::tools::rules::Rule,
     },
 }
 
@@ -469,6 +473,7 @@ impl Journal<'_> {
                 args,
                 rule,
                 actual,
+                first,
             } => AuditRecord::Policy {
                 run: run.fields(),
                 key: self.settings.namespaces.label(run.key.owner),
@@ -479,6 +484,10 @@ impl Journal<'_> {
                 decision: rule.decision,
                 actual,
                 reason: rule.reason.clone(),
+                if_enforced: PolicyFirst {
+                    rule: first.name.clone(),
+                    decision: first.decision,
+                },
             },
         })
     }

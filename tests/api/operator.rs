@@ -214,3 +214,40 @@ async fn a_step_s_first_word_names_its_tool_in_any_letter_case() {
     assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
     assert_eq!(dir.notes(), ["Note one", "two"]);
 }
+
+#[tokio::test]
+async fn every_policy_record_says_what_the_rule_set_would_decide_were_it_all_enforced() {
+    let dir = Workdir::new();
+    let rules = r#"
+[[rule]]
+name = "trial deny"
+tool = "note"
+args = { "/step" = "note x*" }
+decision = "deny"
+mode = "shadow"
+
+[[rule]]
+name = "x notes"
+tool = "note"
+args = { "/step" = "note x*" }
+decision = "allow"
+"#;
+    let app = app_with_tools(&dir, rules, |_| {}).await;
+    let mut stream = app.open("shadowed", "note xyz").await;
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    assert_eq!(dir.notes(), ["note xyz"], "allowed by the enforcing rule");
+    let policy: Vec<serde_json::Value> = dir
+        .audit()
+        .into_iter()
+        .filter(|r| r["event"] == "policy")
+        .collect();
+    assert_eq!(policy.len(), 2, "{policy:?}");
+    for record in &policy {
+        assert_eq!(record["actual"], "allow");
+        assert_eq!(
+            record["if_enforced"],
+            json!({"rule": "trial deny", "decision": "deny"}),
+            "{record}"
+        );
+    }
+}

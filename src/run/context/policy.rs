@@ -139,6 +139,7 @@ impl RunContext {
         }
         let actual = route.as_decision();
         let matched = ruling.shadowed.iter().chain(ruling.enforced.iter());
+        let first = ruling.shadowed.first().copied().or(ruling.enforced);
         for rule in matched {
             self.metrics
                 .policy_decision(&rule.name, rule.decision.as_str(), rule.mode.as_str());
@@ -156,6 +157,7 @@ impl RunContext {
                 args,
                 rule,
                 actual,
+                first: first.unwrap_or(rule),
             };
             let record = self.settings.journal().call(self.subject(), policy);
             Box::pin(self.audit(record.as_ref())).await?;
