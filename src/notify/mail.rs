@@ -36,24 +36,36 @@ pub struct Letter {
     pub message_id: String,
 }
 
+/// Why a pause is mailed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MailWhy {
+    /// It was asked.
+    Asked,
+    /// Nobody answered it yet (`remind_after`).
+    Reminded,
+    /// Nobody answered it in time: escalated to this group.
+    Escalated(String),
+}
+
 /// The mail of the pause whose `confirmation_data` is `data` (asked by
-/// `key`, summed up as `summary`) for `to`; `escalated`: the group it
-/// escalated to.
+/// `key`, summed up as `summary`) for `to`, and why it is sent.
 pub fn letter(
     event_id: &str,
     data: &Value,
     key: &str,
     session_id: &str,
     summary: &str,
-    escalated: Option<&str>,
+    why: &MailWhy,
     to: &MailTo,
 ) -> Letter {
     let text_of = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
     let expires = text_of(data, "expires_at");
     let risk = text_of(data, "risk_level");
-    let why = match escalated {
-        Some(group) => format!("Escalated to {group}: nobody decided in time.\n\n"),
-        None => String::new(),
+    let reason = why;
+    let why = match reason {
+        MailWhy::Escalated(group) => format!("Escalated to {group}: nobody decided in time.\n\n"),
+        MailWhy::Reminded => "Reminder: nobody has decided this yet.\n\n".to_owned(),
+        MailWhy::Asked => String::new(),
     };
     let who = super::who_decides(data);
     let mut text = format!(
@@ -116,9 +128,10 @@ pub fn letter(
         [] => format!("session {session_id}"),
         _ => format!("{} in session {session_id}", tools.join(", ")),
     };
-    let subject = match escalated {
-        Some(group) => format!("[chatgate] Escalated to {group}: {what}: {summary}"),
-        None => format!("[chatgate] Approval needed: {what}: {summary}"),
+    let subject = match reason {
+        MailWhy::Escalated(group) => format!("[chatgate] Escalated to {group}: {what}: {summary}"),
+        MailWhy::Reminded => format!("[chatgate] Reminder, approval needed: {what}: {summary}"),
+        MailWhy::Asked => format!("[chatgate] Approval needed: {what}: {summary}"),
     };
     Letter {
         to: to.address.clone(),
@@ -292,13 +305,29 @@ mod tests {
             label: "lead-1".into(),
             url: "https://gate.example/d/t".into(),
         };
-        let letter = letter("ev-1", &data, "ci-bot", "s1", "Confirm?", None, &to);
+        let letter = letter(
+            "ev-1",
+            &data,
+            "ci-bot",
+            "s1",
+            "Confirm?",
+            &MailWhy::Asked,
+            &to,
+        );
         assert_eq!(letter.message_id, "<ev-1.lead-1@chatgate>");
         assert_eq!(
             letter.subject,
             "[chatgate] Approval needed: deploy in session s1: Confirm?"
         );
-        let sneaky = super::letter("ev-2", &data, "ci-bot", "s1", "a\r\nBcc: x@y", None, &to);
+        let sneaky = super::letter(
+            "ev-2",
+            &data,
+            "ci-bot",
+            "s1",
+            "a\r\nBcc: x@y",
+            &MailWhy::Asked,
+            &to,
+        );
         assert_eq!(
             sneaky.subject,
             "[chatgate] Approval needed: deploy in session s1: aBcc: x@y"

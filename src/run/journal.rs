@@ -99,7 +99,13 @@ pub enum PauseEvent<'a> {
         required: usize,
     },
     /// Nobody answered for `waited` (`remind_after`).
-    Reminded { pause: Pause<'a>, waited: Duration },
+    /// (who is mailed, `mail_to`, and what waits, `request`).
+    Reminded {
+        pause: Pause<'a>,
+        waited: Duration,
+        mail_to: Vec<MailTo>,
+        request: Option<(Value, String)>,
+    },
     /// Nobody answered for `waited`: escalated to `group`, whose members
     /// get `links` and `mail_to`.
     Escalated {
@@ -290,9 +296,20 @@ impl Journal<'_> {
                 events: self.rows(|| Event::progress(&about(pause), approvals, required, by)),
                 decision: None,
             },
-            PauseEvent::Reminded { pause, waited } => {
-                self.announced(|| Event::reminder(&about(pause), waited))
-            }
+            PauseEvent::Reminded {
+                pause,
+                waited,
+                mail_to,
+                request,
+            } => self.announced(|| {
+                let mut event = Event::reminder(&about(pause), waited);
+                event.mail_to = mail_to;
+                if let Some((data, summary)) = request {
+                    event.mail_data = Some(data);
+                    event.summary = Some(summary);
+                }
+                event
+            }),
             PauseEvent::Escalated {
                 pause,
                 waited,

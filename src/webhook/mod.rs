@@ -155,7 +155,13 @@ impl Webhooks {
         }
         // Approvers with a mail address: one mail each.
         if self.mailer.is_some() {
-            let escalated = event.data.get("escalated_to").and_then(Value::as_str);
+            let why = match (event.event_type, event.data.get("escalated_to")) {
+                (_, Some(group)) => crate::notify::mail::MailWhy::Escalated(
+                    group.as_str().unwrap_or_default().to_owned(),
+                ),
+                (EventType::Reminder, None) => crate::notify::mail::MailWhy::Reminded,
+                _ => crate::notify::mail::MailWhy::Asked,
+            };
             for to in &event.mail_to {
                 let summary = event.summary.as_deref().unwrap_or("a pause waits");
                 let letter = crate::notify::mail::letter(
@@ -164,7 +170,7 @@ impl Webhooks {
                     &event.key,
                     &event.session_id,
                     summary,
-                    escalated,
+                    &why,
                     to,
                 );
                 rows.push(OutboxEvent {

@@ -30,6 +30,7 @@ name = "restart"
 description = "Restart a service"
 risk = "medium"
 approvers = "leads"
+remind_after = "1s"
 escalate_after = "2s"
 escalate_to = "oncall"
 command = ["true"]
@@ -188,8 +189,35 @@ async fn each_eligible_approver_is_mailed_their_link_retried_and_escalated() {
     assert_eq!(attempts[0], attempts[1], "a retry is the same message");
     assert!(attempts[0].contains("lead-1@chatgate"), "{attempts:?}");
 
-    // The escalation mails oncall's member.
-    let mails = smtp.wait(2).await;
+    // The reminder mails the leads' member again (not only a webhook), and
+    // the escalation oncall's member (in whichever order they arrive: each
+    // address has its own queue).
+    let all = smtp.wait(3).await;
+    let reminder = all
+        .iter()
+        .find(|(_, text)| text.contains("Reminder"))
+        .expect("a reminder mail");
+    assert_eq!(reminder.0, ["lead1@example.com"]);
+    assert!(
+        reminder
+            .1
+            .contains("Subject: [chatgate] Reminder, approval needed: restart"),
+        "{}",
+        reminder.1
+    );
+    assert!(
+        reminder
+            .1
+            .contains("Reminder: nobody has decided this yet."),
+        "{}",
+        reminder.1
+    );
+    let escalation = all
+        .iter()
+        .find(|(to, _)| to == &["oncall1@example.com"])
+        .expect("an escalation mail")
+        .clone();
+    let mails = vec![all[0].clone(), escalation];
     assert_eq!(mails[1].0, ["oncall1@example.com"]);
     assert!(mails[1].1.contains("Escalated to oncall"), "{}", mails[1].1);
     // What waits, as the first mail said it: the summary, tasks, risk and
@@ -223,5 +251,5 @@ async fn each_eligible_approver_is_mailed_their_link_retried_and_escalated() {
     );
     assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(smtp.received().len(), 2, "one mail per person and event");
+    assert_eq!(smtp.received().len(), 3, "one mail per person and event");
 }

@@ -121,19 +121,64 @@ impl RunContext {
                     kind: PauseKind::Approval,
                 };
                 let journal = settings.journal();
+                // The pause's request as the run's log keeps it (its data
+                // and summary): what a mail says waits.
+                let request_of = || {
+                    let frame = log.last_frame(&id)?;
+                    let json = crate::sse::data_of(&frame)?;
+                    let chunk: crate::protocol::Chunk = serde_json::from_slice(json).ok()?;
+                    let data = serde_json::to_value(chunk.confirmation_data?).ok()?;
+                    Some((data, chunk.chunk))
+                };
+                // Who is mailed (`--smtp`): the approvers who may decide it
+                // (of `group` alone, for an escalation), each with a link.
+                let mailed = |group: Option<&str>, expires_at_ms: u64| {
+                    let (Some(links), Some(hooks)) = (&settings.links, &settings.webhooks) else {
+                        return Vec::new();
+                    };
+                    if hooks.mailer.is_none() {
+                        return Vec::new();
+                    }
+                    let scope = &timers.scope;
+                    links
+                        .eligible(&namespace, scope.risk, &scope.groups, group)
+                        .filter(|p| group.is_none_or(|g| p.decider().is_member(g)))
+                        .filter_map(|p| {
+                            Some(crate::notify::mail::MailTo {
+                                address: p.email.clone()?,
+                                label: p.label.clone(),
+                                url: links.url(&crate::notify::links::Token {
+                                    confirmation_id: id.clone(),
+                                    label: p.label.clone(),
+                                    expires_at_ms,
+                                }),
+                            })
+                        })
+                        .collect::<Vec<_>>()
+                };
                 let (step, rows) = match &escalation {
-                    None => (
-                        PauseProgress::reminded(&id),
-                        journal
-                            .pause(
-                                run,
-                                PauseEvent::Reminded {
-                                    pause,
-                                    waited: after,
-                                },
-                            )
-                            .events,
-                    ),
+                    None => {
+                        // A reminder mails the approvers too, not only a webhook.
+                        let request = request_of();
+                        let expires_at_ms = request
+                            .as_ref()
+                            .and_then(|(data, _)| {
+                                data.get("expires_at")?.as_str().map(str::to_owned)
+                            })
+                            .and_then(|at| humantime::parse_rfc3339(&at).ok())
+                            .map_or(0, crate::clock::ms);
+                        let mail_to = mailed(None, expires_at_ms);
+                        let reminded = PauseEvent::Reminded {
+                            pause,
+                            waited: after,
+                            mail_to,
+                            request,
+                        };
+                        (
+                            PauseProgress::reminded(&id),
+                            journal.pause(run, reminded).events,
+                        )
+                    }
                     Some(escalation) => {
                         let group = escalation.to.as_str();
                         let Some(expires_at) =
@@ -169,40 +214,11 @@ impl RunContext {
                                 links.eligible(&namespace, scope.risk, &scope.groups, Some(group));
                             links.of_pause(&id, step.expires_at_ms.unwrap_or(0), None, people)
                         });
-                        // The escalation group's members with an address: a mail each.
-                        let mail_to = match (&settings.links, &settings.webhooks) {
-                            (Some(links), Some(hooks)) if hooks.mailer.is_some() => {
-                                let scope = &timers.scope;
-                                links
-                                    .eligible(&namespace, scope.risk, &scope.groups, Some(group))
-                                    .filter(|p| p.decider().is_member(group))
-                                    .filter_map(|p| {
-                                        Some(crate::notify::mail::MailTo {
-                                            address: p.email.clone()?,
-                                            label: p.label.clone(),
-                                            url: links.url(&crate::notify::links::Token {
-                                                confirmation_id: id.clone(),
-                                                label: p.label.clone(),
-                                                expires_at_ms: step.expires_at_ms.unwrap_or(0),
-                                            }),
-                                        })
-                                    })
-                                    .collect()
-                            }
-                            _ => Vec::new(),
-                        };
-                        // The mail says what waits, as the first one did:
-                        // read from the request as the run's log keeps it.
-                        let request = (!mail_to.is_empty())
-                            .then(|| log.last_frame(&id))
-                            .flatten()
-                            .and_then(|frame| {
-                                let json = crate::sse::data_of(&frame)?;
-                                let chunk: crate::protocol::Chunk =
-                                    serde_json::from_slice(json).ok()?;
-                                let data = serde_json::to_value(chunk.confirmation_data?).ok()?;
-                                Some((data, chunk.chunk))
-                            });
+                        // The escalation group's members with an address: a
+                        // mail each, saying what waits as the first one did.
+                        let expires_at_ms = step.expires_at_ms.unwrap_or(0);
+                        let mail_to = mailed(Some(group), expires_at_ms);
+                        let request = (!mail_to.is_empty()).then(request_of).flatten();
                         let escalated = PauseEvent::Escalated {
                             pause,
                             waited: after,
