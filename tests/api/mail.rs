@@ -217,7 +217,7 @@ async fn each_eligible_approver_is_mailed_their_link_retried_and_escalated() {
         .find(|(to, _)| to == &["oncall1@example.com"])
         .expect("an escalation mail")
         .clone();
-    let mails = vec![all[0].clone(), escalation];
+    let mails = [all[0].clone(), escalation];
     assert_eq!(mails[1].0, ["oncall1@example.com"]);
     assert!(mails[1].1.contains("Escalated to oncall"), "{}", mails[1].1);
     // What waits, as the first mail said it: the summary, tasks, risk and
