@@ -1,4 +1,5 @@
-//! Why a reply is refused ([`DecideError`], in the order the checks run),
+//! Why a reply is refused ([`DecideError`]; the order the checks run is
+//! docs/protocol.md's),
 //! and what a reply's grant brings to the decision ([`GrantAsk`]).
 
 use serde_json::Value;
@@ -6,7 +7,9 @@ use serde_json::Value;
 use crate::pause::approval::DecisionsError;
 use crate::protocol::{Action, MAX_MODIFY_TEXT_BYTES};
 
-/// Why a reply was refused. The variants are listed in the order they are checked.
+/// Why a reply was refused. The order they are checked in is the table of
+/// docs/protocol.md ("Refused replies"), which `tests/api/check_order.rs`
+/// holds to the server over a socket.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecideError {
     /// The session's run is being restored here (a restart, a takeover of

@@ -6,6 +6,7 @@ mod common;
 mod access;
 mod approvers;
 mod barrage;
+mod check_order;
 mod confirm;
 mod durable;
 mod errors;
