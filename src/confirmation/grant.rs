@@ -37,8 +37,9 @@ pub fn check_grant(
     raw: &Value,
     verdicts: &Decisions,
     plan: &PlanCheck,
-    granted_by: &str,
+    decider: &crate::decider::Decider,
 ) -> Result<GrantSpec, String> {
+    let granted_by = decider.label.as_str();
     let Value::Object(fields) = raw else {
         return Err("grant: an object with scope, tools, args, ttl, max_calls".to_owned());
     };
@@ -93,6 +94,17 @@ pub fn check_grant(
             return Err(format!(
                 "grant: `{name}` is decided here by more than one person or a named group; no \
                  grant covers it"
+            ));
+        }
+        // A grant lets later calls run without a person: never a tool of a
+        // risk above what the granting key may decide itself.
+        if tool.risk > decider.max_risk {
+            return Err(format!(
+                "grant: `{name}` is {} risk; this key ({}) decides up to {} risk, so it may \
+                 not let its calls run without asking",
+                tool.risk.as_str(),
+                decider.label,
+                decider.max_risk.as_str()
             ));
         }
         if !tool.grantable {

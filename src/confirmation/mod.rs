@@ -450,7 +450,7 @@ impl ConfirmationManager {
                 granted = match (grant, &verdicts) {
                     (None, _) => None,
                     (Some(ask), Some(verdicts)) => Some(Box::new(
-                        check_grant(ask, verdicts, tasks, &decider.label)
+                        check_grant(ask, verdicts, tasks, decider)
                             .map_err(DecideError::InvalidGrant)?,
                     )),
                     (Some(_), None) => {
