@@ -45,6 +45,11 @@ impl Decider {
         }
     }
 
+    /// Whether a task of `risk` is within what the key decides (`max_risk`).
+    pub fn decides(&self, risk: RiskLevel) -> bool {
+        within(risk, self.max_risk)
+    }
+
     /// Whether the key is a member of `group`.
     pub fn is_member(&self, group: &str) -> bool {
         self.groups.iter().any(|g| g == group)
@@ -59,6 +64,12 @@ impl Decider {
             requester: false,
         }
     }
+}
+
+/// Whether `risk` is within `max_risk` (what a key, or a grant that key
+/// made, may let run).
+pub fn within(risk: RiskLevel, max_risk: RiskLevel) -> bool {
+    risk <= max_risk
 }
 
 /// What a pause asks of whoever decides it.
@@ -102,7 +113,7 @@ pub fn may_decide(decider: &Decider, deciding: &Deciding, action: Action) -> Res
         // A run's own key may always stop it: nothing runs.
         return Ok(());
     }
-    if deciding.risk > decider.max_risk {
+    if !decider.decides(deciding.risk) {
         let what = match deciding.riskiest {
             Some(index) => format!("task {index} is {} risk", deciding.risk.as_str()),
             None => format!("it holds a {} risk task", deciding.risk.as_str()),
@@ -193,5 +204,9 @@ mod tests {
             may_decide(&plain, &deciding(&[], None), Action::Modify),
             Ok(())
         );
+        assert!(within(RiskLevel::Low, RiskLevel::Medium));
+        assert!(within(RiskLevel::Medium, RiskLevel::Medium));
+        assert!(!within(RiskLevel::High, RiskLevel::Medium));
+        assert!(!junior.decides(RiskLevel::Medium));
     }
 }

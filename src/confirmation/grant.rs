@@ -23,8 +23,10 @@ pub struct GrantSpec {
     pub args: Map<String, Value>,
     pub ttl: Duration,
     pub max_calls: u32,
-    /// The deciding key's label.
+    /// The deciding key's label, and the highest risk it may decide (the
+    /// grant covers no call above it).
     pub granted_by: String,
+    pub max_risk: crate::protocol::RiskLevel,
 }
 
 /// Checks `raw` (a reply's `grant`) against the pause's tasks and their
@@ -98,7 +100,7 @@ pub fn check_grant(
         }
         // A grant lets later calls run without a person: never a tool of a
         // risk above what the granting key may decide itself.
-        if tool.risk > decider.max_risk {
+        if !decider.decides(tool.risk) {
             return Err(format!(
                 "grant: `{name}` is {} risk; this key ({}) decides up to {} risk, so it may \
                  not let its calls run without asking",
@@ -154,5 +156,6 @@ pub fn check_grant(
         ttl,
         max_calls,
         granted_by: granted_by.to_owned(),
+        max_risk: decider.max_risk,
     })
 }

@@ -289,7 +289,8 @@ async fn route_plan(ctx: &mut RunContext, plan: &Plan) -> Result<Vec<Route>, Run
             continue;
         };
         let args = task.args.clone().unwrap_or_default();
-        let route = ctx.route(&tool, &args, true).await?;
+        let risk = task.risk_level.unwrap_or(tool.risk);
+        let route = ctx.route(&tool, &args, true, risk).await?;
         if let Route::Deny { rule, reason } = &route {
             ctx.denied(task.index, &tool.name, rule, reason.as_deref())
                 .await?;

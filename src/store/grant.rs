@@ -14,6 +14,8 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use crate::protocol::RiskLevel;
+
 /// Most live grants one namespace may hold: the next is refused
 /// (`too_many_grants`).
 pub const MAX_GRANTS_PER_NAMESPACE: usize = 1_000;
@@ -51,6 +53,14 @@ pub struct Grant {
     pub calls_left: u32,
     /// Who granted it: the deciding key's label.
     pub granted_by: String,
+    /// The highest risk the granting key may decide (`max_risk=`): the
+    /// grant covers no call above it (grants of older versions: any).
+    #[serde(default = "any_risk")]
+    pub max_risk: RiskLevel,
+}
+
+fn any_risk() -> RiskLevel {
+    RiskLevel::High
 }
 
 impl Grant {
@@ -90,6 +100,7 @@ impl Grant {
             "max_calls": self.max_calls,
             "calls_left": self.calls_left,
             "granted_by": self.granted_by,
+            "max_risk": self.max_risk,
         })
     }
 }
@@ -176,6 +187,7 @@ mod tests {
             max_calls: 2,
             calls_left: 2,
             granted_by: "key-1".into(),
+            max_risk: RiskLevel::Medium,
         }
     }
 

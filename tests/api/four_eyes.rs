@@ -7,7 +7,7 @@ use std::path::Path;
 use chatgate::protocol::ChunkType;
 use serde_json::{json, Value};
 
-use crate::approvers::{confirm, decide, error_type, paused, KEYS};
+use crate::approvers::{confirm, decide, error_type, paused, post, KEYS};
 use crate::helpers::TestApp;
 use crate::tools::{app_with_tools, Workdir};
 
@@ -431,4 +431,36 @@ parameters = { type = "object", properties = { step = { type = "string" } } }
     assert_eq!(second.finish().await.chunk_type, ChunkType::Completion);
     assert_eq!(dir.notes(), ["note one", "note edited"]);
     assert_eq!(calls_left().await, 2, "the edit spent no second call");
+}
+
+#[tokio::test]
+async fn a_grant_covers_no_call_above_what_its_granting_key_may_decide() {
+    let dir = Workdir::new();
+    let app = app(&dir, "").await;
+    // junior (max_risk=low) allows notes for every session of ci-bot.
+    let (mut first, id) = paused(&app, "agent-key-000001", "gk", "note one").await;
+    let mut granting = confirm();
+    granting["grant"] = json!({"scope": "key", "tools": ["note"], "ttl": "10m"});
+    let (status, chunk) = decide(&app, "low-key-0000003", "gk", &id, granting).await;
+    assert_eq!(status, 200, "{}", chunk.chunk);
+    assert_eq!(first.finish().await.chunk_type, ChunkType::Completion);
+
+    // A low-risk note runs on the grant, unasked.
+    let started = post(
+        &app,
+        "agent-key-000001",
+        json!({"message": "note two", "session_id": "gk2"}),
+    )
+    .await;
+    let mut second = crate::helpers::EventStream::new(started);
+    assert_eq!(second.finish().await.chunk_type, ChunkType::Completion);
+    assert!(!second.types().contains(&ChunkType::ConfirmationRequest));
+
+    // A high-risk one ("delete") is above what junior may decide: asked.
+    let (_third, _) = paused(&app, "agent-key-000001", "gk3", "note delete old drafts").await;
+    assert_eq!(
+        dir.notes(),
+        ["note one", "note two"],
+        "the delete waits for a person"
+    );
 }

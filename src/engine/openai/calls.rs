@@ -85,7 +85,7 @@ pub async fn tool_turn(
             );
             continue;
         }
-        match Box::pin(ctx.route(&tool, &args, tool.confirm)).await? {
+        match Box::pin(ctx.route(&tool, &args, tool.confirm, tool.risk)).await? {
             Route::Deny { rule, reason } => {
                 let text = ctx
                     .denied(position + 1, &tool.name, &rule, reason.as_deref())

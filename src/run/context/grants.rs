@@ -45,6 +45,7 @@ impl RunContext {
             max_calls: spec.max_calls,
             calls_left: spec.max_calls,
             granted_by: spec.granted_by,
+            max_risk: spec.max_risk,
         };
         let store = self.settings.store.clone();
         let not_kept = match store.add_grant(&grant).await {
@@ -96,7 +97,12 @@ impl RunContext {
     /// in this session: spent (atomically, for every replica), it names
     /// the grant; `None` when no grant covers the call or all that do are
     /// spent. A store that cannot answer covers nothing (the call is asked).
-    pub(crate) async fn spend_grant(&self, tool: &Tool, args: &Value) -> Option<ApprovedBy> {
+    pub(crate) async fn spend_grant(
+        &self,
+        tool: &Tool,
+        args: &Value,
+        risk: crate::protocol::RiskLevel,
+    ) -> Option<ApprovedBy> {
         if !tool.grantable {
             return None;
         }
@@ -111,7 +117,10 @@ impl RunContext {
         };
         // Oldest first: the grant that runs out first is spent first.
         for grant in grants.iter().rev() {
-            if !grant.covers(self.session_id(), &tool.name, &tool.schema_hash) {
+            // Never a call above what its granting key may decide itself.
+            if !grant.covers(self.session_id(), &tool.name, &tool.schema_hash)
+                || !crate::decider::within(risk, grant.max_risk)
+            {
                 continue;
             }
             let fits = matchers_of_json(&grant.args)

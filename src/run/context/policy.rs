@@ -97,13 +97,16 @@ impl RunContext {
     /// with every matching rule recorded first: a `policy` audit record (an unwritable log ends the run
     /// before the call goes anywhere) and a metric, shadow rules with what
     /// they would have decided.
+    /// `risk`: the call's own risk (a grant covers no call above what its
+    /// granting key may decide).
     pub async fn route(
         &mut self,
         tool: &Tool,
         args: &Value,
         asks: bool,
+        risk: crate::protocol::RiskLevel,
     ) -> Result<Route, RunError> {
-        self.route_with(tool, args, asks, true).await
+        self.route_with(tool, args, asks, Some(risk)).await
     }
 
     /// An edited call routed again with its new arguments, after the
@@ -111,15 +114,16 @@ impl RunContext {
     /// grant spent (the person's yes, not a grant, lets it run; the grant
     /// that routed it before the edit spent its call then).
     pub async fn route_edited(&mut self, tool: &Tool, args: &Value) -> Result<Route, RunError> {
-        self.route_with(tool, args, true, false).await
+        self.route_with(tool, args, true, None).await
     }
 
+    /// `spends`: a grant may route the call, for a call of this risk.
     async fn route_with(
         &mut self,
         tool: &Tool,
         args: &Value,
         asks: bool,
-        spends: bool,
+        spends: Option<crate::protocol::RiskLevel>,
     ) -> Result<Route, RunError> {
         let key = self.key_label();
         let tools = self.tools().clone();
@@ -132,8 +136,8 @@ impl RunContext {
                 .enforced
                 .and_then(|rule| rule.gate.as_ref())
                 .is_some_and(Gate::needs_people);
-        if route == Route::Ask && !gated && spends {
-            if let Some(by) = self.spend_grant(tool, args).await {
+        if let (Route::Ask, false, Some(risk)) = (&route, gated, spends) {
+            if let Some(by) = self.spend_grant(tool, args, risk).await {
                 route = Route::Allow(Some(by));
             }
         }
