@@ -152,8 +152,9 @@ impl Runs {
                 () = tokio::time::sleep(SETTLE_RETRY) => {}
                 () = self.shutdown.cancelled() => return,
             }
-            // Decided meanwhile (a cancel, the run's timeout): nothing to count.
-            if !self.manager.is_paused(key) {
+            // Decided meanwhile (a cancel, the run's timeout), perhaps
+            // paused again on a new round: nothing of this one to count.
+            if !self.manager.waits_on(key, id) {
                 self.manager.withdraw_approval(key, id, label);
                 return;
             }
