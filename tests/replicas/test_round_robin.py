@@ -512,6 +512,53 @@ class RoundRobinTests(unittest.TestCase):
                                              b"status", b"tool_output", b"completion"])
         self.assertEqual(second[0], 404, "nothing runs twice: %r" % (second[1],))
 
+    def test_replies_racing_a_takeover_are_forwarded_or_told_to_wait_never_404(self):
+        # #40 item 18: while a dead owner's paused run is being taken over,
+        # a reply elsewhere is taken, forwarded, told the pause was decided
+        # (409), or told 503 with Retry-After: never 404. Each names the
+        # pause, so a loser is told 409 even once the run has ended.
+        a, b = CLUSTER.replicas[:2]
+        for round in range(3):
+            doomed = CLUSTER.add("doomed-race-%d" % round)
+            session = new_session("race-takeover")
+            stream = post(doomed, {"message": "build; ship", "session_id": session})
+            seen = read_until(stream, rb'"chunk_type":"confirmation_request"')
+            pause = re.search(rb'"confirmation_id":"([0-9a-f-]+)"', seen).group(1).decode()
+            doomed.kill()
+            stream.conn.close()
+            time.sleep(OWNER_TTL + 0.5)  # its heartbeat expires
+            barrier = threading.Barrier(6)
+            results = []
+
+            def reply(target):
+                barrier.wait()
+                status, chunk, response = answer(target, session, "confirm",
+                                                 confirmation_id=pause)
+                results.append((status, chunk, response.getheader("Retry-After")))
+
+            threads = [threading.Thread(target=reply, args=(t,)) for t in (a, b) * 3]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+
+            self.assertEqual(len(results), 6, results)
+            for status, chunk, retry_after in results:
+                self.assertIn(status, (200, 409, 503), chunk)
+                if status == 503:
+                    self.assertIsNotNone(retry_after, chunk)
+            taken = [r[0] for r in results].count(200)
+            deadline = time.monotonic() + 20
+            while taken == 0 and time.monotonic() < deadline:
+                # Every racer was told to wait: a retry is then taken once.
+                time.sleep(0.3)
+                status, chunk, _ = answer(a, session, "confirm", confirmation_id=pause)
+                self.assertIn(status, (200, 409, 503), chunk)
+                taken += status == 200
+                if status == 409:
+                    break
+            self.assertEqual(taken, 1, results)
+
     def test_a_run_that_ended_on_a_killed_replica_shows_its_end_elsewhere(self):
         # Redis keeps an ended run's end (its final chunk) and of its record
         # only who the run was: a replica that takes the session over shows
