@@ -65,6 +65,8 @@ mod outcomes;
 pub mod ownership;
 mod progress;
 mod scripts;
+#[cfg(test)]
+mod tests;
 mod timers;
 
 use self::keys::{pending_key, progress_lua, run_key, session_key, PROGRESS_FIELDS};

@@ -278,9 +278,13 @@ return 'void'
 /// ours, for the grace (a re-attach elsewhere is sent here, where the end
 /// is kept; a replica that takes the session over after this one is gone
 /// shows the end from the record). A run whose session went on to another
-/// run goes at once; one another replica owns now is that replica's. Its
-/// pause's progress goes (`PROGRESS`, the fields of `keys.rs`'s
-/// `PROGRESS_FIELDS`, is defined before it).
+/// run goes at once. One another replica took over is that replica's to
+/// end and announce while its record lasts (it restores the record); with
+/// no record the taker has nothing to restore and forgets the session, so
+/// the end is announced here: the events are queued whatever the answer,
+/// by exactly one of the two (#40 item 17). Its pause's progress goes
+/// (`PROGRESS`, the fields of `keys.rs`'s `PROGRESS_FIELDS`, is defined
+/// before it).
 pub const END: &str = r"
 if redis.call('HGET', KEYS[2], 'run') ~= ARGV[1] then
   unlist(KEYS[1])
@@ -289,7 +293,10 @@ if redis.call('HGET', KEYS[2], 'run') ~= ARGV[1] then
   return 1
 end
 if redis.call('HGET', KEYS[2], 'instance') ~= ARGV[2]
-   or redis.call('HGET', KEYS[2], 'epoch') ~= ARGV[4] then return 0 end
+   or redis.call('HGET', KEYS[2], 'epoch') ~= ARGV[4] then
+  if redis.call('EXISTS', KEYS[1]) == 0 then enqueue(7) end
+  return 0
+end
 unlist(KEYS[1])
 if tonumber(ARGV[3]) > 0 then
   if redis.call('EXISTS', KEYS[1]) == 1 then

@@ -1,0 +1,110 @@
+//! The Lua scripts against a real redis-server, started here on a free
+//! port of 127.0.0.1 (ignored by a plain `cargo test`: `.ci/run` runs them
+//! with `--ignored` once it has installed redis-server).
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use secrecy::SecretString;
+
+use super::{run_key, RedisStore, ReplicaSettings};
+use crate::session::Namespaces;
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn redis() -> (Server, RedisStore, redis::aio::MultiplexedConnection) {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let child = Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server on PATH");
+    let server = Server(child);
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let started = Instant::now();
+    let connection = loop {
+        match client.get_multiplexed_async_connection().await {
+            Ok(connection) => break connection,
+            Err(err) if started.elapsed() > Duration::from_secs(10) => panic!("{err}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    let store = RedisStore::open(
+        &url,
+        ReplicaSettings {
+            replica_id: "x".into(),
+            advertise_url: "http://127.0.0.1:1".into(),
+            secret: SecretString::from("a-cluster-secret-for-the-test"),
+            grace: Duration::from_secs(5),
+            linger: Duration::from_secs(5),
+            namespaces: Namespaces::of_keys([]),
+        },
+    )
+    .unwrap();
+    (server, store, connection)
+}
+
+/// Runs the END script as replica `x/1` under epoch 1 for run `r1`, whose
+/// session another replica took over (instance `y/1`, epoch 2): its answer
+/// and how many events the outbox then holds.
+async fn end_after_a_takeover(with_record: bool) -> (i64, u64) {
+    let (_server, store, mut redis) = redis().await;
+    let session = "chatgate:session:-:s1";
+    let _: () = redis::cmd("HSET")
+        .arg(session)
+        .arg(&["instance", "y/1", "run", "r1", "epoch", "2"])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    if with_record {
+        let _: () = redis::cmd("HSET")
+            .arg(run_key("r1"))
+            .arg(&["record", "{}", "session", session])
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+    }
+    let event = serde_json::json!({
+        "id": "e1", "event_type": "run.ended", "target": "t", "order": "o", "body": "{}",
+    })
+    .to_string();
+    let args = ["r1", "x/1", "5000", "1", "{}", "{}", "123", event.as_str()];
+    let answer: i64 = store
+        .invoke(&store.scripts.end, &[&run_key("r1"), session], &args)
+        .await
+        .unwrap();
+    let queued: u64 = redis::cmd("ZCARD")
+        .arg("chatgate:outbox:all")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    (answer, queued)
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server on PATH"]
+async fn an_end_after_a_takeover_with_no_record_announces_the_end_itself() {
+    // The taker found no record to restore (the run was at work): it
+    // forgets the session and announces nothing, so the end is queued here.
+    assert_eq!(end_after_a_takeover(false).await, (0, 1));
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server on PATH"]
+async fn an_end_after_a_takeover_of_a_kept_record_leaves_the_end_to_the_taker() {
+    // The taker restores the record and ends the run itself: one end.
+    assert_eq!(end_after_a_takeover(true).await, (0, 0));
+}
