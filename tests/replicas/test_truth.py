@@ -34,6 +34,16 @@ approver lead-key-00000001 label=lead-1
 AGENT = {"Authorization": "Bearer agent-key-0000001"}
 
 
+def thaw_and_stop(cluster):
+    """Stops ``cluster``, its replicas first let go of any SIGSTOP."""
+    for replica in cluster.replicas:
+        try:
+            os.kill(replica.process.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    cluster.stop()
+
+
 def link_cluster():
     """Two replicas whose deploy is decided by lead-1's decision links."""
     dir = tempfile.mkdtemp(prefix="chatgate-truth-links-")
@@ -63,12 +73,7 @@ class SlowOwnerTests(unittest.TestCase):
         self.cluster = Cluster(replicas=2, nginx=False, owner_ttl=60)
 
     def tearDown(self):
-        for replica in self.cluster.replicas:
-            try:
-                os.kill(replica.process.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        self.cluster.stop()
+        thaw_and_stop(self.cluster)
 
     def test_a_reply_its_forwarder_gave_up_on_is_never_taken(self):
         a, b = self.cluster.replicas
@@ -107,12 +112,7 @@ class SlowOwnerLinkTests(unittest.TestCase):
         self.cluster = link_cluster()
 
     def tearDown(self):
-        for replica in self.cluster.replicas:
-            try:
-                os.kill(replica.process.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        self.cluster.stop()
+        thaw_and_stop(self.cluster)
 
     def test_a_link_its_forwarder_gave_up_on_is_never_taken(self):
         a, b = self.cluster.replicas

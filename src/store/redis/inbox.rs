@@ -80,7 +80,7 @@ impl RedisStore {
 
     /// Takes `member` out of the pending set `set`: a pause whose records
     /// are gone.
-    async fn unlist(
+    pub(super) async fn unlist(
         &self,
         connection: &mut redis::aio::ConnectionManager,
         set: &str,
@@ -92,6 +92,27 @@ impl RedisStore {
             .query_async::<i64>(connection)
             .await
             .map(drop)
+            .map_err(|err| self.failed(&err))
+    }
+
+    /// At most `limit` members of the sorted set `set` scored `now_ms` or
+    /// less, the earliest first.
+    pub(super) async fn due_in(
+        &self,
+        connection: &mut redis::aio::ConnectionManager,
+        set: &str,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        redis::cmd("ZRANGEBYSCORE")
+            .arg(set)
+            .arg("-inf")
+            .arg(now_ms)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(connection)
+            .await
             .map_err(|err| self.failed(&err))
     }
 
@@ -108,16 +129,7 @@ impl RedisStore {
         let set = pending_key(namespace);
         let mut connection = self.connection().await?;
         let failed = |err: redis::RedisError| self.failed(&err);
-        let members: Vec<String> = redis::cmd("ZRANGEBYSCORE")
-            .arg(&set)
-            .arg("-inf")
-            .arg(now_ms)
-            .arg("LIMIT")
-            .arg(0)
-            .arg(limit)
-            .query_async(&mut connection)
-            .await
-            .map_err(failed)?;
+        let members = self.due_in(&mut connection, &set, now_ms, limit).await?;
         let prefix = format!("chatgate:session:{}:", namespace.unwrap_or("-"));
         let mut sessions = Vec::new();
         for member in members {

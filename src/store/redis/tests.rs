@@ -108,3 +108,45 @@ async fn an_end_after_a_takeover_of_a_kept_record_leaves_the_end_to_the_taker() 
     // The taker restores the record and ends the run itself: one end.
     assert_eq!(end_after_a_takeover(true).await, (0, 0));
 }
+
+#[tokio::test]
+#[ignore = "needs redis-server on PATH"]
+async fn a_stale_timer_entry_leaves_the_index_and_a_waiting_one_is_due() {
+    let (_server, store, mut redis) = redis().await;
+    // r1's pause was decided (no longer `pending`), r2's record is gone,
+    // r3 still waits; r4 waits too but is not due yet.
+    let session = |id: &str| format!("chatgate:session:-:{id}");
+    for (run, pending) in [("r1", false), ("r3", true), ("r4", true)] {
+        let mut fields = vec!["session".to_owned(), session(&format!("s-{run}"))];
+        if pending {
+            fields.extend(["pending".to_owned(), "1".to_owned()]);
+        }
+        let _: () = redis::cmd("HSET")
+            .arg(run_key(run))
+            .arg(&fields)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+    }
+    for (run, due) in [("r1", 100), ("r2", 100), ("r3", 100), ("r4", 900)] {
+        let _: () = redis::cmd("ZADD")
+            .arg("chatgate:timers:-")
+            .arg(due)
+            .arg(run)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+    }
+
+    let due = store.due_timers(None, 500, 10).await.unwrap();
+
+    assert_eq!(due, ["s-r3"]);
+    let left: Vec<String> = redis::cmd("ZRANGE")
+        .arg("chatgate:timers:-")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(left, ["r3", "r4"], "the stale entries left the index");
+}

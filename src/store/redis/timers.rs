@@ -80,16 +80,7 @@ impl RedisStore {
         let set = timers_key(namespace);
         let mut connection = self.connection().await?;
         let failed = |err: redis::RedisError| self.failed(&err);
-        let runs: Vec<String> = redis::cmd("ZRANGEBYSCORE")
-            .arg(&set)
-            .arg("-inf")
-            .arg(now_ms)
-            .arg("LIMIT")
-            .arg(0)
-            .arg(limit)
-            .query_async(&mut connection)
-            .await
-            .map_err(failed)?;
+        let runs = self.due_in(&mut connection, &set, now_ms, limit).await?;
         let prefix = format!("chatgate:session:{}:", namespace.unwrap_or("-"));
         let mut sessions = Vec::new();
         for run in runs {
@@ -105,14 +96,7 @@ impl RedisStore {
                 pending,
             ) {
                 (Some(session_id), Some(_)) => sessions.push(session_id.to_owned()),
-                _ => {
-                    redis::cmd("ZREM")
-                        .arg(&set)
-                        .arg(&run)
-                        .query_async::<i64>(&mut connection)
-                        .await
-                        .map_err(failed)?;
-                }
+                _ => self.unlist(&mut connection, &set, &run).await?,
             }
         }
         Ok(sessions)
