@@ -27,7 +27,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -266,7 +265,7 @@ impl AuditLog {
         if let Value::Object(fields) = &mut value {
             fields.insert(
                 "at".to_owned(),
-                Value::from(humantime::format_rfc3339_millis(SystemTime::now()).to_string()),
+                Value::from(crate::clock::rfc3339_ms(crate::clock::now_ms())),
             );
         }
         let mut line = serde_json::to_vec(&value).unwrap_or_default();

@@ -10,6 +10,11 @@ pub fn now_ms() -> u64 {
     ms(SystemTime::now())
 }
 
+/// Milliseconds since the Unix epoch, now, as SQLite's INTEGER holds them.
+pub fn now_ms_i64() -> i64 {
+    i64::try_from(now_ms()).unwrap_or(i64::MAX)
+}
+
 /// `at` in milliseconds since the Unix epoch.
 pub fn ms(at: SystemTime) -> u64 {
     at.duration_since(SystemTime::UNIX_EPOCH)

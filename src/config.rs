@@ -9,8 +9,16 @@ use std::fmt;
 use std::time::Duration;
 
 use clap::builder::TypedValueParser;
-use clap::{Parser, ValueEnum};
+use clap::{Args, Parser, ValueEnum};
 use secrecy::SecretString;
+
+mod parse;
+
+pub use self::parse::DurationArg;
+use self::parse::{
+    parse_advertise_url, parse_bind, parse_count, parse_public_url, parse_replica_id,
+    parse_webhook_url, text, DAY, HOUR,
+};
 
 use crate::cluster::OWNER_TTL;
 use crate::confirmation::MAX_RUNS;
@@ -85,77 +93,59 @@ impl fmt::Display for EngineKind {
                   spellings (--confirm-timeout-secs, --step-delay-ms, ...) still work."
 )]
 pub struct Settings {
+    #[command(flatten)]
+    pub server: ServerFlags,
+    #[command(flatten)]
+    pub engines: EngineFlags,
+    #[command(flatten)]
+    pub pauses: PauseFlags,
+    #[command(flatten)]
+    pub cluster: StoreFlags,
+    #[command(flatten)]
+    pub tooling: ToolFlags,
+    #[command(flatten)]
+    pub notify: NotifyFlags,
+    #[command(flatten)]
+    pub limits: LimitFlags,
+}
+
+/// The HTTP server: where it listens, who may call it, how long requests and shutdown take.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Server")]
+pub struct ServerFlags {
     /// Address to listen on, HOST:PORT (port 0 picks a free port).
     #[arg(long, env = "CHATGATE_BIND", default_value = "127.0.0.1:8080", value_parser = parse_bind)]
     pub bind: String,
-    /// Engine behind the stream.
-    #[arg(long, env = "CHATGATE_ENGINE", value_enum, default_value_t = EngineKind::Planner)]
-    pub engine: EngineKind,
-    /// How long a confirmation waits before the run is cancelled (reason `timeout`); 1s to 30 days.
-    #[arg(long, alias = "confirm-timeout-secs", env = "CHATGATE_CONFIRM_TIMEOUT",
-          default_value = text(CONFIRM_TIMEOUT), value_parser = DurationArg::secs(Duration::from_secs(1), MAX_CONFIRM_TIMEOUT))]
-    pub confirm_timeout: Duration,
+    /// HTTP worker threads (default: one per CPU core). 1 to 1024.
+    #[arg(long, env = "CHATGATE_WORKERS", value_parser = parse_count(1, 1024))]
+    pub workers: Option<usize>,
     /// Silence before a `: keep-alive` comment is written; 10ms to 1h.
     #[arg(long, alias = "keep-alive-secs", env = "CHATGATE_KEEP_ALIVE",
           default_value = text(KEEP_ALIVE), value_parser = DurationArg::secs(Duration::from_millis(10), HOUR))]
     pub keep_alive: Duration,
-    /// Time the planner spends on each step (0 for benchmarks); up to 1h.
-    #[arg(long, alias = "step-delay-ms", env = "CHATGATE_STEP_DELAY",
-          default_value = text(STEP_DELAY), value_parser = DurationArg::millis(Duration::ZERO, HOUR))]
-    pub step_delay: Duration,
-    /// Confirmation rounds a run may use; one more modify cancels it (reason
-    /// `max_rounds`). 1 to 100.
-    #[arg(long, env = "CHATGATE_MAX_ROUNDS", default_value_t = MAX_ROUNDS,
-          value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub max_rounds: u32,
-    /// HTTP worker threads (default: one per CPU core). 1 to 1024.
-    #[arg(long, env = "CHATGATE_WORKERS", value_parser = parse_count(1, 1024))]
-    pub workers: Option<usize>,
-    /// How long a working run whose client vanished stays re-attachable
-    /// before it is cancelled with reason `client_gone` (a paused run waits
-    /// for its decision instead; its grace starts once it is decided), and
-    /// how long an ended run's end can still be read. 0 (at once) to 1 day.
-    #[arg(long, alias = "detach-grace-secs", env = "CHATGATE_DETACH_GRACE",
-          default_value = text(DETACH_GRACE), value_parser = DurationArg::secs(Duration::ZERO, DAY))]
-    pub detach_grace: Duration,
-    /// How long a run's outcome (its final chunk, what ran, who decided) can
-    /// be read after its end, by re-attach or `GET /api/v1/runs/SESSION`:
-    /// kept in the store (memory: at most 20,000 runs; sqlite: at most
-    /// 1,000,000; redis: by time). 0 (not kept past the grace) to 30 days.
-    #[arg(long, env = "CHATGATE_KEEP_OUTCOME",
-          default_value = text(KEEP_OUTCOME), value_parser = DurationArg::secs(Duration::ZERO, 30 * DAY))]
-    pub keep_outcome: Duration,
-    /// A `decisions` reply must name every task of the pause (else 422
-    /// `undecided_tasks`); without it, tasks a reply does not name are
-    /// approved.
-    #[arg(long, env = "CHATGATE_EXPLICIT_DECISIONS")]
-    pub explicit_decisions: bool,
-    /// The longest a grant given with a confirm may last (its `ttl`; a
-    /// grant that names none lasts this long). 1s to 7 days.
-    #[arg(long, env = "CHATGATE_MAX_GRANT_TTL",
-          default_value = text(crate::confirmation::grant::MAX_GRANT_TTL),
-          value_parser = DurationArg::secs(Duration::from_secs(1), 7 * DAY))]
-    pub max_grant_ttl: Duration,
-    /// Chunks kept per run for re-attach; an attached client that falls this far
-    /// behind stops the run (reason `slow_consumer`). 1 to 1,048,576.
-    #[arg(long, env = "CHATGATE_REPLAY_BUFFER", default_value_t = REPLAY_BUFFER,
-          value_parser = parse_count(1, 1 << 20))]
-    pub replay_buffer: usize,
-    /// Bytes of chunks kept per run for re-attach (the newest chunk is always
-    /// kept); the same slow-client rule applies. 4 KiB to 1 GiB.
-    #[arg(long, env = "CHATGATE_REPLAY_BUFFER_BYTES", default_value_t = REPLAY_BUFFER_BYTES,
-          value_parser = parse_count(4096, 1 << 30))]
-    pub replay_buffer_bytes: usize,
-    /// Runs held at once; beyond it new runs get 503 `overloaded` with
-    /// Retry-After. 1 to 10,000,000.
-    #[arg(long, env = "CHATGATE_MAX_RUNS", default_value_t = MAX_RUNS,
-          value_parser = parse_count(1, 10_000_000))]
-    pub max_runs: usize,
-    /// Runs one API key may hold at once (default with keys: a quarter of
-    /// --max-runs; without keys the one anonymous namespace may use all of
-    /// it). 1 to 10,000,000.
-    #[arg(long, env = "CHATGATE_MAX_RUNS_PER_KEY", value_parser = parse_count(1, 10_000_000))]
-    pub max_runs_per_key: Option<usize>,
+    /// Time a client may take to send a request head, and again its body; 100ms to 1h.
+    #[arg(long, alias = "request-timeout-secs", env = "CHATGATE_REQUEST_TIMEOUT",
+          default_value = text(REQUEST_TIMEOUT), value_parser = DurationArg::secs(Duration::from_millis(100), HOUR))]
+    pub request_timeout: Duration,
+    /// How long shutdown waits for open streams to send their final chunk; up to 1h.
+    #[arg(long, alias = "shutdown-timeout-secs", env = "CHATGATE_SHUTDOWN_TIMEOUT",
+          default_value = text(SHUTDOWN_TIMEOUT), value_parser = DurationArg::secs(Duration::ZERO, HOUR))]
+    pub shutdown_timeout: Duration,
+    /// Browser origin allowed to call the API cross-site (repeatable; none by default).
+    #[arg(
+        long = "cors-origin",
+        env = "CHATGATE_CORS_ORIGIN",
+        value_delimiter = ','
+    )]
+    pub cors_origins: Vec<String>,
+    /// Without API keys, a Host name accepted besides loopback names and the
+    /// bound address (repeatable), e.g. the name a proxy forwards.
+    #[arg(
+        long = "allowed-host",
+        env = "CHATGATE_ALLOWED_HOST",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
     /// API key clients must send as `Authorization: Bearer KEY` (repeatable;
     /// in the env var, comma-separated). Without keys the chat endpoint is open.
     #[arg(
@@ -185,64 +175,23 @@ pub struct Settings {
         value_parser = clap::builder::StringValueParser::new().map(SecretString::from)
     )]
     pub approver_keys: Vec<SecretString>,
-    /// Browser origin allowed to call the API cross-site (repeatable; none by default).
-    #[arg(
-        long = "cors-origin",
-        env = "CHATGATE_CORS_ORIGIN",
-        value_delimiter = ','
-    )]
-    pub cors_origins: Vec<String>,
-    /// Without API keys, a Host name accepted besides loopback names and the
-    /// bound address (repeatable), e.g. the name a proxy forwards.
-    #[arg(
-        long = "allowed-host",
-        env = "CHATGATE_ALLOWED_HOST",
-        value_delimiter = ','
-    )]
-    pub allowed_hosts: Vec<String>,
-    /// Time a client may take to send a request head, and again its body; 100ms to 1h.
-    #[arg(long, alias = "request-timeout-secs", env = "CHATGATE_REQUEST_TIMEOUT",
-          default_value = text(REQUEST_TIMEOUT), value_parser = DurationArg::secs(Duration::from_millis(100), HOUR))]
-    pub request_timeout: Duration,
-    /// How long shutdown waits for open streams to send their final chunk; up to 1h.
-    #[arg(long, alias = "shutdown-timeout-secs", env = "CHATGATE_SHUTDOWN_TIMEOUT",
-          default_value = text(SHUTDOWN_TIMEOUT), value_parser = DurationArg::secs(Duration::ZERO, HOUR))]
-    pub shutdown_timeout: Duration,
+}
+
+/// The engine behind the stream: the planner, or a model.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Engine")]
+pub struct EngineFlags {
+    /// Engine behind the stream.
+    #[arg(long, env = "CHATGATE_ENGINE", value_enum, default_value_t = EngineKind::Planner)]
+    pub engine: EngineKind,
+    /// Time the planner spends on each step (0 for benchmarks); up to 1h.
+    #[arg(long, alias = "step-delay-ms", env = "CHATGATE_STEP_DELAY",
+          default_value = text(STEP_DELAY), value_parser = DurationArg::millis(Duration::ZERO, HOUR))]
+    pub step_delay: Duration,
     /// `--engine openai`: base URL of an OpenAI-compatible API, up to `/v1`
     /// (Ollama: http://127.0.0.1:11434/v1).
     #[arg(long, env = "CHATGATE_LLM_URL", default_value = LLM_URL)]
     pub llm_url: String,
-    /// TOML file of tools a confirmed plan may run: `[[tool]]` commands and
-    /// http calls, `[[mcp]]` MCP servers (docs/tools.md).
-    #[arg(long, env = "CHATGATE_TOOLS")]
-    pub tools: Option<std::path::PathBuf>,
-    /// Where paused runs are kept: `memory` (they end with the process),
-    /// `sqlite:PATH` (one node: they survive a restart or a crash) or
-    /// `redis://HOST:PORT/DB` (replicas: a reply may land on any of them).
-    #[arg(long, env = "CHATGATE_STORE", default_value = "memory")]
-    pub store: String,
-    /// With `redis://`: this replica's name (letters, digits, `.`, `_`, `-`;
-    /// generated at start when not given).
-    #[arg(long, env = "CHATGATE_REPLICA_ID", value_parser = parse_replica_id)]
-    pub replica_id: Option<String>,
-    /// With `redis://` (required): the URL where the other replicas reach
-    /// this one, e.g. http://10.0.0.5:8080.
-    #[arg(long, env = "CHATGATE_ADVERTISE_URL", value_parser = parse_advertise_url)]
-    pub advertise_url: Option<String>,
-    /// With `redis://` (required): a secret all replicas share, at least 16
-    /// characters; forwarded requests carry it, so no client can pose as a replica.
-    #[arg(long, env = "CHATGATE_CLUSTER_SECRET", hide_env_values = true,
-          value_parser = clap::builder::StringValueParser::new().map(SecretString::from))]
-    pub cluster_secret: Option<SecretString>,
-    /// With `redis://`: how long a replica's ownership of its runs outlives
-    /// its last heartbeat; then another replica may take them over. 1s to 1h.
-    #[arg(long, alias = "owner-ttl-secs", env = "CHATGATE_OWNER_TTL",
-          default_value = text(OWNER_TTL), value_parser = DurationArg::secs(Duration::from_secs(1), HOUR))]
-    pub owner_ttl: Duration,
-    /// JSON Lines file recording every proposal, decision, tool call and end,
-    /// synced before chatgate acts on it; if it cannot be written nothing runs.
-    #[arg(long, env = "CHATGATE_AUDIT_LOG")]
-    pub audit_log: Option<std::path::PathBuf>,
     /// `--engine openai`: the model to ask (required with that engine).
     #[arg(long, env = "CHATGATE_LLM_MODEL")]
     pub llm_model: Option<String>,
@@ -268,6 +217,99 @@ pub struct Settings {
     #[arg(long, env = "CHATGATE_CONVERSATION_MEMORY", default_value_t = CONVERSATION_MEMORY,
           value_parser = parse_count(1 << 20, 16 << 30))]
     pub conversation_memory: usize,
+    /// `--engine openai`: do not offer the model the built-in `ask_user`
+    /// tool (its questions to the user, as an `input_request`).
+    #[arg(long, env = "CHATGATE_NO_ASK_USER")]
+    pub no_ask_user: bool,
+}
+
+/// How long a pause waits, how many rounds a run has, what a decision may carry.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Pauses and decisions")]
+pub struct PauseFlags {
+    /// How long a confirmation waits before the run is cancelled (reason `timeout`); 1s to 30 days.
+    #[arg(long, alias = "confirm-timeout-secs", env = "CHATGATE_CONFIRM_TIMEOUT",
+          default_value = text(CONFIRM_TIMEOUT), value_parser = DurationArg::secs(Duration::from_secs(1), MAX_CONFIRM_TIMEOUT))]
+    pub confirm_timeout: Duration,
+    /// Confirmation rounds a run may use; one more modify cancels it (reason
+    /// `max_rounds`). 1 to 100.
+    #[arg(long, env = "CHATGATE_MAX_ROUNDS", default_value_t = MAX_ROUNDS,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub max_rounds: u32,
+    /// How long a working run whose client vanished stays re-attachable
+    /// before it is cancelled with reason `client_gone` (a paused run waits
+    /// for its decision instead; its grace starts once it is decided), and
+    /// how long an ended run's end can still be read. 0 (at once) to 1 day.
+    #[arg(long, alias = "detach-grace-secs", env = "CHATGATE_DETACH_GRACE",
+          default_value = text(DETACH_GRACE), value_parser = DurationArg::secs(Duration::ZERO, DAY))]
+    pub detach_grace: Duration,
+    /// How long a run's outcome (its final chunk, what ran, who decided) can
+    /// be read after its end, by re-attach or `GET /api/v1/runs/SESSION`:
+    /// kept in the store (memory: at most 20,000 runs; sqlite: at most
+    /// 1,000,000; redis: by time). 0 (not kept past the grace) to 30 days.
+    #[arg(long, env = "CHATGATE_KEEP_OUTCOME",
+          default_value = text(KEEP_OUTCOME), value_parser = DurationArg::secs(Duration::ZERO, 30 * DAY))]
+    pub keep_outcome: Duration,
+    /// A `decisions` reply must name every task of the pause (else 422
+    /// `undecided_tasks`); without it, tasks a reply does not name are
+    /// approved.
+    #[arg(long, env = "CHATGATE_EXPLICIT_DECISIONS")]
+    pub explicit_decisions: bool,
+    /// The longest a grant given with a confirm may last (its `ttl`; a
+    /// grant that names none lasts this long). 1s to 7 days.
+    #[arg(long, env = "CHATGATE_MAX_GRANT_TTL",
+          default_value = text(crate::confirmation::grant::MAX_GRANT_TTL),
+          value_parser = DurationArg::secs(Duration::from_secs(1), 7 * DAY))]
+    pub max_grant_ttl: Duration,
+}
+
+/// Where paused runs are kept, and the replicas sharing them.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Store and cluster")]
+pub struct StoreFlags {
+    /// Where paused runs are kept: `memory` (they end with the process),
+    /// `sqlite:PATH` (one node: they survive a restart or a crash) or
+    /// `redis://HOST:PORT/DB` (replicas: a reply may land on any of them).
+    #[arg(long, env = "CHATGATE_STORE", default_value = "memory")]
+    pub store: String,
+    /// With `redis://`: this replica's name (letters, digits, `.`, `_`, `-`;
+    /// generated at start when not given).
+    #[arg(long, env = "CHATGATE_REPLICA_ID", value_parser = parse_replica_id)]
+    pub replica_id: Option<String>,
+    /// With `redis://` (required): the URL where the other replicas reach
+    /// this one, e.g. http://10.0.0.5:8080.
+    #[arg(long, env = "CHATGATE_ADVERTISE_URL", value_parser = parse_advertise_url)]
+    pub advertise_url: Option<String>,
+    /// With `redis://` (required): a secret all replicas share, at least 16
+    /// characters; forwarded requests carry it, so no client can pose as a replica.
+    #[arg(long, env = "CHATGATE_CLUSTER_SECRET", hide_env_values = true,
+          value_parser = clap::builder::StringValueParser::new().map(SecretString::from))]
+    pub cluster_secret: Option<SecretString>,
+    /// With `redis://`: how long a replica's ownership of its runs outlives
+    /// its last heartbeat; then another replica may take them over. 1s to 1h.
+    #[arg(long, alias = "owner-ttl-secs", env = "CHATGATE_OWNER_TTL",
+          default_value = text(OWNER_TTL), value_parser = DurationArg::secs(Duration::from_secs(1), HOUR))]
+    pub owner_ttl: Duration,
+}
+
+/// Declared tools and the audit log of what they did.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Tools")]
+pub struct ToolFlags {
+    /// TOML file of tools a confirmed plan may run: `[[tool]]` commands and
+    /// http calls, `[[mcp]]` MCP servers (docs/tools.md).
+    #[arg(long, env = "CHATGATE_TOOLS")]
+    pub tools: Option<std::path::PathBuf>,
+    /// JSON Lines file recording every proposal, decision, tool call and end,
+    /// synced before chatgate acts on it; if it cannot be written nothing runs.
+    #[arg(long, env = "CHATGATE_AUDIT_LOG")]
+    pub audit_log: Option<std::path::PathBuf>,
+}
+
+/// Webhooks, decision links, Slack and mail.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Notifications")]
+pub struct NotifyFlags {
     /// POST every pause's events (requested, decided, expired, run ended),
     /// signed, to this http(s) URL (repeatable; in the env var,
     /// comma-separated). Needs --webhook-secret.
@@ -278,6 +320,12 @@ pub struct Settings {
     #[arg(long, env = "CHATGATE_WEBHOOK_SECRET", hide_env_values = true,
           value_parser = clap::builder::StringValueParser::new().map(SecretString::from))]
     pub webhook_secret: Option<SecretString>,
+    /// How long an undelivered webhook event is tried again before it is
+    /// dropped; 1s to 7 days.
+    #[arg(long, env = "CHATGATE_WEBHOOK_RETRY_FOR",
+          default_value = text(crate::webhook::RETRY_FOR),
+          value_parser = DurationArg::secs(Duration::from_secs(1), 7 * DAY))]
+    pub webhook_retry_for: Duration,
     /// Where people open the page (e.g. `https://gate.example.com`): webhook
     /// events then carry a `decide_url`, the page opened on their session.
     #[arg(long, env = "CHATGATE_PUBLIC_URL", value_parser = parse_public_url)]
@@ -311,173 +359,39 @@ pub struct Settings {
     /// `chatgate <gate@example.com>`).
     #[arg(long, env = "CHATGATE_MAIL_FROM")]
     pub mail_from: Option<String>,
-    /// How long an undelivered webhook event is tried again before it is
-    /// dropped; 1s to 7 days.
-    #[arg(long, env = "CHATGATE_WEBHOOK_RETRY_FOR",
-          default_value = text(crate::webhook::RETRY_FOR),
-          value_parser = DurationArg::secs(Duration::from_secs(1), 7 * DAY))]
-    pub webhook_retry_for: Duration,
-    /// `--engine openai`: do not offer the model the built-in `ask_user`
-    /// tool (its questions to the user, as an `input_request`).
-    #[arg(long, env = "CHATGATE_NO_ASK_USER")]
-    pub no_ask_user: bool,
 }
 
-const HOUR: Duration = Duration::from_secs(3600);
-const DAY: Duration = Duration::from_secs(24 * 3600);
+/// Bounds on what clients can make the server hold.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Limits")]
+pub struct LimitFlags {
+    /// Chunks kept per run for re-attach; an attached client that falls this far
+    /// behind stops the run (reason `slow_consumer`). 1 to 1,048,576.
+    #[arg(long, env = "CHATGATE_REPLAY_BUFFER", default_value_t = REPLAY_BUFFER,
+          value_parser = parse_count(1, 1 << 20))]
+    pub replay_buffer: usize,
+    /// Bytes of chunks kept per run for re-attach (the newest chunk is always
+    /// kept); the same slow-client rule applies. 4 KiB to 1 GiB.
+    #[arg(long, env = "CHATGATE_REPLAY_BUFFER_BYTES", default_value_t = REPLAY_BUFFER_BYTES,
+          value_parser = parse_count(4096, 1 << 30))]
+    pub replay_buffer_bytes: usize,
+    /// Runs held at once; beyond it new runs get 503 `overloaded` with
+    /// Retry-After. 1 to 10,000,000.
+    #[arg(long, env = "CHATGATE_MAX_RUNS", default_value_t = MAX_RUNS,
+          value_parser = parse_count(1, 10_000_000))]
+    pub max_runs: usize,
+    /// Runs one API key may hold at once (default with keys: a quarter of
+    /// --max-runs; without keys the one anonymous namespace may use all of
+    /// it). 1 to 10,000,000.
+    #[arg(long, env = "CHATGATE_MAX_RUNS_PER_KEY", value_parser = parse_count(1, 10_000_000))]
+    pub max_runs_per_key: Option<usize>,
+}
 
 impl Settings {
     /// The defaults, with `bind` replaced (tests use `127.0.0.1:0`).
     pub fn for_bind(bind: &str) -> Settings {
         Settings::parse_from(["chatgate", "--bind", bind])
     }
-}
-
-/// A duration as a flag's default shows it (`5m`, `100ms`).
-fn text(duration: Duration) -> String {
-    humantime::format_duration(duration).to_string()
-}
-
-/// `--replica-id`: 1 to 64 of letters, digits, `.`, `_`, `-`.
-fn parse_replica_id(text: &str) -> Result<String, String> {
-    let fits = (1..=64).contains(&text.len())
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if fits {
-        Ok(text.to_owned())
-    } else {
-        Err("a replica id is 1 to 64 letters, digits, `.`, `_` or `-`".to_owned())
-    }
-}
-
-/// `--advertise-url`: an `http://` or `https://` URL with a host; kept
-/// without its trailing `/`.
-fn parse_advertise_url(text: &str) -> Result<String, String> {
-    let url = reqwest::Url::parse(text).map_err(|err| format!("not a URL: {err}"))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err("write http://HOST:PORT (where the other replicas reach this one)".to_owned());
-    }
-    Ok(text.trim_end_matches('/').to_owned())
-}
-
-/// `--webhook`: an `http://` or `https://` URL with a host.
-fn parse_webhook_url(text: &str) -> Result<String, String> {
-    let url = reqwest::Url::parse(text).map_err(|err| format!("not a URL: {err}"))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err("write http(s)://HOST[:PORT]/PATH, where events are POSTed".to_owned());
-    }
-    Ok(text.to_owned())
-}
-
-/// `--public-url`: an `http://` or `https://` URL with a host, kept without
-/// its trailing `/`.
-fn parse_public_url(text: &str) -> Result<String, String> {
-    let url = reqwest::Url::parse(text).map_err(|err| format!("not a URL: {err}"))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err("write http(s)://HOST[:PORT], where people open the page".to_owned());
-    }
-    Ok(text.trim_end_matches('/').to_owned())
-}
-
-/// A duration flag: humantime text (`300s`, `1h 30m`, `500ms`), or a bare
-/// number in the flag's old unit; refused outside `min..=max`.
-#[derive(Debug, Clone, Copy)]
-pub struct DurationArg {
-    bare_unit: Duration,
-    min: Duration,
-    max: Duration,
-}
-
-impl DurationArg {
-    /// A bare number is seconds.
-    pub const fn secs(min: Duration, max: Duration) -> DurationArg {
-        DurationArg {
-            bare_unit: Duration::from_secs(1),
-            min,
-            max,
-        }
-    }
-
-    /// A bare number is milliseconds.
-    pub const fn millis(min: Duration, max: Duration) -> DurationArg {
-        DurationArg {
-            bare_unit: Duration::from_millis(1),
-            min,
-            max,
-        }
-    }
-
-    pub fn parse(&self, text: &str) -> Result<Duration, String> {
-        let text = text.trim();
-        let value = match text.parse::<u64>() {
-            Ok(n) => u32::try_from(n)
-                .ok()
-                .and_then(|n| self.bare_unit.checked_mul(n))
-                .ok_or_else(|| format!("`{text}` is too large"))?,
-            Err(_) => humantime::parse_duration(text).map_err(|err| {
-                format!("`{text}` is not a duration ({err}); write e.g. 300s, 500ms or 5m")
-            })?,
-        };
-        if value < self.min || value > self.max {
-            return Err(format!(
-                "`{text}` is out of range: from {} to {}",
-                humantime::format_duration(self.min),
-                humantime::format_duration(self.max)
-            ));
-        }
-        Ok(value)
-    }
-}
-
-impl TypedValueParser for DurationArg {
-    type Value = Duration;
-
-    fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        arg: Option<&clap::Arg>,
-        value: &std::ffi::OsStr,
-    ) -> Result<Duration, clap::Error> {
-        let text = value.to_str().ok_or_else(|| {
-            clap::Error::raw(clap::error::ErrorKind::InvalidUtf8, "not UTF-8\n").with_cmd(cmd)
-        })?;
-        self.parse(text)
-            .map_err(|why| invalid_value(cmd, arg, &why))
-    }
-}
-
-/// `HOST:PORT`, with a port from 0 to 65535 (`[::1]:8080` for IPv6).
-fn parse_bind(text: &str) -> Result<String, String> {
-    let port = text
-        .rsplit_once(':')
-        .map(|(host, port)| (host, port.parse::<u16>()));
-    match port {
-        Some((host, Ok(_))) if !host.is_empty() => Ok(text.to_owned()),
-        _ => Err(format!(
-            "`{text}` is not HOST:PORT; write e.g. 127.0.0.1:8080 (port 0 picks a free one)"
-        )),
-    }
-}
-
-/// A whole number in `min..=max`.
-fn parse_count(min: usize, max: usize) -> impl Fn(&str) -> Result<usize, String> + Clone {
-    move |text: &str| match text.trim().parse::<usize>() {
-        Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "`{text}` is not a whole number from {min} to {max}"
-        )),
-    }
-}
-
-fn invalid_value(cmd: &clap::Command, arg: Option<&clap::Arg>, why: &str) -> clap::Error {
-    let name = arg.map_or_else(|| "value".to_owned(), |arg| format!("--{}", arg.get_id()));
-    let name = name.replace('_', "-");
-    clap::Error::raw(
-        clap::error::ErrorKind::ValueValidation,
-        format!("invalid value for {name}: {why}\n"),
-    )
-    .with_cmd(cmd)
 }
 
 #[cfg(test)]
@@ -492,28 +406,28 @@ mod tests {
     #[test]
     fn durations_take_units_and_bare_numbers_keep_the_old_unit() {
         let s = settings(&["--confirm-timeout", "2m", "--keep-alive", "500ms"]).unwrap();
-        assert_eq!(s.confirm_timeout, Duration::from_secs(120));
-        assert_eq!(s.keep_alive, Duration::from_millis(500));
+        assert_eq!(s.pauses.confirm_timeout, Duration::from_secs(120));
+        assert_eq!(s.server.keep_alive, Duration::from_millis(500));
         let old = settings(&["--confirm-timeout-secs", "7", "--step-delay-ms", "40"]).unwrap();
-        assert_eq!(old.confirm_timeout, Duration::from_secs(7));
-        assert_eq!(old.step_delay, Duration::from_millis(40));
+        assert_eq!(old.pauses.confirm_timeout, Duration::from_secs(7));
+        assert_eq!(old.engines.step_delay, Duration::from_millis(40));
         let defaults = settings(&[]).unwrap();
-        assert_eq!(defaults.confirm_timeout, CONFIRM_TIMEOUT);
-        assert_eq!(defaults.keep_alive, KEEP_ALIVE);
-        assert_eq!(defaults.step_delay, STEP_DELAY);
-        assert_eq!(defaults.detach_grace, DETACH_GRACE);
-        assert_eq!(defaults.request_timeout, REQUEST_TIMEOUT);
-        assert_eq!(defaults.shutdown_timeout, SHUTDOWN_TIMEOUT);
-        assert_eq!(defaults.llm_timeout, LLM_TIMEOUT);
-        assert_eq!(defaults.llm_max_time, LLM_MAX_TIME);
-        assert_eq!(defaults.conversation_ttl, CONVERSATION_TTL);
-        assert_eq!(defaults.owner_ttl, OWNER_TTL);
-        assert_eq!(defaults.max_rounds, MAX_ROUNDS);
-        assert_eq!(defaults.max_runs, MAX_RUNS);
-        assert_eq!(defaults.replay_buffer, REPLAY_BUFFER);
-        assert_eq!(defaults.replay_buffer_bytes, REPLAY_BUFFER_BYTES);
-        assert_eq!(defaults.conversation_memory, CONVERSATION_MEMORY);
-        assert_eq!(defaults.llm_url, LLM_URL);
+        assert_eq!(defaults.pauses.confirm_timeout, CONFIRM_TIMEOUT);
+        assert_eq!(defaults.server.keep_alive, KEEP_ALIVE);
+        assert_eq!(defaults.engines.step_delay, STEP_DELAY);
+        assert_eq!(defaults.pauses.detach_grace, DETACH_GRACE);
+        assert_eq!(defaults.server.request_timeout, REQUEST_TIMEOUT);
+        assert_eq!(defaults.server.shutdown_timeout, SHUTDOWN_TIMEOUT);
+        assert_eq!(defaults.engines.llm_timeout, LLM_TIMEOUT);
+        assert_eq!(defaults.engines.llm_max_time, LLM_MAX_TIME);
+        assert_eq!(defaults.engines.conversation_ttl, CONVERSATION_TTL);
+        assert_eq!(defaults.cluster.owner_ttl, OWNER_TTL);
+        assert_eq!(defaults.pauses.max_rounds, MAX_ROUNDS);
+        assert_eq!(defaults.limits.max_runs, MAX_RUNS);
+        assert_eq!(defaults.limits.replay_buffer, REPLAY_BUFFER);
+        assert_eq!(defaults.limits.replay_buffer_bytes, REPLAY_BUFFER_BYTES);
+        assert_eq!(defaults.engines.conversation_memory, CONVERSATION_MEMORY);
+        assert_eq!(defaults.engines.llm_url, LLM_URL);
     }
 
     #[test]
@@ -543,6 +457,6 @@ mod tests {
         let s = settings(&["--api-key", "sk-top", "--llm-api-key", "sk-model"]).unwrap();
         let printed = format!("{s:?}");
         assert!(!printed.contains("sk-top") && !printed.contains("sk-model"));
-        assert_eq!(s.api_keys[0].expose_secret(), "sk-top");
+        assert_eq!(s.server.api_keys[0].expose_secret(), "sk-top");
     }
 }

@@ -54,7 +54,7 @@ fn main() -> ExitCode {
 }
 
 async fn serve(settings: Settings) -> Result<(), String> {
-    let engine = settings.engine;
+    let engine = settings.engines.engine;
     let app = Application::build(settings)
         .await
         .map_err(|err| err.to_string())?;

@@ -192,7 +192,7 @@ impl Metrics {
     pub fn webhook_queue(&self, depth: u64, oldest_ms: Option<u64>) {
         self.webhook_queue_depth.set(depth as i64);
         let age = oldest_ms.map_or(0.0, |at| {
-            crate::store::now_ms().saturating_sub(at) as f64 / 1000.0
+            crate::clock::now_ms().saturating_sub(at) as f64 / 1000.0
         });
         self.webhook_oldest.set(age);
     }

@@ -95,12 +95,12 @@ impl Application {
         settings: Settings,
         engine: Arc<dyn Engine>,
     ) -> Result<Application, StartupError> {
-        let mut keys: Vec<SecretString> = settings.api_keys.clone();
-        let mut approvers: Vec<SecretString> = settings.approver_keys.clone();
+        let mut keys: Vec<SecretString> = settings.server.api_keys.clone();
+        let mut approvers: Vec<SecretString> = settings.server.approver_keys.clone();
         // Keys given as flags have no attributes; the file's follow them.
         let mut key_attrs = vec![KeyAttrs::default(); keys.len()];
         let mut approver_attrs = vec![KeyAttrs::default(); approvers.len()];
-        if let Some(path) = &settings.api_keys_file {
+        if let Some(path) = &settings.server.api_keys_file {
             let from_file = read_keys_file(path).map_err(|source| StartupError::KeysFile {
                 path: path.clone(),
                 source,
@@ -126,18 +126,18 @@ impl Application {
             .unzip();
         let namespaces = Namespaces::of_keys(keys.iter().copied())
             .with_labels(key_attrs.iter().map(|a| a.label.clone()).collect());
-        let access = AccessPolicy::new(&keys, settings.cors_origins.clone())
+        let access = AccessPolicy::new(&keys, settings.server.cors_origins.clone())
             .with_approvers(&approvers)
             .with_attributes(key_attrs, approver_attrs);
         let webhooks = open_webhooks(&settings).map_err(StartupError::Webhook)?;
         let cluster = open_cluster(&settings, &namespaces)?;
         let bind_error = |source| StartupError::Bind {
-            bind: settings.bind.clone(),
+            bind: settings.server.bind.clone(),
             source,
         };
-        let listener = TcpListener::bind(&settings.bind).map_err(bind_error)?;
+        let listener = TcpListener::bind(&settings.server.bind).map_err(bind_error)?;
         let address = listener.local_addr().map_err(bind_error)?;
-        let mut allowed_hosts = settings.allowed_hosts.clone();
+        let mut allowed_hosts = settings.server.allowed_hosts.clone();
         // Forwarded requests name this replica's advertised address.
         allowed_hosts.extend(cluster.as_ref().and_then(|c| c.advertised_host()));
         let access = access.with_hosts(address, &allowed_hosts);
@@ -150,31 +150,32 @@ impl Application {
         let metrics = Arc::new(Metrics::new());
         let logs = LogRegistry::default();
         let stream = Arc::new(StreamSettings {
-            keep_alive: settings.keep_alive,
-            detach_grace: settings.detach_grace,
+            keep_alive: settings.server.keep_alive,
+            detach_grace: settings.pauses.detach_grace,
             metrics: metrics.clone(),
             registry: logs.clone(),
         });
         let run_settings = RunSettings {
-            confirm_timeout: settings.confirm_timeout,
-            max_rounds: settings.max_rounds,
-            step_delay: settings.step_delay,
+            confirm_timeout: settings.pauses.confirm_timeout,
+            max_rounds: settings.pauses.max_rounds,
+            step_delay: settings.engines.step_delay,
             tools: Arc::new(load_tools(&settings).await?),
             audit: settings
+                .tooling
                 .audit_log
                 .as_deref()
                 .map(AuditLog::open)
                 .transpose()?,
             store: match &cluster {
                 Some(cluster) => cluster.store().clone(),
-                None => open_store(&settings.store, settings.detach_grace)?,
+                None => open_store(&settings.cluster.store, settings.pauses.detach_grace)?,
             },
             engine_name: engine.name(),
             namespaces,
             webhooks,
-            keep_outcome: settings.keep_outcome,
-            explicit_decisions: settings.explicit_decisions,
-            max_grant_ttl: settings.max_grant_ttl,
+            keep_outcome: settings.pauses.keep_outcome,
+            explicit_decisions: settings.pauses.explicit_decisions,
+            max_grant_ttl: settings.pauses.max_grant_ttl,
             links: open_links(&settings, &access).map_err(StartupError::Webhook)?,
         };
         let runs = Runs::new(RunsParts {
@@ -182,12 +183,12 @@ impl Application {
             engine,
             settings: Arc::new(run_settings),
             log_limits: LogLimits {
-                frames: settings.replay_buffer,
-                bytes: settings.replay_buffer_bytes,
+                frames: settings.limits.replay_buffer,
+                bytes: settings.limits.replay_buffer_bytes,
             },
             limits: RunLimits::for_keys(
-                settings.max_runs,
-                settings.max_runs_per_key,
+                settings.limits.max_runs,
+                settings.limits.max_runs_per_key,
                 access.requires_keys(),
             ),
             stream,
@@ -197,23 +198,27 @@ impl Application {
         let state = AppState {
             runs,
             access,
-            request_timeout: settings.request_timeout,
-            slack: settings.slack_signing_secret.clone().map(|signing_secret| {
-                Arc::new(SlackApp {
-                    signing_secret,
-                    http: reqwest::Client::builder()
-                        .timeout(Duration::from_secs(10))
-                        .build()
-                        .unwrap_or_default(),
-                })
-            }),
+            request_timeout: settings.server.request_timeout,
+            slack: settings
+                .notify
+                .slack_signing_secret
+                .clone()
+                .map(|signing_secret| {
+                    Arc::new(SlackApp {
+                        signing_secret,
+                        http: reqwest::Client::builder()
+                            .timeout(Duration::from_secs(10))
+                            .build()
+                            .unwrap_or_default(),
+                    })
+                }),
         };
         let server = serve(listener, &settings, state.clone()).map_err(bind_error)?;
         Ok(Application {
             address,
             server,
             state,
-            shutdown_timeout: settings.shutdown_timeout,
+            shutdown_timeout: settings.server.shutdown_timeout,
         })
     }
 
@@ -329,14 +334,14 @@ impl Application {
 /// connection gets the head deadline, not only the first).
 fn serve(listener: TcpListener, settings: &Settings, state: AppState) -> std::io::Result<Server> {
     let address = listener.local_addr()?;
-    let request_timeout = settings.request_timeout;
+    let request_timeout = settings.server.request_timeout;
     let data = web::Data::new(state);
     let mut builder = Server::build()
         // Signals are ours (see run_until_stopped): streams must get their
         // final chunk before actix stops the workers.
         .disable_signals()
-        .shutdown_timeout(settings.shutdown_timeout.as_secs());
-    if let Some(workers) = settings.workers {
+        .shutdown_timeout(settings.server.shutdown_timeout.as_secs());
+    if let Some(workers) = settings.server.workers {
         builder = builder.workers(workers);
     }
     // Idle kept-alive connections close at once when a graceful stop starts.
@@ -379,7 +384,7 @@ fn serve(listener: TcpListener, settings: &Settings, state: AppState) -> std::io
 
 /// The engine `--engine` names, configured by the other flags.
 pub fn build_engine(settings: &Settings) -> Result<Arc<dyn Engine>, StartupError> {
-    match settings.engine {
+    match settings.engines.engine {
         EngineKind::Planner => Ok(Arc::new(PlannerEngine)),
         #[cfg(not(feature = "openai"))]
         EngineKind::Openai => Err(StartupError::Engine(
@@ -389,20 +394,20 @@ pub fn build_engine(settings: &Settings) -> Result<Arc<dyn Engine>, StartupError
         )),
         #[cfg(feature = "openai")]
         EngineKind::Openai => {
-            let model = settings.llm_model.clone().ok_or_else(|| {
+            let model = settings.engines.llm_model.clone().ok_or_else(|| {
                 StartupError::Engine(
                     "--engine openai needs --llm-model (or CHATGATE_LLM_MODEL)".to_owned(),
                 )
             })?;
             let config = OpenAiConfig {
-                base_url: settings.llm_url.clone(),
+                base_url: settings.engines.llm_url.clone(),
                 model,
-                api_key: settings.llm_api_key.clone(),
-                timeout: settings.llm_timeout,
-                max_time: settings.llm_max_time,
-                conversation_ttl: settings.conversation_ttl,
-                conversation_memory: settings.conversation_memory,
-                ask_user: !settings.no_ask_user,
+                api_key: settings.engines.llm_api_key.clone(),
+                timeout: settings.engines.llm_timeout,
+                max_time: settings.engines.llm_max_time,
+                conversation_ttl: settings.engines.conversation_ttl,
+                conversation_memory: settings.engines.conversation_memory,
+                ask_user: !settings.engines.no_ask_user,
             };
             let engine = OpenAiEngine::new(config).map_err(|err| {
                 StartupError::Engine(format!("cannot set up the model client: {err}"))
@@ -414,7 +419,7 @@ pub fn build_engine(settings: &Settings) -> Result<Arc<dyn Engine>, StartupError
 
 /// The tools of `--tools` (none without it).
 async fn load_tools(settings: &Settings) -> Result<Tools, StartupError> {
-    let Some(path) = &settings.tools else {
+    let Some(path) = &settings.tooling.tools else {
         return Ok(Tools::default());
     };
     let mut tools = Tools::load(path)?;
@@ -475,27 +480,28 @@ fn open_cluster(
     settings: &Settings,
     namespaces: &Namespaces,
 ) -> Result<Option<Arc<Cluster>>, StartupError> {
-    let url = &settings.store;
+    let url = &settings.cluster.store;
     if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
         return Ok(None);
     }
     let missing = |what: &str| StartupError::Store(format!("--store redis:// needs {what}"));
-    let config = ClusterConfig {
-        store_url: url.clone(),
-        replica_id: settings.replica_id.clone(),
-        advertise_url: settings
-            .advertise_url
-            .clone()
-            .ok_or_else(|| missing("--advertise-url (where the other replicas reach this one)"))?,
-        secret: settings
-            .cluster_secret
-            .clone()
-            .ok_or_else(|| missing("--cluster-secret (the same on every replica)"))?,
-        owner_ttl: settings.owner_ttl,
-        keep_alive: settings.keep_alive,
-        detach_grace: settings.detach_grace,
-        namespaces: namespaces.clone(),
-    };
+    let config =
+        ClusterConfig {
+            store_url: url.clone(),
+            replica_id: settings.cluster.replica_id.clone(),
+            advertise_url: settings.cluster.advertise_url.clone().ok_or_else(|| {
+                missing("--advertise-url (where the other replicas reach this one)")
+            })?,
+            secret: settings
+                .cluster
+                .cluster_secret
+                .clone()
+                .ok_or_else(|| missing("--cluster-secret (the same on every replica)"))?,
+            owner_ttl: settings.cluster.owner_ttl,
+            keep_alive: settings.server.keep_alive,
+            detach_grace: settings.pauses.detach_grace,
+            namespaces: namespaces.clone(),
+        };
     Cluster::open(config)
         .map(|cluster| Some(Arc::new(cluster)))
         .map_err(StartupError::Store)

@@ -38,10 +38,10 @@ decision = "deny"
 /// the `echo_args` tool.
 async fn start_server(tools: &std::path::Path) -> String {
     let mut settings = Settings::for_bind("127.0.0.1:0");
-    settings.step_delay = std::time::Duration::from_millis(0);
-    settings.confirm_timeout = std::time::Duration::from_secs(10);
-    settings.workers = Some(2);
-    settings.tools = Some(tools.to_owned());
+    settings.engines.step_delay = std::time::Duration::from_millis(0);
+    settings.pauses.confirm_timeout = std::time::Duration::from_secs(10);
+    settings.server.workers = Some(2);
+    settings.tooling.tools = Some(tools.to_owned());
     let app = Application::build(settings).await.expect("server builds");
     let url = format!("http://{}", app.address());
     tokio::spawn(app.run_until_stopped());

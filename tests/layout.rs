@@ -722,3 +722,41 @@ fn no_http_handler_is_over_sixty_lines() {
         long.join("\n")
     );
 }
+
+/// The clock is one place: wall-clock milliseconds and RFC 3339 text are
+/// made in `src/clock.rs` only (#39 item 6).
+#[test]
+fn the_clock_s_conversions_live_in_clock_rs_only() {
+    let mut found = Vec::new();
+    for file in rust_files(Path::new("src")) {
+        if file == Path::new("src/clock.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in without_tests(&text).lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("format_rfc3339") || code.contains("fn now_ms") {
+                found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "clock conversions elsewhere:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The server's flags come in groups, one per concern (`#[command(flatten)]`
+/// fields of `Settings`): no flag is declared on `Settings` itself.
+#[test]
+fn the_flags_are_grouped_by_concern() {
+    let text = std::fs::read_to_string("src/config.rs").unwrap();
+    let start = text.find("pub struct Settings {").expect("Settings");
+    let body = &text[start..start + text[start..].find("\n}").unwrap()];
+    let fields: Vec<&str> = body.lines().filter(|l| l.starts_with("    pub ")).collect();
+    let flattened = body.matches("#[command(flatten)]").count();
+    assert!(fields.len() >= 5, "groups: {fields:?}");
+    assert_eq!(flattened, fields.len(), "a flag on Settings itself: {body}");
+    assert!(!body.contains("#[arg"), "a flag on Settings itself: {body}");
+}

@@ -562,18 +562,6 @@ impl ConfirmationManager {
         self.lock().sessions.get(key).is_some_and(Entry::waits)
     }
 
-    /// Whether the run on `key` is still paused on `confirmation_id`, not
-    /// decided and not paused again on another round.
-    pub fn waits_on(&self, key: &SessionKey, confirmation_id: &str) -> bool {
-        self.lock().sessions.get(key).is_some_and(|entry| {
-            entry.waits()
-                && entry
-                    .pause
-                    .as_ref()
-                    .is_some_and(|p| p.confirmation_id == confirmation_id)
-        })
-    }
-
     /// Resolves once no run is registered, nor still writing its end (used
     /// to drain on shutdown).
     pub async fn wait_until_empty(&self) {

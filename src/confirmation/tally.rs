@@ -32,7 +32,7 @@ impl Pause {
             Some(escalation) => DecideError::ForbiddenScope(format!(
                 "{why}; it escalates to {} at {} if nobody decides it by then",
                 escalation.to,
-                humantime::format_rfc3339_seconds(self.asked_at + escalation.after)
+                crate::clock::rfc3339(self.asked_at + escalation.after)
             )),
             None => DecideError::ForbiddenScope(why),
         }

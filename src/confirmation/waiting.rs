@@ -102,6 +102,18 @@ impl ConfirmationManager {
         }
     }
 
+    /// Whether the run on `key` is still paused on `confirmation_id`, not
+    /// decided and not paused again on another round.
+    pub fn waits_on(&self, key: &SessionKey, confirmation_id: &str) -> bool {
+        self.lock().sessions.get(key).is_some_and(|entry| {
+            entry.waits()
+                && entry
+                    .pause
+                    .as_ref()
+                    .is_some_and(|p| p.confirmation_id == confirmation_id)
+        })
+    }
+
     /// Whether the run on `key` is paused on a confirmation nobody decided,
     /// or whose decision is in doubt (being settled): a run that has not
     /// acted on a decision here.

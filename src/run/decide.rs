@@ -393,7 +393,7 @@ impl Recorder {
             decided: DecidedBy {
                 action: accepted.action,
                 by: self.decider.clone(),
-                at_ms: crate::store::now_ms(),
+                at_ms: crate::clock::now_ms(),
                 approved_by: match &accepted.approved_by {
                     several if several.len() > 1 => several.clone(),
                     _ => Vec::new(),

@@ -47,7 +47,7 @@ impl Runs {
     }
 
     async fn sweep_expired(&self, cluster: &Cluster) {
-        let now_ms = crate::store::now_ms();
+        let now_ms = crate::clock::now_ms();
         for owner in self.settings.namespaces.owners() {
             let namespace = self.settings.namespaces.name(owner);
             let expired = cluster

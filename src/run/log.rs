@@ -310,7 +310,7 @@ impl RunLog {
         Outcome {
             session_id: last.session_id.clone(),
             final_chunk: last,
-            ended_at_ms: crate::store::now_ms(),
+            ended_at_ms: crate::clock::now_ms(),
             pauses: inner.pauses.iter().cloned().collect(),
             ran: inner.ran.iter().cloned().collect(),
         }

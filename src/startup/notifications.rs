@@ -13,19 +13,19 @@ use crate::webhook::Webhooks;
 
 /// `--webhook` (and `--slack-webhook`) and the flags they need.
 pub(super) fn open_webhooks(settings: &Settings) -> Result<Option<Arc<Webhooks>>, String> {
-    let slack = settings.slack_webhook.clone();
-    if settings.webhooks.is_empty() && slack.is_none() && settings.smtp.is_none() {
+    let slack = settings.notify.slack_webhook.clone();
+    if settings.notify.webhooks.is_empty() && slack.is_none() && settings.notify.smtp.is_none() {
         return Ok(None);
     }
     let mailer = open_mailer(settings)?;
-    if slack.is_some() && settings.link_secret.is_none() {
+    if slack.is_some() && settings.notify.link_secret.is_none() {
         let why = "--slack-webhook needs --link-secret and --public-url (its buttons carry links)";
         return Err(why.to_owned());
     }
-    let secret = match settings.webhook_secret.clone() {
+    let secret = match settings.notify.webhook_secret.clone() {
         Some(secret) => secret,
         // Slack or mail alone: no receiver checks a signature.
-        None if settings.webhooks.is_empty() => {
+        None if settings.notify.webhooks.is_empty() => {
             SecretString::from(uuid::Uuid::new_v4().simple().to_string())
         }
         None => {
@@ -34,10 +34,10 @@ pub(super) fn open_webhooks(settings: &Settings) -> Result<Option<Arc<Webhooks>>
         }
     };
     Webhooks::new(
-        settings.webhooks.clone(),
+        settings.notify.webhooks.clone(),
         secret,
-        settings.public_url.clone(),
-        settings.webhook_retry_for,
+        settings.notify.public_url.clone(),
+        settings.notify.webhook_retry_for,
         slack,
         mailer,
     )
@@ -49,10 +49,11 @@ pub(super) fn open_links(
     settings: &Settings,
     access: &AccessPolicy,
 ) -> Result<Option<Arc<Links>>, String> {
-    let Some(secret) = settings.link_secret.clone() else {
+    let Some(secret) = settings.notify.link_secret.clone() else {
         return Ok(None);
     };
     let url = settings
+        .notify
         .public_url
         .as_deref()
         .ok_or("--link-secret needs --public-url (where links point)")?;
@@ -62,18 +63,18 @@ pub(super) fn open_links(
     log::info!(
         "approvers are sent: decision links ({} approver key(s)){}{}",
         people.len(),
-        match (&settings.smtp, mailed) {
+        match (&settings.notify.smtp, mailed) {
             (None, _) => String::new(),
             (Some(_), 0) =>
                 ", mail (but no approver key has an email=: nobody is mailed)".to_owned(),
             (Some(_), n) => format!(", mail ({n} address(es))"),
         },
-        match &settings.slack_webhook {
+        match &settings.notify.slack_webhook {
             None => String::new(),
             Some(_) => format!(", Slack ({slack} approver(s) with slack=)"),
         }
     );
-    if settings.smtp.is_some() && mailed == 0 {
+    if settings.notify.smtp.is_some() && mailed == 0 {
         log::warn!(
             "--smtp is on, but no approver key in the keys file carries email=ADDR: no mail \
              will be sent"
@@ -85,16 +86,20 @@ pub(super) fn open_links(
 
 /// `--smtp` with `--mail-from` (and `--link-secret`: a mail carries links).
 fn open_mailer(settings: &Settings) -> Result<Option<Arc<Mailer>>, String> {
-    let Some(url) = &settings.smtp else {
+    let Some(url) = &settings.notify.smtp else {
         return Ok(None);
     };
     let fail = |why: &str| Err(why.to_owned());
-    if settings.link_secret.is_none() {
+    if settings.notify.link_secret.is_none() {
         return fail("--smtp needs --link-secret and --public-url (each mail carries a link)");
     }
-    let Some(from) = &settings.mail_from else {
+    let Some(from) = &settings.notify.mail_from else {
         return fail("--smtp needs --mail-from (the sender's address)");
     };
-    Mailer::open(url.expose_secret(), settings.smtp_password.clone(), from)
-        .map(|mailer| Some(Arc::new(mailer)))
+    Mailer::open(
+        url.expose_secret(),
+        settings.notify.smtp_password.clone(),
+        from,
+    )
+    .map(|mailer| Some(Arc::new(mailer)))
 }

@@ -98,7 +98,7 @@ struct Outbox {
 impl MemoryStore {
     fn queue(&self, events: &[OutboxEvent]) {
         let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
-        let now = super::now_ms();
+        let now = crate::clock::now_ms();
         for event in events {
             if outbox.events.len() >= MAX_OUTBOX_EVENTS
                 || outbox.bytes + size(event) > MAX_OUTBOX_BYTES
@@ -186,7 +186,7 @@ impl Store for MemoryStore {
         outcome: &'a Outcome,
         keep: Duration,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let now = super::now_ms();
+        let now = crate::clock::now_ms();
         let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
         outcomes.expire(now);
         let at = (namespace.map(str::to_owned), outcome.session_id.clone());
@@ -200,14 +200,14 @@ impl Store for MemoryStore {
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>> {
         let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
-        outcomes.expire(super::now_ms());
+        outcomes.expire(crate::clock::now_ms());
         let at = (namespace.map(str::to_owned), session_id.to_owned());
         let found = outcomes.by_session.get(&at).map(|(_, o)| o.clone());
         Box::pin(async { Ok(found) })
     }
 
     fn add_grant<'a>(&'a self, grant: &'a Grant) -> BoxFuture<'a, Result<bool, StoreError>> {
-        let added = self.grants.add(grant, super::now_ms());
+        let added = self.grants.add(grant, crate::clock::now_ms());
         Box::pin(async move { Ok(added) })
     }
 
@@ -215,7 +215,7 @@ impl Store for MemoryStore {
         &'a self,
         namespace: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<Grant>, StoreError>> {
-        let listed = self.grants.list(namespace, super::now_ms());
+        let listed = self.grants.list(namespace, crate::clock::now_ms());
         Box::pin(async move { Ok(listed) })
     }
 
@@ -223,7 +223,7 @@ impl Store for MemoryStore {
         &'a self,
         id: &'a str,
     ) -> BoxFuture<'a, Result<Option<u32>, StoreError>> {
-        let left = self.grants.take(id, super::now_ms());
+        let left = self.grants.take(id, crate::clock::now_ms());
         Box::pin(async move { Ok(left) })
     }
 
@@ -315,7 +315,7 @@ mod tests {
             .announce(&[event("a", 1), event("a", 2), event("b", 1)])
             .await
             .unwrap();
-        let now = super::super::now_ms();
+        let now = crate::clock::now_ms();
 
         let due = store.due_events(now, 10).await.unwrap();
         let ids: Vec<_> = due.iter().map(|q| q.event.id.as_str()).collect();

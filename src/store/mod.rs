@@ -538,5 +538,3 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 }
-
-pub(crate) use crate::clock::now_ms;

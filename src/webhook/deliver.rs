@@ -17,8 +17,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::{unix_now, EventType, Webhooks, DELIVERY_TIMEOUT};
+use crate::clock::now_ms;
 use crate::metrics::Metrics;
-use crate::store::{now_ms, QueuedEvent, Store};
+use crate::store::{QueuedEvent, Store};
 
 /// Deliveries under way at once, over every URL.
 pub const MAX_IN_FLIGHT: usize = 32;

@@ -23,7 +23,7 @@ pub mod deliver;
 pub use body::DecisionData;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use secrecy::{ExposeSecret, SecretString};
@@ -302,7 +302,7 @@ impl Event {
         Event {
             id: uuid::Uuid::new_v4().to_string(),
             event_type,
-            at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            at: crate::clock::rfc3339_ms(crate::clock::now_ms()),
             session_id: about.key.session_id.to_string(),
             confirmation_id: about.confirmation_id.to_owned(),
             kind: about.kind,
@@ -394,7 +394,7 @@ impl Event {
         Event {
             id: uuid::Uuid::new_v4().to_string(),
             event_type,
-            at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            at: crate::clock::rfc3339_ms(crate::clock::now_ms()),
             session_id: grant.session_id.clone(),
             confirmation_id: confirmation_id.to_owned(),
             kind: PauseKind::Approval,

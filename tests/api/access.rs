@@ -26,7 +26,7 @@ pub(crate) async fn post_as(
 
 #[tokio::test]
 async fn with_keys_a_request_without_a_valid_key_gets_401() {
-    let app = spawn_app_with(|s| s.api_keys = vec!["alpha".into()]).await;
+    let app = spawn_app_with(|s| s.server.api_keys = vec!["alpha".into()]).await;
 
     for key in [None, Some("wrong")] {
         let response = post_as(&app, key, "s", "hello?").await;
@@ -46,7 +46,7 @@ async fn with_keys_a_request_without_a_valid_key_gets_401() {
 
 #[tokio::test]
 async fn another_key_cannot_see_decide_or_supersede_a_run() {
-    let app = spawn_app_with(|s| s.api_keys = vec!["alice".into(), "bob".into()]).await;
+    let app = spawn_app_with(|s| s.server.api_keys = vec!["alice".into(), "bob".into()]).await;
     let mut alice_run =
         EventStream::new(post_as(&app, Some("alice"), "shared", "pay the bill").await);
     alice_run.until(ChunkType::ConfirmationRequest).await;
@@ -77,7 +77,7 @@ async fn another_key_cannot_see_decide_or_supersede_a_run() {
 
 #[tokio::test]
 async fn another_key_cannot_re_attach_to_a_run() {
-    let app = spawn_app_with(|s| s.api_keys = vec!["alice".into(), "bob".into()]).await;
+    let app = spawn_app_with(|s| s.server.api_keys = vec!["alice".into(), "bob".into()]).await;
     let mut alice_run =
         EventStream::new(post_as(&app, Some("alice"), "mine", "pay the bill").await);
     alice_run.until(ChunkType::ConfirmationRequest).await;
@@ -108,7 +108,7 @@ async fn keys_can_come_from_a_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("keys");
     std::fs::write(&path, "# team keys\n\nfrom-file\n").unwrap();
-    let app = spawn_app_with(|s| s.api_keys_file = Some(path.clone())).await;
+    let app = spawn_app_with(|s| s.server.api_keys_file = Some(path.clone())).await;
 
     let denied = post_as(&app, None, "s", "hi?").await.status();
     let allowed = post_as(&app, Some("from-file"), "s", "hi?").await.status();
@@ -129,7 +129,7 @@ async fn browser_post(app: &TestApp, origin: &str) -> reqwest::Response {
 
 #[tokio::test]
 async fn cross_site_browser_requests_need_an_allowed_origin() {
-    let app = spawn_app_with(|s| s.cors_origins = vec!["https://app.example".into()]).await;
+    let app = spawn_app_with(|s| s.server.cors_origins = vec!["https://app.example".into()]).await;
 
     let allowed = browser_post(&app, "https://app.example").await;
     let allow_origin = allowed
@@ -152,7 +152,7 @@ async fn cross_site_browser_requests_need_an_allowed_origin() {
 
 #[tokio::test]
 async fn preflight_is_answered_for_allowed_origins_only() {
-    let app = spawn_app_with(|s| s.cors_origins = vec!["https://app.example".into()]).await;
+    let app = spawn_app_with(|s| s.server.cors_origins = vec!["https://app.example".into()]).await;
     let preflight = |origin: &'static str| {
         app.client
             .request(reqwest::Method::OPTIONS, app.url())
@@ -182,7 +182,8 @@ async fn preflight_is_answered_for_allowed_origins_only() {
 
 #[tokio::test]
 async fn a_slow_partial_request_head_is_cut() {
-    let app = spawn_app_with(|s| s.request_timeout = std::time::Duration::from_millis(400)).await;
+    let app =
+        spawn_app_with(|s| s.server.request_timeout = std::time::Duration::from_millis(400)).await;
     let address = app.address.trim_start_matches("http://").to_owned();
     let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
     socket
@@ -203,7 +204,8 @@ async fn a_slow_partial_request_head_is_cut() {
 
 #[tokio::test]
 async fn a_body_that_trickles_in_too_slowly_gets_408() {
-    let app = spawn_app_with(|s| s.request_timeout = std::time::Duration::from_millis(400)).await;
+    let app =
+        spawn_app_with(|s| s.server.request_timeout = std::time::Duration::from_millis(400)).await;
     let address = app.address.trim_start_matches("http://").to_owned();
     let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
     socket

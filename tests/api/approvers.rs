@@ -40,7 +40,7 @@ approver ci-only-key-0004 label=ci-watch namespaces=ci-bot
 async fn app(dir: &Workdir) -> TestApp {
     let keys = dir.path("keys.txt");
     std::fs::write(&keys, KEYS).unwrap();
-    app_with_tools(dir, TOOLS, move |s| s.api_keys_file = Some(keys)).await
+    app_with_tools(dir, TOOLS, move |s| s.server.api_keys_file = Some(keys)).await
 }
 
 /// POSTs `body` with the bearer `key`.
@@ -329,7 +329,7 @@ parameters = { type = "object", properties = { step = { type = "string" } } }
     let hook = crate::webhooks::hooked(&receiver);
     let app = app_with_tools(&dir, extra, move |s| {
         hook(s);
-        s.api_keys_file = Some(keys);
+        s.server.api_keys_file = Some(keys);
     })
     .await;
     let (mut stream, id) = paused(&app, "agent-key-000001", "esc", "restart api").await;
@@ -447,7 +447,7 @@ approvals = 3
 command = ["true"]
 parameters = { type = "object", properties = { step = { type = "string" } } }
 "#;
-    let app = app_with_tools(&dir, extra, move |s| s.api_keys_file = Some(keys)).await;
+    let app = app_with_tools(&dir, extra, move |s| s.server.api_keys_file = Some(keys)).await;
     let (mut stream, id) = paused(&app, "agent-key-000001", "m3", "migrate db").await;
     for (n, key) in ["lead-key-000001", "lead-key-000002"].iter().enumerate() {
         let (status, chunk) = decide(&app, key, "m3", &id, confirm()).await;

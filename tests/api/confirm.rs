@@ -176,15 +176,18 @@ async fn a_reply_for_a_streaming_run_that_never_paused_gets_404() {
 
 async fn spawn_app_with_slow_answers() -> crate::helpers::TestApp {
     // 10 s per step is 1 s per answer token: the answer streams for a while.
-    crate::helpers::spawn_app_with(|s| s.step_delay = std::time::Duration::from_millis(10_000))
-        .await
+    crate::helpers::spawn_app_with(|s| {
+        s.engines.step_delay = std::time::Duration::from_millis(10_000)
+    })
+    .await
 }
 
 #[tokio::test]
 async fn a_second_confirm_for_the_same_pause_gets_409_already_decided() {
-    let app =
-        crate::helpers::spawn_app_with(|s| s.step_delay = std::time::Duration::from_millis(2_000))
-            .await;
+    let app = crate::helpers::spawn_app_with(|s| {
+        s.engines.step_delay = std::time::Duration::from_millis(2_000)
+    })
+    .await;
     let (mut stream, _) = app.open_paused("dbl", "step one; step two").await;
 
     let (first, _) = app.reply("dbl", "CONFIRM_ACTION:confirm").await;
@@ -342,7 +345,8 @@ async fn an_unknown_action_without_a_pause_is_404_first() {
 
 #[tokio::test]
 async fn a_reply_sent_again_is_told_what_was_decided_and_by_whom_while_the_run_s_end_is_kept() {
-    let app = crate::helpers::spawn_app_with(|s| s.api_keys = vec!["k-secret-1".into()]).await;
+    let app =
+        crate::helpers::spawn_app_with(|s| s.server.api_keys = vec!["k-secret-1".into()]).await;
     let reply = |id: &str| json!({"message": "CONFIRM_ACTION:confirm", "session_id": "again", "confirmation_id": id});
     let post = |body: serde_json::Value| {
         let url = format!("{}/api/v1/chat/stream", app.address);

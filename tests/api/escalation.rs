@@ -25,7 +25,7 @@ approvers = "leads"
 async fn app(dir: &Workdir, extra: &str) -> TestApp {
     let keys = dir.path("keys.txt");
     std::fs::write(&keys, KEYS).unwrap();
-    app_with_tools(dir, extra, move |s| s.api_keys_file = Some(keys)).await
+    app_with_tools(dir, extra, move |s| s.server.api_keys_file = Some(keys)).await
 }
 
 #[tokio::test]

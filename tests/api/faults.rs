@@ -111,7 +111,7 @@ async fn a_tool_that_leaves_a_daemon_is_done_at_its_exit_and_the_daemon_goes() {
         daemon.display()
     );
     let tools = tools_file(dir.path(), "launch", &script);
-    let app = spawn_app_with(|s| s.tools = Some(tools)).await;
+    let app = spawn_app_with(|s| s.tooling.tools = Some(tools)).await;
 
     let (mut stream, _) = app.open_paused("daemon", "launch it").await;
     let started = std::time::Instant::now();
@@ -187,7 +187,7 @@ async fn an_http_tool_follows_no_redirect_and_sends_its_secret_nowhere_else() {
         ),
     )
     .unwrap();
-    let app = spawn_app_with(|s| s.tools = Some(tools)).await;
+    let app = spawn_app_with(|s| s.tooling.tools = Some(tools)).await;
 
     let (mut stream, _) = app.open_paused("redirect", "hook it").await;
     app.reply("redirect", "CONFIRM_ACTION:confirm").await;

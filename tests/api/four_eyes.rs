@@ -36,7 +36,7 @@ async fn app(dir: &Workdir, extra: &str) -> TestApp {
     if !keys.exists() {
         std::fs::write(&keys, KEYS).unwrap();
     }
-    app_with_tools(dir, extra, move |s| s.api_keys_file = Some(keys)).await
+    app_with_tools(dir, extra, move |s| s.server.api_keys_file = Some(keys)).await
 }
 
 fn with_decisions(decisions: Value) -> Value {

@@ -124,7 +124,7 @@ async fn a_grant_runs_later_calls_of_its_session_without_asking_until_spent() {
 async fn a_session_grant_covers_no_other_session_and_a_key_grant_every_one_of_its_key() {
     let dir = Workdir::new();
     let app = app_with_tools(&dir, EXTRA, |s| {
-        s.api_keys = vec!["alice".into(), "bob".into()];
+        s.server.api_keys = vec!["alice".into(), "bob".into()];
     })
     .await;
     let mut first = EventStream::new(post_as(&app, Some("alice"), "a1", "note one").await);
@@ -189,9 +189,10 @@ async fn a_grant_s_matchers_bound_what_it_covers_and_a_deny_rule_beats_it() {
     let (paused, mut covered) = run(&app, "m", "note ok two").await;
     assert!(!paused);
     covered.finish().await;
-    let (paused, _) = run(&app, "m", "note other").await;
+    let (paused, mut asked) = run(&app, "m", "note other").await;
     assert!(paused, "the matcher does not accept it");
     app.reply("m", "CONFIRM_ACTION:cancel").await;
+    asked.finish().await; // ended, so the next message starts a run
     let (paused, mut denied) = run(&app, "m", "note prod push").await;
     assert!(!paused);
     denied.finish().await;
@@ -242,7 +243,7 @@ async fn a_revoked_or_expired_grant_covers_nothing() {
 async fn a_grant_that_does_not_fit_the_pause_is_refused_and_the_pause_stays() {
     let dir = Workdir::new();
     let app = app_with_tools(&dir, EXTRA, |s| {
-        s.max_grant_ttl = std::time::Duration::from_secs(600);
+        s.pauses.max_grant_ttl = std::time::Duration::from_secs(600);
     })
     .await;
     let (mut stream, _) = app.open_paused("bad", "note one; deploy it").await;

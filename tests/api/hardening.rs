@@ -42,8 +42,8 @@ async fn read_until_closed(socket: &mut TcpStream, limit: Duration) -> Option<Ve
 #[tokio::test]
 async fn each_detach_grace_belongs_to_its_own_detach() {
     let app = spawn_app_with(|s| {
-        s.keep_alive = ms(100);
-        s.detach_grace = ms(3000);
+        s.server.keep_alive = ms(100);
+        s.pauses.detach_grace = ms(3000);
     })
     .await;
     let (stream, request) = app.open_paused("grace", "one step").await;
@@ -81,8 +81,8 @@ async fn each_detach_grace_belongs_to_its_own_detach() {
 #[tokio::test]
 async fn a_reply_after_the_grace_still_decides_a_paused_run_whose_client_left() {
     let app = spawn_app_with(|s| {
-        s.keep_alive = ms(100);
-        s.detach_grace = ms(300);
+        s.server.keep_alive = ms(100);
+        s.pauses.detach_grace = ms(300);
     })
     .await;
     let (stream, _) = app.open_paused("late", "one step").await;
@@ -99,7 +99,7 @@ async fn a_reply_after_the_grace_still_decides_a_paused_run_whose_client_left() 
 
 #[tokio::test]
 async fn a_second_request_head_dribbled_on_a_kept_alive_connection_is_cut() {
-    let app = spawn_app_with(|s| s.request_timeout = ms(1000)).await;
+    let app = spawn_app_with(|s| s.server.request_timeout = ms(1000)).await;
     let mut socket = connect(&app).await;
     socket
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
@@ -128,7 +128,7 @@ async fn a_second_request_head_dribbled_on_a_kept_alive_connection_is_cut() {
 
 #[tokio::test]
 async fn a_body_answered_408_is_not_drained_the_connection_closes() {
-    let app = spawn_app_with(|s| s.request_timeout = ms(800)).await;
+    let app = spawn_app_with(|s| s.server.request_timeout = ms(800)).await;
     let mut socket = connect(&app).await;
     socket
         .write_all(
@@ -169,7 +169,7 @@ async fn a_body_answered_408_is_not_drained_the_connection_closes() {
 
 #[tokio::test]
 async fn an_unread_body_dribbled_after_a_response_is_cut_too() {
-    let app = spawn_app_with(|s| s.request_timeout = ms(800)).await;
+    let app = spawn_app_with(|s| s.server.request_timeout = ms(800)).await;
     let mut socket = connect(&app).await;
     socket
         .write_all(
@@ -198,7 +198,7 @@ async fn an_unread_body_dribbled_after_a_response_is_cut_too() {
 
 #[tokio::test]
 async fn many_slow_connections_leave_health_answering_and_are_all_cut() {
-    let app = spawn_app_with(|s| s.request_timeout = ms(500)).await;
+    let app = spawn_app_with(|s| s.server.request_timeout = ms(500)).await;
     let mut slow = Vec::new();
     for _ in 0..100 {
         let mut socket = connect(&app).await;
@@ -288,8 +288,8 @@ async fn a_last_event_id_beyond_the_last_chunk_is_400_and_takes_nothing_over() {
 #[tokio::test]
 async fn one_api_key_cannot_lock_the_others_out() {
     let app = spawn_app_with(|s| {
-        s.api_keys = vec!["a".into(), "b".into()];
-        s.max_runs = 8;
+        s.server.api_keys = vec!["a".into(), "b".into()];
+        s.limits.max_runs = 8;
     })
     .await;
     let open = |key: &'static str, session: String| {
@@ -329,7 +329,7 @@ async fn one_api_key_cannot_lock_the_others_out() {
 
 #[tokio::test]
 async fn a_foreign_host_name_is_refused_without_keys() {
-    let app = spawn_app_with(|s| s.allowed_hosts = vec!["chat.example.com".into()]).await;
+    let app = spawn_app_with(|s| s.server.allowed_hosts = vec!["chat.example.com".into()]).await;
     let post = |host: &'static str| {
         let app = &app;
         async move {
@@ -361,7 +361,7 @@ async fn a_foreign_host_name_is_refused_without_keys() {
 
 #[tokio::test]
 async fn with_keys_the_host_is_not_checked_and_the_scheme_is_case_insensitive() {
-    let app = spawn_app_with(|s| s.api_keys = vec!["secret".into()]).await;
+    let app = spawn_app_with(|s| s.server.api_keys = vec!["secret".into()]).await;
 
     let response = app
         .client

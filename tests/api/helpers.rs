@@ -56,8 +56,8 @@ pub async fn spawn_app_with_engine(
     engine: Arc<dyn Engine>,
 ) -> TestApp {
     let mut settings = Settings::for_bind("127.0.0.1:0");
-    settings.step_delay = std::time::Duration::from_millis(0);
-    settings.workers = Some(2);
+    settings.engines.step_delay = std::time::Duration::from_millis(0);
+    settings.server.workers = Some(2);
     configure(&mut settings);
     let app = Application::build_with_engine(settings, engine)
         .await

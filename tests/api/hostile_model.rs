@@ -297,8 +297,8 @@ async fn a_gap_is_announced_even_when_the_plan_is_nested_too_deep_to_re_parse() 
     .boxed();
     let model = fake_model(vec![Answer::Stream(200, late)]).await;
     let app = app_with_model(&model.url, |s| {
-        s.replay_buffer = 1;
-        s.keep_alive = Duration::from_millis(100);
+        s.limits.replay_buffer = 1;
+        s.server.keep_alive = Duration::from_millis(100);
     })
     .await;
     drop(app.chat("deep", "do it").await);

@@ -118,7 +118,7 @@ async fn pending_confirmations_and_questions_are_listed_with_their_data() {
 #[tokio::test]
 async fn a_listed_pause_is_decided_by_a_reply_alone_and_leaves_the_inbox() {
     // A short keep-alive: the server soon notices the client gone.
-    let app = spawn_app_with(|s| s.keep_alive = Duration::from_millis(50)).await;
+    let app = spawn_app_with(|s| s.server.keep_alive = Duration::from_millis(50)).await;
     pause_and_leave(
         &app,
         None,
@@ -145,7 +145,7 @@ async fn a_listed_pause_is_decided_by_a_reply_alone_and_leaves_the_inbox() {
 
 #[tokio::test]
 async fn the_oldest_expiry_comes_first_and_pages_follow_after() {
-    let app = spawn_app_with(|s| s.confirm_timeout = Duration::from_secs(60)).await;
+    let app = spawn_app_with(|s| s.pauses.confirm_timeout = Duration::from_secs(60)).await;
     for i in 0..5 {
         pause_and_leave(
             &app,
@@ -193,7 +193,7 @@ async fn a_bad_limit_is_a_400_and_an_unknown_after_starts_over() {
 
 #[tokio::test]
 async fn each_key_sees_its_own_namespace_and_no_key_gets_401() {
-    let app = spawn_app_with(|s| s.api_keys = vec!["alice".into(), "bob".into()]).await;
+    let app = spawn_app_with(|s| s.server.api_keys = vec!["alice".into(), "bob".into()]).await;
     pause_and_leave(
         &app,
         Some("alice"),
@@ -304,11 +304,11 @@ async fn an_approver_lists_and_decides_every_namespace_s_pauses_by_confirmation_
     let audit = dir.path().join("audit.jsonl");
     let path = audit.clone();
     let app = spawn_app_with(move |s| {
-        s.api_keys = vec!["alice".into(), "bob".into()];
-        s.approver_keys = vec!["boss".into()];
-        s.audit_log = Some(path);
+        s.server.api_keys = vec!["alice".into(), "bob".into()];
+        s.server.approver_keys = vec!["boss".into()];
+        s.tooling.audit_log = Some(path);
         // The server soon notices a client gone: the runs wait detached.
-        s.keep_alive = Duration::from_millis(50);
+        s.server.keep_alive = Duration::from_millis(50);
     })
     .await;
     pause_and_leave(
@@ -407,8 +407,8 @@ async fn an_approver_lists_and_decides_every_namespace_s_pauses_by_confirmation_
 #[tokio::test]
 async fn an_approver_may_not_start_a_run_nor_re_attach_without_a_pause_s_id() {
     let app = spawn_app_with(|s| {
-        s.api_keys = vec!["alice".into()];
-        s.approver_keys = vec!["boss".into()];
+        s.server.api_keys = vec!["alice".into()];
+        s.server.approver_keys = vec!["boss".into()];
     })
     .await;
 
@@ -451,7 +451,7 @@ async fn approver_lines_in_the_keys_file_are_approver_keys() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("keys");
     std::fs::write(&path, "alice\napprover boss\n").unwrap();
-    let app = spawn_app_with(move |s| s.api_keys_file = Some(path)).await;
+    let app = spawn_app_with(move |s| s.server.api_keys_file = Some(path)).await;
     pause_and_leave(
         &app,
         Some("alice"),
@@ -507,9 +507,9 @@ async fn an_approval_lists_each_task_with_its_risk_and_a_preview_and_its_time_le
 #[tokio::test]
 async fn an_approver_reads_how_a_run_it_decided_ended_by_the_pause_s_id() {
     let app = spawn_app_with(|s| {
-        s.api_keys = vec!["alice".into()];
-        s.approver_keys = vec!["boss".into()];
-        s.detach_grace = Duration::ZERO;
+        s.server.api_keys = vec!["alice".into()];
+        s.server.approver_keys = vec!["boss".into()];
+        s.pauses.detach_grace = Duration::ZERO;
     })
     .await;
     pause_and_leave(
@@ -570,9 +570,9 @@ async fn an_approver_reads_how_a_run_it_decided_ended_by_the_pause_s_id() {
 #[tokio::test]
 async fn a_reply_sent_again_after_the_run_s_grace_is_told_who_decided_from_its_kept_outcome() {
     let app = spawn_app_with(|s| {
-        s.api_keys = vec!["alice".into()];
-        s.approver_keys = vec!["boss".into()];
-        s.detach_grace = Duration::ZERO;
+        s.server.api_keys = vec!["alice".into()];
+        s.server.approver_keys = vec!["boss".into()];
+        s.pauses.detach_grace = Duration::ZERO;
     })
     .await;
     pause_and_leave(

@@ -8,7 +8,8 @@ use crate::helpers::{error_type, reason, spawn_app, spawn_app_with, EventStream,
 
 #[tokio::test]
 async fn silence_times_out_the_pause_and_later_replies_get_404() {
-    let app = spawn_app_with(|s| s.confirm_timeout = std::time::Duration::from_millis(400)).await;
+    let app =
+        spawn_app_with(|s| s.pauses.confirm_timeout = std::time::Duration::from_millis(400)).await;
     let (mut stream, request) = app.open_paused("t", "wait for me").await;
     assert_eq!(request.approval().unwrap().timeout_seconds, 1);
 
@@ -24,7 +25,7 @@ async fn silence_times_out_the_pause_and_later_replies_get_404() {
 
 #[tokio::test]
 async fn the_last_round_offers_only_confirm_and_cancel_and_says_so() {
-    let app = spawn_app_with(|s| s.max_rounds = 2).await;
+    let app = spawn_app_with(|s| s.pauses.max_rounds = 2).await;
     let (mut stream, first) = app.open_paused("r", "draft").await;
 
     app.reply("r", "CONFIRM_ACTION:modify:one").await;
@@ -73,7 +74,8 @@ async fn a_new_message_supersedes_a_paused_run() {
 
 #[tokio::test]
 async fn a_new_message_while_a_run_streams_gets_409_session_busy() {
-    let app = spawn_app_with(|s| s.step_delay = std::time::Duration::from_millis(10_000)).await;
+    let app =
+        spawn_app_with(|s| s.engines.step_delay = std::time::Duration::from_millis(10_000)).await;
     let mut running = app.open("busy", "why?").await;
     running.next_chunk().await.unwrap();
 
@@ -100,8 +102,8 @@ async fn a_new_message_right_after_the_final_chunk_starts_a_new_run() {
 #[tokio::test]
 async fn a_client_that_goes_away_during_a_pause_leaves_the_pause_to_its_decision() {
     let app = spawn_app_with(|s| {
-        s.keep_alive = std::time::Duration::from_millis(200);
-        s.detach_grace = std::time::Duration::from_secs(0);
+        s.server.keep_alive = std::time::Duration::from_millis(200);
+        s.pauses.detach_grace = std::time::Duration::from_secs(0);
     })
     .await;
     let (stream, request) = app.open_paused("gone", "wait").await;
@@ -133,7 +135,8 @@ async fn a_client_that_goes_away_during_a_pause_leaves_the_pause_to_its_decision
 
 #[tokio::test]
 async fn shutdown_ends_every_open_stream_with_a_final_chunk() {
-    let app = spawn_app_with(|s| s.step_delay = std::time::Duration::from_millis(10_000)).await;
+    let app =
+        spawn_app_with(|s| s.engines.step_delay = std::time::Duration::from_millis(10_000)).await;
     let (mut paused, _) = app.open_paused("p", "wait here").await;
     let mut streaming = app.open("s", "tell me more?").await;
     streaming.next_chunk().await.unwrap();

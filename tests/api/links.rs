@@ -34,9 +34,9 @@ async fn app(dir: &Workdir, receiver: &Receiver) -> TestApp {
     let hook = crate::webhooks::hooked(receiver);
     app_with_tools(dir, TOOLS, move |s| {
         hook(s);
-        s.public_url = Some(PUBLIC.to_owned());
-        s.link_secret = Some(SecretString::from(SECRET.to_owned()));
-        s.api_keys_file = Some(keys);
+        s.notify.public_url = Some(PUBLIC.to_owned());
+        s.notify.link_secret = Some(SecretString::from(SECRET.to_owned()));
+        s.server.api_keys_file = Some(keys);
     })
     .await
 }
@@ -292,9 +292,9 @@ parameters = { type = "object", properties = { step = { type = "string" } } }
     let hook = crate::webhooks::hooked(&receiver);
     let app = app_with_tools(&dir, tools, move |s| {
         hook(s);
-        s.public_url = Some(PUBLIC.to_owned());
-        s.link_secret = Some(SecretString::from(SECRET.to_owned()));
-        s.api_keys_file = Some(keys);
+        s.notify.public_url = Some(PUBLIC.to_owned());
+        s.notify.link_secret = Some(SecretString::from(SECRET.to_owned()));
+        s.server.api_keys_file = Some(keys);
     })
     .await;
     let (mut stream, id) = paused(&app, "agent-key-000001", "esc", "restart api").await;

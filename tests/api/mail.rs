@@ -131,13 +131,13 @@ async fn app(dir: &Workdir, smtp: &Smtp) -> TestApp {
     std::fs::write(&keys, KEYS).unwrap();
     let url = format!("smtp://127.0.0.1:{}", smtp.port);
     app_with_tools(dir, TOOLS, move |s| {
-        s.public_url = Some("https://gate.example".to_owned());
-        s.link_secret = Some(SecretString::from(
+        s.notify.public_url = Some("https://gate.example".to_owned());
+        s.notify.link_secret = Some(SecretString::from(
             "a-link-secret-for-the-mail-tests-01".to_owned(),
         ));
-        s.smtp = Some(SecretString::from(url));
-        s.mail_from = Some("chatgate <gate@example.com>".to_owned());
-        s.api_keys_file = Some(keys);
+        s.notify.smtp = Some(SecretString::from(url));
+        s.notify.mail_from = Some("chatgate <gate@example.com>".to_owned());
+        s.server.api_keys_file = Some(keys);
     })
     .await
 }

@@ -243,7 +243,10 @@ async fn a_session_s_next_run_carries_its_conversation_and_another_key_s_does_no
         tokens(&["Who?"]),
     ])
     .await;
-    let app = app_with_model(&model.url, |s| s.api_keys = vec!["k1".into(), "k2".into()]).await;
+    let app = app_with_model(&model.url, |s| {
+        s.server.api_keys = vec!["k1".into(), "k2".into()]
+    })
+    .await;
     let run = |key: &'static str, message: &'static str| {
         let app = &app;
         async move {

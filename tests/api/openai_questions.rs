@@ -184,7 +184,7 @@ async fn a_call_lacking_required_values_asks_for_them_then_is_confirmed_with_the
         tokens(&["Noted."]),
     ])
     .await;
-    let app = app_with_model(&model.url, move |s| s.tools = Some(tools)).await;
+    let app = app_with_model(&model.url, move |s| s.tooling.tools = Some(tools)).await;
 
     let (mut stream, request) = asked(&app, "m", "note something").await;
     let data = request.questions().unwrap().clone();
@@ -232,7 +232,7 @@ async fn a_skipped_missing_value_sends_the_schema_error_back_to_the_model() {
         tokens(&["I need the copies."]),
     ])
     .await;
-    let app = app_with_model(&model.url, move |s| s.tools = Some(tools)).await;
+    let app = app_with_model(&model.url, move |s| s.tooling.tools = Some(tools)).await;
     let (mut stream, request) = asked(&app, "k", "note something").await;
     assert_eq!(
         request.questions().unwrap().questions.len(),
@@ -263,7 +263,7 @@ async fn a_call_that_is_wrong_otherwise_is_not_asked_about() {
         tokens(&["Oops."]),
     ])
     .await;
-    let app = app_with_model(&model.url, move |s| s.tools = Some(tools)).await;
+    let app = app_with_model(&model.url, move |s| s.tooling.tools = Some(tools)).await;
 
     let mut stream = app.open("w", "note something").await;
     stream.finish().await;

@@ -69,8 +69,8 @@ parameters = {{ type = "object", properties = {{ step = {{ type = "string" }} }}
         let tools = self.dir.path().join("tools.toml");
         let audit = self.dir.path().join("audit.jsonl");
         move |s| {
-            s.tools = Some(tools);
-            s.audit_log = Some(audit);
+            s.tooling.tools = Some(tools);
+            s.tooling.audit_log = Some(audit);
         }
     }
 }

@@ -49,7 +49,8 @@ async fn readyz_turns_503_at_once_on_shutdown_and_new_runs_are_refused() {
 
 #[tokio::test]
 async fn metrics_count_decisions_errors_and_runs_without_session_ids() {
-    let app = spawn_app_with(|s| s.confirm_timeout = std::time::Duration::from_millis(500)).await;
+    let app =
+        spawn_app_with(|s| s.pauses.confirm_timeout = std::time::Duration::from_millis(500)).await;
     let (mut confirmed, _) = app.open_paused("secret-session-1", "do a").await;
     app.reply("secret-session-1", "CONFIRM_ACTION:nope").await;
     app.reply("secret-session-1", "CONFIRM_ACTION:confirm")
@@ -115,7 +116,7 @@ async fn metrics_are_prometheus_text_unless_openmetrics_is_asked_for() {
 
 #[tokio::test]
 async fn beyond_max_runs_new_sessions_get_503_overloaded_and_existing_runs_go_on() {
-    let app = spawn_app_with(|s| s.max_runs = 2).await;
+    let app = spawn_app_with(|s| s.limits.max_runs = 2).await;
     let (mut a, _) = app.open_paused("a", "one").await;
     let (mut b, _) = app.open_paused("b", "two").await;
 
@@ -157,7 +158,7 @@ impl Engine for StubbornEngine {
 #[tokio::test]
 async fn shutdown_finishes_within_the_shutdown_timeout_even_if_a_run_does_not() {
     let app = spawn_app_with_engine(
-        |s| s.shutdown_timeout = std::time::Duration::from_secs(1),
+        |s| s.server.shutdown_timeout = std::time::Duration::from_secs(1),
         Arc::new(StubbornEngine),
     )
     .await;

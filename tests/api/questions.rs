@@ -195,7 +195,7 @@ async fn cancel_ends_the_run_cancelled_by_the_user() {
 
 #[tokio::test]
 async fn an_unanswered_question_times_out_cancelled() {
-    let app = spawn_app_with(|s| s.confirm_timeout = Duration::from_millis(300)).await;
+    let app = spawn_app_with(|s| s.pauses.confirm_timeout = Duration::from_millis(300)).await;
     let (mut stream, request) = open_asked(&app, "t", REGION).await;
     assert_eq!(request.questions().unwrap().timeout_seconds, 1);
 
@@ -557,7 +557,7 @@ async fn questions_and_answers_are_audited_before_the_run_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let audit = dir.path().join("audit.jsonl");
     let path = audit.clone();
-    let app = spawn_app_with(move |s| s.audit_log = Some(path)).await;
+    let app = spawn_app_with(move |s| s.tooling.audit_log = Some(path)).await;
     let (mut stream, request) = open_asked(&app, "aud", REGION).await;
 
     app.reply("aud", "CONFIRM_ACTION:answer:us-east").await;

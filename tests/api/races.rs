@@ -27,7 +27,8 @@ fn received(stream: &EventStream) -> usize {
 #[tokio::test]
 async fn fifty_concurrent_confirms_yield_one_decision_and_49_already_decided() {
     // Long steps keep each run alive while the losers' replies land.
-    let app = spawn_app_with(|s| s.step_delay = std::time::Duration::from_millis(30_000)).await;
+    let app =
+        spawn_app_with(|s| s.engines.step_delay = std::time::Duration::from_millis(30_000)).await;
     for round in 0..10 {
         let session = format!("race-{round}");
         let (mut stream, _) = app.open_paused(&session, "one step").await;
@@ -48,7 +49,8 @@ async fn fifty_concurrent_confirms_yield_one_decision_and_49_already_decided() {
 
 #[tokio::test]
 async fn fifty_mixed_replies_to_one_pause_have_one_winner() {
-    let app = spawn_app_with(|s| s.step_delay = std::time::Duration::from_millis(30_000)).await;
+    let app =
+        spawn_app_with(|s| s.engines.step_delay = std::time::Duration::from_millis(30_000)).await;
     for round in 0..10 {
         let session = format!("mixed-{round}");
         let (mut stream, request) = app.open_paused(&session, "one step").await;
@@ -112,7 +114,8 @@ async fn try_reply_after(app: &TestApp, session: &str, id: &str, delay: Duration
 
 #[tokio::test]
 async fn a_reply_racing_the_timeout_has_one_outcome() {
-    let app = spawn_app_with(|s| s.confirm_timeout = std::time::Duration::from_secs(1)).await;
+    let app =
+        spawn_app_with(|s| s.pauses.confirm_timeout = std::time::Duration::from_secs(1)).await;
     let races = (0..20).map(|i| {
         let app = &app;
         async move {
@@ -141,7 +144,7 @@ async fn a_reply_racing_the_timeout_has_one_outcome() {
 
 #[tokio::test]
 async fn a_reply_racing_a_supersede_has_one_outcome() {
-    let app = spawn_app_with(|s| s.step_delay = std::time::Duration::from_millis(50)).await;
+    let app = spawn_app_with(|s| s.engines.step_delay = std::time::Duration::from_millis(50)).await;
     for i in 0..20 {
         let session = format!("s-{i}");
         let (mut old, request) = app.open_paused(&session, "old plan").await;
@@ -171,7 +174,7 @@ async fn a_reply_racing_a_supersede_has_one_outcome() {
 
 #[tokio::test]
 async fn a_reply_racing_shutdown_has_one_outcome() {
-    let app = spawn_app_with(|s| s.step_delay = std::time::Duration::from_millis(50)).await;
+    let app = spawn_app_with(|s| s.engines.step_delay = std::time::Duration::from_millis(50)).await;
     let mut runs = Vec::new();
     for i in 0..10 {
         let session = format!("sd-{i}");
@@ -203,8 +206,8 @@ async fn a_reply_racing_shutdown_has_one_outcome() {
 #[tokio::test]
 async fn a_reply_racing_a_disconnect_has_one_outcome() {
     let app = spawn_app_with(|s| {
-        s.keep_alive = std::time::Duration::from_millis(200);
-        s.detach_grace = std::time::Duration::from_secs(0);
+        s.server.keep_alive = std::time::Duration::from_millis(200);
+        s.pauses.detach_grace = std::time::Duration::from_secs(0);
     })
     .await;
     for i in 0..10 {

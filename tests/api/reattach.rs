@@ -13,8 +13,8 @@ use crate::helpers::{
 
 /// Keep-alive every second (how a vanished client is noticed), long grace.
 fn detaching(s: &mut chatgate::config::Settings) {
-    s.keep_alive = std::time::Duration::from_millis(200);
-    s.detach_grace = std::time::Duration::from_secs(60);
+    s.server.keep_alive = std::time::Duration::from_millis(200);
+    s.pauses.detach_grace = std::time::Duration::from_secs(60);
 }
 
 #[tokio::test]
@@ -73,7 +73,7 @@ async fn a_re_attach_to_a_run_that_finished_meanwhile_replays_its_tail() {
 async fn a_hole_in_the_replay_is_announced_with_gap() {
     let app = spawn_app_with(|s| {
         detaching(s);
-        s.replay_buffer = 2;
+        s.limits.replay_buffer = 2;
     })
     .await;
     let (stream, _) = app.open_paused("gap", "one; two; three").await;
@@ -131,9 +131,9 @@ async fn a_bad_last_event_id_is_400() {
 #[tokio::test]
 async fn after_the_grace_a_detached_run_at_work_is_cancelled_and_freed() {
     let app = spawn_app_with(|s| {
-        s.keep_alive = std::time::Duration::from_millis(200);
-        s.detach_grace = std::time::Duration::from_millis(300);
-        s.step_delay = std::time::Duration::from_secs(30);
+        s.server.keep_alive = std::time::Duration::from_millis(200);
+        s.pauses.detach_grace = std::time::Duration::from_millis(300);
+        s.engines.step_delay = std::time::Duration::from_secs(30);
     })
     .await;
     let (mut stream, _) = app.open_paused("late", "one slow step").await;
@@ -155,8 +155,8 @@ async fn after_the_grace_a_detached_run_at_work_is_cancelled_and_freed() {
 #[tokio::test]
 async fn a_paused_run_whose_client_left_outlives_the_grace_and_its_end_can_be_read() {
     let app = spawn_app_with(|s| {
-        s.keep_alive = std::time::Duration::from_millis(200);
-        s.detach_grace = std::time::Duration::from_millis(300);
+        s.server.keep_alive = std::time::Duration::from_millis(200);
+        s.pauses.detach_grace = std::time::Duration::from_millis(300);
     })
     .await;
     let (stream, request) = app.open_paused("away", "one; two").await;
@@ -182,7 +182,7 @@ async fn a_paused_run_whose_client_left_outlives_the_grace_and_its_end_can_be_re
 async fn a_client_gone_unnoticed_during_a_pause_still_reads_the_end() {
     // The default keep-alive: nothing is written to the stream for 15 s,
     // so the server does not notice the client leave before the run ends.
-    let app = spawn_app_with(|s| s.keep_alive = std::time::Duration::from_secs(15)).await;
+    let app = spawn_app_with(|s| s.server.keep_alive = std::time::Duration::from_secs(15)).await;
     let (stream, request) = app.open_paused("unnoticed", "one; two").await;
     drop(stream);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -208,7 +208,7 @@ async fn a_client_gone_unnoticed_during_a_pause_still_reads_the_end() {
 
 #[tokio::test]
 async fn a_client_that_answers_at_once_leaves_no_ended_log_behind() {
-    let app = spawn_app_with(|s| s.keep_alive = std::time::Duration::from_secs(15)).await;
+    let app = spawn_app_with(|s| s.server.keep_alive = std::time::Duration::from_secs(15)).await;
     let (mut stream, _) = app.open_paused("quick", "one").await;
     let (status, _) = app.reply("quick", "CONFIRM_ACTION:confirm").await;
     let last = stream.finish().await;
@@ -258,7 +258,8 @@ impl Engine for FirehoseEngine {
 
 #[tokio::test]
 async fn a_client_that_stops_reading_stops_the_run_as_slow_consumer() {
-    let app = spawn_app_with_engine(|s| s.replay_buffer = 64, Arc::new(FirehoseEngine)).await;
+    let app =
+        spawn_app_with_engine(|s| s.limits.replay_buffer = 64, Arc::new(FirehoseEngine)).await;
 
     // The headers arrive; the body is never read while the run floods it.
     let response = app.chat("slow", "flood me").await;
@@ -280,8 +281,8 @@ async fn a_client_that_stops_reading_stops_the_run_as_slow_consumer() {
 async fn a_run_s_outcome_is_read_after_its_grace_by_re_attach_and_by_get() {
     // No grace at all: the run's log goes with its end; its outcome stays.
     let app = spawn_app_with(|s| {
-        s.detach_grace = std::time::Duration::ZERO;
-        s.api_keys = vec!["agent-key".into(), "other-key".into()];
+        s.pauses.detach_grace = std::time::Duration::ZERO;
+        s.server.api_keys = vec!["agent-key".into(), "other-key".into()];
     })
     .await;
     let post = |key: &'static str, body: serde_json::Value| {
@@ -357,8 +358,8 @@ async fn a_run_s_outcome_is_read_after_its_grace_by_re_attach_and_by_get() {
 #[tokio::test]
 async fn with_keep_outcome_zero_an_outcome_goes_with_the_grace() {
     let app = spawn_app_with(|s| {
-        s.detach_grace = std::time::Duration::ZERO;
-        s.keep_outcome = std::time::Duration::ZERO;
+        s.pauses.detach_grace = std::time::Duration::ZERO;
+        s.pauses.keep_outcome = std::time::Duration::ZERO;
     })
     .await;
     let (mut stream, _) = app.open_paused("gone", "build").await;

@@ -225,7 +225,7 @@ keys = ["key-2"]
 decision = "allow"
 "#;
     let app = app_with_tools(&dir, extra, |s| {
-        s.api_keys = vec!["alice".into(), "bob".into()];
+        s.server.api_keys = vec!["alice".into(), "bob".into()];
     })
     .await;
 
@@ -242,7 +242,7 @@ decision = "allow"
 #[tokio::test]
 async fn explicit_decisions_refuse_a_reply_that_leaves_a_task_undecided() {
     let dir = Workdir::new();
-    let app = app_with_tools(&dir, "", |s| s.explicit_decisions = true).await;
+    let app = app_with_tools(&dir, "", |s| s.pauses.explicit_decisions = true).await;
     let (mut stream, _) = app.open_paused("explicit", "note a; note b").await;
 
     let partial = json!([{"index": 1, "decision": "approve"}]);

@@ -105,13 +105,13 @@ async fn app(dir: &Workdir, slack: &Slack) -> TestApp {
     std::fs::write(&keys, KEYS).unwrap();
     let hook = format!("{}/services/T0/B0/X", slack.url);
     app_with_tools(dir, TOOLS, move |s| {
-        s.public_url = Some("https://gate.example".to_owned());
-        s.link_secret = Some(SecretString::from(
+        s.notify.public_url = Some("https://gate.example".to_owned());
+        s.notify.link_secret = Some(SecretString::from(
             "a-link-secret-for-slack-tests-000001".to_owned(),
         ));
-        s.slack_webhook = Some(hook);
-        s.slack_signing_secret = Some(SecretString::from(SIGNING.to_owned()));
-        s.api_keys_file = Some(keys);
+        s.notify.slack_webhook = Some(hook);
+        s.notify.slack_signing_secret = Some(SecretString::from(SIGNING.to_owned()));
+        s.server.api_keys_file = Some(keys);
     })
     .await
 }

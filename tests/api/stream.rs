@@ -62,7 +62,8 @@ async fn unknown_fields_are_ignored() {
 #[tokio::test]
 async fn the_first_chunk_is_written_before_the_engine_s_first_delay() {
     // Each planner step waits a minute; the first chunk must not.
-    let app = spawn_app_with(|s| s.step_delay = std::time::Duration::from_millis(60_000)).await;
+    let app =
+        spawn_app_with(|s| s.engines.step_delay = std::time::Duration::from_millis(60_000)).await;
 
     let mut stream = app.open("first", "build it").await;
     let first = tokio::time::timeout(Duration::from_secs(10), stream.next_chunk())
@@ -76,7 +77,7 @@ async fn the_first_chunk_is_written_before_the_engine_s_first_delay() {
 
 #[tokio::test]
 async fn keep_alive_comments_appear_while_paused() {
-    let app = spawn_app_with(|s| s.keep_alive = std::time::Duration::from_millis(200)).await;
+    let app = spawn_app_with(|s| s.server.keep_alive = std::time::Duration::from_millis(200)).await;
     let (mut stream, _) = app.open_paused("ka", "do the thing").await;
 
     let event = stream.next_event().await.expect("stream still open");

@@ -71,8 +71,8 @@ pub(crate) async fn app_with_tools(
     let tools = dir.tools(extra);
     let audit = dir.path("audit.jsonl");
     spawn_app_with(move |s| {
-        s.tools = Some(tools);
-        s.audit_log = Some(audit);
+        s.tooling.tools = Some(tools);
+        s.tooling.audit_log = Some(audit);
         configure(s);
     })
     .await
@@ -144,7 +144,10 @@ async fn a_confirmed_tool_step_runs_exactly_once_and_is_on_the_record() {
 #[tokio::test]
 async fn cancel_timeout_supersede_and_modify_run_nothing() {
     let dir = Workdir::new();
-    let app = app_with_tools(&dir, "", |s| s.confirm_timeout = Duration::from_millis(400)).await;
+    let app = app_with_tools(&dir, "", |s| {
+        s.pauses.confirm_timeout = Duration::from_millis(400)
+    })
+    .await;
 
     let (mut cancelled, _) = app.open_paused("c", "note one").await;
     app.reply("c", "CONFIRM_ACTION:cancel").await;
@@ -592,8 +595,8 @@ async fn replies_re_attaches_and_new_messages_while_a_tool_runs_run_nothing_twic
 async fn a_client_gone_while_a_tool_runs_stops_it_once_and_records_it() {
     let dir = Workdir::new();
     let app = app_with_tools(&dir, &slow_mark(&dir), |s| {
-        s.keep_alive = Duration::from_millis(50);
-        s.detach_grace = Duration::ZERO;
+        s.server.keep_alive = Duration::from_millis(50);
+        s.pauses.detach_grace = Duration::ZERO;
     })
     .await;
     let (mut stream, _) = app.open_paused("gone", "mark it").await;
@@ -738,7 +741,7 @@ async fn a_json_object_after_a_declared_tool_s_name_is_its_arguments_checked_by_
 #[tokio::test]
 async fn the_offered_tools_are_listed_for_whoever_may_use_the_chat() {
     let dir = Workdir::new();
-    let app = app_with_tools(&dir, "", |s| s.api_keys = vec!["list-key".into()]).await;
+    let app = app_with_tools(&dir, "", |s| s.server.api_keys = vec!["list-key".into()]).await;
     let url = format!("{}/api/v1/tools", app.address);
 
     let refused = reqwest::get(&url).await.unwrap();

@@ -194,9 +194,9 @@ impl Drop for Receiver {
 
 pub(crate) fn hooked(receiver: &Receiver) -> impl FnOnce(&mut chatgate::config::Settings) + '_ {
     move |s| {
-        s.webhooks = vec![receiver.url.clone()];
-        s.webhook_secret = Some(SecretString::from(SECRET.to_owned()));
-        s.public_url = Some("https://gate.example".to_owned());
+        s.notify.webhooks = vec![receiver.url.clone()];
+        s.notify.webhook_secret = Some(SecretString::from(SECRET.to_owned()));
+        s.notify.public_url = Some("https://gate.example".to_owned());
     }
 }
 
@@ -267,8 +267,8 @@ async fn answers_skips_timeouts_and_supersedes_each_have_their_event() {
     let receiver = Receiver::start().await;
     let app = spawn_app_with(|s| {
         hooked(&receiver)(s);
-        s.confirm_timeout = Duration::from_secs(1);
-        s.api_keys = vec![SecretString::from("agent-key-0123456789".to_owned())];
+        s.pauses.confirm_timeout = Duration::from_secs(1);
+        s.server.api_keys = vec![SecretString::from("agent-key-0123456789".to_owned())];
     })
     .await;
     let keyed = |body: Value| {
@@ -423,7 +423,7 @@ async fn a_receiver_that_hangs_delays_nothing_and_one_that_never_answers_is_give
     receiver.answer(&[Answer::Hang(Duration::from_secs(60))]);
     let app = spawn_app_with(|s| {
         hooked(&receiver)(s);
-        s.webhook_retry_for = Duration::from_secs(1);
+        s.notify.webhook_retry_for = Duration::from_secs(1);
     })
     .await;
 
@@ -511,7 +511,7 @@ fn webhooks_need_a_long_secret() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let build = |configure: &dyn Fn(&mut chatgate::config::Settings)| {
         let mut settings = chatgate::config::Settings::for_bind("127.0.0.1:0");
-        settings.webhooks = vec!["http://127.0.0.1:9/hook".to_owned()];
+        settings.notify.webhooks = vec!["http://127.0.0.1:9/hook".to_owned()];
         configure(&mut settings);
         match runtime.block_on(chatgate::startup::Application::build(settings)) {
             Ok(_) => String::new(),
@@ -520,7 +520,7 @@ fn webhooks_need_a_long_secret() {
     };
 
     assert!(build(&|_| {}).contains("--webhook-secret"));
-    let short = build(&|s| s.webhook_secret = Some(SecretString::from("short".to_owned())));
+    let short = build(&|s| s.notify.webhook_secret = Some(SecretString::from("short".to_owned())));
     assert!(short.contains("at least 16"), "{short}");
 }
 

@@ -105,8 +105,8 @@ async fn app(
     let tools = dir.tools(ask_timeout, "");
     let audit = dir.path("audit.jsonl");
     spawn_app_with(move |s| {
-        s.tools = Some(tools);
-        s.audit_log = Some(audit);
+        s.tooling.tools = Some(tools);
+        s.tooling.audit_log = Some(audit);
         configure(s);
     })
     .await
@@ -194,7 +194,10 @@ async fn the_filesystem_server_lists_and_reads_after_a_yes() {
 #[ignore = "needs tests/mcp/setup.sh"]
 async fn a_gated_write_happens_once_on_confirm_and_never_on_cancel_reject_or_timeout() {
     let dir = Workdir::new();
-    let app = app(&dir, 10.0, |s| s.confirm_timeout = Duration::from_secs(2)).await;
+    let app = app(&dir, 10.0, |s| {
+        s.pauses.confirm_timeout = Duration::from_secs(2)
+    })
+    .await;
     let write = |name: &str| {
         format!(
             "fs__write_file {}",
@@ -419,7 +422,10 @@ async fn the_server_s_question_is_asked_on_the_stream_and_answered() {
 #[ignore = "needs tests/mcp/setup.sh"]
 async fn skip_declines_cancel_and_timeout_cancel_the_server_s_question() {
     let dir = Workdir::new();
-    let app = app(&dir, 10.0, |s| s.confirm_timeout = Duration::from_secs(2)).await;
+    let app = app(&dir, 10.0, |s| {
+        s.pauses.confirm_timeout = Duration::from_secs(2)
+    })
+    .await;
 
     let (mut stream, _) = deploy_asked(&app, "skip").await;
     let (status, _) = app.reply("skip", "CONFIRM_ACTION:skip").await;
@@ -556,7 +562,7 @@ async fn a_server_that_cannot_start_or_a_name_taken_twice_stops_the_start_in_one
     let dir = Workdir::new();
     let build = |tools: PathBuf| async move {
         let mut settings = chatgate::config::Settings::for_bind("127.0.0.1:0");
-        settings.tools = Some(tools);
+        settings.tooling.tools = Some(tools);
         match chatgate::startup::Application::build(settings).await {
             Ok(_) => panic!("started"),
             Err(err) => err.to_string(),
@@ -606,8 +612,8 @@ async fn the_openai_engine_calls_an_mcp_tool_after_the_yes() {
     let audit = dir.path("audit.jsonl");
     let app = helpers::spawn_app_with_engine(
         move |s| {
-            s.tools = Some(tools);
-            s.audit_log = Some(audit);
+            s.tooling.tools = Some(tools);
+            s.tooling.audit_log = Some(audit);
         },
         engine,
     )
@@ -812,7 +818,7 @@ async fn a_streamable_http_server_gets_its_headers_asks_its_questions_and_is_rec
         ),
     )
     .unwrap();
-    let app = spawn_app_with(move |s| s.tools = Some(tools)).await;
+    let app = spawn_app_with(move |s| s.tooling.tools = Some(tools)).await;
 
     let mut stream = confirmed(&app, "header", "web__header").await;
     stream.finish().await;
@@ -922,7 +928,7 @@ async fn a_tool_list_is_bounded_and_a_second_question_at_once_is_declined() {
     let too_many = dir.path("many.toml");
     std::fs::write(&too_many, server(130)).unwrap();
     let mut settings = chatgate::config::Settings::for_bind("127.0.0.1:0");
-    settings.tools = Some(too_many);
+    settings.tooling.tools = Some(too_many);
     let line = match chatgate::startup::Application::build(settings).await {
         Ok(_) => panic!("started with 130 more tools"),
         Err(err) => err.to_string(),
@@ -946,8 +952,8 @@ async fn a_tool_list_is_bounded_and_a_second_question_at_once_is_declined() {
     // Two questions at once from one call: the first is asked, the second
     // declined at once.
     let app = spawn_app_with(move |s| {
-        s.tools = Some(some);
-        s.confirm_timeout = Duration::from_secs(5);
+        s.tooling.tools = Some(some);
+        s.pauses.confirm_timeout = Duration::from_secs(5);
     })
     .await;
     let mut stream = confirmed(&app, "twice", "many__ask_twice").await;

@@ -131,13 +131,10 @@ async fn a_run_waits_on_its_own_round_only() {
     let manager = ConfirmationManager::new();
     let slot = begin(&manager, key("s"), RunLimits::UNLIMITED).unwrap();
     let _first = pause(&slot, "c1", 1);
-    assert!(manager.waits_on(&key("s"), "c1"));
-    assert!(!manager.waits_on(&key("s"), "c2"));
+    assert!(manager.waits_on(&key("s"), "c1") && !manager.waits_on(&key("s"), "c2"));
     decide(&manager, &key("s"), &reply("confirm", None), None).unwrap();
     assert!(!manager.waits_on(&key("s"), "c1"), "decided");
-
     let _second = pause(&slot, "c2", 2);
-
     assert!(manager.waits_on(&key("s"), "c2"));
     assert!(
         !manager.waits_on(&key("s"), "c1"),

@@ -112,15 +112,14 @@ impl RunContext {
             tasks: plan.tasks,
             options: options.clone(),
             timeout_seconds: timeout_seconds(timeout),
-            expires_at: humantime::format_rfc3339_seconds(expires_at).to_string(),
+            expires_at: crate::clock::rfc3339(expires_at),
             risk_level: plan.risk_level,
             last_round,
             required: quorum.required,
             approvers: quorum.groups,
             on_timeout: rejects_on_timeout.is_some().then(|| "reject".to_owned()),
             escalate_to: escalation.as_ref().map(|e| e.to.clone()),
-            escalates_at: escalation
-                .map(|e| humantime::format_rfc3339_seconds(asked_at + e.after).to_string()),
+            escalates_at: escalation.map(|e| crate::clock::rfc3339(asked_at + e.after)),
         };
         let summary = if last_round && round > 1 {
             format!("{} (last round: confirm or cancel)", plan.summary)

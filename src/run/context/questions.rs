@@ -57,7 +57,7 @@ impl Kind for Questions {
             questions: questions.clone(),
             options: options.clone(),
             timeout_seconds: timeout_seconds(timeout),
-            expires_at: humantime::format_rfc3339_seconds(expires_at).to_string(),
+            expires_at: crate::clock::rfc3339(expires_at),
         };
         let request = Request {
             chunk: Chunk::input_request(ctx.session_id(), data),

@@ -191,7 +191,7 @@ impl RunContext {
                         log.amend_request(&id, field.as_bytes());
                         let mut text = format!("Escalated to {group}: nobody decided in time");
                         if escalation.extends.is_some() {
-                            let until = humantime::format_rfc3339_seconds(expires_at);
+                            let until = crate::clock::rfc3339(expires_at);
                             text.push_str(&format!(" (it now expires at {until})"));
                         }
                         let chunk = crate::protocol::Chunk::new(
@@ -201,10 +201,7 @@ impl RunContext {
                             0,
                         )
                         .with_meta("escalated_to", group)
-                        .with_meta(
-                            "expires_at",
-                            humantime::format_rfc3339_seconds(expires_at).to_string(),
-                        );
+                        .with_meta("expires_at", crate::clock::rfc3339(expires_at));
                         log.push(chunk);
                         let step =
                             PauseProgress::escalated(&id, group, crate::clock::ms(expires_at));

@@ -11,8 +11,9 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::RedisStore;
+use crate::clock::now_ms;
 use crate::store::grant::{newest_first, Grant, MAX_GRANTS_PER_NAMESPACE};
-use crate::store::{now_ms, StoreError};
+use crate::store::StoreError;
 
 /// KEYS: the grant's hash, its namespace's set. ARGV: id, expiry (ms),
 /// calls, JSON, now (ms), the most live grants. Returns 1 when added, 0

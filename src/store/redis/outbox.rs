@@ -5,7 +5,8 @@
 //! and settles them.
 
 use super::RedisStore;
-use crate::store::{now_ms, OutboxEvent, OutboxStats, QueuedEvent, StoreError, EVENT_LEASE};
+use crate::clock::now_ms;
+use crate::store::{OutboxEvent, OutboxStats, QueuedEvent, StoreError, EVENT_LEASE};
 
 /// Every queued event, scored by when it was queued.
 const ALL: &str = "chatgate:outbox:all";

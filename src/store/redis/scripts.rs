@@ -360,7 +360,7 @@ pub fn event_args(events: &[crate::store::OutboxEvent]) -> Vec<String> {
     if events.is_empty() {
         return Vec::new();
     }
-    let mut args = vec![crate::store::now_ms().to_string()];
+    let mut args = vec![crate::clock::now_ms().to_string()];
     args.extend(events.iter().map(|e| {
         serde_json::json!({
             "id": e.id,

@@ -272,7 +272,7 @@ impl Store for SqliteStore {
         let _ = key;
         let run = run.to_owned();
         let json = serde_json::to_string(end).unwrap_or_default();
-        let now = now_ms();
+        let now = crate::clock::now_ms_i64();
         let grace = self.grace;
         let until = now + grace.as_millis() as i64;
         let events = events.to_vec();
@@ -307,7 +307,7 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let namespace = namespace.map(str::to_owned);
         let outcome = outcome.clone();
-        let now = now_ms();
+        let now = crate::clock::now_ms_i64();
         let until = now + keep.as_millis() as i64;
         let count_now = self
             .outcomes_kept
@@ -325,13 +325,13 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>> {
         let namespace = namespace.map(str::to_owned);
         let session_id = session_id.to_owned();
-        let now = now_ms();
+        let now = crate::clock::now_ms_i64();
         self.with_outbox(move |c| outcomes::find(c, namespace.as_deref(), &session_id, now))
     }
 
     fn add_grant<'a>(&'a self, grant: &'a Grant) -> BoxFuture<'a, Result<bool, StoreError>> {
         let grant = grant.clone();
-        let now = now_ms();
+        let now = crate::clock::now_ms_i64();
         self.with(move |c| grants::add(c, &grant, now))
     }
 
@@ -374,7 +374,7 @@ impl Store for SqliteStore {
         namespace: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<Grant>, StoreError>> {
         let namespace = namespace.map(str::to_owned);
-        let now = now_ms();
+        let now = crate::clock::now_ms_i64();
         self.with(move |c| grants::list(c, namespace.as_deref(), now))
     }
 
@@ -383,7 +383,7 @@ impl Store for SqliteStore {
         id: &'a str,
     ) -> BoxFuture<'a, Result<Option<u32>, StoreError>> {
         let id = id.to_owned();
-        let now = now_ms();
+        let now = crate::clock::now_ms_i64();
         self.with(move |c| grants::take(c, &id, now))
     }
 
@@ -404,7 +404,7 @@ impl Store for SqliteStore {
     /// session's paused run is restored after (and so over) its ended ones.
     fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
         self.with(|c| {
-            delete_past_ends(c, now_ms())?;
+            delete_past_ends(c, crate::clock::now_ms_i64())?;
             let mut statement = c.prepare(
                 "SELECT record, decision, ended, approvals FROM paused_runs
                  ORDER BY ended IS NULL, ended_until",
@@ -473,11 +473,6 @@ impl Store for SqliteStore {
         let stats = outbox::stats(&self.ledger);
         Box::pin(async move { Ok(stats) })
     }
-}
-
-/// Milliseconds since the Unix epoch.
-pub(super) fn now_ms() -> i64 {
-    crate::clock::now_ms() as i64
 }
 
 /// Deletes the ended runs whose grace is over.

@@ -98,7 +98,7 @@ pub(super) fn queue(
     if events.is_empty() {
         return Ok(Vec::new());
     }
-    let now = crate::store::now_ms();
+    let now = crate::clock::now_ms();
     let mut insert = c.prepare_cached(
         "INSERT INTO webhook_outbox (id, event_type, target, ord, body, queued_at, retry_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
@@ -196,7 +196,7 @@ pub(super) fn settle(ledger: &Mutex<Ledger>, settled: &[(i64, Option<u64>)]) {
 /// Writes every noted settle, in one transaction.
 pub(super) fn flush(c: &Connection, ledger: &Mutex<Ledger>) -> rusqlite::Result<()> {
     let mut ledger = ledger.lock().unwrap_or_else(|p| p.into_inner());
-    write_settled(c, &mut ledger, crate::store::now_ms())
+    write_settled(c, &mut ledger, crate::clock::now_ms())
 }
 
 fn write_settled(c: &Connection, ledger: &mut Ledger, now_ms: u64) -> rusqlite::Result<()> {

@@ -172,20 +172,20 @@ async fn events_are_queued_with_their_write_or_not_at_all_and_outlive_the_proces
             .unwrap_err();
         assert_eq!(gone.fault, Fault::Lost);
         // Taken for delivery, then the process dies: the lease dies too.
-        let taken = store.due_events(super::super::now_ms(), 10).await.unwrap();
+        let taken = store.due_events(crate::clock::now_ms(), 10).await.unwrap();
         assert_eq!(taken.len(), 1, "one at a time per session");
         assert!(store
-            .due_events(super::super::now_ms(), 10)
+            .due_events(crate::clock::now_ms(), 10)
             .await
             .unwrap()
             .is_empty());
     }
     let store = SqliteStore::open(&path, GRACE).unwrap();
-    let due = store.due_events(super::super::now_ms(), 10).await.unwrap();
+    let due = store.due_events(crate::clock::now_ms(), 10).await.unwrap();
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].event, event("requested"));
     store.settle_events(vec![(due[0].seq, None)]).await.unwrap();
-    let next = store.due_events(super::super::now_ms(), 10).await.unwrap();
+    let next = store.due_events(crate::clock::now_ms(), 10).await.unwrap();
     assert_eq!(next[0].event.id, "decided");
     let stats = store.outbox_stats().await.unwrap();
     assert_eq!(stats.depth, 1);
