@@ -13,6 +13,7 @@ mod errors;
 mod escalation;
 mod faults;
 mod four_eyes;
+mod golden;
 mod grants;
 mod hardening;
 mod helpers;
