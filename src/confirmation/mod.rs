@@ -54,6 +54,7 @@ pub use crate::decider::Decider;
 use crate::pause::approval::{check_decisions, PlanCheck, Quorum};
 use crate::pause::questions::check_answers;
 pub use crate::pause::Asking;
+use crate::protocol::given::{self, Given};
 
 use self::grant::{check_grant, GrantSpec};
 use self::quorum::{check_decider, Counted, Progress, Tally};
@@ -111,10 +112,9 @@ pub struct Accepted {
     pub confirmation_id: String,
     pub confirmation_round: u32,
     pub run_id: u64,
-    /// For a confirm: the verdict for every task.
-    pub decisions: Option<Decisions>,
-    /// For an answer: the normalized answers.
-    pub answers: Option<Map<String, Value>>,
+    /// What the reply gave: a confirm's verdict for every task, or an
+    /// answer's normalized answers.
+    pub given: Option<Given>,
     pub kind: PauseKind,
     /// The run's id in a durable store, if its pause is kept there.
     pub stored: Option<Arc<str>>,
@@ -530,8 +530,7 @@ impl ConfirmationManager {
             confirmation_id,
             confirmation_round,
             run_id,
-            decisions: verdicts,
-            answers,
+            given: given::join(verdicts, answers),
             kind,
             stored,
             ticket: DecisionTicket {

@@ -4,6 +4,8 @@
 //!   a decoded body into a [`ValidRequest`]), the `CONFIRM_ACTION` parser.
 //! - [`chunk`]: the chunk shape and its constructors, a pause's data, the
 //!   verdicts of a confirm.
+//! - [`given`]: what a reply gave its pause (verdicts or answers), one
+//!   value, and the wire fields it is written as.
 //! - [`names`]: the spelling of every chunk type, metadata key, error type,
 //!   action and cancel reason.
 //! - [`question`]: questions, the second kind of pause: their bounds, and
@@ -13,6 +15,7 @@
 //! request lives in [`crate::http`] and [`crate::run`].
 
 pub mod chunk;
+pub mod given;
 pub mod names;
 pub mod question;
 pub mod request;
@@ -21,6 +24,7 @@ pub use chunk::{
     json_len, ApprovedBy, Chunk, ConfirmationData, Decisions, PauseData, QuestionData,
     TaskDecision, TaskSpec, Verdict, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
+pub use given::Given;
 pub use names::{
     meta, Action, CancelReason, ChunkType, DecisionKind, ErrorType, PauseKind, RiskLevel,
 };

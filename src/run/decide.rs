@@ -23,7 +23,7 @@ use crate::cluster::SETTLE_RETRY;
 use crate::confirmation::quorum::Progress;
 use crate::confirmation::{Accepted, DecideError, Decider, ReplyFrom};
 use crate::protocol::{
-    meta, Action, CancelReason, Chunk, ChunkType, Decisions, ErrorType, PauseKind, ReplyMessage,
+    meta, Action, CancelReason, Chunk, ChunkType, ErrorType, Given, PauseKind, ReplyMessage,
     TaskDecisionRequest,
 };
 use crate::run::registry::LogRegistry;
@@ -103,8 +103,8 @@ pub struct Decided {
     pub action: Action,
     pub confirmation_id: String,
     pub round: u32,
-    pub decisions: Option<Decisions>,
-    pub answers: Option<Map<String, Value>>,
+    /// What the reply gave (verdicts, or answers).
+    pub given: Option<Given>,
     pub kind: PauseKind,
     /// Every label that approved (a quorum's, in order).
     pub approved_by: Vec<String>,
@@ -151,7 +151,7 @@ impl Decided {
                 text,
                 self.action,
                 &self.confirmation_id,
-                self.answers.as_ref(),
+                self.given.as_ref().and_then(Given::answers),
             ),
             PauseKind::Approval => Chunk::confirmation_received(
                 session_id,
@@ -159,7 +159,7 @@ impl Decided {
                 self.action,
                 &self.confirmation_id,
                 self.round,
-                self.decisions.as_ref(),
+                self.given.as_ref().and_then(Given::decisions),
             )
             .with_approvers(&self.approved_by),
         }
@@ -198,16 +198,14 @@ impl Runs {
             action: accepted.action,
             confirmation_id: accepted.confirmation_id.clone(),
             round: accepted.confirmation_round,
-            decisions: accepted.decisions.clone(),
-            answers: accepted.answers.clone(),
+            given: accepted.given.clone(),
             kind: accepted.kind,
             approved_by: accepted.approved_by.clone(),
             progress: None,
         };
         let decision = DecisionData {
             action: accepted.action,
-            decisions: accepted.decisions.as_ref(),
-            answers: accepted.answers.as_ref(),
+            given: accepted.given.as_ref(),
             reason: (accepted.action == Action::Cancel).then_some(CancelReason::User),
             decider: &reply.decider.label,
             client: reply.client,

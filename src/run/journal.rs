@@ -23,7 +23,7 @@ use crate::notify::links::Link;
 use crate::notify::mail::MailTo;
 use crate::protocol::question::Question;
 use crate::protocol::{
-    Action, ApprovedBy, CancelReason, ChunkType, Decisions, PauseKind, RiskLevel, TaskSpec,
+    Action, ApprovedBy, CancelReason, ChunkType, Decisions, Given, PauseKind, RiskLevel, TaskSpec,
 };
 use crate::session::SessionKey;
 use crate::store::{Grant, OutboxEvent, StoredDecision};
@@ -355,7 +355,7 @@ impl Journal<'_> {
                 decision: Some(StoredDecision::new(
                     Action::TimeoutReject,
                     pause.confirmation_id,
-                    Some(rejected.clone()),
+                    Some(Given::Decisions(rejected.clone())),
                     Some(CancelReason::Timeout),
                 )),
             },
@@ -401,7 +401,7 @@ impl Journal<'_> {
                     confirmation_id,
                     round,
                     action,
-                    decisions: decision.decisions.cloned(),
+                    decisions: decision.given.and_then(Given::decisions).cloned(),
                     key,
                     client,
                     approved_by: match decision.approved_by {
@@ -413,20 +413,19 @@ impl Journal<'_> {
                     run: run.fields(),
                     confirmation_id,
                     action,
-                    answers: decision.answers.cloned(),
+                    answers: decision.given.and_then(Given::answers).cloned(),
                     key,
                     client,
                 },
             }
         });
         let about = about(run, pause);
-        let mut kept = StoredDecision::new(
+        let kept = StoredDecision::new(
             decision.action,
             pause.confirmation_id,
-            decision.decisions.cloned(),
+            decision.given.cloned(),
             decision.reason,
         );
-        kept.answers = decision.answers.cloned();
         Entry {
             audit,
             events: self.rows(|| Event::decided(&about, decision)),

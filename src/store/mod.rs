@@ -38,10 +38,11 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
+use crate::protocol::given::{self, DecisionRecord};
 use crate::protocol::question::Question;
-use crate::protocol::{Action, CancelReason, Chunk, Decisions, PauseKind, TaskSpec};
+use crate::protocol::{Action, CancelReason, Chunk, Given, PauseKind, TaskSpec};
 use crate::session::SessionKey;
 pub use grant::{Grant, GrantScope};
 pub use progress::{CarriedReject, PauseProgress};
@@ -254,25 +255,47 @@ pub struct StoreError {
     pub fault: Fault,
 }
 
-/// A pause's decision as recorded.
+/// A pause's decision as recorded (its stored form:
+/// [`crate::protocol::given::DecisionRecord`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "DecisionRecord", into = "DecisionRecord")]
 pub struct StoredDecision {
     /// What was decided: `confirm`, `modify`, `cancel`, `answer`, `skip`.
     pub action: Action,
     pub confirmation_id: String,
-    /// A confirm's verdict per task.
-    #[serde(default)]
-    pub decisions: Option<Decisions>,
-    /// An answer's normalized answers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub answers: Option<Map<String, Value>>,
+    /// A confirm's verdict per task, or an answer's normalized answers.
+    pub given: Option<Given>,
     /// Why a cancel was decided (`user`, `superseded`, `timeout`, ...).
-    #[serde(default)]
     pub reason: Option<CancelReason>,
     /// New for every attempt to record a decision: the same nonce recorded
     /// twice is one decision, and [`Store::resolve`] looks for it.
-    #[serde(default)]
     pub nonce: String,
+}
+
+impl From<DecisionRecord> for StoredDecision {
+    fn from(record: DecisionRecord) -> StoredDecision {
+        StoredDecision {
+            action: record.action,
+            confirmation_id: record.confirmation_id,
+            given: given::join(record.decisions, record.answers),
+            reason: record.reason,
+            nonce: record.nonce,
+        }
+    }
+}
+
+impl From<StoredDecision> for DecisionRecord {
+    fn from(decision: StoredDecision) -> DecisionRecord {
+        let (decisions, answers) = given::split(decision.given.as_ref());
+        DecisionRecord {
+            action: decision.action,
+            confirmation_id: decision.confirmation_id,
+            decisions: decisions.cloned(),
+            answers: answers.cloned(),
+            reason: decision.reason,
+            nonce: decision.nonce,
+        }
+    }
 }
 
 impl StoredDecision {
@@ -280,14 +303,13 @@ impl StoredDecision {
     pub fn new(
         action: Action,
         confirmation_id: &str,
-        decisions: Option<Decisions>,
+        given: Option<Given>,
         reason: Option<CancelReason>,
     ) -> StoredDecision {
         StoredDecision {
             action,
             confirmation_id: confirmation_id.to_owned(),
-            decisions,
-            answers: None,
+            given,
             reason,
             nonce: uuid::Uuid::new_v4().simple().to_string(),
         }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::protocol::given::{self, Given};
 use crate::protocol::{Action, CancelReason, ChunkType, Decisions};
 
 /// `interaction.decided`: what a reply (or a supersede) decided, and who.
@@ -35,10 +36,11 @@ struct DecidedBy<'a> {
 
 impl<'a> Decided<'a> {
     pub(super) fn of(decision: &DecisionData<'a>) -> Decided<'a> {
+        let (decisions, answers) = given::split(decision.given);
         Decided {
             action: decision.action,
-            decisions: decision.decisions,
-            answers: decision.answers,
+            decisions,
+            answers,
             reason: decision.reason,
             decided_by: DecidedBy {
                 key: decision.decider,
@@ -53,8 +55,8 @@ impl<'a> Decided<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct DecisionData<'a> {
     pub action: Action,
-    pub decisions: Option<&'a Decisions>,
-    pub answers: Option<&'a Map<String, Value>>,
+    /// What the reply gave (verdicts, or answers).
+    pub given: Option<&'a Given>,
     /// A cancel's reason (`user`, `superseded`).
     pub reason: Option<CancelReason>,
     pub decider: &'a str,
@@ -68,8 +70,7 @@ impl DecisionData<'_> {
     pub fn superseded(decider: &str) -> DecisionData<'_> {
         DecisionData {
             action: Action::Cancel,
-            decisions: None,
-            answers: None,
+            given: None,
             reason: Some(CancelReason::Superseded),
             decider,
             client: None,
@@ -186,8 +187,7 @@ mod tests {
     fn the_bodies_keep_their_documented_fields() {
         let decided = DecisionData {
             action: Action::Cancel,
-            decisions: None,
-            answers: None,
+            given: None,
             reason: Some(CancelReason::User),
             decider: "ops",
             client: None,

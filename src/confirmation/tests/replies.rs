@@ -2,6 +2,7 @@
 //! modify, the per-task decisions of a confirm, in the documented order.
 
 use super::*;
+use crate::protocol::Given;
 
 #[tokio::test]
 async fn per_task_decisions_are_checked_against_the_pending_tasks() {
@@ -77,7 +78,12 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
             ReplyFrom::plain(&Decider::requester("anonymous")),
         )
         .unwrap();
-    let decisions = accepted.decisions.clone().unwrap();
+    let decisions = accepted
+        .given
+        .as_ref()
+        .and_then(Given::decisions)
+        .unwrap()
+        .clone();
     assert_eq!(decisions.verdict(1), &Verdict::Approve);
     assert_eq!(
         decisions.verdict(2),

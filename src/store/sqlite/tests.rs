@@ -219,3 +219,25 @@ fn a_store_file_removed_under_the_process_is_not_ready() {
     let unready = store.health().unwrap_err();
     assert!(unready.contains("removed or replaced"), "{unready}");
 }
+
+#[test]
+fn a_stored_decision_keeps_its_bytes_and_reads_records_of_either_kind() {
+    use crate::protocol::{Action, Given};
+    use crate::store::StoredDecision;
+    // As every version wrote them: `decisions` always, `answers` when given.
+    let answered = r#"{"action":"answer","confirmation_id":"c1","decisions":null,"answers":{"region":"us-east"},"reason":null,"nonce":"n1"}"#;
+    let confirmed = r#"{"action":"confirm","confirmation_id":"c2","decisions":[{"index":1,"decision":"approve"}],"reason":null,"nonce":"n2"}"#;
+    let cancelled = r#"{"action":"cancel","confirmation_id":"c3","decisions":null,"reason":"user","nonce":"n3"}"#;
+    for text in [answered, confirmed, cancelled] {
+        let decision: StoredDecision = serde_json::from_str(text).unwrap();
+        assert_eq!(serde_json::to_string(&decision).unwrap(), text);
+    }
+    let decision: StoredDecision = serde_json::from_str(answered).unwrap();
+    assert_eq!(decision.action, Action::Answer);
+    let answers = decision.given.as_ref().and_then(Given::answers).unwrap();
+    assert_eq!(answers["region"], "us-east");
+    let decision: StoredDecision = serde_json::from_str(confirmed).unwrap();
+    assert!(decision.given.as_ref().and_then(Given::decisions).is_some());
+    let decision: StoredDecision = serde_json::from_str(cancelled).unwrap();
+    assert_eq!(decision.given, None);
+}
