@@ -166,12 +166,30 @@ pub struct QuestionData {
 }
 
 /// Whatever pause a chunk's `confirmation_data` holds: a plan to approve or
-/// questions. Read back, an object with `questions` is a question pause.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// questions, each written with its `kind`. Read back by that tag: `question`
+/// is a question pause; `approval`, or no `kind` (an older version's), is
+/// an approval.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum PauseData {
     Question(QuestionData),
     Approval(ConfirmationData),
+}
+
+impl<'de> Deserialize<'de> for PauseData {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<PauseData, D::Error> {
+        use serde::de::Error;
+        let value = Value::deserialize(deserializer)?;
+        let kind = match value.get("kind") {
+            Some(kind) => PauseKind::deserialize(kind).map_err(D::Error::custom)?,
+            None => PauseKind::Approval,
+        };
+        match kind {
+            PauseKind::Question => QuestionData::deserialize(value).map(PauseData::Question),
+            PauseKind::Approval => ConfirmationData::deserialize(value).map(PauseData::Approval),
+        }
+        .map_err(D::Error::custom)
+    }
 }
 
 impl PauseData {
@@ -376,4 +394,36 @@ pub fn json_len(value: &impl Serialize) -> usize {
     // Counting cannot fail; a value that cannot serialize counts what it wrote.
     let _ = serde_json::to_writer(&mut count, value);
     count.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pause_data_is_read_by_its_kind_and_no_kind_is_an_approval() {
+        let approval = json!({"confirmation_id": "c", "confirmation_round": 0, "tasks": [],
+            "options": ["confirm"], "timeout_seconds": 1, "expires_at": "x", "risk_level": "low"});
+        let data: PauseData = serde_json::from_value(approval.clone()).unwrap();
+        assert_eq!(
+            data.kind(),
+            PauseKind::Approval,
+            "an older version's: no kind"
+        );
+        let mut tagged = approval.clone();
+        tagged["kind"] = json!("approval");
+        assert_eq!(serde_json::from_value::<PauseData>(tagged).unwrap(), data);
+
+        let question = json!({"kind": "question", "confirmation_id": "q", "title": "t",
+            "questions": [], "options": ["answer"], "timeout_seconds": 1, "expires_at": "x"});
+        let data: PauseData = serde_json::from_value(question.clone()).unwrap();
+        assert_eq!(data.kind(), PauseKind::Question);
+        assert_eq!(serde_json::to_value(&data).unwrap(), question);
+        // A question pause missing its questions is no approval either.
+        let mut broken = question;
+        broken.as_object_mut().unwrap().remove("questions");
+        let err = serde_json::from_value::<PauseData>(broken).unwrap_err();
+        assert!(err.to_string().contains("questions"), "{err}");
+    }
 }

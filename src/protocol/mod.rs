@@ -2,6 +2,8 @@
 //!
 //! - [`request`]: the request and its rules ([`ChatRequest::validate`] turns
 //!   a decoded body into a [`ValidRequest`]), the `CONFIRM_ACTION` parser.
+//! - [`ask`]: what a pause asked (a plan's tasks, or questions), one
+//!   value, as a stored record writes it.
 //! - [`chunk`]: the chunk shape and its constructors, a pause's data, the
 //!   verdicts of a confirm.
 //! - [`given`]: what a reply gave its pause (verdicts or answers), one
@@ -14,12 +16,14 @@
 //! SSE framing lives in [`crate::sse`]; what the server does with a valid
 //! request lives in [`crate::http`] and [`crate::run`].
 
+pub mod ask;
 pub mod chunk;
 pub mod given;
 pub mod names;
 pub mod question;
 pub mod request;
 
+pub use ask::Ask;
 pub use chunk::{
     json_len, ApprovedBy, Chunk, ConfirmationData, Decisions, PauseData, QuestionData,
     TaskDecision, TaskSpec, Verdict, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,

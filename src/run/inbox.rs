@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::Runs;
 use crate::pause::approval::PlanCheck;
 use crate::pause::approval::Quorum;
-use crate::protocol::{PauseData, PauseKind, TaskSpec};
+use crate::protocol::{Ask, PauseData, PauseKind, TaskSpec};
 use crate::session::SessionKey;
 use crate::store::{PausedRecord, StoreError};
 
@@ -397,10 +397,9 @@ impl Runs {
             at(record.asked_at_ms),
             at(expires_at_ms),
         )?;
-        if matches!(record.kind, PauseKind::Approval) {
+        if let Ask::Approval { tasks } = &record.asked {
             let tools = &self.settings.tools;
-            let checks =
-                PlanCheck::of(&record.tasks, tools).with_rules(&record.tasks, tools, label);
+            let checks = PlanCheck::of(tasks, tools).with_rules(tasks, tools, label);
             let quorum = Quorum::of(&checks);
             if quorum.required > 1 {
                 item.approvals = Some(progress.approvals);

@@ -14,7 +14,7 @@ use super::stream;
 use super::Runs;
 use crate::confirmation::Begun;
 use crate::pause::approval::PlanCheck;
-use crate::protocol::{meta, Action, CancelReason, Chunk, ErrorType, PauseKind};
+use crate::protocol::{meta, Action, Ask, CancelReason, Chunk, ErrorType};
 use crate::session::{RunTag, SessionKey};
 use crate::store::{PausedRecord, StoredDecision};
 
@@ -153,15 +153,15 @@ impl Runs {
     /// Whether silence rejects the stored pause of `record` (a plan whose
     /// every task's gate, with the rules, says `on_timeout = "reject"`).
     fn rejects_on_timeout(&self, key: &SessionKey, record: &PausedRecord) -> bool {
-        match record.kind {
-            PauseKind::Approval => {
+        match &record.asked {
+            Ask::Approval { tasks } => {
                 let tools = &self.settings.tools;
                 let label = self.settings.namespaces.label(key.owner);
-                PlanCheck::of(&record.tasks, tools)
-                    .with_rules(&record.tasks, tools, label)
+                PlanCheck::of(tasks, tools)
+                    .with_rules(tasks, tools, label)
                     .rejects_on_timeout()
             }
-            PauseKind::Question => false,
+            Ask::Question { .. } => false,
         }
     }
 
@@ -187,7 +187,7 @@ impl Runs {
         };
         let pause = Pause {
             confirmation_id: &record.confirmation_id,
-            kind: record.kind,
+            kind: record.asked.kind(),
         };
         let journal = self.settings.journal();
         let ended = PauseEvent::Ended {

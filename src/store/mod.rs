@@ -41,8 +41,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::protocol::given::{self, DecisionRecord};
-use crate::protocol::question::Question;
-use crate::protocol::{Action, CancelReason, Chunk, Given, PauseKind, TaskSpec};
+use crate::protocol::{Action, Ask, CancelReason, Chunk, Given};
 use crate::session::SessionKey;
 pub use grant::{Grant, GrantScope};
 pub use progress::{CarriedReject, PauseProgress};
@@ -67,15 +66,10 @@ pub struct PausedRecord {
     pub confirmation_id: String,
     pub round: u32,
     pub options: Vec<Action>,
-    pub tasks: Vec<TaskSpec>,
-    /// A plan to approve, or questions (records of older versions: approvals).
-    #[serde(default)]
-    pub kind: PauseKind,
-    /// A question pause's title and questions (empty for an approval).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub title: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub questions: Vec<Question>,
+    /// What the pause asked: a plan's tasks, or questions (records of
+    /// older versions: approvals).
+    #[serde(flatten)]
+    pub asked: Ask,
     /// When the pause times out, in milliseconds since the Unix epoch.
     pub expires_at_ms: u64,
     /// When it was asked (0 in records of older versions).
@@ -135,10 +129,7 @@ impl PausedRecord {
                 .unwrap_or_default(),
             round: 0,
             options: Vec::new(),
-            tasks: Vec::new(),
-            kind: PauseKind::default(),
-            title: String::new(),
-            questions: Vec::new(),
+            asked: Ask::default(),
             expires_at_ms: 0,
             asked_at_ms: 0,
             frames: Vec::new(),

@@ -144,7 +144,15 @@ async fn flow(message: &str, replies: &[Value]) -> String {
     }
     out.push_str(&format!("== stored at the end\n{}", rows(&dir)));
     out.push_str(&format!("== webhooks\n{}", outbox(&dir)));
-    let audit = std::fs::read_to_string(dir.path("audit.jsonl")).unwrap_or_default();
+    // Its audit line `ended` is written around the same time.
+    let audit_path = dir.path("audit.jsonl");
+    let audit = loop {
+        let audit = std::fs::read_to_string(&audit_path).unwrap_or_default();
+        if audit.contains(r#""event":"ended""#) || tokio::time::Instant::now() > deadline {
+            break audit;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     out.push_str(&format!("== audit\n{audit}"));
     masked(&out, &dir)
 }

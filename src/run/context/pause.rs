@@ -17,7 +17,7 @@ use super::asked::{Asked, Request};
 use super::RunContext;
 use crate::confirmation::slot::{PauseSpec, PendingDecision};
 use crate::confirmation::Decision;
-use crate::protocol::{Action, CancelReason, ErrorType, PauseData, PauseKind};
+use crate::protocol::{Action, Ask, CancelReason, ErrorType, PauseKind};
 use crate::run::journal::{Pause, PauseEvent};
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Approval, Plan, Questions};
@@ -200,12 +200,8 @@ impl RunContext {
         let mut chunk = request.chunk.clone();
         chunk.sequence = next_seq;
         frames.push(String::from_utf8_lossy(&crate::sse::encode(&chunk)).into_owned());
-        let (tasks, title, questions) = match &request.chunk.confirmation_data {
-            Some(PauseData::Approval(data)) => (data.tasks.clone(), String::new(), Vec::new()),
-            Some(PauseData::Question(data)) => {
-                (Vec::new(), data.title.clone(), data.questions.clone())
-            }
-            None => return Ok(()),
+        let Some(asked) = request.chunk.confirmation_data.as_ref().map(Ask::of) else {
+            return Ok(());
         };
         let record = PausedRecord {
             run: stored_id.to_string(),
@@ -217,10 +213,7 @@ impl RunContext {
             confirmation_id: request.confirmation_id.clone(),
             round: request.round,
             options: request.options.clone(),
-            tasks,
-            kind: request.asking.kind(),
-            title,
-            questions,
+            asked,
             expires_at_ms: unix_ms(request.expires_at),
             asked_at_ms: unix_ms(SystemTime::now()),
             frames,

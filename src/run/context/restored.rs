@@ -11,7 +11,7 @@ use super::asked::Asked;
 use super::RunContext;
 use crate::confirmation::slot::{PauseSpec, PendingDecision};
 use crate::pause::Asking;
-use crate::protocol::PauseKind;
+use crate::protocol::Ask;
 use crate::run::outcome::RunError;
 use crate::run::plan::Resumed;
 use crate::store::PausedRecord;
@@ -23,9 +23,9 @@ impl RunContext {
         &mut self,
         record: &PausedRecord,
     ) -> Result<PendingDecision, RunError> {
-        let asking = match record.kind {
-            PauseKind::Approval => Asking::Plan(Arc::new(self.plan_check(&record.tasks))),
-            PauseKind::Question => Asking::Questions(record.questions.clone().into()),
+        let asking = match &record.asked {
+            Ask::Approval { tasks } => Asking::Plan(Arc::new(self.plan_check(tasks))),
+            Ask::Question { questions, .. } => Asking::Questions(questions.clone().into()),
         };
         let at = crate::clock::at;
         let progress = record.progress.clone().unwrap_or_default();
@@ -76,14 +76,14 @@ impl RunContext {
         // What its tasks ask while it waits, as when it was asked: the
         // timers count from then (what came due meanwhile fires now, what
         // fired before does not again), silence rejects where they say so.
-        let (rejects_on_timeout, timers) = match record.kind {
-            PauseKind::Approval => {
-                let checks = self.plan_check(&record.tasks);
+        let (rejects_on_timeout, timers) = match &record.asked {
+            Ask::Approval { tasks } => {
+                let checks = self.plan_check(tasks);
                 let (_, rejects) = self.waiting_of(&checks);
                 let asked_at = crate::clock::at(record.asked_at_ms);
                 (rejects, self.timers_of(&checks, asked_at, progress))
             }
-            PauseKind::Question => (None, None),
+            Ask::Question { .. } => (None, None),
         };
         let asked = Asked {
             confirmation_id: record.confirmation_id.clone(),
@@ -95,9 +95,13 @@ impl RunContext {
             timers,
         };
         if self.settings.webhooks.is_some() {
-            self.last_pause = Some(Box::new((record.confirmation_id.clone(), record.kind)));
+            self.last_pause = Some(Box::new((
+                record.confirmation_id.clone(),
+                record.asked.kind(),
+            )));
         }
         let decision = self.wait_for(pending, &asked).await?;
-        self.take_restored(record.kind, decision, asked).await
+        self.take_restored(record.asked.kind(), decision, asked)
+            .await
     }
 }

@@ -1,0 +1,139 @@
+//! What a pause asked, by its kind, as one value: a plan's tasks, or
+//! questions with their title. Kept with a stored paused record; on the
+//! wire (the record's JSON) it is the fields every version wrote: `tasks`
+//! always (empty for questions), `kind`, and a question pause's `title`
+//! and `questions` (absent for an approval). A record without `kind` (an
+//! older version's) is an approval.
+
+use serde::de::Deserializer;
+use serde::ser::{SerializeStruct, Serializer};
+use serde::{Deserialize, Serialize};
+
+use super::chunk::{PauseData, TaskSpec};
+use super::names::PauseKind;
+use super::question::Question;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ask {
+    /// A plan to approve: its tasks.
+    Approval { tasks: Vec<TaskSpec> },
+    /// Questions, and the title they were put under.
+    Question {
+        title: String,
+        questions: Vec<Question>,
+    },
+}
+
+impl Ask {
+    pub fn kind(&self) -> PauseKind {
+        match self {
+            Ask::Approval { .. } => PauseKind::Approval,
+            Ask::Question { .. } => PauseKind::Question,
+        }
+    }
+
+    /// What a pause's data asks.
+    pub fn of(data: &PauseData) -> Ask {
+        match data {
+            PauseData::Approval(data) => Ask::Approval {
+                tasks: data.tasks.clone(),
+            },
+            PauseData::Question(data) => Ask::Question {
+                title: data.title.clone(),
+                questions: data.questions.clone(),
+            },
+        }
+    }
+}
+
+impl Default for Ask {
+    /// An approval of nothing (an ended run's record keeps no tasks).
+    fn default() -> Ask {
+        Ask::Approval { tasks: Vec::new() }
+    }
+}
+
+/// The wire fields, read back (every one may be absent).
+#[derive(Deserialize)]
+struct Fields {
+    #[serde(default)]
+    tasks: Vec<TaskSpec>,
+    #[serde(default)]
+    kind: PauseKind,
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    questions: Vec<Question>,
+}
+
+impl Serialize for Ask {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut fields = serializer.serialize_struct("Ask", 4)?;
+        match self {
+            Ask::Approval { tasks } => {
+                fields.serialize_field("tasks", tasks)?;
+                fields.serialize_field("kind", &PauseKind::Approval)?;
+                fields.skip_field("title")?;
+                fields.skip_field("questions")?;
+            }
+            Ask::Question { title, questions } => {
+                fields.serialize_field("tasks", &[] as &[TaskSpec])?;
+                fields.serialize_field("kind", &PauseKind::Question)?;
+                if title.is_empty() {
+                    fields.skip_field("title")?;
+                } else {
+                    fields.serialize_field("title", title)?;
+                }
+                if questions.is_empty() {
+                    fields.skip_field("questions")?;
+                } else {
+                    fields.serialize_field("questions", questions)?;
+                }
+            }
+        }
+        fields.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Ask {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Ask, D::Error> {
+        let fields = Fields::deserialize(deserializer)?;
+        Ok(match fields.kind {
+            PauseKind::Approval => Ask::Approval {
+                tasks: fields.tasks,
+            },
+            PauseKind::Question => Ask::Question {
+                title: fields.title,
+                questions: fields.questions,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn it_writes_and_reads_the_fields_every_version_wrote() {
+        let question = Ask::Question {
+            title: "t".into(),
+            questions: Vec::new(),
+        };
+        assert_eq!(
+            serde_json::to_value(&question).unwrap(),
+            json!({"tasks": [], "kind": "question", "title": "t"})
+        );
+        let approval = Ask::default();
+        assert_eq!(
+            serde_json::to_string(&approval).unwrap(),
+            r#"{"tasks":[],"kind":"approval"}"#
+        );
+        let old: Ask = serde_json::from_value(json!({"tasks": []})).unwrap();
+        assert_eq!(old, approval, "no kind: an approval");
+        let read: Ask =
+            serde_json::from_value(json!({"tasks": [], "kind": "question", "title": "t"})).unwrap();
+        assert_eq!(read, question);
+    }
+}
