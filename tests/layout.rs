@@ -760,3 +760,86 @@ fn the_flags_are_grouped_by_concern() {
     assert_eq!(flattened, fields.len(), "a flag on Settings itself: {body}");
     assert!(!body.contains("#[arg"), "a flag on Settings itself: {body}");
 }
+
+/// What each kind of pause carries is one value outside `protocol/`: no
+/// struct or enum variant declares one kind's payload fields beside the
+/// other's (an approval's `decisions`, `tasks`, `grant`; questions'
+/// `answers`, `questions`), as optional fields side by side (#39 item 1).
+/// The wire forms with a field per kind live in `protocol/` (`given.rs`,
+/// `ask.rs`, `request.rs`).
+#[test]
+fn no_per_kind_payload_fields_side_by_side_outside_protocol() {
+    let mut found = Vec::new();
+    for file in rust_files(Path::new("src")) {
+        if file.starts_with("src/protocol") {
+            continue;
+        }
+        let text = without_tests(&std::fs::read_to_string(&file).unwrap());
+        let lines: Vec<&str> = text.lines().collect();
+        for (at, names) in declared_fields(&lines) {
+            let approval = names
+                .iter()
+                .any(|n| ["decisions", "tasks", "grant"].contains(n));
+            let question = names.iter().any(|n| ["answers", "questions"].contains(n));
+            if approval && question {
+                found.push(format!("{}:{}: {names:?}", file.display(), at + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "per-kind fields side by side:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The field names of each struct and each enum variant declared in
+/// `lines` (rustfmt's layout: a field four spaces in from its `{`), with
+/// the line that opens it.
+fn declared_fields<'a>(lines: &[&'a str]) -> Vec<(usize, Vec<&'a str>)> {
+    let field = regex::Regex::new(r"^\s*(?:pub(?:\([a-z]+\))? )?([a-z_][a-z0-9_]*): ").unwrap();
+    let declares = regex::Regex::new(r"^\s*(?:pub(?:\([a-z]+\))? )?(struct|enum) ").unwrap();
+    let variant = regex::Regex::new(r"^\s+[A-Z]\w* \{$").unwrap();
+    let indent = |line: &str| line.len() - line.trim_start().len();
+    let block = |from: usize| -> Vec<&'a str> {
+        let depth = indent(lines[from]);
+        let mut names = Vec::new();
+        for inner in &lines[from + 1..] {
+            if inner.trim_start().starts_with('}') && indent(inner) == depth {
+                break;
+            }
+            if indent(inner) == depth + 4 {
+                names.extend(
+                    field
+                        .captures(inner)
+                        .and_then(|c| c.get(1))
+                        .map(|m| m.as_str()),
+                );
+            }
+        }
+        names
+    };
+    let mut out = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        let Some(kind) = declares.captures(line) else {
+            continue;
+        };
+        if !line.trim_end().ends_with('{') {
+            continue;
+        }
+        if &kind[1] == "struct" {
+            out.push((n, block(n)));
+            continue;
+        }
+        let depth = indent(line);
+        for (m, inner) in lines.iter().enumerate().skip(n + 1) {
+            if inner.trim_start().starts_with('}') && indent(inner) == depth {
+                break;
+            }
+            if indent(inner) == depth + 4 && variant.is_match(inner) {
+                out.push((m, block(m)));
+            }
+        }
+    }
+    out
+}

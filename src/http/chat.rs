@@ -15,7 +15,7 @@ use super::forward::{self, Forwarded, Forwarding};
 use super::state::AppState;
 use crate::cluster::Peer;
 use crate::confirmation::DecideError;
-use crate::protocol::{ChatRequest, ValidRequest, MAX_BODY_BYTES};
+use crate::protocol::{ChatRequest, ReplyPayload, ValidRequest, MAX_BODY_BYTES};
 use crate::run::decide::{Reply, ReplyError};
 use crate::run::place::Place;
 use crate::run::start::Started;
@@ -106,9 +106,11 @@ async fn chat(
             let reply = RawReply {
                 message: &reply,
                 confirmation_id: confirmation_id.as_deref(),
-                decisions: decisions.as_deref(),
-                answers: answers.as_ref(),
-                grant: grant.as_ref(),
+                payload: ReplyPayload {
+                    decisions: decisions.as_deref(),
+                    answers: answers.as_ref(),
+                    grant: grant.as_ref(),
+                },
             };
             decide(incoming, &session_id, reply).await
         }
@@ -133,9 +135,7 @@ struct Incoming<'a> {
 struct RawReply<'a> {
     message: &'a crate::protocol::ReplyMessage,
     confirmation_id: Option<&'a str>,
-    decisions: Option<&'a [crate::protocol::TaskDecisionRequest]>,
-    answers: Option<&'a serde_json::Map<String, serde_json::Value>>,
-    grant: Option<&'a serde_json::Value>,
+    payload: ReplyPayload<'a>,
 }
 
 /// A re-attach (`Last-Event-ID`): the run's stream from there, here or at
@@ -219,9 +219,7 @@ async fn decide(
     let reply = Reply {
         message: raw.message,
         confirmation_id: raw.confirmation_id,
-        decisions: raw.decisions,
-        answers: raw.answers,
-        grant: raw.grant,
+        payload: raw.payload,
         client: client.as_deref(),
         decider: &decider,
         not_after: incoming.forwarded.and_then(|f| f.not_after),

@@ -20,7 +20,7 @@ use super::forward;
 use super::state::AppState;
 use crate::confirmation::DecideError;
 use crate::notify::links::Token;
-use crate::protocol::{ReplyMessage, TaskDecisionRequest};
+use crate::protocol::{ReplyMessage, ReplyPayload, TaskDecisionRequest};
 use crate::run::decide::{Reply, ReplyError};
 use crate::run::inbox::Interaction;
 use crate::run::place::Place;
@@ -195,9 +195,11 @@ pub async fn decide_form(
     let reply = Reply {
         message: &message,
         confirmation_id: Some(&token.confirmation_id),
-        decisions: decisions.as_deref(),
-        answers: answers.as_ref(),
-        grant: None,
+        payload: ReplyPayload {
+            decisions: decisions.as_deref(),
+            answers: answers.as_ref(),
+            grant: None,
+        },
         client,
         decider: &decider,
         not_after,

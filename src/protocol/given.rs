@@ -10,8 +10,11 @@ use super::chunk::Decisions;
 use super::names::{Action, CancelReason};
 
 /// What a reply gave: the verdicts of an approval (a confirm; a timeout's
-/// rejects), or the normalized answers to questions.
-#[derive(Debug, Clone, PartialEq)]
+/// rejects), or the normalized answers to questions. Written into an
+/// object (`#[serde(flatten)]`) it is that object's `decisions` or
+/// `answers` field.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Given {
     Decisions(Decisions),
     Answers(Map<String, Value>),

@@ -33,8 +33,8 @@ pub use names::{
     meta, Action, CancelReason, ChunkType, DecisionKind, ErrorType, PauseKind, RiskLevel,
 };
 pub use request::{
-    is_plain_name, is_valid_session_id, parse_reply, ChatRequest, ReplyMessage, ReplySyntaxError,
-    RequestError, TaskDecisionRequest, ValidRequest, CHAT_PATH, CONFIRM_PREFIX, GRANTS_PATH,
-    INBOX_PATH, MAX_BODY_BYTES, MAX_MESSAGE_BYTES, MAX_MODIFY_TEXT_BYTES, MAX_SESSION_ID_CHARS,
-    RULES_PATH, RUNS_PATH, TOOLS_PATH,
+    is_plain_name, is_valid_session_id, parse_reply, ChatRequest, ReplyMessage, ReplyPayload,
+    ReplySyntaxError, RequestError, TaskDecisionRequest, ValidRequest, CHAT_PATH, CONFIRM_PREFIX,
+    GRANTS_PATH, INBOX_PATH, MAX_BODY_BYTES, MAX_MESSAGE_BYTES, MAX_MODIFY_TEXT_BYTES,
+    MAX_SESSION_ID_CHARS, RULES_PATH, RUNS_PATH, TOOLS_PATH,
 };

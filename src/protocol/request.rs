@@ -58,6 +58,17 @@ pub struct TaskDecisionRequest {
     pub result: Option<String>,
 }
 
+/// What a reply carries beside its action, as the request gave it: an
+/// approval's per-task `decisions` and `grant`, or a question pause's
+/// `answers`. Which of them fits is for the pause's kind to say
+/// (`pause/approval.rs`, `pause/questions.rs`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReplyPayload<'a> {
+    pub decisions: Option<&'a [TaskDecisionRequest]>,
+    pub answers: Option<&'a Map<String, Value>>,
+    pub grant: Option<&'a Value>,
+}
+
 /// What a request asks for, once every rule of the request is checked.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ValidRequest {

@@ -14,8 +14,6 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use serde_json::{Map, Value};
-
 use super::journal::{Entry, Pause, PauseEvent, Subject};
 use super::Runs;
 use crate::audit::{AuditLog, AuditRecord};
@@ -24,7 +22,7 @@ use crate::confirmation::quorum::Progress;
 use crate::confirmation::{Accepted, DecideError, Decider, ReplyFrom};
 use crate::protocol::{
     meta, Action, CancelReason, Chunk, ChunkType, ErrorType, Given, PauseKind, ReplyMessage,
-    TaskDecisionRequest,
+    ReplyPayload,
 };
 use crate::run::registry::LogRegistry;
 use crate::session::{RunTag, SessionKey};
@@ -37,12 +35,9 @@ pub struct Reply<'a> {
     pub message: &'a ReplyMessage,
     /// The pause it answers, when the client named it.
     pub confirmation_id: Option<&'a str>,
-    /// Its per-task decisions (with `confirm`).
-    pub decisions: Option<&'a [TaskDecisionRequest]>,
-    /// Its answers to questions (with `answer`).
-    pub answers: Option<&'a Map<String, Value>>,
-    /// Its grant (with `confirm`).
-    pub grant: Option<&'a Value>,
+    /// What it carries: per-task decisions and a grant (with `confirm`),
+    /// or answers to questions (with `answer`).
+    pub payload: ReplyPayload<'a>,
     /// Where it came from, for the audit log.
     pub client: Option<&'a str>,
     /// Who decides: the key's label (`label=`, else `key-N`,
@@ -180,7 +175,7 @@ impl Runs {
         {
             return Err(ReplyError::Late);
         }
-        if reply.grant.is_some() && self.grants_full(key).await {
+        if reply.payload.grant.is_some() && self.grants_full(key).await {
             return Err(DecideError::TooManyGrants.into());
         }
         let accepted = match self.take(key, &reply).await {
@@ -302,11 +297,11 @@ impl Runs {
                 key,
                 reply.message,
                 reply.confirmation_id,
-                reply.decisions,
-                reply.answers,
+                reply.payload.decisions,
+                reply.payload.answers,
                 ReplyFrom {
                     decider: reply.decider,
-                    grant: reply.grant,
+                    grant: reply.payload.grant,
                 },
             );
             let late = reply

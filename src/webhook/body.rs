@@ -6,19 +6,18 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::protocol::given::{self, Given};
+use crate::protocol::Given;
 use crate::protocol::{Action, CancelReason, ChunkType, Decisions};
 
 /// `interaction.decided`: what a reply (or a supersede) decided, and who.
 #[derive(Debug, Serialize)]
 pub(super) struct Decided<'a> {
     action: Action,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    decisions: Option<&'a Decisions>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    answers: Option<&'a Map<String, Value>>,
+    /// `decisions` or `answers`, whichever the reply gave.
+    #[serde(flatten)]
+    given: Option<&'a Given>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<CancelReason>,
     decided_by: DecidedBy<'a>,
@@ -36,11 +35,9 @@ struct DecidedBy<'a> {
 
 impl<'a> Decided<'a> {
     pub(super) fn of(decision: &DecisionData<'a>) -> Decided<'a> {
-        let (decisions, answers) = given::split(decision.given);
         Decided {
             action: decision.action,
-            decisions,
-            answers,
+            given: decision.given,
             reason: decision.reason,
             decided_by: DecidedBy {
                 key: decision.decider,
