@@ -256,7 +256,16 @@ async fn timers_fire_once_across_a_restart_and_what_came_due_meanwhile_fires_on_
     tokio::time::sleep(due).await;
     let server = crate::durable::start(&dir, &args);
     let url = crate::durable::stream_url(&server);
-    let seen = receiver.wait_for(3).await;
+    // Deliveries are at least once: one cut by the stop may come again,
+    // so wait for the escalation itself, not for a number of deliveries.
+    let deadline = tokio::time::Instant::now() + crate::helpers::WAIT;
+    let seen = loop {
+        let seen = receiver.wait_for(3).await;
+        if count(&seen, "interaction.escalated") > 0 || tokio::time::Instant::now() > deadline {
+            break seen;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let types: Vec<&str> = seen.iter().map(|d| d.event.as_str()).collect();
     assert_eq!(count(&seen, "interaction.escalated"), 1, "{types:?}");
     let body =
@@ -268,7 +277,12 @@ async fn timers_fire_once_across_a_restart_and_what_came_due_meanwhile_fires_on_
         "the leads decide after the escalation: {}",
         chunk.chunk
     );
-    receiver.wait_for(4).await;
+    let deadline = tokio::time::Instant::now() + crate::helpers::WAIT;
+    while count(&receiver.wait_for(4).await, "interaction.decided") == 0
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // A moment for anything more to arrive (nothing should).
     tokio::time::sleep(Duration::from_millis(300)).await;
     let seen = receiver.seen();
