@@ -26,7 +26,7 @@ use crate::engine::llm::{
     CONVERSATION_MEMORY, CONVERSATION_TTL, LLM_MAX_TIME, LLM_TIMEOUT, LLM_URL,
 };
 use crate::http::connection::REQUEST_TIMEOUT;
-use crate::run::log::{REPLAY_BUFFER, REPLAY_BUFFER_BYTES};
+use crate::run::replay::{REPLAY_BUFFER, REPLAY_BUFFER_BYTES};
 use crate::run::settings::{
     CONFIRM_TIMEOUT, KEEP_OUTCOME, MAX_CONFIRM_TIMEOUT, MAX_ROUNDS, STEP_DELAY,
 };

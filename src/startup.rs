@@ -35,8 +35,8 @@ use crate::http::connection::{self, GuardedStream};
 use crate::http::state::{AppState, SlackApp};
 use crate::metrics::Metrics;
 use crate::run::engine::Engine;
-use crate::run::log::LogLimits;
-use crate::run::registry::LogRegistry;
+use crate::run::registry::ReplayRegistry;
+use crate::run::replay::ReplayLimits;
 use crate::run::settings::RunSettings;
 use crate::run::stream::StreamSettings;
 use crate::run::{Runs, RunsParts};
@@ -148,7 +148,7 @@ impl Application {
             );
         }
         let metrics = Arc::new(Metrics::new());
-        let logs = LogRegistry::default();
+        let logs = ReplayRegistry::default();
         let stream = Arc::new(StreamSettings {
             keep_alive: settings.server.keep_alive,
             detach_grace: settings.pauses.detach_grace,
@@ -182,7 +182,7 @@ impl Application {
             logs,
             engine,
             settings: Arc::new(run_settings),
-            log_limits: LogLimits {
+            log_limits: ReplayLimits {
                 frames: settings.limits.replay_buffer,
                 bytes: settings.limits.replay_buffer_bytes,
             },
@@ -240,7 +240,7 @@ impl Application {
     }
 
     /// The runs' replay logs, for inspection (tests).
-    pub fn logs(&self) -> LogRegistry {
+    pub fn logs(&self) -> ReplayRegistry {
         self.state.runs.logs().clone()
     }
 

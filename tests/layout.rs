@@ -5,7 +5,7 @@
 //! saying why in its `//!` header.
 //!
 //! The import graph has one node per file (`src/run/mod.rs` is `run`,
-//! `src/run/log.rs` is `run::log`) and an edge for every path a file names
+//! `src/run/replay.rs` is `run::replay`) and an edge for every path a file names
 //! outside its test modules: `use crate::...`, `use super::...`,
 //! `use self::...`, and paths written inline (`crate::store::open(..)`).
 //! A path counts as naming the deepest module file it reaches.
@@ -380,7 +380,7 @@ fn paths(code: &str) -> Vec<Vec<String>> {
         rest = &after[end..];
     }
     // Inline paths: `a::b(::c)*` anywhere in the code (`crate::x::y`,
-    // `super::x`, or a child module's `log::RunLog`).
+    // `super::x`, or a child module's `log::Replay`).
     let chars: Vec<char> = code.chars().collect();
     let mut i = 0;
     while i < chars.len() {
@@ -491,7 +491,7 @@ fn resolve(module: &str, path: &[String], names: &BTreeSet<String>) -> Option<St
                 }
             }
         }
-        // A relative path: a child module of this one (`log::RunLog` in
+        // A relative path: a child module of this one (`log::Replay` in
         // `run`), or something else (a crate, a type): no module edge.
         first => {
             let mut child = base.clone();

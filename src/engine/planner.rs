@@ -559,7 +559,7 @@ mod tests {
 mod size {
     use super::*;
     use crate::confirmation::{ConfirmationManager, RunLimits};
-    use crate::run::log::{LogLimits, RunLog};
+    use crate::run::replay::{Replay, ReplayLimits};
     use crate::run::settings::RunSettings;
     use crate::run::stop::RunStop;
     use crate::session::SessionKey;
@@ -577,11 +577,11 @@ mod size {
             .unwrap()
             .now();
         let stop = RunStop::default();
-        let limits = LogLimits {
+        let limits = ReplayLimits {
             frames: 8,
             bytes: 1 << 20,
         };
-        let log = RunLog::new(limits, stop.clone());
+        let log = Replay::new(limits, stop.clone());
         let settings = Arc::new(RunSettings::default());
         let mut ctx = RunContext::new("a".into(), slot, settings, log, stop, Arc::default());
 

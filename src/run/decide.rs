@@ -24,7 +24,7 @@ use crate::protocol::{
     meta, Action, CancelReason, Chunk, ChunkType, ErrorType, Given, PauseKind, ReplyMessage,
     ReplyPayload,
 };
-use crate::run::registry::LogRegistry;
+use crate::run::registry::ReplayRegistry;
 use crate::session::{RunTag, SessionKey};
 use crate::store::{DecidedBy, Fault, PauseNote, Resolution};
 use crate::webhook::DecisionData;
@@ -368,7 +368,7 @@ struct Recorder {
     decider: String,
     /// The `decided` (or `answered`) record, and the log it goes to.
     record: Option<(AuditRecord, Arc<AuditLog>)>,
-    logs: LogRegistry,
+    logs: ReplayRegistry,
 }
 
 impl Recorder {
@@ -422,11 +422,11 @@ impl Recorder {
     }
 }
 
-/// What a taken decision's run log notes (see [`RunLog::note_decided`]).
+/// What a taken decision's run log notes (see [`Replay::note_decided`]).
 ///
-/// [`RunLog::note_decided`]: crate::run::log::RunLog::note_decided
+/// [`Replay::note_decided`]: crate::run::replay::Replay::note_decided
 struct Note {
-    logs: LogRegistry,
+    logs: ReplayRegistry,
     key: SessionKey,
     confirmation_id: String,
     decided: DecidedBy,

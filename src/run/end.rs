@@ -14,8 +14,8 @@ use futures_util::FutureExt;
 use super::context::RunContext;
 use super::engine::Engine;
 use super::journal::{Entry, Pause, PauseEvent, Subject};
-use super::log::RunLog;
 use super::outcome::{Completion, Ending, RunError};
+use super::replay::Replay;
 use crate::confirmation::slot::{PendingDecision, WritingEnd};
 use crate::protocol::{Chunk, ChunkType, ErrorType};
 use crate::run::settings::RunSettings;
@@ -218,7 +218,7 @@ fn finish(
 ) -> (
     ChunkType,
     Option<&'static str>,
-    Arc<RunLog>,
+    Arc<Replay>,
     Chunk,
     WritingEnd,
 ) {

@@ -3,8 +3,8 @@
 //! [`Subscription`] it gets into a response.
 //!
 //! - [`stop`]: why a run must end ([`RunStop`]), first cause wins.
-//! - [`log`]: its numbered, bounded output ([`RunLog`]); [`registry`]: the
-//!   logs a re-attach searches ([`LogRegistry`]).
+//! - [`log`]: its numbered, bounded output ([`Replay`]); [`registry`]: the
+//!   logs a re-attach searches ([`ReplayRegistry`]).
 //! - [`stream`]: one client's view of the log ([`Subscription`]): keep-alive,
 //!   gap, detach and its grace.
 //! - [`engine`], [`context`], [`plan`], [`outcome`]: what an engine
@@ -22,7 +22,6 @@
 //! when the run is stopped: by shutdown, by a slow client, or when a detached
 //! run's grace ends.
 
-mod approval;
 pub mod context;
 pub mod decide;
 mod end;
@@ -31,12 +30,13 @@ mod expiry;
 pub mod grants;
 pub mod inbox;
 pub mod journal;
-pub mod log;
 pub mod outcome;
 pub mod place;
 pub mod plan;
+mod quorum_step;
 pub mod readiness;
 pub mod registry;
+pub mod replay;
 mod restore;
 pub mod settings;
 pub mod start;
@@ -52,8 +52,8 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use self::log::{BeyondEnd, LogLimits, RunLog};
-use self::registry::LogRegistry;
+use self::registry::ReplayRegistry;
+use self::replay::{BeyondEnd, Replay, ReplayLimits};
 use self::settings::RunSettings;
 use self::stop::RunStop;
 use self::stream::{StreamSettings, Subscription};
@@ -70,10 +70,10 @@ use crate::store::{Outcome, RunEnd, StoreError};
 pub struct Runs {
     manager: ConfirmationManager,
     /// Runs' replay logs, for re-attach.
-    logs: LogRegistry,
+    logs: ReplayRegistry,
     engine: Arc<dyn Engine>,
     settings: Arc<RunSettings>,
-    log_limits: LogLimits,
+    log_limits: ReplayLimits,
     /// Runs the registry may hold, in all and per API key.
     limits: RunLimits,
     stream: Arc<StreamSettings>,
@@ -87,10 +87,10 @@ pub struct Runs {
 /// What startup builds a [`Runs`] from (the registry and the shutdown
 /// token are its own, made new).
 pub struct RunsParts {
-    pub logs: LogRegistry,
+    pub logs: ReplayRegistry,
     pub engine: Arc<dyn Engine>,
     pub settings: Arc<RunSettings>,
-    pub log_limits: LogLimits,
+    pub log_limits: ReplayLimits,
     pub limits: RunLimits,
     pub stream: Arc<StreamSettings>,
     pub metrics: Arc<Metrics>,
@@ -143,7 +143,7 @@ impl Runs {
     }
 
     /// The runs' replay logs (tests).
-    pub fn logs(&self) -> &LogRegistry {
+    pub fn logs(&self) -> &ReplayRegistry {
         &self.logs
     }
 }
@@ -247,7 +247,7 @@ impl Runs {
             next_seq: last.sequence + 1,
             pauses: outcome.pauses,
         };
-        let log = RunLog::restore_ended(self.log_limits, RunStop::under(&self.shutdown), end);
+        let log = Replay::restore_ended(self.log_limits, RunStop::under(&self.shutdown), end);
         Subscription::attach(log, key, last_seen, self.stream.clone()).map_err(
             |BeyondEnd { last_sent }| ReattachError::Beyond {
                 last_seen,

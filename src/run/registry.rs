@@ -7,7 +7,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::log::RunLog;
+use super::replay::Replay;
 use crate::session::SessionKey;
 
 /// Pauses of forgotten logs whose sessions are remembered (each entry a
@@ -17,27 +17,27 @@ pub const REMEMBERED_PAUSES: usize = 4096;
 
 /// Sessions' latest logs, for re-attach. Cheap-clone handle.
 #[derive(Clone, Default)]
-pub struct LogRegistry {
-    logs: Arc<Mutex<HashMap<SessionKey, Arc<RunLog>>>>,
+pub struct ReplayRegistry {
+    logs: Arc<Mutex<HashMap<SessionKey, Arc<Replay>>>>,
     remembered: Arc<Mutex<VecDeque<(String, SessionKey)>>>,
 }
 
-impl LogRegistry {
-    fn lock(&self) -> MutexGuard<'_, HashMap<SessionKey, Arc<RunLog>>> {
+impl ReplayRegistry {
+    fn lock(&self) -> MutexGuard<'_, HashMap<SessionKey, Arc<Replay>>> {
         self.logs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Makes `log` the one a re-attach to `key` finds.
-    pub fn publish(&self, key: SessionKey, log: Arc<RunLog>) {
+    pub fn publish(&self, key: SessionKey, log: Arc<Replay>) {
         self.lock().insert(key, log);
     }
 
-    pub fn find(&self, key: &SessionKey) -> Option<Arc<RunLog>> {
+    pub fn find(&self, key: &SessionKey) -> Option<Arc<Replay>> {
         self.lock().get(key).cloned()
     }
 
     /// Forgets `log` if it is still the one registered for `key`.
-    pub(super) fn forget(&self, key: &SessionKey, log: &Arc<RunLog>) {
+    pub(super) fn forget(&self, key: &SessionKey, log: &Arc<Replay>) {
         let mut logs = self.lock();
         if logs
             .get(key)
@@ -74,7 +74,7 @@ impl LogRegistry {
     /// once that pause was decided). A scan of the logs' pause notes:
     /// approvers act at a person's pace.
     pub fn find_pause(&self, confirmation_id: &str) -> Option<SessionKey> {
-        let logs: Vec<(SessionKey, Arc<RunLog>)> = self
+        let logs: Vec<(SessionKey, Arc<Replay>)> = self
             .lock()
             .iter()
             .map(|(key, log)| (key.clone(), log.clone()))
@@ -94,7 +94,7 @@ impl LogRegistry {
 
     /// Runs whose client went away and that may still be re-attached.
     pub fn detached(&self) -> usize {
-        let logs: Vec<Arc<RunLog>> = self.lock().values().cloned().collect();
+        let logs: Vec<Arc<Replay>> = self.lock().values().cloned().collect();
         logs.iter().filter(|log| log.is_detached()).count()
     }
 }

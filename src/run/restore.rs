@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::context::{RestoredParts, RunContext};
 use super::end::{drive_restored, end_record, remove_record};
 use super::journal::{Entry, Pause, PauseEvent, Subject};
-use super::log::RunLog;
+use super::replay::Replay;
 use super::stop::RunStop;
 use super::stream;
 use super::Runs;
@@ -59,7 +59,7 @@ impl Runs {
             // It had ended, and its client may not have read the end: shown
             // for the rest of the grace, as the process that ended it would.
             let stop = RunStop::under(&self.shutdown);
-            let log = RunLog::restore_ended(self.log_limits, stop, end.clone());
+            let log = Replay::restore_ended(self.log_limits, stop, end.clone());
             self.logs.publish(key.clone(), log.clone());
             stream::expire_unclaimed(log, key.clone(), self.stream.clone());
             // Taken over from a replica: the session is this one's for the
@@ -125,7 +125,7 @@ impl Runs {
             return false;
         };
         let stop = RunStop::under(&self.shutdown);
-        let log = RunLog::restore(
+        let log = Replay::restore(
             self.log_limits,
             stop.clone(),
             record.frames.clone(),
@@ -214,7 +214,7 @@ impl Runs {
             events.splice(0..0, expired.events);
         }
         let stop = RunStop::under(&self.shutdown);
-        let log = RunLog::restore(
+        let log = Replay::restore(
             self.log_limits,
             stop,
             record.frames,

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use super::context::RunContext;
 use super::end::drive;
 use super::journal::{Entry, Pause, PauseEvent, Subject};
-use super::log::RunLog;
+use super::replay::Replay;
 use super::stop::RunStop;
 use super::stream::Subscription;
 use super::Runs;
@@ -79,7 +79,7 @@ impl Runs {
             },
         };
         let stop = RunStop::under(&self.shutdown);
-        let log = RunLog::new(self.log_limits, stop.clone());
+        let log = Replay::new(self.log_limits, stop.clone());
         self.logs.publish(key.clone(), log.clone());
         let subscription = Subscription::open(log.clone(), key, self.stream.clone());
         let ctx = RunContext::new(

@@ -23,8 +23,8 @@ use bytes::Bytes;
 use futures_util::Stream;
 use tokio::time::Sleep;
 
-use super::log::{BeyondEnd, RunLog};
-use super::registry::LogRegistry;
+use super::registry::ReplayRegistry;
+use super::replay::{BeyondEnd, Replay};
 use crate::metrics::Metrics;
 use crate::protocol::CancelReason;
 use crate::session::SessionKey;
@@ -41,12 +41,12 @@ pub struct StreamSettings {
     pub keep_alive: Duration,
     pub detach_grace: Duration,
     pub metrics: Arc<Metrics>,
-    pub registry: LogRegistry,
+    pub registry: ReplayRegistry,
 }
 
 /// One client's view of a run: an HTTP response body.
 pub struct Subscription {
-    log: Arc<RunLog>,
+    log: Arc<Replay>,
     key: SessionKey,
     id: u64,
     /// The first chunk sent after a hole in the replay carries `gap: true`.
@@ -55,7 +55,7 @@ pub struct Subscription {
     idle: Pin<Box<Sleep>>,
     /// Set until the first chunk is written, for the time-to-first-chunk metric.
     opened: Option<Instant>,
-    /// When this client attached (see [`RunLog::waited_since`]).
+    /// When this client attached (see [`Replay::waited_since`]).
     attached_at: Instant,
     /// Shared by every client stream of the server.
     settings: Arc<StreamSettings>,
@@ -63,14 +63,14 @@ pub struct Subscription {
 
 impl Subscription {
     /// The first client of a run: every chunk from the start.
-    pub fn open(log: Arc<RunLog>, key: SessionKey, settings: Arc<StreamSettings>) -> Subscription {
+    pub fn open(log: Arc<Replay>, key: SessionKey, settings: Arc<StreamSettings>) -> Subscription {
         let id = log.attach_locked(log.lock(), 0, 0);
         Subscription::new(log, key, id, settings)
     }
 
     /// Attaches to `log`, sending every chunk after `last_seen` (0: all).
     pub fn attach(
-        log: Arc<RunLog>,
+        log: Arc<Replay>,
         key: SessionKey,
         last_seen: u64,
         settings: Arc<StreamSettings>,
@@ -82,7 +82,7 @@ impl Subscription {
     }
 
     fn new(
-        log: Arc<RunLog>,
+        log: Arc<Replay>,
         key: SessionKey,
         id: u64,
         settings: Arc<StreamSettings>,
@@ -150,7 +150,7 @@ impl Subscription {
 
 /// A run nobody has attached to yet (restored from a store at start) gets
 /// the same grace as a client that left.
-pub fn expire_unclaimed(log: Arc<RunLog>, key: SessionKey, settings: Arc<StreamSettings>) {
+pub fn expire_unclaimed(log: Arc<Replay>, key: SessionKey, settings: Arc<StreamSettings>) {
     detached(log, key, &settings, None);
 }
 
@@ -163,14 +163,14 @@ pub fn expire_unclaimed(log: Arc<RunLog>, key: SessionKey, settings: Arc<StreamS
 /// detach that started it: attach ids only grow, so "nobody attached since"
 /// is "the next id is still ours + 1".
 fn detached(
-    log: Arc<RunLog>,
+    log: Arc<Replay>,
     key: SessionKey,
     settings: &StreamSettings,
     detached_as: Option<u64>,
 ) {
     let registry = settings.registry.clone();
     let grace = settings.detach_grace;
-    let claimed = move |log: &RunLog| {
+    let claimed = move |log: &Replay| {
         let inner = log.lock();
         let next = detached_as.map_or(0, |id| id + 1);
         inner.subscriber.is_some() || inner.next_subscriber_id != next
@@ -263,7 +263,7 @@ mod tests {
     use super::*;
     use crate::protocol::Chunk;
     use crate::protocol::ChunkType;
-    use crate::run::log::LogLimits;
+    use crate::run::replay::ReplayLimits;
     use crate::run::stop::RunStop;
     use futures_util::StreamExt;
 
@@ -276,12 +276,12 @@ mod tests {
             keep_alive: Duration::from_secs(3600),
             detach_grace: grace,
             metrics: Arc::new(Metrics::new()),
-            registry: LogRegistry::default(),
+            registry: ReplayRegistry::default(),
         })
     }
 
-    fn frames(frames: usize) -> LogLimits {
-        LogLimits {
+    fn frames(frames: usize) -> ReplayLimits {
+        ReplayLimits {
             frames,
             bytes: usize::MAX,
         }
@@ -300,7 +300,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_log_numbers_chunks_and_a_late_reader_gets_them_all() {
-        let log = RunLog::new(frames(8), RunStop::default());
+        let log = Replay::new(frames(8), RunStop::default());
         for text in ["a", "b"] {
             log.push(chunk(text));
         }
@@ -320,7 +320,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_re_attach_replays_after_last_event_id_and_announces_a_gap() {
-        let log = RunLog::new(frames(2), RunStop::default());
+        let log = Replay::new(frames(2), RunStop::default());
         for text in ["1", "2", "3", "4"] {
             log.push(chunk(text));
         }
@@ -344,7 +344,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_reader_that_leaves_early_detaches_the_run_until_the_grace_ends() {
         let stop = RunStop::default();
-        let log = RunLog::new(frames(8), stop.clone());
+        let log = Replay::new(frames(8), stop.clone());
         let settings = settings(Duration::from_secs(60));
         settings.registry.publish(key(), log.clone());
         log.push(chunk("paused"));
@@ -363,7 +363,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_re_attach_within_the_grace_keeps_the_run() {
         let stop = RunStop::default();
-        let log = RunLog::new(frames(8), stop.clone());
+        let log = Replay::new(frames(8), stop.clone());
         let settings = settings(Duration::from_secs(60));
         settings.registry.publish(key(), log.clone());
         log.push(chunk("paused"));
@@ -378,7 +378,7 @@ mod tests {
 
     #[tokio::test]
     async fn delivering_the_final_chunk_forgets_the_log() {
-        let log = RunLog::new(frames(8), RunStop::default());
+        let log = Replay::new(frames(8), RunStop::default());
         let settings = settings(Duration::from_secs(60));
         settings.registry.publish(key(), log.clone());
         log.push(chunk("done").finished());
@@ -394,7 +394,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn each_grace_belongs_to_the_detach_that_started_it() {
         let stop = RunStop::default();
-        let log = RunLog::new(frames(8), stop.clone());
+        let log = Replay::new(frames(8), stop.clone());
         let settings = settings(Duration::from_secs(6));
         settings.registry.publish(key(), log.clone());
         log.push(chunk("paused"));
@@ -414,7 +414,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_id_beyond_the_last_sent_is_refused_and_takes_nothing_over() {
-        let log = RunLog::new(frames(8), RunStop::default());
+        let log = Replay::new(frames(8), RunStop::default());
         log.push(chunk("1"));
         log.push(chunk("2"));
         let mut reader =
@@ -442,7 +442,7 @@ mod tests {
         }
         let tricky = Chunk::new(ChunkType::Status, "text with \"metadata\":{ inside", "s", 0)
             .with_meta("args", nested);
-        let log = RunLog::new(frames(1), RunStop::default());
+        let log = Replay::new(frames(1), RunStop::default());
         log.push(chunk("evicted"));
         log.push(tricky);
 

@@ -8,7 +8,7 @@ use chatgate::config::Settings;
 use chatgate::confirmation::ConfirmationManager;
 use chatgate::engine::planner::PlannerEngine;
 use chatgate::protocol::{Chunk, ChunkType};
-use chatgate::run::registry::LogRegistry;
+use chatgate::run::registry::ReplayRegistry;
 use chatgate::run::Engine;
 use chatgate::startup::Application;
 use futures_util::StreamExt;
@@ -25,7 +25,7 @@ pub struct TestApp {
     pub address: String,
     pub client: reqwest::Client,
     pub manager: ConfirmationManager,
-    pub logs: LogRegistry,
+    pub logs: ReplayRegistry,
     pub shutdown: CancellationToken,
     pub server: JoinHandle<std::io::Result<()>>,
 }

@@ -8,7 +8,7 @@
 //! A paused run holds the future of its `confirm` call for the whole pause:
 //! every method keeps what it awaits small, and boxes what it need not hold.
 
-mod approval;
+mod approval_request;
 mod asked;
 mod fallback;
 mod grants;
@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::journal::{PauseEvent, Subject};
-use super::log::RunLog;
 use super::outcome::RunError;
+use super::replay::Replay;
 use super::settings::RunSettings;
 use super::stop::RunStop;
 use crate::audit::{AuditError, AuditRecord};
@@ -43,7 +43,7 @@ pub(crate) struct RestoredParts {
     pub message: String,
     pub slot: RunSlot,
     pub settings: Arc<RunSettings>,
-    pub log: Arc<RunLog>,
+    pub log: Arc<Replay>,
     pub stop: RunStop,
     pub metrics: Arc<Metrics>,
     pub stored_id: Arc<str>,
@@ -56,7 +56,7 @@ pub struct RunContext {
     slot: RunSlot,
     /// Shared by every run of the server.
     settings: Arc<RunSettings>,
-    log: Arc<RunLog>,
+    log: Arc<Replay>,
     round: u32,
     /// Fires on every reason to stop, server shutdown included.
     stop: RunStop,
@@ -83,7 +83,7 @@ impl RunContext {
         message: String,
         slot: RunSlot,
         settings: Arc<RunSettings>,
-        log: Arc<RunLog>,
+        log: Arc<Replay>,
         stop: RunStop,
         metrics: Arc<Metrics>,
     ) -> RunContext {
@@ -269,7 +269,7 @@ impl RunContext {
     }
 
     /// The run's registry slot and log, for the driver that ends it.
-    pub(crate) fn into_parts(self) -> (RunSlot, Arc<RunLog>) {
+    pub(crate) fn into_parts(self) -> (RunSlot, Arc<Replay>) {
         (self.slot, self.log)
     }
 }
@@ -287,8 +287,8 @@ mod tests {
     use super::*;
     use crate::confirmation::{ConfirmationManager, RunLimits};
     use crate::protocol::RiskLevel;
-    use crate::run::log::LogLimits;
     use crate::run::plan::Plan;
+    use crate::run::replay::ReplayLimits;
 
     /// A paused run holds its `confirm` future for the whole pause, once per
     /// paused run: it must stay small (it was 1,184 bytes when the request
@@ -306,11 +306,11 @@ mod tests {
             max_rounds: 1,
             ..RunSettings::default()
         });
-        let limits = LogLimits {
+        let limits = ReplayLimits {
             frames: 8,
             bytes: 1 << 20,
         };
-        let log = RunLog::new(limits, stop.clone());
+        let log = Replay::new(limits, stop.clone());
         let mut ctx = RunContext::new("a".into(), slot, settings, log, stop, Arc::default());
         let plan = Plan {
             summary: String::new(),

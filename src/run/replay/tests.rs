@@ -7,8 +7,8 @@ fn chunk(text: &str) -> Chunk {
     Chunk::new(ChunkType::Status, text, "s", 0)
 }
 
-fn frames(frames: usize) -> LogLimits {
-    LogLimits {
+fn frames(frames: usize) -> ReplayLimits {
+    ReplayLimits {
         frames,
         bytes: usize::MAX,
     }
@@ -17,7 +17,7 @@ fn frames(frames: usize) -> LogLimits {
 #[tokio::test]
 async fn an_attached_reader_that_falls_a_whole_buffer_behind_stops_the_run() {
     let stop = RunStop::default();
-    let log = RunLog::new(frames(4), stop.clone());
+    let log = Replay::new(frames(4), stop.clone());
     let _reader = log.attach(0).unwrap();
 
     for i in 0..4 {
@@ -32,7 +32,7 @@ async fn an_attached_reader_that_falls_a_whole_buffer_behind_stops_the_run() {
 #[tokio::test]
 async fn without_a_reader_old_chunks_are_evicted_and_nothing_stops() {
     let stop = RunStop::default();
-    let log = RunLog::new(frames(2), stop.clone());
+    let log = Replay::new(frames(2), stop.clone());
     for i in 0..10 {
         log.push(chunk(&i.to_string()));
     }
@@ -42,11 +42,11 @@ async fn without_a_reader_old_chunks_are_evicted_and_nothing_stops() {
 #[tokio::test]
 async fn the_log_keeps_at_most_its_bytes_and_a_reader_behind_them_stops_the_run() {
     let stop = RunStop::default();
-    let limits = LogLimits {
+    let limits = ReplayLimits {
         frames: 1000,
         bytes: 2000,
     };
-    let log = RunLog::new(limits, stop.clone());
+    let log = Replay::new(limits, stop.clone());
     for _ in 0..10 {
         log.push(chunk(&"x".repeat(500)));
     }
@@ -79,7 +79,7 @@ fn data(frame: &Bytes) -> Chunk {
 
 #[test]
 fn a_pause_s_request_is_found_by_its_id_never_by_what_later_chunks_say() {
-    let log = RunLog::new(frames(3), RunStop::default());
+    let log = Replay::new(frames(3), RunStop::default());
     log.push(request("old"));
     let asked = log.push(request("p1"));
     // A chunk whose text names the pause and looks like a request.
@@ -112,7 +112,7 @@ fn a_restored_log_s_last_frame_is_its_stored_pause_s_request() {
         String::from_utf8(sse::encode(&chunk("before")).to_vec()).unwrap(),
         String::from_utf8(sse::encode(&request("p2")).to_vec()).unwrap(),
     ];
-    let log = RunLog::restore(frames(8), RunStop::default(), stored, 3, false, Some("p2"));
+    let log = Replay::restore(frames(8), RunStop::default(), stored, 3, false, Some("p2"));
 
     let found = data(&log.last_frame("p2").unwrap());
     assert_eq!(found.chunk_type, ChunkType::ConfirmationRequest);

@@ -1,7 +1,7 @@
 //! A run's output as a bounded replay log, and the registry that finds a
 //! session's log for a re-attach.
 //!
-//! The run pushes chunks into its [`RunLog`]; the log numbers them, encodes
+//! The run pushes chunks into its [`Replay`]; the log numbers them, encodes
 //! them once, and keeps the last `--replay-buffer` frames, at most
 //! `--replay-buffer-bytes` of them. At most one subscriber (the client
 //! currently attached, see [`super::stream`]) reads it from its own cursor.
@@ -9,7 +9,7 @@
 //! behind that an unread frame would be evicted, the run is stopped with
 //! `slow_consumer`, so buffering per stream is bounded by the log's limits.
 //!
-//! [`LogRegistry`](super::registry::LogRegistry) maps a session to its
+//! [`ReplayRegistry`](super::registry::ReplayRegistry) maps a session to its
 //! latest log, so a re-attach can find a run that is live or finished
 //! within its grace.
 
@@ -33,7 +33,7 @@ pub const REPLAY_BUFFER_BYTES: usize = 1024 * 1024;
 
 /// How much of a run's output its log keeps.
 #[derive(Debug, Clone, Copy)]
-pub struct LogLimits {
+pub struct ReplayLimits {
     /// Frames kept (`--replay-buffer`).
     pub frames: usize,
     /// Bytes of frames kept (`--replay-buffer-bytes`); the newest frame is
@@ -50,17 +50,17 @@ pub struct BeyondEnd {
 }
 
 /// The output of one run.
-pub struct RunLog {
-    inner: Mutex<LogInner>,
-    limits: LogLimits,
+pub struct Replay {
+    inner: Mutex<ReplayInner>,
+    limits: ReplayLimits,
     pub(super) stop: RunStop,
-    /// Woken when the run's pause ends (see [`RunLog::pause_ended`]) and
+    /// Woken when the run's pause ends (see [`Replay::pause_ended`]) and
     /// when its final chunk is pushed.
     changed: Notify,
 }
 
 /// A pause at least this long makes a run's end re-attachable for the
-/// grace whatever its stream wrote (see `RunLog::waited_since`). Scripts that
+/// grace whatever its stream wrote (see `Replay::waited_since`). Scripts that
 /// answer at once do not pay for it; people do not answer this fast.
 pub const LONG_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -71,7 +71,7 @@ pub const MAX_PAUSE_NOTES: usize = 16;
 /// A run's last calls its log keeps notes of, for its outcome.
 pub const MAX_RAN_NOTES: usize = 128;
 
-pub(super) struct LogInner {
+pub(super) struct ReplayInner {
     pub(super) frames: VecDeque<Bytes>,
     /// Bytes in `frames`.
     bytes: usize,
@@ -87,9 +87,9 @@ pub(super) struct LogInner {
     paused_since: Option<std::time::Instant>,
     /// When the last pause that lasted [`LONG_PAUSE`] or more ended: a
     /// client attached through it may have gone without the server
-    /// noticing (see `RunLog::waited_since`).
+    /// noticing (see `Replay::waited_since`).
     long_pause_ended: Option<std::time::Instant>,
-    /// The run was suspended (see [`RunLog::suspend`]): after the last frame
+    /// The run was suspended (see [`Replay::suspend`]): after the last frame
     /// the stream gets `trailer`, then ends, with no final chunk.
     pub(super) suspended: bool,
     pub(super) trailer: Option<Bytes>,
@@ -97,7 +97,7 @@ pub(super) struct LogInner {
     pub(super) next_subscriber_id: u64,
     /// Restored from a store: the process that wrote the stored frames may
     /// have sent more than it stored, so a client's `Last-Event-ID` may name
-    /// chunks this log never had. See [`RunLog::restore`].
+    /// chunks this log never had. See [`Replay::restore`].
     pub(super) restored: Option<Restored>,
     /// The run's last [`MAX_PAUSE_NOTES`] pauses, oldest first.
     pauses: VecDeque<PauseNote>,
@@ -131,16 +131,16 @@ pub(super) struct Subscriber {
     pub(super) waker: Option<Waker>,
 }
 
-impl LogInner {
+impl ReplayInner {
     pub(super) fn first_retained(&self) -> u64 {
         self.next_seq - self.frames.len() as u64
     }
 }
 
-impl RunLog {
-    pub fn new(limits: LogLimits, stop: RunStop) -> Arc<RunLog> {
-        Arc::new(RunLog {
-            inner: Mutex::new(LogInner {
+impl Replay {
+    pub fn new(limits: ReplayLimits, stop: RunStop) -> Arc<Replay> {
+        Arc::new(Replay {
+            inner: Mutex::new(ReplayInner {
                 frames: VecDeque::new(),
                 bytes: 0,
                 next_seq: 1,
@@ -157,7 +157,7 @@ impl RunLog {
                 ran: VecDeque::new(),
                 request: None,
             }),
-            limits: LogLimits {
+            limits: ReplayLimits {
                 frames: limits.frames.max(1),
                 bytes: limits.bytes,
             },
@@ -166,7 +166,7 @@ impl RunLog {
         })
     }
 
-    pub(super) fn lock(&self) -> MutexGuard<'_, LogInner> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, ReplayInner> {
         // Plain data; a panic elsewhere leaves it consistent.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -239,14 +239,14 @@ impl RunLog {
     /// own chunks from the first, renumbered past it, with the gap announced.
     /// `pause`: the stored pause whose request is the last frame.
     pub fn restore(
-        limits: LogLimits,
+        limits: ReplayLimits,
         stop: RunStop,
         frames: Vec<String>,
         next_seq: u64,
         at_work: bool,
         pause: Option<&str>,
-    ) -> Arc<RunLog> {
-        let log = RunLog::new(limits, stop);
+    ) -> Arc<Replay> {
+        let log = Replay::new(limits, stop);
         {
             let mut inner = log.lock();
             for frame in frames {
@@ -267,8 +267,8 @@ impl RunLog {
 
     /// The log of a run that had ended when its process stopped, restored
     /// from the end its store kept: its final chunk is among `end`'s frames.
-    pub fn restore_ended(limits: LogLimits, stop: RunStop, end: RunEnd) -> Arc<RunLog> {
-        let log = RunLog::restore(limits, stop, end.frames, end.next_seq, false, None);
+    pub fn restore_ended(limits: ReplayLimits, stop: RunStop, end: RunEnd) -> Arc<Replay> {
+        let log = Replay::restore(limits, stop, end.frames, end.next_seq, false, None);
         let mut inner = log.lock();
         inner.finished = true;
         inner.pauses = end.pauses.into();
@@ -417,7 +417,7 @@ impl RunLog {
         }
     }
 
-    /// The run paused: until [`RunLog::pause_ended`], a client that goes
+    /// The run paused: until [`Replay::pause_ended`], a client that goes
     /// away starts no grace.
     pub fn pause_started(&self) {
         let mut inner = self.lock();
@@ -486,7 +486,7 @@ impl RunLog {
     /// Attaches a new subscriber that starts after `last_seen` (0: from the
     /// start). A previous subscriber is detached and its stream ends. A
     /// `last_seen` beyond the last chunk sent is refused and takes nothing
-    /// over, unless the log was restored (see [`RunLog::restore`]): then the
+    /// over, unless the log was restored (see [`Replay::restore`]): then the
     /// subscriber is sent the log from the chunk it can be sure of (this
     /// process's first, or the last stored one: the pause), numbered on from
     /// `last_seen`, the gap announced. Returns the subscriber's id and
@@ -517,7 +517,7 @@ impl RunLog {
 
     pub(super) fn attach_locked(
         &self,
-        mut inner: MutexGuard<'_, LogInner>,
+        mut inner: MutexGuard<'_, ReplayInner>,
         last_seen: u64,
         offset: u64,
     ) -> u64 {
@@ -539,7 +539,7 @@ impl RunLog {
 
 /// The request of the pause `confirmation_id`, if it is the log's latest
 /// and still kept.
-fn request_frame<'a>(inner: &'a mut LogInner, confirmation_id: &str) -> Option<&'a mut Bytes> {
+fn request_frame<'a>(inner: &'a mut ReplayInner, confirmation_id: &str) -> Option<&'a mut Bytes> {
     let (seq, id) = inner.request.as_ref()?;
     if **id != *confirmation_id {
         return None;
