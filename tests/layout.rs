@@ -380,7 +380,7 @@ fn paths(code: &str) -> Vec<Vec<String>> {
         rest = &after[end..];
     }
     // Inline paths: `a::b(::c)*` anywhere in the code (`crate::x::y`,
-    // `super::x`, or a child module's `log::Replay`).
+    // `super::x`, or a child module's `replay::Replay`).
     let chars: Vec<char> = code.chars().collect();
     let mut i = 0;
     while i < chars.len() {
@@ -491,7 +491,7 @@ fn resolve(module: &str, path: &[String], names: &BTreeSet<String>) -> Option<St
                 }
             }
         }
-        // A relative path: a child module of this one (`log::Replay` in
+        // A relative path: a child module of this one (`replay::Replay` in
         // `run`), or something else (a crate, a type): no module edge.
         first => {
             let mut child = base.clone();
