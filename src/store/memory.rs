@@ -180,32 +180,16 @@ impl Store for MemoryStore {
         Box::pin(async { Ok(()) })
     }
 
-    fn keep_outcome<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        outcome: &'a Outcome,
-        keep: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let now = crate::clock::now_ms();
-        let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
-        outcomes.expire(now);
-        let at = (namespace.map(str::to_owned), outcome.session_id.clone());
-        outcomes.keep(at, outcome.clone(), now + keep.as_millis() as u64);
+    fn remove(&self, _run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
     }
 
-    fn outcome<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>> {
-        let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
-        outcomes.expire(crate::clock::now_ms());
-        let at = (namespace.map(str::to_owned), session_id.to_owned());
-        let found = outcomes.by_session.get(&at).map(|(_, o)| o.clone());
-        Box::pin(async { Ok(found) })
+    fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
+        Box::pin(async { Ok(Vec::new()) })
     }
+}
 
+impl super::GrantStore for MemoryStore {
     fn add_grant<'a>(&'a self, grant: &'a Grant) -> BoxFuture<'a, Result<bool, StoreError>> {
         let added = self.grants.add(grant, crate::clock::now_ms());
         Box::pin(async move { Ok(added) })
@@ -231,15 +215,9 @@ impl Store for MemoryStore {
         let revoked = self.grants.revoke(id);
         Box::pin(async move { Ok(revoked) })
     }
+}
 
-    fn remove(&self, _run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
-        Box::pin(async { Ok(Vec::new()) })
-    }
-
+impl super::OutboxStore for MemoryStore {
     fn announce<'a>(&'a self, events: &'a [OutboxEvent]) -> BoxFuture<'a, Result<(), StoreError>> {
         self.queue(events);
         Box::pin(async { Ok(()) })
@@ -294,9 +272,38 @@ impl Store for MemoryStore {
     }
 }
 
+impl super::OutcomeStore for MemoryStore {
+    fn keep_outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        outcome: &'a Outcome,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let now = crate::clock::now_ms();
+        let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
+        outcomes.expire(now);
+        let at = (namespace.map(str::to_owned), outcome.session_id.clone());
+        outcomes.keep(at, outcome.clone(), now + keep.as_millis() as u64);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>> {
+        let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
+        outcomes.expire(crate::clock::now_ms());
+        let at = (namespace.map(str::to_owned), session_id.to_owned());
+        let found = outcomes.by_session.get(&at).map(|(_, o)| o.clone());
+        Box::pin(async { Ok(found) })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{OutboxStore, OutcomeStore};
 
     fn event(order: &str, n: u32) -> OutboxEvent {
         OutboxEvent {

@@ -3,8 +3,10 @@
 //! `--store URL`: `memory` (the default: nothing outlives the process, as
 //! before), `sqlite:PATH` (one node: paused runs survive a restart or a
 //! `kill -9`) or `redis://HOST:PORT/DB` (replicas: any of them takes any
-//! reply; see [`crate::cluster`]). One [`Store`] trait; each backend in its
-//! own file.
+//! reply; see [`crate::cluster`]). Each backend in its own file serves four
+//! ports: [`Store`] (paused runs: save, decide, end, restore, list), and the
+//! three it builds on, [`GrantStore`] (grants), [`OutboxStore`] (webhook
+//! events) and [`OutcomeStore`] (kept outcomes); a `dyn Store` is all four.
 //!
 //! What is stored is a [`PausedRecord`] per paused run: its session (within
 //! its API key's namespace), the engine's state to resume it, the pending
@@ -394,15 +396,17 @@ pub struct OutboxStats {
 }
 
 /// Paused runs' records. Cheap to share behind an `Arc`.
-pub trait Store: Send + Sync + std::fmt::Debug {
+pub trait Store: GrantStore + OutboxStore + OutcomeStore + Send + Sync + std::fmt::Debug {
     /// Whether records outlive the process (everything but `memory`).
     fn is_durable(&self) -> bool;
+
     /// Whether every pause is kept, one whose state lives only in memory
     /// included ([`PausedRecord::in_memory`]): a store replicas share,
     /// whose inbox and pause index are the cluster's.
     fn indexes_every_pause(&self) -> bool {
         false
     }
+
     /// Inserts or replaces the record of a paused run, and queues `events`
     /// (its webhook events) with it: both or neither.
     fn save<'a>(
@@ -410,6 +414,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         record: PausedRecord,
         events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+
     /// Records the decision of run `run`'s pause (of session `key`), before
     /// the run acts on it. Recording the same nonce again is not an error:
     /// it is one decision. `events` are queued with it: both or neither.
@@ -420,6 +425,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         decision: &'a StoredDecision,
         events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+
     /// After [`Fault::Unknown`]: whether the decision of `nonce` was
     /// recorded; if it was not, it never will be.
     fn resolve<'a>(
@@ -428,6 +434,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         key: &'a SessionKey,
         nonce: &'a str,
     ) -> BoxFuture<'a, Result<Resolution, StoreError>>;
+
     /// Run `run` of session `key` ended: its record keeps only `end` for
     /// the store's grace (`--detach-grace`), then goes; with no grace it
     /// goes at once. A restore within the grace shows the end as it was.
@@ -439,29 +446,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         end: &'a RunEnd,
         events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>>;
-    /// Keeps `outcome`, the latest run's of session `session_id` in
-    /// `namespace` (its stored name), for `keep` (replacing the one before).
-    fn keep_outcome<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        outcome: &'a Outcome,
-        keep: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
-    /// The kept outcome of session `session_id` in `namespace`, if its time
-    /// is not over.
-    fn outcome<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>>;
+
     /// Forgets run `run` of session `key` at once (a record no client can
     /// reach any more).
     fn remove(&self, run: &str, key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>>;
+
     /// Run `run` was suspended by a shutdown: its record stays, for the
     /// next process (or another replica) to restore.
     fn suspend(&self, _run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
     }
+
     /// Where the stored pause `confirmation_id` is, across the cluster: its
     /// namespace and session id (an approver's reply names only the pause),
     /// undecided, or decided while its run's record lasts. A store of one
@@ -473,8 +468,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         let _ = confirmation_id;
         Box::pin(async { Ok(None) })
     }
+
     /// Every record, to restore at start.
     fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>>;
+
     /// The records of the pauses of `namespace` nobody has decided yet,
     /// across the cluster (the inbox with replicas), oldest expiry first:
     /// at most `limit`, those after the pause `after` when it is still
@@ -489,6 +486,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         let _ = (namespace, after, limit);
         Box::pin(async { Ok(Vec::new()) })
     }
+
     /// Keeps a step of the progress of run `run`'s pause (see
     /// [`PauseProgress`]), before it is announced, so that a restart or a
     /// takeover keeps it. Only the run's owner writes it, while the pause
@@ -502,24 +500,42 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         let _ = (run, key, step);
         Box::pin(async { Ok(()) })
     }
+
+    /// `Err(name)` while the store cannot be used, for `/readyz`.
+    fn health(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Grants (see `crate::store::grant`), the same for every replica at once.
+pub trait GrantStore: Send + Sync {
     /// Keeps `grant`, unless its namespace holds
     /// [`grant::MAX_GRANTS_PER_NAMESPACE`] live grants already (`false`).
     fn add_grant<'a>(&'a self, grant: &'a Grant) -> BoxFuture<'a, Result<bool, StoreError>>;
+
     /// The live grants of `namespace` (`None`: every namespace), newest
     /// first.
     fn grants<'a>(
         &'a self,
         namespace: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Vec<Grant>, StoreError>>;
+
     /// Uses one call of grant `id`, atomically for every replica: the calls
     /// left after it, or `None` when it is gone, expired or spent.
     fn take_grant_call<'a>(&'a self, id: &'a str)
         -> BoxFuture<'a, Result<Option<u32>, StoreError>>;
+
     /// Removes grant `id` for every replica at once: what it was, if it
     /// was there.
     fn revoke_grant<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Grant>, StoreError>>;
+}
+
+/// The webhook events' outbox: queued with the records that cause them,
+/// taken, settled.
+pub trait OutboxStore: Send + Sync {
     /// Queues webhook events that no record write carries.
     fn announce<'a>(&'a self, events: &'a [OutboxEvent]) -> BoxFuture<'a, Result<(), StoreError>>;
+
     /// Takes the undelivered events to send now: at most `limit`, oldest
     /// first, each the oldest of its URL and session (the next of a session
     /// waits for it), due at `now_ms` (its last failure's retry time
@@ -532,6 +548,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         now_ms: u64,
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<QueuedEvent>, StoreError>>;
+
     /// Events were sent: each `(seq, retry_at_ms)` delivered (or given
     /// up) goes (`None`); failed, it is tried again at `retry_at_ms`. In
     /// one write where the store can.
@@ -539,15 +556,33 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         &self,
         settled: Vec<(i64, Option<u64>)>,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
-    /// Writes what [`Store::settle_events`] noted and has not written yet
+
+    /// Writes what [`OutboxStore::settle_events`] noted and has not written yet
     /// (at shutdown: nothing delivered is sent again by the next process).
     fn flush_outbox(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
     }
+
     /// How full the outbox is.
     fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>>;
-    /// `Err(name)` while the store cannot be used, for `/readyz`.
-    fn health(&self) -> Result<(), String> {
-        Ok(())
-    }
+}
+
+/// Each session's latest run's outcome, kept for `--keep-outcome`.
+pub trait OutcomeStore: Send + Sync {
+    /// Keeps `outcome`, the latest run's of session `session_id` in
+    /// `namespace` (its stored name), for `keep` (replacing the one before).
+    fn keep_outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        outcome: &'a Outcome,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// The kept outcome of session `session_id` in `namespace`, if its time
+    /// is not over.
+    fn outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>>;
 }

@@ -1,5 +1,5 @@
 //! When each undelivered webhook event of a one-process store may be taken
-//! (see [`super::Store::due_events`]), kept in memory for `memory` and
+//! (see [`super::OutboxStore::due_events`]), kept in memory for `memory` and
 //! `sqlite:` alike (the sqlite store rebuilds it from its table at open).
 //!
 //! One queue per URL and session, in order; only a queue's head is

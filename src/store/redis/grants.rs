@@ -6,6 +6,7 @@
 //! budget is never exceeded however many replicas spend from it at once;
 //! a revoke deletes the hash, and every replica's next use finds nothing.
 
+use futures_util::future::BoxFuture;
 use std::sync::LazyLock;
 
 use redis::Script;
@@ -147,5 +148,29 @@ impl RedisStore {
     pub(super) async fn revoke_grant_now(&self, id: &str) -> Result<Option<Grant>, StoreError> {
         let json: Option<String> = self.invoke(&REVOKE, &[&grant_key(id)], &[SETS]).await?;
         Ok(json.and_then(|json| serde_json::from_str(&json).ok()))
+    }
+}
+
+impl crate::store::GrantStore for RedisStore {
+    fn add_grant<'a>(&'a self, grant: &'a Grant) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(self.add_grant_now(grant))
+    }
+
+    fn grants<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Grant>, StoreError>> {
+        Box::pin(self.list_grants(namespace))
+    }
+
+    fn take_grant_call<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u32>, StoreError>> {
+        Box::pin(self.take_grant(id))
+    }
+
+    fn revoke_grant<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Grant>, StoreError>> {
+        Box::pin(self.revoke_grant_now(id))
     }
 }

@@ -39,7 +39,7 @@
 //!   (with the pause's records), so that a decided pause's id still finds
 //!   its run while the run's record lasts.
 //!
-//! - `outcome:NAMESPACE:SESSION`: the session's latest run's [`Outcome`],
+//! - `outcome:NAMESPACE:SESSION`: the session's latest run's [`Outcome`](super::Outcome),
 //!   for `--keep-outcome`.
 //!
 //! Every key expires by itself: a session record an hour after its run
@@ -75,8 +75,8 @@ use self::scripts::{
     RESOLVE, RESOLVE_CLAIM, SAVE, SETTLE_EVENT, TAKE_EVENTS, TAKE_OVER, UNLIST,
 };
 use super::{
-    Fault, Grant, Located, OutboxEvent, OutboxStats, Outcome, PauseProgress, PausedRecord,
-    QueuedEvent, Resolution, RunEnd, Store, StoreError, StoredDecision,
+    Fault, Located, OutboxEvent, OutboxStats, PauseProgress, PausedRecord, QueuedEvent, Resolution,
+    RunEnd, Store, StoreError, StoredDecision,
 };
 use crate::session::{Namespaces, SessionKey};
 
@@ -505,23 +505,6 @@ impl Store for RedisStore {
         Box::pin(self.pending_page(namespace, after, limit))
     }
 
-    fn keep_outcome<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        outcome: &'a Outcome,
-        keep: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.keep_outcome_now(namespace, outcome, keep))
-    }
-
-    fn outcome<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>> {
-        Box::pin(self.read_outcome(namespace, session_id))
-    }
-
     fn locate<'a>(
         &'a self,
         confirmation_id: &'a str,
@@ -543,31 +526,11 @@ impl Store for RedisStore {
         // gets its next reply or re-attach (see `crate::run::place`).
         Box::pin(async { Ok(Vec::new()) })
     }
+}
 
+impl super::OutboxStore for RedisStore {
     fn announce<'a>(&'a self, events: &'a [OutboxEvent]) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.announce_events(events))
-    }
-
-    fn add_grant<'a>(&'a self, grant: &'a Grant) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(self.add_grant_now(grant))
-    }
-
-    fn grants<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<Grant>, StoreError>> {
-        Box::pin(self.list_grants(namespace))
-    }
-
-    fn take_grant_call<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<u32>, StoreError>> {
-        Box::pin(self.take_grant(id))
-    }
-
-    fn revoke_grant<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Grant>, StoreError>> {
-        Box::pin(self.revoke_grant_now(id))
     }
 
     fn due_events(

@@ -1,6 +1,7 @@
 //! Kept outcomes in Redis (`--keep-outcome`): one key per session,
 //! `chatgate:outcome:NAMESPACE:SESSION`, that expires by itself.
 
+use futures_util::future::BoxFuture;
 use std::time::Duration;
 
 use super::keys::outcome_key;
@@ -38,5 +39,24 @@ impl RedisStore {
             .await
             .map_err(|err| self.failed(&err))?;
         Ok(json.and_then(|json| serde_json::from_str(&json).ok()))
+    }
+}
+
+impl crate::store::OutcomeStore for RedisStore {
+    fn keep_outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        outcome: &'a Outcome,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.keep_outcome_now(namespace, outcome, keep))
+    }
+
+    fn outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>> {
+        Box::pin(self.read_outcome(namespace, session_id))
     }
 }

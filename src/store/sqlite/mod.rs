@@ -299,42 +299,6 @@ impl Store for SqliteStore {
         })
     }
 
-    fn keep_outcome<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        outcome: &'a Outcome,
-        keep: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let namespace = namespace.map(str::to_owned);
-        let outcome = outcome.clone();
-        let now = crate::clock::now_ms_i64();
-        let until = now + keep.as_millis() as i64;
-        let count_now = self
-            .outcomes_kept
-            .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(outcomes::COUNT_EVERY);
-        self.with_outbox(move |c| {
-            outcomes::keep(c, namespace.as_deref(), &outcome, now, until, count_now)
-        })
-    }
-
-    fn outcome<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>> {
-        let namespace = namespace.map(str::to_owned);
-        let session_id = session_id.to_owned();
-        let now = crate::clock::now_ms_i64();
-        self.with_outbox(move |c| outcomes::find(c, namespace.as_deref(), &session_id, now))
-    }
-
-    fn add_grant<'a>(&'a self, grant: &'a Grant) -> BoxFuture<'a, Result<bool, StoreError>> {
-        let grant = grant.clone();
-        let now = crate::clock::now_ms_i64();
-        self.with(move |c| grants::add(c, &grant, now))
-    }
-
     fn record_progress<'a>(
         &'a self,
         run: &'a str,
@@ -367,29 +331,6 @@ impl Store for SqliteStore {
             )
             .map(drop)
         })
-    }
-
-    fn grants<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<Grant>, StoreError>> {
-        let namespace = namespace.map(str::to_owned);
-        let now = crate::clock::now_ms_i64();
-        self.with(move |c| grants::list(c, namespace.as_deref(), now))
-    }
-
-    fn take_grant_call<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<u32>, StoreError>> {
-        let id = id.to_owned();
-        let now = crate::clock::now_ms_i64();
-        self.with(move |c| grants::take(c, &id, now))
-    }
-
-    fn revoke_grant<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Grant>, StoreError>> {
-        let id = id.to_owned();
-        self.with(move |c| grants::revoke(c, &id))
     }
 
     fn remove(&self, run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
@@ -437,7 +378,40 @@ impl Store for SqliteStore {
             Ok(records)
         })
     }
+}
 
+impl super::GrantStore for SqliteStore {
+    fn add_grant<'a>(&'a self, grant: &'a Grant) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let grant = grant.clone();
+        let now = crate::clock::now_ms_i64();
+        self.with(move |c| grants::add(c, &grant, now))
+    }
+
+    fn grants<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Grant>, StoreError>> {
+        let namespace = namespace.map(str::to_owned);
+        let now = crate::clock::now_ms_i64();
+        self.with(move |c| grants::list(c, namespace.as_deref(), now))
+    }
+
+    fn take_grant_call<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u32>, StoreError>> {
+        let id = id.to_owned();
+        let now = crate::clock::now_ms_i64();
+        self.with(move |c| grants::take(c, &id, now))
+    }
+
+    fn revoke_grant<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Grant>, StoreError>> {
+        let id = id.to_owned();
+        self.with(move |c| grants::revoke(c, &id))
+    }
+}
+
+impl super::OutboxStore for SqliteStore {
     fn announce<'a>(&'a self, events: &'a [OutboxEvent]) -> BoxFuture<'a, Result<(), StoreError>> {
         let events = events.to_vec();
         self.with(move |tx| tx.queue(&events))
@@ -472,6 +446,38 @@ impl Store for SqliteStore {
     fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>> {
         let stats = outbox::stats(&self.ledger);
         Box::pin(async move { Ok(stats) })
+    }
+}
+
+impl super::OutcomeStore for SqliteStore {
+    fn keep_outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        outcome: &'a Outcome,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let namespace = namespace.map(str::to_owned);
+        let outcome = outcome.clone();
+        let now = crate::clock::now_ms_i64();
+        let until = now + keep.as_millis() as i64;
+        let count_now = self
+            .outcomes_kept
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(outcomes::COUNT_EVERY);
+        self.with_outbox(move |c| {
+            outcomes::keep(c, namespace.as_deref(), &outcome, now, until, count_now)
+        })
+    }
+
+    fn outcome<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>> {
+        let namespace = namespace.map(str::to_owned);
+        let session_id = session_id.to_owned();
+        let now = crate::clock::now_ms_i64();
+        self.with_outbox(move |c| outcomes::find(c, namespace.as_deref(), &session_id, now))
     }
 }
 

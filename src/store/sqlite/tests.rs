@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::protocol::Action;
+use crate::store::OutboxStore;
 
 const GRACE: Duration = Duration::from_secs(60);
 
