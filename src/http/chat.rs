@@ -131,6 +131,21 @@ struct Incoming<'a> {
     body: bytes::Bytes,
 }
 
+impl Incoming<'_> {
+    /// Where the request's run is, for `session_id` (or the pause an
+    /// approver's `confirmation_id` names), the session noted for the
+    /// access log first.
+    async fn route(
+        &self,
+        session_id: &str,
+        confirmation_id: Option<&str>,
+    ) -> Result<Route, Unrouted> {
+        access_log::note_session(self.req, session_id);
+        let (caller, forwarded) = (self.caller, self.forwarded);
+        route(self.state, caller, session_id, confirmation_id, forwarded).await
+    }
+}
+
 /// A reply's parts, as the request gave them.
 struct RawReply<'a> {
     message: &'a crate::protocol::ReplyMessage,
@@ -146,17 +161,10 @@ async fn reattach(
     last_seen: u64,
     confirmation_id: Option<&str>,
 ) -> Result<HttpResponse, Refusal> {
-    let Incoming { req, state, .. } = incoming;
-    access_log::note_session(req, session_id);
     let refused = |err: ChatError| Refusal::new(err, session_id);
-    let routed = route(
-        state,
-        incoming.caller,
-        session_id,
-        confirmation_id,
-        incoming.forwarded,
-    );
-    let key = match routed.await {
+    let routed = incoming.route(session_id, confirmation_id).await;
+    let Incoming { req, state, .. } = incoming;
+    let key = match routed {
         Ok(Route::Here(key)) => key,
         Ok(Route::Forward(key, peer)) => {
             return forward_to(state, &peer, &key, req, incoming.body, Forwarding::Read)
@@ -181,17 +189,10 @@ async fn decide(
     session_id: &str,
     raw: RawReply<'_>,
 ) -> Result<HttpResponse, Refusal> {
-    let Incoming { req, state, .. } = incoming;
-    access_log::note_session(req, session_id);
     let refused = |err: ChatError| Refusal::new(err, session_id);
-    let routed = route(
-        state,
-        incoming.caller,
-        session_id,
-        raw.confirmation_id,
-        incoming.forwarded,
-    );
-    let key = match routed.await {
+    let routed = incoming.route(session_id, raw.confirmation_id).await;
+    let Incoming { req, state, .. } = incoming;
+    let key = match routed {
         Ok(Route::Here(key)) => key,
         Ok(Route::Forward(key, peer)) => {
             return forward_to(state, &peer, &key, req, incoming.body, Forwarding::Change)
