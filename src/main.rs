@@ -11,6 +11,49 @@ use clap::{CommandFactory, Parser};
 use chatgate::config::{apply_legacy_env, Settings};
 use chatgate::startup::Application;
 
+/// One log line: `[time LEVEL target] ` as env_logger writes it, then the
+/// record's key-values when it has any (who a line about a run is about:
+/// `session="s" run=3 key=key-1 pause=c-1`, see `chatgate::run_log!`) and
+/// `: `, then the message.
+fn log_line(buf: &mut env_logger::fmt::Formatter, record: &log::Record<'_>) -> std::io::Result<()> {
+    use std::io::Write;
+
+    struct Pairs<'a> {
+        buf: &'a mut env_logger::fmt::Formatter,
+        written: usize,
+    }
+    impl<'kvs> log::kv::VisitSource<'kvs> for Pairs<'_> {
+        fn visit_pair(
+            &mut self,
+            key: log::kv::Key<'kvs>,
+            value: log::kv::Value<'kvs>,
+        ) -> Result<(), log::kv::Error> {
+            let space = if self.written == 0 { "" } else { " " };
+            write!(self.buf, "{space}{key}={value}")?;
+            self.written += 1;
+            Ok(())
+        }
+    }
+
+    let level = record.level();
+    let style = buf.default_level_style(level);
+    write!(
+        buf,
+        "[{} {style}{level:<5}{style:#} {}] ",
+        buf.timestamp(),
+        record.target()
+    )?;
+    let mut pairs = Pairs { buf, written: 0 };
+    record
+        .key_values()
+        .visit(&mut pairs)
+        .map_err(std::io::Error::other)?;
+    if pairs.written > 0 {
+        write!(buf, ": ")?;
+    }
+    writeln!(buf, "{}", record.args())
+}
+
 fn main() -> ExitCode {
     // Before any thread exists: it may set environment variables.
     apply_legacy_env();
@@ -24,6 +67,7 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(
         env_logger::Env::default().default_filter_or("info,rmcp=off,tracing::span=warn"),
     )
+    .format(log_line)
     .init();
     let settings = match Settings::try_parse() {
         Ok(settings) => settings,

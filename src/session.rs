@@ -28,43 +28,154 @@ impl SessionKey {
 /// How a record names who acted: the API key's label (`key-2`, its place in
 /// the list, never the key), or `anonymous` without keys.
 pub fn owner_label(owner: Option<u32>) -> String {
-    owner.map_or_else(|| "anonymous".to_owned(), |i| format!("key-{}", i + 1))
+    Owner(owner).to_string()
 }
 
-/// What every log line about a run starts with, so that one run's lines
-/// (one decision's) can be found together: `session="demo-1" run=7
-/// key=key-1` (the session as a JSON string, as the access log writes it;
-/// the run's number in this process, when known).
-#[derive(Debug, Clone, Copy)]
-pub struct RunTag<'a> {
-    pub key: &'a SessionKey,
-    pub run: Option<u64>,
+/// Who a log line is about: the session, the run (its number in this
+/// process, when known), the API key, and the pause where there is one.
+/// Every line about a run is written with `run_log!`,
+/// which gives these as the record's key-values (`log`'s `kv`); the
+/// server's log format writes them first, one way:
+/// `session="demo-1" run=7 key=key-1 pause=c-9: <message>` (the session
+/// as a JSON string, as the access log writes it).
+///
+/// Owned (shared strings), so a call in flight can keep its run's tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunTag {
+    session: Quoted,
+    owner: Owner,
+    run: Option<u64>,
+    pause: Option<Arc<str>>,
 }
 
-impl<'a> RunTag<'a> {
-    pub fn of(key: &'a SessionKey, run: u64) -> RunTag<'a> {
+/// A session id as a JSON string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Quoted(Arc<str>);
+
+impl std::fmt::Display for Quoted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&serde_json::Value::from(self.0.as_ref()), f)
+    }
+}
+
+/// An API key by its label ([`owner_label`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Owner(Option<u32>);
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(i) => write!(f, "key-{}", i + 1),
+            None => f.write_str("anonymous"),
+        }
+    }
+}
+
+impl RunTag {
+    pub fn of(key: &SessionKey, run: u64) -> RunTag {
         RunTag {
-            key,
             run: Some(run),
+            ..RunTag::session(key)
         }
     }
 
     /// A session's, before (or without) a run of this process.
-    pub fn session(key: &'a SessionKey) -> RunTag<'a> {
-        RunTag { key, run: None }
+    pub fn session(key: &SessionKey) -> RunTag {
+        RunTag {
+            session: Quoted(key.session_id.clone()),
+            owner: Owner(key.owner),
+            run: None,
+            pause: None,
+        }
+    }
+
+    /// The same, about the pause `confirmation_id`.
+    pub fn pause(mut self, confirmation_id: &str) -> RunTag {
+        self.pause = Some(Arc::from(confirmation_id));
+        self
     }
 }
 
-impl std::fmt::Display for RunTag<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let session = serde_json::Value::from(self.key.session_id.as_ref());
-        write!(f, "session={session}")?;
+impl log::kv::Source for RunTag {
+    fn visit<'kvs>(
+        &'kvs self,
+        visitor: &mut dyn log::kv::VisitSource<'kvs>,
+    ) -> Result<(), log::kv::Error> {
+        use log::kv::{Key, Value};
+        visitor.visit_pair(Key::from_str("session"), Value::from_display(&self.session))?;
         if let Some(run) = self.run {
-            write!(f, " run={run}")?;
+            visitor.visit_pair(Key::from_str("run"), Value::from(run))?;
         }
-        write!(f, " key={}", owner_label(self.key.owner))
+        visitor.visit_pair(Key::from_str("key"), Value::from_display(&self.owner))?;
+        if let Some(pause) = &self.pause {
+            visitor.visit_pair(Key::from_str("pause"), Value::from(pause.as_ref()))?;
+        }
+        Ok(())
+    }
+
+    fn count(&self) -> usize {
+        2 + usize::from(self.run.is_some()) + usize::from(self.pause.is_some())
     }
 }
+
+/// What a log line may be about: a run ([`RunTag`]), or maybe one (a
+/// tool's call outside a run has none).
+pub trait About {
+    fn about(&self) -> Option<&RunTag>;
+}
+
+impl About for RunTag {
+    fn about(&self) -> Option<&RunTag> {
+        Some(self)
+    }
+}
+
+impl About for Option<&RunTag> {
+    fn about(&self) -> Option<&RunTag> {
+        *self
+    }
+}
+
+impl<T: About + ?Sized> About for &T {
+    fn about(&self) -> Option<&RunTag> {
+        (**self).about()
+    }
+}
+
+/// Writes one log line about a run: `tag`'s key-values and the message
+/// (a plain line when it names none). Use `run_log!`, which fills in the
+/// caller's module.
+pub fn log_about(level: log::Level, target: &str, tag: &dyn About, args: std::fmt::Arguments<'_>) {
+    let logger = log::logger();
+    let metadata = log::Metadata::builder().level(level).target(target).build();
+    if level > log::max_level() || !logger.enabled(&metadata) {
+        return;
+    }
+    let mut record = log::Record::builder();
+    record
+        .metadata(metadata)
+        .module_path(Some(target))
+        .args(args);
+    match tag.about() {
+        Some(tag) => logger.log(&record.key_values(tag).build()),
+        None => logger.log(&record.build()),
+    }
+}
+
+/// A log line about a run, written one way: `run_log!(Warn, tag, "...")`
+/// (the level as [`log::Level`] names it, a [`RunTag`] or an
+/// `Option<&RunTag>`, then what `format!` takes).
+macro_rules! run_log {
+    ($level:ident, $tag:expr, $($arg:tt)+) => {
+        $crate::session::log_about(
+            ::log::Level::$level,
+            module_path!(),
+            &$tag,
+            format_args!($($arg)+),
+        )
+    };
+}
+pub(crate) use run_log;
 
 /// The stored names of the API keys' namespaces.
 ///
@@ -185,5 +296,69 @@ mod tests {
         assert_eq!(keyless.owner(keyed.name(Some(0)).as_deref()), None);
         // An index no key has is never another namespace.
         assert_eq!(keyed.name(Some(7)).as_deref(), Some("unknown-7"));
+    }
+
+    /// Collects the key-values of this module's test records.
+    struct Collect(std::sync::Mutex<Vec<String>>);
+
+    impl log::Log for Collect {
+        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+            true
+        }
+
+        fn log(&self, record: &log::Record<'_>) {
+            struct Pairs(String);
+            impl<'kvs> log::kv::VisitSource<'kvs> for Pairs {
+                fn visit_pair(
+                    &mut self,
+                    key: log::kv::Key<'kvs>,
+                    value: log::kv::Value<'kvs>,
+                ) -> Result<(), log::kv::Error> {
+                    self.0.push_str(&format!("{key}={value} "));
+                    Ok(())
+                }
+            }
+            if record.target() != module_path!() {
+                return;
+            }
+            let mut pairs = Pairs(String::new());
+            record.key_values().visit(&mut pairs).unwrap();
+            let line = format!("{}| {}", pairs.0, record.args());
+            self.0.lock().unwrap().push(line);
+        }
+
+        fn flush(&self) {}
+    }
+
+    #[test]
+    fn a_line_about_a_run_carries_its_session_run_key_and_pause_as_key_values() {
+        let collect: &'static Collect = Box::leak(Box::new(Collect(Default::default())));
+        log::set_logger(collect).expect("the only logger of the unit tests");
+        log::set_max_level(log::LevelFilter::Trace);
+
+        let key = SessionKey::new(Some(0), r#"a "quoted" one"#);
+        run_log!(
+            Warn,
+            RunTag::of(&key, 7).pause("c-1"),
+            "escalated to {}",
+            "leads"
+        );
+        run_log!(
+            Info,
+            RunTag::session(&SessionKey::new(None, "s")),
+            "handed over"
+        );
+        let outside: Option<&RunTag> = None;
+        run_log!(Info, outside, "a call outside a run");
+
+        let lines = collect.0.lock().unwrap().clone();
+        assert_eq!(
+            lines,
+            [
+                r#"session="a \"quoted\" one" run=7 key=key-1 pause=c-1 | escalated to leads"#,
+                r#"session="s" key=anonymous | handed over"#,
+                "| a call outside a run",
+            ]
+        );
     }
 }

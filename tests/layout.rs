@@ -843,3 +843,37 @@ fn declared_fields<'a>(lines: &[&'a str]) -> Vec<(usize, Vec<&'a str>)> {
     }
     out
 }
+
+/// A log line about a run names it one way: `run_log!` with a `RunTag`
+/// (its session, run, key and pause as `log` key-values, #39 item 5), never
+/// by hand in the message. The access log writes its own request line
+/// (the session a request named), and a stored run whose API key is gone
+/// has no key to tag it with.
+#[test]
+fn log_lines_about_a_run_name_it_by_its_tag() {
+    let allowed = [
+        Path::new("src/session.rs"),
+        Path::new("src/http/access_log.rs"),
+        Path::new("src/run/restore.rs"),
+    ];
+    let mut found = Vec::new();
+    for file in rust_files(Path::new("src")) {
+        if allowed.contains(&file.as_path()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in without_tests(&text).lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            let by_hand = code.contains("\"session=") || code.contains(" run={");
+            let stringified = code.contains("tag().to_string()") || code.contains("{tag}");
+            if by_hand || stringified {
+                found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a run named by hand in a log line (use session::run_log!):\n{}",
+        found.join("\n")
+    );
+}

@@ -323,7 +323,11 @@ async fn approved(
     confirmation_id: Option<&str>,
 ) -> Result<Option<SessionKey>, ChatError> {
     let confirmation_id = confirmation_id.ok_or(ChatError::ApproverWithoutConfirmationId)?;
-    Ok(state.runs.locate(confirmation_id).await?)
+    state
+        .runs
+        .locate(confirmation_id)
+        .await
+        .map_err(ChatError::store(None))
 }
 
 /// The owner when another replica owns `key`'s run; `None` when the
@@ -336,7 +340,8 @@ async fn elsewhere(
     key: &SessionKey,
     forwarded: Option<Forwarded>,
 ) -> Result<Option<Peer>, ChatError> {
-    match state.runs.place(key).await? {
+    let place = state.runs.place(key).await;
+    match place.map_err(ChatError::store(Some(RunTag::session(key))))? {
         Place::Here => Ok(None),
         Place::Replica(_) if forwarded.is_some() => Err(ChatError::owner_unavailable()),
         Place::Replica(peer) => Ok(Some(peer)),

@@ -17,6 +17,8 @@ use crate::protocol::{meta, Action, Chunk, ErrorType, RequestError, MAX_BODY_BYT
 use crate::run::decide::ReplyError;
 use crate::run::start::StartError;
 use crate::run::ReattachError;
+use crate::session::run_log;
+use crate::session::RunTag;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -96,16 +98,20 @@ pub enum ChatError {
     OutcomeUnknown,
 }
 
-impl From<StoreError> for ChatError {
-    /// A store that cannot say where a session's run is (the details are
-    /// logged, never sent).
-    fn from(err: StoreError) -> ChatError {
-        log::error!("{err}");
-        ChatError::StoreUnreachable
-    }
-}
-
 impl ChatError {
+    /// A store that cannot answer (where a session's run is, its outcome,
+    /// the inbox): the details are logged, about `tag`'s session when the
+    /// request names one, and never sent.
+    pub fn store(tag: Option<RunTag>) -> impl FnOnce(StoreError) -> ChatError {
+        move |err| {
+            match tag {
+                Some(tag) => run_log!(Error, tag, "{err}"),
+                None => log::error!("{err}"),
+            }
+            ChatError::StoreUnreachable
+        }
+    }
+
     /// The table: each case's HTTP status and `error_type`.
     pub fn wire(&self) -> (StatusCode, ErrorType) {
         use ErrorType as T;

@@ -28,6 +28,7 @@ use secrecy::ExposeSecret;
 use super::error::ChatError;
 use crate::cluster::{Cluster, Peer};
 use crate::protocol::CHAT_PATH;
+use crate::session::run_log;
 use crate::session::RunTag;
 
 /// Carries `--cluster-secret` on a forwarded request.
@@ -115,7 +116,7 @@ pub fn client_address(req: &HttpRequest, forwarded: bool) -> Option<String> {
 pub async fn forward(
     cluster: &Cluster,
     owner: &Peer,
-    tag: &RunTag<'_>,
+    tag: &RunTag,
     req: &HttpRequest,
     body: Bytes,
     forwarding: Forwarding,
@@ -140,24 +141,24 @@ pub async fn forward(
     let unreachable = || ChatError::OwnerUnavailable {
         retry_after: owner.lease,
     };
+    let url = &owner.url;
     let answer = match tokio::time::timeout(FORWARD_WAIT, request.send()).await {
         Ok(Ok(answer)) => answer,
         // Never connected: nothing was sent, so nothing was taken.
         Ok(Err(err)) if err.is_connect() || forwarding == Forwarding::Read => {
-            log::warn!("{tag}: cannot reach the owner at {}: {err}", owner.url);
+            run_log!(Warn, tag, "cannot reach the owner at {url}: {err}");
             return Err(unreachable());
         }
         Ok(Err(err)) => {
-            log::warn!("{tag}: the owner at {} did not answer: {err}", owner.url);
+            run_log!(Warn, tag, "the owner at {url} did not answer: {err}");
             return Err(ChatError::OutcomeUnknown);
-        }
-        Err(_) if forwarding == Forwarding::Read => {
-            log::warn!("{tag}: the owner at {} did not answer in time", owner.url);
-            return Err(unreachable());
         }
         Err(_) => {
-            log::warn!("{tag}: the owner at {} did not answer in time", owner.url);
-            return Err(ChatError::OutcomeUnknown);
+            run_log!(Warn, tag, "the owner at {url} did not answer in time");
+            return Err(match forwarding {
+                Forwarding::Read => unreachable(),
+                _ => ChatError::OutcomeUnknown,
+            });
         }
     };
     let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -182,31 +183,33 @@ pub async fn forward(
 pub async fn pass_link(
     cluster: &Cluster,
     owner: &Peer,
-    tag: &RunTag<'_>,
+    tag: &RunTag,
     req: &HttpRequest,
     path: &str,
     post: bool,
     body: Bytes,
 ) -> Result<HttpResponse, ChatError> {
     let request = link_request(cluster, owner, req, path, post, body);
+    let url = &owner.url;
     let answer = match tokio::time::timeout(FORWARD_WAIT, request.send()).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(err)) if err.is_connect() || !post => {
-            log::warn!("{tag}: cannot reach the owner at {}: {err}", owner.url);
+            run_log!(Warn, tag, "cannot reach the owner at {url}: {err}");
             return Err(ChatError::OwnerUnavailable {
                 retry_after: owner.lease,
             });
         }
         _ if !post => {
-            log::warn!("{tag}: the owner at {} did not answer in time", owner.url);
+            run_log!(Warn, tag, "the owner at {url} did not answer in time");
             return Err(ChatError::OwnerUnavailable {
                 retry_after: owner.lease,
             });
         }
         _ => {
-            log::warn!(
-                "{tag}: the owner at {} did not answer a decision in time",
-                owner.url
+            run_log!(
+                Warn,
+                tag,
+                "the owner at {url} did not answer a decision in time"
             );
             return Err(ChatError::OutcomeUnknown);
         }

@@ -42,27 +42,9 @@ async fn list(
 ) -> Result<HttpResponse, ChatError> {
     let headers = req.headers();
     let caller = state.access.json_caller(headers)?;
-    let query = query
-        .map_err(|err| ChatError::InvalidRequest(format!("a malformed query: {err}")))?
-        .into_inner();
-    let limit = match query.limit.as_deref() {
-        None => INBOX_LIMIT,
-        Some(text) => text
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_INBOX_LIMIT).contains(n))
-            .ok_or_else(|| {
-                ChatError::InvalidRequest(format!(
-                    "limit must be a number from 1 to {MAX_INBOX_LIMIT}, not `{text}`"
-                ))
-            })?,
-    };
-    let query = InboxQuery {
-        limit,
-        after: query.after.filter(|after| !after.is_empty()),
-    };
-    let (items, role) = match caller {
-        Caller::Owner(owner) => (state.runs.inbox(owner, &query).await?, "requester"),
+    let query = inbox_query(query)?;
+    let (listed, role) = match caller {
+        Caller::Owner(owner) => (state.runs.inbox(owner, &query).await, "requester"),
         // An approver sees every namespace's its scope takes in.
         Caller::Approver(_) => {
             let decider = state.access.decider(caller);
@@ -72,9 +54,10 @@ async fn list(
                 state.access.may_see(caller, owner)
                     && may_decide(&decider, &item.deciding(), Action::Cancel).is_ok()
             };
-            (state.runs.inbox_of_all(&query, in_scope).await?, "approver")
+            (state.runs.inbox_of_all(&query, in_scope).await, "approver")
         }
     };
+    let items = listed.map_err(ChatError::store(None))?;
     let decider = state.access.decider(caller);
     let items: Vec<Interaction> = items
         .into_iter()
@@ -93,6 +76,32 @@ async fn list(
         .json(serde_json::json!({ "interactions": items, "role": role, "label": decider.label }));
     state.access.allow_origin(headers, &mut response);
     Ok(response)
+}
+
+/// The page a query asks for: `limit` (1 to [`MAX_INBOX_LIMIT`], else
+/// 400) and `after`.
+fn inbox_query(
+    query: Result<web::Query<RawQuery>, actix_web::Error>,
+) -> Result<InboxQuery, ChatError> {
+    let query = query
+        .map_err(|err| ChatError::InvalidRequest(format!("a malformed query: {err}")))?
+        .into_inner();
+    let limit = match query.limit.as_deref() {
+        None => INBOX_LIMIT,
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_INBOX_LIMIT).contains(n))
+            .ok_or_else(|| {
+                ChatError::InvalidRequest(format!(
+                    "limit must be a number from 1 to {MAX_INBOX_LIMIT}, not `{text}`"
+                ))
+            })?,
+    };
+    Ok(InboxQuery {
+        limit,
+        after: query.after.filter(|after| !after.is_empty()),
+    })
 }
 
 /// Why `decider` may not approve `item` (it may still cancel), if it may

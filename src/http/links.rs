@@ -18,18 +18,16 @@ use super::access::Caller;
 use super::error::ChatError;
 use super::forward;
 use super::state::AppState;
-use crate::confirmation::DecideError;
 use crate::notify::links::Token;
 use crate::protocol::{ReplyMessage, ReplyPayload, TaskDecisionRequest};
-use crate::run::decide::{Reply, ReplyError};
+use crate::run::decide::Reply;
 use crate::run::inbox::Interaction;
 use crate::run::place::Place;
 use crate::session::{RunTag, SessionKey};
 
-pub mod outcome;
 pub mod page;
 
-pub use self::outcome::Outcome;
+pub use crate::run::door::Outcome;
 
 /// Most bytes a link's form may be.
 pub const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -61,19 +59,53 @@ pub struct Target {
 /// Finds the pause `token` names and the key its label decides as: its
 /// scope must still admit it.
 pub async fn target(state: &AppState, token: Token) -> Result<Target, Outcome> {
-    let key = match state.runs.locate(&token.confirmation_id).await {
-        Ok(Some(key)) => key,
-        Ok(None) => return Err(Outcome::Gone),
-        Err(_) => return Err(Outcome::Unavailable),
-    };
-    match state.access.caller_of_label(&token.label) {
-        Some(caller) if state.access.may_see(caller, key.owner) => {
-            Ok(Target { token, key, caller })
+    // A label the keys file no longer has sees no namespace.
+    let caller = state.access.caller_of_label(&token.label);
+    let may_see = |owner| caller.is_some_and(|caller| state.access.may_see(caller, owner));
+    let key = state
+        .runs
+        .pause_for(&token.confirmation_id, may_see)
+        .await?;
+    let caller = caller.expect("a namespace was seen");
+    Ok(Target { token, key, caller })
+}
+
+/// Where a link's (or a button's) decision is taken.
+pub enum Routed {
+    /// Here: this replica holds the run.
+    Here,
+    /// Passed on as it came to the replica that holds the run, which
+    /// answered (`response`).
+    PassedOn(HttpResponse),
+    /// Nowhere: what the person is told.
+    Not(Outcome),
+}
+
+/// Routes `req` (to `path`, its `body` as it came) about `target` to the
+/// replica that holds the run: here, or passed on (once: a forwarded
+/// request is never passed on again).
+pub async fn route(
+    state: &AppState,
+    req: &HttpRequest,
+    (path, target): (&str, &Target),
+    post: bool,
+    body: web::Bytes,
+    forwarded: Option<&forward::Forwarded>,
+) -> Routed {
+    match state.runs.place(&target.key).await {
+        Ok(Place::Here) => Routed::Here,
+        Ok(Place::Replica(peer)) if forwarded.is_none() => {
+            let Some(cluster) = state.runs.cluster() else {
+                return Routed::Not(Outcome::Unavailable);
+            };
+            let tag = RunTag::session(&target.key);
+            match forward::pass_link(cluster, &peer, &tag, req, path, post, body).await {
+                Ok(response) => Routed::PassedOn(response),
+                Err(ChatError::OutcomeUnknown) => Routed::Not(Outcome::Unknown),
+                Err(_) => Routed::Not(Outcome::Unavailable),
+            }
         }
-        // A label the keys file no longer has (or its scope changed).
-        _ => Err(Outcome::Refused(
-            "this link's key may no longer decide this pause".to_owned(),
-        )),
+        _ => Routed::Not(Outcome::Unavailable),
     }
 }
 
@@ -105,22 +137,20 @@ pub async fn follow(
         Ok(target) => target,
         Err(outcome) => return page::of(outcome),
     };
-    match state.runs.place(&target.key).await {
-        Ok(Place::Here) => {}
-        Ok(Place::Replica(peer)) if forwarded.is_none() => {
-            let Some(cluster) = state.runs.cluster() else {
-                return page::unavailable();
-            };
-            let path = format!("/d/{text}");
-            let tag = RunTag::session(&target.key);
-            return forward::pass_link(cluster, &peer, &tag, req, &path, post, body)
-                .await
-                .unwrap_or_else(|err| match err {
-                    ChatError::OutcomeUnknown => page::of(Outcome::Unknown),
-                    _ => page::unavailable(),
-                });
-        }
-        _ => return page::unavailable(),
+    let path = format!("/d/{text}");
+    match route(
+        state,
+        req,
+        (&path, &target),
+        post,
+        body.clone(),
+        forwarded.as_ref(),
+    )
+    .await
+    {
+        Routed::Here => {}
+        Routed::PassedOn(response) => return response,
+        Routed::Not(outcome) => return page::of(outcome),
     }
     if !post {
         return show_pause(state, &target).await;
@@ -204,29 +234,7 @@ pub async fn decide_form(
         decider: &decider,
         not_after,
     };
-    match state.runs.decide(key, reply).await {
-        Ok(decided) => Outcome::Decided {
-            label: decider.label,
-            decided,
-        },
-        Err(ReplyError::Decided(note)) => Outcome::AlreadyDecided(note),
-        Err(ReplyError::Refused(DecideError::NoPending)) => {
-            match state.runs.decided_note(key, &token.confirmation_id).await {
-                Some(note) => Outcome::AlreadyDecided(note),
-                None => Outcome::Gone,
-            }
-        }
-        Err(ReplyError::OutcomeUnknown) => Outcome::Unknown,
-        Err(ReplyError::Refused(DecideError::AlreadyApproved(label))) => {
-            Outcome::AlreadyApproved(label)
-        }
-        Err(
-            ReplyError::StoreUnavailable
-            | ReplyError::Late
-            | ReplyError::Refused(DecideError::Settling | DecideError::Counting),
-        ) => Outcome::Unavailable,
-        Err(err) => Outcome::Refused(err.to_string()),
-    }
+    state.runs.decide_pause(key, reply).await
 }
 
 /// A form's answers: `a.<id>` fields, several of one id a list (a

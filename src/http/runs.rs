@@ -13,6 +13,7 @@ use super::access::Caller;
 use super::error::ChatError;
 use super::state::AppState;
 use crate::protocol::{is_valid_session_id, meta, RequestError};
+use crate::session::RunTag;
 use crate::session::SessionKey;
 use crate::store::Outcome;
 
@@ -50,14 +51,14 @@ async fn read(
     }
     let outcome = match caller {
         Caller::Owner(owner) => {
-            state
-                .runs
-                .outcome(&SessionKey::new(owner, session_id))
-                .await?
+            let key = SessionKey::new(owner, session_id);
+            let outcome = state.runs.outcome(&key).await;
+            outcome.map_err(ChatError::store(Some(RunTag::session(&key))))?
         }
         Caller::Approver(_) => {
             let id = confirmation_id.ok_or(ChatError::ApproverWithoutConfirmationId)?;
-            state.runs.outcome_by_pause(session_id, id).await?
+            let outcome = state.runs.outcome_by_pause(session_id, id).await;
+            outcome.map_err(ChatError::store(None))?
         }
     }
     .ok_or(ChatError::NoSuchOutcome)?;

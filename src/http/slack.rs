@@ -7,9 +7,11 @@
 //! a `block_actions` payload: the presser (`user.id`) is mapped to an
 //! approver key through the keys file's `slack=` attribute, and the button
 //! (`approve`: confirm; `reject`: cancel, nothing runs) decides the pause
-//! its `value` (a decision token) names, as that approver, through the
-//! decision link's path (so scopes, quorums, self-approval and the journal
-//! hold, and a run another replica holds is decided there). Slack is
+//! its `value` (a decision token) names, as that approver: a reply built
+//! here goes through the door every decision takes
+//! ([`Runs::decide_pause`](crate::run::Runs::decide_pause): scopes, quorums,
+//! self-approval and the journal hold), and a run another replica holds is
+//! decided there. Slack's reply is worded from the typed outcome. Slack is
 //! answered 200 at once; the message is then updated through the
 //! payload's `response_url` ("Approved by lead-1", or who decided first),
 //! and a presser who is no approver is told so in an ephemeral reply.
@@ -18,15 +20,14 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 
-use super::error::ChatError;
 use super::forward;
-use super::links::{self, Outcome};
+use super::links::{self, Outcome, Routed};
 use super::state::AppState;
 use crate::notify::links::Token;
 use crate::notify::slack;
-use crate::protocol::Action;
-use crate::run::place::Place;
-use crate::session::RunTag;
+use crate::protocol::{Action, ReplyMessage, ReplyPayload};
+use crate::run::decide::Reply;
+use crate::session::{run_log, RunTag};
 
 /// Most bytes an interactivity request may be (Slack's are a few KiB).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -62,23 +63,43 @@ pub async fn actions(
     let forwarded = forward::forwarded(state.runs.cluster().map(|c| c.as_ref()), req.headers())
         .ok()
         .flatten();
-    let pressed = match press(&state, &req, &body, &user, button, value, forwarded).await {
+    let mut about = None;
+    let pressed = match press(
+        &state,
+        &req,
+        &body,
+        (&user, button, value),
+        forwarded,
+        &mut about,
+    )
+    .await
+    {
         Pressed::PassedOn => return HttpResponse::Ok().finish(),
         Pressed::Outcome(outcome) => reply_to(outcome, &payload["message"]),
         Pressed::Told(why) => ephemeral(&why),
     };
     if let Some(url) = response_url {
-        tokio::spawn(async move {
-            if let Err(err) = app.http.post(&url).json(&pressed).send().await {
-                log::warn!(
-                    "slack: the message could not be updated at {}: {}",
-                    crate::redact::origin(&url),
-                    crate::redact::request_error(&err)
-                );
-            }
-        });
+        tokio::spawn(update(app, url, pressed, about));
     }
     HttpResponse::Ok().finish()
+}
+
+/// Updates the pressed message through the payload's `response_url`.
+async fn update(
+    app: std::sync::Arc<super::state::SlackApp>,
+    url: String,
+    pressed: Value,
+    about: Option<RunTag>,
+) {
+    if let Err(err) = app.http.post(&url).json(&pressed).send().await {
+        run_log!(
+            Warn,
+            about.as_ref(),
+            "slack: the message could not be updated at {}: {}",
+            crate::redact::origin(&url),
+            crate::redact::request_error(&err)
+        );
+    }
 }
 
 /// Whether `body` is at most [`MAX_BODY_BYTES`] and signed by Slack with
@@ -123,15 +144,15 @@ enum Pressed {
 
 /// Decides the pause the button's token names as the presser's approver
 /// key, through the decision link's door (its scope, quorum and journal),
-/// here or at the replica that holds its run.
+/// here or at the replica that holds its run. `about`: the pause's run,
+/// once found (what the press's later log lines are about).
 async fn press(
     state: &AppState,
     req: &HttpRequest,
     body: &web::Bytes,
-    user: &str,
-    button: &str,
-    value: &str,
+    (user, button, value): (&str, &str, &str),
     forwarded: Option<forward::Forwarded>,
+    about: &mut Option<RunTag>,
 ) -> Pressed {
     let Some(link_maker) = &state.runs.settings().links else {
         return Pressed::Told("this chatgate makes no decision links".to_owned());
@@ -147,8 +168,8 @@ async fn press(
         ));
     };
     let action = match button {
-        "approve" => "confirm",
-        "reject" => "cancel",
+        "approve" => Action::Confirm,
+        "reject" => Action::Cancel,
         _ => return Pressed::Told("unknown button".to_owned()),
     };
     let token = Token {
@@ -159,28 +180,49 @@ async fn press(
         Ok(target) => target,
         Err(outcome) => return Pressed::Outcome(outcome),
     };
-    match state.runs.place(&target.key).await {
-        Ok(Place::Here) => {}
-        Ok(Place::Replica(peer)) if forwarded.is_none() => {
-            let Some(cluster) = state.runs.cluster() else {
-                return Pressed::Outcome(Outcome::Unavailable);
-            };
-            let tag = RunTag::session(&target.key);
-            let path = req.path().to_owned();
-            return match forward::pass_link(cluster, &peer, &tag, req, &path, true, body.clone())
-                .await
-            {
-                Ok(_) => Pressed::PassedOn,
-                Err(ChatError::OutcomeUnknown) => Pressed::Outcome(Outcome::Unknown),
-                Err(_) => Pressed::Outcome(Outcome::Unavailable),
-            };
-        }
-        _ => return Pressed::Outcome(Outcome::Unavailable),
+    *about = Some(RunTag::session(&target.key).pause(&target.token.confirmation_id));
+    let path = req.path();
+    match links::route(
+        state,
+        req,
+        (path, &target),
+        true,
+        body.clone(),
+        forwarded.as_ref(),
+    )
+    .await
+    {
+        Routed::Here => {}
+        Routed::PassedOn(_) => return Pressed::PassedOn,
+        Routed::Not(outcome) => return Pressed::Outcome(outcome),
     }
-    let form = [("action".to_owned(), action.to_owned())];
     let client = forward::client_address(req, forwarded.is_some());
     let not_after = forwarded.and_then(|f| f.not_after);
-    Pressed::Outcome(links::decide_form(state, &target, &form, client.as_deref(), not_after).await)
+    Pressed::Outcome(decide(state, &target, action, client.as_deref(), not_after).await)
+}
+
+/// The button's reply, `action` on the decision path as the presser's key.
+async fn decide(
+    state: &AppState,
+    target: &links::Target,
+    action: Action,
+    client: Option<&str>,
+    not_after: Option<std::time::SystemTime>,
+) -> Outcome {
+    let message = ReplyMessage {
+        action: action.as_str().to_owned(),
+        text: None,
+    };
+    let decider = state.access.decider(target.caller);
+    let reply = Reply {
+        message: &message,
+        confirmation_id: Some(&target.token.confirmation_id),
+        payload: ReplyPayload::default(),
+        client,
+        decider: &decider,
+        not_after,
+    };
+    state.runs.decide_pause(&target.key, reply).await
 }
 
 /// Slack's reply to a press that reached the pause: the channel message is

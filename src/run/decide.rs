@@ -25,6 +25,7 @@ use crate::protocol::{
     ReplyPayload,
 };
 use crate::run::registry::ReplayRegistry;
+use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
 use crate::store::{DecidedBy, Fault, PauseNote, Resolution};
 use crate::webhook::DecisionData;
@@ -245,7 +246,11 @@ impl Runs {
             self.settings.wake_sender(&events);
             return recorder.audit_and_deliver(accepted).await.map(|()| decided);
         };
-        log::error!("{}: {err}", RunTag::of(key, accepted.run_id));
+        run_log!(
+            Error,
+            RunTag::of(key, accepted.run_id).pause(&accepted.confirmation_id),
+            "{err}"
+        );
         Err(match err.fault {
             // Not recorded, so not taken: the pause waits on, for a retry.
             Fault::Unreachable => {
@@ -465,17 +470,19 @@ impl Settling {
             };
             match resolved {
                 Ok(Resolution::Recorded) => {
-                    log::info!(
-                        "{}: a decision with an unknown outcome was recorded; it stands",
-                        RunTag::of(&recorder.key, accepted.run_id)
+                    run_log!(
+                        Info,
+                        RunTag::of(&recorder.key, accepted.run_id).pause(&accepted.confirmation_id),
+                        "a decision with an unknown outcome was recorded; it stands"
                     );
                     let _ = recorder.audit_and_deliver(accepted).await;
                     return;
                 }
                 Ok(Resolution::Void) => {
-                    log::info!(
-                        "{}: a decision with an unknown outcome was not recorded; the pause waits",
-                        RunTag::of(&recorder.key, accepted.run_id)
+                    run_log!(
+                        Info,
+                        RunTag::of(&recorder.key, accepted.run_id).pause(&accepted.confirmation_id),
+                        "a decision with an unknown outcome was not recorded; the pause waits"
                     );
                     accepted.ticket.withdraw();
                     return;

@@ -19,6 +19,7 @@ use super::replay::Replay;
 use crate::confirmation::slot::{PendingDecision, WritingEnd};
 use crate::protocol::{Chunk, ChunkType, ErrorType};
 use crate::run::settings::RunSettings;
+use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
 use crate::sse;
 use crate::store::{OutboxEvent, Outcome, PausedRecord, RunEnd, Store, StoreError};
@@ -73,7 +74,7 @@ pub(super) async fn drive_restored(
 }
 
 fn panicked(ctx: &RunContext) -> Result<Completion, RunError> {
-    ::log::error!("{}: engine panicked during a run", ctx.tag());
+    run_log!(Error, ctx.tag(), "engine panicked during a run");
     Err(RunError::unacted(ErrorType::Internal))
 }
 
@@ -87,10 +88,10 @@ async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
         // handed back, for any of them to take over at once.
         if let Some(stored_id) = ctx.stored_id() {
             if let Err(err) = settings.store.suspend(stored_id, ctx.session_key()).await {
-                ::log::warn!("{}: {err}", ctx.tag());
+                run_log!(Warn, ctx.tag(), "{err}");
             }
         }
-        ::log::debug!("{}: suspended until the next start", ctx.tag());
+        run_log!(Debug, ctx.tag(), "suspended until the next start");
         let (slot, log) = ctx.into_parts();
         drop(slot);
         log.suspend(sse::retry_trailer());
@@ -103,7 +104,7 @@ async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
     // Held until the end is written: a shutdown waits for it.
     let (ended, why, log, last, _ending) = finish(ctx, result);
     keep_outcome(&settings, &key, log.outcome(last)).await;
-    ::log::debug!("{}: ended with {ended:?}", RunTag::of(&key, run_id));
+    run_log!(Debug, RunTag::of(&key, run_id), "ended with {ended:?}");
     // `run.ended` for a run that paused: with its end's record when it has
     // one; the `ended` audit record last.
     let run = Subject {
@@ -175,9 +176,10 @@ async fn retry(
     let Err(err) = write(store.clone(), run.to_owned(), key.clone()).await else {
         return;
     };
-    ::log::error!(
-        "{}: {err}; trying the {what} of run {run} again in the background",
-        RunTag::session(key)
+    run_log!(
+        Error,
+        RunTag::session(key),
+        "{err}; trying the {what} of run {run} again in the background"
     );
     let (store, run, key) = (store.clone(), run.to_owned(), key.clone());
     tokio::spawn(async move {
@@ -188,19 +190,24 @@ async fn retry(
             match write(store.clone(), run.clone(), key.clone()).await {
                 Ok(()) => {
                     let tag = RunTag::session(&key);
-                    ::log::info!("{tag}: the ended run {run}'s record is written ({what})");
+                    run_log!(
+                        Info,
+                        tag,
+                        "the ended run {run}'s record is written ({what})"
+                    );
                     return;
                 }
                 Err(err) => {
                     let tag = RunTag::session(&key);
-                    ::log::debug!("{tag}: the ended run {run}'s record ({what}): {err}");
+                    run_log!(Debug, tag, "the ended run {run}'s record ({what}): {err}");
                 }
             }
             delay = (delay * 2).min(Duration::from_secs(60));
         }
-        ::log::warn!(
-            "{}: gave up the {what} of the ended run {run}'s record; a restart shows its end",
-            RunTag::session(&key)
+        run_log!(
+            Warn,
+            RunTag::session(&key),
+            "gave up the {what} of the ended run {run}'s record; a restart shows its end"
         );
     });
 }
@@ -248,6 +255,6 @@ pub(super) async fn keep_outcome(settings: &RunSettings, key: &SessionKey, outco
         .keep_outcome(namespace.as_deref(), &outcome, settings.keep_outcome)
         .await;
     if let Err(err) = kept {
-        ::log::warn!("{}: its outcome is not kept: {err}", RunTag::session(key));
+        run_log!(Warn, RunTag::session(key), "its outcome is not kept: {err}");
     }
 }

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use super::Runs;
 use crate::cluster::Cluster;
+use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
 
 /// How often each replica looks for expired pauses of replicas that died.
@@ -76,7 +77,7 @@ impl Runs {
             for session_id in sessions {
                 let key = SessionKey::new(owner, &session_id);
                 if let Err(err) = self.place(&key).await {
-                    ::log::debug!("{}: {err}", RunTag::session(&key));
+                    run_log!(Debug, RunTag::session(&key), "{err}");
                 }
             }
         }

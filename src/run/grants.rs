@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::journal::{Entry, GrantEvent};
 use super::Runs;
+use crate::session::{run_log, RunTag, SessionKey};
 use crate::store::{Grant, StoreError};
 
 /// Whose grants a caller sees.
@@ -62,9 +63,13 @@ impl Runs {
         let Some(grant) = store.revoke_grant(id).await? else {
             return Ok(false);
         };
-        log::info!(
-            "session={:?} key={} grant {id} revoked by {by}",
-            grant.session_id,
+        let owner = self.settings.namespaces.owner(Some(&grant.namespace));
+        let session =
+            owner.map(|owner| RunTag::session(&SessionKey::new(owner, &grant.session_id)));
+        run_log!(
+            Info,
+            session.as_ref(),
+            "grant {id} of {} revoked by {by}",
             grant.key
         );
         let revoked = GrantEvent::Revoked {

@@ -13,6 +13,8 @@
 //!   [`decide`]: the one path a decision takes (manager, store, audit,
 //!   delivery); [`journal`]: what is written of each pause event (its audit
 //!   record, webhook rows and stored decision: built there only);
+//!   [`door`]: a decision from a link, a button or another face (the
+//!   pause located by its id, the result typed as [`door::Outcome`]);
 //!   [`place`]: where a session's run lives; `restore`: runs a
 //!   durable store kept; `end`: a run's one final chunk.
 //! - [`readiness`]: what the probes and the metrics read (ready or why
@@ -24,6 +26,7 @@
 
 pub mod context;
 pub mod decide;
+pub mod door;
 mod end;
 pub mod engine;
 mod expiry;
@@ -60,6 +63,7 @@ use self::stream::{StreamSettings, Subscription};
 use crate::cluster::Cluster;
 use crate::confirmation::{ConfirmationManager, RunLimits};
 use crate::metrics::Metrics;
+use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
 use crate::store::{Outcome, RunEnd, StoreError};
 
@@ -233,7 +237,7 @@ impl Runs {
             Ok(Some(outcome)) => outcome,
             Ok(None) => return Err(ReattachError::NoSuchRun),
             Err(err) => {
-                ::log::warn!("{}: {err}", RunTag::session(&key));
+                run_log!(Warn, RunTag::session(&key), "{err}");
                 return Err(ReattachError::NoSuchRun);
             }
         };
@@ -259,7 +263,7 @@ impl Runs {
     /// Re-attaches to the run of `key`, replaying every chunk after `last_seen`.
     pub fn reattach(&self, key: SessionKey, last_seen: u64) -> Result<Subscription, ReattachError> {
         let log = self.logs.find(&key).ok_or_else(|| {
-            ::log::debug!("{}: nothing to re-attach to", RunTag::session(&key));
+            run_log!(Debug, RunTag::session(&key), "nothing to re-attach to");
             ReattachError::NoSuchRun
         })?;
         Subscription::attach(log, key, last_seen, self.stream.clone()).map_err(

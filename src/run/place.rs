@@ -5,6 +5,7 @@
 
 use super::Runs;
 use crate::cluster::{Located, Peer};
+use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
 use crate::store::StoreError;
 
@@ -39,7 +40,7 @@ impl Runs {
             return Ok(Place::Here);
         }
         let located = cluster.locate(key, !self.shutdown.is_cancelled()).await?;
-        ::log::debug!("{}: {located:?}", RunTag::session(key));
+        run_log!(Debug, RunTag::session(key), "{located:?}");
         match located {
             Located::Nobody => {}
             Located::Elsewhere(peer) => return Ok(Place::Replica(peer)),
@@ -49,15 +50,16 @@ impl Runs {
             // over by this process and now back: restored like any other.
             Located::Mine(run) | Located::TakenOver(run) => match cluster.record(&run).await? {
                 Some(record) => {
-                    ::log::info!(
-                        "{}: took over run {run} of a replica that is gone",
-                        RunTag::session(key)
+                    run_log!(
+                        Info,
+                        RunTag::session(key),
+                        "took over run {run} of a replica that is gone"
                     );
                     self.restore_one(record).await;
                 }
                 // It was working when its owner went, or it had ended.
                 None => {
-                    ::log::debug!("{}: run {run} has no record", RunTag::session(key));
+                    run_log!(Debug, RunTag::session(key), "run {run} has no record");
                     cluster.forget(key, &run).await?
                 }
             },

@@ -20,6 +20,7 @@ use crate::cluster::SETTLE_RETRY;
 use crate::confirmation::quorum::Progress;
 use crate::confirmation::Accepted;
 use crate::protocol::{meta, Chunk, ChunkType};
+use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
 use crate::store::{Fault, PauseProgress};
 
@@ -43,7 +44,11 @@ impl Runs {
                 &progress.rejected,
             );
             if let Err(err) = self.settings.store.record_progress(run, key, &step).await {
-                log::error!("{}: {err}", RunTag::of(key, accepted.run_id));
+                run_log!(
+                    Error,
+                    RunTag::of(key, accepted.run_id).pause(&accepted.confirmation_id),
+                    "{err}"
+                );
                 match err.fault {
                     Fault::Unknown => {
                         let runs = self.clone();
@@ -168,9 +173,10 @@ impl Runs {
                     let kept = self
                         .approval_kept(key, accepted, &progress, label, client.as_deref())
                         .await;
-                    log::info!(
-                        "{}: an approval by {label} with an unknown outcome was {}",
-                        RunTag::of(key, accepted.run_id),
+                    run_log!(
+                        Info,
+                        RunTag::of(key, accepted.run_id).pause(&accepted.confirmation_id),
+                        "an approval by {label} with an unknown outcome was {}",
                         if kept.is_ok() {
                             "kept; it counts"
                         } else {

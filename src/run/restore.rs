@@ -15,6 +15,7 @@ use super::Runs;
 use crate::confirmation::Begun;
 use crate::pause::approval::PlanCheck;
 use crate::protocol::{meta, Action, Ask, CancelReason, Chunk, ErrorType};
+use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
 use crate::store::{PausedRecord, StoredDecision};
 
@@ -242,7 +243,7 @@ impl Runs {
     /// lapsed): the copy here is suspended, as at a shutdown, so that its
     /// stream ends with `retry:` and its client re-attaches to the owner.
     pub fn relinquish(&self, key: &SessionKey) {
-        ::log::debug!("{}: handed over", RunTag::session(key));
+        run_log!(Debug, RunTag::session(key), "handed over");
         if let Some(log) = self.logs.find(key) {
             log.stop.stop(CancelReason::Shutdown);
         }

@@ -19,6 +19,7 @@ use super::stream::Subscription;
 use super::Runs;
 use crate::cluster::{Claimed, Cluster, Peer, SETTLE_PATIENCE};
 use crate::confirmation::{BeginError, Begun, RunSlot};
+use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
 use crate::store::{Fault, Resolution, StoreError};
 
@@ -128,7 +129,7 @@ impl Runs {
             Err(err) if err.fault == Fault::Lost => Ok(begun.now()),
             // `begun` is dropped: the old pause waits again.
             Err(err) => {
-                log::error!("{}: {err}", RunTag::session(key));
+                run_log!(Error, RunTag::session(key), "{err}");
                 Err(StartError::Store(err))
             }
         }
@@ -213,7 +214,7 @@ impl Runs {
                 Err(StartError::Unknown)
             }
             Err(err) => {
-                log::error!("{}: {err}", RunTag::session(key));
+                run_log!(Error, RunTag::session(key), "{err}");
                 Err(StartError::Store(err))
             }
         }

@@ -15,6 +15,7 @@
 //!   stopped, the tool gets SIGTERM, then everything SIGKILL
 //!   [`KILL_GRACE`] later. A tool dies with chatgate, `kill -9` included.
 
+use crate::session::{run_log, RunTag};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -68,11 +69,13 @@ impl CommandSpec {
         Ok(CommandSpec { argv, cwd, env })
     }
 
+    /// `tag`: the run whose call it is (its log lines are about it).
     pub async fn run(
         &self,
         args: &Value,
         timeout: Duration,
         stop: impl std::future::Future<Output = ()>,
+        tag: Option<&RunTag>,
     ) -> ToolOutcome {
         let started = Instant::now();
         let mut command = keeper::command(&self.argv, &self.env, self.cwd.as_deref());
@@ -127,11 +130,11 @@ impl CommandSpec {
                             "timed out after {}",
                             humantime::format_duration(timeout)
                         ));
-                        terminate(keeper, &mut child).await;
+                        terminate(keeper, &mut child, tag).await;
                     }
                     () = &mut stop, if why_stopped.is_none() => {
                         why_stopped = Some("stopped: the run was stopped".to_owned());
-                        terminate(keeper, &mut child).await;
+                        terminate(keeper, &mut child, tag).await;
                     }
                 }
             };
@@ -162,7 +165,7 @@ impl CommandSpec {
 /// Asks the keeper to stop the call: it passes `SIGTERM` to the tool and
 /// kills everything [`KILL_GRACE`] later. If it has not exited a second
 /// after that (it always has), it is killed itself.
-async fn terminate(keeper: Option<Pid>, child: &mut tokio::process::Child) {
+async fn terminate(keeper: Option<Pid>, child: &mut tokio::process::Child, tag: Option<&RunTag>) {
     let Some(keeper) = keeper else {
         return;
     };
@@ -170,7 +173,11 @@ async fn terminate(keeper: Option<Pid>, child: &mut tokio::process::Child) {
     let _ = kill(keeper, Signal::SIGTERM);
     let bound = KILL_GRACE + Duration::from_secs(1);
     if tokio::time::timeout(bound, child.wait()).await.is_err() {
-        log::error!("a tool's keeper did not exit {bound:?} after SIGTERM; killing it");
+        run_log!(
+            Error,
+            tag,
+            "a tool's keeper did not exit {bound:?} after SIGTERM; killing it"
+        );
         let _ = kill(keeper, Signal::SIGKILL);
     }
 }
@@ -277,6 +284,7 @@ mod tests {
                 &json!({"step": "a \"quoted\" $(rm -rf /)"}),
                 Duration::from_secs(10),
                 never(),
+                None,
             )
             .await;
         assert!(outcome.ok, "{outcome:?}");
@@ -295,7 +303,7 @@ mod tests {
         let mut listed = spec(&["sh", "-c", "env"]);
         listed.env = vec!["CARGO_PKG_NAME".into()];
         let outcome = listed
-            .run(&json!({}), Duration::from_secs(10), never())
+            .run(&json!({}), Duration::from_secs(10), never(), None)
             .await;
         let env = outcome.result.unwrap();
         assert!(env.contains("CARGO_PKG_NAME=chatgate"), "{env}");
@@ -306,7 +314,7 @@ mod tests {
     #[tokio::test]
     async fn a_non_zero_exit_fails_with_the_tail_of_stderr() {
         let outcome = spec(&["sh", "-c", "echo nope >&2; exit 3"])
-            .run(&json!({}), Duration::from_secs(10), never())
+            .run(&json!({}), Duration::from_secs(10), never(), None)
             .await;
         assert!(!outcome.ok);
         assert_eq!(outcome.exit_status, Some(3));
@@ -316,7 +324,7 @@ mod tests {
     #[tokio::test]
     async fn a_large_output_is_capped_and_marked_truncated() {
         let outcome = spec(&["sh", "-c", "head -c 200000 /dev/zero | tr '\\\\0' x"])
-            .run(&json!({}), Duration::from_secs(10), never())
+            .run(&json!({}), Duration::from_secs(10), never(), None)
             .await;
         assert!(outcome.ok);
         assert!(outcome.truncated);
@@ -334,7 +342,7 @@ mod tests {
         let script = format!("(sleep 3; touch {}) & sleep 30", marker.display());
         let started = Instant::now();
         let outcome = spec(&["sh", "-c", &script])
-            .run(&json!({}), Duration::from_millis(300), never())
+            .run(&json!({}), Duration::from_millis(300), never(), None)
             .await;
         assert!(!outcome.ok);
         assert!(outcome.error.unwrap().starts_with("timed out after 300ms"));
@@ -367,7 +375,7 @@ mod tests {
         );
         let started = Instant::now();
         let outcome = spec(&["sh", "-c", &script])
-            .run(&json!({}), Duration::from_secs(30), never())
+            .run(&json!({}), Duration::from_secs(30), never(), None)
             .await;
 
         assert!(outcome.ok, "the exit status decides: {outcome:?}");
@@ -387,7 +395,7 @@ mod tests {
         let script = format!("setsid {needle} & {needle}");
         let started = Instant::now();
         let outcome = spec(&["sh", "-c", &script])
-            .run(&json!({}), Duration::from_millis(500), never())
+            .run(&json!({}), Duration::from_millis(500), never(), None)
             .await;
 
         assert!(outcome.error.unwrap().starts_with("timed out after 500ms"));
@@ -406,6 +414,7 @@ mod tests {
                 &json!({}),
                 Duration::from_secs(60),
                 tokio::time::sleep(Duration::from_millis(200)),
+                None,
             )
             .await;
         assert!(!outcome.ok);

@@ -188,7 +188,10 @@ impl Tool {
         host: &mut H,
     ) -> (ToolOutcome, Option<H::Error>) {
         match &self.executor {
-            Executor::Command(spec) => (spec.run(args, self.timeout, stop).await, None),
+            Executor::Command(spec) => {
+                let tag = host.tag();
+                (spec.run(args, self.timeout, stop, tag.as_ref()).await, None)
+            }
             #[cfg(feature = "openai")]
             Executor::Http(spec) => (spec.run(args, self.timeout, stop).await, None),
             // A server's questions and progress go to `host` (the run).

@@ -348,7 +348,7 @@ async fn a_server_s_log_lines_during_a_call_name_its_run() {
     };
     assert!(
         line.contains(r#"session="logged \"one\"" run="#)
-            && line.contains("key=anonymous MCP server ask (Info)"),
+            && line.contains("key=anonymous: MCP server ask (Info)"),
         "{line}"
     );
     assert_eq!(post("CONFIRM_ACTION:skip").await.unwrap().status(), 200);

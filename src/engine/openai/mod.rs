@@ -51,13 +51,14 @@ use self::conversations::{ConversationLimits, Conversations};
 use self::plan::{plan_answered, plan_tool, plan_turn};
 use self::reply::ModelReply;
 use self::turn::{PausedTurn, Pending, Resumable};
-use self::upstream::{CallError, ModelCall, Upstream};
+use self::upstream::{CallError, ModelCall, Upstream, Who};
 use super::llm::OpenAiConfig;
 use crate::protocol::{meta, ChunkType, ErrorType};
 use crate::run::context::RunContext;
 use crate::run::engine::Engine;
 use crate::run::outcome::{Completion, RunError};
 use crate::run::plan::Resumed;
+use crate::session::run_log;
 use crate::tools::Tools;
 
 /// Model calls one run may make (a plan, its revisions, the report).
@@ -328,11 +329,10 @@ impl OpenAiEngine {
             request,
             // Who is speaking, in the call's log lines: the run, and the
             // model server by its origin only.
-            format!(
-                "{}: model server {}",
-                ctx.tag(),
-                crate::redact::origin(&url)
-            ),
+            Who {
+                tag: ctx.tag(),
+                server: format!("model server {}", crate::redact::origin(&url)),
+            },
             self.config.timeout,
             self.config.max_time,
         );
@@ -416,7 +416,7 @@ impl Engine for OpenAiEngine {
         resumed: Resumed,
     ) -> Option<BoxFuture<'a, Result<Completion, RunError>>> {
         let paused: PausedTurn = serde_json::from_value(state)
-            .map_err(|err| log::warn!("{}: cannot read a stored openai run: {err}", ctx.tag()))
+            .map_err(|err| run_log!(Warn, ctx.tag(), "cannot read a stored openai run: {err}"))
             .ok()?;
         Some(
             async move {

@@ -17,6 +17,7 @@
 //! Dropping the [`ModelCall`] (the run stopped) aborts the task, which closes
 //! the connection to the model server.
 
+use crate::session::run_log;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -122,6 +123,13 @@ pub enum Upstream {
     Failed(CallError),
 }
 
+/// Who a model call's log lines are about: the run, and the model server
+/// by its origin (`model server http://host:port`, never the whole URL).
+pub struct Who {
+    pub tag: crate::session::RunTag,
+    pub server: String,
+}
+
 /// A model call in progress.
 pub struct ModelCall {
     events: mpsc::Receiver<Upstream>,
@@ -130,12 +138,11 @@ pub struct ModelCall {
 
 impl ModelCall {
     /// Sends `request` from a task on `runtime`; the call must end by
-    /// `max_time` from now. `who` starts its log lines (the run, and the
-    /// model server by its origin).
+    /// `max_time` from now. `who` is whom its log lines are about.
     pub fn start(
         runtime: &tokio::runtime::Handle,
         request: reqwest::RequestBuilder,
-        who: String,
+        who: Who,
         read_timeout: Duration,
         max_time: Duration,
     ) -> ModelCall {
@@ -147,7 +154,12 @@ impl ModelCall {
                 Ok(Ok(())) => Upstream::Done,
                 Ok(Err(err)) => Upstream::Failed(err),
                 Err(_) => {
-                    log::warn!("{who}: the call passed its deadline ({max_time:?})");
+                    run_log!(
+                        Warn,
+                        who.tag,
+                        "{}: the call passed its deadline ({max_time:?})",
+                        who.server
+                    );
                     Upstream::Failed(CallError::Deadline(max_time))
                 }
             };
@@ -179,7 +191,7 @@ impl Drop for ModelCall {
 /// `Retry-After` in seconds, or `retry-after-ms`) while the deadline allows.
 async fn send_with_retries(
     request: reqwest::RequestBuilder,
-    who: &str,
+    who: &Who,
     read_timeout: Duration,
     deadline: Instant,
 ) -> Result<reqwest::Response, CallError> {
@@ -188,8 +200,11 @@ async fn send_with_retries(
         // A JSON body (ours, always) can be sent again.
         let sending = request.try_clone().ok_or(CallError::Unreachable)?;
         let mut response = sending.send().await.map_err(|err| {
-            log::warn!(
-                "{who}: cannot be reached: {}",
+            run_log!(
+                Warn,
+                who.tag,
+                "{}: cannot be reached: {}",
+                who.server,
                 crate::redact::request_error(&err)
             );
             if err.is_timeout() {
@@ -205,8 +220,11 @@ async fn send_with_retries(
         let asked = retry_after(response.headers());
         let wait = asked.unwrap_or(FIRST_BACKOFF * 2u32.pow(attempt.min(6)));
         let detail = read_error_body(&mut response).await;
-        log::warn!(
-            "{who}: answered {status} (attempt {}): {detail:.200}",
+        run_log!(
+            Warn,
+            who.tag,
+            "{}: answered {status} (attempt {}): {detail:.200}",
+            who.server,
             attempt + 1
         );
         if attempt >= MAX_RETRIES || Instant::now() + wait >= deadline {
@@ -237,7 +255,7 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
 
 async fn read_call(
     request: reqwest::RequestBuilder,
-    who: &str,
+    who: &Who,
     read_timeout: Duration,
     deadline: Instant,
     events: &mpsc::Sender<Upstream>,
@@ -246,7 +264,7 @@ async fn read_call(
     let status = response.status();
     if !status.is_success() {
         let detail = read_error_body(&mut response).await;
-        log::warn!("{who}: answered {status}: {detail}");
+        run_log!(Warn, who.tag, "{}: answered {status}: {detail}", who.server);
         return Err(CallError::Status {
             status: status.as_u16(),
         });
@@ -259,7 +277,7 @@ async fn read_call(
             Ok(None) => break,
             Err(err) => {
                 let why = crate::redact::request_error(&err);
-                log::warn!("{who}: the stream broke: {why}");
+                run_log!(Warn, who.tag, "{}: the stream broke: {why}", who.server);
                 return Err(if err.is_timeout() {
                     CallError::NoAnswer(read_timeout)
                 } else {
@@ -291,18 +309,29 @@ async fn read_call(
     if finished {
         Ok(())
     } else {
-        log::warn!("{who}: the stream ended without [DONE] or a finish_reason");
+        run_log!(
+            Warn,
+            who.tag,
+            "{}: the stream ended without [DONE] or a finish_reason",
+            who.server
+        );
         Err(CallError::EndedEarly)
     }
 }
 
-fn parse_event(data: &str, who: &str) -> Result<StreamChunk, CallError> {
+fn parse_event(data: &str, who: &Who) -> Result<StreamChunk, CallError> {
     let chunk: StreamChunk = serde_json::from_str(data).map_err(|err| {
-        log::warn!("{who}: an unreadable event: {err}");
+        run_log!(Warn, who.tag, "{}: an unreadable event: {err}", who.server);
         CallError::Unreadable("not a chat-completion chunk")
     })?;
     if let Some(error) = &chunk.error {
-        log::warn!("{who}: reported: {:.500}", error.to_string());
+        run_log!(
+            Warn,
+            who.tag,
+            "{}: reported: {:.500}",
+            who.server,
+            error.to_string()
+        );
         return Err(CallError::Reported);
     }
     Ok(chunk)

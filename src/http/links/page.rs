@@ -5,8 +5,8 @@ use actix_web::http::StatusCode;
 use actix_web::HttpResponse;
 use serde_json::Value;
 
-use super::outcome::Outcome;
 use crate::notify::links::Token;
+use crate::run::door::Outcome;
 use crate::run::inbox::Interaction;
 use crate::store::PauseNote;
 use actix_web::http::header;

@@ -10,6 +10,7 @@ use crate::confirmation::Decision;
 use crate::protocol::{CancelReason, Decisions, ErrorType, PauseKind, TaskDecision, Verdict};
 use crate::run::journal::{Entry, Pause, PauseEvent};
 use crate::run::outcome::RunError;
+use crate::session::run_log;
 use crate::store::Fault;
 
 impl RunContext {
@@ -86,14 +87,15 @@ impl RunContext {
         };
         match recording {
             Err(err) if err.fault == Fault::Moved => {
-                log::info!(
-                    "{}: {err}: the paused run is handed to its new owner",
-                    self.tag()
+                run_log!(
+                    Info,
+                    self.tag(),
+                    "{err}: the paused run is handed to its new owner"
                 );
                 return Err(RunError::Suspended);
             }
             // It ends here as decided; a restore finds its pause expired.
-            Err(err) => log::warn!("{}: {err}", self.tag()),
+            Err(err) => run_log!(Warn, self.tag(), "{err}"),
             Ok(()) => {}
         }
         if self.settings.journal().audit(audit.as_ref()).await.is_err() {

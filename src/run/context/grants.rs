@@ -10,6 +10,7 @@ use crate::confirmation::grant::GrantSpec;
 use crate::protocol::{meta, ApprovedBy, ChunkType};
 use crate::run::journal::GrantEvent;
 use crate::run::outcome::RunError;
+use crate::session::run_log;
 use crate::store::{Grant, GrantScope};
 use crate::tools::rules::{all_match, matchers_of_json};
 use crate::tools::Tool;
@@ -55,7 +56,7 @@ impl RunContext {
                 crate::store::grant::MAX_GRANTS_PER_NAMESPACE
             )),
             Err(err) => {
-                log::error!("{} cannot keep a grant: {err}", self.tag());
+                run_log!(Error, self.tag(), "cannot keep a grant: {err}");
                 Some("the store cannot keep it now".to_owned())
             }
         };
@@ -111,7 +112,7 @@ impl RunContext {
         let grants = match store.grants(Some(&namespace)).await {
             Ok(grants) => grants,
             Err(err) => {
-                log::error!("{} cannot look up grants: {err}", self.tag());
+                run_log!(Error, self.tag(), "cannot look up grants: {err}");
                 return None;
             }
         };
@@ -133,7 +134,7 @@ impl RunContext {
                 Ok(Some(_)) => return Some(ApprovedBy::Grant(grant.id.clone())),
                 Ok(None) => continue,
                 Err(err) => {
-                    log::error!("{} cannot spend a grant's call: {err}", self.tag());
+                    run_log!(Error, self.tag(), "cannot spend a grant's call: {err}");
                     return None;
                 }
             }

@@ -165,8 +165,8 @@ impl RunContext {
         self.slot.run_id()
     }
 
-    /// What this run's log lines start with (its session, number and key).
-    pub fn tag(&self) -> RunTag<'_> {
+    /// Who this run's log lines are about (its session, number and key).
+    pub fn tag(&self) -> RunTag {
         RunTag::of(self.session_key(), self.run_id())
     }
 

@@ -21,6 +21,7 @@ use crate::protocol::{Action, Ask, CancelReason, ErrorType, PauseKind};
 use crate::run::journal::{Pause, PauseEvent};
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Approval, Plan, Questions};
+use crate::session::run_log;
 use crate::session::RunTag;
 use crate::store::PausedRecord;
 
@@ -230,7 +231,7 @@ impl RunContext {
         };
         let (key, run_id) = (self.session_key().clone(), self.run_id());
         store.save(record, &events).await.map_err(|err| {
-            log::error!("{}: {err}", RunTag::of(&key, run_id));
+            run_log!(Error, RunTag::of(&key, run_id), "{err}");
             RunError::Failed {
                 error_type: ErrorType::StoreUnavailable,
                 message: "the store cannot keep this pause; nothing was asked".to_owned(),

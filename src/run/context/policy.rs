@@ -5,6 +5,7 @@
 //! closed, and `chatgate_policy_decisions_total`).
 
 use crate::run::journal::CallEvent;
+use crate::session::run_log;
 use serde_json::Value;
 
 use super::RunContext;
@@ -147,9 +148,10 @@ impl RunContext {
         for rule in matched {
             self.metrics
                 .policy_decision(&rule.name, rule.decision.as_str(), rule.mode.as_str());
-            log::info!(
-                "{} rule \"{}\" ({}) would {} {}; it goes to {}",
+            run_log!(
+                Info,
                 self.tag(),
+                "rule \"{}\" ({}) would {} {}; it goes to {}",
                 rule.name,
                 rule.mode.as_str(),
                 rule.decision.as_str(),

@@ -21,6 +21,7 @@ use crate::pause::approval::PlanCheck;
 use crate::pause::Scope;
 use crate::protocol::{ChunkType, PauseKind};
 use crate::run::journal::{Pause, PauseEvent, Subject};
+use crate::session::run_log;
 use crate::store::{Fault, PauseProgress};
 use crate::tools::gate::Escalation;
 
@@ -88,7 +89,7 @@ impl RunContext {
         let stored = self.stored_id.clone();
         let id = confirmation_id.to_owned();
         let timers = timers.clone();
-        let tag = self.tag().to_string();
+        let tag = self.tag().pause(confirmation_id);
         let namespace = self.key_label();
         let run_id = self.run_id();
         tokio::spawn(async move {
@@ -186,7 +187,7 @@ impl RunContext {
                         else {
                             return;
                         };
-                        log::info!("{tag} pause {id} escalated to {group}");
+                        run_log!(Info, tag, "escalated to {group}");
                         let field = format!("\"escalated_to\":{}", serde_json::json!(group));
                         log.amend_request(&id, field.as_bytes());
                         let mut text = format!("Escalated to {group}: nobody decided in time");
@@ -233,7 +234,7 @@ impl RunContext {
                 // Kept first: a restart or takeover must not fire it again.
                 if let Some(run) = stored.as_deref() {
                     if let Err(err) = settings.store.record_progress(run, &key, &step).await {
-                        log::warn!("{tag} pause {id}: its timer's step was not kept: {err}");
+                        run_log!(Warn, tag, "its timer's step was not kept: {err}");
                         if matches!(err.fault, Fault::Moved | Fault::Lost) {
                             // The pause is another's now (or gone): not ours to announce.
                             return;

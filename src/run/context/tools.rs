@@ -3,6 +3,8 @@
 //! may ask questions mid-call: they are put to the user on the run's stream.
 
 use crate::run::journal::CallEvent;
+use crate::session::run_log;
+use crate::session::RunTag;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
@@ -191,9 +193,10 @@ impl CallHost for Host<'_> {
     }
 
     fn cannot_ask(&mut self, why: &str) {
-        log::info!(
-            "{} {}: a question that cannot be asked ({why}), declined",
+        run_log!(
+            Info,
             self.ctx.tag(),
+            "{}: a question that cannot be asked ({why}), declined",
             self.tool
         );
         let text = format!(
@@ -207,8 +210,8 @@ impl CallHost for Host<'_> {
         self.ctx.log.push(chunk);
     }
 
-    fn tag(&self) -> String {
-        self.ctx.tag().to_string()
+    fn tag(&self) -> Option<RunTag> {
+        Some(self.ctx.tag())
     }
 
     fn progress(&mut self, text: &str) {

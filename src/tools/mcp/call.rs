@@ -5,6 +5,7 @@
 //! asks on its stream), and the answer goes back to the server; the call's
 //! progress is shown through it too. rmcp stays in this module's tree.
 
+use crate::session::RunTag;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -48,9 +49,8 @@ pub trait CallHost: Send {
     /// The call's progress (at most one per [`PROGRESS_EVERY`]).
     fn progress(&mut self, text: &str);
 
-    /// What the call's log lines start with: the run's session, number and
-    /// key (`session="s" run=3 key=key-1`); empty outside a run.
-    fn tag(&self) -> String;
+    /// Who the call's log lines are about: its run (none outside a run).
+    fn tag(&self) -> Option<RunTag>;
 }
 
 /// Makes the call of `call` with `args`, within `timeout` (the person's
@@ -67,7 +67,10 @@ pub async fn run<H: CallHost>(
     let (asks, mut questions) = mpsc::channel(1);
     let (progress, mut progressed) = mpsc::channel(1);
     let tag = host.tag();
-    let mut running = Box::pin(call.server.call(&call.tool, args, asks, progress, &tag));
+    let mut running = Box::pin(
+        call.server
+            .call(&call.tool, args, asks, progress, tag.as_ref()),
+    );
     let mut last_shown: Option<Instant> = None;
     let mut deadline = tokio::time::Instant::now() + timeout;
     tokio::pin!(stop);
@@ -158,7 +161,7 @@ impl CallHost for Unattended {
 
     fn progress(&mut self, _text: &str) {}
 
-    fn tag(&self) -> String {
-        String::new()
+    fn tag(&self) -> Option<RunTag> {
+        None
     }
 }

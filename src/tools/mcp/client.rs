@@ -14,6 +14,7 @@
 //!   go to chatgate's log (cut to 1 KiB); progress of the call in flight
 //!   goes to its run, which shows it as `status` chunks.
 
+use crate::session::{run_log, RunTag};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -68,8 +69,9 @@ pub struct Asker {
     list_changed: AtomicBool,
     /// A question is on its way to a person, or being asked.
     pending: AtomicBool,
-    /// The log tag of the run whose call is in flight (empty: none).
-    tag: Mutex<String>,
+    /// Who the call in flight's log lines are about (none: no call, or
+    /// one outside a run).
+    tag: Mutex<Option<RunTag>>,
 }
 
 /// Clears [`Asker::pending`] when a question is settled, however it ends.
@@ -84,28 +86,27 @@ impl Drop for Pending<'_> {
 impl Asker {
     /// From now until [`Asker::clear`], questions go to `to`, progress to
     /// `progress`.
-    /// `tag`: the run's log tag, which the server's log lines during the
-    /// call carry.
-    pub fn set(&self, to: mpsc::Sender<Elicitation>, progress: mpsc::Sender<String>, tag: &str) {
+    /// `tag`: the run the server's log lines during the call are about.
+    pub fn set(
+        &self,
+        to: mpsc::Sender<Elicitation>,
+        progress: mpsc::Sender<String>,
+        tag: Option<&RunTag>,
+    ) {
         *self.call.lock().unwrap_or_else(|p| p.into_inner()) = Some(to);
         *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = Some(progress);
-        tag.clone_into(&mut self.tag.lock().unwrap_or_else(|p| p.into_inner()));
+        *self.tag.lock().unwrap_or_else(|p| p.into_inner()) = tag.cloned();
     }
 
     pub fn clear(&self) {
         *self.call.lock().unwrap_or_else(|p| p.into_inner()) = None;
         *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        self.tag.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        *self.tag.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
-    /// What a log line about the call in flight starts with: the run's tag
-    /// and a space, or nothing between calls.
-    fn prefix(&self) -> String {
-        let tag = self.tag.lock().unwrap_or_else(|p| p.into_inner());
-        match tag.as_str() {
-            "" => String::new(),
-            tag => format!("{tag} "),
-        }
+    /// Who a log line about the call in flight is about (its run, if any).
+    fn tag(&self) -> Option<RunTag> {
+        self.tag.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Whether the server said its tools changed since the last call of
@@ -142,9 +143,10 @@ impl ClientHandler for Handler {
             ..
         } = request
         else {
-            let run = self.asker.prefix();
-            log::info!(
-                "{run}MCP server {}: a URL elicitation, declined",
+            run_log!(
+                Info,
+                self.asker.tag().as_ref(),
+                "MCP server {}: a URL elicitation, declined",
                 self.server
             );
             return Ok(declined());
@@ -160,9 +162,10 @@ impl ClientHandler for Handler {
         // while the first is pending is declined, so a server cannot queue
         // up questions.
         if self.asker.pending.swap(true, Ordering::SeqCst) {
-            log::info!(
-                "{}MCP server {}: a question while another is pending, declined",
-                self.asker.prefix(),
+            run_log!(
+                Info,
+                self.asker.tag().as_ref(),
+                "MCP server {}: a question while another is pending, declined",
                 self.server
             );
             return Ok(declined());
@@ -242,9 +245,10 @@ impl ClientHandler for Handler {
             other => other.to_string(),
         };
         let data: String = data.chars().take(MAX_LOGGED_CHARS).collect();
-        let run = self.asker.prefix();
-        log::info!(
-            "{run}MCP server {} ({:?}): {data}",
+        run_log!(
+            Info,
+            self.asker.tag().as_ref(),
+            "MCP server {} ({:?}): {data}",
             self.server,
             params.level
         );

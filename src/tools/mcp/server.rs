@@ -1,5 +1,6 @@
 //! One MCP server: its process, its connection, its restarts, its calls.
 
+use crate::session::{run_log, RunTag};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -295,7 +296,7 @@ impl McpServer {
         args: &Value,
         asks: mpsc::Sender<Elicitation>,
         progress: mpsc::Sender<String>,
-        tag: &str,
+        tag: Option<&RunTag>,
     ) -> ToolOutcome {
         let started = Instant::now();
         let _turn = self.calls.lock().await;
@@ -393,8 +394,8 @@ struct InFlight<'a> {
     service: &'a Arc<Service>,
     asker: &'a Asker,
     answered: bool,
-    /// The run's log tag.
-    tag: &'a str,
+    /// Who its log lines are about.
+    tag: Option<&'a RunTag>,
 }
 
 impl Drop for InFlight<'_> {
@@ -403,10 +404,11 @@ impl Drop for InFlight<'_> {
         if self.answered {
             return;
         }
-        log::warn!(
-            "{} MCP server {}: a call was given up before the server answered; \
-             restarting it, so that nothing it still does for that call reaches another",
+        run_log!(
+            Warn,
             self.tag,
+            "MCP server {}: a call was given up before the server answered; \
+                 restarting it, so that nothing it still does for that call reaches another",
             self.server.name
         );
         if self.server.unlink(self.service) {
