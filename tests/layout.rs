@@ -637,8 +637,9 @@ fn the_who_may_decide_rule_is_defined_once() {
     );
 }
 
-/// Kind comparisons by `==` live in `pause/` only (elsewhere: a match, or
-/// a method of the kind).
+/// Kind comparisons by `==` (or a `matches!`, an `if let`, a `let else`:
+/// anything the compiler would not name for a new kind) live in `pause/`
+/// only (elsewhere: an exhaustive match, or a method of the kind).
 #[test]
 fn no_kind_is_compared_by_eq_outside_pause() {
     let mut found = Vec::new();
@@ -649,10 +650,18 @@ fn no_kind_is_compared_by_eq_outside_pause() {
         let text = std::fs::read_to_string(&file).unwrap();
         for (n, line) in text.lines().enumerate() {
             let code = line.split("//").next().unwrap_or("");
-            if code.contains("== PauseKind::")
-                || code.contains("!= PauseKind::")
-                || code.contains("== crate::protocol::PauseKind::")
-            {
+            // A kind tested by `==`, `matches!`, `if let` or `let ... else`
+            // falls through for a new kind without the compiler naming it.
+            let kinds = ["PauseKind::", "Ask::", "PauseData::", "Asking::"];
+            let partial = kinds.iter().any(|kind| {
+                code.contains(&format!("== {kind}"))
+                    || code.contains(&format!("!= {kind}"))
+                    || code.contains(&format!("== crate::protocol::{kind}"))
+                    || (code.contains("matches!(") && code.contains(kind))
+                    || code.contains(&format!("if let {kind}"))
+                    || (code.contains(&format!("let {kind}")) && code.contains("else"))
+            });
+            if partial {
                 found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
             }
         }
@@ -874,6 +883,40 @@ fn log_lines_about_a_run_name_it_by_its_tag() {
     assert!(
         found.is_empty(),
         "a run named by hand in a log line (use session::run_log!):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The renderers (the link page, mail, Slack's message, the inbox) read a
+/// pause's typed data (`PauseData`, `ConfirmationData`, `QuestionData`),
+/// never its JSON by key (#39 item 3): a field renamed or a kind added is
+/// then named by the compiler. Slack's own message, which a press sends
+/// back, is Slack's JSON and is read as such (`notify/slack.rs`'s
+/// `with_progress`).
+#[test]
+fn the_renderers_read_the_typed_pause_data() {
+    let renderers = [
+        "src/notify/mod.rs",
+        "src/notify/mail.rs",
+        "src/notify/slack.rs",
+        "src/http/links.rs",
+        "src/http/links/page.rs",
+        "src/http/inbox.rs",
+    ];
+    let by_key = regex_lite(r#"(confirmation_data|data|task|q|plan)(\.get\("|\[")"#);
+    let mut found = Vec::new();
+    for file in renderers {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (n, line) in without_tests(&text).lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if by_key(code) {
+                found.push(format!("{file}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a pause's JSON read by key:\n{}",
         found.join("\n")
     );
 }

@@ -50,11 +50,15 @@ impl Pause {
         verdicts: &Decisions,
         granting: bool,
     ) -> Result<Counted, DecideError> {
-        let Asking::Plan(plan) = &self.asking else {
-            return Ok(Counted::Decides {
-                approved_by: vec![decider.label.clone()],
-                decisions: verdicts.clone(),
-            });
+        let plan = match &self.asking {
+            Asking::Plan(plan) => plan,
+            // Nothing to count: the one reply decides.
+            Asking::Questions(_) => {
+                return Ok(Counted::Decides {
+                    approved_by: vec![decider.label.clone()],
+                    decisions: verdicts.clone(),
+                })
+            }
         };
         if self.approving && quorum.required > 1 {
             return Err(DecideError::Counting);

@@ -62,7 +62,7 @@ async fn list(
     let items: Vec<Interaction> = items
         .into_iter()
         .map(|mut item| {
-            if matches!(item.kind, crate::protocol::PauseKind::Approval) {
+            if item.kind.asks_a_yes() {
                 item.why_not = why_not(&decider, &item);
                 item.may_approve = Some(item.why_not.is_none());
             }

@@ -12,6 +12,7 @@
 //! The token never reaches a log (the access log writes `/d/<token>`).
 
 use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::access::Caller;
@@ -19,7 +20,7 @@ use super::error::ChatError;
 use super::forward;
 use super::state::AppState;
 use crate::notify::links::Token;
-use crate::protocol::{ReplyMessage, ReplyPayload, TaskDecisionRequest};
+use crate::protocol::{PauseData, ReplyMessage, ReplyPayload, TaskDecisionRequest};
 use crate::run::decide::Reply;
 use crate::run::inbox::Interaction;
 use crate::run::place::Place;
@@ -241,16 +242,14 @@ pub async fn decide_form(
 /// multi-select); a question with a schema gets its value as JSON when it
 /// reads as JSON (a number, a boolean).
 fn answers_of(form: &[(String, String)], item: Option<&Interaction>) -> Map<String, Value> {
-    let questions = item
-        .and_then(|item| item.confirmation_data.get("questions"))
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let asked = item.map(|item| PauseData::deserialize(&item.confirmation_data));
+    let questions = match asked {
+        Some(Ok(PauseData::Question(asked))) => asked.questions,
+        Some(Ok(PauseData::Approval(_)) | Err(_)) | None => Vec::new(),
+    };
     let mut answers = Map::new();
     for q in &questions {
-        let Some(id) = q.get("id").and_then(Value::as_str) else {
-            continue;
-        };
+        let id = q.id.as_str();
         let name = format!("a.{id}");
         let given: Vec<&str> = form
             .iter()
@@ -260,11 +259,9 @@ fn answers_of(form: &[(String, String)], item: Option<&Interaction>) -> Map<Stri
         if given.is_empty() {
             continue;
         }
-        let multi = q.get("multi_select").and_then(Value::as_bool) == Some(true);
-        let typed = q.get("schema").is_some();
-        let value = if multi {
+        let value = if q.multi_select {
             Value::from(given)
-        } else if typed {
+        } else if q.schema.is_some() {
             serde_json::from_str(given[0]).unwrap_or_else(|_| Value::from(given[0]))
         } else {
             Value::from(given[0])

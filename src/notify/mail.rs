@@ -15,6 +15,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::protocol::{PauseData, RiskLevel};
+
 /// An outbox target that is a mail address, not a URL.
 pub const MAILTO: &str = "mailto:";
 
@@ -47,27 +49,27 @@ pub enum MailWhy {
     Escalated(String),
 }
 
-/// The mail of the pause whose `confirmation_data` is `data` (asked by
-/// `key`, summed up as `summary`) for `to`, and why it is sent.
+/// The mail of the pause `pause` (asked by `key`, summed up as `summary`;
+/// none when its request is no longer at hand) for `to`, and why it is
+/// sent.
 pub fn letter(
     event_id: &str,
-    data: &Value,
+    pause: Option<&PauseData>,
     key: &str,
     session_id: &str,
     summary: &str,
     why: &MailWhy,
     to: &MailTo,
 ) -> Letter {
-    let text_of = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-    let expires = text_of(data, "expires_at");
-    let risk = text_of(data, "risk_level");
+    let card = super::Card::of(pause);
+    let (expires, risk) = (card.expires_at, card.risk);
     let reason = why;
     let why = match reason {
         MailWhy::Escalated(group) => format!("Escalated to {group}: nobody decided in time.\n\n"),
         MailWhy::Reminded => "Reminder: nobody has decided this yet.\n\n".to_owned(),
         MailWhy::Asked => String::new(),
     };
-    let who = super::who_decides(data);
+    let who = &card.who_decides;
     let mut text = format!(
         "{why}{summary}\nfrom {key}, session {session_id}, {risk} risk, expires {expires}\n{who}\n\n"
     );
@@ -77,32 +79,24 @@ pub fn letter(
         escape(summary),
         escape(key),
         escape(session_id),
-        escape(&risk),
-        escape(&expires),
-        escape(&who)
+        escape(risk),
+        escape(expires),
+        escape(who)
     );
-    let tasks = data
-        .get("tasks")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    for task in &tasks {
-        let args = task.get("args").map(Value::to_string).unwrap_or_default();
+    for task in card.tasks {
+        let args = task.args.as_ref().map(Value::to_string).unwrap_or_default();
         let args: String = args.chars().take(500).collect();
+        let task_risk = task.risk_level.map_or("", RiskLevel::as_str);
         let line = format!(
-            "{}. {} ({} risk): {}\n   {}\n",
-            task.get("index").and_then(Value::as_u64).unwrap_or(0),
-            text_of(task, "tool"),
-            text_of(task, "risk_level"),
-            text_of(task, "description"),
-            args
+            "{}. {} ({task_risk} risk): {}\n   {}\n",
+            task.index, task.tool, task.description, args
         );
         text.push_str(&line);
         html.push_str(&format!(
             "<li><b>{}</b> ({} risk): {}<br><code>{}</code></li>",
-            escape(&text_of(task, "tool")),
-            escape(&text_of(task, "risk_level")),
-            escape(&text_of(task, "description")),
+            escape(&task.tool),
+            escape(task_risk),
+            escape(&task.description),
             escape(&args)
         ));
     }
@@ -118,8 +112,8 @@ pub fn letter(
     ));
     // The tools it would run and the session, then the summary.
     let mut tools: Vec<String> = Vec::new();
-    for task in &tasks {
-        let tool = text_of(task, "tool");
+    for task in card.tasks {
+        let tool = task.tool.clone();
         if !tool.is_empty() && !tools.contains(&tool) {
             tools.push(tool);
         }
@@ -295,11 +289,22 @@ fn percent_decode(text: &str) -> String {
 mod tests {
     use super::*;
 
+    use serde_json::json;
+
+    fn plan(risk: &str, tasks: Value) -> PauseData {
+        serde_json::from_value(json!({"confirmation_id": "c-1", "confirmation_round": 1,
+            "options": ["confirm", "cancel"], "timeout_seconds": 60,
+            "expires_at": "2026-11-27T18:00:00Z", "risk_level": risk, "tasks": tasks}))
+        .unwrap()
+    }
+
     #[test]
     fn a_letter_has_the_tasks_the_link_and_an_id_from_the_event() {
-        let data = serde_json::json!({"risk_level": "high", "expires_at": "2026-11-27T18:00:00Z",
-            "tasks": [{"index": 1, "tool": "deploy", "risk_level": "high",
-                       "description": "deploy <web>", "args": {"step": "deploy web"}}]});
+        let data = plan(
+            "high",
+            json!([{"index": 1, "tool": "deploy", "risk_level": "high",
+                    "description": "deploy <web>", "args": {"step": "deploy web"}}]),
+        );
         let to = MailTo {
             address: "lead@example.com".into(),
             label: "lead-1".into(),
@@ -307,7 +312,7 @@ mod tests {
         };
         let letter = letter(
             "ev-1",
-            &data,
+            Some(&data),
             "ci-bot",
             "s1",
             "Confirm?",
@@ -321,7 +326,7 @@ mod tests {
         );
         let sneaky = super::letter(
             "ev-2",
-            &data,
+            Some(&data),
             "ci-bot",
             "s1",
             "a\r\nBcc: x@y",

@@ -8,6 +8,8 @@ use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 use sha2::Sha256;
 
+use crate::protocol::{PauseData, RiskLevel};
+
 /// How far an interactivity request's timestamp may be from now (Slack's
 /// own advice: 5 minutes), in seconds.
 pub const MAX_SKEW_SECS: u64 = 300;
@@ -48,23 +50,24 @@ pub fn verify(secret: &str, timestamp: &str, signature: &str, body: &[u8], now_s
 /// [`ARGS_SHOWN`] characters) there is no Approve: nobody approves what
 /// they were not shown; a button opens the full pause on the page (`page`,
 /// with `--public-url`) instead.
-pub fn message(data: &Value, key: &str, summary: &str, token: &str, page: Option<&str>) -> Value {
-    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-    let risk = text(data, "risk_level");
+pub fn message(
+    pause: &PauseData,
+    key: &str,
+    summary: &str,
+    token: &str,
+    page: Option<&str>,
+) -> Value {
+    let card = super::Card::of(Some(pause));
     let mut blocks = vec![
         json!({"type": "header", "text": {"type": "plain_text", "text": "Approval needed", "emoji": false}}),
         json!({"type": "section", "text": {"type": "mrkdwn",
-            "text": format!("*{}*\nfrom {} · {} risk\n{}", escape(summary), escape(key), escape(&risk),
-                escape(&super::who_decides(data)))}}),
+            "text": format!("*{}*\nfrom {} · {} risk\n{}", escape(summary), escape(key), escape(card.risk),
+                escape(&card.who_decides))}}),
     ];
-    let tasks = data
-        .get("tasks")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let tasks = card.tasks;
     let mut cut = tasks.len() > TASKS_SHOWN;
     for task in tasks.iter().take(TASKS_SHOWN) {
-        let args = task.get("args").map(Value::to_string).unwrap_or_default();
+        let args = task.args.as_ref().map(Value::to_string).unwrap_or_default();
         cut |= args.chars().count() > ARGS_SHOWN;
         let args: String = if args.chars().count() > ARGS_SHOWN {
             args.chars().take(ARGS_SHOWN).collect::<String>() + "…"
@@ -74,10 +77,10 @@ pub fn message(data: &Value, key: &str, summary: &str, token: &str, page: Option
         blocks.push(
             json!({"type": "section", "text": {"type": "mrkdwn", "text": format!(
                 "*{}. {}* ({} risk)\n{}\n```{}```",
-                task.get("index").and_then(Value::as_u64).unwrap_or(0),
-                escape(&text(task, "tool")),
-                escape(&text(task, "risk_level")),
-                escape(&text(task, "description")),
+                task.index,
+                escape(&task.tool),
+                escape(task.risk_level.map_or("", RiskLevel::as_str)),
+                escape(&task.description),
                 escape(&args).replace("```", "'''"),
             )}}),
         );
@@ -87,7 +90,7 @@ pub fn message(data: &Value, key: &str, summary: &str, token: &str, page: Option
             "text": format!("and {} more task(s): open the page to see them", tasks.len() - TASKS_SHOWN)}]}));
     }
     blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn",
-        "text": format!("Expires {}", escape(&text(data, "expires_at")))}]}));
+        "text": format!("Expires {}", escape(card.expires_at))}]}));
     let approve = json!({"type": "button", "action_id": "approve", "style": "primary",
         "text": {"type": "plain_text", "text": "Approve"}, "value": token});
     let reject = json!({"type": "button", "action_id": "reject", "style": "danger",
@@ -177,11 +180,20 @@ mod tests {
         assert!(!verify("s3cret", "soon", &good, body, 1000));
     }
 
+    fn plan(risk: &str, tasks: Value) -> PauseData {
+        serde_json::from_value(json!({"confirmation_id": "c-1", "confirmation_round": 1,
+            "options": ["confirm", "cancel"], "timeout_seconds": 60,
+            "expires_at": "2026-11-27T18:00:00Z", "risk_level": risk, "tasks": tasks}))
+        .unwrap()
+    }
+
     #[test]
     fn a_message_has_the_tasks_and_two_buttons_carrying_the_token() {
-        let data = json!({"risk_level": "high", "expires_at": "2026-11-27T18:00:00Z",
-            "tasks": [{"index": 1, "tool": "deploy", "risk_level": "high",
-                       "description": "deploy <web>", "args": {"step": "deploy web"}}]});
+        let data = plan(
+            "high",
+            json!([{"index": 1, "tool": "deploy", "risk_level": "high",
+                    "description": "deploy <web>", "args": {"step": "deploy web"}}]),
+        );
         let message = message(&data, "ci-bot", "Confirm the plan?", "tok", None);
         let blocks = message["blocks"].as_array().unwrap();
         assert_eq!(blocks[0]["type"], "header");
@@ -199,11 +211,17 @@ mod tests {
 
     #[test]
     fn a_message_that_cuts_anything_offers_no_approve() {
-        let task = |index: usize, args: Value| json!({"index": index, "tool": "deploy", "risk_level": "low", "args": args});
-        let long = json!({"tasks": [task(1, json!({"step": "x".repeat(ARGS_SHOWN)}))]});
-        let many = json!({"tasks": (1..=TASKS_SHOWN + 1)
-            .map(|i| task(i, json!({})))
-            .collect::<Vec<_>>()});
+        let task = |index: usize, args: Value| json!({"index": index, "tool": "deploy", "description": "", "risk_level": "low", "args": args});
+        let long = plan(
+            "low",
+            json!([task(1, json!({"step": "x".repeat(ARGS_SHOWN)}))]),
+        );
+        let many = plan(
+            "low",
+            (1..=TASKS_SHOWN + 1)
+                .map(|i| task(i, json!({})))
+                .collect::<Value>(),
+        );
         for data in [long, many] {
             let message = message(&data, "ci-bot", "s", "tok", Some("https://gate/#session=s"));
             let blocks = message["blocks"].as_array().unwrap();

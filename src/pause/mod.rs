@@ -71,6 +71,29 @@ impl Asking {
     }
 }
 
+/// Where the faces treat the kinds differently, asked of the kind: one
+/// exhaustive match each, so the compiler names every one for a new kind
+/// (nothing outside `pause/` compares kinds).
+impl PauseKind {
+    /// Whether it asks for a yes (a Confirm button: Slack's buttons, the
+    /// inbox's `may_approve`, the approvals metric).
+    pub fn asks_a_yes(self) -> bool {
+        match self {
+            PauseKind::Approval => true,
+            PauseKind::Question => false,
+        }
+    }
+
+    /// Whether a reply to it carries answers (an answer form: Answer and
+    /// Skip).
+    pub fn asks_answers(self) -> bool {
+        match self {
+            PauseKind::Approval => false,
+            PauseKind::Question => true,
+        }
+    }
+}
+
 /// Who a pause's links go to: its riskiest task and its deciding groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scope {

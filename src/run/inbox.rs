@@ -397,16 +397,20 @@ impl Runs {
             at(record.asked_at_ms),
             at(expires_at_ms),
         )?;
-        if let Ask::Approval { tasks } = &record.asked {
-            let tools = &self.settings.tools;
-            let checks = PlanCheck::of(tasks, tools).with_rules(tasks, tools, label);
-            let quorum = Quorum::of(&checks);
-            if quorum.required > 1 {
-                item.approvals = Some(progress.approvals);
-                item.required = Some(quorum.required);
+        match &record.asked {
+            Ask::Approval { tasks } => {
+                let tools = &self.settings.tools;
+                let checks = PlanCheck::of(tasks, tools).with_rules(tasks, tools, label);
+                let quorum = Quorum::of(&checks);
+                if quorum.required > 1 {
+                    item.approvals = Some(progress.approvals);
+                    item.required = Some(quorum.required);
+                }
+                item.approvers = quorum.groups;
+                item.requester_may_approve = quorum.requester_may_approve;
             }
-            item.approvers = quorum.groups;
-            item.requester_may_approve = quorum.requester_may_approve;
+            // One reply from anyone who may decide the session.
+            Ask::Question { .. } => {}
         }
         item.escalated_to = progress.escalated_to;
         Some(item)

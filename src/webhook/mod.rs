@@ -27,12 +27,12 @@ use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use secrecy::{ExposeSecret, SecretString};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::Sha256;
 use tokio::sync::Notify;
 
-use crate::protocol::{ChunkType, PauseKind};
+use crate::protocol::{ChunkType, PauseData, PauseKind};
 use crate::session::SessionKey;
 use crate::store::OutboxEvent;
 
@@ -138,20 +138,21 @@ impl Webhooks {
             })
             .collect();
         // An approval pause, with its buttons' token: a Slack message too.
-        let asked =
-            event.event_type == EventType::Requested && matches!(event.kind, PauseKind::Approval);
+        let asked = event.event_type == EventType::Requested && event.kind.asks_a_yes();
         if let (Some(slack), Some(token), true) = (&self.slack, &event.slack, asked) {
             let summary = event.summary.as_deref().unwrap_or_default();
             let page = event.decide_url.as_deref();
-            let message =
-                crate::notify::slack::message(&event.data, &event.key, summary, token, page);
-            rows.push(OutboxEvent {
-                id: event.id.clone(),
-                event_type: event.event_type.as_str().to_owned(),
-                target: slack.clone(),
-                order: event.order.clone(),
-                body: message.to_string(),
-            });
+            if let Ok(pause) = PauseData::deserialize(&event.data) {
+                let message =
+                    crate::notify::slack::message(&pause, &event.key, summary, token, page);
+                rows.push(OutboxEvent {
+                    id: event.id.clone(),
+                    event_type: event.event_type.as_str().to_owned(),
+                    target: slack.clone(),
+                    order: event.order.clone(),
+                    body: message.to_string(),
+                });
+            }
         }
         // Approvers with a mail address: one mail each.
         if self.mailer.is_some() {
@@ -162,11 +163,12 @@ impl Webhooks {
                 (EventType::Reminder, None) => crate::notify::mail::MailWhy::Reminded,
                 _ => crate::notify::mail::MailWhy::Asked,
             };
+            let pause = PauseData::deserialize(event.mail_data.as_ref().unwrap_or(&event.data));
             for to in &event.mail_to {
                 let summary = event.summary.as_deref().unwrap_or("a pause waits");
                 let letter = crate::notify::mail::letter(
                     &event.id,
-                    event.mail_data.as_ref().unwrap_or(&event.data),
+                    pause.as_ref().ok(),
                     &event.key,
                     &event.session_id,
                     summary,

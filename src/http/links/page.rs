@@ -5,7 +5,11 @@ use actix_web::http::StatusCode;
 use actix_web::HttpResponse;
 use serde_json::Value;
 
+use serde::Deserialize;
+
 use crate::notify::links::Token;
+use crate::protocol::question::Question;
+use crate::protocol::{PauseData, RiskLevel, TaskSpec};
 use crate::run::door::Outcome;
 use crate::run::inbox::Interaction;
 use crate::store::PauseNote;
@@ -208,7 +212,6 @@ pub fn done(action: &str, label: &str) -> HttpResponse {
 /// The pending pause `item`, decided as `label`: the card and its actions.
 pub fn pause(item: &Interaction, label: &str) -> HttpResponse {
     let mut body = String::new();
-    let data = &item.confirmation_data;
     let heading = item
         .summary
         .as_deref()
@@ -242,47 +245,27 @@ pub fn pause(item: &Interaction, label: &str) -> HttpResponse {
     }
     body.push_str(&format!("<p class=\"meta\">{meta}</p>"));
     body.push_str("<form method=\"post\">");
-    if let Some(tasks) = data.get("tasks").and_then(Value::as_array) {
-        body.push_str("<ol>");
-        for task in tasks {
-            let index = task.get("index").and_then(Value::as_u64).unwrap_or(0);
-            let text = |key: &str| task.get(key).and_then(Value::as_str).unwrap_or("");
-            let risk = text("risk_level");
-            let args = task
-                .get("args")
-                .map(|a| serde_json::to_string_pretty(a).unwrap_or_default());
-            body.push_str(&format!(
-                "<li><b>{}</b> <span class=\"risk {1}\">({1} risk)</span><br>{2}{3}\
-                 <label><input type=\"checkbox\" name=\"reject\" value=\"{index}\"> reject this \
-                 task</label></li>",
-                escape(text("tool")),
-                escape(risk),
-                escape(text("description")),
-                args.map(|a| format!("<code>{}</code>", escape(&a)))
-                    .unwrap_or_default(),
-            ));
+    // What the kind asks, and its buttons: read from its typed data.
+    let (asked, buttons) = match PauseData::deserialize(&item.confirmation_data) {
+        Ok(PauseData::Approval(plan)) => {
+            let confirm = "<button class=\"confirm\" name=\"action\" value=\"confirm\">\
+                           Confirm</button>";
+            let may = item.may_approve != Some(false);
+            (tasks(&plan.tasks), if may { confirm } else { "" })
         }
-        body.push_str("</ol>");
-    }
-    if let Some(questions) = data.get("questions").and_then(Value::as_array) {
-        for q in questions {
-            question(&mut body, q);
-        }
-    }
+        Ok(PauseData::Question(asked)) => (
+            asked.questions.iter().map(question).collect(),
+            "<button class=\"confirm\" name=\"action\" value=\"answer\">Answer</button>\
+             <button class=\"cancel\" name=\"action\" value=\"skip\">Skip</button>",
+        ),
+        Err(_) => (String::new(), ""),
+    };
+    body.push_str(&asked);
     body.push_str(&format!(
         "<p class=\"meta\">You decide as <b>{}</b>.</p>",
         escape(label)
     ));
-    if matches!(item.kind, crate::protocol::PauseKind::Question) {
-        body.push_str(
-            "<button class=\"confirm\" name=\"action\" value=\"answer\">Answer</button>\
-             <button class=\"cancel\" name=\"action\" value=\"skip\">Skip</button>",
-        );
-    } else if item.may_approve != Some(false) {
-        body.push_str(
-            "<button class=\"confirm\" name=\"action\" value=\"confirm\">Confirm</button>",
-        );
-    }
+    body.push_str(buttons);
     if let Some(why) = &item.why_not {
         body.push_str(&format!("<p>You cannot confirm: {}.</p>", escape(why)));
     }
@@ -292,38 +275,52 @@ pub fn pause(item: &Interaction, label: &str) -> HttpResponse {
     document(StatusCode::OK, heading, &body, "pending")
 }
 
-/// One question's inputs: its options (radio or checkboxes), and a text
-/// field where it takes other text or has no options.
-fn question(body: &mut String, q: &Value) {
-    let text = |key: &str| q.get(key).and_then(Value::as_str).unwrap_or("");
-    let id = escape(text("id"));
-    body.push_str(&format!(
-        "<fieldset><legend>{}</legend>",
-        escape(text("question"))
-    ));
-    let multi = q.get("multi_select").and_then(Value::as_bool) == Some(true);
-    let options = q
-        .get("options")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    for option in &options {
-        let value = option.get("id").and_then(Value::as_str).unwrap_or("");
-        let label = option.get("label").and_then(Value::as_str).unwrap_or(value);
+/// A plan's tasks, each with a box to reject it.
+fn tasks(tasks: &[TaskSpec]) -> String {
+    let mut body = String::from("<ol>");
+    for task in tasks {
+        let risk = task.risk_level.map_or("", RiskLevel::as_str);
+        let args = task
+            .args
+            .as_ref()
+            .map(|a| serde_json::to_string_pretty(a).unwrap_or_default());
         body.push_str(&format!(
-            "<label><input type=\"{}\" name=\"a.{id}\" value=\"{}\"> {}</label>",
-            if multi { "checkbox" } else { "radio" },
-            escape(value),
-            escape(label)
+            "<li><b>{}</b> <span class=\"risk {1}\">({1} risk)</span><br>{2}{3}\
+             <label><input type=\"checkbox\" name=\"reject\" value=\"{4}\"> reject this \
+             task</label></li>",
+            escape(&task.tool),
+            escape(risk),
+            escape(&task.description),
+            args.map(|a| format!("<code>{}</code>", escape(&a)))
+                .unwrap_or_default(),
+            task.index,
         ));
     }
-    if options.is_empty() || q.get("allow_other").and_then(Value::as_bool) == Some(true) {
+    body.push_str("</ol>");
+    body
+}
+
+/// One question's inputs: its options (radio or checkboxes), and a text
+/// field where it takes other text or has no options.
+fn question(q: &Question) -> String {
+    let id = escape(&q.id);
+    let mut body = format!("<fieldset><legend>{}</legend>", escape(&q.question));
+    for option in &q.options {
+        body.push_str(&format!(
+            "<label><input type=\"{}\" name=\"a.{id}\" value=\"{}\"> {}</label>",
+            if q.multi_select { "checkbox" } else { "radio" },
+            escape(&option.id),
+            escape(&option.label)
+        ));
+    }
+    if q.options.is_empty() || q.allow_other {
         body.push_str(&format!(
             "<label>{}<input type=\"text\" name=\"a.{id}\"></label>",
-            if options.is_empty() { "" } else { "Other: " }
+            if q.options.is_empty() { "" } else { "Other: " }
         ));
     }
     body.push_str("</fieldset>");
+    body
 }
 
 /// The `Content-Security-Policy` of every link page: nothing but its own

@@ -319,7 +319,7 @@ impl RunContext {
             }
         }
         self.metrics.pause_ended(kind, outcome);
-        if matches!(kind, PauseKind::Approval) {
+        if kind.asks_a_yes() {
             self.metrics.decision(outcome, "accepted");
         }
         match decision {
