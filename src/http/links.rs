@@ -203,7 +203,8 @@ pub async fn decide_form(
                 .filter(|(k, _)| k == "reject")
                 .filter_map(|(_, v)| v.parse::<usize>().ok())
                 .map(|index| TaskDecisionRequest {
-                    index: index as u64,
+                    index: Some(index as u64),
+                    task_id: None,
                     decision: "reject".to_owned(),
                     reason: Some("rejected on the decision page".to_owned()),
                     args: None,

@@ -6,8 +6,11 @@
 
 use std::sync::Arc;
 
+use serde_json::{json, Value};
+
 use crate::protocol::{
-    Action, Decisions, RiskLevel, TaskDecision, TaskDecisionRequest, TaskSpec, Verdict,
+    Action, DecisionKind, Decisions, RiskLevel, TaskDecision, TaskDecisionRequest, TaskSpec,
+    Verdict,
 };
 use crate::tools::gate::Gate;
 use crate::tools::{Tool, Tools};
@@ -21,6 +24,9 @@ pub struct TaskCheck {
     /// The task's index in the plan (a task a rule denied is not asked,
     /// so the indices of a pause may have gaps).
     pub index: usize,
+    /// Its `task_id`, by which a reply may name it instead (none in a
+    /// record an older version stored).
+    pub task_id: Option<String>,
     /// The declared tool the task calls, if any (its schema checks edits).
     pub tool: Option<Arc<Tool>>,
     /// The task's own risk (who may decide it).
@@ -54,6 +60,7 @@ impl PlanCheck {
                     let tool = tools.get(&task.tool).cloned();
                     TaskCheck {
                         index: task.index,
+                        task_id: task.task_id.clone(),
                         gate: tool.as_ref().map(|t| t.gate.clone()).unwrap_or_default(),
                         tool,
                         risk: task.risk_level.unwrap_or(RiskLevel::Low),
@@ -201,14 +208,8 @@ pub fn check_decisions(
     );
     let mut named = vec![false; tasks.len()];
     for request in requests {
-        let index = usize::try_from(request.index).unwrap_or(usize::MAX);
-        let Some(at) = tasks.iter().position(|task| task.index == index) else {
-            return Err(DecisionsError::Invalid(format!(
-                "decisions: no task {} (the tasks are {})",
-                request.index,
-                task_list(tasks)
-            )));
-        };
+        let at = named_task(tasks, request)?;
+        let index = tasks[at].index;
         if std::mem::replace(&mut named[at], true) {
             return Err(DecisionsError::Invalid(format!(
                 "decisions: task {index} is decided twice"
@@ -292,6 +293,92 @@ pub fn check_decisions(
         }
     }
     Ok(Some(verdicts))
+}
+
+/// Where in `tasks` the task a decision names is: by `index` or by
+/// `task_id` (both: the same task).
+fn named_task(tasks: &[TaskCheck], request: &TaskDecisionRequest) -> Result<usize, DecisionsError> {
+    let no_task = |what: String| {
+        DecisionsError::Invalid(format!(
+            "decisions: no task {what} (the tasks are {})",
+            task_list(tasks)
+        ))
+    };
+    let by_index = match request.index {
+        Some(index) => {
+            let index = usize::try_from(index).unwrap_or(usize::MAX);
+            let at = tasks.iter().position(|task| task.index == index);
+            Some(at.ok_or_else(|| no_task(index.to_string()))?)
+        }
+        None => None,
+    };
+    let by_id = match request.task_id.as_deref() {
+        Some(id) => {
+            let at = tasks
+                .iter()
+                .position(|task| task.task_id.as_deref() == Some(id));
+            Some(at.ok_or_else(|| no_task(format!("with task_id {}", Value::from(id))))?)
+        }
+        None => None,
+    };
+    match (by_index, by_id) {
+        (Some(at), None) | (None, Some(at)) => Ok(at),
+        (Some(at), Some(same)) if at == same => Ok(at),
+        (Some(at), Some(other)) => Err(DecisionsError::Invalid(format!(
+            "decisions: index {} and task_id {} name different tasks (task_id {} is task {})",
+            tasks[at].index,
+            Value::from(request.task_id.as_deref().unwrap_or_default()),
+            Value::from(request.task_id.as_deref().unwrap_or_default()),
+            tasks[other].index
+        ))),
+        (None, None) => Err(DecisionsError::Invalid(
+            "decisions: a decision names its task by index or task_id".to_owned(),
+        )),
+    }
+}
+
+/// The JSON Schema (draft 2020-12) of one decision object for `task`,
+/// which takes the decisions `takes`: a `oneOf`, one branch per decision,
+/// each naming the task (by `index` or `task_id`, both optional here: the
+/// reply's own check says which task) and carrying what that decision
+/// carries (an edit's `args` fit the tool's own input schema).
+pub fn response_schema(task: &TaskCheck, takes: &[DecisionKind]) -> Value {
+    let branch = |decision: DecisionKind| {
+        let mut properties = json!({
+            "index": {"const": task.index},
+            "decision": {"const": decision.as_str()},
+        });
+        if let Some(id) = &task.task_id {
+            properties["task_id"] = json!({"const": id});
+        }
+        let mut required = vec!["decision"];
+        match decision {
+            DecisionKind::Approve => {}
+            DecisionKind::Reject => properties["reason"] = json!({"type": "string"}),
+            DecisionKind::Edit => {
+                let args = task
+                    .tool
+                    .as_ref()
+                    .map_or_else(|| json!({"type": "object"}), |tool| tool.parameters.clone());
+                properties["args"] = args;
+                required.push("args");
+            }
+            DecisionKind::Respond => {
+                properties["result"] = json!({"type": "string"});
+                required.push("result");
+            }
+        }
+        json!({
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": false,
+        })
+    };
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "oneOf": takes.iter().map(|decision| branch(*decision)).collect::<Vec<_>>(),
+    })
 }
 
 /// The refusal of an edit whose new call `rule` denies.

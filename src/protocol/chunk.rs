@@ -6,13 +6,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::names::{
-    meta, Action, CancelReason, ChunkType, DecisionKind, ErrorType, PauseKind, RiskLevel,
+    meta, Action, CancelReason, ChunkType, DecisionKind, ErrorType, PauseKind, RiskLevel, TaskState,
 };
 use super::question::Question;
 
 /// Most tasks one plan may put to the user; a larger plan ends the run with
-/// `plan_too_large` before anything is asked.
-pub const MAX_PLAN_TASKS: usize = 100;
+/// `plan_too_large` before anything is asked. Each task is a decision of
+/// its own (#42), and a pause's per-task state is bounded by it.
+pub const MAX_PLAN_TASKS: usize = 64;
 /// Largest `confirmation_data` of one request, in bytes of JSON: what a
 /// paused run holds for its pause (`plan_too_large` beyond it).
 pub const MAX_CONFIRMATION_BYTES: usize = 128 * 1024;
@@ -100,6 +101,26 @@ pub struct TaskSpec {
     /// person rejects it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_by: Option<ApprovedBy>,
+    /// Its id as a decision of its own (#42): unique across the server,
+    /// stable for the round (`<confirmation_id>-t<index>`); a reply may
+    /// name the task by it instead of `index`. Set when it is asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Where it stands (set when it is asked: `pending`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<TaskState>,
+    /// Its own deadline (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// How many distinct people must approve it, when more than one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required: Option<usize>,
+    /// A JSON Schema (draft 2020-12) of one decision object for it: a
+    /// `oneOf` of the decisions it takes (approve; reject with an optional
+    /// `reason`; edit with `args` fitting its tool's own input schema;
+    /// respond with `result`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_schema: Option<Value>,
 }
 
 /// Why a call may run without a person's yes: `{"rule": "<name>"}` or

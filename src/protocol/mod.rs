@@ -30,7 +30,7 @@ pub use chunk::{
 };
 pub use given::Given;
 pub use names::{
-    meta, Action, CancelReason, ChunkType, DecisionKind, ErrorType, PauseKind, RiskLevel,
+    meta, Action, CancelReason, ChunkType, DecisionKind, ErrorType, PauseKind, RiskLevel, TaskState,
 };
 pub use request::{
     is_plain_name, is_valid_session_id, parse_reply, ChatRequest, ReplyMessage, ReplyPayload,

@@ -246,6 +246,21 @@ impl DecisionKind {
     }
 }
 
+/// Where one task of an approval pause stands (`confirmation_data.tasks[].
+/// state`, #42): `pending` until a decision names it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum TaskState {
+    #[default]
+    Pending,
+    Approved,
+    Rejected,
+    Edited,
+    Responded,
+    Expired,
+}
+
 /// What kind of pause a `confirmation_data` holds: a plan to approve (a
 /// `confirmation_request`), or questions (an `input_request`, #16).
 #[derive(

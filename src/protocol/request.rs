@@ -49,8 +49,12 @@ pub struct ChatRequest {
 /// confirmation by [`crate::confirmation`].
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct TaskDecisionRequest {
-    /// The task's `index` (1-based).
-    pub index: u64,
+    /// The task's `index` (1-based), or its `task_id`: one of the two
+    /// names the task (both: they must name the same one).
+    #[serde(default)]
+    pub index: Option<u64>,
+    #[serde(default)]
+    pub task_id: Option<String>,
     /// `approve`, `reject`, `edit` or `respond`.
     pub decision: String,
     pub reason: Option<String>,

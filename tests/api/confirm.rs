@@ -272,7 +272,22 @@ async fn a_modify_without_text_puts_the_same_plan_again() {
         assert_eq!(status, 200, "{message:?}");
         let again = stream.until(ChunkType::ConfirmationRequest).await;
         let (before, after) = (first.approval().unwrap(), again.approval().unwrap());
-        assert_eq!(after.tasks, before.tasks, "no step added");
+        // The same steps; each a new decision of the new round (#42).
+        let steps = |tasks: &[chatgate::protocol::TaskSpec]| {
+            tasks
+                .iter()
+                .map(|t| {
+                    (
+                        t.index,
+                        t.description.clone(),
+                        t.tool.clone(),
+                        t.args.clone(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(steps(&after.tasks), steps(&before.tasks), "no step added");
+        assert_ne!(after.tasks[0].task_id, before.tasks[0].task_id);
         assert_ne!(after.confirmation_id, before.confirmation_id);
     }
     app.reply("same", "CONFIRM_ACTION:cancel").await;

@@ -42,5 +42,6 @@ mod rules;
 mod secrets;
 mod slack;
 mod stream;
+mod tasks;
 mod tools;
 mod webhooks;

@@ -12,12 +12,14 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
         tasks: vec![
             TaskCheck {
                 index: 1,
+                task_id: Some("c1-t1".into()),
                 tool: None,
                 risk: crate::protocol::RiskLevel::Low,
                 gate: Default::default(),
             },
             TaskCheck {
                 index: 2,
+                task_id: Some("c1-t2".into()),
                 tool: None,
                 risk: crate::protocol::RiskLevel::Low,
                 gate: Default::default(),
@@ -32,7 +34,8 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
         )
         .unwrap_or_else(|_| panic!("slot owns its session"));
     let request = |index: u64, decision: &str| TaskDecisionRequest {
-        index,
+        index: Some(index),
+        task_id: None,
         decision: decision.into(),
         reason: None,
         args: None,
@@ -65,8 +68,24 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
     );
     assert!(refused("confirm", vec![request(2, "respond")]).contains("result"));
     assert!(refused("cancel", vec![request(1, "reject")]).contains("confirm only"));
+    // By task_id: an unknown one, one that names another task than its
+    // index, one naming neither.
+    let by_id = |index: Option<u64>, id: &str| TaskDecisionRequest {
+        index,
+        task_id: Some(id.into()),
+        ..request(0, "reject")
+    };
+    assert!(refused("confirm", vec![by_id(None, "c1-t9")]).contains("no task with task_id"));
+    assert!(refused("confirm", vec![by_id(Some(1), "c1-t2")]).contains("different tasks"));
+    let mut neither = request(1, "reject");
+    neither.index = None;
+    assert!(refused("confirm", vec![neither]).contains("index or task_id"));
+    assert!(
+        refused("confirm", vec![by_id(None, "c1-t1"), request(1, "approve")]).contains("twice"),
+        "a task named by its id and by its index is named twice"
+    );
 
-    let mut reject = request(2, "reject");
+    let mut reject = by_id(Some(2), "c1-t2");
     reject.reason = Some("not now".into());
     let accepted = manager
         .decide(
@@ -196,6 +215,7 @@ async fn an_approval_counts_only_once_kept_and_none_completes_a_quorum_with_one_
     let tasks = Arc::new(PlanCheck {
         tasks: vec![TaskCheck {
             index: 1,
+            task_id: None,
             tool: None,
             risk: crate::protocol::RiskLevel::Low,
             gate,

@@ -12,10 +12,11 @@ use super::asked::{Asked, Request};
 use super::pause::{timeout_seconds, Kind};
 use super::RunContext;
 use crate::confirmation::Decision;
+use crate::pause::approval::response_schema;
 use crate::pause::Asking;
 use crate::protocol::{
     json_len, Action, CancelReason, Chunk, ConfirmationData, DecisionKind, ErrorType, PauseKind,
-    MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
+    TaskState, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
 use crate::run::journal::PauseEvent;
 use crate::run::outcome::RunError;
@@ -77,6 +78,11 @@ impl RunContext {
     fn request(&mut self, plan: Plan, confirmation_id: String) -> Request {
         self.round += 1;
         let round = self.round;
+        // Each task a decision of its own, named for the round.
+        let mut plan = plan;
+        for task in &mut plan.tasks {
+            task.task_id = Some(format!("{confirmation_id}-t{}", task.index));
+        }
         let checks = self.plan_check(&plan.tasks);
         let (timeout, rejects_on_timeout) = self.waiting_of(&checks);
         let asked_at = SystemTime::now();
@@ -92,13 +98,17 @@ impl RunContext {
 
         // What a reply's per-task decisions are checked against (`checks`),
         // and what each task says of itself: whether a real tool runs it,
-        // and which decisions it takes.
-        let mut plan = plan;
+        // which decisions it takes (and the schema of one), where it
+        // stands, until when, and how many must approve it.
+        let expires_at = asked_at + timeout;
         for (task, check) in plan.tasks.iter_mut().zip(checks.tasks.iter()) {
             task.simulated = check.tool.is_none();
             task.decisions = DecisionKind::for_task(check.tool.is_some());
+            task.state = Some(TaskState::Pending);
+            task.expires_at = Some(crate::clock::rfc3339(expires_at));
+            task.required = (check.gate.approvals > 1).then_some(usize::from(check.gate.approvals));
+            task.response_schema = Some(response_schema(check, &task.decisions));
         }
-        let expires_at = asked_at + timeout;
         let quorum = crate::pause::approval::Quorum::of(&checks);
         let escalation = checks
             .tasks
