@@ -141,6 +141,18 @@ pub enum AuditRecord {
         approvals: Vec<String>,
         required: usize,
     },
+    /// One task of an approval pause decided on its own (`decide`, #42):
+    /// who, what; recorded before anything runs.
+    DecidedTask {
+        #[serde(flatten)]
+        run: RunFields,
+        confirmation_id: String,
+        round: u32,
+        key: String,
+        client: Option<String>,
+        #[serde(flatten)]
+        decision: crate::protocol::TaskDecision,
+    },
     /// A tool call that ran: the arguments actually used, its outcome, the
     /// size and SHA-256 of its output.
     Executed {

@@ -28,6 +28,10 @@
 //! a confirm's grant, [`waiting`] the undecided pauses an inbox lists.
 //! What each kind of pause asks, and the checks of the decisions and
 //! answers a reply carries, are the kind's own (`crate::pause`).
+//!
+//! Longer than 600 lines because `decide`, the one path a reply takes
+//! under the registry's lock (every check, a quorum's count, a
+//! decide's tasks), reads best whole.
 
 pub mod grant;
 mod limits;
@@ -57,7 +61,7 @@ pub use crate::pause::Asking;
 use crate::protocol::given::{self, Given};
 
 use self::grant::{check_grant, GrantSpec};
-use self::quorum::{check_decider, Counted, Progress, Tally};
+use self::quorum::{check_decider, Counted, Partial, Progress, Tally};
 use crate::protocol::{
     Action, CancelReason, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
     MAX_MODIFY_TEXT_BYTES,
@@ -123,6 +127,10 @@ pub struct Accepted {
     /// how many are needed. The pause stays pending (the ticket carries no
     /// decision).
     pub progress: Option<Progress>,
+    /// A decide that leaves tasks pending: what it decided, and what is
+    /// still pending. The pause stays pending (the ticket carries no
+    /// decision).
+    pub partial: Option<Partial>,
     /// For a confirm that decides: every label that approved, in order.
     pub approved_by: Vec<String>,
 }
@@ -414,8 +422,13 @@ impl ConfirmationManager {
             return Err(DecideError::Restoring);
         }
         let pause = entry.pause.as_mut().ok_or(DecideError::NoPending)?;
+        // A decide is taken wherever a confirm is (it is not listed).
+        let offered = |action: &Action| match action {
+            Action::Decide => pause.options.contains(&Action::Confirm),
+            action => pause.options.contains(action),
+        };
         let action = Action::from_word(&reply.action)
-            .filter(|action| pause.options.contains(action))
+            .filter(offered)
             .ok_or_else(|| DecideError::NotOffered {
                 action: reply.action.clone(),
                 options: pause.options.clone(),
@@ -435,8 +448,26 @@ impl ConfirmationManager {
         let (verdicts, answers) = match &pause.asking {
             Asking::Plan(tasks) => {
                 let asks = Quorum::of(tasks);
-                check_decider(tasks, &asks, decider, action, pause.escalated_to.as_deref())
-                    .map_err(|refused| pause.escalates_to(refused, tasks, decider))?;
+                // A decide decides as a confirm does, task by task.
+                let deciding = match action {
+                    Action::Decide => Action::Confirm,
+                    action => action,
+                };
+                check_decider(
+                    tasks,
+                    &asks,
+                    decider,
+                    deciding,
+                    pause.escalated_to.as_deref(),
+                )
+                .map_err(|refused| pause.escalates_to(refused, tasks, decider))?;
+                if action == Action::Decide && asks.required > 1 {
+                    return Err(DecideError::InvalidDecision(format!(
+                        "this confirmation needs {} approvals, which count for the whole \
+                         plan in this version: confirm (with decisions for single tasks)",
+                        asks.required
+                    )));
+                }
                 quorum = Some(asks);
                 if answers.is_some() {
                     return Err(DecideError::InvalidAnswer(
@@ -459,6 +490,11 @@ impl ConfirmationManager {
                         ))
                     }
                 };
+                if granted.is_some() && action == Action::Decide {
+                    return Err(DecideError::InvalidGrant(
+                        "grant: a grant goes with confirm only, not with decide".to_owned(),
+                    ));
+                }
                 (verdicts, None)
             }
             Asking::Questions(questions) => {
@@ -487,7 +523,29 @@ impl ConfirmationManager {
         let mut approved_by = vec![decider.label.clone()];
         let mut verdicts = verdicts;
         let mut progress = None;
-        if let (Some(quorum), Some(given), Action::Confirm) = (&quorum, &verdicts, action) {
+        let mut partial = None;
+        let mut action = action;
+        // Tasks decided on their own: a decide, or a confirm after some.
+        let by_task = action == Action::Decide
+            || (action == Action::Confirm && !pause.tally.decided.is_empty());
+        if by_task {
+            let requests = decisions.unwrap_or_default();
+            match pause.count_tasks(decider, action, requests)? {
+                Counted::Decides {
+                    approved_by: all,
+                    decisions,
+                } => {
+                    (approved_by, verdicts) = (all, Some(decisions));
+                    // The last pending task decided: the plan is confirmed.
+                    action = Action::Confirm;
+                }
+                Counted::Partial(taken) => {
+                    (approved_by, verdicts) = (Vec::new(), None);
+                    partial = Some(taken);
+                }
+                Counted::Recorded(_) => return Err(DecideError::Counting),
+            }
+        } else if let (Some(quorum), Some(given), Action::Confirm) = (&quorum, &verdicts, action) {
             match pause.count_confirm(quorum, decider, given, granted.is_some())? {
                 Counted::Decides {
                     approved_by: all,
@@ -502,9 +560,11 @@ impl ConfirmationManager {
                     (approved_by, verdicts) = (Vec::new(), None);
                     progress = Some(recorded);
                 }
+                // A confirm is never a decide.
+                Counted::Partial(_) => return Err(DecideError::Counting),
             }
         }
-        let (decide_tx, decision) = if progress.is_some() {
+        let (decide_tx, decision) = if progress.is_some() || partial.is_some() {
             (None, None)
         } else {
             // Taken under the lock: from here on the pause is decided for
@@ -512,6 +572,8 @@ impl ConfirmationManager {
             let decide_tx = pause.decide_tx.take().ok_or(DecideError::AlreadyDecided)?;
             let decision = match action {
                 Action::Confirm => Decision::Confirm(verdicts.clone().unwrap_or_default(), granted),
+                // A decide that decides the pause is a confirm (above).
+                Action::Decide => return Err(DecideError::AlreadyDecided),
                 Action::Modify => Decision::Modify(text.to_owned()),
                 Action::Cancel => Decision::Cancel(CancelReason::User),
                 Action::Answer => Decision::Answer(answers.clone().unwrap_or_default()),
@@ -541,6 +603,7 @@ impl ConfirmationManager {
                 run_id,
             },
             progress,
+            partial,
             approved_by,
         })
     }

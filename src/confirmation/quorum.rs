@@ -10,7 +10,7 @@ use super::refused::DecideError;
 use crate::decider::{may_decide, Decider, Deciding, Refusal};
 use crate::pause::approval::{PlanCheck, Quorum};
 use crate::protocol::{Action, Decisions, RiskLevel, Verdict};
-use crate::store::CarriedReject;
+use crate::store::{CarriedReject, DecidedTask};
 
 /// Refuses `decider` for a pause it may not decide with `action`: the
 /// one rule ([`may_decide`]), asked of the plan's riskiest task, its
@@ -48,6 +48,18 @@ pub enum Counted {
     },
     /// One more approval; the pause stays pending.
     Recorded(Progress),
+    /// Some tasks decided on their own (`decide`); the others stay pending.
+    Partial(Partial),
+}
+
+/// A `decide` that leaves tasks pending: what it decided, every task
+/// decided on its own so far (its own included), and the tasks still
+/// pending (their indexes, in order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Partial {
+    pub now: Decisions,
+    pub decided: Vec<DecidedTask>,
+    pub pending: Vec<usize>,
 }
 
 /// A quorum pause's approvals so far, how many it needs, the groups
@@ -62,12 +74,14 @@ pub struct Progress {
 }
 
 /// What a quorum pause holds between approvals.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tally {
     /// The labels whose approvals are kept (in order).
     pub approvals: Vec<String>,
     /// The tasks they rejected while approving the rest.
     pub rejected: Vec<CarriedReject>,
+    /// The tasks decided on their own so far (`decide`), by whom.
+    pub decided: Vec<DecidedTask>,
 }
 
 /// Counts `decider`'s confirm (with `verdicts`) into `tally`. A confirm

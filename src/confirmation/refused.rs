@@ -86,6 +86,10 @@ pub enum DecideError {
     Counting,
     #[error("this confirmation has already been decided")]
     AlreadyDecided,
+    /// A task named was decided on its own before (`decide`): the others
+    /// may still be decided.
+    #[error("{0}")]
+    TaskDecided(String),
 }
 
 impl From<DecisionsError> for DecideError {

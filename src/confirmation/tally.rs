@@ -4,11 +4,14 @@
 //! when its escalation lifts a refusal. What counts is
 //! [`super::quorum::count`]'s.
 
-use super::quorum::{count, Counted};
+use super::quorum::{count, Counted, Partial};
 use super::{DecideError, Decider, Pause};
-use crate::pause::approval::{PlanCheck, Quorum};
+use crate::pause::approval::{
+    check_named, undecided_tasks, with_the_rest_approved, PlanCheck, Quorum,
+};
 use crate::pause::Asking;
-use crate::protocol::Decisions;
+use crate::protocol::{Action, Decisions, TaskDecision, TaskDecisionRequest};
+use crate::store::DecidedTask;
 
 impl Pause {
     /// A refusal of `decider` that this pause's escalation to a group it is
@@ -78,5 +81,104 @@ impl Pause {
         }
         self.tally = tally;
         Ok(counted)
+    }
+
+    /// A `decide` of `decider` (its `requests`), or a confirm of a pause
+    /// some of whose tasks were decided on their own: the tasks named are
+    /// decided (each pending: a task decided before is 409
+    /// `already_decided`). A confirm approves every task still pending
+    /// and decides the pause; so does a decide of the last pending task
+    /// (then a confirm). A decide that leaves tasks pending marks the pause
+    /// `approving` until its step is kept or withdrawn.
+    pub(super) fn count_tasks(
+        &mut self,
+        decider: &Decider,
+        action: Action,
+        requests: &[TaskDecisionRequest],
+    ) -> Result<Counted, DecideError> {
+        let plan = match &self.asking {
+            Asking::Plan(plan) => plan,
+            Asking::Questions(_) => {
+                return Err(DecideError::InvalidDecision(
+                    "decide goes with a confirmation request".to_owned(),
+                ))
+            }
+        };
+        if self.approving {
+            return Err(DecideError::Counting);
+        }
+        let named = check_named(requests, plan)?;
+        if let Some(done) = named.0.iter().find_map(|d| self.decided(d.index)) {
+            return Err(DecideError::TaskDecided(format!(
+                "task {} is decided already ({} by {}); the tasks still pending are {}",
+                done.decision.index,
+                done.decision.verdict.as_str(),
+                done.by,
+                self.pending(plan).unwrap_or_else(|| "none".to_owned())
+            )));
+        }
+        let decided: Vec<TaskDecision> = self
+            .tally
+            .decided
+            .iter()
+            .map(|done| done.decision.clone())
+            .collect();
+        let pending = plan.tasks.iter().filter(|task| {
+            !decided
+                .iter()
+                .chain(&named.0)
+                .any(|d| d.index == task.index)
+        });
+        let pending: Vec<usize> = pending.map(|task| task.index).collect();
+        if action == Action::Confirm && plan.explicit && !pending.is_empty() {
+            return Err(undecided_tasks(&pending).into());
+        }
+        let mut approved_by: Vec<String> = Vec::new();
+        for done in &self.tally.decided {
+            if !approved_by.contains(&done.by) {
+                approved_by.push(done.by.clone());
+            }
+        }
+        if !approved_by.contains(&decider.label) {
+            approved_by.push(decider.label.clone());
+        }
+        if action == Action::Confirm || pending.is_empty() {
+            let decisions = with_the_rest_approved(&plan.tasks, &named, &decided);
+            return Ok(Counted::Decides {
+                approved_by,
+                decisions,
+            });
+        }
+        let mut tally = self.tally.decided.clone();
+        tally.extend(named.0.iter().map(|decision| DecidedTask {
+            by: decider.label.clone(),
+            decision: decision.clone(),
+        }));
+        self.tally.decided = tally.clone();
+        self.approving = true;
+        Ok(Counted::Partial(Partial {
+            now: named,
+            decided: tally,
+            pending,
+        }))
+    }
+
+    /// The task `index` decided on its own before, if it was.
+    fn decided(&self, index: usize) -> Option<&DecidedTask> {
+        self.tally
+            .decided
+            .iter()
+            .find(|done| done.decision.index == index)
+    }
+
+    /// The tasks still pending, as a list for a person (`None`: none).
+    fn pending(&self, plan: &PlanCheck) -> Option<String> {
+        let pending: Vec<String> = plan
+            .tasks
+            .iter()
+            .filter(|task| self.decided(task.index).is_none())
+            .map(|task| task.index.to_string())
+            .collect();
+        (!pending.is_empty()).then(|| pending.join(", "))
     }
 }

@@ -25,6 +25,8 @@ pub struct Waiting {
     pub groups: Vec<String>,
     /// Whether the requester's own key counts towards its approvals.
     pub requester_may_approve: bool,
+    /// Its tasks decided on their own so far (`decide`).
+    pub decided: Vec<crate::store::DecidedTask>,
 }
 
 impl ConfirmationManager {
@@ -67,6 +69,7 @@ impl ConfirmationManager {
                     required: quorum.required.max(1),
                     groups: quorum.groups,
                     requester_may_approve: quorum.requester_may_approve,
+                    decided: pause.tally.decided.clone(),
                 })
             })
             .collect()
@@ -84,6 +87,24 @@ impl ConfirmationManager {
         if let Some(pause) = pause {
             pause.tally.approvals.retain(|l| l != label);
             pause.tally.rejected.retain(|r| r.by != label);
+            pause.approving = false;
+        }
+    }
+
+    /// The tasks `tasks` of pause `confirmation_id` of `key`, decided on
+    /// their own, were not kept: pending again.
+    pub fn withdraw_tasks(&self, key: &SessionKey, confirmation_id: &str, tasks: &[usize]) {
+        let mut registry = self.lock();
+        let pause = registry
+            .sessions
+            .get_mut(key)
+            .and_then(|entry| entry.pause.as_mut())
+            .filter(|pause| pause.confirmation_id == confirmation_id);
+        if let Some(pause) = pause {
+            pause
+                .tally
+                .decided
+                .retain(|done| !tasks.contains(&done.decision.index));
             pause.approving = false;
         }
     }

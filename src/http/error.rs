@@ -155,7 +155,9 @@ impl ChatError {
                     (S::UNPROCESSABLE_ENTITY, T::EditNeedsNewRound)
                 }
                 DecideError::InvalidAnswer(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidAnswer),
-                DecideError::AlreadyDecided => (S::CONFLICT, T::AlreadyDecided),
+                DecideError::AlreadyDecided | DecideError::TaskDecided(_) => {
+                    (S::CONFLICT, T::AlreadyDecided)
+                }
                 DecideError::Settling | DecideError::Counting => {
                     (S::SERVICE_UNAVAILABLE, T::StoreUnavailable)
                 }

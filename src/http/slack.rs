@@ -75,7 +75,7 @@ pub async fn actions(
     .await
     {
         Pressed::PassedOn => return HttpResponse::Ok().finish(),
-        Pressed::Outcome(outcome) => reply_to(outcome, &payload["message"]),
+        Pressed::Outcome(outcome) => reply_to(*outcome, &payload["message"]),
         Pressed::Told(why) => ephemeral(&why),
     };
     if let Some(url) = response_url {
@@ -134,7 +134,7 @@ fn block_actions(body: &[u8]) -> Option<Value> {
 /// What a press did.
 enum Pressed {
     /// A decision was taken, refused or not known: what it did.
-    Outcome(Outcome),
+    Outcome(Box<Outcome>),
     /// Nothing was asked of the pause: only the presser is told.
     Told(String),
     /// The run's owner is another replica: the press went there as it
@@ -178,7 +178,7 @@ async fn press(
     };
     let target = match links::target(state, token).await {
         Ok(target) => target,
-        Err(outcome) => return Pressed::Outcome(outcome),
+        Err(outcome) => return Pressed::Outcome(Box::new(outcome)),
     };
     *about = Some(RunTag::session(&target.key).pause(&target.token.confirmation_id));
     let path = req.path();
@@ -194,11 +194,12 @@ async fn press(
     {
         Routed::Here => {}
         Routed::PassedOn(_) => return Pressed::PassedOn,
-        Routed::Not(outcome) => return Pressed::Outcome(outcome),
+        Routed::Not(outcome) => return Pressed::Outcome(Box::new(outcome)),
     }
     let client = forward::client_address(req, forwarded.is_some());
     let not_after = forwarded.and_then(|f| f.not_after);
-    Pressed::Outcome(decide(state, &target, action, client.as_deref(), not_after).await)
+    let outcome = decide(state, &target, action, client.as_deref(), not_after).await;
+    Pressed::Outcome(Box::new(outcome))
 }
 
 /// The button's reply, `action` on the decision path as the presser's key.

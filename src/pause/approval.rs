@@ -176,37 +176,94 @@ impl From<String> for DecisionsError {
 }
 
 /// Checks a reply's per-task decisions against the pending tasks: only with
-/// `confirm`, each index once and known, a known kind, `edit` only of a
-/// declared tool's call and with `args` that fit it, `respond` with a
-/// `result`. Returns the verdict
-/// for every task (approved unless named) for a confirm.
+/// `confirm` or `decide`, each task once and known, a known kind, `edit`
+/// only of a declared tool's call and with `args` that fit it, `respond`
+/// with a `result`. Returns, for a confirm, the verdict for every task
+/// (approved unless named); for a decide, those of the tasks it names
+/// (at least one).
 pub fn check_decisions(
     action: Action,
     requests: Option<&[TaskDecisionRequest]>,
     plan: &PlanCheck,
 ) -> Result<Option<Decisions>, DecisionsError> {
-    let tasks = &plan.tasks;
     let given = requests.is_some();
     let requests = requests.unwrap_or_default();
-    if action != Action::Confirm {
-        if !requests.is_empty() {
-            return Err(DecisionsError::Invalid(format!(
-                "decisions go with confirm only, not with {}",
-                action.as_str()
-            )));
+    match action {
+        Action::Confirm => {}
+        Action::Decide if requests.is_empty() => {
+            return Err(DecisionsError::Invalid(
+                "decide names the tasks it decides: give `decisions` (the others stay pending)"
+                    .to_owned(),
+            ))
         }
-        return Ok(None);
+        Action::Decide => return check_named(requests, plan).map(Some),
+        _ if !requests.is_empty() => {
+            return Err(DecisionsError::Invalid(format!(
+                "decisions go with confirm only (or decide), not with {}",
+                action.as_str()
+            )))
+        }
+        _ => return Ok(None),
     }
-    let mut verdicts = Decisions(
+    let named = check_named(requests, plan)?;
+    let undecided = if plan.explicit && given {
+        plan.tasks
+            .iter()
+            .filter(|task| named.0.iter().all(|d| d.index != task.index))
+            .map(|task| task.index)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if !undecided.is_empty() {
+        return Err(undecided_tasks(&undecided));
+    }
+    Ok(Some(with_the_rest_approved(&plan.tasks, &named, &[])))
+}
+
+/// `--explicit-decisions`: the tasks a reply left undecided.
+pub fn undecided_tasks(undecided: &[usize]) -> DecisionsError {
+    let list: Vec<String> = undecided.iter().map(usize::to_string).collect();
+    DecisionsError::Undecided(format!(
+        "decisions: task(s) {} not decided; this server takes a decision for every task \
+         (--explicit-decisions)",
+        list.join(", ")
+    ))
+}
+
+/// The verdict for every task of `tasks`, in order: `named`'s, else what
+/// was `decided` on its own before, else approved.
+pub fn with_the_rest_approved(
+    tasks: &[TaskCheck],
+    named: &Decisions,
+    decided: &[TaskDecision],
+) -> Decisions {
+    Decisions(
         tasks
             .iter()
-            .map(|task| TaskDecision {
-                index: task.index,
-                verdict: Verdict::Approve,
+            .map(|task| {
+                let given = named
+                    .0
+                    .iter()
+                    .chain(decided)
+                    .find(|d| d.index == task.index);
+                given.cloned().unwrap_or(TaskDecision {
+                    index: task.index,
+                    verdict: Verdict::Approve,
+                })
             })
             .collect(),
-    );
+    )
+}
+
+/// The verdicts of the tasks `requests` name, checked (each named once).
+pub fn check_named(
+    requests: &[TaskDecisionRequest],
+    plan: &PlanCheck,
+) -> Result<Decisions, DecisionsError> {
+    let tasks = &plan.tasks;
     let mut named = vec![false; tasks.len()];
+    let mut verdicts = Vec::new();
     for request in requests {
         let at = named_task(tasks, request)?;
         let index = tasks[at].index;
@@ -215,84 +272,81 @@ pub fn check_decisions(
                 "decisions: task {index} is decided twice"
             )));
         }
-        let verdict = match request.decision.as_str() {
-            "approve" => Verdict::Approve,
-            "reject" => Verdict::Reject {
-                reason: request.reason.clone(),
-            },
-            "edit" => {
-                let args = request
-                    .args
-                    .clone()
-                    .ok_or_else(|| format!("decisions: task {index}: edit needs args"))?;
-                // What is recorded is what runs: only a declared tool's
-                // call runs with arguments an edit can change.
-                let tool = tasks[at].tool.as_ref().ok_or_else(|| {
-                    format!(
-                        "decisions: task {index} calls no declared tool, so there are no \
-                         arguments to edit; reject it, respond for it, or modify the plan"
-                    )
-                })?;
-                tool.check_args(&args).map_err(|why| {
-                    format!(
-                        "decisions: task {index}: the args do not fit the tool `{}`: {why}",
-                        tool.name
-                    )
-                })?;
-                if let Some((tools, key)) = &plan.rules {
-                    if let Some(rule) = tools.rules().denies(&tool.name, &args, key) {
-                        return Err(denied(index, &tool.name, rule));
-                    }
-                    // The edited call routed with its new arguments: an
-                    // `ask` rule that wants more or other people than this
-                    // pause's sends it to them, in a new round.
-                    let ruling = tools.rules().evaluate(&tool.name, &args, key);
-                    let gate = match ruling.enforced.and_then(|rule| rule.gate.as_ref()) {
-                        Some(gate) => tool.gate.and(gate),
-                        None => tool.gate.clone(),
-                    };
-                    if !tasks[at].gate.covers(&gate) {
-                        return Err(DecisionsError::NeedsNewRound(format!(
-                            "decisions: task {index}: the edited call of `{}` needs other \
-                             approvers than this pause's ({}); modify the plan so that it \
-                             is asked of them (a new round), or reject the task",
-                            tool.name,
-                            gate.describe()
-                        )));
-                    }
+        let verdict = verdict_of(request, plan, at)?;
+        verdicts.push(TaskDecision { index, verdict });
+    }
+    Ok(Decisions(verdicts))
+}
+
+/// The verdict `request` gives task `at` of `plan`, checked.
+fn verdict_of(
+    request: &TaskDecisionRequest,
+    plan: &PlanCheck,
+    at: usize,
+) -> Result<Verdict, DecisionsError> {
+    let tasks = &plan.tasks;
+    let index = tasks[at].index;
+    let verdict = match request.decision.as_str() {
+        "approve" => Verdict::Approve,
+        "reject" => Verdict::Reject {
+            reason: request.reason.clone(),
+        },
+        "edit" => {
+            let args = request
+                .args
+                .clone()
+                .ok_or_else(|| format!("decisions: task {index}: edit needs args"))?;
+            // What is recorded is what runs: only a declared tool's
+            // call runs with arguments an edit can change.
+            let tool = tasks[at].tool.as_ref().ok_or_else(|| {
+                format!(
+                    "decisions: task {index} calls no declared tool, so there are no \
+                     arguments to edit; reject it, respond for it, or modify the plan"
+                )
+            })?;
+            tool.check_args(&args).map_err(|why| {
+                format!(
+                    "decisions: task {index}: the args do not fit the tool `{}`: {why}",
+                    tool.name
+                )
+            })?;
+            if let Some((tools, key)) = &plan.rules {
+                if let Some(rule) = tools.rules().denies(&tool.name, &args, key) {
+                    return Err(denied(index, &tool.name, rule));
                 }
-                Verdict::Edit { args }
+                // The edited call routed with its new arguments: an
+                // `ask` rule that wants more or other people than this
+                // pause's sends it to them, in a new round.
+                let ruling = tools.rules().evaluate(&tool.name, &args, key);
+                let gate = match ruling.enforced.and_then(|rule| rule.gate.as_ref()) {
+                    Some(gate) => tool.gate.and(gate),
+                    None => tool.gate.clone(),
+                };
+                if !tasks[at].gate.covers(&gate) {
+                    return Err(DecisionsError::NeedsNewRound(format!(
+                        "decisions: task {index}: the edited call of `{}` needs other \
+                         approvers than this pause's ({}); modify the plan so that it \
+                         is asked of them (a new round), or reject the task",
+                        tool.name,
+                        gate.describe()
+                    )));
+                }
             }
-            "respond" => Verdict::Respond {
-                result: request
-                    .result
-                    .clone()
-                    .ok_or_else(|| format!("decisions: task {index}: respond needs result"))?,
-            },
-            other => {
-                return Err(DecisionsError::Invalid(format!(
-                    "decisions: task {index}: `{other}` is not approve, reject, edit or respond"
-                )))
-            }
-        };
-        verdicts.0[at] = TaskDecision { index, verdict };
-    }
-    if plan.explicit && given {
-        let undecided: Vec<String> = tasks
-            .iter()
-            .zip(&named)
-            .filter(|(_, named)| !**named)
-            .map(|(task, _)| task.index.to_string())
-            .collect();
-        if !undecided.is_empty() {
-            return Err(DecisionsError::Undecided(format!(
-                "decisions: task(s) {} not decided; this server takes a decision for every \
-                 task (--explicit-decisions)",
-                undecided.join(", ")
-            )));
+            Verdict::Edit { args }
         }
-    }
-    Ok(Some(verdicts))
+        "respond" => Verdict::Respond {
+            result: request
+                .result
+                .clone()
+                .ok_or_else(|| format!("decisions: task {index}: respond needs result"))?,
+        },
+        other => {
+            return Err(DecisionsError::Invalid(format!(
+                "decisions: task {index}: `{other}` is not approve, reject, edit or respond"
+            )))
+        }
+    };
+    Ok(verdict)
 }
 
 /// Where in `tasks` the task a decision names is: by `index` or by

@@ -35,6 +35,28 @@ pub enum Verdict {
     Respond { result: String },
 }
 
+impl Verdict {
+    /// Its `decision` word.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Approve => "approve",
+            Verdict::Reject { .. } => "reject",
+            Verdict::Edit { .. } => "edit",
+            Verdict::Respond { .. } => "respond",
+        }
+    }
+
+    /// The state it gives its task.
+    pub fn state(&self) -> TaskState {
+        match self {
+            Verdict::Approve => TaskState::Approved,
+            Verdict::Reject { .. } => TaskState::Rejected,
+            Verdict::Edit { .. } => TaskState::Edited,
+            Verdict::Respond { .. } => TaskState::Responded,
+        }
+    }
+}
+
 /// A task's verdict, with the task's index.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskDecision {
@@ -290,6 +312,29 @@ impl Chunk {
     pub fn finished(mut self) -> Chunk {
         self.finished = true;
         self
+    }
+
+    /// Some tasks of a pause decided on their own (`decide`, #42): what
+    /// was decided (`decisions`) and the tasks still pending (`pending`).
+    pub fn decision_recorded(
+        session_id: &str,
+        confirmation_id: &str,
+        decisions: &Decisions,
+        pending: &[usize],
+    ) -> Chunk {
+        let named: Vec<String> = decisions.0.iter().map(|d| d.index.to_string()).collect();
+        let text = format!(
+            "Decided task(s) {}; {} still pending",
+            named.join(", "),
+            pending.len()
+        );
+        Chunk::new(ChunkType::DecisionRecorded, text, session_id, 0)
+            .with_meta(meta::CONFIRMATION_ID, confirmation_id)
+            .with_meta(
+                meta::DECISIONS,
+                serde_json::to_value(decisions).unwrap_or_default(),
+            )
+            .with_meta(meta::PENDING, pending.to_vec())
     }
 
     /// `confirmation_received`: a decision was taken on a confirmation

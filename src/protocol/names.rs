@@ -57,6 +57,8 @@ pub mod meta {
     pub const TIMEOUT_SECONDS: &str = "timeout_seconds";
     pub const TOOL: &str = "tool";
     pub const TOTAL_TASKS: &str = "total_tasks";
+    /// The tasks of a pause still pending (their indexes), after a `decide`.
+    pub const PENDING: &str = "pending";
 }
 
 /// What a chunk is, as written in `chunk_type`.
@@ -74,6 +76,10 @@ pub enum ChunkType {
     /// One approval of several a pause needs (a quorum): the reply's
     /// acknowledgement; the pause stays pending.
     ApprovalRecorded,
+    /// Some tasks of an approval pause decided on their own (`decide`,
+    /// #42): the reply's acknowledgement (final) and a note on the paused
+    /// stream (not final); the other tasks stay pending.
+    DecisionRecorded,
     Completion,
     Cancelled,
     Error,
@@ -292,6 +298,9 @@ pub enum Action {
     Cancel,
     Answer,
     Skip,
+    /// Decides only the tasks its `decisions` name (#42); accepted wherever
+    /// `confirm` is, and not listed in `options`.
+    Decide,
     /// Nobody answered a pause whose tasks say `on_timeout = "reject"`:
     /// every task rejected, the run goes on. Recorded and shown, never
     /// sent by a client (no pause offers it).

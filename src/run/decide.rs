@@ -18,7 +18,7 @@ use super::journal::{Entry, Pause, PauseEvent, Subject};
 use super::Runs;
 use crate::audit::{AuditLog, AuditRecord};
 use crate::cluster::SETTLE_RETRY;
-use crate::confirmation::quorum::Progress;
+use crate::confirmation::quorum::{Partial, Progress};
 use crate::confirmation::{Accepted, DecideError, Decider, ReplyFrom};
 use crate::protocol::{
     meta, Action, CancelReason, Chunk, ChunkType, ErrorType, Given, PauseKind, ReplyMessage,
@@ -106,12 +106,24 @@ pub struct Decided {
     pub approved_by: Vec<String>,
     /// One approval of several: those so far, and how many are needed.
     pub progress: Option<Progress>,
+    /// Some tasks decided on their own (`decide`): which, and which are
+    /// still pending.
+    pub partial: Option<Partial>,
 }
 
 impl Decided {
     /// The reply's own stream: one final `confirmation_received` chunk
     /// (`approval_recorded` for one approval of several).
     pub fn acknowledgement(&self, session_id: &str) -> Chunk {
+        if let Some(partial) = &self.partial {
+            let ack = Chunk::decision_recorded(
+                session_id,
+                &self.confirmation_id,
+                &partial.now,
+                &partial.pending,
+            );
+            return ack.finished();
+        }
         if let Some(Progress {
             approvals,
             required,
@@ -163,6 +175,15 @@ impl Decided {
     }
 }
 
+/// What a reply that does not decide its pause counted.
+#[derive(Debug, Clone)]
+pub(super) enum Step {
+    /// One approval of several.
+    Approval(Progress),
+    /// Some tasks decided on their own.
+    Tasks(Partial),
+}
+
 impl Runs {
     /// Decides the pause of `key` with `reply`: taken, recorded (store,
     /// then audit log) and delivered, or refused with the pause as it was
@@ -185,10 +206,13 @@ impl Runs {
                 return Err(self.told_decided(key, reply.confirmation_id, refused).await)
             }
         };
-        if let Some(progress) = accepted.progress.clone() {
-            return self
-                .approval_recorded(key, &reply, accepted, progress)
-                .await;
+        let step = match (accepted.progress.clone(), accepted.partial.clone()) {
+            (Some(progress), _) => Some(Step::Approval(progress)),
+            (None, Some(partial)) => Some(Step::Tasks(partial)),
+            (None, None) => None,
+        };
+        if let Some(step) = step {
+            return self.step_recorded(key, &reply, accepted, step).await;
         }
         let decided = Decided {
             action: accepted.action,
@@ -198,6 +222,7 @@ impl Runs {
             kind: accepted.kind,
             approved_by: accepted.approved_by.clone(),
             progress: None,
+            partial: None,
         };
         let decision = DecisionData {
             action: accepted.action,

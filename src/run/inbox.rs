@@ -16,7 +16,7 @@ use crate::pause::approval::PlanCheck;
 use crate::pause::approval::Quorum;
 use crate::protocol::{Ask, PauseData, PauseKind, TaskSpec};
 use crate::session::SessionKey;
-use crate::store::{PausedRecord, StoreError};
+use crate::store::{DecidedTask, PausedRecord, StoreError};
 
 /// Default of `?limit=`.
 pub const INBOX_LIMIT: usize = 50;
@@ -356,6 +356,7 @@ impl Runs {
                     item.required = Some(pause.required);
                 }
                 item.escalated_to = pause.escalated_to;
+                item.mark_decided(&pause.decided);
                 item.approvers = pause.groups;
                 item.requester_may_approve = pause.requester_may_approve;
                 Some(item)
@@ -376,6 +377,28 @@ fn page(mut items: Vec<Interaction>, query: &InboxQuery) -> Vec<Interaction> {
         .and_then(|after| items.iter().position(|i| i.confirmation_id == after))
         .map_or(0, |at| at + 1);
     items.into_iter().skip(start).take(query.limit).collect()
+}
+
+impl Interaction {
+    /// Shows the tasks decided on their own (`decide`) as decided: each
+    /// one's `state` in the listed `confirmation_data`.
+    fn mark_decided(&mut self, decided: &[DecidedTask]) {
+        let tasks = self
+            .confirmation_data
+            .get_mut("tasks")
+            .and_then(Value::as_array_mut);
+        for task in tasks.into_iter().flatten() {
+            let index = task.get("index").and_then(Value::as_u64);
+            let done = decided
+                .iter()
+                .find(|done| Some(done.decision.index as u64) == index);
+            if let (Some(done), Some(task)) = (done, task.as_object_mut()) {
+                let state = serde_json::to_value(done.decision.verdict.state());
+                task.insert("state".to_owned(), state.unwrap_or_default());
+                task.insert("decided_by".to_owned(), Value::from(done.by.as_str()));
+            }
+        }
+    }
 }
 
 impl Runs {
@@ -413,6 +436,7 @@ impl Runs {
             Ask::Question { .. } => {}
         }
         item.escalated_to = progress.escalated_to;
+        item.mark_decided(&progress.decided);
         Some(item)
     }
 }

@@ -12,6 +12,9 @@
 //! `interaction.requested` with the paused record (`context/pause.rs`); an
 //! end's rows with the ended record, its audit record last (`end.rs`).
 //! [`Journal::audit`] writes a record where the server has an audit log.
+//!
+//! Longer than 600 lines because every event's records are built here and
+//! nowhere else (a layout test holds it): splitting it would split that.
 
 use std::time::Duration;
 
@@ -187,6 +190,17 @@ pub enum CallEvent<'a> {
         /// enforced.
         first: &'a crate::tools::rules::Rule,
     },
+}
+
+/// Some tasks of a pause decided on their own (`decide`): what this reply
+/// decided (`now`), by whom, and the tasks still pending.
+pub struct TasksDecided<'a> {
+    pub pause: Pause<'a>,
+    pub round: u32,
+    pub by: &'a str,
+    pub client: Option<&'a str>,
+    pub now: &'a crate::protocol::Decisions,
+    pub pending: &'a [usize],
 }
 
 /// What is written of one event: each part empty where the server does
@@ -515,6 +529,40 @@ impl Journal<'_> {
             (Some(log), Some(record)) => log.write(record).await,
             _ => Ok(()),
         }
+    }
+
+    /// Some tasks of a pause decided on their own (`decide`): a
+    /// `decided_task` record each, and `interaction.progress` naming them.
+    pub fn tasks_decided(
+        &self,
+        run: Subject<'_>,
+        decided: TasksDecided<'_>,
+    ) -> (Vec<AuditRecord>, Vec<OutboxEvent>) {
+        let TasksDecided {
+            pause,
+            round,
+            by,
+            client,
+            now,
+            pending,
+        } = decided;
+        let audits = match &self.settings.audit {
+            Some(_) => now
+                .0
+                .iter()
+                .map(|decision| AuditRecord::DecidedTask {
+                    run: run.fields(),
+                    confirmation_id: pause.confirmation_id.to_owned(),
+                    round,
+                    key: by.to_owned(),
+                    client: client.map(str::to_owned),
+                    decision: decision.clone(),
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let events = self.rows(|| Event::tasks_decided(&about(run, pause), now, pending, by));
+        (audits, events)
     }
 
     /// The record `make` builds, where there is an audit log.

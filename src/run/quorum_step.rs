@@ -1,49 +1,72 @@
-//! One approval of several a pause needs (a quorum): kept with the paused
-//! run's record (a durable store: a restart keeps it), recorded (the audit
-//! record `approved`, fail closed like a decision), announced
-//! (`interaction.progress`), shown on the run's stream ("1 of 2 approvals
-//! (lead-1)"), and acknowledged with `approval_recorded`. The pause stays
-//! pending, its expiry unchanged.
+//! A reply that does not decide its pause but is a step towards it: one
+//! approval of several a pause needs (a quorum), or some of its tasks
+//! decided on their own (`decide`, #42). Either is kept with the paused
+//! run's record (a durable store: a restart keeps it), recorded (the
+//! audit records `approved` or `decided_task`, fail closed like a
+//! decision), announced (`interaction.progress`), shown on the run's
+//! stream ("1 of 2 approvals (lead-1)", or a `decision_recorded` chunk),
+//! and acknowledged (`approval_recorded`, `decision_recorded`). The pause
+//! stays pending, its expiry unchanged.
 //!
-//! An approval counts only once it is kept: while one is being kept, the
+//! A step counts only once it is kept: while one is being kept, the
 //! registry counts no other (`DecideError::Counting`, 503), so no quorum is
-//! completed with an approval that is then lost. One whose fate in the
-//! store is unknown (no answer in time) is told 504 `outcome_unknown` and
-//! settled in the background: the same step is written again (it is
-//! idempotent: the approvals as they stand) until the store takes it, and
-//! only then is it recorded, announced and counted.
+//! completed, and no task decided twice, with a step that is then lost. One
+//! whose fate in the store is unknown (no answer in time) is told 504
+//! `outcome_unknown` and settled in the background: the same step is
+//! written again (it is idempotent: the tally as it stands) until the store
+//! takes it, and only then is it recorded, announced and counted.
 
-use super::decide::{Decided, Reply, ReplyError};
-use super::journal::{Entry, Pause, PauseEvent, Subject};
+use super::decide::{Decided, Reply, ReplyError, Step};
+use super::journal::{Entry, Pause, PauseEvent, Subject, TasksDecided};
 use super::Runs;
 use crate::cluster::SETTLE_RETRY;
-use crate::confirmation::quorum::Progress;
 use crate::confirmation::Accepted;
 use crate::protocol::{meta, Chunk, ChunkType};
 use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
 use crate::store::{Fault, PauseProgress};
 
+impl Step {
+    /// What the store keeps of it: the pause's tally as it stands.
+    fn kept_as(&self, confirmation_id: &str) -> PauseProgress {
+        match self {
+            Step::Approval(progress) => PauseProgress::approvals(
+                confirmation_id,
+                &progress.approvals,
+                progress.required,
+                &progress.rejected,
+            ),
+            Step::Tasks(partial) => PauseProgress::tasks(confirmation_id, &partial.decided),
+        }
+    }
+
+    /// Takes it back out of the registry's tally (not kept).
+    fn withdraw(&self, runs: &Runs, key: &SessionKey, confirmation_id: &str, label: &str) {
+        match self {
+            Step::Approval(_) => runs.manager.withdraw_approval(key, confirmation_id, label),
+            Step::Tasks(partial) => {
+                let tasks: Vec<usize> = partial.now.0.iter().map(|d| d.index).collect();
+                runs.manager.withdraw_tasks(key, confirmation_id, &tasks);
+            }
+        }
+    }
+}
+
 impl Runs {
-    pub(super) async fn approval_recorded(
+    pub(super) async fn step_recorded(
         &self,
         key: &SessionKey,
         reply: &Reply<'_>,
         accepted: Accepted,
-        progress: Progress,
+        step: Step,
     ) -> Result<Decided, ReplyError> {
         let label = reply.decider.label.as_str();
         let id = accepted.confirmation_id.as_str();
         // Kept with the paused run's record first (a restart keeps it):
         // not kept, not counted, and the pause waits on.
         if let Some(run) = &accepted.stored {
-            let step = PauseProgress::approvals(
-                id,
-                &progress.approvals,
-                progress.required,
-                &progress.rejected,
-            );
-            if let Err(err) = self.settings.store.record_progress(run, key, &step).await {
+            let kept = step.kept_as(id);
+            if let Err(err) = self.settings.store.record_progress(run, key, &kept).await {
                 run_log!(
                     Error,
                     RunTag::of(key, accepted.run_id).pause(&accepted.confirmation_id),
@@ -55,24 +78,33 @@ impl Runs {
                         let (key, run) = (key.clone(), run.clone());
                         let (label, client) = (label.to_owned(), reply.client.map(str::to_owned));
                         tokio::spawn(async move {
-                            runs.settle_approval(&key, &run, &step, &accepted, &label, client)
-                                .await;
+                            let settling = Settling {
+                                run: &run,
+                                kept: &kept,
+                                step: &step,
+                                accepted: &accepted,
+                                label: &label,
+                                client,
+                            };
+                            runs.settle_step(&key, settling).await;
                         });
                         return Err(ReplyError::OutcomeUnknown);
                     }
                     Fault::Moved => {
-                        self.manager.withdraw_approval(key, id, label);
+                        step.withdraw(self, key, id, label);
                         self.relinquish(key);
                     }
-                    Fault::Unreachable | Fault::Lost => {
-                        self.manager.withdraw_approval(key, id, label);
-                    }
+                    Fault::Unreachable | Fault::Lost => step.withdraw(self, key, id, label),
                 }
                 return Err(ReplyError::StoreUnavailable);
             }
         }
-        self.approval_kept(key, &accepted, &progress, label, reply.client)
+        self.step_kept(key, &accepted, &step, label, reply.client)
             .await?;
+        let (progress, partial) = match step {
+            Step::Approval(progress) => (Some(progress), None),
+            Step::Tasks(partial) => (None, Some(partial)),
+        };
         Ok(Decided {
             action: accepted.action,
             confirmation_id: accepted.confirmation_id.clone(),
@@ -80,33 +112,26 @@ impl Runs {
             given: None,
             kind: accepted.kind,
             approved_by: Vec::new(),
-            progress: Some(progress),
+            progress,
+            partial,
         })
     }
 
-    /// An approval the store has kept: recorded in the audit log (not on
-    /// the record, not counted), counted, announced and shown on the run's
+    /// A step the store has kept: recorded in the audit log (not on the
+    /// record, not counted), counted, announced and shown on the run's
     /// stream.
-    async fn approval_kept(
+    async fn step_kept(
         &self,
         key: &SessionKey,
         accepted: &Accepted,
-        progress: &Progress,
+        step: &Step,
         label: &str,
         client: Option<&str>,
     ) -> Result<(), ReplyError> {
-        let (approvals, required) = (&progress.approvals, progress.required);
         let id = accepted.confirmation_id.as_str();
-        let approved = PauseEvent::Approved {
-            pause: Pause {
-                confirmation_id: id,
-                kind: accepted.kind,
-            },
-            round: accepted.confirmation_round,
-            by: label,
-            client,
-            approvals,
-            required,
+        let pause = Pause {
+            confirmation_id: id,
+            kind: accepted.kind,
         };
         let run = Subject {
             key,
@@ -114,42 +139,60 @@ impl Runs {
             stored: accepted.stored.as_deref(),
         };
         let journal = self.settings.journal();
-        let Entry { audit, events, .. } = journal.pause(run, approved);
-        if journal.audit(audit.as_ref()).await.is_err() {
-            // Not on the record, so not counted: the pause waits on.
-            self.manager.withdraw_approval(key, id, label);
-            return Err(ReplyError::AuditUnavailable);
+        let round = accepted.confirmation_round;
+        let (audits, events) = match step {
+            Step::Approval(progress) => {
+                let approved = PauseEvent::Approved {
+                    pause,
+                    round,
+                    by: label,
+                    client,
+                    approvals: &progress.approvals,
+                    required: progress.required,
+                };
+                let Entry { audit, events, .. } = journal.pause(run, approved);
+                (audit.into_iter().collect(), events)
+            }
+            Step::Tasks(partial) => {
+                let decided = TasksDecided {
+                    pause,
+                    round,
+                    by: label,
+                    client,
+                    now: &partial.now,
+                    pending: &partial.pending,
+                };
+                journal.tasks_decided(run, decided)
+            }
+        };
+        for audit in &audits {
+            if journal.audit(Some(audit)).await.is_err() {
+                // Not on the record, so not counted: the pause waits on.
+                step.withdraw(self, key, id, label);
+                return Err(ReplyError::AuditUnavailable);
+            }
         }
         self.manager.approval_kept(key, id);
         self.settings.announce(&events).await;
         if let Some(log) = self.logs.find(key) {
-            let text = format!(
-                "{} of {required} approvals ({})",
-                approvals.len(),
-                approvals.join(", ")
-            );
-            let chunk = Chunk::new(ChunkType::Status, text, &key.session_id, 0)
-                .with_meta(meta::CONFIRMATION_ID, id)
-                .with_meta(meta::APPROVALS, approvals.clone())
-                .with_meta(meta::REQUIRED, required);
-            log.push(chunk);
+            log.push(shown(step, &key.session_id, id));
         }
         Ok(())
     }
 
-    /// Writes `step` again, [`SETTLE_RETRY`] apart, until the store takes
-    /// it (the approval is then counted) or says the run is not here any
-    /// more (it is then withdrawn). At shutdown it is left to the store:
-    /// the next process restores the pause with what the store kept.
-    async fn settle_approval(
-        &self,
-        key: &SessionKey,
-        run: &str,
-        step: &PauseProgress,
-        accepted: &Accepted,
-        label: &str,
-        client: Option<String>,
-    ) {
+    /// Writes the step again, [`SETTLE_RETRY`] apart, until the store
+    /// takes it (it is then counted) or says the run is not here any more
+    /// (it is then withdrawn). At shutdown it is left to the store: the
+    /// next process restores the pause with what the store kept.
+    async fn settle_step(&self, key: &SessionKey, settling: Settling<'_>) {
+        let Settling {
+            run,
+            kept,
+            step,
+            accepted,
+            label,
+            client,
+        } = settling;
         let id = accepted.confirmation_id.as_str();
         loop {
             tokio::select! {
@@ -159,25 +202,19 @@ impl Runs {
             // Decided meanwhile (a cancel, the run's timeout), perhaps
             // paused again on a new round: nothing of this one to count.
             if !self.manager.waits_on(key, id) {
-                self.manager.withdraw_approval(key, id, label);
+                step.withdraw(self, key, id, label);
                 return;
             }
-            match self.settings.store.record_progress(run, key, step).await {
+            match self.settings.store.record_progress(run, key, kept).await {
                 Ok(()) => {
-                    let progress = Progress {
-                        approvals: step.approvals.clone(),
-                        required: step.required,
-                        groups: Vec::new(),
-                        rejected: step.rejected.clone(),
-                    };
-                    let kept = self
-                        .approval_kept(key, accepted, &progress, label, client.as_deref())
+                    let counted = self
+                        .step_kept(key, accepted, step, label, client.as_deref())
                         .await;
                     run_log!(
                         Info,
                         RunTag::of(key, accepted.run_id).pause(&accepted.confirmation_id),
-                        "an approval by {label} with an unknown outcome was {}",
-                        if kept.is_ok() {
+                        "a step by {label} with an unknown outcome was {}",
+                        if counted.is_ok() {
                             "kept; it counts"
                         } else {
                             "kept by the store but not recorded in the audit log; it does not count"
@@ -186,16 +223,49 @@ impl Runs {
                     return;
                 }
                 Err(err) if err.fault == Fault::Moved => {
-                    self.manager.withdraw_approval(key, id, label);
+                    step.withdraw(self, key, id, label);
                     self.relinquish(key);
                     return;
                 }
                 Err(err) if err.fault == Fault::Lost => {
-                    self.manager.withdraw_approval(key, id, label);
+                    step.withdraw(self, key, id, label);
                     return;
                 }
                 Err(_) => {}
             }
+        }
+    }
+}
+
+/// A step whose outcome in the store is unknown, being settled.
+struct Settling<'a> {
+    run: &'a str,
+    kept: &'a PauseProgress,
+    step: &'a Step,
+    accepted: &'a Accepted,
+    label: &'a str,
+    client: Option<String>,
+}
+
+/// What the run's stream shows of a kept step: the approvals so far, or
+/// the tasks decided and those still pending (a `decision_recorded`
+/// chunk, not final).
+fn shown(step: &Step, session_id: &str, id: &str) -> Chunk {
+    match step {
+        Step::Approval(progress) => {
+            let (approvals, required) = (&progress.approvals, progress.required);
+            let text = format!(
+                "{} of {required} approvals ({})",
+                approvals.len(),
+                approvals.join(", ")
+            );
+            Chunk::new(ChunkType::Status, text, session_id, 0)
+                .with_meta(meta::CONFIRMATION_ID, id)
+                .with_meta(meta::APPROVALS, approvals.clone())
+                .with_meta(meta::REQUIRED, required)
+        }
+        Step::Tasks(partial) => {
+            Chunk::decision_recorded(session_id, id, &partial.now, &partial.pending)
         }
     }
 }

@@ -8,8 +8,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::protocol::TaskDecision;
+
 /// A pause's progress, or one step of it (the fields that step sets).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PauseProgress {
     pub confirmation_id: String,
     /// A quorum's approvals so far (labels, in order), and how many it
@@ -22,6 +24,11 @@ pub struct PauseProgress {
     /// decision (a reject given on the way to a quorum stands).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected: Vec<CarriedReject>,
+    /// Tasks decided on their own so far (`decide`, #42), by whom, in the
+    /// order they were decided. Kept with the approvals: one step, the
+    /// pause's tally as it stands.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decided: Vec<DecidedTask>,
     /// Its `interaction.reminder` was sent (or is queued).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reminded: bool,
@@ -46,6 +53,16 @@ pub struct CarriedReject {
     pub index: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// A task decided on its own (`decide`): whatever the pause's other tasks
+/// become, this is its decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecidedTask {
+    /// The label that decided it.
+    pub by: String,
+    #[serde(flatten)]
+    pub decision: TaskDecision,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -84,6 +101,15 @@ impl PauseProgress {
             approvals: approvals.to_vec(),
             required,
             rejected: rejected.to_vec(),
+            ..PauseProgress::default()
+        }
+    }
+
+    /// The tasks decided on their own so far (a `decide`).
+    pub fn tasks(confirmation_id: &str, decided: &[DecidedTask]) -> Self {
+        PauseProgress {
+            confirmation_id: confirmation_id.to_owned(),
+            decided: decided.to_vec(),
             ..PauseProgress::default()
         }
     }
@@ -127,6 +153,7 @@ impl PauseProgress {
                 progress.approvals = step.approvals;
                 progress.required = step.required;
                 progress.rejected = step.rejected;
+                progress.decided = step.decided;
             }
             Step::Reminded => progress.reminded = true,
             Step::Escalated => {

@@ -84,6 +84,15 @@ pub(super) struct Progress<'a> {
     pub approved_by: &'a str,
 }
 
+/// `interaction.progress` of a `decide` (#42): the tasks it decided, by
+/// whom, and the tasks still pending.
+#[derive(Debug, Serialize)]
+pub(super) struct TasksDecided<'a> {
+    pub decisions: &'a crate::protocol::Decisions,
+    pub decided_by: &'a str,
+    pub pending: &'a [usize],
+}
+
 /// `interaction.reminder` and `interaction.escalated`: how long the pause
 /// has waited, and (escalated) to which group.
 #[derive(Debug, Serialize)]

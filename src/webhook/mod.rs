@@ -353,6 +353,22 @@ impl Event {
         Event::new(EventType::Progress, about, data)
     }
 
+    /// Some tasks of a pause decided on their own (`decide`), by `by`;
+    /// `pending` are still pending.
+    pub fn tasks_decided(
+        about: &About<'_>,
+        decisions: &crate::protocol::Decisions,
+        pending: &[usize],
+        by: &str,
+    ) -> Event {
+        let data = body::data(body::TasksDecided {
+            decisions,
+            decided_by: by,
+            pending,
+        });
+        Event::new(EventType::Progress, about, data)
+    }
+
     /// A pause nobody has answered for `waited` (its tools' `remind_after`).
     pub fn reminder(about: &About<'_>, waited: Duration) -> Event {
         let data = body::data(body::Waited::new(waited, None));

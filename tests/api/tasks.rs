@@ -127,3 +127,215 @@ async fn a_reply_names_a_task_by_its_task_id_and_a_bad_name_keeps_nothing() {
         .unwrap()
         .contains("not b"));
 }
+
+/// POSTs a `decide` with `decisions`.
+async fn decide(
+    app: &crate::helpers::TestApp,
+    session: &str,
+    decisions: Value,
+) -> reqwest::Response {
+    app.post_json(&json!({
+        "message": "CONFIRM_ACTION:decide",
+        "session_id": session,
+        "decisions": decisions,
+    }))
+    .await
+}
+
+/// The tasks of the one pause the inbox lists (no API keys).
+async fn listed_tasks(app: &crate::helpers::TestApp) -> Vec<Value> {
+    let url = format!("{}/api/v1/interactions", app.address);
+    let body: Value = app
+        .client
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let items = body["interactions"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{body}");
+    items[0]["confirmation_data"]["tasks"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn a_decide_decides_only_the_tasks_it_names_and_the_rest_stay_pending() {
+    let dir = Workdir::new();
+    let app = app_with_tools(&dir, "", |_| {}).await;
+    let (mut stream, request) = app.open_paused("part", "note a; note b; note c").await;
+    let id = crate::helpers::confirmation_id(&request);
+
+    let decisions = json!([{"index": 2, "decision": "reject", "reason": "not b"}]);
+    let (status, ack) = one_chunk(decide(&app, "part", decisions).await).await;
+    assert_eq!(status, 200, "{ack:?}");
+    assert_eq!(ack.chunk_type, ChunkType::DecisionRecorded);
+    assert!(ack.finished);
+    assert_eq!(ack.metadata["confirmation_id"], id.as_str());
+    assert_eq!(ack.metadata["decisions"][0]["index"], 2);
+    assert_eq!(ack.metadata["decisions"][0]["decision"], "reject");
+    assert_eq!(ack.metadata["pending"], json!([1, 3]));
+    let shown = stream.until(ChunkType::DecisionRecorded).await;
+    assert!(!shown.finished, "the paused stream goes on");
+    assert_eq!(shown.metadata["pending"], json!([1, 3]));
+    let states: Vec<Value> = listed_tasks(&app)
+        .await
+        .iter()
+        .map(|t| t["state"].clone())
+        .collect();
+    assert_eq!(
+        states,
+        [json!("pending"), json!("rejected"), json!("pending")]
+    );
+    assert!(
+        dir.notes().is_empty(),
+        "nothing runs before the pause is decided"
+    );
+
+    // Task 2 is decided: deciding it again is 409, and takes nothing of
+    // that reply (task 1 stays pending too).
+    let again = json!([{"index": 1, "decision": "approve"}, {"index": 2, "decision": "approve"}]);
+    let (status, chunk) = one_chunk(decide(&app, "part", again).await).await;
+    assert_eq!(
+        (status.as_u16(), error_type(&chunk)),
+        (409, "already_decided")
+    );
+    let bad = json!([{"index": 3, "decision": "edit", "args": {"step": 5}}]);
+    let (status, chunk) = one_chunk(decide(&app, "part", bad).await).await;
+    assert_eq!(
+        (status.as_u16(), error_type(&chunk)),
+        (422, "invalid_decision")
+    );
+    let (status, chunk) = one_chunk(decide(&app, "part", json!([])).await).await;
+    assert_eq!(
+        (status.as_u16(), error_type(&chunk)),
+        (422, "invalid_decision")
+    );
+    let states: Vec<Value> = listed_tasks(&app)
+        .await
+        .iter()
+        .map(|t| t["state"].clone())
+        .collect();
+    assert_eq!(
+        states,
+        [json!("pending"), json!("rejected"), json!("pending")]
+    );
+
+    // A confirm decides what is still pending (approved), task 2 as decided.
+    let (status, received) = app.reply("part", "CONFIRM_ACTION:confirm").await;
+    assert_eq!(status, 200);
+    assert_eq!(received.chunk_type, ChunkType::ConfirmationReceived);
+    let verdicts: Vec<&str> = received.metadata["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(verdicts, ["approve", "reject", "approve"]);
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    assert_eq!(dir.notes(), ["note a", "note c"]);
+    app.registry_drains().await;
+    let audit = dir.audit();
+    let decided_task = audit.iter().position(|r| r["event"] == "decided_task");
+    let executed = audit.iter().position(|r| r["event"] == "executed");
+    let at = decided_task.expect("a decided_task record");
+    assert_eq!(audit[at]["index"], 2);
+    assert_eq!(audit[at]["decision"], "reject");
+    assert!(at < executed.unwrap(), "recorded before anything ran");
+}
+
+#[tokio::test]
+async fn deciding_the_last_pending_task_confirms_the_plan() {
+    let dir = Workdir::new();
+    let app = app_with_tools(&dir, "", |_| {}).await;
+    let (mut stream, request) = app.open_paused("each", "note a; note b").await;
+    let (_, tasks) = tasks_of(&request);
+
+    let first =
+        json!([{"task_id": tasks[1]["task_id"], "decision": "edit", "args": {"step": "note b2"}}]);
+    let (status, ack) = one_chunk(decide(&app, "each", first).await).await;
+    assert_eq!(
+        (status.as_u16(), ack.chunk_type),
+        (200, ChunkType::DecisionRecorded)
+    );
+    assert_eq!(ack.metadata["pending"], json!([1]));
+
+    let last = json!([{"index": 1, "decision": "approve"}]);
+    let (status, ack) = one_chunk(decide(&app, "each", last).await).await;
+    assert_eq!(status, 200);
+    assert_eq!(ack.chunk_type, ChunkType::ConfirmationReceived);
+    assert_eq!(ack.metadata["action"], "confirm");
+    assert_eq!(ack.metadata["decisions"][1]["decision"], "edit");
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    assert_eq!(dir.notes(), ["note a", "note b2"]);
+    let outputs = outputs(&stream);
+    assert_eq!(outputs.len(), 2);
+}
+
+#[tokio::test]
+async fn a_cancel_after_a_decide_runs_nothing() {
+    let dir = Workdir::new();
+    let app = app_with_tools(&dir, "", |_| {}).await;
+    let (mut stream, _) = app.open_paused("gone", "note a; note b").await;
+    let (status, _) =
+        one_chunk(decide(&app, "gone", json!([{"index": 1, "decision": "approve"}])).await).await;
+    assert_eq!(status, 200);
+    let (status, _) = app.reply("gone", "CONFIRM_ACTION:cancel").await;
+    assert_eq!(status, 200);
+    let last = stream.finish().await;
+    assert_eq!(last.chunk_type, ChunkType::Cancelled);
+    assert!(dir.notes().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_decided_on_its_own_survives_a_restart() {
+    use crate::durable::{
+        chunks, open_paused, post, read_raw, reply, start, stream_url, terminate, Dir,
+    };
+
+    let dir = Dir::new();
+    let mut first = start(&dir, &[]);
+    let url = stream_url(&first);
+    let reading = open_paused(
+        &url,
+        json!({"message": "one; two; three", "session_id": "kept"}),
+    )
+    .await;
+    let body = json!({"message": "CONFIRM_ACTION:decide", "session_id": "kept",
+                      "decisions": [{"index": 2, "decision": "reject", "reason": "no"}]});
+    let response = post(&url, body, None).await;
+    assert_eq!(response.status(), 200);
+    let ack = chunks(&read_raw(response, None).await).remove(0);
+    assert_eq!(ack.chunk_type, ChunkType::DecisionRecorded);
+    terminate(&mut first);
+    drop(reading);
+
+    let second = start(&dir, &[]);
+    let url = stream_url(&second);
+    // Task 2 is decided for good: deciding it again is refused, and a
+    // confirm approves what is left.
+    let again = json!({"message": "CONFIRM_ACTION:decide", "session_id": "kept",
+                       "decisions": [{"index": 2, "decision": "approve"}]});
+    let mut status = 0;
+    for _ in 0..50 {
+        // Restored a moment after the start: 503 until then.
+        status = post(&url, again.clone(), None).await.status().as_u16();
+        if status != 503 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 409);
+    let (status, received) = reply(&url, "kept", "CONFIRM_ACTION:confirm").await;
+    assert_eq!(status, 200, "{received:?}");
+    let verdicts: Vec<&str> = received.metadata["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(verdicts, ["approve", "reject", "approve"]);
+}

@@ -46,6 +46,7 @@ impl RunContext {
             tally: crate::confirmation::quorum::Tally {
                 approvals: progress.approvals,
                 rejected: progress.rejected,
+                decided: progress.decided,
             },
             escalated_to: progress.escalated_to,
         };
