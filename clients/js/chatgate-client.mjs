@@ -160,6 +160,29 @@ export function parseReply(reply) {
 }
 
 /** How a run ended. */
+/**
+ * Per-task decisions from an object of task (its index, or its `task_id`)
+ * to a decision: 'approve', ['reject', 'why'], ['edit', {...args}],
+ * ['respond', 'result'], or already one decision object (an array of
+ * decision objects is taken as it is).
+ */
+export function taskDecisions(tasks) {
+  if (Array.isArray(tasks)) return tasks;
+  const carried = { reject: 'reason', edit: 'args', respond: 'result' };
+  return Object.entries(tasks).map(([task, given]) => {
+    const entry = /^\d+$/.test(task) ? { index: Number(task) } : { task_id: task };
+    if (Array.isArray(given)) {
+      entry.decision = given[0];
+      if (given.length > 1 && given[1] !== null && given[1] !== undefined) entry[carried[given[0]] ?? 'reason'] = given[1];
+    } else if (given !== null && typeof given === 'object') {
+      Object.assign(entry, given);
+    } else {
+      entry.decision = String(given);
+    }
+    return entry;
+  });
+}
+
 export class RunResult {
   constructor(final, chunks, status, sessionId) {
     this.final = final;
@@ -286,6 +309,19 @@ export class ChatGateClient {
     if (status === 404) return null;
     if (status !== 200) throw new ChatGateError(`the outcome answered ${status}: ${body.message} (${body.error_type})`);
     return body;
+  }
+
+  /**
+   * Decides single tasks of the pending pause of `sessionId` and leaves the
+   * others pending (`CONFIRM_ACTION:decide`): `decide(session, {1:
+   * 'approve', 3: ['reject', 'why']})` (see `taskDecisions`). Resolves to
+   * the reply's chunk: `decision_recorded` (`metadata.pending`: the tasks
+   * still pending) or, once none is left, `confirmation_received`; an
+   * `error` chunk when refused (409 `already_decided` for a task decided
+   * before).
+   */
+  async decide(sessionId, tasks, { confirmationId } = {}) {
+    return this.reply(sessionId, 'decide', null, { confirmationId, decisions: taskDecisions(tasks) });
   }
 
   /**

@@ -310,6 +310,31 @@ def every_task(decisions, chunk):
     return full + list(named.values())
 
 
+def task_decisions(tasks):
+    """Per-task decisions from a mapping of task (its index, or its
+    ``task_id``) to a decision: ``"approve"``, ``("reject", "why")``,
+    ``("edit", {...args})`` or ``("respond", "result")``, or already one
+    decision dict (a list of decision dicts is taken as it is)."""
+    if isinstance(tasks, list):
+        return tasks
+    carried = {"reject": "reason", "edit": "args", "respond": "result"}
+    out = []
+    for task, given in tasks.items():
+        entry = ({"index": int(task)} if isinstance(task, int) or str(task).isdigit()
+                 else {"task_id": str(task)})
+        if isinstance(given, dict):
+            entry.update(given)
+        elif isinstance(given, (tuple, list)):
+            kind = given[0]
+            entry["decision"] = kind
+            if len(given) > 1 and given[1] is not None:
+                entry[carried.get(kind, "reason")] = given[1]
+        else:
+            entry["decision"] = str(given)
+        out.append(entry)
+    return out
+
+
 def decision(index, kind, **fields):
     """One per-task decision: ``decision(2, "reject", reason="...")``,
     ``decision(3, "edit", args={...})``, ``decision(1, "respond", result="...")``."""
@@ -577,6 +602,18 @@ class ChatGateClient:
         asking, within its scope, time and calls."""
         return self.reply(session_id, "confirm", confirmation_id=confirmation_id,
                           decisions=decisions, grant=grant)
+
+    def decide(self, session_id, tasks, confirmation_id=None):
+        """Decide single tasks of the pending pause of ``session_id`` and
+        leave the others pending (``CONFIRM_ACTION:decide``):
+        ``decide(session, {1: "approve", 3: ("reject", "why")})`` (see
+        :func:`task_decisions`). Returns the reply's chunk:
+        ``decision_recorded`` (``metadata.pending``: the tasks still
+        pending) or, once no task is left pending, ``confirmation_received``;
+        an ``error`` chunk when refused (409 ``already_decided`` for a task
+        decided before)."""
+        return self.reply(session_id, "decide", confirmation_id=confirmation_id,
+                          decisions=task_decisions(tasks))
 
     def grants(self):
         """The live grants this key may see (``GET /api/v1/grants``; an

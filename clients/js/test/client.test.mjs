@@ -328,6 +328,34 @@ describe('library against a server', () => {
     assert.deepEqual(outputs.map((o) => o.metadata.skipped), [false, true]);
   });
 
+  test('decide decides single tasks and the last one confirms', async () => {
+    const name = session();
+    const c = client();
+    const { chunks } = await c.stream('one; two; three', { sessionId: name });
+    const it = chunks[Symbol.asyncIterator]();
+    let request = null;
+    while (request === null) {
+      const { value } = await it.next();
+      if (value.chunk_type === 'confirmation_request') request = value;
+    }
+    const taskId = request.confirmation_data.tasks[2].task_id;
+    const first = await c.decide(name, { 2: ['reject', 'not two'] });
+    const again = await c.decide(name, { 2: 'approve' });
+    const last = await c.decide(name, { 1: 'approve', [taskId]: ['respond', 'done by hand'] });
+    const rest = [];
+    for (;;) {
+      const { value, done } = await it.next();
+      if (done) break;
+      rest.push(value.chunk_type);
+    }
+    assert.equal(first.chunk_type, 'decision_recorded');
+    assert.deepEqual(first.metadata.pending, [1, 3]);
+    assert.equal(again.metadata.error_type, 'already_decided');
+    assert.equal(last.chunk_type, 'confirmation_received');
+    assert.deepEqual(last.metadata.decisions.map((d) => d.decision), ['approve', 'reject', 'respond']);
+    assert.equal(rest.at(-1), 'completion');
+  });
+
   test('non-ASCII text round-trips', async () => {
     const result = await client().run('建立报告; envoyer le résumé 📨', {
       sessionId: session(),

@@ -437,6 +437,25 @@ class LibraryTests(unittest.TestCase):
         self.assertTrue(outputs[0]["metadata"]["skipped"])
         self.assertFalse(outputs[1]["metadata"]["skipped"])
 
+    def test_decide_decides_single_tasks_and_the_last_one_confirms(self):
+        name = session()
+        stream = self.client.stream("one; two; three", name)
+        chunks = iter(stream)
+        request = next(c for c in chunks if c["chunk_type"] == "confirmation_request")
+        task_id = request["confirmation_data"]["tasks"][2]["task_id"]
+        first = self.client.decide(name, {2: ("reject", "not two")})
+        again = self.client.decide(name, {2: "approve"})
+        last = self.client.decide(name, {1: "approve", task_id: ("respond", "done by hand")})
+        rest = [c["chunk_type"] for c in chunks]
+        stream.close()
+        self.assertEqual(first["chunk_type"], "decision_recorded")
+        self.assertEqual(first["metadata"]["pending"], [1, 3])
+        self.assertEqual(again["metadata"]["error_type"], "already_decided")
+        self.assertEqual(last["chunk_type"], "confirmation_received")
+        self.assertEqual([d["decision"] for d in last["metadata"]["decisions"]],
+                         ["approve", "reject", "respond"])
+        self.assertEqual(rest[-1], "completion")
+
     def test_a_question_streams_content(self):
         result = self.client.run("what is this?", session())
         text = "".join(c["chunk"] for c in result.chunks if c["chunk_type"] == "content")
