@@ -4,6 +4,7 @@
 
 use std::time::SystemTime;
 
+use super::quorum::Tally;
 use super::{ConfirmationManager, Entry};
 use crate::protocol::PauseKind;
 use crate::session::SessionKey;
@@ -78,40 +79,31 @@ impl ConfirmationManager {
     /// Takes back `label`'s approval of pause `confirmation_id` (it could
     /// not be recorded), with the rejects it carried.
     pub fn withdraw_approval(&self, key: &SessionKey, confirmation_id: &str, label: &str) {
-        let mut registry = self.lock();
-        let pause = registry
-            .sessions
-            .get_mut(key)
-            .and_then(|entry| entry.pause.as_mut())
-            .filter(|pause| pause.confirmation_id == confirmation_id);
-        if let Some(pause) = pause {
-            pause.tally.approvals.retain(|l| l != label);
-            pause.tally.rejected.retain(|r| r.by != label);
-            pause.approving = false;
-        }
+        self.counted(key, confirmation_id, |tally| {
+            tally.approvals.retain(|l| l != label);
+            tally.rejected.retain(|r| r.by != label);
+        });
     }
 
     /// The tasks `tasks` of pause `confirmation_id` of `key`, decided on
     /// their own, were not kept: pending again.
     pub fn withdraw_tasks(&self, key: &SessionKey, confirmation_id: &str, tasks: &[usize]) {
-        let mut registry = self.lock();
-        let pause = registry
-            .sessions
-            .get_mut(key)
-            .and_then(|entry| entry.pause.as_mut())
-            .filter(|pause| pause.confirmation_id == confirmation_id);
-        if let Some(pause) = pause {
-            pause
-                .tally
+        self.counted(key, confirmation_id, |tally| {
+            tally
                 .decided
                 .retain(|done| !tasks.contains(&done.decision.index));
-            pause.approving = false;
-        }
+        });
     }
 
     /// `label`'s approval of pause `confirmation_id` of `key` is kept: the
     /// next approval may be counted.
     pub fn approval_kept(&self, key: &SessionKey, confirmation_id: &str) {
+        self.counted(key, confirmation_id, |_| {});
+    }
+
+    /// The step being kept of pause `confirmation_id` of `key` is settled
+    /// (`amend` its tally if it was not kept): the next may be counted.
+    fn counted(&self, key: &SessionKey, confirmation_id: &str, amend: impl FnOnce(&mut Tally)) {
         let mut registry = self.lock();
         let pause = registry
             .sessions
@@ -119,6 +111,7 @@ impl ConfirmationManager {
             .and_then(|entry| entry.pause.as_mut())
             .filter(|pause| pause.confirmation_id == confirmation_id);
         if let Some(pause) = pause {
+            amend(&mut pause.tally);
             pause.approving = false;
         }
     }

@@ -142,6 +142,24 @@ async fn decide(
     .await
 }
 
+/// The decision per task of a `confirmation_received`.
+fn verdicts(received: &chatgate::protocol::Chunk) -> Vec<String> {
+    let decisions = received.metadata["decisions"].as_array().unwrap();
+    decisions
+        .iter()
+        .map(|d| d["decision"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The state of each task of the one pause the inbox lists.
+async fn states(app: &crate::helpers::TestApp) -> Vec<String> {
+    let tasks = listed_tasks(app).await;
+    tasks
+        .iter()
+        .map(|t| t["state"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// The tasks of the one pause the inbox lists (no API keys).
 async fn listed_tasks(app: &crate::helpers::TestApp) -> Vec<Value> {
     let url = format!("{}/api/v1/interactions", app.address);
@@ -181,15 +199,7 @@ async fn a_decide_decides_only_the_tasks_it_names_and_the_rest_stay_pending() {
     let shown = stream.until(ChunkType::DecisionRecorded).await;
     assert!(!shown.finished, "the paused stream goes on");
     assert_eq!(shown.metadata["pending"], json!([1, 3]));
-    let states: Vec<Value> = listed_tasks(&app)
-        .await
-        .iter()
-        .map(|t| t["state"].clone())
-        .collect();
-    assert_eq!(
-        states,
-        [json!("pending"), json!("rejected"), json!("pending")]
-    );
+    assert_eq!(states(&app).await, ["pending", "rejected", "pending"]);
     assert!(
         dir.notes().is_empty(),
         "nothing runs before the pause is decided"
@@ -214,27 +224,13 @@ async fn a_decide_decides_only_the_tasks_it_names_and_the_rest_stay_pending() {
         (status.as_u16(), error_type(&chunk)),
         (422, "invalid_decision")
     );
-    let states: Vec<Value> = listed_tasks(&app)
-        .await
-        .iter()
-        .map(|t| t["state"].clone())
-        .collect();
-    assert_eq!(
-        states,
-        [json!("pending"), json!("rejected"), json!("pending")]
-    );
+    assert_eq!(states(&app).await, ["pending", "rejected", "pending"]);
 
     // A confirm decides what is still pending (approved), task 2 as decided.
     let (status, received) = app.reply("part", "CONFIRM_ACTION:confirm").await;
     assert_eq!(status, 200);
     assert_eq!(received.chunk_type, ChunkType::ConfirmationReceived);
-    let verdicts: Vec<&str> = received.metadata["decisions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["decision"].as_str().unwrap())
-        .collect();
-    assert_eq!(verdicts, ["approve", "reject", "approve"]);
+    assert_eq!(verdicts(&received), ["approve", "reject", "approve"]);
     assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
     assert_eq!(dir.notes(), ["note a", "note c"]);
     app.registry_drains().await;
@@ -331,11 +327,5 @@ async fn a_task_decided_on_its_own_survives_a_restart() {
     assert_eq!(status, 409);
     let (status, received) = reply(&url, "kept", "CONFIRM_ACTION:confirm").await;
     assert_eq!(status, 200, "{received:?}");
-    let verdicts: Vec<&str> = received.metadata["decisions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["decision"].as_str().unwrap())
-        .collect();
-    assert_eq!(verdicts, ["approve", "reject", "approve"]);
+    assert_eq!(verdicts(&received), ["approve", "reject", "approve"]);
 }
