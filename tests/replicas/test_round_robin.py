@@ -439,6 +439,61 @@ class RoundRobinTests(unittest.TestCase):
         self.assertEqual(chunk_types(raw).count(b"confirmation_received"), 1)
         stream.conn.close()
 
+    def test_decides_of_different_tasks_on_two_replicas_at_once_both_count_once(self):
+        """#42: two people decide different tasks of one pause at the same
+        instant on two replicas (neither the owner, twenty times): each is
+        taken (a 503 while the other is being kept is sent again, as the
+        clients do), neither is lost or counted twice, and the confirm that
+        follows runs the plan with both."""
+        owner, b, c = CLUSTER.replicas[:3]
+        for trial in range(20):
+            session = new_session("tasks")
+            stream = pause_on(owner, session, "one; two; three")
+            results = [None, None]
+            start = threading.Barrier(2)
+
+            def decide(slot, replica, index, decision):
+                body = {"message": "CONFIRM_ACTION:decide", "session_id": session,
+                        "decisions": [{"index": index, "decision": decision}]}
+                start.wait()
+                for _ in range(50):
+                    response = post(replica, body)
+                    raw = response.read()
+                    response.conn.close()
+                    if response.status != 503:
+                        break
+                    time.sleep(0.1)
+                data = [line[6:] for line in raw.decode().splitlines() if line.startswith("data: ")]
+                results[slot] = (response.status, json.loads(data[0]))
+
+            threads = [threading.Thread(target=decide, args=(0, b, 1, "reject")),
+                       threading.Thread(target=decide, args=(1, c, 3, "approve"))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            statuses = [r[0] for r in results]
+            self.assertEqual(statuses, [200, 200], (trial, results))
+            kinds = sorted(r[1]["chunk_type"] for r in results)
+            self.assertEqual(kinds, ["decision_recorded", "decision_recorded"], (trial, results))
+            pending = sorted(tuple(r[1]["metadata"]["pending"]) for r in results)
+            # Whichever came second saw the first: only task 2 is left.
+            self.assertIn((2,), pending, (trial, results))
+
+            again = post(b, {"message": "CONFIRM_ACTION:decide", "session_id": session,
+                             "decisions": [{"index": 3, "decision": "reject"}]})
+            again.read()
+            again.conn.close()
+            self.assertEqual(again.status, 409, trial)
+            status, received, _ = answer(c, session, "confirm")
+            self.assertEqual(status, 200, (trial, received))
+            verdicts = [d["decision"] for d in received["metadata"]["decisions"]]
+            self.assertEqual(verdicts, ["reject", "approve", "approve"], trial)
+            raw = read_to_end(stream)
+            self.assertEqual(chunk_types(raw).count(b"decision_recorded"), 2, trial)
+            self.assertEqual(chunk_types(raw)[-1], b"completion", trial)
+            stream.conn.close()
+
     def test_a_run_s_outcome_is_read_from_any_replica(self):
         a, b = CLUSTER.replicas[:2]
         session = new_session("outcome")
