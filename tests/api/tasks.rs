@@ -329,3 +329,32 @@ async fn a_task_decided_on_its_own_survives_a_restart() {
     assert_eq!(status, 200, "{received:?}");
     assert_eq!(verdicts(&received), ["approve", "reject", "approve"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decide_is_announced_with_its_tasks_and_what_is_pending() {
+    use crate::webhooks::{hooked, Receiver};
+
+    let receiver = Receiver::start().await;
+    let app = crate::helpers::spawn_app_with(hooked(&receiver)).await;
+    let (mut stream, _) = app.open_paused("hooked", "one; two; three").await;
+    receiver.wait_for(1).await;
+    let decisions = json!([{"index": 3, "decision": "reject", "reason": "later"}]);
+    let (status, _) = one_chunk(decide(&app, "hooked", decisions).await).await;
+    assert_eq!(status, 200);
+    let seen = receiver.wait_for(2).await;
+    let progress = seen
+        .iter()
+        .find(|d| d.event == "interaction.progress")
+        .expect("interaction.progress");
+    assert!(progress.signed);
+    let data = &progress.body["data"];
+    assert_eq!(
+        data["decisions"],
+        json!([{"index": 3, "decision": "reject", "reason": "later"}])
+    );
+    assert_eq!(data["decided_by"], "anonymous");
+    assert_eq!(data["pending"], json!([1, 2]));
+    let (status, _) = app.reply("hooked", "CONFIRM_ACTION:confirm").await;
+    assert_eq!(status, 200);
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+}
