@@ -32,6 +32,11 @@ const USAGE = `usage: cli.mjs [--url URL] [--session ID] [--api-key KEY] [--repl
   --decide ID      decide the listed pause ID (its confirmation_id): shown, then
                    asked on the terminal or answered by --reply/--auto-confirm/
                    --answer/--skip; exit 0 when taken, 1 when refused
+  --decide N=DECISION,...
+                   with a message: decide the first pause's tasks named on their
+                   own first (1=approve,3=reject:why,2=respond:text,4=edit:{json};
+                   a task by index or task_id); the others stay pending for the
+                   replies that follow
   --attach SESSION follow the run of SESSION from its start (or its kept
                    outcome) to its end, answering its pauses as for a message
   --url URL        server base URL (default: $CHATGATE_URL or ${DEFAULT_URL})
@@ -107,6 +112,18 @@ async function main(argv) {
   if (values.help) {
     process.stdout.write(`${USAGE}\n`);
     return 0;
+  }
+  // --decide N=DECISION,...: the first pause's tasks named, decided on
+  // their own first (--decide ID is the listed pause's id).
+  let decideFirst = null;
+  if (values.decide !== undefined && values.decide.includes('=')) {
+    try {
+      decideFirst = parseTaskFlag(values.decide);
+    } catch (err) {
+      process.stderr.write(`--decide: ${err.message}\n${USAGE}\n`);
+      return 1;
+    }
+    values.decide = undefined;
   }
   const approving = values.inbox || values.decide !== undefined || values.attach !== undefined
     || values.grants || values['revoke-grant'] !== undefined;
@@ -219,6 +236,17 @@ async function main(argv) {
   const onConfirmation = async (chunk, { signal } = {}) => {
     const data = chunk.confirmation_data ?? {};
     const options = data.options ?? ['confirm', 'modify', 'cancel'];
+    if (decideFirst !== null) {
+      const tasks = decideFirst;
+      decideFirst = null;
+      const ack = await client.decide(sessionId, tasks, { confirmationId: data.confirmation_id });
+      out.write(`${values.json ? JSON.stringify(ack) : formatChunk(ack)}\n`);
+      if (ack.chunk_type === 'error') {
+        throw new ScriptError(`the server refused --decide: ${ack.chunk} (${ack.metadata?.error_type})`);
+      }
+      // Every task is decided: the run goes on by itself.
+      if (ack.chunk_type === 'confirmation_received') return null;
+    }
     if (replies.length > 0) {
       const reply = replies.shift();
       const answer = parseReply(reply);
@@ -432,6 +460,39 @@ async function revokeGrant(client, id, out) {
   }
   process.stderr.write(`error: no grant ${id} for this key (expired, spent, revoked, or another namespace's)\n`);
   return 1;
+}
+
+/**
+ * `1=approve,3=reject:why,2=respond:text,4=edit:{"k":1}` (a task by its
+ * index or task_id) as `taskDecisions` takes it; throws if malformed. A
+ * reason or result may hold commas: a new task starts at `,<task>=`.
+ */
+function parseTaskFlag(text) {
+  const tasks = {};
+  for (const part of text.split(/,(?=\s*[\w.-]+=)/)) {
+    const at = part.indexOf('=');
+    const task = part.slice(0, at).trim();
+    const given = part.slice(at + 1).trim();
+    if (at < 0 || !task || !given) throw new Error(`expected TASK=DECISION[:TEXT], got "${part}"`);
+    const colon = given.indexOf(':');
+    const kind = colon < 0 ? given : given.slice(0, colon);
+    const rest = colon < 0 ? '' : given.slice(colon + 1);
+    if (!['approve', 'reject', 'edit', 'respond'].includes(kind)) {
+      throw new Error(`task ${task}: "${kind}" is not approve, reject, edit or respond`);
+    }
+    if (kind === 'edit') {
+      try {
+        tasks[task] = ['edit', JSON.parse(rest)];
+      } catch {
+        throw new Error(`task ${task}: edit:JSON expects JSON arguments`);
+      }
+    } else if (kind === 'respond' && !rest) {
+      throw new Error(`task ${task}: respond:TEXT expects the result`);
+    } else {
+      tasks[task] = rest ? [kind, rest] : kind;
+    }
+  }
+  return tasks;
 }
 
 /** The decisions of --reject, --edit and --respond; throws if malformed. */

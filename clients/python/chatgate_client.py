@@ -28,6 +28,7 @@ import http.client
 import json
 import os
 import queue
+import re
 import socket
 import sys
 import threading
@@ -333,6 +334,34 @@ def task_decisions(tasks):
             entry["decision"] = str(given)
         out.append(entry)
     return out
+
+
+def parse_task_flag(text):
+    """``1=approve,3=reject:why,2=respond:text,4=edit:{"k":1}`` (a task by
+    its index or task_id) as :func:`task_decisions` takes it. A reason or
+    result may hold commas; a new task starts at ``,<task>=``."""
+    tasks = {}
+    for part in re.split(r",(?=\s*[\w.-]+=)", text):
+        task, sep, given = part.partition("=")
+        task, given = task.strip(), given.strip()
+        if not sep or not task or not given:
+            raise ValueError("expected TASK=DECISION[:TEXT], got %r" % part)
+        kind, _, rest = given.partition(":")
+        if kind not in ("approve", "reject", "edit", "respond"):
+            raise ValueError("task %s: %r is not approve, reject, edit or respond" % (task, kind))
+        key = int(task) if task.isdigit() else task
+        if kind == "edit":
+            try:
+                tasks[key] = ("edit", json.loads(rest))
+            except ValueError:
+                raise ValueError("task %s: edit:JSON expects JSON arguments" % task) from None
+        elif kind in ("reject", "respond") and rest:
+            tasks[key] = (kind, rest)
+        elif kind == "respond":
+            raise ValueError("task %s: respond:TEXT expects the result" % task)
+        else:
+            tasks[key] = kind
+    return tasks
 
 
 def decision(index, kind, **fields):
@@ -1515,10 +1544,14 @@ def main(argv=None):
                         help="list the live grants this key may see, then exit")
     parser.add_argument("--revoke-grant", metavar="ID",
                         help="revoke grant ID: exit 0 when revoked, 1 when there is none")
-    parser.add_argument("--decide", metavar="ID",
+    parser.add_argument("--decide", metavar="ID|N=DECISION,...",
                         help="decide the listed pause ID (its confirmation_id): shown, then asked "
                         "on the terminal or answered by --reply/--auto-confirm/--answer/--skip; "
-                        "exit 0 when taken, 1 when refused")
+                        "exit 0 when taken, 1 when refused. Given tasks instead "
+                        "(1=approve,3=reject:why,2=respond:text,4=edit:{json}; a task by its "
+                        "index or task_id), with a message: the first pause's tasks named are "
+                        "decided on their own first (the others stay pending for the replies "
+                        "that follow)")
     parser.add_argument("--attach", metavar="SESSION",
                         help="follow the run of SESSION from its start (or its kept outcome) to "
                         "its end, answering its pauses as for a message")
@@ -1526,6 +1559,15 @@ def main(argv=None):
                         help="without a terminal and with no reply left, wait for the decision "
                         "to come from elsewhere (another client, the page)")
     args = parser.parse_args(argv)
+    decide_first = []
+    if args.decide and "=" in args.decide:
+        try:
+            decide_first.append(parse_task_flag(args.decide))
+        except ValueError as err:
+            parser.error("--decide: %s" % err)
+        args.decide = None
+        if not (args.message or args.attach):
+            parser.error("--decide N=DECISION,... goes with a message (or --attach SESSION)")
     if not (args.message or args.inbox or args.decide or args.attach or args.grants
             or args.revoke_grant):
         parser.error("a message is required (or --inbox, --decide ID, --attach SESSION, "
@@ -1623,6 +1665,20 @@ def main(argv=None):
         return reply
 
     def on_confirmation(chunk):
+        if decide_first:
+            # --decide N=...: those tasks first, on their own.
+            data = chunk.get("confirmation_data") or {}
+            ack = client.decide(session_id, decide_first.pop(), data.get("confirmation_id"))
+            out.write((json.dumps(ack, ensure_ascii=False) if args.json
+                       else format_chunk(ack)) + "\n")
+            out.flush()
+            if ack.get("chunk_type") == "error":
+                raise _ScriptError("the server refused --decide: %s (%s)"
+                                   % (ack.get("chunk", ""),
+                                      (ack.get("metadata") or {}).get("error_type")))
+            if ack.get("chunk_type") == "confirmation_received":
+                # Every task is decided: the run goes on by itself.
+                return None
         if replies:
             reply = replies.pop(0)
             answer = parse_reply(reply)

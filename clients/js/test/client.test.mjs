@@ -626,6 +626,20 @@ describe('command line', () => {
     assert.match(done.stdout, /http:\/\/127\.0\.0\.1:8080/);
   });
 
+  test('--decide N=... decides the tasks named first and the reply the rest', () => {
+    const done = cli(['--json', '--decide', '2=reject:not now, thanks,3=respond:by hand', '--reply', 'confirm', 'one; two; three']);
+    assert.equal(done.status, 0, done.stderr);
+    const chunks = done.stdout.trim().split('\n').map((line) => JSON.parse(line));
+    const recorded = chunks.find((c) => c.chunk_type === 'decision_recorded');
+    assert.deepEqual(recorded.metadata.pending, [1]);
+    const received = chunks.find((c) => c.chunk_type === 'confirmation_received');
+    assert.deepEqual(received.metadata.decisions.map((d) => d.decision), ['approve', 'reject', 'respond']);
+    assert.equal(received.metadata.decisions[1].reason, 'not now, thanks');
+    const bad = cli(['--decide', '2=maybe', 'one; two']);
+    assert.notEqual(bad.status, 0);
+    assert.match(bad.stderr, /not approve, reject, edit or respond/);
+  });
+
   test('--reject, --edit and --respond go with the first confirm', () => {
     const done = cli(['--json', '--reject', '2', '--edit', '3={"step":"edited"}', '--respond', '4=by hand',
       '--reply', 'confirm', 'a; b; echo_args c; d']);

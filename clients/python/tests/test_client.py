@@ -799,6 +799,21 @@ class CommandLineTests(unittest.TestCase):
         self.assertIn("[completion]", done.stdout)
         self.assertIn("1. build", done.stdout)
 
+    def test_decide_flag_decides_named_tasks_first_and_the_reply_the_rest(self):
+        done = self.cli("--json", "--decide", "2=reject:not now, thanks,3=respond:by hand",
+                        "--reply", "confirm", "one; two; three")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        chunks = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+        recorded = [c for c in chunks if c["chunk_type"] == "decision_recorded"]
+        self.assertEqual(recorded[0]["metadata"]["pending"], [1])
+        received = next(c for c in chunks if c["chunk_type"] == "confirmation_received")
+        self.assertEqual([d["decision"] for d in received["metadata"]["decisions"]],
+                         ["approve", "reject", "respond"])
+        self.assertEqual(received["metadata"]["decisions"][1]["reason"], "not now, thanks")
+        bad = self.cli("--decide", "2=maybe", "one; two")
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("not approve, reject, edit or respond", bad.stderr)
+
     def test_scripted_modify_then_confirm_exits_0(self):
         done = self.cli("--reply", "modify:add logging", "--reply", "confirm", "build")
         self.assertEqual(done.returncode, 0, done.stderr)
