@@ -196,7 +196,25 @@ pub async fn decide_form(
             .map(|(_, v)| v.as_str())
     };
     let item = state.runs.pending_here(key, &token.confirmation_id);
-    let (action_name, decisions, answers) = match field("action").unwrap_or("") {
+    // A task's own button (`task=approve:N`): that task alone, a decide.
+    let own = field("task").and_then(|task| task.split_once(':'));
+    let action = match own {
+        Some(_) => "decide",
+        None => field("action").unwrap_or(""),
+    };
+    let (action_name, decisions, answers) = match action {
+        "decide" => {
+            let (decision, index) = own.unwrap_or_default();
+            let decided = TaskDecisionRequest {
+                index: index.parse().ok(),
+                task_id: None,
+                decision: decision.to_owned(),
+                reason: (decision == "reject").then(|| "rejected on the decision page".to_owned()),
+                args: None,
+                result: None,
+            };
+            ("decide", Some(vec![decided]), None)
+        }
         "confirm" => {
             let rejected: Vec<TaskDecisionRequest> = form
                 .iter()

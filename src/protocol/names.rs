@@ -267,6 +267,12 @@ pub enum TaskState {
     Expired,
 }
 
+impl TaskState {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
 /// What kind of pause a `confirmation_data` holds: a plan to approve (a
 /// `confirmation_request`), or questions (an `input_request`, #16).
 #[derive(

@@ -100,6 +100,10 @@ async fn a_quorum_is_decided_by_two_links_each_once_and_a_get_decides_nothing() 
     assert_eq!(status, 200);
     assert!(page.contains("deploy web"), "{page}");
     assert!(page.contains("You decide as <b>lead-1</b>"), "{page}");
+    assert!(
+        !page.contains("Approve only this"),
+        "a quorum counts the plan: no task is decided alone"
+    );
     let csp = headers["content-security-policy"].to_str().unwrap();
     assert!(csp.starts_with("default-src 'none'"), "{csp}");
     assert_eq!(
@@ -181,6 +185,35 @@ async fn a_link_rejects_one_task_and_a_cancel_link_ends_the_run() {
     assert_eq!(status, 200);
     let last = stream.finish().await;
     assert_eq!(last.chunk_type, ChunkType::Cancelled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_decides_task_by_task_and_the_last_one_confirms_the_plan() {
+    let receiver = Receiver::start().await;
+    let dir = Workdir::new();
+    let app = app(&dir, &receiver).await;
+    let (mut stream, id) = paused(&app, "agent-key-000001", "tt", "note one; note two").await;
+    let links = links_of(&receiver, &app, &id).await;
+    let url = link(&links, "ci-bot");
+    let (status, page, _) = get(&app, url).await;
+    assert_eq!(status, 200);
+    assert_eq!(page.matches("Approve only this").count(), 2, "{page}");
+
+    let (status, page) = post(&app, url, &[("task", "reject:1")]).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Still pending: task(s) 2"), "{page}");
+    let (_, page, _) = get(&app, url).await;
+    assert_eq!(page.matches("Approve only this").count(), 1, "{page}");
+    assert!(page.contains("<b>rejected</b>"), "{page}");
+    assert!(
+        dir.notes().is_empty(),
+        "nothing runs before the pause is decided"
+    );
+
+    let (status, page) = post(&app, url, &[("task", "approve:2")]).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    assert_eq!(dir.notes(), ["note two"], "task 1 was rejected on its own");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use crate::notify::links::Token;
 use crate::protocol::question::Question;
-use crate::protocol::{PauseData, RiskLevel, TaskSpec};
+use crate::protocol::{PauseData, RiskLevel, TaskSpec, TaskState};
 use crate::run::door::Outcome;
 use crate::run::inbox::Interaction;
 use crate::store::PauseNote;
@@ -22,6 +22,7 @@ background:#f3f3f3;padding:.2rem .3rem;display:block}.risk{font-weight:600}\
 .high{color:#a00}.medium{color:#a60}.meta{color:#555}\
 button{font-size:1rem;padding:.7rem 1.1rem;margin:.3rem .4rem .3rem 0;min-width:8rem}\
 .confirm{background:#0a5;color:#fff;border:0}.cancel{background:#fff;border:1px solid #999}\
+.task{font-size:.9rem;padding:.4rem .7rem;min-width:0}\
 label{display:block;margin:.3rem 0}input[type=text]{font-size:1rem;width:100%}";
 
 /// Escapes `text` for HTML text and attribute values.
@@ -126,11 +127,40 @@ pub fn of(outcome: Outcome) -> HttpResponse {
             "Not known yet: open the link again in a few seconds",
         ),
         Outcome::AlreadyDecided(note) => decided(&note),
-        Outcome::Decided { label, decided } => match &decided.progress {
-            Some(progress) => recorded(&label, progress.approvals.len(), progress.required),
-            None => done(decided.action.as_str(), &label),
+        Outcome::Decided { label, decided } => match (&decided.progress, &decided.partial) {
+            (Some(progress), _) => recorded(&label, progress.approvals.len(), progress.required),
+            (None, Some(partial)) => tasks_recorded(&label, partial),
+            (None, None) => done(decided.action.as_str(), &label),
         },
     }
+}
+
+/// Some tasks decided on their own (`decide`): which, and what is left;
+/// the link (reloaded) shows the pause with the tasks still pending.
+fn tasks_recorded(label: &str, partial: &crate::confirmation::quorum::Partial) -> HttpResponse {
+    let named: Vec<String> = partial
+        .now
+        .0
+        .iter()
+        .map(|d| format!("task {}: {}", d.index, d.verdict.as_str()))
+        .collect();
+    let pending: Vec<String> = partial.pending.iter().map(usize::to_string).collect();
+    document(
+        StatusCode::OK,
+        "Decision recorded",
+        &format!(
+            "<h1>Recorded</h1><p>{} as {}. Still pending: task(s) {}. <a href=\"\">Back to the \
+             pause</a></p>",
+            escape(&named.join(", ")),
+            escape(label),
+            escape(&pending.join(", "))
+        ),
+        &format!(
+            "Recorded: {} by {label}; pending {}",
+            named.join(", "),
+            pending.join(", ")
+        ),
+    )
 }
 
 pub fn unavailable() -> HttpResponse {
@@ -251,7 +281,12 @@ pub fn pause(item: &Interaction, label: &str) -> HttpResponse {
             let confirm = "<button class=\"confirm\" name=\"action\" value=\"confirm\">\
                            Confirm</button>";
             let may = item.may_approve != Some(false);
-            (tasks(&plan.tasks), if may { confirm } else { "" })
+            // Task by task where one yes decides (a quorum counts the plan).
+            let one_by_one = may && item.required.unwrap_or(1) <= 1;
+            (
+                tasks(&plan.tasks, one_by_one),
+                if may { confirm } else { "" },
+            )
         }
         Ok(PauseData::Question(asked)) => (
             asked.questions.iter().map(question).collect(),
@@ -275,25 +310,38 @@ pub fn pause(item: &Interaction, label: &str) -> HttpResponse {
     document(StatusCode::OK, heading, &body, "pending")
 }
 
-/// A plan's tasks, each with a box to reject it.
-fn tasks(tasks: &[TaskSpec]) -> String {
+/// A plan's tasks: a pending one with a box to reject it (with the
+/// confirm) and buttons to decide it alone (`decide`); one decided on its
+/// own with its state.
+fn tasks(tasks: &[TaskSpec], one_by_one: bool) -> String {
     let mut body = String::from("<ol>");
     for task in tasks {
+        let index = task.index;
+        let decide = match task.state {
+            None | Some(TaskState::Pending) if !one_by_one => format!(
+                "<label><input type=\"checkbox\" name=\"reject\" value=\"{index}\"> reject \
+                 this task</label>"
+            ),
+            None | Some(TaskState::Pending) => format!(
+                "<label><input type=\"checkbox\" name=\"reject\" value=\"{index}\"> reject \
+                 this task</label> <button class=\"task\" name=\"task\" \
+                 value=\"approve:{index}\">Approve only this</button><button class=\"task\" \
+                 name=\"task\" value=\"reject:{index}\">Reject only this</button>"
+            ),
+            Some(state) => format!("<b>{}</b>", state.as_str()),
+        };
         let risk = task.risk_level.map_or("", RiskLevel::as_str);
         let args = task
             .args
             .as_ref()
             .map(|a| serde_json::to_string_pretty(a).unwrap_or_default());
         body.push_str(&format!(
-            "<li><b>{}</b> <span class=\"risk {1}\">({1} risk)</span><br>{2}{3}\
-             <label><input type=\"checkbox\" name=\"reject\" value=\"{4}\"> reject this \
-             task</label></li>",
+            "<li><b>{}</b> <span class=\"risk {1}\">({1} risk)</span><br>{2}{3}{decide}</li>",
             escape(&task.tool),
             escape(risk),
             escape(&task.description),
             args.map(|a| format!("<code>{}</code>", escape(&a)))
                 .unwrap_or_default(),
-            task.index,
         ));
     }
     body.push_str("</ol>");
