@@ -392,19 +392,20 @@ fn named_task(tasks: &[TaskCheck], request: &TaskDecisionRequest) -> Result<usiz
 }
 
 /// The JSON Schema (draft 2020-12) of one decision object for `task`,
-/// which takes the decisions `takes`: a `oneOf`, one branch per decision,
-/// each naming the task (by `index` or `task_id`, both optional here: the
-/// reply's own check says which task) and carrying what that decision
-/// carries (an edit's `args` fit the tool's own input schema).
+/// which takes the decisions `takes`: the task named by `index` or
+/// `task_id` (both optional here: the reply's own check says which task),
+/// and a `oneOf`, one branch per decision, carrying what that decision
+/// carries (an edit's `args` fit the tool's own input schema); no other
+/// property (`unevaluatedProperties`).
 pub fn response_schema(task: &TaskCheck, takes: &[DecisionKind]) -> Value {
+    // What names the task, once; each branch adds what its decision
+    // carries, and `unevaluatedProperties` refuses anything else.
+    let mut names = json!({"index": {"const": task.index}});
+    if let Some(id) = &task.task_id {
+        names["task_id"] = json!({"const": id});
+    }
     let branch = |decision: DecisionKind| {
-        let mut properties = json!({
-            "index": {"const": task.index},
-            "decision": {"const": decision.as_str()},
-        });
-        if let Some(id) = &task.task_id {
-            properties["task_id"] = json!({"const": id});
-        }
+        let mut properties = json!({"decision": {"const": decision.as_str()}});
         let mut required = vec!["decision"];
         match decision {
             DecisionKind::Approve => {}
@@ -422,16 +423,14 @@ pub fn response_schema(task: &TaskCheck, takes: &[DecisionKind]) -> Value {
                 required.push("result");
             }
         }
-        json!({
-            "type": "object",
-            "properties": properties,
-            "required": required,
-            "additionalProperties": false,
-        })
+        json!({"properties": properties, "required": required})
     };
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": names,
         "oneOf": takes.iter().map(|decision| branch(*decision)).collect::<Vec<_>>(),
+        "unevaluatedProperties": false,
     })
 }
 
