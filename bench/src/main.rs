@@ -8,6 +8,7 @@ mod quorum;
 mod receiver;
 mod servers;
 mod stats;
+mod tasks;
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -156,6 +157,13 @@ enum Scenario {
         #[arg(long, default_value_t = 1000)]
         n: usize,
     },
+    /// A three-task plan confirmed at once against one decided task by
+    /// task (`CONFIRM_ACTION:decide`, #42): start→completion of each, a
+    /// decide's round trip, and what the extra decides add.
+    Tasks {
+        #[arg(long, default_value_t = 1000)]
+        n: usize,
+    },
     /// Confirm flows whose reply lands on the replica that holds the run
     /// and on one that does not (it forwards), interleaved: confirm→resume
     /// of each and their ratio. Needs --other, or --store redis://.
@@ -275,6 +283,7 @@ fn main() -> io::Result<()> {
             }
             Scenario::Allowed { n, asked_only } => allowed(&addr, n, asked_only).await,
             Scenario::Quorum { n } => quorum::quorum(&addr, n).await,
+            Scenario::Tasks { n } => tasks::tasks(&addr, n).await,
             Scenario::Cross { n, other } => {
                 let other =
                     other.ok_or_else(|| err("cross needs --other ADDR or --store redis://"))?;

@@ -87,7 +87,7 @@ pub async fn quorum(addr: &str, n: usize) -> io::Result<()> {
 }
 
 /// Reads the run's stream to its final chunk, a completion.
-async fn finish(stream: &mut Conn) -> io::Result<()> {
+pub(crate) async fn finish(stream: &mut Conn) -> io::Result<()> {
     let (_, last) = stream.read_to_end().await?;
     if last.kind != Kind::Completion {
         return Err(err("the run did not complete"));
@@ -96,7 +96,7 @@ async fn finish(stream: &mut Conn) -> io::Result<()> {
 }
 
 /// The next chunk of the run's stream (keep-alives skipped).
-async fn next_chunk(stream: &mut Conn) -> io::Result<()> {
+pub(crate) async fn next_chunk(stream: &mut Conn) -> io::Result<()> {
     loop {
         let event = stream
             .next_event()
