@@ -55,7 +55,7 @@ use serde_json::{Map, Value};
 pub use self::limits::{RunLimits, MAX_RUNS, RUNS_PER_KEY_DIVISOR};
 pub use self::refused::{DecideError, ReplyFrom};
 pub use crate::decider::Decider;
-use crate::pause::approval::{check_decisions, PlanCheck, Quorum};
+use crate::pause::approval::{check_decisions, deciding_part, PlanCheck, Quorum};
 use crate::pause::questions::check_answers;
 pub use crate::pause::Asking;
 use crate::protocol::given::{self, Given};
@@ -448,14 +448,29 @@ impl ConfirmationManager {
         let (verdicts, answers) = match &pause.asking {
             Asking::Plan(tasks) => {
                 let asks = Quorum::of(tasks);
-                // A decide decides as a confirm does, task by task.
-                let deciding = match action {
-                    Action::Decide => Action::Confirm,
-                    action => action,
+                // A decide decides as a confirm does, the tasks it names
+                // only; a confirm after some decides, those still pending.
+                let decided: Vec<usize> = pause
+                    .tally
+                    .decided
+                    .iter()
+                    .map(|done| done.decision.index)
+                    .collect();
+                let (deciding, part) = match action {
+                    Action::Decide => (
+                        Action::Confirm,
+                        deciding_part(tasks, Some(decisions.unwrap_or_default()), &decided),
+                    ),
+                    Action::Confirm => (action, deciding_part(tasks, None, &decided)),
+                    action => (action, None),
+                };
+                let (scope, scope_asks) = match &part {
+                    Some(part) => (part, Quorum::of(part)),
+                    None => (&**tasks, asks.clone()),
                 };
                 check_decider(
-                    tasks,
-                    &asks,
+                    scope,
+                    &scope_asks,
                     decider,
                     deciding,
                     pause.escalated_to.as_deref(),

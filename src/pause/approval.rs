@@ -349,6 +349,35 @@ fn verdict_of(
     Ok(verdict)
 }
 
+/// The part of `plan` a reply decides, when that is not all of it: the
+/// tasks a `decide` names (those it names well: a bad name is refused by
+/// the decisions' own check), or, once some tasks were decided on their
+/// own, the tasks not among `decided`. Who may decide is asked of these.
+pub fn deciding_part(
+    plan: &PlanCheck,
+    named: Option<&[TaskDecisionRequest]>,
+    decided: &[usize],
+) -> Option<PlanCheck> {
+    let part: Vec<TaskCheck> = match named {
+        Some(requests) => requests
+            .iter()
+            .filter_map(|request| named_task(&plan.tasks, request).ok())
+            .map(|at| plan.tasks[at].clone())
+            .collect(),
+        None if decided.is_empty() => return None,
+        None => plan
+            .tasks
+            .iter()
+            .filter(|task| !decided.contains(&task.index))
+            .cloned()
+            .collect(),
+    };
+    Some(PlanCheck {
+        tasks: part,
+        ..PlanCheck::default()
+    })
+}
+
 /// Where in `tasks` the task a decision names is: by `index` or by
 /// `task_id` (both: the same task).
 fn named_task(tasks: &[TaskCheck], request: &TaskDecisionRequest) -> Result<usize, DecisionsError> {

@@ -358,3 +358,58 @@ async fn a_decide_is_announced_with_its_tasks_and_what_is_pending() {
     assert_eq!(status, 200);
     assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
 }
+
+/// `ship` is high risk; `note` (the workdir's) low.
+const SHIP: &str = r#"
+[[tool]]
+name = "ship"
+description = "Ship it"
+risk = "high"
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+"#;
+
+#[tokio::test]
+async fn an_approver_decides_the_tasks_in_its_scope_and_is_refused_the_others() {
+    use crate::approvers::{decide as reply_as, error_type as error_of, paused, KEYS};
+
+    let dir = Workdir::new();
+    let keys = dir.path("keys.txt");
+    std::fs::write(&keys, KEYS).unwrap();
+    let app = app_with_tools(&dir, SHIP, move |s| s.server.api_keys_file = Some(keys)).await;
+    let (mut stream, id) = paused(&app, "agent-key-000001", "scope", "note a; ship b").await;
+    let decide_body =
+        |decisions: Value| json!({"message": "CONFIRM_ACTION:decide", "decisions": decisions});
+    let junior = "low-key-0000003";
+
+    // junior (max_risk low) may decide the low-risk note, not the ship:
+    // a reply naming both is refused whole.
+    let both = decide_body(
+        json!([{"index": 1, "decision": "approve"}, {"index": 2, "decision": "reject"}]),
+    );
+    let (status, chunk) = reply_as(&app, junior, "scope", &id, both).await;
+    assert_eq!((status, error_of(&chunk)), (403, "forbidden_scope"));
+    let high = decide_body(json!([{"index": 2, "decision": "approve"}]));
+    let (status, chunk) = reply_as(&app, junior, "scope", &id, high).await;
+    assert_eq!((status, error_of(&chunk)), (403, "forbidden_scope"));
+    let low = decide_body(json!([{"index": 1, "decision": "approve"}]));
+    let (status, chunk) = reply_as(&app, junior, "scope", &id, low).await;
+    assert_eq!(
+        (status, chunk.chunk_type),
+        (200, ChunkType::DecisionRecorded)
+    );
+    // A confirm decides what is left, the ship: not junior's either.
+    let confirm = json!({"message": "CONFIRM_ACTION:confirm"});
+    let (status, chunk) = reply_as(&app, junior, "scope", &id, confirm.clone()).await;
+    assert_eq!((status, error_of(&chunk)), (403, "forbidden_scope"));
+    assert!(dir.notes().is_empty());
+
+    let (status, chunk) = reply_as(&app, "lead-key-000001", "scope", &id, confirm).await;
+    assert_eq!(
+        (status, chunk.chunk_type),
+        (200, ChunkType::ConfirmationReceived)
+    );
+    assert_eq!(verdicts(&chunk), ["approve", "approve"]);
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    assert_eq!(dir.notes(), ["note a"]);
+}
