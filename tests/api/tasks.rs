@@ -315,15 +315,15 @@ async fn a_task_decided_on_its_own_survives_a_restart() {
     // confirm approves what is left.
     let again = json!({"message": "CONFIRM_ACTION:decide", "session_id": "kept",
                        "decisions": [{"index": 2, "decision": "approve"}]});
-    let mut status = 0;
-    for _ in 0..50 {
-        // Restored a moment after the start: 503 until then.
-        status = post(&url, again.clone(), None).await.status().as_u16();
-        if status != 503 {
-            break;
+    // Restored a moment after the start: 503 until then.
+    let deadline = tokio::time::Instant::now() + crate::helpers::WAIT;
+    let status = loop {
+        let status = post(&url, again.clone(), None).await.status().as_u16();
+        if status != 503 || tokio::time::Instant::now() > deadline {
+            break status;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    };
     assert_eq!(status, 409);
     let (status, received) = reply(&url, "kept", "CONFIRM_ACTION:confirm").await;
     assert_eq!(status, 200, "{received:?}");

@@ -456,11 +456,13 @@ class RoundRobinTests(unittest.TestCase):
                 body = {"message": "CONFIRM_ACTION:decide", "session_id": session,
                         "decisions": [{"index": index, "decision": decision}]}
                 start.wait()
-                for _ in range(50):
+                deadline = time.monotonic() + 30
+                while True:
                     response = post(replica, body)
                     raw = response.read()
                     response.conn.close()
-                    if response.status != 503:
+                    # 503: the other decide is being kept; sent again.
+                    if response.status != 503 or time.monotonic() > deadline:
                         break
                     time.sleep(0.1)
                 data = [line[6:] for line in raw.decode().splitlines() if line.startswith("data: ")]
