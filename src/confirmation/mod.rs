@@ -311,6 +311,12 @@ struct Pause {
     /// An escalation moved `expires_at` (`escalate_extends`): the wait
     /// goes on to it.
     extended: bool,
+    /// A plan whose tasks run as they are decided: woken when a task
+    /// decided on its own is kept ([`slot::Waited::Partly`]).
+    released: Option<Arc<tokio::sync::Notify>>,
+    /// How many of `tally.decided` are kept (the rest, if any, are being
+    /// kept now and may be withdrawn).
+    kept_tasks: usize,
     /// The run's stop. Once it fires, the pause belongs to the stop: replies
     /// are refused under this lock, so none is acknowledged after the run
     /// was told to stop and before it noticed (see [`RunSlot::wait`]).
@@ -442,6 +448,19 @@ impl ConfirmationManager {
         }
         if confirmation_id.is_some_and(|id| id != pause.confirmation_id) {
             return Err(DecideError::Stale);
+        }
+        if action == Action::Modify && !pause.tally.started.is_empty() {
+            return Err(DecideError::InvalidDecision(format!(
+                "tasks {} of this plan were decided on their own and have run, so it cannot \
+                 be modified now: decide the tasks still pending, or cancel",
+                pause
+                    .tally
+                    .started
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
         }
         let mut granted = None;
         let mut quorum = None;

@@ -82,6 +82,8 @@ pub struct Tally {
     pub rejected: Vec<CarriedReject>,
     /// The tasks decided on their own so far (`decide`), by whom.
     pub decided: Vec<DecidedTask>,
+    /// Those of them the run started while the pause waited.
+    pub started: Vec<usize>,
 }
 
 /// Counts `decider`'s confirm (with `verdicts`) into `tally`. A confirm

@@ -7,11 +7,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::oneshot;
+use futures_util::FutureExt;
+use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::{Asking, ConfirmationManager, Decision, Pause, RunSlot};
-use crate::protocol::{Action, CancelReason};
+use crate::protocol::{Action, CancelReason, Decisions};
 use crate::session::SessionKey;
 
 /// What a pause is registered with.
@@ -31,6 +32,9 @@ pub struct PauseSpec {
     pub tally: super::quorum::Tally,
     /// The group it was escalated to (a pause restored from a store).
     pub escalated_to: Option<String>,
+    /// A plan whose tasks run as they are decided: its wait also ends
+    /// when a task decided on its own is kept ([`Waited::Partly`]).
+    pub as_decided: bool,
 }
 
 impl PauseSpec {
@@ -52,6 +56,7 @@ impl PauseSpec {
             expires_at: asked_at + Duration::from_secs(300),
             tally: super::quorum::Tally::default(),
             escalated_to: None,
+            as_decided: false,
         }
     }
 }
@@ -59,6 +64,36 @@ impl PauseSpec {
 /// A registered pause, waiting for its decision.
 pub struct PendingDecision {
     decide_rx: oneshot::Receiver<Decision>,
+    /// Woken when a task decided on its own is kept (a plan whose tasks
+    /// run as they are decided).
+    released: Option<Arc<Notify>>,
+}
+
+/// How a wait ended.
+pub enum Waited {
+    /// The pause is decided.
+    Decided(Decision),
+    /// Tasks of a plan that runs as it is decided were decided on their
+    /// own ([`RunSlot::decided_so_far`]); the pause waits on.
+    Partly(PendingDecision),
+}
+
+/// Whether a task decided on its own may start now.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TaskStart {
+    /// It was started before (by this run, or before a restart): it is
+    /// not run again.
+    Again,
+    /// It starts; the pause still waits, so the tasks started so far
+    /// (this one included) are kept in the store (the run `run`'s record)
+    /// first.
+    Keep {
+        run: Arc<str>,
+        confirmation_id: String,
+        started: Vec<usize>,
+    },
+    /// It starts; the pause is decided (or kept in no store).
+    Now,
 }
 
 impl RunSlot {
@@ -88,6 +123,8 @@ impl RunSlot {
         stop: CancellationToken,
     ) -> Result<PendingDecision, CancelReason> {
         let (decide_tx, decide_rx) = oneshot::channel();
+        let released = spec.as_decided.then(|| Arc::new(Notify::new()));
+        let kept_tasks = spec.tally.decided.len();
         let mut registry = self.manager.lock();
         match registry.sessions.get_mut(&self.key) {
             Some(entry) if entry.run_id == self.run_id => {
@@ -107,9 +144,14 @@ impl RunSlot {
                     approving: false,
                     escalated_to: spec.escalated_to,
                     extended: false,
+                    kept_tasks,
+                    released: released.clone(),
                     stop,
                 });
-                Ok(PendingDecision { decide_rx })
+                Ok(PendingDecision {
+                    decide_rx,
+                    released,
+                })
             }
             // Another run took the session while this one was streaming.
             _ => Err(CancelReason::Superseded),
@@ -121,21 +163,68 @@ impl RunSlot {
     /// (`Cancel(<its reason>)`). Whatever wins, the pause is decided when this
     /// returns; later replies get `AlreadyDecided` while the run lives, and
     /// `NoPending` once it has ended.
-    pub async fn wait(
-        &self,
+    pub fn wait<'a>(
+        &'a self,
         pending: PendingDecision,
         timeout: Duration,
+        stop: impl Future<Output = CancelReason> + 'a,
+    ) -> impl Future<Output = Decision> + 'a {
+        // Not an `async fn` around the wait: its arguments would be held
+        // twice for the whole pause.
+        self.wait_until(pending, timeout, stop, std::future::pending())
+            .map(|waited| match waited {
+                Waited::Decided(decision) => decision,
+                // Never woken so: `partly` never resolves.
+                Waited::Partly(_) => Decision::Failed(crate::protocol::ErrorType::Internal),
+            })
+    }
+
+    /// As [`RunSlot::wait`], for a plan whose tasks run as they are
+    /// decided: also ends, the pause still waiting, when a task decided on
+    /// its own is kept ([`Waited::Partly`]).
+    pub async fn wait_or_partly(
+        &self,
+        mut pending: PendingDecision,
+        timeout: Duration,
         stop: impl Future<Output = CancelReason>,
-    ) -> Decision {
-        let mut decide_rx = pending.decide_rx;
+    ) -> Waited {
+        let Some(released) = pending.released.take() else {
+            return self
+                .wait_until(pending, timeout, stop, std::future::pending())
+                .await;
+        };
+        let waited = self
+            .wait_until(pending, timeout, stop, released.notified())
+            .await;
+        match waited {
+            Waited::Partly(mut pending) => {
+                pending.released = Some(released);
+                Waited::Partly(pending)
+            }
+            decided => decided,
+        }
+    }
+
+    async fn wait_until(
+        &self,
+        mut pending: PendingDecision,
+        timeout: Duration,
+        stop: impl Future<Output = CancelReason>,
+        partly: impl Future<Output = ()>,
+    ) -> Waited {
         let mut deadline = tokio::time::Instant::now() + timeout;
         let mut stop = std::pin::pin!(stop);
+        let mut partly = std::pin::pin!(partly);
         let fallback = loop {
             tokio::select! {
-                decided = &mut decide_rx => {
+                biased;
+                decided = &mut pending.decide_rx => {
                     // Only a superseding run drops a sender unsent... and it sends.
-                    return decided.unwrap_or(Decision::Cancel(CancelReason::Superseded));
+                    return Waited::Decided(
+                        decided.unwrap_or(Decision::Cancel(CancelReason::Superseded)),
+                    );
                 }
+                () = &mut partly => return Waited::Partly(pending),
                 () = tokio::time::sleep_until(deadline) => {
                     // An escalation may have moved the expiry (`escalate_extends`).
                     match self.time_left() {
@@ -146,13 +235,88 @@ impl RunSlot {
                 reason = &mut stop => break reason,
             }
         };
-        match self.settle(fallback) {
+        Waited::Decided(match self.settle(fallback) {
             Some(decision) => decision,
             // Somebody decided first and their decision is on its way (an
             // audit record being written): it stands, so wait for it.
-            None => decide_rx
+            None => pending
+                .decide_rx
                 .await
                 .unwrap_or(Decision::Cancel(CancelReason::Superseded)),
+        })
+    }
+
+    /// The tasks of this run's pause decided on their own and kept so
+    /// far, in the order they were decided.
+    pub fn decided_so_far(&self) -> Decisions {
+        let registry = self.manager.lock();
+        let pause = registry
+            .sessions
+            .get(&self.key)
+            .filter(|entry| entry.run_id == self.run_id)
+            .and_then(|entry| entry.pause.as_ref());
+        Decisions(pause.map_or_else(Vec::new, |pause| {
+            pause.tally.decided[..pause.kept_tasks.min(pause.tally.decided.len())]
+                .iter()
+                .map(|done| done.decision.clone())
+                .collect()
+        }))
+    }
+
+    /// Marks task `index` of this run's pause as started (see
+    /// [`TaskStart`]).
+    pub fn start_task(&self, index: usize) -> TaskStart {
+        let mut registry = self.manager.lock();
+        let Some(pause) = registry
+            .sessions
+            .get_mut(&self.key)
+            .filter(|entry| entry.run_id == self.run_id)
+            .and_then(|entry| entry.pause.as_mut())
+        else {
+            return TaskStart::Now;
+        };
+        if pause.tally.started.contains(&index) {
+            return TaskStart::Again;
+        }
+        if pause.decide_tx.is_none() {
+            return TaskStart::Now;
+        }
+        pause.tally.started.push(index);
+        match &pause.stored {
+            Some(run) => TaskStart::Keep {
+                run: run.clone(),
+                confirmation_id: pause.confirmation_id.clone(),
+                started: pause.tally.started.clone(),
+            },
+            None => TaskStart::Now,
+        }
+    }
+
+    /// The tasks of this run's pause not decided yet (their indexes).
+    pub fn pending_tasks(&self) -> Vec<usize> {
+        let registry = self.manager.lock();
+        let pause = registry
+            .sessions
+            .get(&self.key)
+            .filter(|entry| entry.run_id == self.run_id)
+            .and_then(|entry| entry.pause.as_ref());
+        let Some(pause) = pause else {
+            return Vec::new();
+        };
+        match &pause.asking {
+            Asking::Plan(plan) => plan
+                .tasks
+                .iter()
+                .map(|task| task.index)
+                .filter(|index| {
+                    !pause
+                        .tally
+                        .decided
+                        .iter()
+                        .any(|done| done.decision.index == *index)
+                })
+                .collect(),
+            Asking::Questions(_) => Vec::new(),
         }
     }
 

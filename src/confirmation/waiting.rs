@@ -113,6 +113,15 @@ impl ConfirmationManager {
         if let Some(pause) = pause {
             amend(&mut pause.tally);
             pause.approving = false;
+            // A task decided on its own is kept: a run that takes its
+            // tasks as they are decided goes on with it.
+            let kept = pause.tally.decided.len();
+            if kept > pause.kept_tasks {
+                if let Some(released) = &pause.released {
+                    released.notify_one();
+                }
+            }
+            pause.kept_tasks = kept;
         }
     }
 

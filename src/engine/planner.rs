@@ -25,24 +25,24 @@
 //! It keeps no state between runs.
 
 pub mod ask;
+mod carry;
 mod steps;
 
+use self::carry::{Carried, Decided};
 pub use self::steps::plan_steps;
-use self::steps::{call_of, has_word, refuse_lookalike, tool_for};
+use self::steps::{call_of, has_word, refuse_lookalike};
 
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use serde_json::{json, Map, Value};
 
-use crate::protocol::{
-    meta, ChunkType, ErrorType, RiskLevel, TaskSpec, Verdict, MAX_CONFIRMATION_BYTES,
-};
+use crate::protocol::{meta, ChunkType, ErrorType, RiskLevel, TaskSpec, MAX_CONFIRMATION_BYTES};
 use crate::run::context::policy::Route;
 use crate::run::context::RunContext;
 use crate::run::engine::Engine;
 use crate::run::outcome::{Completion, RunError};
 use crate::run::plan::{Answers, Approval, Plan, Questions, Resumed};
-use crate::tools::{ToolOutcome, Tools};
+use crate::tools::Tools;
 
 /// The planner engine; stateless, so one value serves every run.
 #[derive(Debug, Clone, Copy, Default)]
@@ -208,10 +208,12 @@ async fn answer(ctx: &mut RunContext, question: &str) -> Result<Completion, RunE
 }
 
 /// Asks for `steps` (unless `answered`, the decision on them taken before a
-/// restart) until confirmed, then carries them out. Each round the rules
-/// of the tools file route every call first: denied calls are reported
-/// and left out, allowed ones are listed as such, and a plan with nothing
-/// left to ask pauses nowhere.
+/// restart) until confirmed, carrying out each step as soon as it and
+/// every step before it are decided (#42: a `decide` of step 1 runs it
+/// while the pause waits on for the rest). Each round the rules of the
+/// tools file route every call first: denied calls are reported and left
+/// out, allowed ones are listed as such, and a plan with nothing left to
+/// ask pauses nowhere.
 async fn carry_out(
     ctx: &mut RunContext,
     mut steps: Vec<String>,
@@ -220,35 +222,51 @@ async fn carry_out(
     // Each round's routes (a grant's call is spent when it is routed, so
     // they are kept through the pause, not worked out again).
     let mut routes = Vec::new();
-    let decisions = loop {
+    let mut carried = Carried::default();
+    loop {
         let approval = match answered.take() {
             Some(approval) => {
                 // Restored after its pause: the rules route as they did.
                 routes = routes_of(ctx, &steps);
                 approval
             }
+            None if carried.waiting => Box::pin(ctx.confirm_rest(carried.take_ran())).await?,
             None => {
                 let plan = Box::pin(prepare(ctx, &steps, &mut routes)).await?;
-                ctx.confirm(plan).await?
+                ctx.confirm_as_decided(plan).await?
             }
         };
-        match approval {
-            Approval::Confirm(decisions) => break decisions,
+        let (decisions, whole) = match approval {
+            Approval::Confirm(decisions) => (decisions, true),
+            Approval::Partly(decisions) => (decisions, false),
             Approval::Modify(feedback) if feedback.trim().is_empty() => {
                 // A modify without text: the same plan, asked again.
+                carried = Carried::default();
                 ctx.emit(ChunkType::Status, "No change given; asking again")
                     .await?;
+                continue;
             }
             Approval::Modify(feedback) => {
+                carried = Carried::default();
                 steps.push(format!("Apply feedback: {}", feedback.trim()));
                 ctx.emit(ChunkType::Status, "Re-planning with your feedback")
                     .await?;
+                continue;
             }
+        };
+        // Boxed: what carrying out needs is allocated when it starts, not
+        // held in this future (and so in every paused run) for the whole
+        // pause.
+        let decided = Decided {
+            decisions: &decisions,
+            whole,
+        };
+        Box::pin(carry::execute(ctx, &steps, decided, &routes, &mut carried)).await?;
+        if whole {
+            return Ok(carried.completion(steps.len()));
         }
-    };
-    // Boxed: what carrying out needs is allocated when it starts, not held
-    // in this future (and so in every paused run) for the whole pause.
-    Box::pin(execute(ctx, steps, decisions, routes)).await
+        carried.waiting = true;
+    }
 }
 
 /// Every step's route, worked out again without recording anything (a
@@ -326,151 +344,6 @@ fn asked(mut plan: Plan, routes: &[Route]) -> Plan {
     plan
 }
 
-/// Runs the confirmed steps as decided, in order; a step a rule denied is
-/// not run (it was reported before anything was asked).
-async fn execute(
-    ctx: &mut RunContext,
-    steps: Vec<String>,
-    decisions: crate::protocol::Decisions,
-    routes: Vec<Route>,
-) -> Result<Completion, RunError> {
-    let total = steps.len();
-    let (mut done, mut rejected, mut denied) = (0, 0, 0);
-    for (i, step) in steps.iter().enumerate() {
-        let index = i + 1;
-        let (name, called) = call_of(step, ctx.tools());
-        let mut approved_by = None;
-        if let Some(route) = routes.get(i) {
-            if matches!(route, Route::Deny { .. }) {
-                denied += 1;
-                continue;
-            }
-            approved_by = route.approved_by();
-        }
-        // A task the decision does not name was not in the pause (a rule
-        // left it out): it runs only if a rule or a grant allows it now,
-        // never on a yes that did not see it (a plan restored after the
-        // rules changed).
-        let unseen = Verdict::Reject {
-            reason: Some("it was not in the confirmation that was decided".to_owned()),
-        };
-        let verdict = match decisions.named(index) {
-            Some(verdict) => verdict,
-            None if approved_by.is_some() || decisions.0.is_empty() => &Verdict::Approve,
-            None => &unseen,
-        };
-        let args = match verdict {
-            Verdict::Reject { reason } => {
-                let why = reason.as_deref().unwrap_or("rejected by the user");
-                let skipped = ToolOutcome::skipped(false, None, Some(format!("rejected: {why}")));
-                Box::pin(ctx.record_tool(index, &name, None, &skipped)).await?;
-                rejected += 1;
-                continue;
-            }
-            Verdict::Respond { result } => {
-                let answered = ToolOutcome::skipped(true, Some(result.clone()), None);
-                Box::pin(ctx.record_tool(index, &name, None, &answered)).await?;
-                continue;
-            }
-            Verdict::Edit { args } => {
-                // The person decided what runs; the rules see it again.
-                approved_by = None;
-                if let Some(tool) = ctx.tools().get(&name).cloned() {
-                    if let Route::Deny { rule, reason } = ctx.route_edited(&tool, args).await? {
-                        ctx.denied(index, &name, &rule, reason.as_deref()).await?;
-                        denied += 1;
-                        continue;
-                    }
-                }
-                args.clone()
-            }
-            Verdict::Approve => called,
-        };
-        // What runs, as it runs: an edited step shows its new arguments.
-        let shown = match verdict {
-            Verdict::Edit { args } => match args.get("step").and_then(Value::as_str) {
-                Some(text) => format!("{text} (edited)"),
-                None => format!("{name} {args} (edited)"),
-            },
-            _ => step.clone(),
-        };
-        let status = ctx
-            .chunk(ChunkType::Status, format!("Step {index}/{total}: {shown}"))
-            .with_meta(meta::STEP, index)
-            .with_meta(meta::TOTAL_TASKS, total);
-        ctx.send(status).await?;
-        let outcome = match ctx.tools().get(&name).cloned() {
-            // A declared tool: the real call, once, after the yes.
-            Some(tool) => Box::pin(ctx.run_tool(index, &tool, &args, approved_by)).await?,
-            None => simulate(ctx, index, step).await?,
-        };
-        if !outcome.ok {
-            return Err(RunError::Failed {
-                error_type: ErrorType::TaskFailed,
-                message: format!(
-                    "Step {index} failed: {}",
-                    outcome.error.as_deref().unwrap_or(step)
-                ),
-            });
-        }
-        done += 1;
-    }
-    let mut metadata = Map::new();
-    metadata.insert(meta::TASKS_COMPLETED.to_owned(), Value::from(done));
-    metadata.insert(meta::TASKS_REJECTED.to_owned(), Value::from(rejected));
-    if denied > 0 {
-        metadata.insert(meta::TASKS_DENIED.to_owned(), Value::from(denied));
-    }
-    metadata.insert(meta::TOTAL_TASKS.to_owned(), Value::from(total));
-    let answered = total - done - rejected - denied;
-    let denied_text = if denied > 0 {
-        format!(", {denied} denied by rules")
-    } else {
-        String::new()
-    };
-    let text = if done == total {
-        format!("Completed {total} task(s).")
-    } else if done == 0 {
-        format!(
-            "Nothing ran: {rejected} of {total} task(s) rejected{denied_text}, {answered} \
-             answered for."
-        )
-    } else {
-        format!(
-            "Completed {done} of {total} task(s); {rejected} rejected{denied_text}, {answered} \
-             answered for, as decided."
-        )
-    };
-    Ok(Completion { text, metadata })
-}
-
-/// A step without a declared tool: `--step-delay` of pretend work; the word
-/// `fail` fails it.
-async fn simulate(ctx: &mut RunContext, index: usize, step: &str) -> Result<ToolOutcome, RunError> {
-    let started = std::time::Instant::now();
-    ctx.sleep(ctx.step_delay()).await?;
-    let failed = has_word(step, |w| w == "fail");
-    let text = if failed {
-        format!("Step {index} failed: {step}")
-    } else {
-        format!("Step {index} done: {step}")
-    };
-    let mut outcome = ToolOutcome::skipped(!failed, None, None);
-    outcome.skipped = false;
-    outcome.duration_ms = started.elapsed().as_millis() as u64;
-    if failed {
-        outcome.error = Some(step.to_owned());
-    } else {
-        outcome.result = Some(text.clone());
-    }
-    // Nothing real ran: said on the chunk, so a client never takes it for a call.
-    let chunk = ctx
-        .tool_output(index, &tool_for(step), &outcome, Some(text))
-        .with_meta(meta::SIMULATED, true);
-    ctx.send(chunk).await?;
-    Ok(outcome)
-}
-
 /// The plan of `steps`; a step that calls a declared tool with arguments
 /// that do not fit it ends the run here, before anything is asked.
 fn plan(steps: &[String], tools: &Tools, durable: bool) -> Result<Plan, RunError> {
@@ -517,6 +390,7 @@ fn plan(steps: &[String], tools: &Tools, durable: bool) -> Result<Plan, RunError
 
 #[cfg(test)]
 mod tests {
+    use super::steps::tool_for;
     use super::*;
 
     #[test]

@@ -49,7 +49,7 @@ pub mod stream;
 pub use self::context::RunContext;
 pub use self::engine::Engine;
 pub use self::outcome::{Completion, RunError};
-pub use self::plan::{Answers, Approval, Plan, Questions, Resumed};
+pub use self::plan::{Answers, Approval, Plan, Questions, Resumed, NOT_RUN_AGAIN};
 
 use std::sync::Arc;
 

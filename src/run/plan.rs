@@ -8,6 +8,12 @@ use serde_json::{Map, Value};
 use crate::protocol::question::Question;
 use crate::protocol::{Decisions, RiskLevel, TaskSpec};
 
+/// Why a task decided on its own and started before a restart is not
+/// carried out after it: at most once, until an execution journal can
+/// tell (#44).
+pub const NOT_RUN_AGAIN: &str = "not run again: it was decided and started before the server \
+     restarted, and whether it took effect is not known";
+
 /// A plan put to the user.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -27,6 +33,10 @@ pub enum Approval {
     /// answered by the user (`decisions` of the reply).
     Confirm(Decisions),
     Modify(String),
+    /// Some tasks decided on their own (every one so far, in the order
+    /// they were decided), others still pending: the pause waits on
+    /// ([`RunContext::confirm_as_decided`](crate::run::context::RunContext::confirm_as_decided)).
+    Partly(Decisions),
 }
 
 /// Questions put to the user (an `input_request`): 1 to 4, checked against

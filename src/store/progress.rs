@@ -29,6 +29,11 @@ pub struct PauseProgress {
     /// pause's tally as it stands.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub decided: Vec<DecidedTask>,
+    /// Tasks decided on their own that the run started while the pause
+    /// still waited (their indexes): after a restart they are not run
+    /// again. Written by the run alone, the whole list each time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub started: Vec<usize>,
     /// Its `interaction.reminder` was sent (or is queued).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reminded: bool,
@@ -76,6 +81,7 @@ pub enum Step {
     Approvals,
     Reminded,
     Escalated,
+    Started,
 }
 
 impl Step {
@@ -85,6 +91,7 @@ impl Step {
             Step::Approvals => "approvals",
             Step::Reminded => "reminded",
             Step::Escalated => "escalated",
+            Step::Started => "started",
         }
     }
 }
@@ -114,6 +121,15 @@ impl PauseProgress {
         }
     }
 
+    /// The tasks the run has started while the pause waits (all so far).
+    pub fn started(confirmation_id: &str, started: &[usize]) -> Self {
+        PauseProgress {
+            confirmation_id: confirmation_id.to_owned(),
+            started: started.to_vec(),
+            ..PauseProgress::default()
+        }
+    }
+
     pub fn reminded(confirmation_id: &str) -> Self {
         PauseProgress {
             confirmation_id: confirmation_id.to_owned(),
@@ -137,6 +153,8 @@ impl PauseProgress {
             Step::Escalated
         } else if self.reminded {
             Step::Reminded
+        } else if !self.started.is_empty() {
+            Step::Started
         } else {
             Step::Approvals
         }
@@ -156,6 +174,7 @@ impl PauseProgress {
                 progress.decided = step.decided;
             }
             Step::Reminded => progress.reminded = true,
+            Step::Started => progress.started = step.started,
             Step::Escalated => {
                 progress.escalated_to = step.escalated_to;
                 progress.expires_at_ms = step.expires_at_ms;

@@ -5,6 +5,7 @@ mod common;
 
 mod access;
 mod approvers;
+mod as_decided;
 mod barrage;
 mod check_order;
 mod confirm;

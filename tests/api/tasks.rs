@@ -161,7 +161,7 @@ async fn states(app: &crate::helpers::TestApp) -> Vec<String> {
 }
 
 /// The tasks of the one pause the inbox lists (no API keys).
-async fn listed_tasks(app: &crate::helpers::TestApp) -> Vec<Value> {
+pub(crate) async fn listed_tasks(app: &crate::helpers::TestApp) -> Vec<Value> {
     let url = format!("{}/api/v1/interactions", app.address);
     let body: Value = app
         .client
@@ -272,18 +272,18 @@ async fn deciding_the_last_pending_task_confirms_the_plan() {
 }
 
 #[tokio::test]
-async fn a_cancel_after_a_decide_runs_nothing() {
+async fn a_cancel_after_a_decide_of_a_later_task_runs_nothing() {
     let dir = Workdir::new();
     let app = app_with_tools(&dir, "", |_| {}).await;
     let (mut stream, _) = app.open_paused("gone", "note a; note b").await;
     let (status, _) =
-        one_chunk(decide(&app, "gone", json!([{"index": 1, "decision": "approve"}])).await).await;
+        one_chunk(decide(&app, "gone", json!([{"index": 2, "decision": "approve"}])).await).await;
     assert_eq!(status, 200);
     let (status, _) = app.reply("gone", "CONFIRM_ACTION:cancel").await;
     assert_eq!(status, 200);
     let last = stream.finish().await;
     assert_eq!(last.chunk_type, ChunkType::Cancelled);
-    assert!(dir.notes().is_empty());
+    assert!(dir.notes().is_empty(), "task 1 was never decided");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -402,7 +402,11 @@ async fn an_approver_decides_the_tasks_in_its_scope_and_is_refused_the_others() 
     let confirm = json!({"message": "CONFIRM_ACTION:confirm"});
     let (status, chunk) = reply_as(&app, junior, "scope", &id, confirm.clone()).await;
     assert_eq!((status, error_of(&chunk)), (403, "forbidden_scope"));
-    assert!(dir.notes().is_empty());
+    // The note, decided, ran at once (the first task); the run waits for
+    // the ship.
+    let waiting = crate::as_decided::waiting(&mut stream).await;
+    assert_eq!(waiting.metadata["pending"], json!([2]));
+    assert_eq!(dir.notes(), ["note a"]);
 
     let (status, chunk) = reply_as(&app, "lead-key-000001", "scope", &id, confirm).await;
     assert_eq!(

@@ -16,6 +16,7 @@ use crate::run::context::policy::Route;
 use crate::run::context::RunContext;
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Approval, Plan, Questions};
+use crate::run::NOT_RUN_AGAIN;
 use crate::tools::{Tool, ToolOutcome, Tools};
 
 /// One answer's calls of declared tools. Calls to unknown tools, and calls
@@ -176,7 +177,7 @@ pub async fn tool_turn(
         ran,
     };
     plan.state = paused_state(ctx, messages, go_on, pending);
-    let answer = ctx.confirm(plan).await;
+    let answer = ctx.confirm_as_decided(plan).await;
     tools_answered(ctx, messages, &call_ids, results, &batch, answer, ran).await
 }
 
@@ -223,98 +224,150 @@ async fn fill_missing(
     }
 }
 
+/// One call of a confirmed batch: its position among the model's calls,
+/// its tool and arguments, and what allowed it before the pause (a rule,
+/// a grant), if anything did.
+type BatchCall = (usize, Arc<Tool>, Value, Option<ApprovedBy>);
+
 /// Runs the confirmed `batch` as decided (or not at all) and gives the
-/// model every call's result. Returns whether any call ran.
+/// model every call's result. The calls of one model turn are independent:
+/// each runs as soon as it is decided (`decide`, #42), the pause waiting
+/// on for the rest; the model's next turn starts once every call is
+/// decided and done. Returns whether any call ran.
 pub async fn tools_answered(
     ctx: &mut RunContext,
     messages: &mut Vec<Value>,
     call_ids: &[String],
     mut results: Vec<String>,
-    batch: &[(usize, Arc<Tool>, Value, Option<ApprovedBy>)],
-    answer: Result<Approval, RunError>,
+    batch: &[BatchCall],
+    mut answer: Result<Approval, RunError>,
     mut ran: bool,
 ) -> Result<bool, RunError> {
-    match answer {
-        Ok(Approval::Confirm(decisions)) => {
-            for (k, (position, tool, args, allowed_by)) in batch.iter().enumerate() {
-                let index = k + 1;
-                let (used, approved_by) = match decisions.verdict(index) {
-                    // What allowed it before the pause (a rule, a grant):
-                    // approved as is, it runs as that, else as the person's.
-                    Verdict::Approve => (args.clone(), allowed_by.clone()),
-                    Verdict::Edit { args } => {
-                        // The person decided what runs; the rules see it again.
-                        if let Route::Deny { rule, reason } =
-                            Box::pin(ctx.route_edited(tool, args)).await?
-                        {
-                            let text = ctx
-                                .denied(index, &tool.name, &rule, reason.as_deref())
-                                .await?;
-                            results[*position] = format!("Error (denied_by_rule): {text}.");
-                            continue;
-                        }
-                        (args.clone(), None)
+    // The calls carried out so far (decided on their own, while the
+    // pause waited).
+    let mut done = vec![false; batch.len()];
+    loop {
+        match answer {
+            Ok(Approval::Partly(decisions)) => {
+                let mut now = false;
+                for (k, call) in batch.iter().enumerate() {
+                    let Some(verdict) = decisions.named(k + 1) else {
+                        continue;
+                    };
+                    if done[k] {
+                        continue;
                     }
-                    Verdict::Reject { reason } => {
-                        let why = reason.as_deref().unwrap_or("no reason given");
-                        let skipped =
-                            ToolOutcome::skipped(false, None, Some(format!("rejected: {why}")));
-                        ctx.record_tool(index, &tool.name, None, &skipped).await?;
+                    done[k] = true;
+                    now = true;
+                    let (text, called) = Box::pin(run_call(ctx, k + 1, call, verdict)).await?;
+                    results[call.0] = text;
+                    ran |= called;
+                }
+                answer = Box::pin(ctx.confirm_rest(now)).await;
+            }
+            Ok(Approval::Confirm(decisions)) => {
+                for (k, call) in batch.iter().enumerate() {
+                    if done[k] {
+                        continue;
+                    }
+                    let verdict = decisions.verdict(k + 1);
+                    let (text, called) = Box::pin(run_call(ctx, k + 1, call, verdict)).await?;
+                    results[call.0] = text;
+                    ran |= called;
+                }
+                break;
+            }
+            Ok(Approval::Modify(feedback)) => {
+                let text = format!(
+                    "Not run. {} Call the tools again as they should be.",
+                    modify_text(&feedback)
+                );
+                for (position, ..) in batch {
+                    results[*position] = text.clone();
+                }
+                ctx.emit(ChunkType::Status, "Re-planning with your feedback")
+                    .await?;
+                break;
+            }
+            Err(RunError::Cancelled(reason)) => {
+                for (k, (position, ..)) in batch.iter().enumerate() {
+                    if !done[k] {
                         results[*position] =
-                            format!("The user rejected this call ({why}); it was not run.");
-                        continue;
+                            format!("Not run: the user did not confirm ({}).", reason.as_str());
                     }
-                    Verdict::Respond { result } => {
-                        let answered = ToolOutcome::skipped(true, Some(result.clone()), None);
-                        ctx.record_tool(index, &tool.name, None, &answered).await?;
-                        results[*position] = format!(
-                            "The user gave this result instead of running the call: {result}"
-                        );
-                        continue;
-                    }
-                };
-                // What runs, as it runs: an edit's arguments, not the plan's.
-                let edited = if matches!(decisions.verdict(index), Verdict::Edit { .. }) {
-                    ", edited"
-                } else {
-                    ""
-                };
-                let status = ctx
-                    .chunk(
-                        ChunkType::Status,
-                        format!("Running task {index}{edited}: {}", describe(tool, &used)),
-                    )
-                    .with_meta(meta::STEP, index)
-                    .with_meta(meta::TOOL, tool.name.as_str());
-                ctx.send(status).await?;
-                let outcome = ctx.run_tool(index, tool, &used, approved_by).await?;
-                results[*position] = outcome_text(&outcome);
-                ran = true;
+                }
+                push_results(messages, call_ids, results);
+                return Err(RunError::Cancelled(reason));
             }
+            Err(failed) => return Err(failed),
         }
-        Ok(Approval::Modify(feedback)) => {
-            let text = format!(
-                "Not run. {} Call the tools again as they should be.",
-                modify_text(&feedback)
-            );
-            for (position, ..) in batch {
-                results[*position] = text.clone();
-            }
-            ctx.emit(ChunkType::Status, "Re-planning with your feedback")
-                .await?;
-        }
-        Err(RunError::Cancelled(reason)) => {
-            for (position, ..) in batch {
-                results[*position] =
-                    format!("Not run: the user did not confirm ({}).", reason.as_str());
-            }
-            push_results(messages, call_ids, results);
-            return Err(RunError::Cancelled(reason));
-        }
-        Err(failed) => return Err(failed),
     }
     push_results(messages, call_ids, results);
     Ok(ran)
+}
+
+/// Carries out the call `index` of a batch as `verdict` says: what the
+/// model is told of it, and whether it ran. A call started before a
+/// restart is not run again (whether it took effect is not known).
+async fn run_call(
+    ctx: &mut RunContext,
+    index: usize,
+    (_, tool, args, allowed_by): &BatchCall,
+    verdict: &Verdict,
+) -> Result<(String, bool), RunError> {
+    if !ctx.start_task(index).await? {
+        let skipped = ToolOutcome::skipped(false, None, Some(NOT_RUN_AGAIN.to_owned()));
+        ctx.record_tool(index, &tool.name, None, &skipped).await?;
+        return Ok((format!("Error: {NOT_RUN_AGAIN}."), false));
+    }
+    let (used, approved_by) = match verdict {
+        // What allowed it before the pause (a rule, a grant): approved as
+        // is, it runs as that, else as the person's.
+        Verdict::Approve => (args.clone(), allowed_by.clone()),
+        Verdict::Edit { args } => {
+            // The person decided what runs; the rules see it again.
+            if let Route::Deny { rule, reason } = Box::pin(ctx.route_edited(tool, args)).await? {
+                let text = ctx
+                    .denied(index, &tool.name, &rule, reason.as_deref())
+                    .await?;
+                return Ok((format!("Error (denied_by_rule): {text}."), false));
+            }
+            (args.clone(), None)
+        }
+        Verdict::Reject { reason } => {
+            let why = reason.as_deref().unwrap_or("no reason given");
+            let skipped = ToolOutcome::skipped(false, None, Some(format!("rejected: {why}")));
+            ctx.record_tool(index, &tool.name, None, &skipped).await?;
+            return Ok((
+                format!("The user rejected this call ({why}); it was not run."),
+                false,
+            ));
+        }
+        Verdict::Respond { result } => {
+            let answered = ToolOutcome::skipped(true, Some(result.clone()), None);
+            ctx.record_tool(index, &tool.name, None, &answered).await?;
+            return Ok((
+                format!("The user gave this result instead of running the call: {result}"),
+                false,
+            ));
+        }
+    };
+    // What runs, as it runs: an edit's arguments, not the plan's.
+    let edited = if matches!(verdict, Verdict::Edit { .. }) {
+        ", edited"
+    } else {
+        ""
+    };
+    let status = ctx
+        .chunk(
+            ChunkType::Status,
+            format!("Running task {index}{edited}: {}", describe(tool, &used)),
+        )
+        .with_meta(meta::STEP, index)
+        .with_meta(meta::TOOL, tool.name.as_str());
+    ctx.send(status).await?;
+    let outcome = ctx.run_tool(index, tool, &used, approved_by).await?;
+    Ok((outcome_text(&outcome), true))
 }
 
 /// One `tool` message per call, in the calls' order.

@@ -54,9 +54,15 @@ pub async fn plan_answered(
     messages: &mut Vec<Value>,
     call_id: &str,
     total: usize,
-    answer: Result<Approval, RunError>,
+    mut answer: Result<Approval, RunError>,
 ) -> Result<bool, RunError> {
+    // The model carries out a plan whole: a restored pause woken by tasks
+    // decided on their own waits on until the plan is decided.
+    while let Ok(Approval::Partly(_)) = answer {
+        answer = Box::pin(ctx.confirm_rest(false)).await;
+    }
     match answer {
+        Ok(Approval::Partly(_)) => Err(RunError::unacted(crate::protocol::ErrorType::Internal)),
         Ok(Approval::Confirm(decisions)) => {
             messages.push(tool_result(call_id, &confirmed_text(&decisions)));
             let status = ctx

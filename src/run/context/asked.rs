@@ -5,7 +5,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
+use tokio::task::JoinHandle;
+
 use super::timers::Timers;
+use crate::confirmation::slot::PendingDecision;
 use crate::pause::Asking;
 use crate::protocol::{Action, CancelReason, Chunk};
 
@@ -38,4 +41,23 @@ pub(super) struct Request {
     pub(super) rejects_on_timeout: Option<Box<[usize]>>,
     pub(super) timers: Option<Box<Timers>>,
     pub(super) expires_at: SystemTime,
+}
+
+/// A plan's pause left open while its engine carries out the tasks decided
+/// so far (#42): waited on again by [`super::RunContext::confirm_rest`].
+pub(super) struct Open {
+    pub(super) pending: PendingDecision,
+    pub(super) asked: Asked,
+    /// Its reminder and escalation, running on through the open spell.
+    pub(super) timers: Option<Running>,
+}
+
+/// A pause's timers, running: stopped when dropped (a run that ends with
+/// its pause open stops them: a timer acts only on its own pause).
+pub(super) struct Running(pub(super) JoinHandle<()>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -76,6 +76,9 @@ pub struct RunContext {
     /// A confirm's grant (and the pause it was given on), taken with the
     /// decision and kept before the run goes on.
     pending_grant: Option<Box<(GrantSpec, String)>>,
+    /// A plan's pause left open while the tasks decided so far are
+    /// carried out (`Approval::Partly`).
+    open: Option<Box<asked::Open>>,
 }
 
 impl RunContext {
@@ -100,6 +103,7 @@ impl RunContext {
             unconfirmed_calls: 0,
             last_pause: None,
             pending_grant: None,
+            open: None,
         }
     }
 

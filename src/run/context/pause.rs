@@ -13,9 +13,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
-use super::asked::{Asked, Request};
+use super::asked::{Asked, Open, Request, Running};
 use super::RunContext;
-use crate::confirmation::slot::{PauseSpec, PendingDecision};
+use crate::confirmation::slot::{PauseSpec, PendingDecision, TaskStart, Waited};
 use crate::confirmation::Decision;
 use crate::protocol::{Action, Ask, CancelReason, ErrorType, PauseKind};
 use crate::run::journal::{Pause, PauseEvent};
@@ -23,7 +23,7 @@ use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Approval, Plan, Questions};
 use crate::session::run_log;
 use crate::session::RunTag;
-use crate::store::PausedRecord;
+use crate::store::{PauseProgress, PausedRecord};
 
 /// A kind of pause, as a run asks it: what the engine puts to the user
 /// (`Self`) and what it gets back ([`Kind::Answer`]).
@@ -60,7 +60,7 @@ impl RunContext {
         // Boxed: what is built before the wait (the request, the records
         // being written) is freed before the pause, not kept in this
         // future, which a paused run holds for all of it.
-        let Some((pending, asked)) = Box::pin(self.put_to_person(plan)).await? else {
+        let Some((pending, asked)) = Box::pin(self.put_to_person(plan, false)).await? else {
             return Ok(Approval::Confirm(crate::protocol::Decisions::default()));
         };
         // The wait and the take are written out here and in `ask`, not in
@@ -71,13 +71,124 @@ impl RunContext {
         Plan::take(self, decision, asked).await
     }
 
+    /// As [`RunContext::confirm`], for an engine that carries out tasks as
+    /// they are decided (#42): a task decided on its own (`decide`) while
+    /// others are pending comes back at once as [`Approval::Partly`] (every
+    /// task decided so far), the pause still waiting; the engine carries
+    /// out what it can, marking each task with [`RunContext::start_task`],
+    /// and waits on with [`RunContext::confirm_rest`].
+    pub async fn confirm_as_decided(&mut self, plan: Plan) -> Result<Approval, RunError> {
+        let Some((pending, asked)) = Box::pin(self.put_to_person(plan, true)).await? else {
+            return Ok(Approval::Confirm(crate::protocol::Decisions::default()));
+        };
+        Box::pin(self.wait_plan(Open {
+            pending,
+            asked,
+            timers: None,
+        }))
+        .await
+    }
+
+    /// Waits on for the tasks still pending after [`Approval::Partly`]:
+    /// the same pause, its expiry and timers going on. `ran`: the engine
+    /// carried something out since, so the stream is told the run waits
+    /// again (a `status` chunk naming the pause and its pending tasks).
+    pub async fn confirm_rest(&mut self, ran: bool) -> Result<Approval, RunError> {
+        let Some(open) = self.open.take() else {
+            return Err(RunError::unacted(ErrorType::Internal));
+        };
+        if ran {
+            let pending = self.slot.pending_tasks();
+            let listed: Vec<String> = pending.iter().map(usize::to_string).collect();
+            let waiting = self
+                .chunk(
+                    crate::protocol::ChunkType::Status,
+                    format!(
+                        "Waiting for a decision on task(s) {} of confirmation {}",
+                        listed.join(", "),
+                        open.asked.confirmation_id
+                    ),
+                )
+                .with_meta(
+                    crate::protocol::meta::CONFIRMATION_ID,
+                    open.asked.confirmation_id.as_str(),
+                )
+                .with_meta(crate::protocol::meta::PENDING, pending);
+            self.send(waiting).await?;
+        }
+        Box::pin(self.wait_plan(*open)).await
+    }
+
+    /// Marks task `index` of the current pause as starting, before it is
+    /// carried out: `false` when it was started before (by this run before
+    /// a restart: whether it took effect is not known, so it is not run
+    /// again). While the pause still waits, a durable store keeps the mark
+    /// first (a task is never started twice across a restart).
+    pub async fn start_task(&mut self, index: usize) -> Result<bool, RunError> {
+        let (run, confirmation_id, started) = match self.slot.start_task(index) {
+            TaskStart::Again => return Ok(false),
+            TaskStart::Now => return Ok(true),
+            TaskStart::Keep {
+                run,
+                confirmation_id,
+                started,
+            } => (run, confirmation_id, started),
+        };
+        let step = PauseProgress::started(&confirmation_id, &started);
+        let key = self.session_key().clone();
+        match self.settings.store.record_progress(&run, &key, &step).await {
+            Ok(()) => Ok(true),
+            Err(err) => {
+                run_log!(Error, self.tag().pause(&confirmation_id), "{err}");
+                Err(RunError::Failed {
+                    error_type: ErrorType::StoreUnavailable,
+                    message: format!(
+                        "the store cannot keep that task {index} starts, so it was not run; \
+                         the run has ended"
+                    ),
+                })
+            }
+        }
+    }
+
+    /// Waits on the plan of `open` (its timers started unless they run
+    /// already): its decision taken, or tasks decided on their own
+    /// ([`Approval::Partly`], the pause left open in `self.open`).
+    async fn wait_plan(&mut self, open: Open) -> Result<Approval, RunError> {
+        let Open {
+            pending,
+            asked,
+            timers,
+        } = open;
+        let timers = timers.or_else(|| {
+            let timers = asked.timers.as_deref()?;
+            Some(Running(self.start_timers(timers, &asked.confirmation_id)))
+        });
+        match self.wait_once(pending, &asked).await {
+            Waited::Partly(pending) => {
+                self.open = Some(Box::new(Open {
+                    pending,
+                    asked,
+                    timers,
+                }));
+                Ok(Approval::Partly(self.slot.decided_so_far()))
+            }
+            Waited::Decided(decision) => {
+                drop(timers);
+                let decision = self.ended_wait(decision, &asked).await?;
+                self.settled(Plan::KIND, &decision, &asked)?;
+                Plan::take(self, decision, asked).await
+            }
+        }
+    }
+
     /// Puts `questions` to the user and waits for the answer: sends the
     /// `input_request` chunk, pauses, and on an answer or a skip sends a
     /// `confirmation_received` chunk. Cancel, timeout and every other stop
     /// come back as `Err(Cancelled(reason))`.
     pub async fn ask(&mut self, questions: Questions) -> Result<Answers, RunError> {
         // Boxed, as in `confirm`; questions are always asked.
-        let Some((pending, asked)) = Box::pin(self.put_to_person(questions)).await? else {
+        let Some((pending, asked)) = Box::pin(self.put_to_person(questions, false)).await? else {
             return Err(RunError::unacted(ErrorType::Internal));
         };
         let decision = self.wait_for(pending, &asked).await?;
@@ -87,36 +198,46 @@ impl RunContext {
 
     /// Everything before the wait, for every kind: the request built by
     /// its kind, kept in a durable store, registered and sent; `None`:
-    /// nothing needed asking.
+    /// nothing needed asking. `as_decided`: a plan whose tasks run as
+    /// they are decided.
     async fn put_to_person<K: Kind>(
         &mut self,
         asks: K,
+        as_decided: bool,
     ) -> Result<Option<(PendingDecision, Asked)>, RunError> {
         let Some(request) = asks.request(self).await? else {
             return Ok(None);
         };
         self.store_pause(&request).await?;
-        self.put(request).map(Some)
+        self.put(request, as_decided).map(Some)
     }
 
-    /// Takes the decision of a restored pause of `kind` (see
-    /// [`RunContext::resume_pause`]), as [`RunContext::confirm`] and
-    /// [`RunContext::ask`] do.
-    pub(super) async fn take_restored(
+    /// Waits on a restored pause of `kind` (see
+    /// [`RunContext::resume_pause`]) and takes its decision, as
+    /// [`RunContext::confirm_as_decided`] and [`RunContext::ask`] do.
+    pub(super) async fn wait_restored(
         &mut self,
         kind: PauseKind,
-        decision: Decision,
+        pending: PendingDecision,
         asked: Asked,
     ) -> Result<crate::run::Resumed, RunError> {
         use crate::run::Resumed;
-        self.settled(kind, &decision, &asked)?;
         match kind {
-            PauseKind::Approval => Plan::take(self, decision, asked)
-                .await
-                .map(Resumed::Approval),
-            PauseKind::Question => Questions::take(self, decision, asked)
-                .await
-                .map(Resumed::Answers),
+            PauseKind::Approval => {
+                let open = Open {
+                    pending,
+                    asked,
+                    timers: None,
+                };
+                Box::pin(self.wait_plan(open)).await.map(Resumed::Approval)
+            }
+            PauseKind::Question => {
+                let decision = self.wait_for(pending, &asked).await?;
+                self.settled(kind, &decision, &asked)?;
+                Questions::take(self, decision, asked)
+                    .await
+                    .map(Resumed::Answers)
+            }
         }
     }
 
@@ -127,6 +248,10 @@ impl RunContext {
         pending: PendingDecision,
         asked: &Asked,
     ) -> Result<Decision, RunError> {
+        let timers = asked
+            .timers
+            .as_deref()
+            .map(|timers| self.start_timers(timers, &asked.confirmation_id));
         let timeout = asked.timeout;
         let stop = async {
             match asked.sent {
@@ -135,10 +260,6 @@ impl RunContext {
                 None => self.stop.stopped().await,
             }
         };
-        let timers = asked
-            .timers
-            .as_deref()
-            .map(|timers| self.start_timers(timers, &asked.confirmation_id));
         let decision = self.slot.wait(pending, timeout, stop).await;
         if let Some(timers) = timers {
             timers.abort();
@@ -148,6 +269,33 @@ impl RunContext {
         // recorded as that. Boxed, like `put_to_person`: a store call does
         // not grow every pause.
         let decision = self.silence(decision, asked.rejects_on_timeout.as_deref());
+        Box::pin(self.record_fallback(decision, asked)).await
+    }
+
+    /// One wait on a registered pause, for the time it has left.
+    async fn wait_once(&self, pending: PendingDecision, asked: &Asked) -> Waited {
+        let timeout = asked.timeout.saturating_sub(asked.paused_at.elapsed());
+        let stop = async {
+            match asked.sent {
+                // Sending failed: the pause must still be settled, at once.
+                Some(reason) => reason,
+                None => self.stop.stopped().await,
+            }
+        };
+        self.slot.wait_or_partly(pending, timeout, stop).await
+    }
+
+    /// A pause's wait is over with `decision`: silence turned into what
+    /// the tasks say it is (a reject), then recorded as that.
+    async fn ended_wait(
+        &mut self,
+        decision: Decision,
+        asked: &Asked,
+    ) -> Result<Decision, RunError> {
+        self.log.pause_ended();
+        let decision = self.silence(decision, asked.rejects_on_timeout.as_deref());
+        // Boxed, like `put_to_person`: a store call does not grow every
+        // pause.
         Box::pin(self.record_fallback(decision, asked)).await
     }
 
@@ -243,7 +391,11 @@ impl RunContext {
     }
 
     /// Registers the pause and sends its request chunk.
-    fn put(&mut self, request: Request) -> Result<(PendingDecision, Asked), RunError> {
+    fn put(
+        &mut self,
+        request: Request,
+        as_decided: bool,
+    ) -> Result<(PendingDecision, Asked), RunError> {
         let Request {
             chunk,
             asking,
@@ -267,6 +419,7 @@ impl RunContext {
             expires_at,
             tally: Default::default(),
             escalated_to: None,
+            as_decided,
         };
         let pending = self
             .slot

@@ -47,8 +47,12 @@ impl RunContext {
                 approvals: progress.approvals,
                 rejected: progress.rejected,
                 decided: progress.decided,
+                started: progress.started,
             },
             escalated_to: progress.escalated_to,
+            // Its tasks run as they are decided if its engine's do (one
+            // that does not waits on through `Approval::Partly`).
+            as_decided: record.asked.kind().asks_a_yes(),
         };
         let pending = self
             .slot
@@ -101,8 +105,7 @@ impl RunContext {
                 record.asked.kind(),
             )));
         }
-        let decision = self.wait_for(pending, &asked).await?;
-        self.take_restored(record.asked.kind(), decision, asked)
+        self.wait_restored(record.asked.kind(), pending, asked)
             .await
     }
 }

@@ -21,7 +21,7 @@ pub(super) fn run_key(run: &str) -> String {
 
 /// The fields of a run's hash a pause's progress steps are kept in (see
 /// `progress.rs`).
-pub(super) const PROGRESS_FIELDS: [&str; 3] = ["approvals", "reminded", "escalated"];
+pub(super) const PROGRESS_FIELDS: [&str; 4] = ["approvals", "reminded", "escalated", "started"];
 
 /// [`PROGRESS_FIELDS`] as a Lua table named `PROGRESS`, for the scripts
 /// that drop a pause's progress.
