@@ -140,6 +140,9 @@ pub enum AuditRecord {
         client: Option<String>,
         approvals: Vec<String>,
         required: usize,
+        /// The task approved, when the quorum is a task's own (`decide`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        task: Option<usize>,
     },
     /// One task of an approval pause decided on its own (`decide`, #42):
     /// who, what; recorded before anything runs.

@@ -130,7 +130,7 @@ pub struct Accepted {
     /// A decide that leaves tasks pending: what it decided, and what is
     /// still pending. The pause stays pending (the ticket carries no
     /// decision).
-    pub partial: Option<Partial>,
+    pub partial: Option<Box<Partial>>,
     /// For a confirm that decides: every label that approved, in order.
     pub approved_by: Vec<String>,
 }
@@ -495,13 +495,6 @@ impl ConfirmationManager {
                     pause.escalated_to.as_deref(),
                 )
                 .map_err(|refused| pause.escalates_to(refused, tasks, decider))?;
-                if action == Action::Decide && asks.required > 1 {
-                    return Err(DecideError::InvalidDecision(format!(
-                        "this confirmation needs {} approvals, which count for the whole \
-                         plan in this version: confirm (with decisions for single tasks)",
-                        asks.required
-                    )));
-                }
                 quorum = Some(asks);
                 if answers.is_some() {
                     return Err(DecideError::InvalidAnswer(
@@ -561,7 +554,8 @@ impl ConfirmationManager {
         let mut action = action;
         // Tasks decided on their own: a decide, or a confirm after some.
         let by_task = action == Action::Decide
-            || (action == Action::Confirm && !pause.tally.decided.is_empty());
+            || (action == Action::Confirm
+                && !(pause.tally.decided.is_empty() && pause.tally.task_approvals.is_empty()));
         if by_task {
             let requests = decisions.unwrap_or_default();
             match pause.count_tasks(decider, action, requests)? {

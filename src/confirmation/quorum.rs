@@ -10,7 +10,7 @@ use super::refused::DecideError;
 use crate::decider::{may_decide, Decider, Deciding, Refusal};
 use crate::pause::approval::{PlanCheck, Quorum};
 use crate::protocol::{Action, Decisions, RiskLevel, Verdict};
-use crate::store::{CarriedReject, DecidedTask};
+use crate::store::{CarriedReject, DecidedTask, TaskApprovals};
 
 /// Refuses `decider` for a pause it may not decide with `action`: the
 /// one rule ([`may_decide`]), asked of the plan's riskiest task, its
@@ -49,7 +49,7 @@ pub enum Counted {
     /// One more approval; the pause stays pending.
     Recorded(Progress),
     /// Some tasks decided on their own (`decide`); the others stay pending.
-    Partial(Partial),
+    Partial(Box<Partial>),
 }
 
 /// A `decide` that leaves tasks pending: what it decided, every task
@@ -60,6 +60,13 @@ pub struct Partial {
     pub now: Decisions,
     pub decided: Vec<DecidedTask>,
     pub pending: Vec<usize>,
+    /// The tasks it approved that need more approvals than they have:
+    /// each with its approvals so far (this one's included).
+    pub approving: Vec<TaskApprovals>,
+    /// Every task's approvals so far, short of its quorum (what is kept),
+    /// and as they were before (what a withdrawn step leaves).
+    pub task_approvals: Vec<TaskApprovals>,
+    pub approvals_before: Vec<TaskApprovals>,
 }
 
 /// A quorum pause's approvals so far, how many it needs, the groups
@@ -82,6 +89,9 @@ pub struct Tally {
     pub rejected: Vec<CarriedReject>,
     /// The tasks decided on their own so far (`decide`), by whom.
     pub decided: Vec<DecidedTask>,
+    /// Approvals of tasks that need several, given by `decide` and not
+    /// yet enough.
+    pub task_approvals: Vec<TaskApprovals>,
     /// Those of them the run started while the pause waited.
     pub started: Vec<usize>,
 }

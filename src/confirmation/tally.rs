@@ -10,8 +10,8 @@ use crate::pause::approval::{
     check_named, undecided_tasks, with_the_rest_approved, PlanCheck, Quorum,
 };
 use crate::pause::Asking;
-use crate::protocol::{Action, Decisions, TaskDecision, TaskDecisionRequest};
-use crate::store::DecidedTask;
+use crate::protocol::{Action, Decisions, TaskDecision, TaskDecisionRequest, Verdict};
+use crate::store::{DecidedTask, TaskApprovals};
 
 impl Pause {
     /// A refusal of `decider` that this pause's escalation to a group it is
@@ -86,10 +86,13 @@ impl Pause {
     /// A `decide` of `decider` (its `requests`), or a confirm of a pause
     /// some of whose tasks were decided on their own: the tasks named are
     /// decided (each pending: a task decided before is 409
-    /// `already_decided`). A confirm approves every task still pending
-    /// and decides the pause; so does a decide of the last pending task
-    /// (then a confirm). A decide that leaves tasks pending marks the pause
-    /// `approving` until its step is kept or withdrawn.
+    /// `already_decided`), and a confirm decides every task still pending
+    /// (approved). A task that needs several approvals (`approvals = N`)
+    /// counts this one towards them, and is decided once it has them; a
+    /// reject of it decides it (a veto), an edit or a respond is refused
+    /// (`edit_needs_new_round`). The pause is decided once no task is
+    /// pending; a reply that leaves tasks pending marks it `approving`
+    /// until its step is kept or withdrawn.
     pub(super) fn count_tasks(
         &mut self,
         decider: &Decider,
@@ -107,6 +110,14 @@ impl Pause {
         if self.approving {
             return Err(DecideError::Counting);
         }
+        if action == Action::Decide && !self.tally.approvals.is_empty() {
+            return Err(DecideError::InvalidDecision(format!(
+                "this confirmation is being approved whole ({} approval(s) so far: {}): \
+                 confirm to add yours",
+                self.tally.approvals.len(),
+                self.tally.approvals.join(", ")
+            )));
+        }
         let named = check_named(requests, plan)?;
         if let Some(done) = named.0.iter().find_map(|d| self.decided(d.index)) {
             return Err(DecideError::TaskDecided(format!(
@@ -123,44 +134,70 @@ impl Pause {
             .iter()
             .map(|done| done.decision.clone())
             .collect();
-        let pending = plan.tasks.iter().filter(|task| {
-            !decided
-                .iter()
-                .chain(&named.0)
-                .any(|d| d.index == task.index)
-        });
-        let pending: Vec<usize> = pending.map(|task| task.index).collect();
-        if action == Action::Confirm && plan.explicit && !pending.is_empty() {
-            return Err(undecided_tasks(&pending).into());
+        let unnamed: Vec<usize> = plan
+            .tasks
+            .iter()
+            .map(|task| task.index)
+            .filter(|index| !decided.iter().chain(&named.0).any(|d| d.index == *index))
+            .collect();
+        if action == Action::Confirm && plan.explicit && !unnamed.is_empty() {
+            return Err(undecided_tasks(&unnamed).into());
         }
+        // What this reply says of each task: the named ones as given, and
+        // with a confirm the rest approved.
+        let mut given = named.0.clone();
+        if action == Action::Confirm {
+            given.extend(unnamed.iter().map(|&index| TaskDecision {
+                index,
+                verdict: Verdict::Approve,
+            }));
+        }
+        let counted = count_task_approvals(plan, &self.tally.task_approvals, decider, given)?;
         let mut approved_by: Vec<String> = Vec::new();
-        for done in &self.tally.decided {
-            if !approved_by.contains(&done.by) {
-                approved_by.push(done.by.clone());
+        let labels = self.tally.decided.iter().map(|done| &done.by);
+        for label in labels
+            .chain(counted.quorums.iter().flatten())
+            .chain([&decider.label])
+        {
+            if !approved_by.contains(label) {
+                approved_by.push(label.clone());
             }
         }
-        if !approved_by.contains(&decider.label) {
-            approved_by.push(decider.label.clone());
-        }
-        if action == Action::Confirm || pending.is_empty() {
-            let decisions = with_the_rest_approved(&plan.tasks, &named, &decided);
+        let pending: Vec<usize> = plan
+            .tasks
+            .iter()
+            .map(|task| task.index)
+            .filter(|index| {
+                !decided
+                    .iter()
+                    .chain(&counted.now)
+                    .any(|d| d.index == *index)
+            })
+            .collect();
+        if pending.is_empty() {
+            let now = Decisions(counted.now);
+            let decisions = with_the_rest_approved(&plan.tasks, &now, &decided);
             return Ok(Counted::Decides {
                 approved_by,
                 decisions,
             });
         }
-        let mut tally = self.tally.decided.clone();
-        tally.extend(named.0.iter().map(|decision| DecidedTask {
-            by: decider.label.clone(),
-            decision: decision.clone(),
-        }));
-        self.tally.decided = tally.clone();
+        let before = std::mem::replace(&mut self.tally.task_approvals, counted.task_approvals);
+        self.tally
+            .decided
+            .extend(counted.now.iter().map(|decision| DecidedTask {
+                by: decider.label.clone(),
+                decision: decision.clone(),
+            }));
         self.approving = true;
-        Ok(Counted::Partial(Partial {
-            now: named,
-            decided: tally,
+        Ok(Counted::Partial(Box::new(Partial {
+            now: Decisions(counted.now),
+            decided: self.tally.decided.clone(),
             pending,
-        }))
+            approving: counted.approving,
+            task_approvals: self.tally.task_approvals.clone(),
+            approvals_before: before,
+        })))
     }
 
     /// The task `index` decided on its own before, if it was.
@@ -181,4 +218,90 @@ impl Pause {
             .collect();
         (!pending.is_empty()).then(|| pending.join(", "))
     }
+}
+
+/// What one reply's verdicts do to the tasks it names.
+struct TasksCounted {
+    /// The tasks it decides.
+    now: Vec<TaskDecision>,
+    /// The tasks it approved towards a quorum they do not have yet.
+    approving: Vec<TaskApprovals>,
+    /// Every task's approvals short of its quorum, this reply's counted.
+    task_approvals: Vec<TaskApprovals>,
+    /// The approvers of each quorum it completed.
+    quorums: Vec<Vec<String>>,
+}
+
+/// Counts `given` (one verdict per task) of `decider`: a task that needs
+/// one approval is decided as given; one that needs several counts an
+/// approval (409 `already_approved` for the same label twice) and is
+/// decided once it has them; a reject of it decides it; an edit or a
+/// respond of it is refused (the other approvers did not see it).
+fn count_task_approvals(
+    plan: &PlanCheck,
+    so_far: &[TaskApprovals],
+    decider: &Decider,
+    given: Vec<TaskDecision>,
+) -> Result<TasksCounted, DecideError> {
+    let mut counted = TasksCounted {
+        now: Vec::new(),
+        approving: Vec::new(),
+        task_approvals: so_far.to_vec(),
+        quorums: Vec::new(),
+    };
+    for decision in given {
+        let required = plan
+            .tasks
+            .iter()
+            .find(|task| task.index == decision.index)
+            .map_or(1, |task| usize::from(task.gate.approvals).max(1));
+        if required <= 1 {
+            counted.now.push(decision);
+            continue;
+        }
+        let index = decision.index;
+        let at = counted.task_approvals.iter().position(|t| t.index == index);
+        match &decision.verdict {
+            Verdict::Approve => {
+                let at = at.unwrap_or_else(|| {
+                    counted.task_approvals.push(TaskApprovals {
+                        index,
+                        approvals: Vec::new(),
+                        required,
+                    });
+                    counted.task_approvals.len() - 1
+                });
+                let task = &mut counted.task_approvals[at];
+                if task.approvals.contains(&decider.label) {
+                    return Err(DecideError::AlreadyApproved(format!(
+                        "{} (for task {index})",
+                        decider.label
+                    )));
+                }
+                task.approvals.push(decider.label.clone());
+                if task.approvals.len() >= required {
+                    let done = counted.task_approvals.remove(at);
+                    counted.quorums.push(done.approvals);
+                    counted.now.push(decision);
+                } else {
+                    counted.approving.push(task.clone());
+                }
+            }
+            // A veto: the task is rejected, whatever its approvals.
+            Verdict::Reject { .. } => {
+                if let Some(at) = at {
+                    counted.task_approvals.remove(at);
+                }
+                counted.now.push(decision);
+            }
+            Verdict::Edit { .. } | Verdict::Respond { .. } => {
+                return Err(DecideError::EditNeedsNewRound(format!(
+                    "task {index} needs {required} approvals, and an edit or a respond would \
+                     change what the other approvers approve: approve or reject it, or modify \
+                     the plan (a new round, whose approvals start from zero)"
+                )))
+            }
+        }
+    }
+    Ok(counted)
 }

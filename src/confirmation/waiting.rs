@@ -28,6 +28,8 @@ pub struct Waiting {
     pub requester_may_approve: bool,
     /// Its tasks decided on their own so far (`decide`).
     pub decided: Vec<crate::store::DecidedTask>,
+    /// The approvals of its tasks that need several, so far.
+    pub task_approvals: Vec<crate::store::TaskApprovals>,
 }
 
 impl ConfirmationManager {
@@ -71,6 +73,7 @@ impl ConfirmationManager {
                     groups: quorum.groups,
                     requester_may_approve: quorum.requester_may_approve,
                     decided: pause.tally.decided.clone(),
+                    task_approvals: pause.tally.task_approvals.clone(),
                 })
             })
             .collect()
@@ -86,12 +89,20 @@ impl ConfirmationManager {
     }
 
     /// The tasks `tasks` of pause `confirmation_id` of `key`, decided on
-    /// their own, were not kept: pending again.
-    pub fn withdraw_tasks(&self, key: &SessionKey, confirmation_id: &str, tasks: &[usize]) {
+    /// their own, were not kept: pending again, the approvals of tasks
+    /// that need several as they were (`before`).
+    pub fn withdraw_tasks(
+        &self,
+        key: &SessionKey,
+        confirmation_id: &str,
+        tasks: &[usize],
+        before: &[crate::store::TaskApprovals],
+    ) {
         self.counted(key, confirmation_id, |tally| {
             tally
                 .decided
                 .retain(|done| !tasks.contains(&done.decision.index));
+            tally.task_approvals = before.to_vec();
         });
     }
 

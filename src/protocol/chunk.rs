@@ -134,9 +134,12 @@ pub struct TaskSpec {
     /// Its own deadline (RFC 3339, UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
-    /// How many distinct people must approve it, when more than one.
+    /// How many distinct people must approve it, when more than one, and
+    /// (then) the labels that have so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<Vec<String>>,
     /// A JSON Schema (draft 2020-12) of one decision object for it: a
     /// `oneOf` of the decisions it takes (approve; reject with an optional
     /// `reason`; edit with `args` fitting its tool's own input schema;

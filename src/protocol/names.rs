@@ -59,6 +59,9 @@ pub mod meta {
     pub const TOTAL_TASKS: &str = "total_tasks";
     /// The tasks of a pause still pending (their indexes), after a `decide`.
     pub const PENDING: &str = "pending";
+    /// Tasks that need several approvals, approved by a `decide` short of
+    /// them: `[{"index", "approvals", "required"}]`.
+    pub const TASK_APPROVALS: &str = "task_approvals";
 }
 
 /// What a chunk is, as written in `chunk_type`.

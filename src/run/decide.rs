@@ -108,7 +108,7 @@ pub struct Decided {
     pub progress: Option<Progress>,
     /// Some tasks decided on their own (`decide`): which, and which are
     /// still pending.
-    pub partial: Option<Partial>,
+    pub partial: Option<Box<Partial>>,
 }
 
 impl Decided {
@@ -116,13 +116,7 @@ impl Decided {
     /// (`approval_recorded` for one approval of several).
     pub fn acknowledgement(&self, session_id: &str) -> Chunk {
         if let Some(partial) = &self.partial {
-            let ack = Chunk::decision_recorded(
-                session_id,
-                &self.confirmation_id,
-                &partial.now,
-                &partial.pending,
-            );
-            return ack.finished();
+            return partial_chunk(session_id, &self.confirmation_id, partial).finished();
         }
         if let Some(Progress {
             approvals,
@@ -175,13 +169,54 @@ impl Decided {
     }
 }
 
+/// What a reply that decided some tasks (or approved some towards their
+/// quorums) and left others pending is shown as: `decision_recorded`
+/// when it decided a task (with `task_approvals` for the tasks it
+/// approved short of their quorum), else `approval_recorded` naming the
+/// tasks it approved (and for one task its `approvals` and `required`).
+pub(super) fn partial_chunk(session_id: &str, confirmation_id: &str, partial: &Partial) -> Chunk {
+    let approving = serde_json::to_value(&partial.approving).unwrap_or_default();
+    if !partial.now.0.is_empty() {
+        let chunk =
+            Chunk::decision_recorded(session_id, confirmation_id, &partial.now, &partial.pending);
+        if partial.approving.is_empty() {
+            return chunk;
+        }
+        return chunk.with_meta(meta::TASK_APPROVALS, approving);
+    }
+    let each: Vec<String> = partial
+        .approving
+        .iter()
+        .map(|task| {
+            format!(
+                "task {}: {} of {} ({})",
+                task.index,
+                task.approvals.len(),
+                task.required,
+                task.approvals.join(", ")
+            )
+        })
+        .collect();
+    let text = format!("Approval recorded for {}", each.join("; "));
+    let mut chunk = Chunk::new(ChunkType::ApprovalRecorded, text, session_id, 0)
+        .with_meta(meta::CONFIRMATION_ID, confirmation_id)
+        .with_meta(meta::TASK_APPROVALS, approving)
+        .with_meta(meta::PENDING, partial.pending.clone());
+    if let [one] = partial.approving.as_slice() {
+        chunk = chunk
+            .with_meta(meta::APPROVALS, one.approvals.clone())
+            .with_meta(meta::REQUIRED, one.required);
+    }
+    chunk
+}
+
 /// What a reply that does not decide its pause counted.
 #[derive(Debug, Clone)]
 pub(super) enum Step {
     /// One approval of several.
     Approval(Progress),
     /// Some tasks decided on their own.
-    Tasks(Partial),
+    Tasks(Box<Partial>),
 }
 
 impl Runs {

@@ -16,7 +16,7 @@ use crate::pause::approval::PlanCheck;
 use crate::pause::approval::Quorum;
 use crate::protocol::{Ask, PauseData, PauseKind, TaskSpec};
 use crate::session::SessionKey;
-use crate::store::{DecidedTask, PausedRecord, StoreError};
+use crate::store::{DecidedTask, PausedRecord, StoreError, TaskApprovals};
 
 /// Default of `?limit=`.
 pub const INBOX_LIMIT: usize = 50;
@@ -356,7 +356,7 @@ impl Runs {
                     item.required = Some(pause.required);
                 }
                 item.escalated_to = pause.escalated_to;
-                item.mark_decided(&pause.decided);
+                item.mark_decided(&pause.decided, &pause.task_approvals);
                 item.approvers = pause.groups;
                 item.requester_may_approve = pause.requester_may_approve;
                 Some(item)
@@ -381,8 +381,9 @@ fn page(mut items: Vec<Interaction>, query: &InboxQuery) -> Vec<Interaction> {
 
 impl Interaction {
     /// Shows the tasks decided on their own (`decide`) as decided: each
-    /// one's `state` in the listed `confirmation_data`.
-    fn mark_decided(&mut self, decided: &[DecidedTask]) {
+    /// one's `state` in the listed `confirmation_data`; and the approvals
+    /// of tasks that need several, so far.
+    fn mark_decided(&mut self, decided: &[DecidedTask], approvals: &[TaskApprovals]) {
         let tasks = self
             .confirmation_data
             .get_mut("tasks")
@@ -392,7 +393,19 @@ impl Interaction {
             let done = decided
                 .iter()
                 .find(|done| Some(done.decision.index as u64) == index);
-            if let (Some(done), Some(task)) = (done, task.as_object_mut()) {
+            let approved = approvals
+                .iter()
+                .find(|task| Some(task.index as u64) == index);
+            let Some(task) = task.as_object_mut() else {
+                continue;
+            };
+            if let Some(approved) = approved {
+                task.insert(
+                    "approvals".to_owned(),
+                    Value::from(approved.approvals.clone()),
+                );
+            }
+            if let Some(done) = done {
                 let state = serde_json::to_value(done.decision.verdict.state());
                 task.insert("state".to_owned(), state.unwrap_or_default());
                 task.insert("decided_by".to_owned(), Value::from(done.by.as_str()));
@@ -436,7 +449,7 @@ impl Runs {
             Ask::Question { .. } => {}
         }
         item.escalated_to = progress.escalated_to;
-        item.mark_decided(&progress.decided);
+        item.mark_decided(&progress.decided, &progress.task_approvals);
         Some(item)
     }
 }

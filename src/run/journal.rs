@@ -201,6 +201,8 @@ pub struct TasksDecided<'a> {
     pub client: Option<&'a str>,
     pub now: &'a crate::protocol::Decisions,
     pub pending: &'a [usize],
+    /// The tasks approved towards a quorum they do not have yet.
+    pub approving: &'a [crate::store::TaskApprovals],
 }
 
 /// What is written of one event: each part empty where the server does
@@ -306,6 +308,7 @@ impl Journal<'_> {
                     client: client.map(str::to_owned),
                     approvals: approvals.to_vec(),
                     required,
+                    task: None,
                 }),
                 events: self.rows(|| Event::progress(&about(pause), approvals, required, by)),
                 decision: None,
@@ -545,23 +548,34 @@ impl Journal<'_> {
             client,
             now,
             pending,
+            approving,
         } = decided;
         let audits = match &self.settings.audit {
-            Some(_) => now
-                .0
-                .iter()
-                .map(|decision| AuditRecord::DecidedTask {
+            Some(_) => {
+                let decided = now.0.iter().map(|decision| AuditRecord::DecidedTask {
                     run: run.fields(),
                     confirmation_id: pause.confirmation_id.to_owned(),
                     round,
                     key: by.to_owned(),
                     client: client.map(str::to_owned),
                     decision: decision.clone(),
-                })
-                .collect(),
+                });
+                let approved = approving.iter().map(|task| AuditRecord::Approved {
+                    run: run.fields(),
+                    confirmation_id: pause.confirmation_id.to_owned(),
+                    round,
+                    key: by.to_owned(),
+                    client: client.map(str::to_owned),
+                    approvals: task.approvals.clone(),
+                    required: task.required,
+                    task: Some(task.index),
+                });
+                decided.chain(approved).collect()
+            }
             None => Vec::new(),
         };
-        let events = self.rows(|| Event::tasks_decided(&about(run, pause), now, pending, by));
+        let events =
+            self.rows(|| Event::tasks_decided(&about(run, pause), now, pending, approving, by));
         (audits, events)
     }
 

@@ -36,7 +36,9 @@ impl Step {
                 progress.required,
                 &progress.rejected,
             ),
-            Step::Tasks(partial) => PauseProgress::tasks(confirmation_id, &partial.decided),
+            Step::Tasks(partial) => {
+                PauseProgress::tasks(confirmation_id, &partial.decided, &partial.task_approvals)
+            }
         }
     }
 
@@ -46,7 +48,12 @@ impl Step {
             Step::Approval(_) => runs.manager.withdraw_approval(key, confirmation_id, label),
             Step::Tasks(partial) => {
                 let tasks: Vec<usize> = partial.now.0.iter().map(|d| d.index).collect();
-                runs.manager.withdraw_tasks(key, confirmation_id, &tasks);
+                runs.manager.withdraw_tasks(
+                    key,
+                    confirmation_id,
+                    &tasks,
+                    &partial.approvals_before,
+                );
             }
         }
     }
@@ -161,6 +168,7 @@ impl Runs {
                     client,
                     now: &partial.now,
                     pending: &partial.pending,
+                    approving: &partial.approving,
                 };
                 journal.tasks_decided(run, decided)
             }
@@ -264,8 +272,6 @@ fn shown(step: &Step, session_id: &str, id: &str) -> Chunk {
                 .with_meta(meta::APPROVALS, approvals.clone())
                 .with_meta(meta::REQUIRED, required)
         }
-        Step::Tasks(partial) => {
-            Chunk::decision_recorded(session_id, id, &partial.now, &partial.pending)
-        }
+        Step::Tasks(partial) => super::decide::partial_chunk(session_id, id, partial),
     }
 }

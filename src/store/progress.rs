@@ -29,6 +29,10 @@ pub struct PauseProgress {
     /// pause's tally as it stands.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub decided: Vec<DecidedTask>,
+    /// Approvals of tasks that need several (`approvals = N`), given by
+    /// `decide` and not yet enough: per task, the labels so far.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub task_approvals: Vec<TaskApprovals>,
     /// Tasks decided on their own that the run started while the pause
     /// still waited (their indexes): after a restart they are not run
     /// again. Written by the run alone, the whole list each time.
@@ -68,6 +72,15 @@ pub struct DecidedTask {
     pub by: String,
     #[serde(flatten)]
     pub decision: TaskDecision,
+}
+
+/// The approvals of one task that needs several, so far (labels, in
+/// order), and how many it needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskApprovals {
+    pub index: usize,
+    pub approvals: Vec<String>,
+    pub required: usize,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -112,11 +125,17 @@ impl PauseProgress {
         }
     }
 
-    /// The tasks decided on their own so far (a `decide`).
-    pub fn tasks(confirmation_id: &str, decided: &[DecidedTask]) -> Self {
+    /// The tasks decided on their own so far (a `decide`), and the
+    /// approvals of those that need several.
+    pub fn tasks(
+        confirmation_id: &str,
+        decided: &[DecidedTask],
+        task_approvals: &[TaskApprovals],
+    ) -> Self {
         PauseProgress {
             confirmation_id: confirmation_id.to_owned(),
             decided: decided.to_vec(),
+            task_approvals: task_approvals.to_vec(),
             ..PauseProgress::default()
         }
     }
@@ -172,6 +191,7 @@ impl PauseProgress {
                 progress.required = step.required;
                 progress.rejected = step.rejected;
                 progress.decided = step.decided;
+                progress.task_approvals = step.task_approvals;
             }
             Step::Reminded => progress.reminded = true,
             Step::Started => progress.started = step.started,

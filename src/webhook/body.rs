@@ -91,6 +91,9 @@ pub(super) struct TasksDecided<'a> {
     pub decisions: &'a crate::protocol::Decisions,
     pub decided_by: &'a str,
     pub pending: &'a [usize],
+    /// Tasks approved towards a quorum they do not have yet.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub task_approvals: &'a [crate::store::TaskApprovals],
 }
 
 /// `interaction.reminder` and `interaction.escalated`: how long the pause

@@ -359,12 +359,14 @@ impl Event {
         about: &About<'_>,
         decisions: &crate::protocol::Decisions,
         pending: &[usize],
+        task_approvals: &[crate::store::TaskApprovals],
         by: &str,
     ) -> Event {
         let data = body::data(body::TasksDecided {
             decisions,
             decided_by: by,
             pending,
+            task_approvals,
         });
         Event::new(EventType::Progress, about, data)
     }

@@ -251,3 +251,70 @@ async fn a_task_that_ran_before_a_restart_is_not_run_again() {
     let executed = events.iter().filter(|e| *e == "executed").count();
     assert_eq!(executed, 2, "{events:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_engine_runs_each_call_of_a_turn_as_soon_as_it_is_decided() {
+    use crate::model_server::{fake_model, tokens};
+    use crate::openai::app_with_model;
+    use crate::openai_tools::{answer, call, tool_messages, Tooling};
+
+    let tooling = Tooling::new();
+    let note = |id: &str, index: usize, step: &str| {
+        let args = json!({ "step": step }).to_string();
+        call(Some(index), Some(id), Some("note"), json!(args))
+    };
+    let three = answer(
+        &[
+            note("c1", 0, "one"),
+            note("c2", 1, "two"),
+            note("c3", 2, "three"),
+        ],
+        "tool_calls",
+    );
+    let model = fake_model(vec![three, tokens(&["All three done."])]).await;
+    let app = app_with_model(&model.url, tooling.configure()).await;
+    let (mut stream, request) = app.open_paused("calls", "three notes").await;
+    assert_eq!(request.approval().unwrap().tasks.len(), 3);
+
+    // The calls are independent: the third runs as soon as it is decided.
+    let (status, _) = decide(&app, "calls", json!([{"index": 3, "decision": "approve"}])).await;
+    assert_eq!(status, 200);
+    let again = waiting(&mut stream).await;
+    assert_eq!(again.metadata["pending"], json!([1, 2]));
+    assert_eq!(tooling.notes(), ["three"]);
+    assert_eq!(ran(&stream), [3]);
+
+    let (status, _) = decide(
+        &app,
+        "calls",
+        json!([{"index": 1, "decision": "reject", "reason": "not one"}]),
+    )
+    .await;
+    assert_eq!(status, 200);
+    waiting(&mut stream).await;
+    assert_eq!(ran(&stream), [3, 1]);
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "no next turn before all are done"
+    );
+
+    let (status, received) =
+        decide(&app, "calls", json!([{"index": 2, "decision": "approve"}])).await;
+    assert_eq!(
+        (status, received.chunk_type),
+        (200, ChunkType::ConfirmationReceived)
+    );
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    assert_eq!(tooling.notes(), ["three", "two"]);
+    assert_eq!(ran(&stream), [3, 1, 2]);
+    // The model's next turn has every call's result, in the calls' order.
+    let results = tool_messages(&model.requests()[1]);
+    let ids: Vec<&str> = results
+        .iter()
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["c1", "c2", "c3"]);
+    assert!(results[0]["content"].as_str().unwrap().contains("not one"));
+    assert!(results[2]["content"].as_str().unwrap().contains("three"));
+}

@@ -107,6 +107,7 @@ impl RunContext {
             task.state = Some(TaskState::Pending);
             task.expires_at = Some(crate::clock::rfc3339(expires_at));
             task.required = (check.gate.approvals > 1).then_some(usize::from(check.gate.approvals));
+            task.approvals = task.required.map(|_| Vec::new());
             task.response_schema = Some(response_schema(check, &task.decisions));
         }
         let quorum = crate::pause::approval::Quorum::of(&checks);

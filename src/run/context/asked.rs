@@ -7,10 +7,10 @@ use serde_json::Value;
 
 use tokio::task::JoinHandle;
 
-use super::timers::Timers;
 use crate::confirmation::slot::PendingDecision;
-use crate::pause::Asking;
+use crate::pause::{Asking, Scope};
 use crate::protocol::{Action, CancelReason, Chunk};
+use crate::tools::gate::Escalation;
 
 /// A confirmation request on its way to a decision.
 pub(super) struct Asked {
@@ -59,5 +59,28 @@ pub(super) struct Running(pub(super) JoinHandle<()>);
 impl Drop for Running {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// What a pause's tasks ask of it while it waits, and what already fired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Timers {
+    pub(super) remind_after: Option<Duration>,
+    pub(super) escalate: Option<Escalation>,
+    pub(super) asked_at: SystemTime,
+    /// Who its escalation's links go to.
+    pub(super) scope: Scope,
+}
+
+impl Timers {
+    /// When the first of them is due.
+    pub(super) fn first_due(&self) -> Option<SystemTime> {
+        let remind = self.remind_after;
+        let escalate = self.escalate.as_ref().map(|e| e.after);
+        remind
+            .into_iter()
+            .chain(escalate)
+            .min()
+            .map(|after| self.asked_at + after)
     }
 }

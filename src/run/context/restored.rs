@@ -47,6 +47,7 @@ impl RunContext {
                 approvals: progress.approvals,
                 rejected: progress.rejected,
                 decided: progress.decided,
+                task_approvals: progress.task_approvals,
                 started: progress.started,
             },
             escalated_to: progress.escalated_to,

@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::task::JoinHandle;
 
+use super::asked::Timers;
 use super::RunContext;
 use crate::pause::approval::PlanCheck;
 use crate::pause::Scope;
@@ -24,29 +25,6 @@ use crate::run::journal::{Pause, PauseEvent, Subject};
 use crate::session::run_log;
 use crate::store::{Fault, PauseProgress};
 use crate::tools::gate::Escalation;
-
-/// What a pause's tasks ask of it while it waits, and what already fired.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Timers {
-    remind_after: Option<Duration>,
-    escalate: Option<Escalation>,
-    asked_at: SystemTime,
-    /// Who its escalation's links go to.
-    scope: Scope,
-}
-
-impl Timers {
-    /// When the first of them is due.
-    pub(super) fn first_due(&self) -> Option<SystemTime> {
-        let remind = self.remind_after;
-        let escalate = self.escalate.as_ref().map(|e| e.after);
-        remind
-            .into_iter()
-            .chain(escalate)
-            .min()
-            .map(|after| self.asked_at + after)
-    }
-}
 
 impl RunContext {
     /// The earliest reminder and escalation the tasks of `checks` ask for,
