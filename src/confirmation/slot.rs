@@ -12,8 +12,9 @@ use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::{Asking, ConfirmationManager, Decision, Pause, RunSlot};
-use crate::protocol::{Action, CancelReason, Decisions};
+use crate::protocol::{Action, CancelReason, Decisions, TaskDecision, Verdict};
 use crate::session::SessionKey;
+use crate::store::{DecidedTask, TaskApprovals};
 
 /// What a pause is registered with.
 #[derive(Debug)]
@@ -76,6 +77,45 @@ pub enum Waited {
     /// Tasks of a plan that runs as it is decided were decided on their
     /// own ([`RunSlot::decided_so_far`]); the pause waits on.
     Partly(PendingDecision),
+}
+
+/// The label a task that expired is decided by.
+pub const EXPIRED_BY: &str = "timeout";
+
+/// A pending task's own expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskExpiry {
+    pub index: usize,
+    pub at: SystemTime,
+    /// Silence rejects it (`on_timeout = "reject"`); else it cancels the
+    /// run.
+    pub rejects: bool,
+}
+
+/// Pending tasks rejected because nobody decided them in their time: the
+/// step to keep (as a `decide`'s is).
+#[derive(Debug, Clone)]
+pub struct Expired {
+    pub confirmation_id: String,
+    pub round: u32,
+    pub stored: Option<Arc<str>>,
+    /// The tasks it rejects.
+    pub now: Decisions,
+    /// Every task decided on its own so far, these included.
+    pub decided: Vec<DecidedTask>,
+    pub task_approvals: Vec<TaskApprovals>,
+    pub approvals_before: Vec<TaskApprovals>,
+    /// The tasks still pending.
+    pub pending: Vec<usize>,
+}
+
+/// Why tasks could not be expired now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpireError {
+    /// A step is being kept: try again shortly.
+    Busy,
+    /// The pause waits no more, or the tasks are decided.
+    Decided,
 }
 
 /// Whether a task decided on its own may start now.
@@ -181,24 +221,38 @@ impl RunSlot {
 
     /// As [`RunSlot::wait`], for a plan whose tasks run as they are
     /// decided: also ends, the pause still waiting, when a task decided on
-    /// its own is kept ([`Waited::Partly`]).
+    /// its own is kept, or `wake` (a task's own expiry) has passed
+    /// ([`Waited::Partly`]).
     pub async fn wait_or_partly(
         &self,
         mut pending: PendingDecision,
         timeout: Duration,
         stop: impl Future<Output = CancelReason>,
+        wake: Option<Duration>,
     ) -> Waited {
-        let Some(released) = pending.released.take() else {
-            return self
-                .wait_until(pending, timeout, stop, std::future::pending())
-                .await;
+        let released = pending.released.take();
+        let partly = async {
+            let notified = async {
+                match &released {
+                    Some(released) => released.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let due = async {
+                match wake {
+                    Some(after) => tokio::time::sleep(after).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = notified => {}
+                () = due => {}
+            }
         };
-        let waited = self
-            .wait_until(pending, timeout, stop, released.notified())
-            .await;
+        let waited = self.wait_until(pending, timeout, stop, partly).await;
         match waited {
             Waited::Partly(mut pending) => {
-                pending.released = Some(released);
+                pending.released = released;
                 Waited::Partly(pending)
             }
             decided => decided,
@@ -292,6 +346,108 @@ impl RunSlot {
         }
     }
 
+    /// The tasks of this run's pause still pending, each with its own
+    /// expiry (`timeout`: its gate's, else `default`) and whether silence
+    /// rejects it; `None` when the pause waits no more.
+    pub fn task_expiries(&self, default: Duration) -> Option<Vec<TaskExpiry>> {
+        let registry = self.manager.lock();
+        let pause = registry
+            .sessions
+            .get(&self.key)
+            .filter(|entry| entry.run_id == self.run_id)
+            .and_then(|entry| entry.pause.as_ref())
+            .filter(|pause| pause.decide_tx.is_some())?;
+        let tasks = pause.asking.tasks();
+        if tasks.is_empty() {
+            return None;
+        }
+        let decided = |index: usize| {
+            pause
+                .tally
+                .decided
+                .iter()
+                .any(|done| done.decision.index == index)
+        };
+        Some(
+            tasks
+                .iter()
+                .filter(|task| !decided(task.index))
+                .map(|task| TaskExpiry {
+                    index: task.index,
+                    at: pause.asked_at + task.gate.timeout.unwrap_or(default),
+                    rejects: task.gate.rejects_on_timeout(),
+                })
+                .collect(),
+        )
+    }
+
+    /// Rejects the pending tasks `due` of this run's pause, which nobody
+    /// decided in their time, as decided on their own (`expired`): the
+    /// step to keep, or why not now.
+    pub fn expire_tasks(&self, due: &[usize]) -> Result<Expired, ExpireError> {
+        let mut registry = self.manager.lock();
+        let pause = registry
+            .sessions
+            .get_mut(&self.key)
+            .filter(|entry| entry.run_id == self.run_id)
+            .and_then(|entry| entry.pause.as_mut())
+            .filter(|pause| pause.decide_tx.is_some() && !pause.stop.is_cancelled())
+            .ok_or(ExpireError::Decided)?;
+        if pause.approving {
+            return Err(ExpireError::Busy);
+        }
+        let tasks = pause.asking.tasks();
+        let already = |index: usize| {
+            pause
+                .tally
+                .decided
+                .iter()
+                .any(|done| done.decision.index == index)
+        };
+        let now: Vec<TaskDecision> = due
+            .iter()
+            .filter(|&&index| !already(index))
+            .map(|&index| TaskDecision {
+                index,
+                verdict: Verdict::Reject {
+                    reason: Some("no answer in time".to_owned()),
+                },
+            })
+            .collect();
+        if now.is_empty() {
+            return Err(ExpireError::Decided);
+        }
+        let pending: Vec<usize> = tasks
+            .iter()
+            .map(|task| task.index)
+            .filter(|&index| !already(index) && !now.iter().any(|d| d.index == index))
+            .collect();
+        let before = pause.tally.task_approvals.clone();
+        pause
+            .tally
+            .task_approvals
+            .retain(|task| !due.contains(&task.index));
+        pause
+            .tally
+            .decided
+            .extend(now.iter().map(|decision| DecidedTask {
+                by: EXPIRED_BY.to_owned(),
+                decision: decision.clone(),
+                expired: true,
+            }));
+        pause.approving = true;
+        Ok(Expired {
+            confirmation_id: pause.confirmation_id.clone(),
+            round: pause.round,
+            stored: pause.stored.clone(),
+            now: Decisions(now),
+            decided: pause.tally.decided.clone(),
+            task_approvals: pause.tally.task_approvals.clone(),
+            approvals_before: before,
+            pending,
+        })
+    }
+
     /// The tasks of this run's pause not decided yet (their indexes).
     pub fn pending_tasks(&self) -> Vec<usize> {
         let registry = self.manager.lock();
@@ -303,21 +459,20 @@ impl RunSlot {
         let Some(pause) = pause else {
             return Vec::new();
         };
-        match &pause.asking {
-            Asking::Plan(plan) => plan
-                .tasks
+        let decided = |index: usize| {
+            pause
+                .tally
+                .decided
                 .iter()
-                .map(|task| task.index)
-                .filter(|index| {
-                    !pause
-                        .tally
-                        .decided
-                        .iter()
-                        .any(|done| done.decision.index == *index)
-                })
-                .collect(),
-            Asking::Questions(_) => Vec::new(),
-        }
+                .any(|done| done.decision.index == index)
+        };
+        pause
+            .asking
+            .tasks()
+            .iter()
+            .map(|task| task.index)
+            .filter(|&index| !decided(index))
+            .collect()
     }
 
     /// How long the pause has left by its expiry now, when an escalation

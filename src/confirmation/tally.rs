@@ -188,6 +188,7 @@ impl Pause {
             .extend(counted.now.iter().map(|decision| DecidedTask {
                 by: decider.label.clone(),
                 decision: decision.clone(),
+                expired: false,
             }));
         self.approving = true;
         Ok(Counted::Partial(Box::new(Partial {

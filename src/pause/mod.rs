@@ -59,6 +59,15 @@ impl Asking {
         }
     }
 
+    /// The tasks it asks a decision on, each its own (a plan's; questions
+    /// have none).
+    pub fn tasks(&self) -> &[approval::TaskCheck] {
+        match self {
+            Asking::Plan(plan) => &plan.tasks,
+            Asking::Questions(_) => &[],
+        }
+    }
+
     /// Who the pause's decision links and mails go to.
     pub fn scope(&self) -> Scope {
         match self {

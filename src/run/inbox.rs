@@ -406,7 +406,11 @@ impl Interaction {
                 );
             }
             if let Some(done) = done {
-                let state = serde_json::to_value(done.decision.verdict.state());
+                let state = match done.expired {
+                    true => crate::protocol::TaskState::Expired,
+                    false => done.decision.verdict.state(),
+                };
+                let state = serde_json::to_value(state);
                 task.insert("state".to_owned(), state.unwrap_or_default());
                 task.insert("decided_by".to_owned(), Value::from(done.by.as_str()));
             }

@@ -68,10 +68,14 @@ pub struct CarriedReject {
 /// become, this is its decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecidedTask {
-    /// The label that decided it.
+    /// The label that decided it (`timeout` for a task that expired).
     pub by: String,
     #[serde(flatten)]
     pub decision: TaskDecision,
+    /// Nobody decided it in its time: its `on_timeout = "reject"`
+    /// rejected it (its state is `expired`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expired: bool,
 }
 
 /// The approvals of one task that needs several, so far (labels, in

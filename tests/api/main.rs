@@ -43,6 +43,7 @@ mod rules;
 mod secrets;
 mod slack;
 mod stream;
+mod task_expiry;
 mod task_quorum;
 mod tasks;
 mod tools;

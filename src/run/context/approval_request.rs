@@ -105,7 +105,7 @@ impl RunContext {
             task.simulated = check.tool.is_none();
             task.decisions = DecisionKind::for_task(check.tool.is_some());
             task.state = Some(TaskState::Pending);
-            task.expires_at = Some(crate::clock::rfc3339(expires_at));
+            task.expires_at = Some(crate::clock::rfc3339(asked_at + self.task_timeout(check)));
             task.required = (check.gate.approvals > 1).then_some(usize::from(check.gate.approvals));
             task.approvals = task.required.map(|_| Vec::new());
             task.response_schema = Some(response_schema(check, &task.decisions));

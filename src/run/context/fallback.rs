@@ -15,19 +15,21 @@ use crate::store::Fault;
 
 impl RunContext {
     /// Nobody answered a pause whose tasks all say `on_timeout = "reject"`
-    /// (`rejects`: their indices): every task rejected, and the run goes
-    /// on. Never an approval. Any other decision stands.
+    /// (`rejects`: their indices): every task still pending rejected (one
+    /// decided on its own keeps its decision), and the run goes on. Never
+    /// an approval nobody gave. Any other decision stands.
     pub(super) fn silence(&self, decision: Decision, rejects: Option<&[usize]>) -> Decision {
         let (Decision::Cancel(CancelReason::Timeout), Some(tasks)) = (&decision, rejects) else {
             return decision;
         };
+        let decided = self.slot.decided_so_far();
         let rejected = tasks
             .iter()
             .map(|&index| TaskDecision {
                 index,
-                verdict: Verdict::Reject {
+                verdict: decided.named(index).cloned().unwrap_or(Verdict::Reject {
                     reason: Some("no answer in time".to_owned()),
-                },
+                }),
             })
             .collect();
         Decision::TimedOut(Decisions(rejected))

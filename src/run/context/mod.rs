@@ -10,6 +10,7 @@
 
 mod approval_request;
 mod asked;
+mod expiry;
 mod fallback;
 mod grants;
 mod links;

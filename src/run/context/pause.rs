@@ -164,8 +164,14 @@ impl RunContext {
             let timers = asked.timers.as_deref()?;
             Some(Running(self.start_timers(timers, &asked.confirmation_id)))
         });
-        match self.wait_once(pending, &asked).await {
+        let wake = self.next_task_expiry(&asked);
+        match self.wait_once(pending, &asked, wake).await {
             Waited::Partly(pending) => {
+                // Woken by a task's own expiry, or by tasks decided on
+                // their own: either way the engine hears what is decided.
+                if wake.is_some() {
+                    self.expire_due(&asked).await?;
+                }
                 self.open = Some(Box::new(Open {
                     pending,
                     asked,
@@ -273,7 +279,12 @@ impl RunContext {
     }
 
     /// One wait on a registered pause, for the time it has left.
-    async fn wait_once(&self, pending: PendingDecision, asked: &Asked) -> Waited {
+    async fn wait_once(
+        &self,
+        pending: PendingDecision,
+        asked: &Asked,
+        wake: Option<Duration>,
+    ) -> Waited {
         let timeout = asked.timeout.saturating_sub(asked.paused_at.elapsed());
         let stop = async {
             match asked.sent {
@@ -282,7 +293,7 @@ impl RunContext {
                 None => self.stop.stopped().await,
             }
         };
-        self.slot.wait_or_partly(pending, timeout, stop).await
+        self.slot.wait_or_partly(pending, timeout, stop, wake).await
     }
 
     /// A pause's wait is over with `decision`: silence turned into what

@@ -9,7 +9,7 @@ use crate::session::run_log;
 use serde_json::Value;
 
 use super::RunContext;
-use crate::pause::approval::PlanCheck;
+use crate::pause::approval::{PlanCheck, TaskCheck};
 use crate::protocol::{meta, ApprovedBy, ErrorType, TaskSpec};
 use crate::run::outcome::RunError;
 use crate::tools::gate::Gate;
@@ -60,22 +60,35 @@ impl RunContext {
             .max_grant_ttl(self.settings.max_grant_ttl)
     }
 
-    /// What the tools file says of waiting on `checks`: the shortest of
-    /// their tools' `timeout` and `--confirm-timeout`, and (when every task's
-    /// tool says `on_timeout = "reject"`) the tasks silence rejects.
+    /// What the tools file says of waiting on `checks`: how long the pause
+    /// waits (until its first task that cancels expires, else its last
+    /// task, each task's own `timeout` or `--confirm-timeout`), and (when
+    /// every task's tool says `on_timeout = "reject"`) the tasks silence
+    /// rejects then. A task that rejects and expires sooner is rejected
+    /// alone when it does (see `expiry.rs`).
     pub(super) fn waiting_of(
         &self,
         checks: &PlanCheck,
     ) -> (std::time::Duration, Option<Box<[usize]>>) {
-        let timeout = checks
+        let own = |task: &&TaskCheck| self.task_timeout(task);
+        let cancels = checks
             .tasks
             .iter()
-            .filter_map(|task| task.gate.timeout)
-            .fold(self.settings.confirm_timeout, std::time::Duration::min);
+            .filter(|task| !task.gate.rejects_on_timeout())
+            .map(|task| own(&task))
+            .min();
+        let last = checks.tasks.iter().map(|task| own(&task)).max();
+        let timeout = cancels.or(last).unwrap_or(self.settings.confirm_timeout);
         let tasks = checks
             .rejects_on_timeout()
             .then(|| checks.tasks.iter().map(|task| task.index).collect());
         (timeout, tasks)
+    }
+
+    /// How long `task` waits for its decision: its tool's or rule's
+    /// `timeout`, else `--confirm-timeout`.
+    pub(super) fn task_timeout(&self, task: &TaskCheck) -> std::time::Duration {
+        task.gate.timeout.unwrap_or(self.settings.confirm_timeout)
     }
 
     /// The requester's key label, as rules (`keys`) and records name it.
