@@ -30,6 +30,8 @@ pub struct Waiting {
     pub decided: Vec<crate::store::DecidedTask>,
     /// The approvals of its tasks that need several, so far.
     pub task_approvals: Vec<crate::store::TaskApprovals>,
+    /// Who may decide each of its tasks.
+    pub task_who: Vec<crate::pause::approval::TaskWho>,
 }
 
 impl ConfirmationManager {
@@ -74,6 +76,12 @@ impl ConfirmationManager {
                     requester_may_approve: quorum.requester_may_approve,
                     decided: pause.tally.decided.clone(),
                     task_approvals: pause.tally.task_approvals.clone(),
+                    task_who: match &pause.asking {
+                        crate::pause::Asking::Plan(plan) => {
+                            crate::pause::approval::TaskWho::of(plan)
+                        }
+                        crate::pause::Asking::Questions(_) => Vec::new(),
+                    },
                 })
             })
             .collect()

@@ -50,9 +50,11 @@ async fn list(
             let decider = state.access.decider(caller);
             // What it may decide, by the one rule (a cancel: an
             // approver sees what is its to decide, approved or not).
+            // Listed too where it may decide one pending task alone (#42).
             let in_scope = |owner: Option<u32>, item: &Interaction| {
                 state.access.may_see(caller, owner)
-                    && may_decide(&decider, &item.deciding(), Action::Cancel).is_ok()
+                    && (may_decide(&decider, &item.deciding(), Action::Cancel).is_ok()
+                        || !tasks_for(&decider, item).is_empty())
             };
             (state.runs.inbox_of_all(&query, in_scope).await, "approver")
         }
@@ -65,6 +67,7 @@ async fn list(
             if item.kind.asks_a_yes() {
                 item.why_not = why_not(&decider, &item);
                 item.may_approve = Some(item.why_not.is_none());
+                item.may_decide_tasks = Some(tasks_for(&decider, &item));
             }
             item
         })
@@ -102,6 +105,15 @@ fn inbox_query(
         limit,
         after: query.after.filter(|after| !after.is_empty()),
     })
+}
+
+/// The pending tasks of `item` that `decider` may decide alone, by the
+/// one rule asked of each.
+fn tasks_for(decider: &Decider, item: &Interaction) -> Vec<usize> {
+    item.pending_tasks()
+        .filter(|who| may_decide(decider, &item.deciding_task(who), Action::Confirm).is_ok())
+        .map(|who| who.index)
+        .collect()
 }
 
 /// Why `decider` may not approve `item` (it may still cancel), if it may

@@ -155,6 +155,33 @@ impl Quorum {
     }
 }
 
+/// Who may decide one task of a plan: what the one rule
+/// ([`crate::decider::may_decide`]) is asked of it alone (#42).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskWho {
+    pub index: usize,
+    pub risk: RiskLevel,
+    /// The groups whose members alone decide it.
+    pub groups: Vec<String>,
+    /// Whether the requester's own key counts towards its approvals.
+    pub requester_may_approve: bool,
+}
+
+impl TaskWho {
+    /// Each task of `plan`'s.
+    pub fn of(plan: &PlanCheck) -> Vec<TaskWho> {
+        plan.tasks
+            .iter()
+            .map(|task| TaskWho {
+                index: task.index,
+                risk: task.risk,
+                groups: task.gate.approvers.clone(),
+                requester_may_approve: task.gate.requester_may_approve(),
+            })
+            .collect()
+    }
+}
+
 /// Why a reply's decisions are refused (422 each).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecisionsError {

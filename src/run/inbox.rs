@@ -12,8 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::Runs;
-use crate::pause::approval::PlanCheck;
-use crate::pause::approval::Quorum;
+use crate::pause::approval::{PlanCheck, Quorum, TaskWho};
 use crate::protocol::{Ask, PauseData, PauseKind, TaskSpec};
 use crate::session::SessionKey;
 use crate::store::{DecidedTask, PausedRecord, StoreError, TaskApprovals};
@@ -84,6 +83,16 @@ pub struct Interaction {
     /// Whether the requester's own key counts towards its approvals.
     #[serde(skip)]
     pub requester_may_approve: bool,
+    /// The pending tasks the key that lists it may decide (approvals,
+    /// #42): an approver in scope for some of a plan's tasks only decides
+    /// those.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub may_decide_tasks: Option<Vec<usize>>,
+    /// Who may decide each task, and which are still pending.
+    #[serde(skip)]
+    pub task_who: Vec<TaskWho>,
+    #[serde(skip)]
+    pub pending: Vec<usize>,
     pub confirmation_data: Value,
     /// For ordering: milliseconds since the Unix epoch of `expires_at`.
     #[serde(skip)]
@@ -129,6 +138,24 @@ impl Interaction {
             escalated_to: self.escalated_to.as_deref(),
         }
     }
+
+    /// What its pending task `who` asks of whoever decides it alone.
+    pub fn deciding_task<'a>(&'a self, who: &'a TaskWho) -> crate::decider::Deciding<'a> {
+        crate::decider::Deciding {
+            risk: who.risk,
+            riskiest: Some(who.index),
+            groups: &who.groups,
+            requester_may_approve: who.requester_may_approve,
+            escalated_to: self.escalated_to.as_deref(),
+        }
+    }
+
+    /// Its pending tasks, each with who may decide it.
+    pub fn pending_tasks(&self) -> impl Iterator<Item = &TaskWho> {
+        self.task_who
+            .iter()
+            .filter(|who| self.pending.contains(&who.index))
+    }
 }
 
 /// Characters of a task's text, and of its arguments as JSON, an inbox
@@ -143,6 +170,15 @@ fn preview(text: &str) -> String {
         cut + "…"
     } else {
         cut
+    }
+}
+
+/// The tasks of an approval as asked (all pending; [`Interaction::mark_decided`]
+/// takes out those decided since).
+fn tasks_pending(pause: &PauseData) -> Vec<usize> {
+    match pause {
+        PauseData::Approval(plan) => plan.tasks.iter().map(|task| task.index).collect(),
+        PauseData::Question(_) => Vec::new(),
     }
 }
 
@@ -225,6 +261,9 @@ fn interaction(
         may_approve: None,
         why_not: None,
         requester_may_approve: true,
+        may_decide_tasks: None,
+        task_who: Vec::new(),
+        pending: tasks_pending(&pause),
         confirmation_data: data,
         expires_ms: unix_ms(expires_at),
     })
@@ -359,6 +398,7 @@ impl Runs {
                 item.mark_decided(&pause.decided, &pause.task_approvals);
                 item.approvers = pause.groups;
                 item.requester_may_approve = pause.requester_may_approve;
+                item.task_who = pause.task_who;
                 Some(item)
             })
             .collect()
@@ -406,6 +446,7 @@ impl Interaction {
                 );
             }
             if let Some(done) = done {
+                self.pending.retain(|&index| index != done.decision.index);
                 let state = match done.expired {
                     true => crate::protocol::TaskState::Expired,
                     false => done.decision.verdict.state(),
@@ -448,6 +489,7 @@ impl Runs {
                 }
                 item.approvers = quorum.groups;
                 item.requester_may_approve = quorum.requester_may_approve;
+                item.task_who = TaskWho::of(&checks);
             }
             // One reply from anyone who may decide the session.
             Ask::Question { .. } => {}

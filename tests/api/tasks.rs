@@ -417,3 +417,34 @@ async fn an_approver_decides_the_tasks_in_its_scope_and_is_refused_the_others() 
     assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
     assert_eq!(dir.notes(), ["note a"]);
 }
+
+#[tokio::test]
+async fn the_inbox_lists_a_pause_to_an_approver_who_may_decide_one_of_its_tasks_and_says_which() {
+    use crate::approvers::{decide as reply_as, inbox, paused, KEYS};
+
+    let dir = Workdir::new();
+    let keys = dir.path("keys.txt");
+    std::fs::write(&keys, KEYS).unwrap();
+    let app = app_with_tools(&dir, SHIP, move |s| s.server.api_keys_file = Some(keys)).await;
+    let (_stream, id) = paused(&app, "agent-key-000001", "which", "note a; ship b").await;
+    let junior = "low-key-0000003";
+
+    // junior (max_risk low) may decide the note, not the ship: listed, with
+    // the one task it may decide, and no Confirm of the whole plan.
+    let listed = inbox(&app, junior).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["may_decide_tasks"], json!([1]));
+    assert_eq!(listed[0]["may_approve"], false);
+    let lead = inbox(&app, "lead-key-000001").await;
+    assert_eq!(lead[0]["may_decide_tasks"], json!([1, 2]));
+    assert_eq!(lead[0]["may_approve"], true);
+
+    // Once the note is decided, nothing pending is junior's: not listed.
+    let low = json!({"message": "CONFIRM_ACTION:decide",
+                     "decisions": [{"index": 1, "decision": "approve"}]});
+    let (status, _) = reply_as(&app, junior, "which", &id, low).await;
+    assert_eq!(status, 200);
+    assert!(inbox(&app, junior).await.is_empty());
+    let lead = inbox(&app, "lead-key-000001").await;
+    assert_eq!(lead[0]["may_decide_tasks"], json!([2]));
+}
