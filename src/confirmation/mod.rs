@@ -306,8 +306,10 @@ struct Pause {
     /// known, no other approval is counted (an approval counts only once
     /// kept, so none can complete a quorum with one that is then lost).
     approving: bool,
-    /// The group it was escalated to (its members may decide it too).
+    /// The group it was escalated to (its members may decide it too), and
+    /// the tasks it was escalated for (none: every task).
     escalated_to: Option<String>,
+    escalated_tasks: Vec<usize>,
     /// An escalation moved `expires_at` (`escalate_extends`): the wait
     /// goes on to it.
     extended: bool,
@@ -487,14 +489,17 @@ impl ConfirmationManager {
                     Some(part) => (part, Quorum::of(part)),
                     None => (&**tasks, asks.clone()),
                 };
-                check_decider(
-                    scope,
-                    &scope_asks,
-                    decider,
-                    deciding,
-                    pause.escalated_to.as_deref(),
-                )
-                .map_err(|refused| pause.escalates_to(refused, tasks, decider))?;
+                // An escalation admits its group to the tasks it was for
+                // (#42): to a reply deciding only those.
+                let escalated = pause.escalated_to.as_deref().filter(|_| {
+                    pause.escalated_tasks.is_empty()
+                        || scope
+                            .tasks
+                            .iter()
+                            .all(|task| pause.escalated_tasks.contains(&task.index))
+                });
+                check_decider(scope, &scope_asks, decider, deciding, escalated)
+                    .map_err(|refused| pause.escalates_to(refused, tasks, decider))?;
                 quorum = Some(asks);
                 if answers.is_some() {
                     return Err(DecideError::InvalidAnswer(

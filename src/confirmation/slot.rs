@@ -31,8 +31,10 @@ pub struct PauseSpec {
     /// A quorum's approvals so far and the tasks they rejected (a pause
     /// restored from a store).
     pub tally: super::quorum::Tally,
-    /// The group it was escalated to (a pause restored from a store).
+    /// The group it was escalated to, and for which tasks (a pause
+    /// restored from a store).
     pub escalated_to: Option<String>,
+    pub escalated_tasks: Vec<usize>,
     /// A plan whose tasks run as they are decided: its wait also ends
     /// when a task decided on its own is kept ([`Waited::Partly`]).
     pub as_decided: bool,
@@ -57,6 +59,7 @@ impl PauseSpec {
             expires_at: asked_at + Duration::from_secs(300),
             tally: super::quorum::Tally::default(),
             escalated_to: None,
+            escalated_tasks: Vec::new(),
             as_decided: false,
         }
     }
@@ -183,6 +186,7 @@ impl RunSlot {
                     tally: spec.tally,
                     approving: false,
                     escalated_to: spec.escalated_to,
+                    escalated_tasks: spec.escalated_tasks,
                     extended: false,
                     kept_tasks,
                     released: released.clone(),

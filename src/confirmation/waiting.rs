@@ -20,8 +20,10 @@ pub struct Waiting {
     /// A quorum's approvals so far, and how many it needs (1: no quorum).
     pub approvals: Vec<String>,
     pub required: usize,
-    /// The group it was escalated to, if it was.
+    /// The group it was escalated to, if it was, and for which tasks
+    /// (none: every task).
     pub escalated_to: Option<String>,
+    pub escalated_tasks: Vec<usize>,
     /// The groups whose members alone decide it.
     pub groups: Vec<String>,
     /// Whether the requester's own key counts towards its approvals.
@@ -71,6 +73,7 @@ impl ConfirmationManager {
                     expires_at: pause.expires_at,
                     approvals: pause.tally.approvals.clone(),
                     escalated_to: pause.escalated_to.clone(),
+                    escalated_tasks: pause.escalated_tasks.clone(),
                     required: quorum.required.max(1),
                     groups: quorum.groups,
                     requester_may_approve: quorum.requester_may_approve,
@@ -144,6 +147,37 @@ impl ConfirmationManager {
         }
     }
 
+    /// Those of `tasks` of the pause `confirmation_id` of `key` that are
+    /// still pending (none once it waits no more).
+    pub fn pending_among(
+        &self,
+        key: &SessionKey,
+        confirmation_id: &str,
+        tasks: &[usize],
+    ) -> Vec<usize> {
+        let registry = self.lock();
+        let Some(pause) = registry
+            .sessions
+            .get(key)
+            .filter(|entry| entry.waits())
+            .and_then(|entry| entry.pause.as_ref())
+            .filter(|pause| pause.confirmation_id == confirmation_id)
+        else {
+            return Vec::new();
+        };
+        tasks
+            .iter()
+            .copied()
+            .filter(|&index| {
+                !pause
+                    .tally
+                    .decided
+                    .iter()
+                    .any(|done| done.decision.index == index)
+            })
+            .collect()
+    }
+
     /// Whether the run on `key` is still paused on `confirmation_id`, not
     /// decided and not paused again on another round.
     pub fn waits_on(&self, key: &SessionKey, confirmation_id: &str) -> bool {
@@ -178,6 +212,7 @@ impl ConfirmationManager {
         confirmation_id: &str,
         group: &str,
         extends: Option<std::time::Duration>,
+        tasks: &[usize],
     ) -> Option<SystemTime> {
         let mut registry = self.lock();
         let pause = registry
@@ -188,6 +223,7 @@ impl ConfirmationManager {
                 pause.confirmation_id == confirmation_id && pause.decide_tx.is_some()
             })?;
         pause.escalated_to = Some(group.to_owned());
+        pause.escalated_tasks = tasks.to_vec();
         if let Some(extends) = extends {
             pause.expires_at += extends;
             pause.extended = true;

@@ -69,6 +69,9 @@ pub struct Interaction {
     /// decide it too).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub escalated_to: Option<String>,
+    /// The tasks it was escalated for (#42), when not every task.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub escalated_tasks: Vec<usize>,
     /// The groups whose members alone decide it (its tools' and rules'
     /// `approvers`; an escalation admits its group's members too).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -135,8 +138,22 @@ impl Interaction {
             riskiest: riskiest.map(|task| task.index as usize),
             groups: &self.approvers,
             requester_may_approve: self.requester_may_approve,
-            escalated_to: self.escalated_to.as_deref(),
+            escalated_to: self
+                .escalated_for(|index| self.tasks.iter().any(|t| t.index == index as u64)),
         }
+    }
+
+    /// The group it was escalated to, where the escalation covers every
+    /// task `asked` takes in.
+    fn escalated_for(&self, asked: impl Fn(usize) -> bool) -> Option<&str> {
+        let covers = self.escalated_tasks.is_empty()
+            || self
+                .task_who
+                .iter()
+                .map(|who| who.index)
+                .filter(|&index| asked(index))
+                .all(|index| self.escalated_tasks.contains(&index));
+        self.escalated_to.as_deref().filter(|_| covers)
     }
 
     /// What its pending task `who` asks of whoever decides it alone.
@@ -146,7 +163,7 @@ impl Interaction {
             riskiest: Some(who.index),
             groups: &who.groups,
             requester_may_approve: who.requester_may_approve,
-            escalated_to: self.escalated_to.as_deref(),
+            escalated_to: self.escalated_for(|index| index == who.index),
         }
     }
 
@@ -257,6 +274,7 @@ fn interaction(
         approvals: None,
         required: None,
         escalated_to: None,
+        escalated_tasks: Vec::new(),
         approvers: Vec::new(),
         may_approve: None,
         why_not: None,
@@ -395,6 +413,7 @@ impl Runs {
                     item.required = Some(pause.required);
                 }
                 item.escalated_to = pause.escalated_to;
+                item.escalated_tasks = pause.escalated_tasks;
                 item.mark_decided(&pause.decided, &pause.task_approvals);
                 item.approvers = pause.groups;
                 item.requester_may_approve = pause.requester_may_approve;
@@ -495,6 +514,7 @@ impl Runs {
             Ask::Question { .. } => {}
         }
         item.escalated_to = progress.escalated_to;
+        item.escalated_tasks = progress.escalated_tasks.clone();
         item.mark_decided(&progress.decided, &progress.task_approvals);
         Some(item)
     }

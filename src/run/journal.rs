@@ -106,6 +106,8 @@ pub enum PauseEvent<'a> {
     Reminded {
         pause: Pause<'a>,
         waited: Duration,
+        /// The tasks it is for (still pending).
+        tasks: &'a [usize],
         mail_to: Vec<MailTo>,
         request: Option<(Value, String)>,
     },
@@ -115,6 +117,8 @@ pub enum PauseEvent<'a> {
         pause: Pause<'a>,
         waited: Duration,
         group: &'a str,
+        /// The tasks it is for (still pending): the group may decide those.
+        tasks: &'a [usize],
         links: Vec<Link>,
         mail_to: Vec<MailTo>,
         /// The pause's request as it was sent (its `confirmation_data` and
@@ -316,10 +320,11 @@ impl Journal<'_> {
             PauseEvent::Reminded {
                 pause,
                 waited,
+                tasks,
                 mail_to,
                 request,
             } => self.announced(|| {
-                let mut event = Event::reminder(&about(pause), waited);
+                let mut event = Event::reminder(&about(pause), waited, tasks);
                 event.mail_to = mail_to;
                 if let Some((data, summary)) = request {
                     event.mail_data = Some(data);
@@ -331,11 +336,13 @@ impl Journal<'_> {
                 pause,
                 waited,
                 group,
+                tasks,
                 links,
                 mail_to,
                 request,
             } => self.announced(|| {
-                let mut event = Event::escalated(&about(pause), waited, group).with_links(links);
+                let mut event =
+                    Event::escalated(&about(pause), waited, group, tasks).with_links(links);
                 event.mail_to = mail_to;
                 if let Some((data, summary)) = request {
                     event.mail_data = Some(data);

@@ -44,6 +44,10 @@ pub struct PauseProgress {
     /// The group it was escalated to, and its expiry since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalated_to: Option<String>,
+    /// The tasks it was escalated for (#42; none in an older record: every
+    /// task).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub escalated_tasks: Vec<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
     /// A timer's step: when the pause's next timer is due (ms), `None`
@@ -161,10 +165,16 @@ impl PauseProgress {
         }
     }
 
-    pub fn escalated(confirmation_id: &str, group: &str, expires_at_ms: u64) -> Self {
+    pub fn escalated(
+        confirmation_id: &str,
+        group: &str,
+        tasks: &[usize],
+        expires_at_ms: u64,
+    ) -> Self {
         PauseProgress {
             confirmation_id: confirmation_id.to_owned(),
             escalated_to: Some(group.to_owned()),
+            escalated_tasks: tasks.to_vec(),
             expires_at_ms: Some(expires_at_ms),
             ..PauseProgress::default()
         }
@@ -201,6 +211,7 @@ impl PauseProgress {
             Step::Started => progress.started = step.started,
             Step::Escalated => {
                 progress.escalated_to = step.escalated_to;
+                progress.escalated_tasks = step.escalated_tasks;
                 progress.expires_at_ms = step.expires_at_ms;
             }
         }
@@ -230,7 +241,7 @@ mod tests {
     fn steps_join_for_their_own_pause_only() {
         let approvals =
             serde_json::to_string(&PauseProgress::approvals("c1", &["a".into()], 2, &[]));
-        let escalated = serde_json::to_string(&PauseProgress::escalated("c1", "oncall", 9));
+        let escalated = serde_json::to_string(&PauseProgress::escalated("c1", "oncall", &[1], 9));
         let other = serde_json::to_string(&PauseProgress::reminded("c0"));
         let (approvals, escalated, other) =
             (approvals.unwrap(), escalated.unwrap(), other.unwrap());

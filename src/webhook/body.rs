@@ -103,13 +103,21 @@ pub(super) struct Waited<'a> {
     waited_seconds: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     escalated_to: Option<&'a str>,
+    /// The tasks it is for (#42), still pending when it fired.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    tasks: &'a [usize],
 }
 
-impl Waited<'_> {
-    pub(super) fn new(waited: Duration, escalated_to: Option<&str>) -> Waited<'_> {
+impl<'a> Waited<'a> {
+    pub(super) fn new(
+        waited: Duration,
+        escalated_to: Option<&'a str>,
+        tasks: &'a [usize],
+    ) -> Waited<'a> {
         Waited {
             waited_seconds: waited.as_secs(),
             escalated_to,
+            tasks,
         }
     }
 }
@@ -233,11 +241,11 @@ mod tests {
             json!({"action": "cancel", "reason": "timeout", "timeout_seconds": 30})
         );
         assert_eq!(
-            data(Waited::new(Duration::from_secs(5), Some("oncall"))),
+            data(Waited::new(Duration::from_secs(5), Some("oncall"), &[])),
             json!({"waited_seconds": 5, "escalated_to": "oncall"})
         );
         assert_eq!(
-            data(Waited::new(Duration::from_secs(5), None)),
+            data(Waited::new(Duration::from_secs(5), None, &[])),
             json!({"waited_seconds": 5})
         );
         let grant = Grant {

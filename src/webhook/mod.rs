@@ -372,14 +372,14 @@ impl Event {
     }
 
     /// A pause nobody has answered for `waited` (its tools' `remind_after`).
-    pub fn reminder(about: &About<'_>, waited: Duration) -> Event {
-        let data = body::data(body::Waited::new(waited, None));
+    pub fn reminder(about: &About<'_>, waited: Duration, tasks: &[usize]) -> Event {
+        let data = body::data(body::Waited::new(waited, None, tasks));
         Event::new(EventType::Reminder, about, data)
     }
 
     /// A pause nobody answered for `waited`, escalated to `group`.
-    pub fn escalated(about: &About<'_>, waited: Duration, group: &str) -> Event {
-        let data = body::data(body::Waited::new(waited, Some(group)));
+    pub fn escalated(about: &About<'_>, waited: Duration, group: &str, tasks: &[usize]) -> Event {
+        let data = body::data(body::Waited::new(waited, Some(group), tasks));
         Event::new(EventType::Escalated, about, data)
     }
 

@@ -299,3 +299,69 @@ async fn timers_fire_once_across_a_restart_and_what_came_due_meanwhile_fires_on_
         "the escalation fired once"
     );
 }
+
+/// `restart` and `purge` are oncall's; only `restart` escalates to the
+/// leads, after a second.
+const ONE_ESCALATES: &str = r#"
+[[tool]]
+name = "restart"
+description = "Restart a service"
+risk = "low"
+approvers = "oncall"
+escalate_after = "1s"
+escalate_to = "leads"
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+
+[[tool]]
+name = "purge"
+description = "Purge a cache"
+risk = "low"
+approvers = "oncall"
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+"#;
+
+#[tokio::test]
+async fn an_escalation_is_per_task_it_names_its_tasks_and_admits_its_group_to_those_alone() {
+    let dir = Workdir::new();
+    let app = app(&dir, ONE_ESCALATES).await;
+    let (mut stream, id) =
+        paused(&app, "agent-key-000001", "per", "restart api; purge cache").await;
+    let escalated = stream.until(ChunkType::Status).await;
+    assert!(
+        escalated.chunk.starts_with("Escalated to leads"),
+        "{}",
+        escalated.chunk
+    );
+    assert_eq!(escalated.metadata["tasks"], json!([1]));
+
+    // lead-1 is in leads, not oncall: the restart is its to decide now,
+    // the purge is not, nor the whole plan.
+    let lead = "lead-key-000001";
+    let listed = inbox(&app, lead).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["escalated_tasks"], json!([1]));
+    assert_eq!(listed[0]["may_decide_tasks"], json!([1]));
+    let (status, chunk) = decide(&app, lead, "per", &id, confirm()).await;
+    assert_eq!((status, error_type(&chunk)), (403, "forbidden_scope"));
+    let purge = json!({"message": "CONFIRM_ACTION:decide",
+                       "decisions": [{"index": 2, "decision": "approve"}]});
+    let (status, chunk) = decide(&app, lead, "per", &id, purge.clone()).await;
+    assert_eq!((status, error_type(&chunk)), (403, "forbidden_scope"));
+    let restart = json!({"message": "CONFIRM_ACTION:decide",
+                         "decisions": [{"index": 1, "decision": "approve"}]});
+    let (status, chunk) = decide(&app, lead, "per", &id, restart).await;
+    assert_eq!(
+        (status, chunk.chunk_type),
+        (200, ChunkType::DecisionRecorded)
+    );
+
+    // oncall (lead-2) decides the purge.
+    let (status, chunk) = decide(&app, "lead-key-000002", "per", &id, purge).await;
+    assert_eq!(
+        (status, chunk.chunk_type),
+        (200, ChunkType::ConfirmationReceived)
+    );
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+}

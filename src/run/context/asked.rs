@@ -67,6 +67,10 @@ impl Drop for Running {
 pub(super) struct Timers {
     pub(super) remind_after: Option<Duration>,
     pub(super) escalate: Option<Escalation>,
+    /// The tasks each is for (those whose own gate asks for it first):
+    /// it fires only while one of them is pending, and names those.
+    pub(super) remind_tasks: Vec<usize>,
+    pub(super) escalate_tasks: Vec<usize>,
     pub(super) asked_at: SystemTime,
     /// Who its escalation's links go to.
     pub(super) scope: Scope,

@@ -430,6 +430,7 @@ impl RunContext {
             expires_at,
             tally: Default::default(),
             escalated_to: None,
+            escalated_tasks: Vec::new(),
             as_decided,
         };
         let pending = self

@@ -47,10 +47,24 @@ impl RunContext {
             .filter_map(|gate| gate.escalate.clone())
             .min_by_key(|escalation| escalation.after)
             .filter(|_| !escalated);
+        let remind_tasks = checks
+            .tasks
+            .iter()
+            .filter(|task| remind_after.is_some() && task.gate.remind_after == remind_after)
+            .map(|task| task.index)
+            .collect();
+        let escalate_tasks = checks
+            .tasks
+            .iter()
+            .filter(|task| escalate.is_some() && task.gate.escalate == escalate)
+            .map(|task| task.index)
+            .collect();
         (remind_after.is_some() || escalate.is_some()).then(|| {
             Box::new(Timers {
                 remind_after,
                 escalate,
+                remind_tasks,
+                escalate_tasks,
                 asked_at,
                 scope: Scope::of(checks),
             })
@@ -89,6 +103,16 @@ impl RunContext {
                 let at = timers.asked_at + after;
                 if let Ok(left) = at.duration_since(SystemTime::now()) {
                     tokio::time::sleep(left).await;
+                }
+                // Only for its own tasks, while one of them is pending
+                // (#42); it names those.
+                let own = match &escalation {
+                    Some(_) => &timers.escalate_tasks,
+                    None => &timers.remind_tasks,
+                };
+                let tasks = manager.pending_among(&key, &id, own);
+                if tasks.is_empty() {
+                    continue;
                 }
                 let run = Subject {
                     key: &key,
@@ -150,6 +174,7 @@ impl RunContext {
                         let reminded = PauseEvent::Reminded {
                             pause,
                             waited: after,
+                            tasks: &tasks,
                             mail_to,
                             request,
                         };
@@ -161,7 +186,7 @@ impl RunContext {
                     Some(escalation) => {
                         let group = escalation.to.as_str();
                         let Some(expires_at) =
-                            manager.escalate(&key, &id, group, escalation.extends)
+                            manager.escalate(&key, &id, group, escalation.extends, &tasks)
                         else {
                             return;
                         };
@@ -180,10 +205,15 @@ impl RunContext {
                             0,
                         )
                         .with_meta("escalated_to", group)
+                        .with_meta("tasks", tasks.clone())
                         .with_meta("expires_at", crate::clock::rfc3339(expires_at));
                         log.push(chunk);
-                        let step =
-                            PauseProgress::escalated(&id, group, crate::clock::ms(expires_at));
+                        let step = PauseProgress::escalated(
+                            &id,
+                            group,
+                            &tasks,
+                            crate::clock::ms(expires_at),
+                        );
                         let links = settings.links.as_ref().map(|links| {
                             let scope = &timers.scope;
                             let people =
@@ -199,6 +229,7 @@ impl RunContext {
                             pause,
                             waited: after,
                             group,
+                            tasks: &tasks,
                             links: links.unwrap_or_default(),
                             mail_to,
                             request,
