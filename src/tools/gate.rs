@@ -71,8 +71,8 @@ pub struct Gate {
     /// Whether the requester's own key counts (default: only when one is
     /// enough).
     pub requester_may_approve: Option<bool>,
-    /// How long a pause waits (the pause's expiry is the smallest of its
-    /// tasks' and `--confirm-timeout`).
+    /// How long its task waits for a decision (else `--confirm-timeout`;
+    /// see `run/context/expiry.rs`).
     pub timeout: Option<Duration>,
     pub on_timeout: Option<OnTimeout>,
     /// An `interaction.reminder` event once a pause waited this long.
