@@ -25,7 +25,7 @@ use super::links::{self, Outcome, Routed};
 use super::state::AppState;
 use crate::notify::links::Token;
 use crate::notify::slack;
-use crate::protocol::{Action, ReplyMessage, ReplyPayload};
+use crate::protocol::{Action, ReplyMessage, ReplyPayload, TaskDecisionRequest};
 use crate::run::decide::Reply;
 use crate::session::{run_log, RunTag};
 
@@ -167,10 +167,8 @@ async fn press(
              slack={user}; nothing was decided"
         ));
     };
-    let action = match button {
-        "approve" => Action::Confirm,
-        "reject" => Action::Cancel,
-        _ => return Pressed::Told("unknown button".to_owned()),
+    let Some(button) = slack::Button::of(button) else {
+        return Pressed::Told("unknown button".to_owned());
     };
     let token = Token {
         label: state.access.label(caller),
@@ -198,18 +196,33 @@ async fn press(
     }
     let client = forward::client_address(req, forwarded.is_some());
     let not_after = forwarded.and_then(|f| f.not_after);
-    let outcome = decide(state, &target, action, client.as_deref(), not_after).await;
+    let outcome = decide(state, &target, button, client.as_deref(), not_after).await;
     Pressed::Outcome(Box::new(outcome))
 }
 
-/// The button's reply, `action` on the decision path as the presser's key.
+/// The button's reply on the decision path as the presser's key: a
+/// confirm or a cancel of the pause, or a `decide` of one task.
 async fn decide(
     state: &AppState,
     target: &links::Target,
-    action: Action,
+    button: slack::Button,
     client: Option<&str>,
     not_after: Option<std::time::SystemTime>,
 ) -> Outcome {
+    let task = |index: usize, decision: &str| TaskDecisionRequest {
+        index: Some(index as u64),
+        task_id: None,
+        decision: decision.to_owned(),
+        reason: None,
+        args: None,
+        result: None,
+    };
+    let (action, decisions) = match button {
+        slack::Button::Approve => (Action::Confirm, None),
+        slack::Button::Reject => (Action::Cancel, None),
+        slack::Button::ApproveTask(index) => (Action::Decide, Some([task(index, "approve")])),
+        slack::Button::RejectTask(index) => (Action::Decide, Some([task(index, "reject")])),
+    };
     let message = ReplyMessage {
         action: action.as_str().to_owned(),
         text: None,
@@ -218,7 +231,10 @@ async fn decide(
     let reply = Reply {
         message: &message,
         confirmation_id: Some(&target.token.confirmation_id),
-        payload: ReplyPayload::default(),
+        payload: ReplyPayload {
+            decisions: decisions.as_ref().map(|d| d.as_slice()),
+            ..ReplyPayload::default()
+        },
         client,
         decider: &decider,
         not_after,
@@ -236,8 +252,20 @@ fn reply_to(outcome: Outcome, message: &Value) -> Value {
             {"type": "section", "text": {"type": "mrkdwn", "text": slack::escape(&text)}}]})
     };
     match outcome {
-        Outcome::Decided { label, decided } => match decided.progress {
-            Some(progress) => {
+        Outcome::Decided { label, decided } => match (decided.progress, decided.partial) {
+            // Some tasks decided (or approved towards their quorum): the
+            // buttons stay for the others, the progress line says where
+            // it stands.
+            (_, Some(partial)) => {
+                let text = partial_text(&label, &partial);
+                match slack::with_progress(message, &text) {
+                    Some(blocks) => {
+                        json!({"replace_original": true, "text": text, "blocks": blocks})
+                    }
+                    None => ephemeral(&text),
+                }
+            }
+            (Some(progress), None) => {
                 let text = format!(
                     "Approval recorded: {} of {} ({})",
                     progress.approvals.len(),
@@ -251,7 +279,7 @@ fn reply_to(outcome: Outcome, message: &Value) -> Value {
                     None => ephemeral(&text),
                 }
             }
-            None => replace(match decided.action {
+            (None, None) => replace(match decided.action {
                 Action::Confirm => format!("Approved by {}", decided.approved_by.join(", ")),
                 Action::Cancel => format!("Rejected by {label}"),
                 other => format!("{} by {label}", other.as_str()),
@@ -281,6 +309,28 @@ fn reply_to(outcome: Outcome, message: &Value) -> Value {
              in a few seconds to see what became of the pause",
         ),
     }
+}
+
+/// The progress line of a press that decided some tasks (or approved them
+/// towards their quorum) and left others pending.
+fn partial_text(label: &str, partial: &crate::confirmation::quorum::Partial) -> String {
+    let mut said: Vec<String> = partial
+        .now
+        .0
+        .iter()
+        .map(|d| format!("task {} {} by {label}", d.index, d.verdict.state().as_str()))
+        .collect();
+    said.extend(partial.approving.iter().map(|task| {
+        format!(
+            "task {}: {} of {} approvals ({})",
+            task.index,
+            task.approvals.len(),
+            task.required,
+            task.approvals.join(", ")
+        )
+    }));
+    let pending: Vec<String> = partial.pending.iter().map(usize::to_string).collect();
+    format!("{}; still pending: {}", said.join("; "), pending.join(", "))
 }
 
 /// A reply only the presser sees; the channel message stays as it was.

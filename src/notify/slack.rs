@@ -66,9 +66,13 @@ pub fn message(
     ];
     let tasks = card.tasks;
     let mut cut = tasks.len() > TASKS_SHOWN;
+    // A plan of several tasks: each shown task has its own buttons, which
+    // decide it alone (#42).
+    let per_task = tasks.len() > 1;
     for task in tasks.iter().take(TASKS_SHOWN) {
         let args = task.args.as_ref().map(Value::to_string).unwrap_or_default();
-        cut |= args.chars().count() > ARGS_SHOWN;
+        let task_cut = args.chars().count() > ARGS_SHOWN;
+        cut |= task_cut;
         let args: String = if args.chars().count() > ARGS_SHOWN {
             args.chars().take(ARGS_SHOWN).collect::<String>() + "…"
         } else {
@@ -84,6 +88,9 @@ pub fn message(
                 escape(&args).replace("```", "'''"),
             )}}),
         );
+        if per_task {
+            blocks.push(task_buttons(task.index, task_cut, token));
+        }
     }
     if tasks.len() > TASKS_SHOWN {
         blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn",
@@ -111,6 +118,52 @@ pub fn message(
     };
     blocks.push(json!({"type": "actions", "block_id": "chatgate_decision", "elements": elements}));
     json!({"text": format!("Approval needed: {summary}"), "blocks": blocks})
+}
+
+/// The buttons that decide task `index` alone: `approve_task_<index>` (not
+/// when its arguments were `cut`: nobody approves what they were not
+/// shown) and `reject_task_<index>`, each carrying `token`.
+fn task_buttons(index: usize, cut: bool, token: &str) -> Value {
+    let mut elements = Vec::new();
+    if !cut {
+        elements.push(
+            json!({"type": "button", "action_id": format!("{APPROVE_TASK}{index}"),
+            "text": {"type": "plain_text", "text": format!("Approve {index}")}, "value": token}),
+        );
+    }
+    elements.push(
+        json!({"type": "button", "action_id": format!("{REJECT_TASK}{index}"),
+        "text": {"type": "plain_text", "text": format!("Reject {index}")}, "value": token}),
+    );
+    json!({"type": "actions", "block_id": format!("chatgate_task_{index}"), "elements": elements})
+}
+
+/// What a task's buttons' `action_id` starts with (then its index).
+pub const APPROVE_TASK: &str = "approve_task_";
+pub const REJECT_TASK: &str = "reject_task_";
+
+/// What a pressed button asks: the whole pause (`approve`: confirm;
+/// `reject`: cancel), or one task (`approve_task_<i>`, `reject_task_<i>`:
+/// a `decide` of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Button {
+    Approve,
+    Reject,
+    ApproveTask(usize),
+    RejectTask(usize),
+}
+
+impl Button {
+    pub fn of(action_id: &str) -> Option<Button> {
+        let task = |prefix: &str| action_id.strip_prefix(prefix)?.parse::<usize>().ok();
+        match action_id {
+            "approve" => Some(Button::Approve),
+            "reject" => Some(Button::Reject),
+            _ => task(APPROVE_TASK)
+                .map(Button::ApproveTask)
+                .or_else(|| task(REJECT_TASK).map(Button::RejectTask)),
+        }
+    }
 }
 
 /// The `blocks` of a message chatgate posted (`message`, as a
@@ -233,5 +286,36 @@ mod tests {
             assert_eq!(ids, ["open", "reject"], "{message}");
             assert_eq!(actions[0]["url"], "https://gate/#session=s");
         }
+    }
+
+    #[test]
+    fn a_plan_of_several_tasks_has_buttons_for_each_task() {
+        let task = |index: usize, args: Value| json!({"index": index, "tool": "deploy", "description": "", "risk_level": "low", "args": args});
+        let data = plan(
+            "low",
+            json!([
+                task(1, json!({})),
+                task(2, json!({"step": "x".repeat(ARGS_SHOWN)}))
+            ]),
+        );
+        let message = message(&data, "ci-bot", "s", "tok", None);
+        let blocks = message["blocks"].as_array().unwrap();
+        let ids = |block_id: &str| -> Vec<String> {
+            let block = blocks.iter().find(|b| b["block_id"] == block_id).unwrap();
+            let elements = block["elements"].as_array().unwrap();
+            assert!(elements.iter().all(|e| e["value"] == "tok"));
+            elements
+                .iter()
+                .map(|e| e["action_id"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(ids("chatgate_task_1"), ["approve_task_1", "reject_task_1"]);
+        // Task 2's arguments were cut: it may be rejected, not approved.
+        assert_eq!(ids("chatgate_task_2"), ["reject_task_2"]);
+        assert_eq!(Button::of("approve_task_12"), Some(Button::ApproveTask(12)));
+        assert_eq!(Button::of("reject_task_1"), Some(Button::RejectTask(1)));
+        assert_eq!(Button::of("approve"), Some(Button::Approve));
+        assert_eq!(Button::of("approve_task_x"), None);
+        assert_eq!(Button::of("open"), None);
     }
 }

@@ -288,3 +288,49 @@ async fn a_reject_button_cancels_the_run_and_without_a_signing_secret_there_is_n
         .status();
     assert_eq!(status.as_u16(), 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_s_task_buttons_decide_each_task_alone() {
+    let slack = Slack::start().await;
+    let dir = Workdir::new();
+    let app = app(&dir, &slack).await;
+    let (mut stream, _) = paused(&app, "agent-key-000001", "each", "note a; note b").await;
+    let message = Slack::wait(&slack.messages, 1).await.remove(0);
+    let blocks = message["blocks"].as_array().unwrap();
+    let first = blocks
+        .iter()
+        .find(|b| b["block_id"] == "chatgate_task_1")
+        .expect("task 1's buttons");
+    assert_eq!(first["elements"][0]["action_id"], "approve_task_1");
+    let token = first["elements"][0]["value"].as_str().unwrap().to_owned();
+
+    // junior approves task 1 alone: it runs, and the message keeps the
+    // buttons with where the plan stands.
+    let body = press(&slack, "U0JUNIOR", "approve_task_1", &token);
+    let at = now();
+    assert_eq!(send(&app, &body, at, &signature(at, &body)).await, 200);
+    let update = Slack::wait(&slack.responses, 1).await.remove(0);
+    assert_eq!(update["replace_original"], true, "{update}");
+    assert_eq!(
+        update["text"],
+        "task 1 approved by junior; still pending: 2"
+    );
+    assert!(update["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|b| b["block_id"] == "chatgate_task_2"));
+    crate::as_decided::waiting(&mut stream).await;
+    assert_eq!(dir.notes(), ["note a"]);
+
+    // lead-1 rejects task 2, the last: the pause is decided.
+    let body = press(&slack, "U0LEAD1", "reject_task_2", &token);
+    let at = now();
+    assert_eq!(send(&app, &body, at, &signature(at, &body)).await, 200);
+    let update = Slack::wait(&slack.responses, 2).await.remove(1);
+    assert_eq!(update["text"], "Approved by junior, lead-1", "{update}");
+    let last = stream.finish().await;
+    assert_eq!(last.chunk_type, ChunkType::Completion);
+    assert_eq!(last.metadata["tasks_rejected"], 1);
+    assert_eq!(dir.notes(), ["note a"]);
+}
