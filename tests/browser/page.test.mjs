@@ -351,6 +351,27 @@ test('a task can be left out and another run with edited arguments', async () =>
   await page.close();
 });
 
+test('a task decided now runs at once, and Confirm decides the rest', async () => {
+  const { page, errors } = await openPage();
+  await send(page, 'note one now; note two later');
+  const card = page.locator('section.card').first();
+  await card.waitFor();
+
+  await card.getByRole('button', { name: 'Decide task 1 now' }).click();
+  await card.locator('li').nth(0).locator('.task-decided').waitFor();
+  assert.match(await card.locator('li').nth(0).textContent(), /\(decided: approve\)/);
+  // It ran while the card still waits for task 2.
+  await page.locator('.line', { hasText: 'Waiting for a decision on task(s) 2' }).waitFor();
+  assert.match(readFileSync(join(NOTES, 'notes.txt'), 'utf8'), /note one now/);
+  assert.equal(await page.locator('.outcome').count(), 0);
+
+  await card.getByRole('button', { name: 'Confirm' }).click();
+  await page.locator('.outcome.completed').waitFor();
+  assert.match(readFileSync(join(NOTES, 'notes.txt'), 'utf8'), /note two later/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 test('a question card: one choice, several, other text and a typed value; the answers show on the decided card', async () => {
   const { page, errors } = await openPage();
 
