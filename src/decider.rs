@@ -154,6 +154,22 @@ pub fn may_decide(decider: &Decider, deciding: &Deciding, action: Action) -> Res
     Ok(())
 }
 
+/// The group of a pause's escalations (`escalated`: each group with the
+/// tasks it was escalated for, none: every task) that admits `decider` to
+/// every one of `tasks`, if one does: what [`Deciding::escalated_to`] is
+/// for a reply deciding `tasks`.
+pub fn admitting<'a>(
+    decider: &Decider,
+    escalated: impl IntoIterator<Item = (&'a str, &'a [usize])>,
+    tasks: &[usize],
+) -> Option<&'a str> {
+    escalated
+        .into_iter()
+        .filter(|(group, _)| decider.is_member(group))
+        .find(|(_, admits)| admits.is_empty() || tasks.iter().all(|t| admits.contains(t)))
+        .map(|(group, _)| group)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

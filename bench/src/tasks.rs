@@ -1,8 +1,8 @@
 //! `tasks`: what deciding a plan task by task costs (#42). Alternately, on
 //! the same connections, a three-task plan confirmed at once and one whose
-//! tasks are decided one `decide` at a time (the first two acknowledged
-//! `decision_recorded`, the third deciding the pause, which resumes the
-//! run): start→completion of each, a `decide`'s round trip, and what the
+//! tasks are decided one `decide` at a time (tasks 3 and 2 first,
+//! acknowledged `decision_recorded`: nothing runs before task 1 is
+//! decided; then task 1, deciding the pause, which resumes the run): start→completion of each, a `decide`'s round trip, and what the
 //! two extra decides add against one confirm round trip.
 
 use std::io;
@@ -34,7 +34,9 @@ pub async fn tasks(addr: &str, n: usize) -> io::Result<()> {
         finish(&mut stream).await?;
         let whole_flow = start.elapsed();
 
-        // Task by task: tasks 1 and 2 recorded, task 3 decides the pause.
+        // Task by task: tasks 3 and 2 recorded (the planner runs a task
+        // once every task before it is decided: nothing yet), task 1
+        // decides the pause.
         session_json(&mut buf, "each", i, PLAN);
         let start = Instant::now();
         if stream.post_chat(&buf).await? != 200 {
@@ -42,7 +44,7 @@ pub async fn tasks(addr: &str, n: usize) -> io::Result<()> {
         }
         let (id, _) = pause_of(&mut stream, Kind::ConfirmationRequest, start).await?;
         let mut first = None;
-        for task in 1..=2 {
+        for task in [3, 2] {
             decide_json(&mut buf, i, &id, task);
             let sent = Instant::now();
             if reply.post_chat(&buf).await? != 200 {
@@ -56,7 +58,7 @@ pub async fn tasks(addr: &str, n: usize) -> io::Result<()> {
             // The run's stream shows it (`decision_recorded`).
             next_chunk(&mut stream).await?;
         }
-        decide_json(&mut buf, i, &id, 3);
+        decide_json(&mut buf, i, &id, 1);
         decide(&mut stream, &mut reply, &buf).await?;
         finish(&mut stream).await?;
         if i >= 50 {

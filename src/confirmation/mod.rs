@@ -277,6 +277,21 @@ impl Entry {
     }
 }
 
+/// A pause's escalations, each group with the tasks it admits it to (an
+/// older record's one escalation, with no list: every task).
+pub fn escalations_of<'a>(
+    latest: Option<&'a str>,
+    escalations: &'a [crate::store::Escalated],
+) -> Vec<(&'a str, &'a [usize])> {
+    match (escalations.is_empty(), latest) {
+        (true, Some(group)) => vec![(group, &[][..])],
+        _ => escalations
+            .iter()
+            .map(|e| (e.group.as_str(), e.tasks.as_slice()))
+            .collect(),
+    }
+}
+
 struct Pause {
     confirmation_id: String,
     round: u32,
@@ -309,7 +324,7 @@ struct Pause {
     /// The group it was escalated to (its members may decide it too), and
     /// the tasks it was escalated for (none: every task).
     escalated_to: Option<String>,
-    escalated_tasks: Vec<usize>,
+    escalations: Vec<crate::store::Escalated>,
     /// An escalation moved `expires_at` (`escalate_extends`): the wait
     /// goes on to it.
     extended: bool,
@@ -485,20 +500,14 @@ impl ConfirmationManager {
                     Action::Confirm => (action, deciding_part(tasks, None, &decided)),
                     action => (action, None),
                 };
-                let (scope, scope_asks) = match &part {
-                    Some(part) => (part, Quorum::of(part)),
-                    None => (&**tasks, asks.clone()),
+                let scope = match &part {
+                    Some(part) => part,
+                    None => &**tasks,
                 };
                 // An escalation admits its group to the tasks it was for
                 // (#42): to a reply deciding only those.
-                let escalated = pause.escalated_to.as_deref().filter(|_| {
-                    pause.escalated_tasks.is_empty()
-                        || scope
-                            .tasks
-                            .iter()
-                            .all(|task| pause.escalated_tasks.contains(&task.index))
-                });
-                check_decider(scope, &scope_asks, decider, deciding, escalated)
+                let escalations = escalations_of(pause.escalated_to.as_deref(), &pause.escalations);
+                check_decider(scope, decider, deciding, &escalations)
                     .map_err(|refused| pause.escalates_to(refused, tasks, decider))?;
                 quorum = Some(asks);
                 if answers.is_some() {

@@ -12,28 +12,47 @@ use crate::pause::approval::{PlanCheck, Quorum};
 use crate::protocol::{Action, Decisions, RiskLevel, Verdict};
 use crate::store::{CarriedReject, DecidedTask, TaskApprovals};
 
-/// Refuses `decider` for a pause it may not decide with `action`: the
-/// one rule ([`may_decide`]), asked of the plan's riskiest task, its
-/// deciding groups, its requester rule and its escalation.
-pub fn check_decider(
+/// Refuses `decider` for the tasks of `plan` it may not decide with
+/// `action`: the one rule ([`may_decide`]) asked of each task (#42: its
+/// risk, its deciding groups, its requester rule, and the escalation, of
+/// `escalations`, that admits the decider to it), the riskiest first.
+pub fn check_decider<'a>(
     plan: &PlanCheck,
-    quorum: &Quorum,
     decider: &Decider,
     action: Action,
-    escalated_to: Option<&str>,
+    escalations: &[(&'a str, &'a [usize])],
 ) -> Result<(), DecideError> {
-    let riskiest = plan.tasks.iter().max_by_key(|task| task.risk);
-    let deciding = Deciding {
-        risk: riskiest.map_or(RiskLevel::Low, |task| task.risk),
-        riskiest: riskiest.map(|task| task.index),
-        groups: &quorum.groups,
-        requester_may_approve: quorum.requester_may_approve,
-        escalated_to,
-    };
-    may_decide(decider, &deciding, action).map_err(|refusal| match refusal {
+    let refused = |refusal| match refusal {
         Refusal::OutOfScope(why) => DecideError::ForbiddenScope(why),
         Refusal::SelfApproval(why) => DecideError::SelfApproval(why),
-    })
+    };
+    if plan.tasks.is_empty() {
+        let deciding = Deciding {
+            risk: RiskLevel::Low,
+            riskiest: None,
+            groups: &[],
+            requester_may_approve: true,
+            escalated_to: None,
+        };
+        return may_decide(decider, &deciding, action).map_err(refused);
+    }
+    let mut tasks: Vec<_> = plan.tasks.iter().collect();
+    tasks.sort_by_key(|task| (std::cmp::Reverse(task.risk), std::cmp::Reverse(task.index)));
+    for task in tasks {
+        let deciding = Deciding {
+            risk: task.risk,
+            riskiest: Some(task.index),
+            groups: &task.gate.approvers,
+            requester_may_approve: task.gate.requester_may_approve(),
+            escalated_to: crate::decider::admitting(
+                decider,
+                escalations.iter().copied(),
+                &[task.index],
+            ),
+        };
+        may_decide(decider, &deciding, action).map_err(refused)?;
+    }
+    Ok(())
 }
 
 /// What a confirm of a quorum pause does.

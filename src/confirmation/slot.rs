@@ -34,7 +34,7 @@ pub struct PauseSpec {
     /// The group it was escalated to, and for which tasks (a pause
     /// restored from a store).
     pub escalated_to: Option<String>,
-    pub escalated_tasks: Vec<usize>,
+    pub escalations: Vec<crate::store::Escalated>,
     /// A plan whose tasks run as they are decided: its wait also ends
     /// when a task decided on its own is kept ([`Waited::Partly`]).
     pub as_decided: bool,
@@ -59,7 +59,7 @@ impl PauseSpec {
             expires_at: asked_at + Duration::from_secs(300),
             tally: super::quorum::Tally::default(),
             escalated_to: None,
-            escalated_tasks: Vec::new(),
+            escalations: Vec::new(),
             as_decided: false,
         }
     }
@@ -186,7 +186,7 @@ impl RunSlot {
                     tally: spec.tally,
                     approving: false,
                     escalated_to: spec.escalated_to,
-                    escalated_tasks: spec.escalated_tasks,
+                    escalations: spec.escalations,
                     extended: false,
                     kept_tasks,
                     released: released.clone(),

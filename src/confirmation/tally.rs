@@ -30,7 +30,11 @@ impl Pause {
             .iter()
             .filter_map(|task| task.gate.escalate.as_ref())
             .min_by_key(|escalation| escalation.after)
-            .filter(|escalation| self.escalated_to.is_none() && decider.is_member(&escalation.to));
+            .filter(|escalation| {
+                decider.is_member(&escalation.to)
+                    && !self.escalations.iter().any(|e| e.group == escalation.to)
+                    && self.escalated_to.as_deref() != Some(escalation.to.as_str())
+            });
         match escalation {
             Some(escalation) => DecideError::ForbiddenScope(format!(
                 "{why}; it escalates to {} at {} if nobody decides it by then",

@@ -23,7 +23,7 @@ pub struct Waiting {
     /// The group it was escalated to, if it was, and for which tasks
     /// (none: every task).
     pub escalated_to: Option<String>,
-    pub escalated_tasks: Vec<usize>,
+    pub escalations: Vec<crate::store::Escalated>,
     /// The groups whose members alone decide it.
     pub groups: Vec<String>,
     /// Whether the requester's own key counts towards its approvals.
@@ -73,7 +73,7 @@ impl ConfirmationManager {
                     expires_at: pause.expires_at,
                     approvals: pause.tally.approvals.clone(),
                     escalated_to: pause.escalated_to.clone(),
-                    escalated_tasks: pause.escalated_tasks.clone(),
+                    escalations: pause.escalations.clone(),
                     required: quorum.required.max(1),
                     groups: quorum.groups,
                     requester_may_approve: quorum.requester_may_approve,
@@ -223,7 +223,10 @@ impl ConfirmationManager {
                 pause.confirmation_id == confirmation_id && pause.decide_tx.is_some()
             })?;
         pause.escalated_to = Some(group.to_owned());
-        pause.escalated_tasks = tasks.to_vec();
+        pause.escalations.push(crate::store::Escalated {
+            group: group.to_owned(),
+            tasks: tasks.to_vec(),
+        });
         if let Some(extends) = extends {
             pause.expires_at += extends;
             pause.extended = true;

@@ -53,7 +53,7 @@ async fn list(
             // Listed too where it may decide one pending task alone (#42).
             let in_scope = |owner: Option<u32>, item: &Interaction| {
                 state.access.may_see(caller, owner)
-                    && (may_decide(&decider, &item.deciding(), Action::Cancel).is_ok()
+                    && (may_decide(&decider, &item.deciding(&decider), Action::Cancel).is_ok()
                         || !tasks_for(&decider, item).is_empty())
             };
             (state.runs.inbox_of_all(&query, in_scope).await, "approver")
@@ -111,7 +111,9 @@ fn inbox_query(
 /// one rule asked of each.
 fn tasks_for(decider: &Decider, item: &Interaction) -> Vec<usize> {
     item.pending_tasks()
-        .filter(|who| may_decide(decider, &item.deciding_task(who), Action::Confirm).is_ok())
+        .filter(|who| {
+            may_decide(decider, &item.deciding_task(who, decider), Action::Confirm).is_ok()
+        })
         .map(|who| who.index)
         .collect()
 }
@@ -128,7 +130,15 @@ fn why_not(decider: &Decider, item: &Interaction) -> Option<String> {
             decider.label
         ));
     }
-    may_decide(decider, &item.deciding(), Action::Confirm)
-        .err()
-        .map(|refusal| refusal.text().to_owned())
+    // A confirm decides the tasks still pending: the one rule asked of
+    // each (#42), the riskiest first, as the decide path asks it.
+    let mut pending: Vec<_> = item.pending_tasks().collect();
+    pending.sort_by_key(|who| (std::cmp::Reverse(who.risk), std::cmp::Reverse(who.index)));
+    let refused = match pending.is_empty() {
+        true => may_decide(decider, &item.deciding(decider), Action::Confirm).err(),
+        false => pending.into_iter().find_map(|who| {
+            may_decide(decider, &item.deciding_task(who, decider), Action::Confirm).err()
+        }),
+    };
+    refused.map(|refusal| refusal.text().to_owned())
 }

@@ -12,10 +12,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::Runs;
+use crate::decider::Decider;
 use crate::pause::approval::{PlanCheck, Quorum, TaskWho};
 use crate::protocol::{Ask, PauseData, PauseKind, TaskSpec};
 use crate::session::SessionKey;
-use crate::store::{DecidedTask, PausedRecord, StoreError, TaskApprovals};
+use crate::store::{DecidedTask, Escalated, PausedRecord, StoreError, TaskApprovals};
 
 /// Default of `?limit=`.
 pub const INBOX_LIMIT: usize = 50;
@@ -69,9 +70,12 @@ pub struct Interaction {
     /// decide it too).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub escalated_to: Option<String>,
-    /// The tasks it was escalated for (#42), when not every task.
+    /// The tasks its escalations were for (#42), when not every task.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub escalated_tasks: Vec<usize>,
+    /// Its escalations, each group with its tasks.
+    #[serde(skip)]
+    pub escalations: Vec<Escalated>,
     /// The groups whose members alone decide it (its tools' and rules'
     /// `approvers`; an escalation admits its group's members too).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -121,9 +125,9 @@ pub struct TaskLine {
 }
 
 impl Interaction {
-    /// What it asks of whoever decides it, for the one rule
+    /// What it asks of `decider`, for the one rule
     /// ([`crate::decider::may_decide`]).
-    pub fn deciding(&self) -> crate::decider::Deciding<'_> {
+    pub fn deciding(&self, decider: &Decider) -> crate::decider::Deciding<'_> {
         let risk_of = |task: &TaskLine| {
             task.risk_level
                 .as_ref()
@@ -138,32 +142,38 @@ impl Interaction {
             riskiest: riskiest.map(|task| task.index as usize),
             groups: &self.approvers,
             requester_may_approve: self.requester_may_approve,
-            escalated_to: self
-                .escalated_for(|index| self.tasks.iter().any(|t| t.index == index as u64)),
+            escalated_to: self.escalated_for(decider, |index| {
+                self.tasks.iter().any(|t| t.index == index as u64)
+            }),
         }
     }
 
-    /// The group it was escalated to, where the escalation covers every
-    /// task `asked` takes in.
-    fn escalated_for(&self, asked: impl Fn(usize) -> bool) -> Option<&str> {
-        let covers = self.escalated_tasks.is_empty()
-            || self
-                .task_who
-                .iter()
-                .map(|who| who.index)
-                .filter(|&index| asked(index))
-                .all(|index| self.escalated_tasks.contains(&index));
-        self.escalated_to.as_deref().filter(|_| covers)
+    /// The group of its escalations that admits `decider` to every task
+    /// `asked` takes in, if one does.
+    fn escalated_for(&self, decider: &Decider, asked: impl Fn(usize) -> bool) -> Option<&str> {
+        let tasks: Vec<usize> = self
+            .task_who
+            .iter()
+            .map(|who| who.index)
+            .filter(|&index| asked(index))
+            .collect();
+        let escalations =
+            crate::confirmation::escalations_of(self.escalated_to.as_deref(), &self.escalations);
+        crate::decider::admitting(decider, escalations, &tasks)
     }
 
-    /// What its pending task `who` asks of whoever decides it alone.
-    pub fn deciding_task<'a>(&'a self, who: &'a TaskWho) -> crate::decider::Deciding<'a> {
+    /// What its pending task `who` asks of `decider` deciding it alone.
+    pub fn deciding_task<'a>(
+        &'a self,
+        who: &'a TaskWho,
+        decider: &Decider,
+    ) -> crate::decider::Deciding<'a> {
         crate::decider::Deciding {
             risk: who.risk,
             riskiest: Some(who.index),
             groups: &who.groups,
             requester_may_approve: who.requester_may_approve,
-            escalated_to: self.escalated_for(|index| index == who.index),
+            escalated_to: self.escalated_for(decider, |index| index == who.index),
         }
     }
 
@@ -197,6 +207,14 @@ fn tasks_pending(pause: &PauseData) -> Vec<usize> {
         PauseData::Approval(plan) => plan.tasks.iter().map(|task| task.index).collect(),
         PauseData::Question(_) => Vec::new(),
     }
+}
+
+/// The tasks `escalations` were for, each once, in order.
+fn escalated_tasks(escalations: &[Escalated]) -> Vec<usize> {
+    let mut tasks: Vec<usize> = escalations.iter().flat_map(|e| e.tasks.clone()).collect();
+    tasks.sort_unstable();
+    tasks.dedup();
+    tasks
 }
 
 /// The lines of an approval's tasks.
@@ -275,6 +293,7 @@ fn interaction(
         required: None,
         escalated_to: None,
         escalated_tasks: Vec::new(),
+        escalations: Vec::new(),
         approvers: Vec::new(),
         may_approve: None,
         why_not: None,
@@ -413,7 +432,8 @@ impl Runs {
                     item.required = Some(pause.required);
                 }
                 item.escalated_to = pause.escalated_to;
-                item.escalated_tasks = pause.escalated_tasks;
+                item.escalated_tasks = escalated_tasks(&pause.escalations);
+                item.escalations = pause.escalations;
                 item.mark_decided(&pause.decided, &pause.task_approvals);
                 item.approvers = pause.groups;
                 item.requester_may_approve = pause.requester_may_approve;
@@ -514,7 +534,8 @@ impl Runs {
             Ask::Question { .. } => {}
         }
         item.escalated_to = progress.escalated_to;
-        item.escalated_tasks = progress.escalated_tasks.clone();
+        item.escalated_tasks = escalated_tasks(&progress.escalations);
+        item.escalations = progress.escalations.clone();
         item.mark_decided(&progress.decided, &progress.task_approvals);
         Some(item)
     }

@@ -46,7 +46,7 @@ use crate::protocol::given::{self, DecisionRecord};
 use crate::protocol::{Action, Ask, CancelReason, Chunk, Given};
 use crate::session::SessionKey;
 pub use grant::{Grant, GrantScope};
-pub use progress::{CarriedReject, DecidedTask, PauseProgress, TaskApprovals};
+pub use progress::{CarriedReject, DecidedTask, Escalated, PauseProgress, TaskApprovals};
 
 /// Where a stored pause is: its namespace (`None` without keys) and its
 /// session id.

@@ -44,10 +44,14 @@ pub struct PauseProgress {
     /// The group it was escalated to, and its expiry since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalated_to: Option<String>,
-    /// The tasks it was escalated for (#42; none in an older record: every
-    /// task).
+    /// Every escalation so far (#42), each for its own tasks; none in an
+    /// older record, whose `escalated_to` was for every task.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub escalated_tasks: Vec<usize>,
+    pub escalations: Vec<Escalated>,
+    /// The tasks whose reminders were sent (#42; none in an older record,
+    /// whose `reminded` was the first reminder's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reminded_tasks: Vec<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
     /// A timer's step: when the pause's next timer is due (ms), `None`
@@ -89,6 +93,14 @@ pub struct TaskApprovals {
     pub index: usize,
     pub approvals: Vec<String>,
     pub required: usize,
+}
+
+/// One escalation of a pause: its group, and the tasks it admits the
+/// group to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Escalated {
+    pub group: String,
+    pub tasks: Vec<usize>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -157,24 +169,28 @@ impl PauseProgress {
         }
     }
 
-    pub fn reminded(confirmation_id: &str) -> Self {
+    /// A reminder sent; `tasks`: every task reminded so far.
+    pub fn reminded(confirmation_id: &str, tasks: &[usize]) -> Self {
         PauseProgress {
             confirmation_id: confirmation_id.to_owned(),
             reminded: true,
+            reminded_tasks: tasks.to_vec(),
             ..PauseProgress::default()
         }
     }
 
+    /// An escalation to `group`; `escalations`: every one so far, this
+    /// one included.
     pub fn escalated(
         confirmation_id: &str,
         group: &str,
-        tasks: &[usize],
+        escalations: &[Escalated],
         expires_at_ms: u64,
     ) -> Self {
         PauseProgress {
             confirmation_id: confirmation_id.to_owned(),
             escalated_to: Some(group.to_owned()),
-            escalated_tasks: tasks.to_vec(),
+            escalations: escalations.to_vec(),
             expires_at_ms: Some(expires_at_ms),
             ..PauseProgress::default()
         }
@@ -207,11 +223,14 @@ impl PauseProgress {
                 progress.decided = step.decided;
                 progress.task_approvals = step.task_approvals;
             }
-            Step::Reminded => progress.reminded = true,
+            Step::Reminded => {
+                progress.reminded = true;
+                progress.reminded_tasks = step.reminded_tasks;
+            }
             Step::Started => progress.started = step.started,
             Step::Escalated => {
                 progress.escalated_to = step.escalated_to;
-                progress.escalated_tasks = step.escalated_tasks;
+                progress.escalations = step.escalations;
                 progress.expires_at_ms = step.expires_at_ms;
             }
         }
@@ -241,8 +260,8 @@ mod tests {
     fn steps_join_for_their_own_pause_only() {
         let approvals =
             serde_json::to_string(&PauseProgress::approvals("c1", &["a".into()], 2, &[]));
-        let escalated = serde_json::to_string(&PauseProgress::escalated("c1", "oncall", &[1], 9));
-        let other = serde_json::to_string(&PauseProgress::reminded("c0"));
+        let escalated = serde_json::to_string(&PauseProgress::escalated("c1", "oncall", &[], 9));
+        let other = serde_json::to_string(&PauseProgress::reminded("c0", &[]));
         let (approvals, escalated, other) =
             (approvals.unwrap(), escalated.unwrap(), other.unwrap());
         let joined =

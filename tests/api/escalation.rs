@@ -365,3 +365,91 @@ async fn an_escalation_is_per_task_it_names_its_tasks_and_admits_its_group_to_th
     );
     assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
 }
+
+/// `alpha` reminds and escalates to the leads after 1s; `beta` reminds
+/// and escalates to oncall after 2s.
+const OWN_TIMES: &str = r#"
+[[tool]]
+name = "alpha"
+description = "First"
+risk = "low"
+approvers = "oncall"
+remind_after = "1s"
+escalate_after = "1s"
+escalate_to = "leads"
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+
+[[tool]]
+name = "beta"
+description = "Second"
+risk = "low"
+approvers = "leads"
+remind_after = "2s"
+escalate_after = "2s"
+escalate_to = "oncall"
+command = ["true"]
+parameters = { type = "object", properties = { step = { type = "string" } } }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_task_s_reminder_and_escalation_fire_at_its_own_time_naming_it() {
+    let receiver = crate::webhooks::Receiver::start().await;
+    let dir = Workdir::new();
+    let keys = dir.path("keys.txt");
+    std::fs::write(&keys, KEYS).unwrap();
+    let hook = crate::webhooks::hooked(&receiver);
+    let app = app_with_tools(&dir, OWN_TIMES, move |s| {
+        hook(s);
+        s.server.api_keys_file = Some(keys);
+    })
+    .await;
+    let (mut stream, id) = paused(&app, "agent-key-000001", "own", "alpha x; beta y").await;
+
+    // requested, then two reminders and two escalations.
+    let deadline = tokio::time::Instant::now() + crate::helpers::WAIT;
+    let seen = loop {
+        let seen = receiver.wait_for(5).await;
+        let fired = count(&seen, "interaction.reminder") + count(&seen, "interaction.escalated");
+        if fired >= 4 || tokio::time::Instant::now() > deadline {
+            break seen;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let of = |event: &str| -> Vec<Value> {
+        let mut bodies: Vec<Value> = seen
+            .iter()
+            .filter(|d| d.event == event)
+            .map(|d| d.body["data"].clone())
+            .collect();
+        bodies.dedup();
+        bodies
+    };
+    let reminders: Vec<Value> = of("interaction.reminder")
+        .iter()
+        .map(|d| d["tasks"].clone())
+        .collect();
+    assert_eq!(reminders, [json!([1]), json!([2])], "{seen:?}");
+    let escalations: Vec<(Value, Value)> = of("interaction.escalated")
+        .iter()
+        .map(|d| (d["escalated_to"].clone(), d["tasks"].clone()))
+        .collect();
+    assert_eq!(
+        escalations,
+        [(json!("leads"), json!([1])), (json!("oncall"), json!([2]))]
+    );
+
+    // Each group is admitted to its own task: the leads to alpha (and
+    // beta, theirs anyway), lead-2 (oncall too) to both.
+    let listed = inbox(&app, "lead-key-000001").await;
+    assert_eq!(listed[0]["may_decide_tasks"], json!([1, 2]));
+    assert_eq!(listed[0]["escalated_tasks"], json!([1, 2]));
+    let (status, chunk) = decide(&app, "lead-key-000001", "own", &id, confirm()).await;
+    assert_eq!(
+        (status, chunk.chunk_type),
+        (200, ChunkType::ConfirmationReceived),
+        "{}",
+        chunk.chunk
+    );
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+}

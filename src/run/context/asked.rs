@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use crate::confirmation::slot::PendingDecision;
 use crate::pause::{Asking, Scope};
 use crate::protocol::{Action, CancelReason, Chunk};
+use crate::store::Escalated;
 use crate::tools::gate::Escalation;
 
 /// A confirmation request on its way to a decision.
@@ -65,26 +66,30 @@ impl Drop for Running {
 /// What a pause's tasks ask of it while it waits, and what already fired.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Timers {
-    pub(super) remind_after: Option<Duration>,
-    pub(super) escalate: Option<Escalation>,
-    /// The tasks each is for (those whose own gate asks for it first):
-    /// it fires only while one of them is pending, and names those.
-    pub(super) remind_tasks: Vec<usize>,
-    pub(super) escalate_tasks: Vec<usize>,
+    /// Each reminder and escalation still to fire, soonest first (#42:
+    /// each for the tasks whose gates ask for it).
+    pub(super) dues: Vec<Due>,
+    /// What fired before (a restored pause): the tasks reminded, and the
+    /// escalations.
+    pub(super) reminded: Vec<usize>,
+    pub(super) escalations: Vec<Escalated>,
     pub(super) asked_at: SystemTime,
     /// Who its escalation's links go to.
     pub(super) scope: Scope,
 }
 
+/// One reminder (no `escalation`) or escalation of a pause: when, counted
+/// from when it was asked, and the tasks it is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Due {
+    pub(super) after: Duration,
+    pub(super) escalation: Option<Escalation>,
+    pub(super) tasks: Vec<usize>,
+}
+
 impl Timers {
     /// When the first of them is due.
     pub(super) fn first_due(&self) -> Option<SystemTime> {
-        let remind = self.remind_after;
-        let escalate = self.escalate.as_ref().map(|e| e.after);
-        remind
-            .into_iter()
-            .chain(escalate)
-            .min()
-            .map(|after| self.asked_at + after)
+        self.dues.first().map(|due| self.asked_at + due.after)
     }
 }

@@ -78,6 +78,11 @@ impl RunContext {
     /// out what it can, marking each task with [`RunContext::start_task`],
     /// and waits on with [`RunContext::confirm_rest`].
     pub async fn confirm_as_decided(&mut self, plan: Plan) -> Result<Approval, RunError> {
+        // One task is decided whole: nothing is taken task by task, and
+        // the pause holds what `confirm`'s does.
+        if plan.tasks.len() <= 1 {
+            return Box::pin(self.confirm(plan)).await;
+        }
         let Some((pending, asked)) = Box::pin(self.put_to_person(plan, true)).await? else {
             return Ok(Approval::Confirm(crate::protocol::Decisions::default()));
         };
@@ -170,7 +175,9 @@ impl RunContext {
                 // Woken by a task's own expiry, or by tasks decided on
                 // their own: either way the engine hears what is decided.
                 if wake.is_some() {
-                    self.expire_due(&asked).await?;
+                    // Boxed: what expiring writes is not held by every
+                    // paused run's wait.
+                    Box::pin(self.expire_due(&asked)).await?;
                 }
                 self.open = Some(Box::new(Open {
                     pending,
@@ -430,7 +437,7 @@ impl RunContext {
             expires_at,
             tally: Default::default(),
             escalated_to: None,
-            escalated_tasks: Vec::new(),
+            escalations: Vec::new(),
             as_decided,
         };
         let pending = self

@@ -51,7 +51,7 @@ impl RunContext {
                 started: progress.started,
             },
             escalated_to: progress.escalated_to,
-            escalated_tasks: progress.escalated_tasks,
+            escalations: progress.escalations,
             // Its tasks run as they are decided if its engine's do (one
             // that does not waits on through `Approval::Partly`).
             as_decided: record.asked.kind().asks_a_yes(),

@@ -16,55 +16,96 @@ use std::time::{Duration, SystemTime};
 
 use tokio::task::JoinHandle;
 
-use super::asked::Timers;
+use super::asked::{Due, Timers};
 use super::RunContext;
 use crate::pause::approval::PlanCheck;
 use crate::pause::Scope;
 use crate::protocol::{ChunkType, PauseKind};
 use crate::run::journal::{Pause, PauseEvent, Subject};
 use crate::session::run_log;
-use crate::store::{Fault, PauseProgress};
+use crate::store::{Escalated, Fault, PauseProgress};
 use crate::tools::gate::Escalation;
 
 impl RunContext {
-    /// The earliest reminder and escalation the tasks of `checks` ask for,
-    /// counted from `asked_at`, less what `fired` says happened already.
+    /// The reminders and escalations the tasks of `checks` ask for (one
+    /// per distinct `remind_after`, one per distinct escalation, each for
+    /// the tasks that ask for it), counted from `asked_at`, less what
+    /// `fired` says happened already.
     pub(super) fn timers_of(
         &self,
         checks: &PlanCheck,
         asked_at: SystemTime,
         fired: Option<&PauseProgress>,
     ) -> Option<Box<Timers>> {
-        let gates = checks.tasks.iter().map(|task| &task.gate);
-        let reminded = fired.is_some_and(|f| f.reminded);
-        let escalated = fired.is_some_and(|f| f.escalated_to.is_some());
-        let remind_after = gates
-            .clone()
-            .filter_map(|gate| gate.remind_after)
-            .min()
-            .filter(|_| !reminded);
-        let escalate = gates
-            .filter_map(|gate| gate.escalate.clone())
-            .min_by_key(|escalation| escalation.after)
-            .filter(|_| !escalated);
-        let remind_tasks = checks
+        let reminded: Vec<usize> = fired.map(|f| f.reminded_tasks.clone()).unwrap_or_default();
+        // An older record says only that the first reminder went.
+        let first_went = fired.is_some_and(|f| f.reminded && f.reminded_tasks.is_empty());
+        let escalations: Vec<Escalated> = match fired {
+            Some(f) if f.escalations.is_empty() => f
+                .escalated_to
+                .iter()
+                .map(|group| Escalated {
+                    group: group.clone(),
+                    tasks: Vec::new(),
+                })
+                .collect(),
+            Some(f) => f.escalations.clone(),
+            None => Vec::new(),
+        };
+        let tasks_where = |asks: &dyn Fn(&crate::tools::gate::Gate) -> bool| -> Vec<usize> {
+            checks
+                .tasks
+                .iter()
+                .filter(|task| asks(&task.gate))
+                .map(|task| task.index)
+                .collect()
+        };
+        let mut dues = Vec::new();
+        let mut afters: Vec<Duration> = checks
             .tasks
             .iter()
-            .filter(|task| remind_after.is_some() && task.gate.remind_after == remind_after)
-            .map(|task| task.index)
+            .filter_map(|task| task.gate.remind_after)
             .collect();
-        let escalate_tasks = checks
-            .tasks
-            .iter()
-            .filter(|task| escalate.is_some() && task.gate.escalate == escalate)
-            .map(|task| task.index)
-            .collect();
-        (remind_after.is_some() || escalate.is_some()).then(|| {
+        afters.sort();
+        afters.dedup();
+        for (n, after) in afters.into_iter().enumerate() {
+            let tasks = tasks_where(&|gate| gate.remind_after == Some(after));
+            if (n == 0 && first_went) || tasks.iter().all(|t| reminded.contains(t)) {
+                continue;
+            }
+            dues.push(Due {
+                after,
+                escalation: None,
+                tasks,
+            });
+        }
+        let mut asked: Vec<Escalation> = Vec::new();
+        for escalation in checks.tasks.iter().filter_map(|t| t.gate.escalate.clone()) {
+            if !asked.contains(&escalation) {
+                asked.push(escalation);
+            }
+        }
+        for escalation in asked {
+            let tasks = tasks_where(&|gate| gate.escalate.as_ref() == Some(&escalation));
+            let went = escalations.iter().any(|e| {
+                e.group == escalation.to
+                    && (e.tasks.is_empty() || tasks.iter().all(|t| e.tasks.contains(t)))
+            });
+            if went {
+                continue;
+            }
+            dues.push(Due {
+                after: escalation.after,
+                escalation: Some(escalation),
+                tasks,
+            });
+        }
+        dues.sort_by_key(|due| due.after);
+        (!dues.is_empty()).then(|| {
             Box::new(Timers {
-                remind_after,
-                escalate,
-                remind_tasks,
-                escalate_tasks,
+                dues,
+                reminded,
+                escalations,
                 asked_at,
                 scope: Scope::of(checks),
             })
@@ -85,32 +126,23 @@ impl RunContext {
         let namespace = self.key_label();
         let run_id = self.run_id();
         tokio::spawn(async move {
-            let mut due: Vec<(Duration, Option<Escalation>)> = Vec::new();
-            if let Some(after) = timers.remind_after {
-                due.push((after, None));
-            }
-            if let Some(escalation) = timers.escalate {
-                due.push((escalation.after, Some(escalation)));
-            }
-            due.sort_by_key(|(after, _)| *after);
-            let dues: Vec<Duration> = due.iter().map(|(after, _)| *after).collect();
-            for (n, (after, escalation)) in due.into_iter().enumerate() {
+            let mut reminded = timers.reminded.clone();
+            let mut escalations = timers.escalations.clone();
+            let dues = &timers.dues;
+            for (n, due) in dues.iter().enumerate() {
+                let (after, escalation) = (due.after, due.escalation.clone());
                 // When the timer after this one is due (the index of due
                 // timers a store replicas share moves to it).
                 let next_timer_ms = dues
                     .get(n + 1)
-                    .map(|next| crate::clock::ms(timers.asked_at + *next));
+                    .map(|next| crate::clock::ms(timers.asked_at + next.after));
                 let at = timers.asked_at + after;
                 if let Ok(left) = at.duration_since(SystemTime::now()) {
                     tokio::time::sleep(left).await;
                 }
                 // Only for its own tasks, while one of them is pending
                 // (#42); it names those.
-                let own = match &escalation {
-                    Some(_) => &timers.escalate_tasks,
-                    None => &timers.remind_tasks,
-                };
-                let tasks = manager.pending_among(&key, &id, own);
+                let tasks = manager.pending_among(&key, &id, &due.tasks);
                 if tasks.is_empty() {
                     continue;
                 }
@@ -171,17 +203,16 @@ impl RunContext {
                             .and_then(|at| humantime::parse_rfc3339(&at).ok())
                             .map_or(0, crate::clock::ms);
                         let mail_to = mailed(None, expires_at_ms);
-                        let reminded = PauseEvent::Reminded {
+                        let reminded_event = PauseEvent::Reminded {
                             pause,
                             waited: after,
                             tasks: &tasks,
                             mail_to,
                             request,
                         };
-                        (
-                            PauseProgress::reminded(&id),
-                            journal.pause(run, reminded).events,
-                        )
+                        let events = journal.pause(run, reminded_event).events;
+                        reminded.extend(&tasks);
+                        (PauseProgress::reminded(&id, &reminded), events)
                     }
                     Some(escalation) => {
                         let group = escalation.to.as_str();
@@ -208,10 +239,14 @@ impl RunContext {
                         .with_meta("tasks", tasks.clone())
                         .with_meta("expires_at", crate::clock::rfc3339(expires_at));
                         log.push(chunk);
+                        escalations.push(Escalated {
+                            group: group.to_owned(),
+                            tasks: tasks.clone(),
+                        });
                         let step = PauseProgress::escalated(
                             &id,
                             group,
-                            &tasks,
+                            &escalations,
                             crate::clock::ms(expires_at),
                         );
                         let links = settings.links.as_ref().map(|links| {
