@@ -39,6 +39,7 @@ pub mod quorum;
 mod refused;
 pub mod slot;
 mod tally;
+pub mod tasks;
 pub mod ticket;
 pub mod waiting;
 

@@ -168,13 +168,7 @@ impl ConfirmationManager {
         tasks
             .iter()
             .copied()
-            .filter(|&index| {
-                !pause
-                    .tally
-                    .decided
-                    .iter()
-                    .any(|done| done.decision.index == index)
-            })
+            .filter(|&index| !pause.tally.has_decided(index))
             .collect()
     }
 

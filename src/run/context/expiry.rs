@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use super::asked::Asked;
 use super::RunContext;
 use crate::cluster::SETTLE_RETRY;
-use crate::confirmation::slot::{ExpireError, Expired, EXPIRED_BY};
+use crate::confirmation::tasks::{ExpireError, Expired, EXPIRED_BY};
 use crate::protocol::{Chunk, ErrorType, PauseKind};
 use crate::run::journal::{Pause, TasksDecided};
 use crate::run::outcome::RunError;

@@ -15,7 +15,8 @@ use serde_json::Value;
 
 use super::asked::{Asked, Open, Request, Running};
 use super::RunContext;
-use crate::confirmation::slot::{PauseSpec, PendingDecision, TaskStart, Waited};
+use crate::confirmation::slot::{PauseSpec, PendingDecision, Waited};
+use crate::confirmation::tasks::TaskStart;
 use crate::confirmation::Decision;
 use crate::protocol::{Action, Ask, CancelReason, ErrorType, PauseKind};
 use crate::run::journal::{Pause, PauseEvent};
