@@ -252,6 +252,7 @@ async fn a_task_that_ran_before_a_restart_is_not_run_again() {
     assert_eq!(executed, 2, "{events:?}");
 }
 
+#[cfg(feature = "openai")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_engine_runs_each_call_of_a_turn_as_soon_as_it_is_decided() {
     use crate::model_server::{fake_model, tokens};
