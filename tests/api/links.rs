@@ -404,3 +404,30 @@ async fn a_token_never_reaches_the_access_log_however_its_path_is_spelt() {
         assert!(!line.contains("0123456789abcdef"), "{line}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_counts_an_approval_of_one_task_towards_that_task_s_quorum() {
+    let receiver = Receiver::start().await;
+    let dir = Workdir::new();
+    let app = app(&dir, &receiver).await;
+    let (mut stream, id) = paused(&app, "agent-key-000001", "tq", "deploy web; deploy api").await;
+    let links = links_of(&receiver, &app, &id).await;
+    let (status, page, _) = get(&app, link(&links, "lead-1")).await;
+    assert_eq!(status, 200);
+    assert_eq!(page.matches("Approve only this").count(), 2, "{page}");
+
+    let (status, page) = post(&app, link(&links, "lead-1"), &[("task", "approve:1")]).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("task 1: approval 1 of 2"), "{page}");
+    let (status, page) = post(&app, link(&links, "lead-2"), &[("task", "approve:1")]).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("task 1: approve"), "{page}");
+    assert!(page.contains("Still pending: task(s) 2"), "{page}");
+
+    // The whole plan needs the second task's two approvals too.
+    let (status, _) = post(&app, link(&links, "lead-1"), &[("action", "confirm")]).await;
+    assert_eq!(status, 200);
+    let (status, _) = post(&app, link(&links, "lead-2"), &[("action", "confirm")]).await;
+    assert_eq!(status, 200);
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+}

@@ -138,12 +138,20 @@ pub fn of(outcome: Outcome) -> HttpResponse {
 /// Some tasks decided on their own (`decide`): which, and what is left;
 /// the link (reloaded) shows the pause with the tasks still pending.
 fn tasks_recorded(label: &str, partial: &crate::confirmation::quorum::Partial) -> HttpResponse {
-    let named: Vec<String> = partial
+    let mut named: Vec<String> = partial
         .now
         .0
         .iter()
         .map(|d| format!("task {}: {}", d.index, d.verdict.as_str()))
         .collect();
+    named.extend(partial.approving.iter().map(|task| {
+        format!(
+            "task {}: approval {} of {}",
+            task.index,
+            task.approvals.len(),
+            task.required
+        )
+    }));
     let pending: Vec<String> = partial.pending.iter().map(usize::to_string).collect();
     document(
         StatusCode::OK,
@@ -281,8 +289,9 @@ pub fn pause(item: &Interaction, label: &str) -> HttpResponse {
             let confirm = "<button class=\"confirm\" name=\"action\" value=\"confirm\">\
                            Confirm</button>";
             let may = item.may_approve != Some(false);
-            // Task by task where one yes decides (a quorum counts the plan).
-            let one_by_one = may && item.required.unwrap_or(1) <= 1;
+            // Task by task where the plan has several (#42: a task that
+            // needs several approvals counts them on its own).
+            let one_by_one = may && plan.tasks.len() > 1;
             (
                 tasks(&plan.tasks, one_by_one),
                 if may { confirm } else { "" },
