@@ -320,15 +320,7 @@ fn partial_text(label: &str, partial: &crate::confirmation::quorum::Partial) -> 
         .iter()
         .map(|d| format!("task {} {} by {label}", d.index, d.verdict.state().as_str()))
         .collect();
-    said.extend(partial.approving.iter().map(|task| {
-        format!(
-            "task {}: {} of {} approvals ({})",
-            task.index,
-            task.approvals.len(),
-            task.required,
-            task.approvals.join(", ")
-        )
-    }));
+    said.extend(partial.approving.iter().map(|task| task.progress()));
     let pending: Vec<String> = partial.pending.iter().map(usize::to_string).collect();
     format!("{}; still pending: {}", said.join("; "), pending.join(", "))
 }

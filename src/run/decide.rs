@@ -184,19 +184,7 @@ pub(super) fn partial_chunk(session_id: &str, confirmation_id: &str, partial: &P
         }
         return chunk.with_meta(meta::TASK_APPROVALS, approving);
     }
-    let each: Vec<String> = partial
-        .approving
-        .iter()
-        .map(|task| {
-            format!(
-                "task {}: {} of {} ({})",
-                task.index,
-                task.approvals.len(),
-                task.required,
-                task.approvals.join(", ")
-            )
-        })
-        .collect();
+    let each: Vec<String> = partial.approving.iter().map(|t| t.progress()).collect();
     let text = format!("Approval recorded for {}", each.join("; "));
     let mut chunk = Chunk::new(ChunkType::ApprovalRecorded, text, session_id, 0)
         .with_meta(meta::CONFIRMATION_ID, confirmation_id)

@@ -103,6 +103,20 @@ pub struct Escalated {
     pub tasks: Vec<usize>,
 }
 
+impl TaskApprovals {
+    /// Where it stands, as every face says it: "task 3: 1 of 2 approvals
+    /// (lead-1)".
+    pub fn progress(&self) -> String {
+        format!(
+            "task {}: {} of {} approvals ({})",
+            self.index,
+            self.approvals.len(),
+            self.required,
+            self.approvals.join(", ")
+        )
+    }
+}
+
 fn is_zero(n: &usize) -> bool {
     *n == 0
 }

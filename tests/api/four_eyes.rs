@@ -13,7 +13,7 @@ use crate::tools::{app_with_tools, Workdir};
 
 /// `deploy` (high risk, two approvals) writes its step to the notes, as
 /// `note` (one yes) does: what ran is what the notes hold.
-fn deploy(dir: &Workdir, keys: &str) -> String {
+pub(crate) fn deploy(dir: &Workdir, keys: &str) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tools/write_note.py");
     std::fs::write(dir.path("keys.txt"), keys).unwrap();
     format!(
@@ -31,7 +31,7 @@ parameters = {{ type = "object", properties = {{ step = {{ type = "string" }} }}
     )
 }
 
-async fn app(dir: &Workdir, extra: &str) -> TestApp {
+pub(crate) async fn app(dir: &Workdir, extra: &str) -> TestApp {
     let keys = dir.path("keys.txt");
     if !keys.exists() {
         std::fs::write(&keys, KEYS).unwrap();

@@ -418,7 +418,7 @@ async fn a_link_counts_an_approval_of_one_task_towards_that_task_s_quorum() {
 
     let (status, page) = post(&app, link(&links, "lead-1"), &[("task", "approve:1")]).await;
     assert_eq!(status, 200, "{page}");
-    assert!(page.contains("task 1: approval 1 of 2"), "{page}");
+    assert!(page.contains("task 1: 1 of 2 approvals (lead-1)"), "{page}");
     let (status, page) = post(&app, link(&links, "lead-2"), &[("task", "approve:1")]).await;
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("task 1: approve"), "{page}");

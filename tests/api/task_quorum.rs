@@ -3,35 +3,17 @@
 //! other tasks go their own way; a reject of it is a veto of it alone; an
 //! edit short of its quorum is refused with nothing kept.
 
-use std::path::Path;
-
 use chatgate::protocol::ChunkType;
 use serde_json::{json, Value};
 
 use crate::approvers::{decide as reply_as, error_type, paused, KEYS};
 use crate::helpers::TestApp;
-use crate::tools::{app_with_tools, Workdir};
+use crate::tools::Workdir;
 
 /// `deploy` (high risk, two approvals) writes its step to the notes, as
-/// `note` (one yes) does.
+/// `note` (one yes) does (four_eyes.rs's).
 async fn app(dir: &Workdir) -> TestApp {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tools/write_note.py");
-    let deploy = format!(
-        r#"
-[[tool]]
-name = "deploy"
-description = "Deploy (writes a note)"
-risk = "high"
-approvals = 2
-command = ["python3", "{script}", "{notes}"]
-parameters = {{ type = "object", properties = {{ step = {{ type = "string" }} }} }}
-"#,
-        script = script.display(),
-        notes = dir.path("notes").display(),
-    );
-    let keys = dir.path("keys.txt");
-    std::fs::write(&keys, KEYS).unwrap();
-    app_with_tools(dir, &deploy, move |s| s.server.api_keys_file = Some(keys)).await
+    crate::four_eyes::app(dir, &crate::four_eyes::deploy(dir, KEYS)).await
 }
 
 /// The tasks of the one pause the inbox lists to lead-1.

@@ -144,14 +144,7 @@ fn tasks_recorded(label: &str, partial: &crate::confirmation::quorum::Partial) -
         .iter()
         .map(|d| format!("task {}: {}", d.index, d.verdict.as_str()))
         .collect();
-    named.extend(partial.approving.iter().map(|task| {
-        format!(
-            "task {}: approval {} of {}",
-            task.index,
-            task.approvals.len(),
-            task.required
-        )
-    }));
+    named.extend(partial.approving.iter().map(|task| task.progress()));
     let pending: Vec<String> = partial.pending.iter().map(usize::to_string).collect();
     document(
         StatusCode::OK,
