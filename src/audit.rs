@@ -35,6 +35,11 @@ use crate::protocol::question::Question;
 use crate::protocol::{Action, ApprovedBy, ChunkType, Decisions, RiskLevel, TaskSpec};
 use crate::tools::{RuleDecision, RuleMode};
 
+mod chain;
+pub mod verify;
+
+pub use chain::sha256_hex;
+
 /// The fields every record of a run carries. `run_id` counts runs in this
 /// process; with a durable store `stored_run_id`, the run's id there (a
 /// UUID), ties its records together across restarts and replicas.
@@ -237,10 +242,18 @@ pub struct AuditError {
 pub struct AuditLog {
     path: PathBuf,
     healthy: AtomicBool,
-    /// Keeps records whole and in order: one writer at a time. Holds where
-    /// the file must be cut back to before the next record, when a failed
-    /// record could not be rolled back at once.
-    writing: Mutex<Option<CutBack>>,
+    /// Keeps records whole and in order: one writer at a time.
+    writing: Mutex<Writer>,
+}
+
+/// What the one writer keeps between records.
+#[derive(Debug, Default)]
+struct Writer {
+    /// Where the file must be cut back to before the next record, when a
+    /// failed record could not be rolled back at once.
+    cut_back: Option<CutBack>,
+    /// The chain's last line (`None` until one is known).
+    tail: Option<chain::Tail>,
 }
 
 /// Where a file (this inode, not another one rotated in at the path) must
@@ -258,9 +271,9 @@ impl AuditLog {
         let log = AuditLog {
             path: path.to_owned(),
             healthy: AtomicBool::new(true),
-            writing: Mutex::new(None),
+            writing: Mutex::new(Writer::default()),
         };
-        log.append(b"").map_err(|reason| log.error(reason))?;
+        log.find_tail().map_err(|reason| log.error(reason))?;
         Ok(Arc::new(log))
     }
 
@@ -283,10 +296,9 @@ impl AuditLog {
                 Value::from(crate::clock::rfc3339_ms(crate::clock::now_ms())),
             );
         }
-        let mut line = serde_json::to_vec(&value).unwrap_or_default();
-        line.push(b'\n');
+        let record = serde_json::to_vec(&value).unwrap_or_default();
         let log = self.clone();
-        let written = tokio::task::spawn_blocking(move || log.append(&line))
+        let written = tokio::task::spawn_blocking(move || log.append(&record))
             .await
             .unwrap_or_else(|err| Err(format!("the writer failed: {err}")));
         match written {
@@ -303,42 +315,79 @@ impl AuditLog {
         }
     }
 
-    /// Appends `line` whole or not at all: a record that cannot be written
+    /// Opens (creates) the file and reads where its chain stands.
+    fn find_tail(&self) -> Result<(), String> {
+        let mut writer = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let file = self.open_file()?;
+        let meta = file.metadata().map_err(|err| err.to_string())?;
+        writer.tail = chain::last_line_hash(&file, meta.len())
+            .map_err(|err| err.to_string())?
+            .map(|hash| chain::Tail {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                len: meta.len(),
+                hash,
+            });
+        Ok(())
+    }
+
+    fn open_file(&self) -> Result<std::fs::File, String> {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(&self.path)
+            .map_err(|err| err.to_string())
+    }
+
+    /// Appends `record` (a JSON object), chained to the line before it
+    /// ([`chain`]), whole or not at all: a record that cannot be written
     /// and synced (a full disk, an I/O error) is cut off again, so that every
     /// line of the file is one whole record, and a failed record (whose
     /// decision was refused) is not on the record.
-    fn append(&self, line: &[u8]) -> Result<(), String> {
+    fn append(&self, record: &[u8]) -> Result<(), String> {
         // Plain data behind the lock; a panic elsewhere leaves nothing half-done.
-        let mut cut_back = self.writing.lock().unwrap_or_else(|p| p.into_inner());
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(|err| err.to_string())?;
+        let mut writer = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut file = self.open_file()?;
         let meta = file.metadata().map_err(|err| err.to_string())?;
-        if let Some(cut) = cut_back.take() {
+        if let Some(cut) = writer.cut_back.take() {
             if cut.dev == meta.dev() && cut.ino == meta.ino() && meta.len() > cut.len {
                 file.set_len(cut.len)
                     .and_then(|()| file.sync_data())
                     .map_err(|err| {
-                        *cut_back = Some(cut);
+                        writer.cut_back = Some(cut);
                         format!("cannot cut back a torn record: {err}")
                     })?;
             }
         }
         // Where this record starts: the end, once a torn record is cut off.
         let len = file.metadata().map_err(|err| err.to_string())?.len();
+        let prev = chain::Tail::prev_hash(writer.tail.as_ref(), &file, meta.dev(), meta.ino(), len)
+            .map_err(|err| format!("cannot read the chain's last line: {err}"))?;
+        let (mut line, hash) = chain::seal(record, &prev);
+        line.push(b'\n');
         let written = file
-            .write_all(line)
+            .write_all(&line)
             .and_then(|()| file.sync_data())
             .map_err(|err| err.to_string());
-        if written.is_err() && file.set_len(len).and_then(|()| file.sync_data()).is_err() {
-            // Tried again first thing next time.
-            *cut_back = Some(CutBack {
-                dev: meta.dev(),
-                ino: meta.ino(),
-                len,
-            });
+        match written {
+            Ok(()) => {
+                writer.tail = Some(chain::Tail {
+                    dev: meta.dev(),
+                    ino: meta.ino(),
+                    len: len + line.len() as u64,
+                    hash,
+                });
+            }
+            Err(_) if file.set_len(len).and_then(|()| file.sync_data()).is_err() => {
+                // Tried again first thing next time.
+                writer.cut_back = Some(CutBack {
+                    dev: meta.dev(),
+                    ino: meta.ino(),
+                    len,
+                });
+            }
+            Err(_) => {}
         }
         written
     }
@@ -349,13 +398,6 @@ impl AuditLog {
             reason,
         }
     }
-}
-
-/// The SHA-256 of `bytes`, in lower-case hex: how a record names an output
-/// (and a store a key) without holding it.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    hex::encode(Sha256::digest(bytes))
 }
 
 #[cfg(test)]

@@ -3,10 +3,13 @@
 //! Every start-up error is one line on stderr, `chatgate: ...`, naming the
 //! flag or environment variable, the value and what is expected; a bad flag
 //! exits 2, anything else that stops the start exits 1.
+//!
+//! `chatgate audit verify FILE...` checks an audit log's hash chain instead
+//! of serving (docs/operations.md).
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use chatgate::config::{apply_legacy_env, Settings};
 use chatgate::startup::Application;
@@ -54,7 +57,55 @@ fn log_line(buf: &mut env_logger::fmt::Formatter, record: &log::Record<'_>) -> s
     writeln!(buf, "{}", record.args())
 }
 
+/// `chatgate audit ...`: tools for the audit log, run instead of the server.
+#[derive(Debug, Parser)]
+#[command(name = "chatgate audit", about = "Tools for chatgate's audit log")]
+struct AuditCli {
+    #[command(subcommand)]
+    command: AuditCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Checks the hash chain of audit log files, oldest first (a rotated
+    /// log's files in order): prints `OK: N records` and exits 0, or names
+    /// the first line that breaks it and exits 1.
+    Verify {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<std::path::PathBuf>,
+    },
+}
+
+fn audit_main() -> ExitCode {
+    let cli = match AuditCli::try_parse_from(std::env::args().skip(1)) {
+        Ok(cli) => cli,
+        Err(err) if !err.use_stderr() => {
+            let _ = err.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => {
+            let _ = err.print();
+            return ExitCode::from(2);
+        }
+    };
+    match cli.command {
+        AuditCommand::Verify { files } => match chatgate::audit::verify::verify(&files) {
+            Ok(records) => {
+                println!("OK: {records} records");
+                ExitCode::SUCCESS
+            }
+            Err(broken) => {
+                println!("FAIL: {broken}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
 fn main() -> ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|arg| arg == "audit") {
+        return audit_main();
+    }
     // Before any thread exists: it may set environment variables.
     apply_legacy_env();
     // A file that reaches the process's size limit (RLIMIT_FSIZE) fails the

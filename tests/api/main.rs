@@ -6,6 +6,7 @@ mod common;
 mod access;
 mod approvers;
 mod as_decided;
+mod audit_chain;
 mod barrage;
 mod check_order;
 mod confirm;
