@@ -35,7 +35,7 @@ use crate::protocol::question::Question;
 use crate::protocol::{Action, ApprovedBy, ChunkType, Decisions, RiskLevel, TaskSpec};
 use crate::tools::{RuleDecision, RuleMode};
 
-mod chain;
+pub mod chain;
 pub mod verify;
 
 pub use chain::sha256_hex;

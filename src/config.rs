@@ -304,6 +304,16 @@ pub struct ToolFlags {
     /// synced before chatgate acts on it; if it cannot be written nothing runs.
     #[arg(long, env = "CHATGATE_AUDIT_LOG")]
     pub audit_log: Option<std::path::PathBuf>,
+    /// Ed25519 private key (PKCS#8 PEM) receipts are signed with; replicas
+    /// share the file. Repeat for older keys (private or public PEM), still
+    /// published in /.well-known/jwks.json. Without it, a key is made at
+    /// start and its receipts verify only against this process.
+    #[arg(
+        long = "receipt-key",
+        env = "CHATGATE_RECEIPT_KEY",
+        value_delimiter = ','
+    )]
+    pub receipt_keys: Vec<std::path::PathBuf>,
 }
 
 /// Webhooks, decision links, Slack and mail.

@@ -22,7 +22,8 @@
 //! | [`confirmation`] | the run registry and the pause/decide handshake (no I/O) |
 //! | [`decider`] | who may decide a pause: the one rule ([`decider::may_decide`]) every door and list asks |
 //! | [`pause`] | the kinds of pause, one file each ([`pause::approval`], [`pause::questions`]): what each asks, how a reply to it is checked |
-//! | [`audit`], [`metrics`], [`tools`] | the audit log; Prometheus metrics; declared tools and their executors |
+//! | [`audit`], [`metrics`], [`tools`] | the audit log (hash-chained); Prometheus metrics; declared tools and their executors |
+//! | [`receipt`] | signed receipts of approved calls: their keys, payload and JWKS |
 //! | [`webhook`] | signed webhook events: building them, the sender |
 //! | [`notify`] | what a person acts on from elsewhere: signed decision links, approval mail, Slack messages |
 //! | [`session`], [`sse`], [`redact`], [`clock`] | who a session belongs to; SSE framing (the only place that writes or reads SSE bytes; no HTTP); what of a URL may be written out; wall-clock conversions |
@@ -40,6 +41,7 @@ pub mod metrics;
 pub mod notify;
 pub mod pause;
 pub mod protocol;
+pub mod receipt;
 pub mod redact;
 pub mod run;
 pub mod session;

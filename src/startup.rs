@@ -5,7 +5,7 @@
 
 mod notifications;
 
-use self::notifications::{open_links, open_webhooks};
+use self::notifications::{open_links, open_receipts, open_webhooks};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -73,6 +73,9 @@ pub enum StartupError {
     /// `--webhook` and the flags it needs.
     #[error("{0}")]
     Webhook(String),
+    /// `--receipt-key`.
+    #[error("{0}")]
+    Receipts(String),
 }
 
 pub struct Application {
@@ -177,6 +180,7 @@ impl Application {
             explicit_decisions: settings.pauses.explicit_decisions,
             max_grant_ttl: settings.pauses.max_grant_ttl,
             links: open_links(&settings, &access).map_err(StartupError::Webhook)?,
+            receipts: Arc::new(open_receipts(&settings).map_err(StartupError::Receipts)?),
         };
         let runs = Runs::new(RunsParts {
             logs,

@@ -27,6 +27,7 @@ const RANKS: &[(&str, u32)] = &[
     ("run", 11),
     ("cluster", 10),
     ("webhook", 10),
+    ("receipt", 10),
     ("confirmation", 10),
     ("metrics", 9),
     ("pause", 9),

@@ -50,7 +50,7 @@ impl Tail {
 
 /// `record` (a JSON object's bytes) as a chained line, without its newline,
 /// and the line's hash (the next line's `prev_hash`).
-pub(super) fn seal(record: &[u8], prev_hash: &str) -> (Vec<u8>, String) {
+pub fn seal(record: &[u8], prev_hash: &str) -> (Vec<u8>, String) {
     let open = record.strip_suffix(b"}").unwrap_or(record);
     let comma = if open.len() > 1 { "," } else { "" };
     let mut line = Vec::with_capacity(record.len() + 32 + 64 + HASH_SUFFIX_LEN);
@@ -66,7 +66,7 @@ pub(super) fn seal(record: &[u8], prev_hash: &str) -> (Vec<u8>, String) {
 }
 
 /// Whether `line`'s `hash` matches its content (see the module's docs).
-pub(super) fn hash_matches(line: &[u8]) -> bool {
+pub fn hash_matches(line: &[u8]) -> bool {
     let Some(cut) = line.len().checked_sub(HASH_SUFFIX_LEN) else {
         return false;
     };

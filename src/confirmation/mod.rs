@@ -573,7 +573,7 @@ impl ConfirmationManager {
                 && !(pause.tally.decided.is_empty() && pause.tally.task_approvals.is_empty()));
         if by_task {
             let requests = decisions.unwrap_or_default();
-            match pause.count_tasks(decider, action, requests)? {
+            match pause.count_tasks(decider, from.via, action, requests)? {
                 Counted::Decides {
                     approved_by: all,
                     decisions,

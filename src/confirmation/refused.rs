@@ -108,6 +108,8 @@ impl From<DecisionsError> for DecideError {
 pub struct ReplyFrom<'a> {
     pub decider: &'a crate::decider::Decider,
     pub grant: Option<&'a Value>,
+    /// The door the reply came through (a receipt's `via`).
+    pub via: crate::protocol::Via,
 }
 
 impl<'a> ReplyFrom<'a> {
@@ -116,6 +118,7 @@ impl<'a> ReplyFrom<'a> {
         ReplyFrom {
             decider,
             grant: None,
+            via: crate::protocol::Via::Chat,
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::pause::approval::{
     check_named, undecided_tasks, with_the_rest_approved, PlanCheck, Quorum,
 };
 use crate::pause::Asking;
-use crate::protocol::{Action, Decisions, TaskDecision, TaskDecisionRequest, Verdict};
+use crate::protocol::{Action, Decisions, TaskDecision, TaskDecisionRequest, Verdict, Via};
 use crate::store::{DecidedTask, TaskApprovals};
 
 impl Pause {
@@ -100,6 +100,7 @@ impl Pause {
     pub(super) fn count_tasks(
         &mut self,
         decider: &Decider,
+        via: Via,
         action: Action,
         requests: &[TaskDecisionRequest],
     ) -> Result<Counted, DecideError> {
@@ -160,7 +161,7 @@ impl Pause {
         let mut approved_by: Vec<String> = Vec::new();
         let labels = self.tally.decided.iter().map(|done| &done.by);
         for label in labels
-            .chain(counted.quorums.iter().flatten())
+            .chain(counted.quorums.iter().flat_map(|done| &done.approvals))
             .chain([&decider.label])
         {
             if !approved_by.contains(label) {
@@ -189,10 +190,20 @@ impl Pause {
         let before = std::mem::replace(&mut self.tally.task_approvals, counted.task_approvals);
         self.tally
             .decided
-            .extend(counted.now.iter().map(|decision| DecidedTask {
-                by: decider.label.clone(),
-                decision: decision.clone(),
-                expired: false,
+            .extend(counted.now.iter().map(|decision| {
+                DecidedTask {
+                    by: decider.label.clone(),
+                    decision: decision.clone(),
+                    expired: false,
+                    approved_by: counted
+                        .quorums
+                        .iter()
+                        .find(|done| done.index == decision.index)
+                        .map(|done| done.approvals.clone())
+                        .unwrap_or_default(),
+                    via,
+                    at_ms: crate::clock::now_ms(),
+                }
             }));
         self.approving = true;
         Ok(Counted::Partial(Box::new(Partial {
@@ -233,8 +244,8 @@ struct TasksCounted {
     approving: Vec<TaskApprovals>,
     /// Every task's approvals short of its quorum, this reply's counted.
     task_approvals: Vec<TaskApprovals>,
-    /// The approvers of each quorum it completed.
-    quorums: Vec<Vec<String>>,
+    /// Each quorum it completed, with its approvers.
+    quorums: Vec<TaskApprovals>,
 }
 
 /// Counts `given` (one verdict per task) of `decider`: a task that needs
@@ -286,7 +297,7 @@ fn count_task_approvals(
                 task.approvals.push(decider.label.clone());
                 if task.approvals.len() >= required {
                     let done = counted.task_approvals.remove(at);
-                    counted.quorums.push(done.approvals);
+                    counted.quorums.push(done);
                     counted.now.push(decision);
                 } else {
                     counted.approving.push(task.clone());

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use super::quorum::Tally;
 use super::{Pause, RunSlot};
-use crate::protocol::{Decisions, TaskDecision, Verdict};
+use crate::protocol::{Decisions, TaskDecision, Verdict, Via};
 use crate::store::{DecidedTask, TaskApprovals};
 
 /// The label a task that expired is decided by.
@@ -113,6 +113,19 @@ impl RunSlot {
         Decisions(decided.unwrap_or_default())
     }
 
+    /// Task `index` of this run's pause, if it was decided on its own and
+    /// kept: who decided it and how, with the pause's id (its receipt).
+    pub fn decided_task(&self, index: usize) -> Option<(String, DecidedTask)> {
+        self.own_pause(|pause| {
+            let kept = pause.kept_tasks.min(pause.tally.decided.len());
+            pause.tally.decided[..kept]
+                .iter()
+                .find(|done| done.decision.index == index)
+                .map(|done| (pause.confirmation_id.clone(), done.clone()))
+        })
+        .flatten()
+    }
+
     /// The tasks of this run's pause not decided yet (their indexes).
     pub fn pending_tasks(&self) -> Vec<usize> {
         self.own_pause(|pause| pause.pending_tasks())
@@ -200,6 +213,9 @@ impl RunSlot {
                     by: EXPIRED_BY.to_owned(),
                     decision: decision.clone(),
                     expired: true,
+                    approved_by: Vec::new(),
+                    via: Via::Chat,
+                    at_ms: crate::clock::now_ms(),
                 }));
             pause.approving = true;
             Ok(Expired {

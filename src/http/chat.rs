@@ -224,6 +224,7 @@ async fn decide(
         client: client.as_deref(),
         decider: &decider,
         not_after: incoming.forwarded.and_then(|f| f.not_after),
+        via: crate::protocol::Via::Chat,
     };
     let decided = state
         .runs

@@ -253,6 +253,7 @@ pub async fn decide_form(
         client,
         decider: &decider,
         not_after,
+        via: crate::protocol::Via::Link,
     };
     state.runs.decide_pause(key, reply).await
 }

@@ -34,6 +34,8 @@ use crate::protocol::{CHAT_PATH, GRANTS_PATH, INBOX_PATH, RULES_PATH, RUNS_PATH,
 
 /// The Slack app's interactivity request URL.
 pub const SLACK_ACTIONS_PATH: &str = "/api/v1/slack/actions";
+/// The public keys signed receipts verify against (#43).
+pub const JWKS_PATH: &str = "/.well-known/jwks.json";
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -62,6 +64,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .route("/health/ready", web::get().to(probes::ready))
     .route("/readyz", web::get().to(probes::ready))
     .route("/metrics", web::get().to(probes::metrics))
+    .route(JWKS_PATH, web::get().to(probes::jwks))
     .service(
         web::resource("/d/{token}")
             .route(web::get().to(links::show))

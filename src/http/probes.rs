@@ -66,3 +66,13 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> HttpRespon
     };
     HttpResponse::Ok().content_type(content_type).body(body)
 }
+
+/// `GET /.well-known/jwks.json`: the public keys receipts verify against
+/// (docs/tools.md, "Receipts"), the signing key first. Public: a JWKS
+/// holds no secret.
+pub async fn jwks(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/jwk-set+json")
+        .insert_header((header::CACHE_CONTROL, "max-age=300"))
+        .json(state.runs.settings().receipts.jwks())
+}

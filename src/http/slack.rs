@@ -238,6 +238,7 @@ async fn decide(
         client,
         decider: &decider,
         not_after,
+        via: crate::protocol::Via::Slack,
     };
     state.runs.decide_pause(&target.key, reply).await
 }

@@ -157,6 +157,30 @@ pub enum ApprovedBy {
     Grant(String),
 }
 
+/// How a receipt's decision came: the door it took, or what allowed the
+/// call without a person.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    /// A reply on the chat endpoint (a client, the page, a CLI).
+    #[default]
+    Chat,
+    /// A decision link's page.
+    Link,
+    /// A Slack button.
+    Slack,
+    /// A person's grant covered the call.
+    Grant,
+    /// An allow rule of the tools file.
+    Rule,
+}
+
+impl Via {
+    pub fn is_chat(&self) -> bool {
+        *self == Via::Chat
+    }
+}
+
 /// The `confirmation_data` object of a `confirmation_request` chunk.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConfirmationData {

@@ -44,6 +44,8 @@ pub mod meta {
     pub const RULE: &str = "rule";
     /// Why a call ran without a person: `{"rule": name}` or `{"grant": id}`.
     pub const APPROVED_BY: &str = "approved_by";
+    /// A `tool_output`'s signed receipt of the call's approval (#43).
+    pub const RECEIPT: &str = "receipt";
     /// A grant kept, as `GET /api/v1/grants` lists it.
     pub const GRANT: &str = "grant";
     /// A quorum's approvals so far (labels, in order).

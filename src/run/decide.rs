@@ -22,7 +22,7 @@ use crate::confirmation::quorum::{Partial, Progress};
 use crate::confirmation::{Accepted, DecideError, Decider, ReplyFrom};
 use crate::protocol::{
     meta, Action, CancelReason, Chunk, ChunkType, ErrorType, Given, PauseKind, ReplyMessage,
-    ReplyPayload,
+    ReplyPayload, Via,
 };
 use crate::run::registry::ReplayRegistry;
 use crate::session::run_log;
@@ -47,6 +47,8 @@ pub struct Reply<'a> {
     /// A forwarded reply's deadline: its forwarding replica gives up then,
     /// so after it the reply is not taken.
     pub not_after: Option<SystemTime>,
+    /// The door it came through (a receipt's `via`).
+    pub via: Via,
 }
 
 /// Why a reply was not taken.
@@ -278,6 +280,7 @@ impl Runs {
         let recorder = Recorder {
             key: key.clone(),
             decider: reply.decider.label.clone(),
+            via: reply.via,
             record: audit.zip(self.settings.audit.clone()),
             logs: self.logs.clone(),
         };
@@ -355,6 +358,7 @@ impl Runs {
                 ReplyFrom {
                     decider: reply.decider,
                     grant: reply.payload.grant,
+                    via: reply.via,
                 },
             );
             let late = reply
@@ -419,6 +423,7 @@ impl Runs {
 struct Recorder {
     key: SessionKey,
     decider: String,
+    via: Via,
     /// The `decided` (or `answered`) record, and the log it goes to.
     record: Option<(AuditRecord, Arc<AuditLog>)>,
     logs: ReplayRegistry,
@@ -444,6 +449,7 @@ impl Recorder {
                     several if several.len() > 1 => several.clone(),
                     _ => Vec::new(),
                 },
+                via: self.via,
             },
         };
         let Some((record, audit)) = self.record else {

@@ -1,5 +1,6 @@
 //! The knobs and services every run shares, from the server's settings.
 
+use crate::receipt::ReceiptKeys;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,6 +50,8 @@ pub struct RunSettings {
     pub max_grant_ttl: Duration,
     /// `--link-secret` with `--public-url`: decision links, if made.
     pub links: Option<Arc<Links>>,
+    /// What signs the receipt every approved call gets (`--receipt-key`).
+    pub receipts: Arc<ReceiptKeys>,
 }
 
 impl Default for RunSettings {
@@ -67,6 +70,9 @@ impl Default for RunSettings {
             explicit_decisions: false,
             max_grant_ttl: crate::confirmation::grant::MAX_GRANT_TTL,
             links: None,
+            receipts: Arc::new(
+                ReceiptKeys::new(&[], "chatgate".to_owned()).expect("a key made now encodes"),
+            ),
         }
     }
 }

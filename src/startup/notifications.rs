@@ -1,5 +1,6 @@
 //! The notification services the flags ask for: webhooks (and Slack's
-//! incoming webhook, sent by the same outbox), and decision links.
+//! incoming webhook, sent by the same outbox), decision links, and the
+//! keys that sign receipts.
 
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use crate::config::Settings;
 use crate::http::access::AccessPolicy;
 use crate::notify::links::Links;
 use crate::notify::mail::Mailer;
+use crate::receipt::ReceiptKeys;
 use crate::webhook::Webhooks;
 
 /// `--webhook` (and `--slack-webhook`) and the flags they need.
@@ -102,4 +104,24 @@ fn open_mailer(settings: &Settings) -> Result<Option<Arc<Mailer>>, String> {
         from,
     )
     .map(|mailer| Some(Arc::new(mailer)))
+}
+
+/// The receipt keys of `--receipt-key`, or one made now; its `kid` is
+/// logged (never the key).
+pub(super) fn open_receipts(settings: &Settings) -> Result<ReceiptKeys, String> {
+    let issuer = settings
+        .notify
+        .public_url
+        .clone()
+        .unwrap_or_else(|| "chatgate".to_owned());
+    let keys = ReceiptKeys::new(&settings.tooling.receipt_keys, issuer)?;
+    if settings.tooling.receipt_keys.is_empty() {
+        log::info!(
+            "receipts are signed with a key made at start (kid {}): they verify only against              this process's /.well-known/jwks.json; share one with --receipt-key",
+            keys.kid()
+        );
+    } else {
+        log::info!("receipts are signed with key {}", keys.kid());
+    }
+    Ok(keys)
 }

@@ -43,7 +43,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::protocol::given::{self, DecisionRecord};
-use crate::protocol::{Action, Ask, CancelReason, Chunk, Given};
+use crate::protocol::{Action, Ask, CancelReason, Chunk, Given, Via};
 use crate::session::SessionKey;
 pub use grant::{Grant, GrantScope};
 pub use progress::{CarriedReject, DecidedTask, Escalated, PauseProgress, TaskApprovals};
@@ -237,6 +237,9 @@ pub struct DecidedBy {
     /// a decision of one person).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approved_by: Vec<String>,
+    /// The door the decision came through (none kept: the chat endpoint).
+    #[serde(default, skip_serializing_if = "Via::is_chat")]
+    pub via: Via,
 }
 
 /// The store could not be used.

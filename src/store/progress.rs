@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::TaskDecision;
+use crate::protocol::{TaskDecision, Via};
 
 /// A pause's progress, or one step of it (the fields that step sets).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -84,6 +84,20 @@ pub struct DecidedTask {
     /// rejected it (its state is `expired`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub expired: bool,
+    /// A task that needed several approvals: every label that approved
+    /// it, in order (its receipt's `approved_by`); else empty (`by`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approved_by: Vec<String>,
+    /// The door its decision came through.
+    #[serde(default, skip_serializing_if = "Via::is_chat")]
+    pub via: Via,
+    /// When it was decided (ms since the Unix epoch; 0 in older records).
+    #[serde(default, skip_serializing_if = "is_zero_ms")]
+    pub at_ms: u64,
+}
+
+fn is_zero_ms(ms: &u64) -> bool {
+    *ms == 0
 }
 
 /// The approvals of one task that needs several, so far (labels, in

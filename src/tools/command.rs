@@ -27,6 +27,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use super::keeper::{self, KILL_GRACE};
 use super::outcome::{CappedOutput, ToolOutcome, MAX_STDERR_TAIL};
 
+/// Where a command finds its approval's signed receipt (docs/tools.md,
+/// "Receipts").
+pub const RECEIPT_ENV: &str = "CHATGATE_RECEIPT";
+
 /// How long a call's output is still read after the call ended (its keeper
 /// exited): what a descendant that escaped the keeper writes later is not
 /// waited for.
@@ -69,16 +73,22 @@ impl CommandSpec {
         Ok(CommandSpec { argv, cwd, env })
     }
 
-    /// `tag`: the run whose call it is (its log lines are about it).
+    /// `tag`: the run whose call it is (its log lines are about it);
+    /// `receipt`: its approval's signed receipt, in `CHATGATE_RECEIPT`.
     pub async fn run(
         &self,
         args: &Value,
         timeout: Duration,
         stop: impl std::future::Future<Output = ()>,
         tag: Option<&RunTag>,
+        receipt: Option<&str>,
     ) -> ToolOutcome {
         let started = Instant::now();
         let mut command = keeper::command(&self.argv, &self.env, self.cwd.as_deref());
+        if let Some(receipt) = receipt {
+            // Its approval's proof (docs/tools.md, "Receipts"): never a secret.
+            command.env(RECEIPT_ENV, receipt);
+        }
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(err) => {
@@ -285,6 +295,7 @@ mod tests {
                 Duration::from_secs(10),
                 never(),
                 None,
+                None,
             )
             .await;
         assert!(outcome.ok, "{outcome:?}");
@@ -303,7 +314,7 @@ mod tests {
         let mut listed = spec(&["sh", "-c", "env"]);
         listed.env = vec!["CARGO_PKG_NAME".into()];
         let outcome = listed
-            .run(&json!({}), Duration::from_secs(10), never(), None)
+            .run(&json!({}), Duration::from_secs(10), never(), None, None)
             .await;
         let env = outcome.result.unwrap();
         assert!(env.contains("CARGO_PKG_NAME=chatgate"), "{env}");
@@ -314,7 +325,7 @@ mod tests {
     #[tokio::test]
     async fn a_non_zero_exit_fails_with_the_tail_of_stderr() {
         let outcome = spec(&["sh", "-c", "echo nope >&2; exit 3"])
-            .run(&json!({}), Duration::from_secs(10), never(), None)
+            .run(&json!({}), Duration::from_secs(10), never(), None, None)
             .await;
         assert!(!outcome.ok);
         assert_eq!(outcome.exit_status, Some(3));
@@ -324,7 +335,7 @@ mod tests {
     #[tokio::test]
     async fn a_large_output_is_capped_and_marked_truncated() {
         let outcome = spec(&["sh", "-c", "head -c 200000 /dev/zero | tr '\\\\0' x"])
-            .run(&json!({}), Duration::from_secs(10), never(), None)
+            .run(&json!({}), Duration::from_secs(10), never(), None, None)
             .await;
         assert!(outcome.ok);
         assert!(outcome.truncated);
@@ -342,7 +353,7 @@ mod tests {
         let script = format!("(sleep 3; touch {}) & sleep 30", marker.display());
         let started = Instant::now();
         let outcome = spec(&["sh", "-c", &script])
-            .run(&json!({}), Duration::from_millis(300), never(), None)
+            .run(&json!({}), Duration::from_millis(300), never(), None, None)
             .await;
         assert!(!outcome.ok);
         assert!(outcome.error.unwrap().starts_with("timed out after 300ms"));
@@ -375,7 +386,7 @@ mod tests {
         );
         let started = Instant::now();
         let outcome = spec(&["sh", "-c", &script])
-            .run(&json!({}), Duration::from_secs(30), never(), None)
+            .run(&json!({}), Duration::from_secs(30), never(), None, None)
             .await;
 
         assert!(outcome.ok, "the exit status decides: {outcome:?}");
@@ -395,7 +406,7 @@ mod tests {
         let script = format!("setsid {needle} & {needle}");
         let started = Instant::now();
         let outcome = spec(&["sh", "-c", &script])
-            .run(&json!({}), Duration::from_millis(500), never(), None)
+            .run(&json!({}), Duration::from_millis(500), never(), None, None)
             .await;
 
         assert!(outcome.error.unwrap().starts_with("timed out after 500ms"));
@@ -414,6 +425,7 @@ mod tests {
                 &json!({}),
                 Duration::from_secs(60),
                 tokio::time::sleep(Duration::from_millis(200)),
+                None,
                 None,
             )
             .await;

@@ -184,19 +184,21 @@ impl Tool {
     pub async fn run<H: CallHost>(
         &self,
         args: &Value,
+        receipt: Option<&str>,
         stop: impl std::future::Future<Output = ()>,
         host: &mut H,
     ) -> (ToolOutcome, Option<H::Error>) {
         match &self.executor {
             Executor::Command(spec) => {
                 let tag = host.tag();
-                (spec.run(args, self.timeout, stop, tag.as_ref()).await, None)
+                let outcome = spec.run(args, self.timeout, stop, tag.as_ref(), receipt);
+                (outcome.await, None)
             }
             #[cfg(feature = "openai")]
-            Executor::Http(spec) => (spec.run(args, self.timeout, stop).await, None),
+            Executor::Http(spec) => (spec.run(args, self.timeout, stop, receipt).await, None),
             // A server's questions and progress go to `host` (the run).
             Executor::Mcp(call) => {
-                super::mcp::call::run(call, args, self.timeout, stop, host).await
+                super::mcp::call::run(call, args, receipt, self.timeout, stop, host).await
             }
         }
     }

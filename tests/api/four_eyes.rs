@@ -295,7 +295,16 @@ async fn a_grant_revoked_by_an_approver_names_its_label_and_a_scoped_approver_se
             listed["grants"].as_array().unwrap().clone()
         }
     };
-    let listed = grants("lead-key-000001").await;
+    // The run keeps the grant once it has the decision, just after the
+    // reply's 200: wait for it to be listed.
+    let deadline = tokio::time::Instant::now() + crate::helpers::WAIT;
+    let listed = loop {
+        let listed = grants("lead-key-000001").await;
+        if !listed.is_empty() || tokio::time::Instant::now() > deadline {
+            break listed;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
     assert_eq!(listed.len(), 1, "{listed:?}");
     let grant_id = listed[0]["id"].as_str().unwrap().to_owned();
     let revoke = |key: &'static str| {

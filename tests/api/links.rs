@@ -29,10 +29,15 @@ parameters = { type = "object", properties = { step = { type = "string" } } }
 "#;
 
 async fn app(dir: &Workdir, receiver: &Receiver) -> TestApp {
+    app_with(dir, receiver, TOOLS).await
+}
+
+/// A server with links, keys and webhooks to `receiver`, and `tools`.
+pub(crate) async fn app_with(dir: &Workdir, receiver: &Receiver, tools: &str) -> TestApp {
     let keys = dir.path("keys.txt");
     std::fs::write(&keys, KEYS).unwrap();
     let hook = crate::webhooks::hooked(receiver);
-    app_with_tools(dir, TOOLS, move |s| {
+    app_with_tools(dir, tools, move |s| {
         hook(s);
         s.notify.public_url = Some(PUBLIC.to_owned());
         s.notify.link_secret = Some(SecretString::from(SECRET.to_owned()));
@@ -43,7 +48,11 @@ async fn app(dir: &Workdir, receiver: &Receiver) -> TestApp {
 
 /// The links of the `interaction.requested` event of pause `id`: label to
 /// URL on `app`.
-async fn links_of(receiver: &Receiver, app: &TestApp, id: &str) -> Vec<(String, String)> {
+pub(crate) async fn links_of(
+    receiver: &Receiver,
+    app: &TestApp,
+    id: &str,
+) -> Vec<(String, String)> {
     let mut n = 1;
     let requested = loop {
         let seen = receiver.wait_for(n).await;
@@ -66,7 +75,7 @@ async fn links_of(receiver: &Receiver, app: &TestApp, id: &str) -> Vec<(String, 
         .collect()
 }
 
-fn link<'a>(links: &'a [(String, String)], label: &str) -> &'a str {
+pub(crate) fn link<'a>(links: &'a [(String, String)], label: &str) -> &'a str {
     &links.iter().find(|(l, _)| l == label).expect(label).1
 }
 
@@ -77,7 +86,7 @@ async fn get(app: &TestApp, url: &str) -> (u16, String, reqwest::header::HeaderM
     (status, response.text().await.unwrap(), headers)
 }
 
-async fn post(app: &TestApp, url: &str, form: &[(&str, &str)]) -> (u16, String) {
+pub(crate) async fn post(app: &TestApp, url: &str, form: &[(&str, &str)]) -> (u16, String) {
     let response = app.client.post(url).form(form).send().await.unwrap();
     let status = response.status().as_u16();
     (status, response.text().await.unwrap())

@@ -40,6 +40,7 @@ mod operator;
 mod questions;
 mod races;
 mod reattach;
+mod receipts;
 mod rules;
 mod secrets;
 mod slack;

@@ -1114,3 +1114,66 @@ async fn ready_again(app: &TestApp) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn an_mcp_call_gets_its_receipt_in_meta_and_pyjwt_verifies_it() {
+    let dir = Workdir::new();
+    let app = app(&dir, 10.0, |_| {}).await;
+    let mut stream = confirmed(&app, "stamp", r#"ask__stamp {"text": "hi"}"#).await;
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+
+    let line = dir
+        .server_log()
+        .into_iter()
+        .find(|line| line.starts_with("receipt "))
+        .expect("the server recorded the call's _meta");
+    let token = line.trim_start_matches("receipt ").to_owned();
+    assert_eq!(outputs(&stream)[0].metadata["receipt"], token.as_str());
+    let pyjwt = TestAppAddress(app.address.clone());
+    let claims = tokio::task::spawn_blocking(move || pyjwt.verify(&token))
+        .await
+        .unwrap()
+        .expect("PyJWT verifies the receipt");
+    assert_eq!(claims["task"]["tool"], "ask__stamp");
+    assert_eq!(claims["session_id"], "stamp");
+    assert_eq!(claims["via"], "chat");
+    assert_eq!(claims["approved_by"], json!(["anonymous"]));
+    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+        br#"{"args":{"text":"hi"},"tool":"ask__stamp"}"#,
+    ));
+    assert_eq!(claims["task"]["args_digest"], digest.as_str());
+    // One changed character of the payload: PyJWT refuses it.
+    let token = line.trim_start_matches("receipt ");
+    let mut parts: Vec<String> = token.split('.').map(str::to_owned).collect();
+    let last = parts[1].pop().unwrap();
+    parts[1].push(if last == 'A' { 'B' } else { 'A' });
+    let forged = parts.join(".");
+    let refused =
+        tokio::task::spawn_blocking(move || TestAppAddress(app.address.clone()).verify(&forged))
+            .await
+            .unwrap();
+    assert!(refused.is_err(), "{refused:?}");
+}
+
+/// A server's address, for a blocking check with PyJWT
+/// (tests/mcp/servers/verify_receipt.py): it fetches the JWKS over HTTP
+/// while the server keeps serving.
+struct TestAppAddress(String);
+
+impl TestAppAddress {
+    /// `token` verified against the server's JWKS: its claims, or why not.
+    fn verify(&self, token: &str) -> Result<Value, String> {
+        let output = std::process::Command::new(here().join(".venv/bin/python"))
+            .arg(here().join("servers/verify_receipt.py"))
+            .arg(format!("{}/.well-known/jwks.json", self.0))
+            .arg(token)
+            .output()
+            .unwrap();
+        if output.status.success() {
+            Ok(serde_json::from_slice(&output.stdout).unwrap())
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr).into_owned())
+        }
+    }
+}

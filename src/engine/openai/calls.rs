@@ -13,7 +13,7 @@ use super::reply::ModelReply;
 use super::turn::{modify_text, paused_state, tool_result, Pending, PendingCall, Resumable};
 use crate::protocol::{meta, ApprovedBy, ChunkType, RiskLevel, TaskSpec, Verdict};
 use crate::run::context::policy::Route;
-use crate::run::context::RunContext;
+use crate::run::context::{Cleared, RunContext};
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Approval, Plan, Questions};
 use crate::run::NOT_RUN_AGAIN;
@@ -107,7 +107,9 @@ pub async fn tool_turn(
                     )
                     .with_meta(meta::TOOL, tool.name.as_str());
                 ctx.send(status).await?;
-                let outcome = ctx.run_tool(position + 1, &tool, &args, None).await?;
+                let outcome = ctx
+                    .run_tool(position + 1, &tool, &args, Cleared::Unasked)
+                    .await?;
                 results[position] = outcome_text(&outcome);
                 ran = true;
             }
@@ -125,7 +127,9 @@ pub async fn tool_turn(
                 )
                 .with_meta(meta::TOOL, tool.name.as_str());
             ctx.send(status).await?;
-            let outcome = ctx.run_tool(position + 1, &tool, &args, Some(by)).await?;
+            let outcome = ctx
+                .run_tool(position + 1, &tool, &args, Cleared::Allowed(by))
+                .await?;
             results[position] = outcome_text(&outcome);
             ran = true;
         }
@@ -366,7 +370,9 @@ async fn run_call(
         .with_meta(meta::STEP, index)
         .with_meta(meta::TOOL, tool.name.as_str());
     ctx.send(status).await?;
-    let outcome = ctx.run_tool(index, tool, &used, approved_by).await?;
+    let outcome = ctx
+        .run_tool(index, tool, &used, Cleared::or_person(approved_by))
+        .await?;
     Ok((outcome_text(&outcome), true))
 }
 

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::steps::{call_of, has_word, tool_for};
 use crate::protocol::{meta, ChunkType, Decisions, ErrorType, Verdict};
 use crate::run::context::policy::Route;
-use crate::run::context::RunContext;
+use crate::run::context::{Cleared, RunContext};
 use crate::run::outcome::{Completion, RunError};
 use crate::run::NOT_RUN_AGAIN;
 use crate::tools::ToolOutcome;
@@ -175,7 +175,9 @@ pub(super) async fn execute(
         ctx.send(status).await?;
         let outcome = match ctx.tools().get(&name).cloned() {
             // A declared tool: the real call, once, after the yes.
-            Some(tool) => Box::pin(ctx.run_tool(index, &tool, &args, approved_by)).await?,
+            Some(tool) => {
+                Box::pin(ctx.run_tool(index, &tool, &args, Cleared::or_person(approved_by))).await?
+            }
             None => simulate(ctx, index, step).await?,
         };
         if !outcome.ok {

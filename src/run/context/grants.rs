@@ -99,7 +99,7 @@ impl RunContext {
     /// the grant; `None` when no grant covers the call or all that do are
     /// spent. A store that cannot answer covers nothing (the call is asked).
     pub(crate) async fn spend_grant(
-        &self,
+        &mut self,
         tool: &Tool,
         args: &Value,
         risk: crate::protocol::RiskLevel,
@@ -131,7 +131,14 @@ impl RunContext {
                 continue;
             }
             match store.take_grant_call(&grant.id).await {
-                Ok(Some(_)) => return Some(ApprovedBy::Grant(grant.id.clone())),
+                Ok(Some(_)) => {
+                    self.note_granted(super::cleared::Granted {
+                        id: grant.id.clone(),
+                        granted_by: grant.granted_by.clone(),
+                        created_at_ms: grant.created_at_ms,
+                    });
+                    return Some(ApprovedBy::Grant(grant.id.clone()));
+                }
                 Ok(None) => continue,
                 Err(err) => {
                     run_log!(Error, self.tag(), "cannot spend a grant's call: {err}");

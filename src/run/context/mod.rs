@@ -10,6 +10,7 @@
 
 mod approval_request;
 mod asked;
+mod cleared;
 mod expiry;
 mod fallback;
 mod grants;
@@ -17,9 +18,12 @@ mod links;
 mod pause;
 pub mod policy;
 mod questions;
+mod receipts;
 mod restored;
 mod timers;
 pub mod tools;
+
+pub use cleared::Cleared;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -80,6 +84,9 @@ pub struct RunContext {
     /// A plan's pause left open while the tasks decided so far are
     /// carried out (`Approval::Partly`).
     open: Option<Box<asked::Open>>,
+    /// The grants the run's calls spent, latest last (a few), for their
+    /// receipts.
+    granted: Vec<cleared::Granted>,
 }
 
 impl RunContext {
@@ -105,6 +112,7 @@ impl RunContext {
             last_pause: None,
             pending_grant: None,
             open: None,
+            granted: Vec::new(),
         }
     }
 

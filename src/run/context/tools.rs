@@ -8,7 +8,7 @@ use crate::session::RunTag;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
-use super::RunContext;
+use super::{Cleared, RunContext};
 use crate::protocol::question::Question;
 use crate::protocol::{meta, ApprovedBy, Chunk, ChunkType, ErrorType};
 use crate::run::outcome::RunError;
@@ -47,16 +47,18 @@ impl RunContext {
     /// mid-call are put to the user as question pauses (the run is the
     /// call's host, `Host`); a
     /// cancel or a timeout of one ends the run cancelled, after the call's
-    /// outcome is reported. `approved_by`: the rule or grant that let it
-    /// run without a person's yes, if that is why it runs.
+    /// outcome is reported. `cleared`: what lets it run (a person, a rule
+    /// or grant, or nothing for a tool that needs no confirmation); the
+    /// call gets its signed receipt, and so does its `tool_output`.
     pub async fn run_tool(
         &mut self,
         index: usize,
         tool: &Tool,
         args: &Value,
-        approved_by: Option<ApprovedBy>,
+        cleared: Cleared,
     ) -> Result<ToolOutcome, RunError> {
         let stop = self.stop.clone();
+        let receipt = self.receipt(index, &tool.name, args, &cleared);
         // Boxed, like the record below: an engine's future is as large as
         // the largest thing it awaits, and a paused run holds that future
         // for the whole pause; a process's state must not be in it.
@@ -68,6 +70,7 @@ impl RunContext {
             };
             Box::pin(tool.run(
                 args,
+                receipt.as_deref(),
                 async move {
                     stop.stopped().await;
                 },
@@ -75,7 +78,11 @@ impl RunContext {
             ))
             .await
         };
-        let ran = Ran { args, approved_by };
+        let ran = Ran {
+            args,
+            approved_by: cleared.approved_by(),
+            receipt,
+        };
         Box::pin(self.record_tool(index, &tool.name, Some(ran), &outcome)).await?;
         if let Some(err) = ended {
             return Err(err);
@@ -127,6 +134,9 @@ impl RunContext {
     ) -> Result<(), RunError> {
         let mut chunk = self.tool_output(index, tool, outcome, None);
         let approved_by = ran.as_ref().and_then(|ran| ran.approved_by.clone());
+        if let Some(receipt) = ran.as_ref().and_then(|ran| ran.receipt.as_deref()) {
+            chunk = chunk.with_meta(meta::RECEIPT, receipt);
+        }
         if let Some(by) = &approved_by {
             chunk = chunk.with_meta(
                 meta::APPROVED_BY,
@@ -160,6 +170,8 @@ impl RunContext {
 pub struct Ran<'a> {
     pub args: &'a Value,
     pub approved_by: Option<ApprovedBy>,
+    /// Its signed receipt, shown in the `tool_output` chunk.
+    pub receipt: Option<String>,
 }
 
 /// A run as the host of its MCP calls: a server's question is a question

@@ -90,6 +90,7 @@ async fn an_ended_run_keeps_its_end_for_the_grace_then_goes() {
                 by: "key-1".into(),
                 at_ms: 7,
                 approved_by: Vec::new(),
+                via: crate::protocol::Via::Link,
             }),
         }],
     };

@@ -59,6 +59,7 @@ pub trait CallHost: Send {
 pub async fn run<H: CallHost>(
     call: &McpTool,
     args: &Value,
+    receipt: Option<&str>,
     timeout: Duration,
     stop: impl Future<Output = ()>,
     host: &mut H,
@@ -67,10 +68,11 @@ pub async fn run<H: CallHost>(
     let (asks, mut questions) = mpsc::channel(1);
     let (progress, mut progressed) = mpsc::channel(1);
     let tag = host.tag();
-    let mut running = Box::pin(
-        call.server
-            .call(&call.tool, args, asks, progress, tag.as_ref()),
-    );
+    let mut running =
+        Box::pin(
+            call.server
+                .call(&call.tool, args, receipt, asks, progress, tag.as_ref()),
+        );
     let mut last_shown: Option<Instant> = None;
     let mut deadline = tokio::time::Instant::now() + timeout;
     tokio::pin!(stop);

@@ -24,6 +24,9 @@ use crate::protocol::RiskLevel;
 use crate::tools::keeper;
 use crate::tools::outcome::{CappedOutput, ToolOutcome};
 
+/// The `_meta` key of a call that carries its signed receipt.
+pub const RECEIPT_META: &str = "io.chatgate/receipt";
+
 /// Most bytes of one message from a server (one line on stdio): a longer
 /// one is dropped unread, and the call in flight fails saying so.
 pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
@@ -294,6 +297,7 @@ impl McpServer {
         &self,
         tool: &str,
         args: &Value,
+        receipt: Option<&str>,
         asks: mpsc::Sender<Elicitation>,
         progress: mpsc::Sender<String>,
         tag: Option<&RunTag>,
@@ -333,8 +337,13 @@ impl McpServer {
             tag,
         };
         let oversized = self.oversized.notified();
-        let params = CallToolRequestParams::new(tool.to_owned())
+        let mut params = CallToolRequestParams::new(tool.to_owned())
             .with_arguments(args.as_object().cloned().unwrap_or_default());
+        if let Some(receipt) = receipt {
+            let mut meta = rmcp::model::MetaObject::new();
+            meta.0.insert(RECEIPT_META.to_owned(), Value::from(receipt));
+            params.meta = Some(rmcp::model::RequestMetaObject(meta));
+        }
         let result = tokio::select! {
             result = service.call_tool(params) => result,
             () = oversized => {

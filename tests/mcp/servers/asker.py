@@ -47,6 +47,14 @@ def echo(text: str) -> str:
 
 
 @server.tool()
+def stamp(text: str, ctx: Context) -> str:
+    """Records the receipt chatgate sent with the call, in `_meta`."""
+    meta = ctx.request_context.meta or {}
+    record(f"receipt {meta.get('io.chatgate/receipt')}")
+    return f"stamped {text}"
+
+
+@server.tool()
 async def deploy(service: str, ctx: Context) -> str:
     """Deploys a service; asks where and how many first (and logs that it
     asks, as an MCP log message)."""
