@@ -181,6 +181,17 @@ pub enum AuditRecord {
         #[serde(skip_serializing_if = "Option::is_none")]
         approved_by: Option<ApprovedBy>,
     },
+    /// A call whose preview, run again just before it (`recheck`), no
+    /// longer shows what was approved: it did not run.
+    PreconditionChanged {
+        #[serde(flatten)]
+        run: RunFields,
+        tool: String,
+        args: Value,
+        task: usize,
+        approved_digest: String,
+        current_digest: String,
+    },
     /// A rule of the tools file matched a call: `mode` `enforce` (the rule
     /// decided: `decision` is what happened) or `shadow` (what it would
     /// have decided; `actual` is what happened instead).

@@ -101,6 +101,12 @@ pub fn call_digest(tool: &str, args: &Value) -> String {
     sha256_hex(canonical_json(&json!({"tool": tool, "args": args})).as_bytes())
 }
 
+/// The lower-case hex SHA-256 of the canonical JSON of `{"tool", "args",
+/// "body"}`: a preview's `digest`, what an approval names.
+pub fn preview_digest(tool: &str, args: &Value, body: &str) -> String {
+    sha256_hex(canonical_json(&json!({"tool": tool, "args": args, "body": body})).as_bytes())
+}
+
 /// The keys receipts are signed with and verified against.
 pub struct ReceiptKeys {
     signing: SigningKey,

@@ -467,6 +467,11 @@ impl ConfirmationManager {
         if confirmation_id.is_some_and(|id| id != pause.confirmation_id) {
             return Err(DecideError::Stale);
         }
+        crate::pause::approval::check_preview_digests(
+            pause.asking.tasks(),
+            decisions.unwrap_or_default(),
+        )
+        .map_err(DecideError::PreviewStale)?;
         if action == Action::Modify && !pause.tally.started.is_empty() {
             return Err(DecideError::InvalidDecision(format!(
                 "tasks {} of this plan were decided on their own and have run, so it cannot \

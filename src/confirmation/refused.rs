@@ -62,6 +62,9 @@ pub enum DecideError {
     /// The requester's own key may not approve this pause.
     #[error("{0}")]
     SelfApproval(String),
+    /// A `preview_digest` that is not the task's current preview's (#43).
+    #[error("{0}")]
+    PreviewStale(String),
     /// This label approved this pause already (a quorum counts it once).
     #[error("{0} has approved this confirmation already; it needs other people's approvals")]
     AlreadyApproved(String),

@@ -263,7 +263,25 @@ async fn carry_out(
         };
         Box::pin(carry::execute(ctx, &steps, decided, &routes, &mut carried)).await?;
         if whole {
-            return Ok(carried.completion(steps.len()));
+            if let Some(reask) = carried.reask.take() {
+                // #43: a step whose effect changed, or an edit of a
+                // previewed step, goes to the person again with the steps
+                // after it, in a new round showing its preview now.
+                let mut rest = steps.split_off(reask.from);
+                let why = match reask.edited {
+                    Some(edited) => {
+                        rest[0] = edited;
+                        "an edited task is not run unseen"
+                    }
+                    None => "a task's effect changed since it was approved",
+                };
+                steps = rest;
+                carried.again(reask.from);
+                ctx.emit(ChunkType::Status, format!("Asking again: {why}"))
+                    .await?;
+                continue;
+            }
+            return Ok(carried.completion(steps.len() + carried.base));
         }
         carried.waiting = true;
     }

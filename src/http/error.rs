@@ -143,6 +143,7 @@ impl ChatError {
                     (S::UNPROCESSABLE_ENTITY, T::InvalidConfirmAction)
                 }
                 DecideError::Stale => (S::CONFLICT, T::StaleConfirmation),
+                DecideError::PreviewStale(_) => (S::CONFLICT, T::PreviewStale),
                 DecideError::InvalidDecision(_) => (S::UNPROCESSABLE_ENTITY, T::InvalidDecision),
                 DecideError::DeniedByRule(_) => (S::UNPROCESSABLE_ENTITY, T::DeniedByRule),
                 DecideError::UndecidedTasks(_) => (S::UNPROCESSABLE_ENTITY, T::UndecidedTasks),

@@ -212,6 +212,7 @@ pub async fn decide_form(
                 reason: (decision == "reject").then(|| "rejected on the decision page".to_owned()),
                 args: None,
                 result: None,
+                preview_digest: None,
             };
             ("decide", Some(vec![decided]), None)
         }
@@ -227,6 +228,7 @@ pub async fn decide_form(
                     reason: Some("rejected on the decision page".to_owned()),
                     args: None,
                     result: None,
+                    preview_digest: None,
                 })
                 .collect();
             let decisions = (!rejected.is_empty()).then_some(rejected);

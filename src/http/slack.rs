@@ -216,6 +216,7 @@ async fn decide(
         reason: None,
         args: None,
         result: None,
+        preview_digest: None,
     };
     let (action, decisions) = match button {
         slack::Button::Approve => (Action::Confirm, None),

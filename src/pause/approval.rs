@@ -34,6 +34,44 @@ pub struct TaskCheck {
     /// Who decides it and what happens while nobody does: its tool's gate,
     /// made stricter by the `ask` rule its call matches, if any.
     pub gate: Gate,
+    /// The digest of the preview it was asked with, if its tool has one.
+    pub preview_digest: Option<String>,
+}
+
+/// Checks the `preview_digest`s a reply carries against the previews its
+/// tasks were asked with: a digest that is not a task's current one (or
+/// one for a task without a preview) is refused, naming the task.
+pub fn check_preview_digests(
+    tasks: &[TaskCheck],
+    requests: &[TaskDecisionRequest],
+) -> Result<(), String> {
+    for request in requests {
+        let Some(given) = request.preview_digest.as_deref() else {
+            continue;
+        };
+        let task = tasks.iter().find(|task| {
+            request.index.is_some_and(|i| i == task.index as u64)
+                || (request.task_id.is_some() && request.task_id == task.task_id)
+        });
+        // A request that names no task is refused by the decisions' own check.
+        let Some(task) = task else { continue };
+        match task.preview_digest.as_deref() {
+            Some(current) if current == given => {}
+            Some(current) => {
+                return Err(format!(
+                    "task {}: the preview you were shown ({given}) is not its preview now                      ({current}); look at the task again before you decide",
+                    task.index
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "task {}: it has no preview, so no preview_digest can be right for it",
+                    task.index
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What a reply's decisions on a plan are checked against.
@@ -64,6 +102,7 @@ impl PlanCheck {
                         gate: tool.as_ref().map(|t| t.gate.clone()).unwrap_or_default(),
                         tool,
                         risk: task.risk_level.unwrap_or(RiskLevel::Low),
+                        preview_digest: task.preview.as_ref().map(|p| p.digest.clone()),
                     }
                 })
                 .collect(),

@@ -146,6 +146,21 @@ pub struct TaskSpec {
     /// respond with `result`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_schema: Option<Value>,
+    /// What the call would do (its tool's preview, run before the pause):
+    /// shown wherever the pause is, its `digest` what an approval names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<TaskPreview>,
+}
+
+/// A task's preview (#43): its output (a failed preview's error),
+/// `truncated` when cut, and `digest`, the lower-case hex SHA-256 of the
+/// canonical JSON of `{"tool", "args", "body"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskPreview {
+    pub ok: bool,
+    pub body: String,
+    pub truncated: bool,
+    pub digest: String,
 }
 
 /// Why a call may run without a person's yes: `{"rule": "<name>"}` or

@@ -46,6 +46,10 @@ pub mod meta {
     pub const APPROVED_BY: &str = "approved_by";
     /// A `tool_output`'s signed receipt of the call's approval (#43).
     pub const RECEIPT: &str = "receipt";
+    /// A call not run for `precondition_changed`: the digest of the
+    /// preview approved, and of the preview now.
+    pub const APPROVED_DIGEST: &str = "approved_digest";
+    pub const CURRENT_DIGEST: &str = "current_digest";
     /// A grant kept, as `GET /api/v1/grants` lists it.
     pub const GRANT: &str = "grant";
     /// A quorum's approvals so far (labels, in order).
@@ -146,6 +150,9 @@ pub enum ErrorType {
     UnsupportedMediaType,
     InvalidConfirmAction,
     TaskFailed,
+    /// A call whose preview, run again just before it (`recheck`), shows
+    /// another effect than the one approved: it did not run (#43).
+    PreconditionChanged,
     ShuttingDown,
     Overloaded,
     Unauthorized,
@@ -187,6 +194,8 @@ pub enum ErrorType {
     SelfApproval,
     /// This label approved this pause already (409).
     AlreadyApproved,
+    /// A reply's `preview_digest` is not the task's current preview (409).
+    PreviewStale,
     /// An edit on a pause whose approvals others give (422).
     EditNeedsNewRound,
     /// A reply's answer does not fit the pending questions (422).

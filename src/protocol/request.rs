@@ -60,6 +60,11 @@ pub struct TaskDecisionRequest {
     pub reason: Option<String>,
     pub args: Option<Value>,
     pub result: Option<String>,
+    /// The digest of the task's preview the decider was shown (#43): a
+    /// reply whose digest is not the task's current one is refused (409
+    /// `preview_stale`).
+    #[serde(default)]
+    pub preview_digest: Option<String>,
 }
 
 /// What a reply carries beside its action, as the request gave it: an

@@ -122,6 +122,9 @@ pub struct TaskLine {
     /// Allowed without a person (a rule or a grant): it runs unless rejected.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approved_by: Option<Value>,
+    /// What the call would do (#43), whole: the digest an approval names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preview: Option<crate::protocol::TaskPreview>,
 }
 
 impl Interaction {
@@ -234,6 +237,7 @@ fn task_lines(tasks: &[TaskSpec]) -> Vec<TaskLine> {
                 .approved_by
                 .as_ref()
                 .and_then(|by| serde_json::to_value(by).ok()),
+            preview: task.preview.clone(),
         })
         .collect()
 }

@@ -194,6 +194,14 @@ pub enum CallEvent<'a> {
         /// enforced.
         first: &'a crate::tools::rules::Rule,
     },
+    /// A call not run: its preview, run again, shows another effect than
+    /// the one approved (`recheck`).
+    PreconditionChanged {
+        tool: &'a str,
+        args: &'a Value,
+        task: usize,
+        changed: &'a crate::tools::outcome::Changed,
+    },
 }
 
 /// Some tasks of a pause decided on their own (`decide`): what this reply
@@ -528,6 +536,19 @@ impl Journal<'_> {
                     rule: first.name.clone(),
                     decision: first.decision,
                 },
+            },
+            CallEvent::PreconditionChanged {
+                tool,
+                args,
+                task,
+                changed,
+            } => AuditRecord::PreconditionChanged {
+                run: run.fields(),
+                tool: tool.to_owned(),
+                args: args.clone(),
+                task,
+                approved_digest: changed.approved_digest.clone(),
+                current_digest: changed.current_digest.clone(),
             },
         })
     }

@@ -167,6 +167,7 @@ impl CommandSpec {
                 exit_status: ended.ok().and_then(|s| s.code()),
                 http_status: None,
                 output_bytes: out.total,
+                changed: None,
             },
         }
     }
@@ -252,6 +253,7 @@ fn outcome(
         exit_status: status.code(),
         http_status: None,
         output_bytes: out.total,
+        changed: None,
     }
 }
 

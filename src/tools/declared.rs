@@ -149,6 +149,17 @@ impl Tools {
                     executor,
                 )
                 .map_err(|err| fail(format!("tool `{}`: its input schema: {err}", listed.name)))?;
+                let mut tool = tool;
+                if let Some(preview) = spec.preview_tool.get(&listed.name) {
+                    tool.preview = Some(crate::tools::tool::Preview {
+                        executor: Executor::Mcp(McpTool {
+                            server: server.clone(),
+                            tool: preview.clone(),
+                        }),
+                        timeout: spec.preview_timeout,
+                    });
+                    tool.recheck = spec.recheck;
+                }
                 if let Some(other) = self.by_name.get(&tool.name) {
                     let other = match &other.executor {
                         Executor::Mcp(call) => {

@@ -265,6 +265,28 @@ impl GateKeys {
     }
 }
 
+/// Default of a tool's `preview_timeout`.
+pub const DEFAULT_PREVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a `preview_timeout` may be.
+pub const MAX_PREVIEW_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A `preview_timeout` (none: 10s): from 100ms to
+/// 10 minutes; the error names the key.
+pub fn preview_timeout_of(text: Option<&str>) -> Result<Duration, String> {
+    let Some(text) = text else {
+        return Ok(DEFAULT_PREVIEW_TIMEOUT);
+    };
+    humantime::parse_duration(text.trim())
+        .ok()
+        .filter(|t| *t >= Duration::from_millis(100) && *t <= MAX_PREVIEW_TIMEOUT)
+        .ok_or_else(|| {
+            format!(
+                "key `preview_timeout`: `{text}` is not a duration from 100ms to {}s (such as 10s)",
+                MAX_PREVIEW_TIMEOUT.as_secs()
+            )
+        })
+}
+
 /// A duration from 1s to 30 days; the error names the key.
 fn duration(key: &str, text: String) -> Result<Duration, String> {
     humantime::parse_duration(text.trim())

@@ -156,6 +156,7 @@ fn outcome(
         exit_status: None,
         http_status,
         output_bytes: body.total,
+        changed: None,
     }
 }
 

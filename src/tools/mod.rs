@@ -19,6 +19,7 @@ pub mod http;
 pub mod keeper;
 pub mod mcp;
 pub mod outcome;
+pub mod preview;
 pub mod rules;
 pub mod tool;
 

@@ -30,6 +30,17 @@ pub struct ToolOutcome {
     pub http_status: Option<u16>,
     /// Bytes of output the tool produced (before the cap).
     pub output_bytes: usize,
+    /// Not run: its preview, run again (`recheck`), no longer shows what
+    /// was approved (#43).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changed: Option<Box<Changed>>,
+}
+
+/// A call's preview when it was approved, and now (`precondition_changed`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Changed {
+    pub approved_digest: String,
+    pub current_digest: String,
 }
 
 impl ToolOutcome {
@@ -45,6 +56,7 @@ impl ToolOutcome {
             exit_status: None,
             http_status: None,
             output_bytes: 0,
+            changed: None,
         }
     }
 
@@ -60,6 +72,7 @@ impl ToolOutcome {
             exit_status: None,
             http_status: None,
             output_bytes: 0,
+            changed: None,
         }
     }
 

@@ -45,6 +45,12 @@ pub struct Tool {
     validator: jsonschema::Validator,
     pub timeout: Duration,
     pub executor: Executor,
+    /// What a call would do, shown on its card (`preview`, `preview_http`,
+    /// `preview_tool`).
+    pub preview: Option<Preview>,
+    /// Its preview runs again just before an approved call runs; a
+    /// different digest stops the call (`recheck`).
+    pub recheck: bool,
 }
 
 impl fmt::Debug for Tool {
@@ -56,6 +62,14 @@ impl fmt::Debug for Tool {
             .field("executor", &self.executor)
             .finish_non_exhaustive()
     }
+}
+
+/// A tool's preview, as checked at start: run by [`Preview::run`]
+/// (`tools::preview`).
+#[derive(Debug)]
+pub struct Preview {
+    pub executor: Executor,
+    pub timeout: Duration,
 }
 
 /// How a tool runs.
@@ -102,6 +116,8 @@ impl Tool {
             validator,
             timeout,
             executor,
+            preview: None,
+            recheck: false,
         })
     }
 

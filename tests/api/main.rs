@@ -37,6 +37,7 @@ mod openai_rules;
 mod openai_tools;
 mod operations;
 mod operator;
+mod previews;
 mod questions;
 mod races;
 mod reattach;

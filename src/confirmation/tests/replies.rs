@@ -16,6 +16,7 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
                 tool: None,
                 risk: crate::protocol::RiskLevel::Low,
                 gate: Default::default(),
+                preview_digest: None,
             },
             TaskCheck {
                 index: 2,
@@ -23,6 +24,7 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
                 tool: None,
                 risk: crate::protocol::RiskLevel::Low,
                 gate: Default::default(),
+                preview_digest: None,
             },
         ],
         ..PlanCheck::default()
@@ -40,6 +42,7 @@ async fn per_task_decisions_are_checked_against_the_pending_tasks() {
         reason: None,
         args: None,
         result: None,
+        preview_digest: None,
     };
     let refused = |reply_action: &str, decisions: Vec<TaskDecisionRequest>| match manager.decide(
         &key("s"),
@@ -219,6 +222,7 @@ async fn an_approval_counts_only_once_kept_and_none_completes_a_quorum_with_one_
             tool: None,
             risk: crate::protocol::RiskLevel::Low,
             gate,
+            preview_digest: None,
         }],
         ..PlanCheck::default()
     });

@@ -328,6 +328,21 @@ async fn run_call(
         // What allowed it before the pause (a rule, a grant): approved as
         // is, it runs as that, else as the person's.
         Verdict::Approve => (args.clone(), allowed_by.clone()),
+        Verdict::Edit { args } if tool.preview.is_some() => {
+            // #43: an edited call is never run unseen. The model is told
+            // the edit; calling again asks a new round, with the edited
+            // call's own preview on the card.
+            let why = "edited by the user: a call with a preview is not run before its edited                        form is previewed and confirmed";
+            let skipped = ToolOutcome::skipped(false, None, Some(why.to_owned()));
+            ctx.record_tool(index, &tool.name, None, &skipped).await?;
+            return Ok((
+                format!(
+                    "Not run: the user edited this call to the arguments {args}. Call {} again                      with exactly these arguments: it will be previewed and put to the user                      to confirm.",
+                    tool.name
+                ),
+                false,
+            ));
+        }
         Verdict::Edit { args } => {
             // The person decided what runs; the rules see it again.
             if let Route::Deny { rule, reason } = Box::pin(ctx.route_edited(tool, args)).await? {
@@ -373,6 +388,13 @@ async fn run_call(
     let outcome = ctx
         .run_tool(index, tool, &used, Cleared::or_person(approved_by))
         .await?;
+    if outcome.changed.is_some() {
+        return Ok((
+            "Error (precondition_changed): the call was not run because its effect changed              since the user approved it (its preview now shows something else). Call it again              to put its new preview to the user."
+                .to_owned(),
+            false,
+        ));
+    }
     Ok((outcome_text(&outcome), true))
 }
 

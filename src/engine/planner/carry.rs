@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use super::steps::{call_of, has_word, tool_for};
+use super::steps::{call_of, has_word, step_of, tool_for};
 use crate::protocol::{meta, ChunkType, Decisions, ErrorType, Verdict};
 use crate::run::context::policy::Route;
 use crate::run::context::{Cleared, RunContext};
@@ -36,6 +36,21 @@ pub(super) struct Carried {
     ran: bool,
     /// The pause waits on for the steps still pending.
     pub(super) waiting: bool,
+    /// A step to put to the person again, with the steps after it, in a
+    /// new round (#43): its effect changed since it was approved, or it
+    /// was edited and has a preview. Nothing after it runs meanwhile.
+    pub(super) reask: Option<Reask>,
+    /// Steps carried out (or decided) in earlier rounds of this plan, no
+    /// longer among its steps.
+    pub(super) base: usize,
+}
+
+/// A step put to the person again: its place (0-based) and, for an edit,
+/// the edited step.
+#[derive(Debug)]
+pub(super) struct Reask {
+    pub(super) from: usize,
+    pub(super) edited: Option<String>,
 }
 
 impl Carried {
@@ -43,6 +58,16 @@ impl Carried {
     /// on, not).
     pub(super) fn take_ran(&mut self) -> bool {
         std::mem::take(&mut self.ran)
+    }
+
+    /// The steps from `from` on become the plan of a new round: what ran
+    /// before them stays counted.
+    pub(super) fn again(&mut self, from: usize) {
+        self.base += from;
+        self.next = 0;
+        self.ran = false;
+        self.waiting = false;
+        self.reask = None;
     }
 
     /// The run's completion once every one of its `total` steps is through.
@@ -100,6 +125,10 @@ pub(super) async fn execute(
     let total = steps.len();
     let Decided { decisions, whole } = decided;
     while let Some(step) = steps.get(at.next) {
+        if at.reask.is_some() {
+            // Nothing after a step put to the person again runs before it.
+            return Ok(());
+        }
         let index = at.next + 1;
         let (name, called) = call_of(step, ctx.tools());
         let mut approved_by = None;
@@ -146,6 +175,15 @@ pub(super) async fn execute(
                 Box::pin(ctx.record_tool(index, &name, None, &answered)).await?;
                 continue;
             }
+            Verdict::Edit { args } if previewed(ctx, &name) => {
+                // Never run unseen: the edited call is asked again, its
+                // own preview on the card.
+                at.reask = Some(Reask {
+                    from: index - 1,
+                    edited: Some(step_of(&name, args, ctx.tools())),
+                });
+                return Ok(());
+            }
             Verdict::Edit { args } => {
                 // The person decided what runs; the rules see it again.
                 approved_by = None;
@@ -180,6 +218,14 @@ pub(super) async fn execute(
             }
             None => simulate(ctx, index, step).await?,
         };
+        if outcome.changed.is_some() {
+            // Not run: put to the person again, with what follows.
+            at.reask = Some(Reask {
+                from: index - 1,
+                edited: None,
+            });
+            return Ok(());
+        }
         if !outcome.ok {
             return Err(RunError::Failed {
                 error_type: ErrorType::TaskFailed,
@@ -192,6 +238,13 @@ pub(super) async fn execute(
         at.done += 1;
     }
     Ok(())
+}
+
+/// Whether `name` is a declared tool with a preview.
+fn previewed(ctx: &RunContext, name: &str) -> bool {
+    ctx.tools()
+        .get(name)
+        .is_some_and(|tool| tool.preview.is_some())
 }
 
 /// A step without a declared tool: `--step-delay` of pretend work; the word

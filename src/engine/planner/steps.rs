@@ -95,6 +95,18 @@ pub(super) fn call_of(step: &str, tools: &Tools) -> (String, Value) {
     (tool_for(step), json!({ "step": step }))
 }
 
+/// The step that calls `name` with `args`, as [`call_of`] reads it back: a
+/// `{"step": text}` call as its text, any other as `name {json}`.
+pub(super) fn step_of(name: &str, args: &Value, tools: &Tools) -> String {
+    if let Some(text) = args.get("step").and_then(Value::as_str) {
+        let read = call_of(text, tools);
+        if read.0 == name && &read.1 == args {
+            return text.to_owned();
+        }
+    }
+    format!("{name} {args}")
+}
+
 /// With a tools file, a step whose first word is no tool but looks like
 /// one (it has `__`, as MCP tools' names do, or it is a small edit away
 /// from a tool's name) is a misspelt call, not a step to pretend: refused

@@ -31,7 +31,11 @@ impl Kind for Plan {
         if self.tasks.iter().all(|task| task.approved_by.is_some()) {
             return Ok(None);
         }
-        let (plan, confirmation_id) = ctx.propose(self).await?;
+        // Its size is the plan's own: a preview has its own bounds.
+        check_plan_size(&self)?;
+        let mut plan = self;
+        Box::pin(ctx.preview_tasks(&mut plan.tasks)).await;
+        let (plan, confirmation_id) = ctx.propose(plan).await?;
         Ok(Some(ctx.request(plan, confirmation_id)))
     }
 
@@ -57,7 +61,6 @@ impl RunContext {
         if self.round >= self.settings.max_rounds {
             return Err(RunError::Cancelled(CancelReason::MaxRounds));
         }
-        check_plan_size(&plan)?;
         let confirmation_id = uuid::Uuid::new_v4().to_string();
         if self.durable() && self.stored_id.is_none() {
             // Named before the first record, which then carries it.
@@ -83,6 +86,7 @@ impl RunContext {
         for task in &mut plan.tasks {
             task.task_id = Some(format!("{confirmation_id}-t{}", task.index));
         }
+        self.note_previews(&plan.tasks);
         let checks = self.plan_check(&plan.tasks);
         let (timeout, rejects_on_timeout) = self.waiting_of(&checks);
         let asked_at = SystemTime::now();

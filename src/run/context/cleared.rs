@@ -1,6 +1,7 @@
-//! What lets a call run, and the grants a run spent: the types its
-//! receipt is made from (`receipts`), apart from [`RunContext`] so that
-//! the context may hold them.
+//! What lets a call run, the grants a run spent and the previews its
+//! latest plan showed: the types its receipts and rechecks are made from
+//! (`receipts`, `previews`), apart from [`RunContext`] so that the context
+//! may hold them.
 //!
 //! [`RunContext`]: super::RunContext
 
@@ -40,4 +41,14 @@ pub struct Granted {
     pub id: String,
     pub granted_by: String,
     pub created_at_ms: u64,
+}
+
+/// A task's preview as its plan was asked: what its approval saw.
+#[derive(Debug, Clone)]
+pub(crate) struct Previewed {
+    pub index: usize,
+    pub digest: String,
+    /// Where its body was cut (the pause's budget), for a recheck to cut
+    /// the same.
+    pub cut_at: usize,
 }

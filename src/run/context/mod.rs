@@ -17,6 +17,7 @@ mod grants;
 mod links;
 mod pause;
 pub mod policy;
+pub mod previews;
 mod questions;
 mod receipts;
 mod restored;
@@ -87,6 +88,9 @@ pub struct RunContext {
     /// The grants the run's calls spent, latest last (a few), for their
     /// receipts.
     granted: Vec<cleared::Granted>,
+    /// The preview digests of the latest plan asked, by task index: what
+    /// its approval was shown (a receipt names it; `recheck` compares).
+    previewed: Vec<cleared::Previewed>,
 }
 
 impl RunContext {
@@ -113,6 +117,7 @@ impl RunContext {
             pending_grant: None,
             open: None,
             granted: Vec::new(),
+            previewed: Vec::new(),
         }
     }
 

@@ -73,7 +73,10 @@ impl RunContext {
                 index,
                 tool: tool.to_owned(),
                 args_digest: call_digest(tool, args),
-                preview_digest: None,
+                // What a person was shown: a rule or a grant was shown nothing.
+                preview_digest: (*cleared == Cleared::Person)
+                    .then(|| self.previewed(index).map(str::to_owned))
+                    .flatten(),
             },
             approved_by: signer.approved_by,
             via: signer.via,

@@ -24,7 +24,10 @@ impl RunContext {
         record: &PausedRecord,
     ) -> Result<PendingDecision, RunError> {
         let asking = match &record.asked {
-            Ask::Approval { tasks } => Asking::Plan(Arc::new(self.plan_check(tasks))),
+            Ask::Approval { tasks } => {
+                self.note_previews(tasks);
+                Asking::Plan(Arc::new(self.plan_check(tasks)))
+            }
             Ask::Question { questions, .. } => Asking::Questions(questions.clone().into()),
         };
         let at = crate::clock::at;

@@ -57,6 +57,9 @@ impl RunContext {
         args: &Value,
         cleared: Cleared,
     ) -> Result<ToolOutcome, RunError> {
+        if let Some(changed) = Box::pin(self.rechecked(index, tool, args, &cleared)).await {
+            return Box::pin(self.not_run_changed(index, tool, args, changed)).await;
+        }
         let stop = self.stop.clone();
         let receipt = self.receipt(index, &tool.name, args, &cleared);
         // Boxed, like the record below: an engine's future is as large as
@@ -94,6 +97,44 @@ impl RunContext {
         Ok(outcome)
     }
 
+    /// A call whose effect changed since it was approved (`recheck`): not
+    /// run; its `tool_output` says so with both digests, and the audit log
+    /// records `precondition_changed` (fail closed) before the run goes on.
+    async fn not_run_changed(
+        &mut self,
+        index: usize,
+        tool: &Tool,
+        args: &Value,
+        changed: crate::tools::outcome::Changed,
+    ) -> Result<ToolOutcome, RunError> {
+        run_log!(
+            Info,
+            self.tag(),
+            "{}: its preview changed since task {index} was approved; not run",
+            tool.name
+        );
+        let event = CallEvent::PreconditionChanged {
+            tool: &tool.name,
+            args,
+            task: index,
+            changed: &changed,
+        };
+        let record = self.settings.journal().call(self.subject(), event);
+        self.audit(record.as_ref()).await?;
+        let mut outcome = ToolOutcome::skipped(
+            false,
+            None,
+            Some(format!(
+                "not run: its effect changed since it was approved (its preview now shows                  something else: {} instead of {}); it is put to the person again",
+                changed.current_digest, changed.approved_digest
+            )),
+        );
+        outcome.changed = Some(Box::new(changed));
+        let chunk = self.tool_output(index, &tool.name, &outcome, None);
+        self.log.push(chunk);
+        Ok(outcome)
+    }
+
     /// The `tool_output` chunk of a call's outcome; `text` replaces the
     /// one-line summary.
     pub fn tool_output(
@@ -114,6 +155,13 @@ impl RunContext {
             .with_meta(meta::SKIPPED, outcome.skipped)
             .with_meta(meta::TRUNCATED, outcome.truncated)
             .with_meta(meta::DURATION_MS, outcome.duration_ms);
+        let chunk = match &outcome.changed {
+            Some(changed) => chunk
+                .with_meta(meta::ERROR_TYPE, ErrorType::PreconditionChanged.as_str())
+                .with_meta(meta::APPROVED_DIGEST, changed.approved_digest.as_str())
+                .with_meta(meta::CURRENT_DIGEST, changed.current_digest.as_str()),
+            None => chunk,
+        };
         match (&outcome.result, &outcome.error) {
             (Some(result), _) => chunk.with_meta(meta::RESULT, result.as_str()),
             (None, Some(error)) => chunk.with_meta(meta::ERROR, error.as_str()),

@@ -9,10 +9,11 @@ use serde::Deserialize;
 
 use crate::protocol::{is_plain_name, RiskLevel};
 use crate::tools::command;
+use crate::tools::gate::preview_timeout_of;
 use crate::tools::gate::GateKeys;
 #[cfg(feature = "openai")]
 use crate::tools::http;
-use crate::tools::tool::{Executor, Tool, DEFAULT_TIMEOUT, MAX_TIMEOUT};
+use crate::tools::tool::{Executor, Preview, Tool, DEFAULT_TIMEOUT, MAX_TIMEOUT};
 
 /// A tool as written in the file.
 #[derive(Debug, Deserialize)]
@@ -43,6 +44,11 @@ pub(super) struct ToolEntry {
     env: Vec<String>,
     #[serde(default)]
     headers: HashMap<String, String>,
+    preview: Option<Vec<String>>,
+    preview_http: Option<String>,
+    preview_timeout: Option<String>,
+    #[serde(default)]
+    recheck: bool,
 }
 
 fn yes() -> bool {
@@ -71,6 +77,44 @@ pub(super) fn build(entry: ToolEntry) -> Result<Tool, String> {
     let parameters = serde_json::to_value(parameters)
         .map_err(|err| format!("key `parameters`: not a JSON value: {err}"))?;
     let timeout = timeout_of(entry.timeout_secs)?;
+    let preview_timeout = preview_timeout_of(entry.preview_timeout.as_deref())?;
+    let preview = match (entry.preview, entry.preview_http, &entry.command) {
+        (Some(_), Some(_), _) => {
+            return Err(
+                "keys `preview` and `preview_http`: a tool has at most one preview".to_owned(),
+            )
+        }
+        (Some(argv), None, Some(_)) => Some(Preview {
+            executor: Executor::Command(
+                command::CommandSpec::new(argv, entry.cwd.clone(), entry.env.clone())
+                    .map_err(|err| err.replace("key `command`", "key `preview`"))?,
+            ),
+            timeout: preview_timeout,
+        }),
+        (Some(_), None, None) => {
+            return Err(
+                "key `preview`: only for `command` tools (an http tool's is `preview_http`)"
+                    .to_owned(),
+            )
+        }
+        (None, Some(url), None) if entry.http.is_some() => Some(Preview {
+            executor: http_executor(url, entry.headers.clone())
+                .map_err(|err| err.replace("key `http`", "key `preview_http`"))?,
+            timeout: preview_timeout,
+        }),
+        (None, Some(_), _) => {
+            return Err(
+                "key `preview_http`: only for `http` tools (a command tool's is `preview`)"
+                    .to_owned(),
+            )
+        }
+        (None, None, _) => None,
+    };
+    if preview.is_none() && entry.recheck {
+        return Err(
+            "key `recheck`: needs a preview to run again (`preview`, `preview_http`)".to_owned(),
+        );
+    }
     let executor = match (entry.command, entry.http) {
         (Some(_), Some(_)) => {
             return Err("keys `command` and `http`: a tool has exactly one executor".to_owned())
@@ -102,6 +146,8 @@ pub(super) fn build(entry: ToolEntry) -> Result<Tool, String> {
     )
     .map_err(|err| format!("key `parameters`: {err}"))?;
     tool.grantable = entry.grantable || risk != RiskLevel::High;
+    tool.preview = preview;
+    tool.recheck = entry.recheck;
     tool.gate = GateKeys {
         approvers: entry.approvers,
         approvals: entry.approvals,

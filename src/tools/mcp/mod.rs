@@ -56,6 +56,14 @@ pub struct McpEntry {
     pub allow: Option<Vec<String>>,
     pub deny: Option<Vec<String>>,
     pub timeout_secs: Option<f64>,
+    /// A tool's preview: another tool of this server, called with the
+    /// same arguments (`{ write_file = "read_text_file" }`).
+    #[serde(default)]
+    pub preview_tool: std::collections::BTreeMap<String, String>,
+    pub preview_timeout: Option<String>,
+    /// Every previewed tool's preview runs again before its call.
+    #[serde(default)]
+    pub recheck: bool,
 }
 
 fn yes() -> bool {
@@ -75,6 +83,11 @@ pub struct McpSpec {
     deny: Vec<String>,
     /// Per call (`timeout_secs`).
     pub timeout: Duration,
+    /// Tool to its preview tool (`preview_tool`), the previews' time limit
+    /// and `recheck`.
+    pub preview_tool: std::collections::BTreeMap<String, String>,
+    pub preview_timeout: Duration,
+    pub recheck: bool,
 }
 
 impl McpEntry {
@@ -124,6 +137,11 @@ impl McpEntry {
         if self.allow.is_some() && self.deny.is_some() {
             return Err("keys `allow` and `deny`: use one of them".to_owned());
         }
+        let preview_timeout =
+            crate::tools::gate::preview_timeout_of(self.preview_timeout.as_deref())?;
+        if self.recheck && self.preview_tool.is_empty() {
+            return Err("key `recheck`: needs a preview to run again (`preview_tool`)".to_owned());
+        }
         Ok(McpSpec {
             name,
             reach,
@@ -132,6 +150,9 @@ impl McpEntry {
             allow: self.allow,
             deny: self.deny.unwrap_or_default(),
             timeout,
+            preview_tool: self.preview_tool,
+            preview_timeout,
+            recheck: self.recheck,
         })
     }
 }
@@ -152,7 +173,16 @@ impl McpSpec {
                 Some(allow) => allow.contains(&tool.name),
                 None => !self.deny.contains(&tool.name),
             })
-            .collect();
+            .collect::<Vec<Listed>>();
+        for (tool, preview) in &self.preview_tool {
+            for name in [tool, preview] {
+                if !offered.iter().any(|t| &t.name == name) {
+                    return Err(format!(
+                        "key `preview_tool`: the server offers no tool `{name}`"
+                    ));
+                }
+            }
+        }
         Ok((server, offered))
     }
 }

@@ -523,6 +523,7 @@ fn outcome(started: Instant, result: &CallToolResult) -> ToolOutcome {
         exit_status: None,
         http_status: None,
         output_bytes: out.total,
+        changed: None,
     }
 }
 
