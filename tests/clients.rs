@@ -25,6 +25,14 @@ approvals = 2
 command = ["cat"]
 parameters = { type = "object", properties = { step = { type = "string" } }, required = ["step"] }
 
+[[tool]]
+name = "peek"
+description = "Shows what it would do before it runs"
+risk = "low"
+command = ["cat"]
+preview = ["sh", "-c", "echo would change 3 files"]
+parameters = { type = "object", properties = { step = { type = "string" } }, required = ["step"] }
+
 [[rule]]
 name = "no forbidden echoes"
 tool = "echo_args"

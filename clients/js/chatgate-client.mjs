@@ -561,7 +561,7 @@ export class ChatGateClient {
       const answer = parseReply(given);
       if (!answer) return false;
       const ack = await this.reply(sessionId, answer[0], answer[1], {
-        confirmationId, decisions: answer[2], grant: answer[3],
+        confirmationId, decisions: withPreviewsSeen(answer[2], chunk, answer[0]), grant: answer[3],
       });
       // One approval of several: the run waits for the others.
       if (ack.chunk_type === 'approval_recorded' && onChunk) await onChunk(ack);
@@ -673,6 +673,50 @@ export function formatQuestion(question, n) {
 }
 
 /** One chunk as readable text (several lines for a confirmation request). */
+/** Most characters of a task's preview a terminal shows; the rest is counted. */
+export const PREVIEW_SHOWN = 4000;
+
+/** A task's preview (what its call would do) as lines, or none. */
+export function formatPreview(preview) {
+  if (!preview) return [];
+  const body = preview.body ?? '';
+  const lines = [`     ${preview.ok ? 'preview' : 'preview (failed)'}:${preview.truncated ? ' (cut by the server)' : ''}`];
+  for (const line of body.slice(0, PREVIEW_SHOWN).split('\n')) {
+    if (line !== '' || lines.length === 1) lines.push(`     | ${line}`);
+  }
+  if (body.length > PREVIEW_SHOWN) lines.push(`     | ... ${body.length - PREVIEW_SHOWN} more characters`);
+  return lines;
+}
+
+/** `decisions` naming the previews `chunk` showed (#43): with confirm or
+ * decide every approve of a previewed task carries its `preview_digest`,
+ * and a confirm approves the previewed tasks it does not name, naming
+ * theirs. The server refuses a digest that is not the task's current
+ * preview (409 `preview_stale`). */
+export function withPreviewsSeen(decisions, chunk, action) {
+  if (action !== 'confirm' && action !== 'decide') return decisions;
+  const tasks = chunk?.confirmation_data?.tasks ?? [];
+  const digests = new Map(tasks.filter((t) => t.preview && (t.state ?? 'pending') === 'pending')
+    .map((t) => [t.index, t.preview.digest]));
+  if (digests.size === 0) return decisions;
+  const ids = new Map(tasks.filter((t) => t.task_id).map((t) => [t.task_id, t.index]));
+  const out = (decisions ?? []).map((d) => ({ ...d }));
+  const named = new Set();
+  for (const d of out) {
+    const index = d.index ?? ids.get(d.task_id);
+    named.add(index);
+    if (d.decision === 'approve' && digests.has(index) && d.preview_digest === undefined) {
+      d.preview_digest = digests.get(index);
+    }
+  }
+  if (action === 'confirm') {
+    for (const [index, digest] of digests) {
+      if (!named.has(index)) out.push({ index, decision: 'approve', preview_digest: digest });
+    }
+  }
+  return out;
+}
+
 export function formatChunk(chunk, now = Date.now()) {
   const kind = chunk.chunk_type ?? '?';
   if (kind === 'content') return chunk.chunk;
@@ -684,6 +728,7 @@ export function formatChunk(chunk, now = Date.now()) {
       const tool = task.simulated ? 'simulated: no tool runs' : task.tool;
       lines.push(`  ${task.index}. ${task.description}  (${tool}${risk})${approvedByText(task.approved_by)}`);
       lines.push(`     args: ${formatArgs(task.args)}`);
+      lines.push(...formatPreview(task.preview));
     }
     const left = Math.max(0, Math.round((Date.parse(data.expires_at) - now) / 1000));
     lines.push(`  risk: ${data.risk_level} · round ${data.confirmation_round} · expires ${data.expires_at}` +

@@ -11,7 +11,7 @@ import { parseArgs } from 'node:util';
 import { createInterface } from 'node:readline/promises';
 import {
   ASK_AGAIN, ChatGateClient, ChatGateError, everyTask, expects, formatChunk, grantedTools, grantOf,
-  parseGrantFlag, parseReply,
+  parseGrantFlag, parseReply, withPreviewsSeen,
 } from './chatgate-client.mjs';
 
 const DEFAULT_URL = 'http://127.0.0.1:8080';
@@ -413,7 +413,9 @@ async function decideListed(client, confirmationId, onConfirmation, onQuestion, 
   } else {
     const [action, text, decisions, grant] = parseReply(given);
     const since = Date.now();
-    ack = await client.reply(item.session_id, action, text, { confirmationId, decisions, grant });
+    ack = await client.reply(item.session_id, action, text, {
+      confirmationId, decisions: withPreviewsSeen(decisions, chunk, action), grant,
+    });
     if (grant && ack.chunk_type === 'confirmation_received') {
       out.write(`${formatChunk(ack)}\n`);
       out.write(`${await grantMade(client, item.session_id, since)}\n`);

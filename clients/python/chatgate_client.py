@@ -861,8 +861,9 @@ class ChatGateClient:
             answer = parse_reply(reply)
             if answer is None:
                 return False
+            decisions = with_previews_seen(reply_decisions(reply), chunk, answer[0])
             ack = self.reply(session_id, answer[0], answer[1], data.get("confirmation_id"),
-                             reply_decisions(reply), grant=reply_grant(reply))
+                             decisions, grant=reply_grant(reply))
             if ack.get("chunk_type") == "approval_recorded" and on_chunk:
                 # One approval of several: the run waits for the others.
                 on_chunk(ack)
@@ -985,6 +986,7 @@ def format_chunk(chunk):
                          % (task.get("index"), task.get("description"), tool, risk,
                             approved_by_text(task.get("approved_by"))))
             lines.append("     args: %s" % format_args(task.get("args")))
+            lines.extend(format_preview(task.get("preview")))
         left = _seconds_left(data.get("expires_at"))
         lines.append(
             "  risk: %s · round %s · expires %s%s"
@@ -1022,6 +1024,50 @@ def format_chunk(chunk):
     if kind == "tool_output" and meta.get("error_type") == "denied_by_rule":
         lines[0] += "  (denied by rule %s)" % meta.get("rule")
     return "\n".join(lines)
+
+
+#: Most characters of a task's preview a terminal shows; the rest is counted.
+PREVIEW_SHOWN = 4000
+
+
+def format_preview(preview):
+    """A task's preview (what its call would do) as lines, or none."""
+    if not preview:
+        return []
+    body = preview.get("body") or ""
+    label = "preview" if preview.get("ok") else "preview (failed)"
+    lines = ["     %s:%s" % (label, " (cut by the server)" if preview.get("truncated") else "")]
+    lines.extend("     | " + line for line in body[:PREVIEW_SHOWN].splitlines())
+    if len(body) > PREVIEW_SHOWN:
+        lines.append("     | ... %d more characters" % (len(body) - PREVIEW_SHOWN))
+    return lines
+
+
+def with_previews_seen(decisions, chunk, action):
+    """``decisions`` naming the previews ``chunk`` showed (#43): with
+    ``confirm`` or ``decide`` every ``approve`` of a previewed task carries
+    its ``preview_digest``, and a confirm approves the previewed tasks it
+    does not name, naming theirs. The server refuses a reply whose digest
+    is not the task's current preview (409 ``preview_stale``)."""
+    if action not in ("confirm", "decide"):
+        return decisions
+    tasks = (chunk.get("confirmation_data") or {}).get("tasks", [])
+    digests = {t.get("index"): t["preview"]["digest"] for t in tasks
+               if t.get("preview") and t.get("state", "pending") == "pending"}
+    if not digests:
+        return decisions
+    ids = {t.get("task_id"): t.get("index") for t in tasks if t.get("task_id")}
+    out = [dict(d) for d in (decisions or [])]
+    named = set()
+    for d in out:
+        index = d.get("index", ids.get(d.get("task_id")))
+        named.add(index)
+        if d.get("decision") == "approve" and index in digests:
+            d.setdefault("preview_digest", digests[index])
+    if action == "confirm":
+        out.extend(decision(index, "approve", preview_digest=digest)
+                   for index, digest in digests.items() if index not in named)
+    return out
 
 
 def approved_by_text(approved_by):
@@ -1403,8 +1449,9 @@ def _decide_listed(client, confirmation_id, on_confirmation, on_question, out):
         action, text = parse_reply(given)
         granting = reply_grant(given)
         since = time.time()
+        decisions = with_previews_seen(reply_decisions(given), chunk, action)
         ack = client.reply(item["session_id"], action, text, confirmation_id,
-                           reply_decisions(given), grant=granting)
+                           decisions, grant=granting)
         if granting and ack.get("chunk_type") == "confirmation_received":
             out.write(format_chunk(ack) + "\n")
             out.write(_grant_made(client, item["session_id"], since) + "\n")

@@ -212,7 +212,9 @@ pub async fn decide_form(
                 reason: (decision == "reject").then(|| "rejected on the decision page".to_owned()),
                 args: None,
                 result: None,
-                preview_digest: None,
+                preview_digest: (decision == "approve")
+                    .then(|| field(&format!("digest.{index}")).map(str::to_owned))
+                    .flatten(),
             };
             ("decide", Some(vec![decided]), None)
         }
@@ -231,7 +233,30 @@ pub async fn decide_form(
                     preview_digest: None,
                 })
                 .collect();
-            let decisions = (!rejected.is_empty()).then_some(rejected);
+            // The tasks not rejected, approved as the page showed them:
+            // each names the preview it showed (#43).
+            let mut decisions = rejected;
+            for (name, digest) in form {
+                let Some(index) = name
+                    .strip_prefix("digest.")
+                    .and_then(|i| i.parse::<u64>().ok())
+                else {
+                    continue;
+                };
+                if decisions.iter().any(|d| d.index == Some(index)) {
+                    continue;
+                }
+                decisions.push(TaskDecisionRequest {
+                    index: Some(index),
+                    task_id: None,
+                    decision: "approve".to_owned(),
+                    reason: None,
+                    args: None,
+                    result: None,
+                    preview_digest: Some(digest.clone()),
+                });
+            }
+            let decisions = (!decisions.is_empty()).then_some(decisions);
             ("confirm", decisions, None)
         }
         "cancel" => ("cancel", None, None),

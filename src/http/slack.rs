@@ -157,6 +157,7 @@ async fn press(
     let Some(link_maker) = &state.runs.settings().links else {
         return Pressed::Told("this chatgate makes no decision links".to_owned());
     };
+    let (value, digests) = slack::read_value(value);
     let Some(token) = link_maker.verify(value, crate::clock::now_ms()) else {
         state.runs.metrics().link_refused();
         return Pressed::Told("this button is no longer valid (its pause expired)".to_owned());
@@ -196,7 +197,14 @@ async fn press(
     }
     let client = forward::client_address(req, forwarded.is_some());
     let not_after = forwarded.and_then(|f| f.not_after);
-    let outcome = decide(state, &target, button, client.as_deref(), not_after).await;
+    let outcome = decide(
+        state,
+        &target,
+        (button, &digests),
+        client.as_deref(),
+        not_after,
+    )
+    .await;
     Pressed::Outcome(Box::new(outcome))
 }
 
@@ -205,10 +213,17 @@ async fn press(
 async fn decide(
     state: &AppState,
     target: &links::Target,
-    button: slack::Button,
+    (button, digests): (slack::Button, &[(usize, &str)]),
     client: Option<&str>,
     not_after: Option<std::time::SystemTime>,
 ) -> Outcome {
+    // An approval names the previews its message showed (#43).
+    let shown = |index: usize| {
+        digests
+            .iter()
+            .find(|(at, _)| *at == index)
+            .map(|(_, digest)| (*digest).to_owned())
+    };
     let task = |index: usize, decision: &str| TaskDecisionRequest {
         index: Some(index as u64),
         task_id: None,
@@ -216,13 +231,22 @@ async fn decide(
         reason: None,
         args: None,
         result: None,
-        preview_digest: None,
+        preview_digest: (decision == "approve").then(|| shown(index)).flatten(),
     };
     let (action, decisions) = match button {
+        slack::Button::Approve if !digests.is_empty() => (
+            Action::Confirm,
+            Some(
+                digests
+                    .iter()
+                    .map(|(index, _)| task(*index, "approve"))
+                    .collect(),
+            ),
+        ),
         slack::Button::Approve => (Action::Confirm, None),
         slack::Button::Reject => (Action::Cancel, None),
-        slack::Button::ApproveTask(index) => (Action::Decide, Some([task(index, "approve")])),
-        slack::Button::RejectTask(index) => (Action::Decide, Some([task(index, "reject")])),
+        slack::Button::ApproveTask(index) => (Action::Decide, Some(vec![task(index, "approve")])),
+        slack::Button::RejectTask(index) => (Action::Decide, Some(vec![task(index, "reject")])),
     };
     let message = ReplyMessage {
         action: action.as_str().to_owned(),

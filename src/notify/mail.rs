@@ -52,6 +52,9 @@ pub enum MailWhy {
 /// The mail of the pause `pause` (asked by `key`, summed up as `summary`;
 /// none when its request is no longer at hand) for `to`, and why it is
 /// sent.
+/// Most bytes of a task's preview a letter shows; the rest is a link away.
+pub const MAIL_PREVIEW_BYTES: usize = 2 * 1024;
+
 pub fn letter(
     event_id: &str,
     pause: Option<&PauseData>,
@@ -92,12 +95,40 @@ pub fn letter(
             task.index, task.tool, task.description, args
         );
         text.push_str(&line);
+        // What it would do (#43): cut at 2 KiB, the rest on the page.
+        let preview = task.preview.as_ref().map(|p| {
+            let (shown, cut) = crate::tools::preview::cut_to(&p.body, MAIL_PREVIEW_BYTES);
+            let label = if p.ok {
+                "Preview"
+            } else {
+                "The preview failed"
+            };
+            let more = (cut || p.truncated).then(|| format!("see the full preview: {}", to.url));
+            text.push_str(&format!("   {label}:\n"));
+            for line in shown.lines() {
+                text.push_str(&format!("   | {line}\n"));
+            }
+            if let Some(more) = &more {
+                text.push_str(&format!("   ... {more}\n"));
+            }
+            format!(
+                "<div>{label}:</div><pre style=\"white-space:pre;overflow:auto;max-height:20em;\
+                 background:#fffbe6\">{}</pre>{}",
+                escape(shown),
+                more.map(|_| format!(
+                    "<p><a href=\"{}\">see the full preview</a></p>",
+                    escape(&to.url)
+                ))
+                .unwrap_or_default()
+            )
+        });
         html.push_str(&format!(
-            "<li><b>{}</b> ({} risk): {}<br><code>{}</code></li>",
+            "<li><b>{}</b> ({} risk): {}<br><code>{}</code>{}</li>",
             escape(&task.tool),
             escape(task_risk),
             escape(&task.description),
-            escape(&args)
+            escape(&args),
+            preview.unwrap_or_default()
         ));
     }
     text.push_str(&format!(
@@ -356,6 +387,45 @@ mod tests {
         assert!(letter
             .html
             .contains("<a href=\"https://gate.example/d/t\">"));
+    }
+
+    #[test]
+    fn a_letter_shows_a_preview_cut_at_2_kib_with_a_link_to_all_of_it() {
+        let body = "line\n".repeat(1000);
+        let data = plan(
+            "low",
+            json!([{"index": 1, "tool": "put", "risk_level": "low", "description": "put x",
+                    "args": {}, "preview": {"ok": true, "body": body, "truncated": false, "digest": "d"}}]),
+        );
+        let to = MailTo {
+            address: "lead@example.com".into(),
+            label: "lead-1".into(),
+            url: "https://gate.example/d/t".into(),
+        };
+        let letter = letter(
+            "ev",
+            Some(&data),
+            "k",
+            "s",
+            "Confirm?",
+            &MailWhy::Asked,
+            &to,
+        );
+        assert!(
+            letter.text.contains("   Preview:\n   | line\n"),
+            "{}",
+            letter.text
+        );
+        assert_eq!(
+            letter.text.matches("   | line").count(),
+            MAIL_PREVIEW_BYTES / 5
+        );
+        assert!(letter
+            .text
+            .contains("see the full preview: https://gate.example/d/t"));
+        assert!(letter
+            .html
+            .contains("<a href=\"https://gate.example/d/t\">see the full preview</a>"));
     }
 
     #[test]

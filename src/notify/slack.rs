@@ -18,6 +18,9 @@ pub const MAX_SKEW_SECS: u64 = 300;
 pub const ARGS_SHOWN: usize = 1_500;
 /// Tasks a message lists (a message has at most 50 blocks).
 pub const TASKS_SHOWN: usize = 20;
+/// Most characters of a task's preview a message shows (#43); a longer
+/// one is cut, and approved on the decision page, where it is whole.
+pub const PREVIEW_SHOWN: usize = 1_000;
 
 /// Whether `signature` signs `body` sent at `timestamp` with `secret`,
 /// within [`MAX_SKEW_SECS`] of `now_secs` (compared in constant time).
@@ -69,9 +72,32 @@ pub fn message(
     // A plan of several tasks: each shown task has its own buttons, which
     // decide it alone (#42).
     let per_task = tasks.len() > 1;
+    // The previews shown, by task: an Approve names what it showed
+    // (`<token> <index>:<digest>,...` as its value).
+    let mut digests = Vec::new();
     for task in tasks.iter().take(TASKS_SHOWN) {
         let args = task.args.as_ref().map(Value::to_string).unwrap_or_default();
-        let task_cut = args.chars().count() > ARGS_SHOWN;
+        let mut task_cut = args.chars().count() > ARGS_SHOWN;
+        let preview = task.preview.as_ref().map(|p| {
+            let shown: String = p.body.chars().take(PREVIEW_SHOWN).collect();
+            let short = p.truncated || shown.len() < p.body.len();
+            task_cut |= short;
+            digests.push(format!("{}:{}", task.index, p.digest));
+            format!(
+                "\n{}{}\n```{}```",
+                if p.ok {
+                    "Preview"
+                } else {
+                    "The preview failed"
+                },
+                if short {
+                    " (cut: open the page for all of it)"
+                } else {
+                    ""
+                },
+                escape(&shown).replace("```", "'''"),
+            )
+        });
         cut |= task_cut;
         let args: String = if args.chars().count() > ARGS_SHOWN {
             args.chars().take(ARGS_SHOWN).collect::<String>() + "…"
@@ -80,16 +106,17 @@ pub fn message(
         };
         blocks.push(
             json!({"type": "section", "text": {"type": "mrkdwn", "text": format!(
-                "*{}. {}* ({} risk)\n{}\n```{}```",
+                "*{}. {}* ({} risk)\n{}\n```{}```{}",
                 task.index,
                 escape(&task.tool),
                 escape(task.risk_level.map_or("", RiskLevel::as_str)),
                 escape(&task.description),
                 escape(&args).replace("```", "'''"),
+                preview.unwrap_or_default(),
             )}}),
         );
         if per_task {
-            blocks.push(task_buttons(task.index, task_cut, token));
+            blocks.push(task_buttons(task.index, task_cut, token, &digests));
         }
     }
     if tasks.len() > TASKS_SHOWN {
@@ -99,7 +126,7 @@ pub fn message(
     blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn",
         "text": format!("Expires {}", escape(card.expires_at))}]}));
     let approve = json!({"type": "button", "action_id": "approve", "style": "primary",
-        "text": {"type": "plain_text", "text": "Approve"}, "value": token});
+        "text": {"type": "plain_text", "text": "Approve"}, "value": with_digests(token, &digests)});
     let reject = json!({"type": "button", "action_id": "reject", "style": "danger",
         "text": {"type": "plain_text", "text": "Reject"}, "value": token});
     let elements = if cut {
@@ -123,12 +150,21 @@ pub fn message(
 /// The buttons that decide task `index` alone: `approve_task_<index>` (not
 /// when its arguments were `cut`: nobody approves what they were not
 /// shown) and `reject_task_<index>`, each carrying `token`.
-fn task_buttons(index: usize, cut: bool, token: &str) -> Value {
+fn task_buttons(index: usize, cut: bool, token: &str, digests: &[String]) -> Value {
     let mut elements = Vec::new();
     if !cut {
+        let own: Vec<String> = digests
+            .iter()
+            .filter(|d| {
+                d.split_once(':')
+                    .is_some_and(|(i, _)| i == index.to_string())
+            })
+            .cloned()
+            .collect();
         elements.push(
             json!({"type": "button", "action_id": format!("{APPROVE_TASK}{index}"),
-            "text": {"type": "plain_text", "text": format!("Approve {index}")}, "value": token}),
+            "text": {"type": "plain_text", "text": format!("Approve {index}")},
+            "value": with_digests(token, &own)}),
         );
     }
     elements.push(
@@ -136,6 +172,30 @@ fn task_buttons(index: usize, cut: bool, token: &str) -> Value {
         "text": {"type": "plain_text", "text": format!("Reject {index}")}, "value": token}),
     );
     json!({"type": "actions", "block_id": format!("chatgate_task_{index}"), "elements": elements})
+}
+
+/// An Approve button's value: the decision token, then the previews it
+/// showed (`<index>:<digest>`, comma-separated) after a space.
+fn with_digests(token: &str, digests: &[String]) -> String {
+    if digests.is_empty() {
+        token.to_owned()
+    } else {
+        format!("{token} {}", digests.join(","))
+    }
+}
+
+/// A button's value read back: the token, and the preview digests it
+/// showed by task index.
+pub fn read_value(value: &str) -> (&str, Vec<(usize, &str)>) {
+    let (token, digests) = value.split_once(' ').unwrap_or((value, ""));
+    let digests = digests
+        .split(',')
+        .filter_map(|d| {
+            let (index, digest) = d.split_once(':')?;
+            Some((index.parse().ok()?, digest))
+        })
+        .collect();
+    (token, digests)
 }
 
 /// What a task's buttons' `action_id` starts with (then its index).
@@ -260,6 +320,38 @@ mod tests {
         assert_eq!(actions[1]["action_id"], "reject");
         assert_eq!(actions[0]["value"], "tok");
         assert_eq!(actions[1]["value"], "tok");
+    }
+
+    #[test]
+    fn a_preview_is_shown_and_approve_names_its_digest_unless_it_is_cut() {
+        let task = |body: &str| {
+            json!([{"index": 1, "tool": "put", "description": "", "risk_level": "low",
+            "args": {}, "preview": {"ok": true, "body": body, "truncated": false, "digest": "d1"}}])
+        };
+        let message = message(&plan("low", task("old <b>")), "ci-bot", "s", "tok", None);
+        let blocks = message["blocks"].as_array().unwrap();
+        let text = blocks[2]["text"]["text"].as_str().unwrap();
+        assert!(text.contains("Preview\n```old &lt;b&gt;```"), "{text}");
+        let actions = &blocks.last().unwrap()["elements"];
+        assert_eq!(actions[0]["value"], "tok 1:d1");
+        assert_eq!(read_value("tok 1:d1"), ("tok", vec![(1, "d1")]));
+        assert_eq!(read_value("tok"), ("tok", vec![]));
+
+        let long = "x".repeat(PREVIEW_SHOWN + 1);
+        let cut = super::message(
+            &plan("low", task(&long)),
+            "ci-bot",
+            "s",
+            "tok",
+            Some("https://gate/d/t"),
+        );
+        let blocks = cut["blocks"].as_array().unwrap();
+        let actions = blocks.last().unwrap()["elements"].as_array().unwrap();
+        assert!(
+            actions.iter().all(|a| a["action_id"] != "approve"),
+            "{actions:?}"
+        );
+        assert!(actions.iter().any(|a| a["url"] == "https://gate/d/t"));
     }
 
     #[test]

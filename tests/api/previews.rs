@@ -272,3 +272,49 @@ async fn a_tool_without_a_preview_shows_none_and_takes_no_digest() {
         ChunkType::ConfirmationRequest
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_link_page_shows_the_preview_and_its_confirm_names_the_digest_it_showed() {
+    let receiver = crate::webhooks::Receiver::start().await;
+    let dir = Workdir::new();
+    std::fs::write(dir.path("target.txt"), "<b>old</b>").unwrap();
+    let app = crate::links::app_with(&dir, &receiver, &put(&dir, "")).await;
+    let (mut stream, id) = crate::approvers::paused(&app, "agent-key-000001", "lp", "put x").await;
+    let links = crate::links::links_of(&receiver, &app, &id).await;
+    let url = crate::links::link(&links, "lead-1");
+    let page = app
+        .client
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let seen = digest("put", "put x", "<b>old</b>");
+    assert!(
+        page.contains("<pre class=\"preview\">&lt;b&gt;old&lt;/b&gt;</pre>"),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("name=\"digest.1\" value=\"{seen}\"")),
+        "{page}"
+    );
+
+    // A form whose digest is not the preview's: refused, nothing taken.
+    let (status, refused) = crate::links::post(
+        &app,
+        url,
+        &[("action", "confirm"), ("digest.1", &"0".repeat(64))],
+    )
+    .await;
+    assert!(
+        refused.contains("is not its preview now"),
+        "{status} {refused}"
+    );
+    let (status, page) =
+        crate::links::post(&app, url, &[("action", "confirm"), ("digest.1", &seen)]).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    assert!(target(&dir).contains("put x"));
+}

@@ -37,6 +37,14 @@ risk = "low"
 command = ["python3", ${JSON.stringify(join(ROOT, 'examples', 'tools', 'write_note.py'))}, ${JSON.stringify(NOTES)}]
 timeout_secs = 10
 parameters = { type = "object", properties = { step = { type = "string" } }, required = ["step"] }
+
+[[tool]]
+name = "show"
+description = "Shows what it would change first"
+risk = "low"
+command = ["true"]
+preview = ["sh", "-c", "printf 'line one\\nline two\\n'"]
+parameters = { type = "object" }
 `);
   ({ server, url: baseUrl } = await startServer(['--step-delay', '50ms', '--max-rounds', '2', '--tools', tools]));
   browser = await chromium.launch({
@@ -347,6 +355,27 @@ test('a task can be left out and another run with edited arguments', async () =>
   assert.match(await card.locator('li').nth(2).textContent(), /\(edit\)/);
   // What ran is what was edited.
   assert.match(readFileSync(join(NOTES, 'notes.txt'), 'utf8'), /third, edited/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a task with a preview shows it in monospace, and Confirm sends the digest it showed', async () => {
+  const { page, errors } = await openPage();
+  await send(page, 'show it');
+  const card = page.locator('section.card').first();
+  await card.waitFor();
+  const body = card.getByLabel('Preview of task 1');
+  assert.equal(await body.textContent(), 'line one\nline two\n');
+  assert.match(await body.evaluate((e) => getComputedStyle(e).fontFamily), /monospace/);
+  assert.match(await card.locator('.preview-label').textContent(), /Preview: what it would do/);
+  await card.screenshot({ path: join(SHOTS, 'preview-card.png') });
+  // The confirm names the digest it showed; the server takes it (a wrong
+  // one is 409 preview_stale) and the run completes.
+  const sent = page.waitForRequest((req) => req.method() === 'POST' && (req.postData() ?? '').includes('CONFIRM_ACTION:confirm'));
+  await card.getByRole('button', { name: 'Confirm' }).click();
+  const body2 = JSON.parse((await sent).postData());
+  assert.match(body2.decisions[0].preview_digest, /^[0-9a-f]{64}$/);
+  await page.locator('.outcome.completed').waitFor();
   assert.deepEqual(errors, []);
   await page.close();
 });

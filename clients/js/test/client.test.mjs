@@ -9,7 +9,7 @@ import { cuttingProxy } from './cutting-proxy.mjs';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { ARGS_SHOWN, ChatGateClient, REPLY_ATTEMPTS, SSEParser, StreamBroken, formatChunk, parseReply } from '../chatgate-client.mjs';
+import { ARGS_SHOWN, ChatGateClient, REPLY_ATTEMPTS, SSEParser, StreamBroken, formatChunk, parseReply, withPreviewsSeen } from '../chatgate-client.mjs';
 
 const CLI = join(dirname(fileURLToPath(import.meta.url)), '..', 'cli.mjs');
 
@@ -263,6 +263,30 @@ describe('library against a server', () => {
     assert.equal(result.outcome, 'completed');
     assert.equal(seen.filter((c) => c.chunk_type === 'tool_output').length, 2);
     assert.equal(seen.at(-1).chunk_type, 'completion');
+  });
+
+  test('a preview is shown, and the confirm names the digest it showed', async () => {
+    const asked = [];
+    const sent = [];
+    const watched = new ChatGateClient(serverUrl(), {
+      fetch: async (url, init) => {
+        if (init?.body && String(init.body).includes('CONFIRM_ACTION')) sent.push(JSON.parse(init.body));
+        return fetch(url, init);
+      },
+    });
+    const result = await watched.run('peek at things', {
+      sessionId: session(),
+      onConfirmation: (chunk) => { asked.push(chunk); return 'confirm'; },
+    });
+    assert.equal(result.outcome, 'completed');
+    const preview = asked[0].confirmation_data.tasks[0].preview;
+    assert.equal(preview.body, 'would change 3 files\n');
+    assert.match(formatChunk(asked[0]), /     \| would change 3 files/);
+    const expected = [{ index: 1, decision: 'approve', preview_digest: preview.digest }];
+    assert.deepEqual(withPreviewsSeen(undefined, asked[0], 'confirm'), expected);
+    assert.equal(withPreviewsSeen(undefined, asked[0], 'cancel'), undefined);
+    assert.equal(sent.length, 1);
+    assert.deepEqual(sent[0].decisions, expected);
   });
 
   test('modify goes to round 2, then confirm runs the feedback', async () => {

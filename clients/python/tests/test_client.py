@@ -369,6 +369,24 @@ class LibraryTests(unittest.TestCase):
         self.assertEqual(kinds.count("tool_output"), 2)
         self.assertEqual(kinds[-1], "completion")
 
+    def test_a_preview_is_shown_and_the_confirm_names_its_digest(self):
+        asked = []
+
+        def answer(chunk):
+            asked.append(chunk)
+            return "confirm"
+
+        result = self.client.run("peek at things", session(), on_confirmation=answer)
+        self.assertEqual(result.outcome, "completed", result.final)
+        preview = asked[0]["confirmation_data"]["tasks"][0]["preview"]
+        self.assertEqual(preview["body"], "would change 3 files\n")
+        self.assertIn("     | would change 3 files", chatgate_client.format_chunk(asked[0]))
+        # What the confirm sent: an approve naming the digest it was shown.
+        sent = chatgate_client.with_previews_seen(None, asked[0], "confirm")
+        self.assertEqual(sent, [{"index": 1, "decision": "approve",
+                                 "preview_digest": preview["digest"]}])
+        self.assertEqual(chatgate_client.with_previews_seen(None, asked[0], "cancel"), None)
+
     def test_modify_then_confirm_runs_round_two(self):
         replies = ["modify:add logging", "confirm"]
         rounds = []

@@ -23,7 +23,9 @@ background:#f3f3f3;padding:.2rem .3rem;display:block}.risk{font-weight:600}\
 button{font-size:1rem;padding:.7rem 1.1rem;margin:.3rem .4rem .3rem 0;min-width:8rem}\
 .confirm{background:#0a5;color:#fff;border:0}.cancel{background:#fff;border:1px solid #999}\
 .task{font-size:.9rem;padding:.4rem .7rem;min-width:0}\
-label{display:block;margin:.3rem 0}input[type=text]{font-size:1rem;width:100%}";
+label{display:block;margin:.3rem 0}input[type=text]{font-size:1rem;width:100%}\
+pre.preview{white-space:pre;word-break:normal;overflow:auto;max-height:20rem;background:#fffbe6;\
+border:1px solid #eee2b0}pre.preview.failed{background:#fdecec;border-color:#f3b9b9}";
 
 /// Escapes `text` for HTML text and attribute values.
 pub fn escape(text: &str) -> String {
@@ -337,8 +339,35 @@ fn tasks(tasks: &[TaskSpec], one_by_one: bool) -> String {
             .args
             .as_ref()
             .map(|a| serde_json::to_string_pretty(a).unwrap_or_default());
+        // What it would do (#43), and the digest a decision here names.
+        let pending = matches!(task.state, None | Some(TaskState::Pending));
+        let preview = task.preview.as_ref().map_or_else(String::new, |p| {
+            let digest = if pending {
+                format!(
+                    "<input type=\"hidden\" name=\"digest.{index}\" value=\"{}\">",
+                    escape(&p.digest)
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "<div>{label}{cut}</div><pre class=\"preview{failed}\">{body}</pre>{digest}",
+                label = if p.ok {
+                    "Preview: what it would do"
+                } else {
+                    "The preview failed"
+                },
+                cut = if p.truncated {
+                    " (cut: longer than shown)"
+                } else {
+                    ""
+                },
+                failed = if p.ok { "" } else { " failed" },
+                body = escape(&p.body),
+            )
+        });
         body.push_str(&format!(
-            "<li><b>{}</b> <span class=\"risk {1}\">({1} risk)</span><br>{2}{3}{decide}</li>",
+            "<li><b>{}</b> <span class=\"risk {1}\">({1} risk)</span><br>{2}{3}{preview}{decide}</li>",
             escape(&task.tool),
             escape(risk),
             escape(&task.description),
