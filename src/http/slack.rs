@@ -157,6 +157,7 @@ async fn press(
     let Some(link_maker) = &state.runs.settings().links else {
         return Pressed::Told("this chatgate makes no decision links".to_owned());
     };
+    // The token, and the previews the button showed (#43).
     let (value, digests) = slack::read_value(value);
     let Some(token) = link_maker.verify(value, crate::clock::now_ms()) else {
         state.runs.metrics().link_refused();
@@ -196,16 +197,10 @@ async fn press(
         Routed::Not(outcome) => return Pressed::Outcome(Box::new(outcome)),
     }
     let client = forward::client_address(req, forwarded.is_some());
-    let not_after = forwarded.and_then(|f| f.not_after);
-    let outcome = decide(
-        state,
-        &target,
-        (button, &digests),
-        client.as_deref(),
-        not_after,
-    )
-    .await;
-    Pressed::Outcome(Box::new(outcome))
+    let from = (client.as_deref(), forwarded.and_then(|f| f.not_after));
+    Pressed::Outcome(Box::new(
+        decide(state, &target, (button, &digests), from).await,
+    ))
 }
 
 /// The button's reply on the decision path as the presser's key: a
@@ -214,8 +209,7 @@ async fn decide(
     state: &AppState,
     target: &links::Target,
     (button, digests): (slack::Button, &[(usize, &str)]),
-    client: Option<&str>,
-    not_after: Option<std::time::SystemTime>,
+    (client, not_after): (Option<&str>, Option<std::time::SystemTime>),
 ) -> Outcome {
     // An approval names the previews its message showed (#43).
     let shown = |index: usize| {
@@ -257,7 +251,7 @@ async fn decide(
         message: &message,
         confirmation_id: Some(&target.token.confirmation_id),
         payload: ReplyPayload {
-            decisions: decisions.as_ref().map(|d| d.as_slice()),
+            decisions: decisions.as_deref(),
             ..ReplyPayload::default()
         },
         client,
