@@ -318,3 +318,35 @@ async fn the_link_page_shows_the_preview_and_its_confirm_names_the_digest_it_sho
     assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
     assert!(target(&dir).contains("put x"));
 }
+
+#[cfg(feature = "openai")]
+#[tokio::test]
+async fn an_http_tool_s_preview_is_its_preview_request_with_the_tool_s_headers() {
+    use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+    let server = HttpServer::new(|| {
+        App::new().route(
+            "/plan",
+            web::post().to(|req: HttpRequest, body: web::Json<Value>| async move {
+                let token = req.headers().get("x-token").and_then(|v| v.to_str().ok()).unwrap_or("");
+                HttpResponse::Ok().body(format!("would deploy {} ({token})", body["step"]))
+            }),
+        )
+    })
+    .workers(1)
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let base = format!("http://{}", server.addrs()[0]);
+    tokio::spawn(server.run());
+    let dir = Workdir::new();
+    let tools = format!(
+        "[[tool]]\nname = \"ship\"\ndescription = \"Ships\"\nrisk = \"high\"\nhttp = \"{base}/ship\"\n\
+         preview_http = \"{base}/plan\"\nheaders = {{ x-token = \"${{PATH}}\" }}\n\
+         parameters = {{ type = \"object\" }}\n"
+    );
+    let app = app_with_tools(&dir, &tools, |_| {}).await;
+    let (_stream, request) = app.open_paused("h", "ship it").await;
+    let preview = task_preview(&request);
+    assert_eq!(preview["ok"], true);
+    let path = std::env::var("PATH").unwrap();
+    assert_eq!(preview["body"], format!("would deploy \"ship it\" ({path})"));
+}

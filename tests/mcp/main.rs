@@ -1177,3 +1177,32 @@ impl TestAppAddress {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs tests/mcp/setup.sh"]
+async fn an_mcp_tool_s_preview_is_another_tool_of_its_server_called_with_the_same_arguments() {
+    let dir = Workdir::new();
+    let tools = dir.tools(10.0, "preview_tool = { stamp = \"echo\" }\nrecheck = true");
+    let audit = dir.path("audit.jsonl");
+    let app = spawn_app_with(move |s| {
+        s.tooling.tools = Some(tools);
+        s.tooling.audit_log = Some(audit);
+    })
+    .await;
+    let (mut stream, request) = app.open_paused("pv", r#"ask__stamp {"text": "hello"}"#).await;
+    let preview = request.approval().unwrap().tasks[0]
+        .preview
+        .clone()
+        .expect("the card shows the preview");
+    assert!(preview.ok);
+    assert_eq!(preview.body, "hello");
+    let (status, _) = app.reply("pv", "CONFIRM_ACTION:confirm").await;
+    assert_eq!(status, 200);
+    // recheck ran `echo` again, saw the same, and the call ran.
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
+    assert!(dir
+        .server_log()
+        .iter()
+        .any(|line| line.starts_with("receipt ey")));
+    assert_eq!(dir.executed().len(), 1, "the preview is not an executed call");
+}
