@@ -327,7 +327,11 @@ async fn an_http_tool_s_preview_is_its_preview_request_with_the_tool_s_headers()
         App::new().route(
             "/plan",
             web::post().to(|req: HttpRequest, body: web::Json<Value>| async move {
-                let token = req.headers().get("x-token").and_then(|v| v.to_str().ok()).unwrap_or("");
+                let token = req
+                    .headers()
+                    .get("x-token")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
                 HttpResponse::Ok().body(format!("would deploy {} ({token})", body["step"]))
             }),
         )
@@ -348,5 +352,49 @@ async fn an_http_tool_s_preview_is_its_preview_request_with_the_tool_s_headers()
     let preview = task_preview(&request);
     assert_eq!(preview["ok"], true);
     let path = std::env::var("PATH").unwrap();
-    assert_eq!(preview["body"], format!("would deploy \"ship it\" ({path})"));
+    assert_eq!(
+        preview["body"],
+        format!("would deploy \"ship it\" ({path})")
+    );
+}
+
+#[tokio::test]
+async fn a_pause_runs_at_most_four_previews_at_once_and_holds_at_most_256_kib_of_them() {
+    let dir = Workdir::new();
+    let log = dir.path("previews.log");
+    let tools = format!(
+        r#"
+[[tool]]
+name = "wide"
+description = "A preview that takes a while and logs when it runs"
+risk = "low"
+command = ["true"]
+preview = ["sh", "-c", "echo start >> {log}; sleep 0.3; echo end >> {log}; head -c 65536 /dev/zero | tr '\\0' 'y'"]
+parameters = {{ type = "object" }}
+"#,
+        log = log.display()
+    );
+    let app = app_with_tools(&dir, &tools, |_| {}).await;
+    let steps: Vec<String> = (1..=8).map(|i| format!("wide {i}")).collect();
+    let (_stream, request) = app.open_paused("w", &steps.join("; ")).await;
+
+    // In the order they started and ended: never more than four at once.
+    let events = std::fs::read_to_string(&log).unwrap();
+    let (mut running, mut most) = (0i32, 0i32);
+    for event in events.lines() {
+        running += if event == "start" { 1 } else { -1 };
+        most = most.max(running);
+    }
+    assert_eq!(events.lines().filter(|e| *e == "start").count(), 8);
+    assert!(most <= 4, "{most} previews ran at once");
+    // 64 KiB each, 256 KiB for the pause: the tasks after the fourth are cut.
+    let tasks = &request.approval().unwrap().tasks;
+    let shown: Vec<usize> = tasks
+        .iter()
+        .map(|t| t.preview.as_ref().unwrap().body.len())
+        .collect();
+    assert_eq!(shown.iter().sum::<usize>(), 256 * 1024, "{shown:?}");
+    assert!(tasks[4..]
+        .iter()
+        .all(|t| t.preview.as_ref().unwrap().truncated));
 }

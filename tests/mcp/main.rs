@@ -1189,7 +1189,9 @@ async fn an_mcp_tool_s_preview_is_another_tool_of_its_server_called_with_the_sam
         s.tooling.audit_log = Some(audit);
     })
     .await;
-    let (mut stream, request) = app.open_paused("pv", r#"ask__stamp {"text": "hello"}"#).await;
+    let (mut stream, request) = app
+        .open_paused("pv", r#"ask__stamp {"text": "hello"}"#)
+        .await;
     let preview = request.approval().unwrap().tasks[0]
         .preview
         .clone()
@@ -1204,5 +1206,9 @@ async fn an_mcp_tool_s_preview_is_another_tool_of_its_server_called_with_the_sam
         .server_log()
         .iter()
         .any(|line| line.starts_with("receipt ey")));
-    assert_eq!(dir.executed().len(), 1, "the preview is not an executed call");
+    assert_eq!(
+        dir.executed().len(),
+        1,
+        "the preview is not an executed call"
+    );
 }

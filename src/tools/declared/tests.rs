@@ -100,25 +100,56 @@ fn every_mistake_is_one_line_naming_the_file_the_tool_and_the_key() {
 
 #[test]
 fn a_preview_is_declared_in_the_form_of_its_tool_and_a_mistake_names_the_key() {
-    let with = |keys: &str| GOOD.replace("command = [\"cat\"]", &format!("command = [\"cat\"]\n{keys}"));
-    let tools = Tools::load(file(&with("preview = [\"cat\"]\npreview_timeout = \"2s\"\nrecheck = true")).path()).unwrap();
+    let with = |keys: &str| {
+        GOOD.replace(
+            "command = [\"cat\"]",
+            &format!("command = [\"cat\"]\n{keys}"),
+        )
+    };
+    let tools = Tools::load(
+        file(&with(
+            "preview = [\"cat\"]\npreview_timeout = \"2s\"\nrecheck = true",
+        ))
+        .path(),
+    )
+    .unwrap();
     let tool = tools.get("echo_args").unwrap();
     let preview = tool.preview.as_ref().expect("a preview");
     assert_eq!(preview.timeout, std::time::Duration::from_secs(2));
     assert!(tool.recheck);
     let default = Tools::load(file(&with("preview = [\"cat\"]")).path()).unwrap();
     assert_eq!(
-        default.get("echo_args").unwrap().preview.as_ref().unwrap().timeout,
+        default
+            .get("echo_args")
+            .unwrap()
+            .preview
+            .as_ref()
+            .unwrap()
+            .timeout,
         crate::tools::preview::DEFAULT_PREVIEW_TIMEOUT
     );
     for (keys, says) in [
         ("recheck = true", "key `recheck`: needs a preview"),
         ("preview = [\"no-such-program-x\"]", "key `preview`"),
-        ("preview = [\"cat\"]\npreview_timeout = \"1h\"", "key `preview_timeout`"),
-        ("preview_http = \"http://127.0.0.1:1/p\"", "key `preview_http`: only for `http` tools"),
-        ("preview = [\"cat\"]\npreview_http = \"http://127.0.0.1:1/p\"", "keys `preview` and `preview_http`"),
+        (
+            "preview = [\"cat\"]\npreview_timeout = \"1h\"",
+            "key `preview_timeout`",
+        ),
+        (
+            "preview_http = \"http://127.0.0.1:1/p\"",
+            "key `preview_http`: only for `http` tools",
+        ),
+        (
+            "preview = [\"cat\"]\npreview_http = \"http://127.0.0.1:1/p\"",
+            "keys `preview` and `preview_http`",
+        ),
     ] {
-        let err = Tools::load(file(&with(keys)).path()).unwrap_err().to_string();
-        assert!(err.contains("tool \"echo_args\"") && err.contains(says), "{keys}: {err}");
+        let err = Tools::load(file(&with(keys)).path())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("tool \"echo_args\"") && err.contains(says),
+            "{keys}: {err}"
+        );
     }
 }
