@@ -34,7 +34,9 @@ impl Kind for Plan {
         // Its size is the plan's own: a preview has its own bounds.
         check_plan_size(&self)?;
         let mut plan = self;
-        Box::pin(ctx.preview_tasks(&mut plan.tasks)).await;
+        if ctx.previews_asked(&plan.tasks) {
+            Box::pin(ctx.preview_tasks(&mut plan.tasks)).await;
+        }
         let (plan, confirmation_id) = ctx.propose(plan).await?;
         Ok(Some(ctx.request(plan, confirmation_id)))
     }

@@ -76,6 +76,15 @@ impl RunContext {
         })
     }
 
+    /// Whether a task of `tasks` calls a tool with a preview (a plan
+    /// without any costs no more than before previews).
+    pub(super) fn previews_asked(&self, tasks: &[TaskSpec]) -> bool {
+        let tools = self.tools();
+        tasks
+            .iter()
+            .any(|task| tools.get(&task.tool).is_some_and(|t| t.preview.is_some()))
+    }
+
     /// Runs the previews of `tasks` whose tool has one, at most
     /// [`MAX_PREVIEWS_IN_FLIGHT`] at a time, each within its
     /// `preview_timeout` (a stop of the run stops them), and puts each on
