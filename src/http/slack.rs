@@ -227,12 +227,20 @@ async fn decide(
         result: None,
         preview_digest: (decision == "approve").then(|| shown(index)).flatten(),
     };
+    // Of the tasks its message showed, those still pending (others may
+    // have been decided on their own since).
+    let pending = state
+        .runs
+        .pending_here(&target.key, &target.token.confirmation_id)
+        .map(|item| item.pending)
+        .unwrap_or_default();
     let (action, decisions) = match button {
         slack::Button::Approve if !digests.is_empty() => (
             Action::Confirm,
             Some(
                 digests
                     .iter()
+                    .filter(|(index, _)| pending.contains(index))
                     .map(|(index, _)| task(*index, "approve"))
                     .collect(),
             ),

@@ -101,10 +101,14 @@ impl Slack {
 }
 
 async fn app(dir: &Workdir, slack: &Slack) -> TestApp {
+    app_with(dir, slack, TOOLS).await
+}
+
+async fn app_with(dir: &Workdir, slack: &Slack, tools: &str) -> TestApp {
     let keys = dir.path("keys.txt");
     std::fs::write(&keys, KEYS).unwrap();
     let hook = format!("{}/services/T0/B0/X", slack.url);
-    app_with_tools(dir, TOOLS, move |s| {
+    app_with_tools(dir, tools, move |s| {
         s.notify.public_url = Some("https://gate.example".to_owned());
         s.notify.link_secret = Some(SecretString::from(
             "a-link-secret-for-slack-tests-000001".to_owned(),
@@ -333,4 +337,49 @@ async fn a_plan_s_task_buttons_decide_each_task_alone() {
     assert_eq!(last.chunk_type, ChunkType::Completion);
     assert_eq!(last.metadata["tasks_rejected"], 1);
     assert_eq!(dir.notes(), ["note a"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_shows_the_preview_and_its_approve_names_the_digest_it_showed() {
+    let slack = Slack::start().await;
+    let dir = Workdir::new();
+    let tools = format!(
+        "{TOOLS}\n[[tool]]\nname = \"peek\"\ndescription = \"Peeks\"\nrisk = \"low\"\n\
+         command = [\"true\"]\npreview = [\"sh\", \"-c\", \"echo would touch 2 files\"]\n\
+         parameters = {{ type = \"object\" }}\n"
+    );
+    let app = app_with(&dir, &slack, &tools).await;
+    let (mut stream, _) = paused(&app, "agent-key-000001", "pk", "peek at it").await;
+    let message = Slack::wait(&slack.messages, 1).await.remove(0);
+    let blocks = message["blocks"].as_array().unwrap();
+    assert!(blocks[2]["text"]["text"]
+        .as_str()
+        .unwrap()
+        .contains("Preview\n```would touch 2 files"));
+    let actions = &blocks.last().unwrap()["elements"];
+    let value = actions[0]["value"].as_str().unwrap().to_owned();
+    let (token, digest) = value
+        .split_once(' ')
+        .expect("Approve carries the digest it showed");
+    assert!(digest.starts_with("1:"), "{value}");
+
+    // A digest it did not show: refused, the pause waits on.
+    let body = press(
+        &slack,
+        "U0JUNIOR",
+        "approve",
+        &format!("{token} 1:{}", "0".repeat(64)),
+    );
+    let at = now();
+    assert_eq!(send(&app, &body, at, &signature(at, &body)).await, 200);
+    let refused = Slack::wait(&slack.responses, 1).await.remove(0);
+    assert!(
+        refused.to_string().contains("is not its preview now"),
+        "{refused}"
+    );
+
+    let body = press(&slack, "U0JUNIOR", "approve", &value);
+    let at = now();
+    assert_eq!(send(&app, &body, at, &signature(at, &body)).await, 200);
+    assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);
 }
