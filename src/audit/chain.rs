@@ -108,9 +108,18 @@ pub(super) fn last_line_hash(file: &File, len: u64) -> std::io::Result<Option<St
         }
         start = from;
     }
-    let mut line = vec![0u8; (end - start) as usize];
-    file.read_exact_at(&mut line, start)?;
-    Ok(Some(sha256_hex(&line)))
+    // Hashed as it is read, 8 KiB at a time: a line of any length costs
+    // no more memory than that.
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    let mut at = start;
+    while at < end {
+        let take = ((end - at) as usize).min(chunk.len());
+        file.read_exact_at(&mut chunk[..take], at)?;
+        hasher.update(&chunk[..take]);
+        at += take as u64;
+    }
+    Ok(Some(hex::encode(hasher.finalize())))
 }
 
 fn read_byte(file: &File, at: u64) -> std::io::Result<u8> {
@@ -165,6 +174,14 @@ mod tests {
         assert_eq!(
             last_line_hash(&File::open(&path).unwrap(), 0).unwrap(),
             None
+        );
+        // No newline at its end, and longer than a chunk.
+        std::fs::write(&path, format!("a\n{long}")).unwrap();
+        let file = File::open(&path).unwrap();
+        let len = file.metadata().unwrap().len();
+        assert_eq!(
+            last_line_hash(&file, len).unwrap(),
+            Some(sha256_hex(long.as_bytes()))
         );
     }
 }

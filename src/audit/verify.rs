@@ -10,6 +10,10 @@ use serde_json::Value;
 
 use super::chain::{self, sha256_hex};
 
+/// The longest line `verify` reads: chatgate's own records are far
+/// shorter (a plan is at most 128 KiB, its previews 256 KiB).
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+
 /// The first line that breaks the chain: its file, its line number (from
 /// 1), and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,9 +55,25 @@ pub fn verify(files: &[PathBuf]) -> Result<usize, Broken> {
             line,
             why,
         };
-        let reader = open(file).map_err(|err| broken(0, format!("cannot be read: {err}")))?;
-        for (line, number) in reader.split(b'\n').zip(1..) {
-            let line = line.map_err(|err| broken(number, format!("cannot be read: {err}")))?;
+        let mut reader = open(file).map_err(|err| broken(0, format!("cannot be read: {err}")))?;
+        let mut line = Vec::new();
+        for number in 1.. {
+            line.clear();
+            // At most MAX_LINE_BYTES (and its newline) of one line are held.
+            let read = std::io::Read::take(&mut reader, MAX_LINE_BYTES as u64 + 1)
+                .read_until(b'\n', &mut line)
+                .map_err(|err| broken(number, format!("cannot be read: {err}")))?;
+            if read == 0 {
+                break;
+            }
+            if line.last() == Some(&b'\n') {
+                line.pop();
+            } else if line.len() > MAX_LINE_BYTES {
+                return Err(broken(
+                    number,
+                    format!("longer than {} MiB: not a record", MAX_LINE_BYTES >> 20),
+                ));
+            }
             let prev = check_line(&line).map_err(|why| broken(number, why.to_owned()))?;
             if let Some(expected) = &expected {
                 if prev != *expected {
@@ -138,6 +158,19 @@ mod tests {
             err.to_string().contains("1.jsonl line 2: its prev_hash"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_line_past_the_bound_is_named_not_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.jsonl");
+        write_chain(&path, chain::GENESIS, 1);
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(&"x".repeat(MAX_LINE_BYTES + 1));
+        std::fs::write(&path, text).unwrap();
+        let err = verify(&[path]).unwrap_err();
+        assert_eq!(err.line, 2);
+        assert!(err.why.contains("longer than 16 MiB"), "{err}");
     }
 
     #[test]
