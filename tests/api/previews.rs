@@ -232,16 +232,12 @@ preview = ["sh", "-c", "echo no such thing >&2; exit 2"]
 parameters = { type = "object" }
 "#;
     let app = app_with_tools(&dir, tools, |_| {}).await;
-    let started = std::time::Instant::now();
     let (_stream, request) = app.open_paused("b", "slow it; big it; broken it").await;
     let tasks = &request.approval().unwrap().tasks;
     let slow = tasks[0].preview.as_ref().unwrap();
     assert!(!slow.ok);
-    assert!(slow.body.contains("timed out"), "{}", slow.body);
-    assert!(
-        started.elapsed() < std::time::Duration::from_secs(25),
-        "killed at its timeout"
-    );
+    // Killed at its own timeout, which its error names.
+    assert!(slow.body.contains("timed out after 300ms"), "{}", slow.body);
     let big = tasks[1].preview.as_ref().unwrap();
     assert!(big.ok && big.truncated);
     assert_eq!(big.body.len(), 64 * 1024);
