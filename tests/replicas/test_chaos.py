@@ -33,8 +33,10 @@ Every history must hold, on every run:
    `interrupted`, when its owner died mid-work), a cancel's ends cancelled
    with nothing run;
 4. every stream has exactly one final chunk;
-5. no paused run is lost while Redis keeps its data: every flow reads its
-   run's end;
+5. no paused run is lost while Redis keeps its data: every flow that saw
+   its run pause reads its run's end (a run whose owner was killed before
+   it paused lived only in that owner's memory and ends with it, as
+   docs/operations.md says of a replica that dies);
 6. never two 200s for one pause;
 7. a `deploy` ran only after both approvers were answered 200 (or told
    the outcome was unknown), and never after a cancel answered 200;
@@ -96,6 +98,8 @@ class Flow:
         self.problems = []  # what went wrong, for the report
         self.timeline = []  # (seconds, port, status, error_type) of each reply
         self.started = False
+        # It saw its run pause: from then on the run is in Redis.
+        self.paused = False
         self.kind = "mark"
         self.approvals = []  # (label, via, status, error_type): deploy flows
         self.extra_finals = []  # final chunks of a grant flow's later runs
@@ -201,6 +205,7 @@ class Stream:
         with self.changed:
             if chunk["chunk_type"] == "confirmation_request":
                 self.pending = chunk["confirmation_data"]
+                self.flow.paused = True
             if chunk["finished"]:
                 self.finals.append(chunk)
                 self.finished.set()
@@ -575,7 +580,7 @@ class ChaosTest(unittest.TestCase):
             final = flow.finals[0] if flow.finals else None
             # 5. no paused run lost while Redis keeps its data
             if final is None:
-                if data_kept and flow.started:
+                if data_kept and flow.paused:
                     problems.append("f%d (%s) lost its run: %s %s; faults %s"
                                     % (flow.number, flow.session, flow.problems,
                                        flow.timeline, FAULTS))
@@ -612,7 +617,7 @@ class ChaosTest(unittest.TestCase):
             problems.append("f%d: more final chunks than runs" % n)
         final = flow.finals[0] if flow.finals else None
         if final is None:
-            if data_kept and flow.started:
+            if data_kept and flow.paused:
                 problems.append("f%d (%s, %s) lost its run: %s %s; faults %s"
                                 % (n, flow.kind, flow.session, flow.problems, flow.timeline, FAULTS))
             return problems
