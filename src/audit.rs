@@ -180,6 +180,25 @@ pub enum AuditRecord {
         /// that allowed it.
         #[serde(skip_serializing_if = "Option::is_none")]
         approved_by: Option<ApprovedBy>,
+        /// The key the tool received (#44; absent for a call nobody cleared).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        idempotency_key: Option<String>,
+        /// Which attempt it was (absent for the first).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        attempt: Option<u32>,
+    },
+    /// A task of a decided pause continued after a crash (#44), before it
+    /// goes on: `how` (`replayed`: it had finished, its output shown
+    /// again; `reran`: called again with its key; `reconciled`: its
+    /// `reconcile` said; `asked`: a person chose).
+    Resumed {
+        #[serde(flatten)]
+        run: RunFields,
+        confirmation_id: String,
+        task: usize,
+        tool: String,
+        idempotency_key: String,
+        how: crate::protocol::ResumedHow,
     },
     /// A call whose preview, run again just before it (`recheck`), no
     /// longer shows what was approved: it did not run.

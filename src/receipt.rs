@@ -101,6 +101,21 @@ pub fn call_digest(tool: &str, args: &Value) -> String {
     sha256_hex(canonical_json(&json!({"tool": tool, "args": args})).as_bytes())
 }
 
+/// A call's idempotency key (#44): base64url without padding of the
+/// SHA-256 of `confirmation_id`, the task's index and its [`call_digest`],
+/// each followed by a newline. The same on every attempt of one approved
+/// call; two approved calls never share one (a pause's tasks differ by
+/// index, two pauses by id).
+pub fn idempotency_key(confirmation_id: &str, index: usize, args_digest: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for part in [confirmation_id, &index.to_string(), args_digest] {
+        hasher.update(part.as_bytes());
+        hasher.update(b"\n");
+    }
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(hasher.finalize())
+}
+
 /// The lower-case hex SHA-256 of the canonical JSON of `{"tool", "args",
 /// "body"}`: a preview's `digest`, what an approval names.
 pub fn preview_digest(tool: &str, args: &Value, body: &str) -> String {

@@ -196,6 +196,21 @@ impl Via {
     }
 }
 
+/// How a task of a decided pause went on after a crash (#44).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResumedHow {
+    /// It had finished: its output shown again, not run.
+    Replayed,
+    /// Called again with the same key (`idempotent`, or its `reconcile`
+    /// said it had not taken effect).
+    Reran,
+    /// Its `reconcile` said it had taken effect: not run again.
+    Reconciled,
+    /// Nobody could know: a person chose (`reconcile` pause).
+    Asked,
+}
+
 /// The `confirmation_data` object of a `confirmation_request` chunk.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConfirmationData {

@@ -46,6 +46,16 @@ pub mod meta {
     pub const APPROVED_BY: &str = "approved_by";
     /// A `tool_output`'s signed receipt of the call's approval (#43).
     pub const RECEIPT: &str = "receipt";
+    /// A call's idempotency key (#44): the same on every attempt.
+    pub const IDEMPOTENCY_KEY: &str = "idempotency_key";
+    /// A finished call's output shown again from the execution journal
+    /// after a crash (it did not run again).
+    pub const REPLAYED: &str = "replayed";
+    /// A call made again after a crash cut it short, and which attempt.
+    pub const RESUMED_AFTER_CRASH: &str = "resumed_after_crash";
+    pub const ATTEMPT: &str = "attempt";
+    /// A call cut short by a crash that its `reconcile` says took effect.
+    pub const RECONCILED: &str = "reconciled";
     /// A call not run for `precondition_changed`: the digest of the
     /// preview approved, and of the preview now.
     pub const APPROVED_DIGEST: &str = "approved_digest";

@@ -53,6 +53,28 @@ pub(super) async fn drive_restored(
         Ok(pending) => ctx.resume_pause(pending, &record).await,
         Err(err) => Err(err),
     };
+    go_on(engine, ctx, record, resumed).await;
+}
+
+/// A restored run whose decision was recorded before a crash cut its work
+/// short: the decision is taken again, and its engine goes on (#44).
+pub(super) async fn drive_decided(
+    engine: Arc<dyn Engine>,
+    mut ctx: RunContext,
+    record: PausedRecord,
+    decision: crate::confirmation::Decision,
+) {
+    let resumed = Box::pin(ctx.resume_decided(&record, decision)).await;
+    go_on(engine, ctx, record, resumed).await;
+}
+
+/// A restored run's engine, from what its pause came to.
+async fn go_on(
+    engine: Arc<dyn Engine>,
+    mut ctx: RunContext,
+    record: PausedRecord,
+    resumed: Result<super::plan::Resumed, RunError>,
+) {
     let result = match resumed {
         Ok(resumed) => {
             let ran = match engine.resume(&mut ctx, record.state, resumed) {

@@ -182,6 +182,17 @@ pub enum CallEvent<'a> {
         outcome: &'a crate::tools::ToolOutcome,
         output: &'a str,
         approved_by: Option<ApprovedBy>,
+        /// Its idempotency key, and which attempt it was (#44).
+        idempotency_key: Option<&'a str>,
+        attempt: u32,
+    },
+    /// A task of a decided pause continued after a crash (#44).
+    Resumed {
+        pause: &'a str,
+        task: usize,
+        tool: &'a str,
+        idempotency_key: &'a str,
+        how: crate::protocol::ResumedHow,
     },
     /// A rule matched a call (`actual`: what happened to it).
     Policy {
@@ -504,6 +515,8 @@ impl Journal<'_> {
                 outcome,
                 output,
                 approved_by,
+                idempotency_key,
+                attempt,
             } => AuditRecord::Executed {
                 run: run.fields(),
                 tool: tool.to_owned(),
@@ -515,6 +528,22 @@ impl Journal<'_> {
                 output_bytes: outcome.output_bytes,
                 output_sha256: crate::audit::sha256_hex(output.as_bytes()),
                 approved_by,
+                idempotency_key: idempotency_key.map(str::to_owned),
+                attempt: (attempt > 1).then_some(attempt),
+            },
+            CallEvent::Resumed {
+                pause,
+                task,
+                tool,
+                idempotency_key,
+                how,
+            } => AuditRecord::Resumed {
+                run: run.fields(),
+                confirmation_id: pause.to_owned(),
+                task,
+                tool: tool.to_owned(),
+                idempotency_key: idempotency_key.to_owned(),
+                how,
             },
             CallEvent::Policy {
                 tool,
@@ -551,6 +580,27 @@ impl Journal<'_> {
                 current_digest: changed.current_digest.clone(),
             },
         })
+    }
+
+    /// `run.resumed` of a task continued after a crash (#44), where the
+    /// server has webhooks.
+    pub fn resumed_events(&self, run: Subject<'_>, event: &CallEvent<'_>) -> Vec<OutboxEvent> {
+        let CallEvent::Resumed {
+            pause,
+            task,
+            tool,
+            idempotency_key,
+            how,
+        } = *event
+        else {
+            return Vec::new();
+        };
+        let about = About {
+            key: run.key,
+            confirmation_id: pause,
+            kind: PauseKind::Approval,
+        };
+        self.rows(|| Event::resumed(&about, task, tool, idempotency_key, how))
     }
 
     /// Writes `record` (flushed to disk) where the server has an audit

@@ -6,15 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::context::{RestoredParts, RunContext};
-use super::end::{drive_restored, end_record, remove_record};
+use super::end::{drive_decided, drive_restored, end_record, remove_record};
 use super::journal::{Entry, Pause, PauseEvent, Subject};
 use super::replay::Replay;
 use super::stop::RunStop;
 use super::stream;
 use super::Runs;
-use crate::confirmation::Begun;
+use crate::confirmation::{Begun, Decision};
 use crate::pause::approval::PlanCheck;
-use crate::protocol::{meta, Action, Ask, CancelReason, Chunk, ErrorType};
+use crate::protocol::{meta, Action, Ask, CancelReason, Chunk, ErrorType, Given};
 use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
 use crate::store::{PausedRecord, StoredDecision};
@@ -82,6 +82,10 @@ impl Runs {
             // timeout) whose end was not removed from the store in time.
             let reason = cancel.reason.unwrap_or(CancelReason::User);
             Some(Chunk::cancelled(&record.session_id, reason))
+        } else if let Some(decision) = self.resumes(&record, decided.as_ref()) {
+            // Decided, and cut short at work: it goes on where its journal
+            // says (#44).
+            return self.resume_one(key, record, decision);
         } else if record.decision.is_some() {
             Some(Chunk::failed(
                 &record.session_id,
@@ -148,6 +152,75 @@ impl Runs {
         });
         let pending = ctx.restore_pause(&record);
         tokio::spawn(drive_restored(self.engine.clone(), ctx, record, pending));
+        true
+    }
+
+    /// The decision a stored run cut short at work goes on with (#44): a
+    /// confirm, a timeout's rejects, answers or a skip, of a run whose
+    /// engine is the server's and whose pause was not in a process's memory
+    /// only. A modify is not (its text is not kept): it ends `interrupted`,
+    /// as every decided run did before.
+    fn resumes(&self, record: &PausedRecord, decided: Option<&StoredDecision>) -> Option<Decision> {
+        if record.in_memory || record.engine != self.engine.name() {
+            return None;
+        }
+        let decided = decided?;
+        let decisions = || {
+            decided
+                .given
+                .as_ref()
+                .and_then(Given::decisions)
+                .cloned()
+                .unwrap_or_default()
+        };
+        match decided.action {
+            Action::Confirm => Some(Decision::Confirm(decisions(), None)),
+            Action::TimeoutReject => Some(Decision::TimedOut(decisions())),
+            Action::Answer => Some(Decision::Answer(
+                decided.given.as_ref()?.answers()?.clone(),
+            )),
+            Action::Skip => Some(Decision::Skip),
+            _ => None,
+        }
+    }
+
+    /// Goes on with the decided run of `record` (see [`Runs::resumes`]):
+    /// its log restored (what it sent past its record is unknown: a
+    /// re-attach is told of the gap), its decision taken again, its engine
+    /// driven on. Returns whether it goes on.
+    fn resume_one(&self, key: SessionKey, record: PausedRecord, decision: Decision) -> bool {
+        let Ok(Begun::Fresh(slot)) = self.manager.begin_restored_run(key.clone()) else {
+            return false;
+        };
+        run_log!(
+            Info,
+            RunTag::session(&key).pause(&record.confirmation_id),
+            "run {} resumes after a crash ({} journaled calls)",
+            record.run,
+            record.calls.len()
+        );
+        let stop = RunStop::under(&self.shutdown);
+        let log = Replay::restore(
+            self.log_limits,
+            stop.clone(),
+            record.frames.clone(),
+            record.next_seq,
+            true,
+            Some(&record.confirmation_id),
+        );
+        self.logs.publish(key.clone(), log.clone());
+        stream::expire_unclaimed(log.clone(), key, self.stream.clone());
+        let ctx = RunContext::restored(RestoredParts {
+            message: record.message.clone(),
+            slot,
+            settings: self.settings.clone(),
+            log,
+            stop,
+            metrics: self.metrics.clone(),
+            stored_id: Arc::from(record.run.as_str()),
+            round: record.round,
+        });
+        tokio::spawn(drive_decided(self.engine.clone(), ctx, record, decision));
         true
     }
 

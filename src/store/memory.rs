@@ -189,6 +189,9 @@ impl Store for MemoryStore {
     }
 }
 
+/// Keeps no journal: nothing of its runs outlives the process.
+impl super::ExecutionStore for MemoryStore {}
+
 impl super::GrantStore for MemoryStore {
     fn add_grant<'a>(&'a self, grant: &'a Grant) -> BoxFuture<'a, Result<bool, StoreError>> {
         let added = self.grants.add(grant, crate::clock::now_ms());

@@ -29,6 +29,7 @@
 //! [`Store::resolve`] can learn afterwards whether it was recorded, and make
 //! sure it never will be if it was not.
 
+pub mod execution;
 pub mod grant;
 pub mod memory;
 pub mod progress;
@@ -45,6 +46,7 @@ use serde_json::Value;
 use crate::protocol::given::{self, DecisionRecord};
 use crate::protocol::{Action, Ask, CancelReason, Chunk, Given, Via};
 use crate::session::SessionKey;
+pub use execution::{CallEntry, ExecutionStore};
 pub use grant::{Grant, GrantScope};
 pub use progress::{CarriedReject, DecidedTask, Escalated, PauseProgress, TaskApprovals};
 
@@ -104,6 +106,11 @@ pub struct PausedRecord {
     /// [`Store::record_progress`] and joined to it on load.
     #[serde(skip)]
     pub progress: Option<PauseProgress>,
+    /// The execution journal of its pause (see [`execution`]): the calls
+    /// its decision let run, as far as they got. Kept apart from the
+    /// record and joined to it on load.
+    #[serde(skip)]
+    pub calls: Vec<CallEntry>,
 }
 
 impl PausedRecord {
@@ -141,6 +148,7 @@ impl PausedRecord {
             in_memory: false,
             timer_due_ms: None,
             progress: None,
+            calls: Vec::new(),
         }
     }
 }
@@ -399,7 +407,9 @@ pub struct OutboxStats {
 }
 
 /// Paused runs' records. Cheap to share behind an `Arc`.
-pub trait Store: GrantStore + OutboxStore + OutcomeStore + Send + Sync + std::fmt::Debug {
+pub trait Store:
+    GrantStore + OutboxStore + OutcomeStore + ExecutionStore + Send + Sync + std::fmt::Debug
+{
     /// Whether records outlive the process (everything but `memory`).
     fn is_durable(&self) -> bool;
 

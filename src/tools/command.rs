@@ -26,10 +26,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::keeper::{self, KILL_GRACE};
 use super::outcome::{CappedOutput, ToolOutcome, MAX_STDERR_TAIL};
-
-/// Where a command finds its approval's signed receipt (docs/tools.md,
-/// "Receipts").
-pub const RECEIPT_ENV: &str = "CHATGATE_RECEIPT";
+use super::stamp::Stamp;
 
 /// How long a call's output is still read after the call ended (its keeper
 /// exited): what a descendant that escaped the keeper writes later is not
@@ -74,20 +71,21 @@ impl CommandSpec {
     }
 
     /// `tag`: the run whose call it is (its log lines are about it);
-    /// `receipt`: its approval's signed receipt, in `CHATGATE_RECEIPT`.
+    /// `stamp`: its approval's signed receipt and its idempotency key, in
+    /// `CHATGATE_RECEIPT` and `CHATGATE_IDEMPOTENCY_KEY`.
     pub async fn run(
         &self,
         args: &Value,
         timeout: Duration,
         stop: impl std::future::Future<Output = ()>,
         tag: Option<&RunTag>,
-        receipt: Option<&str>,
+        stamp: Stamp<'_>,
     ) -> ToolOutcome {
         let started = Instant::now();
         let mut command = keeper::command(&self.argv, &self.env, self.cwd.as_deref());
-        if let Some(receipt) = receipt {
-            // Its approval's proof (docs/tools.md, "Receipts"): never a secret.
-            command.env(RECEIPT_ENV, receipt);
+        // Its approval's proof and its key (docs/tools.md): never secrets.
+        for (name, value) in stamp.env() {
+            command.env(name, value);
         }
         let mut child = match command.spawn() {
             Ok(child) => child,
@@ -316,7 +314,7 @@ mod tests {
         let mut listed = spec(&["sh", "-c", "env"]);
         listed.env = vec!["CARGO_PKG_NAME".into()];
         let outcome = listed
-            .run(&json!({}), Duration::from_secs(10), never(), None, None)
+            .run(&json!({}), Duration::from_secs(10), never(), None, Stamp::NONE)
             .await;
         let env = outcome.result.unwrap();
         assert!(env.contains("CARGO_PKG_NAME=chatgate"), "{env}");
@@ -327,7 +325,7 @@ mod tests {
     #[tokio::test]
     async fn a_non_zero_exit_fails_with_the_tail_of_stderr() {
         let outcome = spec(&["sh", "-c", "echo nope >&2; exit 3"])
-            .run(&json!({}), Duration::from_secs(10), never(), None, None)
+            .run(&json!({}), Duration::from_secs(10), never(), None, Stamp::NONE)
             .await;
         assert!(!outcome.ok);
         assert_eq!(outcome.exit_status, Some(3));
@@ -337,7 +335,7 @@ mod tests {
     #[tokio::test]
     async fn a_large_output_is_capped_and_marked_truncated() {
         let outcome = spec(&["sh", "-c", "head -c 200000 /dev/zero | tr '\\\\0' x"])
-            .run(&json!({}), Duration::from_secs(10), never(), None, None)
+            .run(&json!({}), Duration::from_secs(10), never(), None, Stamp::NONE)
             .await;
         assert!(outcome.ok);
         assert!(outcome.truncated);
@@ -355,7 +353,7 @@ mod tests {
         let script = format!("(sleep 3; touch {}) & sleep 30", marker.display());
         let started = Instant::now();
         let outcome = spec(&["sh", "-c", &script])
-            .run(&json!({}), Duration::from_millis(300), never(), None, None)
+            .run(&json!({}), Duration::from_millis(300), never(), None, Stamp::NONE)
             .await;
         assert!(!outcome.ok);
         assert!(outcome.error.unwrap().starts_with("timed out after 300ms"));
@@ -388,7 +386,7 @@ mod tests {
         );
         let started = Instant::now();
         let outcome = spec(&["sh", "-c", &script])
-            .run(&json!({}), Duration::from_secs(30), never(), None, None)
+            .run(&json!({}), Duration::from_secs(30), never(), None, Stamp::NONE)
             .await;
 
         assert!(outcome.ok, "the exit status decides: {outcome:?}");
@@ -408,7 +406,7 @@ mod tests {
         let script = format!("setsid {needle} & {needle}");
         let started = Instant::now();
         let outcome = spec(&["sh", "-c", &script])
-            .run(&json!({}), Duration::from_millis(500), never(), None, None)
+            .run(&json!({}), Duration::from_millis(500), never(), None, Stamp::NONE)
             .await;
 
         assert!(outcome.error.unwrap().starts_with("timed out after 500ms"));

@@ -150,6 +150,7 @@ impl Tools {
                 )
                 .map_err(|err| fail(format!("tool `{}`: its input schema: {err}", listed.name)))?;
                 let mut tool = tool;
+                tool.idempotent = spec.idempotent;
                 if let Some(preview) = spec.preview_tool.get(&listed.name) {
                     tool.preview = Some(crate::tools::tool::Preview {
                         executor: Executor::Mcp(McpTool {

@@ -16,10 +16,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::outcome::{CappedOutput, ToolOutcome, MAX_OUTPUT_BYTES};
+use super::stamp::Stamp;
 use secrecy::{ExposeSecret, SecretString};
-
-/// The request header that carries the call's signed receipt.
-pub const RECEIPT_HEADER: &str = "chatgate-receipt";
 
 /// An http tool's executor, as checked at start.
 #[derive(Debug)]
@@ -52,13 +50,13 @@ impl HttpSpec {
         args: &Value,
         timeout: Duration,
         stop: impl std::future::Future<Output = ()>,
-        receipt: Option<&str>,
+        stamp: Stamp<'_>,
     ) -> ToolOutcome {
         let started = Instant::now();
         let call = async {
             let mut request = self.client.post(self.url.clone()).json(args);
-            if let Some(receipt) = receipt {
-                request = request.header(RECEIPT_HEADER, receipt);
+            for (name, value) in stamp.headers() {
+                request = request.header(name, value);
             }
             for (name, value) in &self.headers {
                 request = request.header(name.clone(), value.expose_secret());

@@ -21,9 +21,11 @@ pub mod mcp;
 pub mod outcome;
 pub mod preview;
 pub mod rules;
+pub mod stamp;
 pub mod tool;
 
 pub use declared::{Tools, ToolsFileError};
 pub use outcome::{ToolOutcome, MAX_OUTPUT_BYTES, MAX_STDERR_TAIL};
 pub use rules::{RuleDecision, RuleMode, Rules};
+pub use stamp::Stamp;
 pub use tool::{Executor, Tool, DEFAULT_TIMEOUT, MAX_TIMEOUT};

@@ -11,6 +11,7 @@ use serde_json::Value;
 use std::future::Future;
 
 use super::mcp::call::{Answered, CallHost};
+use super::stamp::Stamp;
 use super::tool::{Executor, Preview};
 use crate::protocol::question::Question;
 use crate::session::RunTag;
@@ -38,13 +39,13 @@ impl Preview {
         tag: Option<&RunTag>,
     ) -> Shown {
         let outcome = match &self.executor {
-            Executor::Command(spec) => spec.run(args, self.timeout, stop, tag, None).await,
+            Executor::Command(spec) => spec.run(args, self.timeout, stop, tag, Stamp::NONE).await,
             #[cfg(feature = "openai")]
-            Executor::Http(spec) => spec.run(args, self.timeout, stop, None).await,
+            Executor::Http(spec) => spec.run(args, self.timeout, stop, Stamp::NONE).await,
             Executor::Mcp(call) => {
                 let mut host = NobodyAsked { tag: tag.cloned() };
                 let (outcome, _) =
-                    super::mcp::call::run(call, args, None, self.timeout, stop, &mut host).await;
+                    super::mcp::call::run(call, args, Stamp::NONE, self.timeout, stop, &mut host).await;
                 outcome
             }
         };

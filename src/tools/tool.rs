@@ -13,6 +13,7 @@ use super::gate::Gate;
 use super::http;
 use super::mcp::call::CallHost;
 use super::outcome::ToolOutcome;
+use super::stamp::Stamp;
 use crate::protocol::question::{
     check_questions, Question, MAX_HEADER_CHARS, MAX_QUESTIONS, SCHEMA_KEYWORDS,
 };
@@ -51,6 +52,12 @@ pub struct Tool {
     /// Its preview runs again just before an approved call runs; a
     /// different digest stops the call (`recheck`).
     pub recheck: bool,
+    /// A call of it may be made again with the same idempotency key after
+    /// a crash cut it short (`idempotent = true`, #44).
+    pub idempotent: bool,
+    /// Says whether a call cut short by a crash took effect (`reconcile`,
+    /// #44): exit 0 it did, 3 it did not, anything else nobody knows.
+    pub reconcile: Option<command::CommandSpec>,
 }
 
 impl fmt::Debug for Tool {
@@ -118,6 +125,8 @@ impl Tool {
             executor,
             preview: None,
             recheck: false,
+            idempotent: false,
+            reconcile: None,
         })
     }
 
@@ -200,21 +209,21 @@ impl Tool {
     pub async fn run<H: CallHost>(
         &self,
         args: &Value,
-        receipt: Option<&str>,
+        stamp: Stamp<'_>,
         stop: impl std::future::Future<Output = ()>,
         host: &mut H,
     ) -> (ToolOutcome, Option<H::Error>) {
         match &self.executor {
             Executor::Command(spec) => {
                 let tag = host.tag();
-                let outcome = spec.run(args, self.timeout, stop, tag.as_ref(), receipt);
+                let outcome = spec.run(args, self.timeout, stop, tag.as_ref(), stamp);
                 (outcome.await, None)
             }
             #[cfg(feature = "openai")]
-            Executor::Http(spec) => (spec.run(args, self.timeout, stop, receipt).await, None),
+            Executor::Http(spec) => (spec.run(args, self.timeout, stop, stamp).await, None),
             // A server's questions and progress go to `host` (the run).
             Executor::Mcp(call) => {
-                super::mcp::call::run(call, args, receipt, self.timeout, stop, host).await
+                super::mcp::call::run(call, args, stamp, self.timeout, stop, host).await
             }
         }
     }

@@ -153,6 +153,15 @@ impl<'a> Expired<'a> {
     }
 }
 
+/// `run.resumed` (#44): the task continued after a crash, its key, how.
+#[derive(Debug, Serialize)]
+pub(super) struct Resumed<'a> {
+    pub task: usize,
+    pub tool: &'a str,
+    pub idempotency_key: &'a str,
+    pub how: crate::protocol::ResumedHow,
+}
+
 /// `run.ended`: the final chunk's type, and an error's type or a cancel's
 /// reason (`null` when there is none).
 #[derive(Debug, Serialize)]

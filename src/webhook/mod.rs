@@ -211,10 +211,12 @@ pub enum EventType {
     Reminder,
     #[serde(rename = "interaction.escalated")]
     Escalated,
+    #[serde(rename = "run.resumed")]
+    Resumed,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 9] = [
+    pub const ALL: [EventType; 10] = [
         EventType::Progress,
         EventType::Reminder,
         EventType::Escalated,
@@ -224,6 +226,7 @@ impl EventType {
         EventType::Ended,
         EventType::GrantCreated,
         EventType::GrantRevoked,
+        EventType::Resumed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -237,6 +240,7 @@ impl EventType {
             EventType::Progress => "interaction.progress",
             EventType::Reminder => "interaction.reminder",
             EventType::Escalated => "interaction.escalated",
+            EventType::Resumed => "run.resumed",
         }
     }
 
@@ -433,6 +437,23 @@ impl Event {
 
     /// A run that paused ended: its final chunk's type, and a cancel's
     /// reason or an error's type. `about` is its last pause.
+    /// `run.resumed`: a task of a decided pause continued after a crash.
+    pub fn resumed(
+        about: &About<'_>,
+        task: usize,
+        tool: &str,
+        idempotency_key: &str,
+        how: crate::protocol::ResumedHow,
+    ) -> Event {
+        let data = body::data(body::Resumed {
+            task,
+            tool,
+            idempotency_key,
+            how,
+        });
+        Event::new(EventType::Resumed, about, data)
+    }
+
     pub fn ended(about: &About<'_>, outcome: ChunkType, why: Option<&str>) -> Event {
         let data = body::data(body::Ended::new(outcome, why));
         Event::new(EventType::Ended, about, data)

@@ -12,6 +12,7 @@ mod check_order;
 mod confirm;
 mod durable;
 mod errors;
+mod exactly_once;
 mod escalation;
 mod faults;
 mod four_eyes;

@@ -75,6 +75,7 @@ impl RunContext {
             tasks: &plan.tasks,
         };
         self.audit_first(proposed).await?;
+        self.anchor_calls(&confirmation_id);
         Ok((plan, confirmation_id))
     }
 

@@ -11,6 +11,7 @@
 mod approval_request;
 mod asked;
 mod cleared;
+mod exactly_once;
 mod expiry;
 mod fallback;
 mod grants;
@@ -91,6 +92,9 @@ pub struct RunContext {
     /// The preview digests of the latest plan asked, by task index: what
     /// its approval was shown (a receipt names it; `recheck` compares).
     previewed: Vec<cleared::Previewed>,
+    /// Its calls' idempotency keys and, restored after a crash, its
+    /// pause's execution journal (#44); made at the first call.
+    calls: Option<Box<exactly_once::Calls>>,
 }
 
 impl RunContext {
@@ -118,6 +122,7 @@ impl RunContext {
             open: None,
             granted: Vec::new(),
             previewed: Vec::new(),
+            calls: None,
         }
     }
 

@@ -255,6 +255,26 @@ impl RunContext {
         }
     }
 
+    /// Takes `decision`, recorded before a crash, of a restored pause of
+    /// `kind` as if it had just come (see [`RunContext::resume_decided`]).
+    pub(super) async fn take_decided(
+        &mut self,
+        kind: PauseKind,
+        decision: Decision,
+        asked: Asked,
+    ) -> Result<crate::run::Resumed, RunError> {
+        use crate::run::Resumed;
+        self.settled(kind, &decision, &asked)?;
+        match kind {
+            PauseKind::Approval => Plan::take(self, decision, asked)
+                .await
+                .map(Resumed::Approval),
+            PauseKind::Question => Questions::take(self, decision, asked)
+                .await
+                .map(Resumed::Answers),
+        }
+    }
+
     /// Waits for the decision of a registered pause: a reply, or the run's
     /// own fallback (its timeout, a stop), recorded when the pause is stored.
     pub(super) async fn wait_for(
@@ -395,6 +415,7 @@ impl RunContext {
                 .and_then(|timers| timers.first_due())
                 .map(unix_ms),
             progress: None,
+            calls: Vec::new(),
         };
         let (key, run_id) = (self.session_key().clone(), self.run_id());
         store.save(record, &events).await.map_err(|err| {

@@ -37,6 +37,7 @@ impl RunContext {
         tool: &str,
         args: &Value,
         cleared: &Cleared,
+        idempotency_key: &str,
     ) -> Option<String> {
         let signer = match cleared {
             Cleared::Unasked => return None,
@@ -81,7 +82,7 @@ impl RunContext {
             approved_by: signer.approved_by,
             via: signer.via,
             decided_at: crate::clock::rfc3339_ms(signer.at_ms),
-            idempotency_key: None,
+            idempotency_key: Some(idempotency_key.to_owned()),
         };
         Some(receipts.sign(&receipt))
     }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::asked::Asked;
 use super::RunContext;
 use crate::confirmation::slot::{PauseSpec, PendingDecision};
+use crate::confirmation::Decision;
 use crate::pause::Asking;
 use crate::protocol::Ask;
 use crate::run::outcome::RunError;
@@ -66,7 +67,40 @@ impl RunContext {
         self.pause_stored = true;
         self.log.pause_started();
         self.log.note_pause(&record.confirmation_id);
+        if record.asked.kind().asks_a_yes() {
+            self.anchor_calls(&record.confirmation_id);
+        }
         Ok(pending)
+    }
+
+    /// Goes on from a restored pause whose decision was recorded before a
+    /// crash cut its work short (#44): the decision is taken again as it
+    /// was recorded, and the tasks its journal names go on where they were
+    /// (see `exactly_once.rs`).
+    pub(crate) async fn resume_decided(
+        &mut self,
+        record: &PausedRecord,
+        decision: Decision,
+    ) -> Result<Resumed, RunError> {
+        let kind = record.asked.kind();
+        self.log.note_pause(&record.confirmation_id);
+        if kind.asks_a_yes() {
+            self.anchor_calls(&record.confirmation_id);
+            self.resume_journal(record.calls.clone());
+        }
+        if self.settings.webhooks.is_some() {
+            self.last_pause = Some(Box::new((record.confirmation_id.clone(), kind)));
+        }
+        let asked = Asked {
+            confirmation_id: record.confirmation_id.clone(),
+            round: record.round,
+            paused_at: Instant::now(),
+            sent: None,
+            timeout: Duration::ZERO,
+            rejects_on_timeout: None,
+            timers: None,
+        };
+        self.take_decided(kind, decision, asked).await
     }
 
     /// Waits on a restored pause (see [`RunContext::restore_pause`]) with

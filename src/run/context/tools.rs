@@ -8,13 +8,14 @@ use crate::session::RunTag;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
+use super::exactly_once::{started, Attempt, GoOn};
 use super::{Cleared, RunContext};
 use crate::protocol::question::Question;
 use crate::protocol::{meta, ApprovedBy, Chunk, ChunkType, ErrorType};
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Questions};
 use crate::tools::mcp::call::{Answered, CallHost};
-use crate::tools::{Tool, ToolOutcome};
+use crate::tools::{Stamp, Tool, ToolOutcome};
 
 /// Calls one run may make without a confirmation (`confirm = false`
 /// tools): past it the run ends with `tool_call_limit`. Every confirmed
@@ -57,15 +58,46 @@ impl RunContext {
         args: &Value,
         cleared: Cleared,
     ) -> Result<ToolOutcome, RunError> {
-        if let Some(changed) = Box::pin(self.rechecked(index, tool, args, &cleared)).await {
+        let key = self.idempotency_key(index, &tool.name, args);
+        let mut attempt = Attempt {
+            key,
+            number: 1,
+            resumed: false,
+            journaled: self.journals(&cleared),
+        };
+        // After a crash, a task its journal names goes on where it was
+        // (its preview is not looked at again: its effect may be done).
+        if let Some(entry) = self.journaled_entry(index) {
+            match Box::pin(self.go_on(tool, args, entry)).await? {
+                GoOn::Done(outcome) => return Ok(outcome),
+                GoOn::Again(number) => {
+                    attempt.number = number;
+                    attempt.resumed = true;
+                }
+            }
+        } else if let Some(changed) = Box::pin(self.rechecked(index, tool, args, &cleared)).await
+        {
             return Box::pin(self.not_run_changed(index, tool, args, changed)).await;
         }
+        let anchor = self.calls_anchor();
+        let entry = match (&anchor, attempt.journaled) {
+            (Some(anchor), true) => Some(started(anchor, index, &tool.name, &attempt)),
+            _ => None,
+        };
+        if let Some(entry) = &entry {
+            // Kept before the call begins: a crash from here on is known.
+            Box::pin(self.keep_entry(entry)).await?;
+        }
         let stop = self.stop.clone();
-        let receipt = self.receipt(index, &tool.name, args, &cleared);
+        let receipt = self.receipt(index, &tool.name, args, &cleared, &attempt.key);
         // Boxed, like the record below: an engine's future is as large as
         // the largest thing it awaits, and a paused run holds that future
         // for the whole pause; a process's state must not be in it.
         let (outcome, ended) = {
+            let stamp = Stamp {
+                receipt: receipt.as_deref(),
+                idempotency_key: Some(&attempt.key),
+            };
             let mut host = Host {
                 ctx: self,
                 index,
@@ -73,7 +105,7 @@ impl RunContext {
             };
             Box::pin(tool.run(
                 args,
-                receipt.as_deref(),
+                stamp,
                 async move {
                     stop.stopped().await;
                 },
@@ -85,8 +117,14 @@ impl RunContext {
             args,
             approved_by: cleared.approved_by(),
             receipt,
+            attempt: Some(&attempt),
         };
-        Box::pin(self.record_tool(index, &tool.name, Some(ran), &outcome)).await?;
+        let chunk = Box::pin(self.record_tool(index, &tool.name, Some(ran), &outcome)).await?;
+        if let Some(mut entry) = entry {
+            // Kept before the run moves on: a crash from here on shows it.
+            entry.finished = chunk;
+            Box::pin(self.keep_entry(&entry)).await?;
+        }
         if let Some(err) = ended {
             return Err(err);
         }
@@ -172,15 +210,27 @@ impl RunContext {
     /// Reports a call's outcome (run, skipped or answered by the user): a
     /// `tool_output` chunk and, for a call that ran, an `executed` record.
     /// The chunk is written even if the run was told to stop: what ran is
-    /// always shown.
+    /// always shown. Returns the chunk for a journaled call's entry.
     pub async fn record_tool(
         &mut self,
         index: usize,
         tool: &str,
         ran: Option<Ran<'_>>,
         outcome: &ToolOutcome,
-    ) -> Result<(), RunError> {
+    ) -> Result<Option<Chunk>, RunError> {
         let mut chunk = self.tool_output(index, tool, outcome, None);
+        let attempt = ran.as_ref().and_then(|ran| ran.attempt);
+        if let Some(attempt) = attempt {
+            chunk = chunk.with_meta(meta::IDEMPOTENCY_KEY, attempt.key.as_str());
+            if attempt.resumed {
+                chunk = chunk
+                    .with_meta(meta::RESUMED_AFTER_CRASH, true)
+                    .with_meta(meta::ATTEMPT, attempt.number);
+            }
+        }
+        let kept = attempt
+            .filter(|attempt| attempt.journaled)
+            .map(|_| chunk.clone());
         let approved_by = ran.as_ref().and_then(|ran| ran.approved_by.clone());
         if let Some(receipt) = ran.as_ref().and_then(|ran| ran.receipt.as_deref()) {
             chunk = chunk.with_meta(meta::RECEIPT, receipt);
@@ -193,7 +243,7 @@ impl RunContext {
         }
         self.log.push(chunk);
         if outcome.skipped {
-            return Ok(());
+            return Ok(kept);
         }
         let output = outcome
             .result
@@ -206,10 +256,12 @@ impl RunContext {
             outcome,
             output,
             approved_by,
+            idempotency_key: attempt.map(|attempt| attempt.key.as_str()),
+            attempt: attempt.map_or(1, |attempt| attempt.number),
         };
         let record = self.settings.journal().call(self.subject(), executed);
         self.audit(record.as_ref()).await?;
-        Ok(())
+        Ok(kept)
     }
 }
 
@@ -220,6 +272,8 @@ pub struct Ran<'a> {
     pub approved_by: Option<ApprovedBy>,
     /// Its signed receipt, shown in the `tool_output` chunk.
     pub receipt: Option<String>,
+    /// Its key and attempt (a call the run made: always).
+    pub(super) attempt: Option<&'a Attempt>,
 }
 
 /// A run as the host of its MCP calls: a server's question is a question

@@ -57,6 +57,7 @@ use redis::Script;
 use secrecy::SecretString;
 use tokio::sync::OnceCell;
 
+mod calls;
 mod grants;
 mod inbox;
 mod keys;
@@ -75,7 +76,7 @@ use self::scripts::{
     RESOLVE, RESOLVE_CLAIM, SAVE, SETTLE_EVENT, TAKE_EVENTS, TAKE_OVER, UNLIST,
 };
 use super::{
-    Fault, Located, OutboxEvent, OutboxStats, PauseProgress, PausedRecord, QueuedEvent, Resolution,
+    CallEntry, Fault, Located, OutboxEvent, OutboxStats, PauseProgress, PausedRecord, QueuedEvent, Resolution,
     RunEnd, Store, StoreError, StoredDecision,
 };
 use crate::session::{Namespaces, SessionKey};
@@ -303,6 +304,9 @@ impl RedisStore {
                     &record.confirmation_id,
                     steps.iter().map(Option::as_deref),
                 );
+                if record.decision.is_some() && record.ended.is_none() {
+                    record.calls = self.calls_of(run, &record.confirmation_id).await?;
+                }
                 Ok(Some(record))
             }
             Err(err) => {
@@ -525,6 +529,17 @@ impl Store for RedisStore {
         // Replicas restore lazily: a run is taken over by the replica that
         // gets its next reply or re-attach (see `crate::run::place`).
         Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+impl super::ExecutionStore for RedisStore {
+    fn journal_call<'a>(
+        &'a self,
+        run: &'a str,
+        key: &'a SessionKey,
+        entry: &'a CallEntry,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.keep_call(run, key, entry))
     }
 }
 

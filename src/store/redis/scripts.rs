@@ -282,13 +282,14 @@ return 'void'
 /// end and announce while its record lasts (it restores the record); with
 /// no record the taker has nothing to restore and forgets the session, so
 /// the end is announced here: the events are queued whatever the answer,
-/// by exactly one of the two (#40 item 17). Its pause's progress goes
+/// by exactly one of the two (#40 item 17). Its execution journal goes
+/// (`chatgate:calls:RUN`), and its pause's progress
 /// (`PROGRESS`, the fields of `keys.rs`'s `PROGRESS_FIELDS`, is defined
 /// before it).
 pub const END: &str = r"
 if redis.call('HGET', KEYS[2], 'run') ~= ARGV[1] then
   unlist(KEYS[1])
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], 'chatgate:calls:' .. ARGV[1])
   enqueue(7)
   return 1
 end
@@ -298,6 +299,7 @@ if redis.call('HGET', KEYS[2], 'instance') ~= ARGV[2]
   return 0
 end
 unlist(KEYS[1])
+redis.call('DEL', 'chatgate:calls:' .. ARGV[1])
 if tonumber(ARGV[3]) > 0 then
   if redis.call('EXISTS', KEYS[1]) == 1 then
     redis.call('HSET', KEYS[1], 'ended', ARGV[5], 'record', ARGV[6])
@@ -316,7 +318,7 @@ return 1
 /// A record no client can reach goes, and its session if it is still ours.
 pub const REMOVE: &str = r"
 unlist(KEYS[1])
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], 'chatgate:calls:' .. ARGV[1])
 if redis.call('HGET', KEYS[2], 'run') == ARGV[1]
    and redis.call('HGET', KEYS[2], 'instance') == ARGV[2]
    and redis.call('HGET', KEYS[2], 'epoch') == ARGV[3] then

@@ -16,6 +16,7 @@
 //! written, and every start, deletes the rows past theirs. A file from an
 //! earlier version gets the two columns at open.
 
+mod calls;
 mod grants;
 mod outbox;
 mod outcomes;
@@ -32,7 +33,7 @@ use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{
-    Fault, Grant, OutboxEvent, OutboxStats, Outcome, PauseProgress, PausedRecord, QueuedEvent,
+    CallEntry, Fault, Grant, OutboxEvent, OutboxStats, Outcome, PauseProgress, PausedRecord, QueuedEvent,
     Resolution, RunEnd, Store, StoreError, StoredDecision,
 };
 use crate::session::SessionKey;
@@ -98,6 +99,7 @@ impl SqliteStore {
         outbox::create(&connection).map_err(|err| err.to_string())?;
         outcomes::create(&connection).map_err(|err| err.to_string())?;
         grants::create(&connection).map_err(|err| err.to_string())?;
+        calls::create(&connection).map_err(|err| err.to_string())?;
         let outbox = outbox::open(path).map_err(|err| err.to_string())?;
         let ledger = Arc::new(Mutex::new(
             outbox::ledger(&outbox).map_err(|err| err.to_string())?,
@@ -277,6 +279,7 @@ impl Store for SqliteStore {
         let until = now + grace.as_millis() as i64;
         let events = events.to_vec();
         self.with(move |tx| {
+            calls::forget(tx, &run)?;
             if grace.is_zero() {
                 tx.prepare_cached("DELETE FROM paused_runs WHERE run = ?1")?
                     .execute(params![run])?;
@@ -336,6 +339,7 @@ impl Store for SqliteStore {
     fn remove(&self, run: &str, _key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
         let run = run.to_owned();
         self.with(move |c| {
+            calls::forget(c, &run)?;
             c.execute("DELETE FROM paused_runs WHERE run = ?1", params![run])
                 .map(drop)
         })
@@ -370,6 +374,9 @@ impl Store for SqliteStore {
                         // Only the progress of the pause the record holds.
                         record.progress =
                             PauseProgress::join(&record.confirmation_id, [approvals.as_deref()]);
+                        if record.decision.is_some() {
+                            record.calls = calls::of(c, &record.run, &record.confirmation_id)?;
+                        }
                         records.push(record);
                     }
                     Err(err) => log::warn!("skipping an unreadable stored run: {err}"),
@@ -377,6 +384,19 @@ impl Store for SqliteStore {
             }
             Ok(records)
         })
+    }
+}
+
+impl super::ExecutionStore for SqliteStore {
+    fn journal_call<'a>(
+        &'a self,
+        run: &'a str,
+        _key: &'a SessionKey,
+        entry: &'a CallEntry,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let run = run.to_owned();
+        let entry = entry.clone();
+        self.with(move |c| calls::keep(c, &run, &entry))
     }
 }
 

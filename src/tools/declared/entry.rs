@@ -49,6 +49,9 @@ pub(super) struct ToolEntry {
     preview_timeout: Option<String>,
     #[serde(default)]
     recheck: bool,
+    #[serde(default)]
+    idempotent: bool,
+    reconcile: Option<Vec<String>>,
 }
 
 fn yes() -> bool {
@@ -115,6 +118,12 @@ pub(super) fn build(entry: ToolEntry) -> Result<Tool, String> {
             "key `recheck`: needs a preview to run again (`preview`, `preview_http`)".to_owned(),
         );
     }
+    // Run like the tool's own command (its `cwd` and `env`), or with none.
+    let reconcile = entry
+        .reconcile
+        .map(|argv| command::CommandSpec::new(argv, entry.cwd.clone(), entry.env.clone()))
+        .transpose()
+        .map_err(|err| err.replace("key `command`", "key `reconcile`"))?;
     let executor = match (entry.command, entry.http) {
         (Some(_), Some(_)) => {
             return Err("keys `command` and `http`: a tool has exactly one executor".to_owned())
@@ -148,6 +157,8 @@ pub(super) fn build(entry: ToolEntry) -> Result<Tool, String> {
     tool.grantable = entry.grantable || risk != RiskLevel::High;
     tool.preview = preview;
     tool.recheck = entry.recheck;
+    tool.idempotent = entry.idempotent;
+    tool.reconcile = reconcile;
     tool.gate = GateKeys {
         approvers: entry.approvers,
         approvals: entry.approvals,

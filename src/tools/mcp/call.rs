@@ -19,6 +19,7 @@ use super::{elicit, stopped, timed_out, McpTool};
 use crate::protocol::question::Question;
 use crate::tools::keeper::KILL_GRACE;
 use crate::tools::outcome::ToolOutcome;
+use crate::tools::stamp::Stamp;
 
 /// Most often a call's progress is passed on.
 pub const PROGRESS_EVERY: Duration = Duration::from_millis(250);
@@ -59,7 +60,7 @@ pub trait CallHost: Send {
 pub async fn run<H: CallHost>(
     call: &McpTool,
     args: &Value,
-    receipt: Option<&str>,
+    stamp: Stamp<'_>,
     timeout: Duration,
     stop: impl Future<Output = ()>,
     host: &mut H,
@@ -71,7 +72,7 @@ pub async fn run<H: CallHost>(
     let mut running =
         Box::pin(
             call.server
-                .call(&call.tool, args, receipt, asks, progress, tag.as_ref()),
+                .call(&call.tool, args, stamp, asks, progress, tag.as_ref()),
         );
     let mut last_shown: Option<Instant> = None;
     let mut deadline = tokio::time::Instant::now() + timeout;

@@ -64,6 +64,10 @@ pub struct McpEntry {
     /// Every previewed tool's preview runs again before its call.
     #[serde(default)]
     pub recheck: bool,
+    /// Its tools may be called again with the same idempotency key after a
+    /// crash cut a call short (#44): the server dedupes by the key.
+    #[serde(default)]
+    pub idempotent: bool,
 }
 
 fn yes() -> bool {
@@ -88,6 +92,8 @@ pub struct McpSpec {
     pub preview_tool: std::collections::BTreeMap<String, String>,
     pub preview_timeout: Duration,
     pub recheck: bool,
+    /// `idempotent`: every tool of it.
+    pub idempotent: bool,
 }
 
 impl McpEntry {
@@ -153,6 +159,7 @@ impl McpEntry {
             preview_tool: self.preview_tool,
             preview_timeout,
             recheck: self.recheck,
+            idempotent: self.idempotent,
         })
     }
 }

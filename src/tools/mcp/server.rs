@@ -12,6 +12,8 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, PaginatedRequestParams}
 use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::ServiceExt;
+
+use crate::tools::stamp::Stamp;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, ReadBuf};
 use tokio::process::{Child, ChildStdout};
@@ -24,8 +26,6 @@ use crate::protocol::RiskLevel;
 use crate::tools::keeper;
 use crate::tools::outcome::{CappedOutput, ToolOutcome};
 
-/// The `_meta` key of a call that carries its signed receipt.
-pub const RECEIPT_META: &str = "io.chatgate/receipt";
 
 /// Most bytes of one message from a server (one line on stdio): a longer
 /// one is dropped unread, and the call in flight fails saying so.
@@ -297,7 +297,7 @@ impl McpServer {
         &self,
         tool: &str,
         args: &Value,
-        receipt: Option<&str>,
+        stamp: Stamp<'_>,
         asks: mpsc::Sender<Elicitation>,
         progress: mpsc::Sender<String>,
         tag: Option<&RunTag>,
@@ -339,9 +339,11 @@ impl McpServer {
         let oversized = self.oversized.notified();
         let mut params = CallToolRequestParams::new(tool.to_owned())
             .with_arguments(args.as_object().cloned().unwrap_or_default());
-        if let Some(receipt) = receipt {
-            let mut meta = rmcp::model::MetaObject::new();
-            meta.0.insert(RECEIPT_META.to_owned(), Value::from(receipt));
+        let mut meta = rmcp::model::MetaObject::new();
+        for (name, value) in stamp.meta() {
+            meta.0.insert(name.to_owned(), Value::from(value));
+        }
+        if !meta.0.is_empty() {
             params.meta = Some(rmcp::model::RequestMetaObject(meta));
         }
         let result = tokio::select! {

@@ -1,0 +1,346 @@
+//! Exactly once after a crash (#44): every call a decision lets run gets
+//! an idempotency key; with a durable store its execution journal entry
+//! is kept `started` before the call and `finished` after it; and a run
+//! restored after a crash goes on from its decided pause where the journal
+//! says: a finished task's output is shown again (never run again), a task
+//! cut short is called again with the same key only when its tool says it
+//! is `idempotent`, its `reconcile` says it did not take effect, or a
+//! person chooses so on a reconcile pause.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{Cleared, RunContext};
+use crate::protocol::question::{Question, QuestionOption};
+use crate::protocol::{meta, CancelReason, Chunk, ErrorType, ResumedHow};
+use crate::receipt::{call_digest, idempotency_key};
+use crate::run::journal::CallEvent;
+use crate::run::outcome::RunError;
+use crate::run::plan::{Answers, Questions};
+use crate::session::run_log;
+use crate::store::CallEntry;
+use crate::tools::{Stamp, Tool, ToolOutcome};
+
+/// What a run keeps for its calls' keys, and (restored after a crash) the
+/// journal of its decided pause not yet gone on from.
+#[derive(Debug, Default)]
+pub(super) struct Calls {
+    /// The pause whose tasks the run's calls are: the latest plan asked
+    /// (a run that asked none: an id of its own).
+    anchor: Option<Arc<str>>,
+    /// The keys given so far: a run never gives two calls one key.
+    given: Vec<String>,
+    /// Restored after a crash: the journal of the decided pause.
+    journal: Vec<CallEntry>,
+}
+
+/// The most keys a run remembers (far past what a run calls: its rounds'
+/// tasks and its unconfirmed calls).
+const KEYS_KEPT: usize = 4096;
+
+/// How a task the journal names goes on.
+pub(super) enum GoOn {
+    /// Done without a call: its outcome (shown again, reconciled, skipped).
+    Done(ToolOutcome),
+    /// Called again with its key: this attempt.
+    Again(u32),
+}
+
+/// What a call carries into its run, its `tool_output` and its journal.
+pub(super) struct Attempt {
+    pub key: String,
+    pub number: u32,
+    /// Called again after a crash (`resumed_after_crash`).
+    pub resumed: bool,
+    /// Its journal entry is kept (a durable store, a stored run, a call
+    /// someone cleared).
+    pub journaled: bool,
+}
+
+impl RunContext {
+    fn calls(&mut self) -> &mut Calls {
+        self.calls.get_or_insert_with(Box::default)
+    }
+
+    /// The pause whose tasks the next calls are (a plan asked, a pause
+    /// restored).
+    pub(super) fn anchor_calls(&mut self, confirmation_id: &str) {
+        self.calls().anchor = Some(Arc::from(confirmation_id));
+    }
+
+    /// The pause whose tasks the calls are, once there is one.
+    pub(super) fn calls_anchor(&self) -> Option<Arc<str>> {
+        self.calls.as_ref()?.anchor.clone()
+    }
+
+    /// Restored after a crash: the journal of the decided pause.
+    pub(super) fn resume_journal(&mut self, journal: Vec<CallEntry>) {
+        self.calls().journal = journal;
+    }
+
+    /// The idempotency key of call `index` of `tool` with `args`: the same
+    /// for the same approved call after a restart, and never one this run
+    /// gave another call.
+    pub(super) fn idempotency_key(&mut self, index: usize, tool: &str, args: &Value) -> String {
+        let calls = self.calls();
+        let anchor = calls
+            .anchor
+            .get_or_insert_with(|| Arc::from(uuid::Uuid::new_v4().to_string()))
+            .clone();
+        let digest = call_digest(tool, args);
+        let mut key = idempotency_key(&anchor, index, &digest);
+        let mut again = 0;
+        while calls.given.contains(&key) {
+            again += 1;
+            key = idempotency_key(&format!("{anchor}#{again}"), index, &digest);
+        }
+        if calls.given.len() >= KEYS_KEPT {
+            calls.given.remove(0);
+        }
+        calls.given.push(key.clone());
+        key
+    }
+
+    /// The journal's entry of task `index` of the pause the calls are of,
+    /// taken (a task goes on once).
+    pub(super) fn journaled_entry(&mut self, index: usize) -> Option<CallEntry> {
+        let calls = self.calls.as_deref_mut()?;
+        let anchor = calls.anchor.clone()?;
+        let at = calls
+            .journal
+            .iter()
+            .position(|e| e.index == index && *e.confirmation_id == *anchor)?;
+        Some(calls.journal.remove(at))
+    }
+
+    /// Whether a call cleared as `cleared` is journaled.
+    pub(super) fn journals(&self, cleared: &Cleared) -> bool {
+        self.durable() && self.stored_id.is_some() && *cleared != Cleared::Unasked
+    }
+
+    /// Keeps `entry` in the journal before the run goes on: one that cannot
+    /// be kept ends the run (`store_unavailable`), before its call when
+    /// it is a `started`.
+    pub(super) async fn keep_entry(&self, entry: &CallEntry) -> Result<(), RunError> {
+        let Some(run) = self.stored_id.as_deref() else {
+            return Ok(());
+        };
+        let store = &self.settings.store;
+        match store.journal_call(run, self.session_key(), entry).await {
+            Ok(()) => Ok(()),
+            Err(err) => {
+                run_log!(Error, self.tag(), "{err}");
+                let what = if entry.finished.is_some() {
+                    "that it finished"
+                } else {
+                    "that it starts, so it was not run"
+                };
+                Err(RunError::failed(
+                    ErrorType::StoreUnavailable,
+                    format!(
+                        "the store cannot keep task {}'s call ({what}); the run has ended",
+                        entry.index
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// A task the journal names after a crash: shown again when it had
+    /// finished; cut short, called again only when its tool is
+    /// `idempotent`, its `reconcile` says it did not take effect, or a
+    /// person says so; audited (`resumed`) and announced (`run.resumed`)
+    /// before it goes on.
+    pub(super) async fn go_on(
+        &mut self,
+        tool: &Tool,
+        args: &Value,
+        entry: CallEntry,
+    ) -> Result<GoOn, RunError> {
+        let index = entry.index;
+        if let Some(chunk) = entry.finished.clone() {
+            self.resumed(&entry, ResumedHow::Replayed).await?;
+            let outcome = replayed_outcome(&chunk);
+            self.log.push(chunk.with_meta(meta::REPLAYED, true));
+            return Ok(GoOn::Done(outcome));
+        }
+        let next = entry.attempt + 1;
+        if tool.idempotent && !entry.key.is_empty() {
+            self.resumed(&entry, ResumedHow::Reran).await?;
+            return Ok(GoOn::Again(next));
+        }
+        if let (Some(reconcile), false) = (&tool.reconcile, entry.key.is_empty()) {
+            let stamp = Stamp {
+                receipt: None,
+                idempotency_key: Some(&entry.key),
+            };
+            let stop = self.stop.clone();
+            let asked = reconcile
+                .run(
+                    args,
+                    tool.timeout,
+                    async move {
+                        stop.stopped().await;
+                    },
+                    Some(&self.tag()),
+                    stamp,
+                )
+                .await;
+            match asked.exit_status {
+                Some(0) => {
+                    run_log!(Info, self.tag(), "{}: task {index} took effect", tool.name);
+                    self.resumed(&entry, ResumedHow::Reconciled).await?;
+                    let mut outcome = asked;
+                    outcome.exit_status = Some(0);
+                    let chunk = self
+                        .tool_output(index, &tool.name, &outcome, None)
+                        .with_meta(meta::IDEMPOTENCY_KEY, entry.key.as_str())
+                        .with_meta(meta::RECONCILED, true);
+                    let mut done = entry.clone();
+                    done.finished = Some(chunk.clone());
+                    self.keep_entry(&done).await?;
+                    self.log.push(chunk);
+                    return Ok(GoOn::Done(outcome));
+                }
+                Some(3) => {
+                    self.resumed(&entry, ResumedHow::Reran).await?;
+                    return Ok(GoOn::Again(next));
+                }
+                _ => run_log!(
+                    Info,
+                    self.tag(),
+                    "{}: whether task {index} took effect is not known",
+                    tool.name
+                ),
+            }
+        }
+        self.ask_reconcile(tool, entry).await
+    }
+
+    /// Nobody can know whether task `entry` took effect: a person is asked
+    /// (`run_again`, `skip`, `cancel`).
+    async fn ask_reconcile(&mut self, tool: &Tool, entry: CallEntry) -> Result<GoOn, RunError> {
+        let index = entry.index;
+        let started = crate::clock::rfc3339_ms(entry.started_at_ms);
+        let option = |id: &str, text: &str| QuestionOption {
+            id: id.to_owned(),
+            label: id.to_owned(),
+            description: text.to_owned(),
+        };
+        let question = Question {
+            id: "reconcile".to_owned(),
+            header: format!("Task {index}: {}", tool.name),
+            question: format!(
+                "The server stopped while task {index} ({}) was running (started {started}, \
+                 key {}); it may have taken effect. Run it again with the same key, skip it, \
+                 or cancel the run?",
+                tool.name, entry.key
+            ),
+            options: vec![
+                option("run_again", "call it again with the same idempotency key"),
+                option("skip", "record it as not run and go on"),
+                option("cancel", "end the run"),
+            ],
+            multi_select: false,
+            allow_other: false,
+            required: true,
+            schema: None,
+        };
+        let asked = Questions {
+            title: format!("Did task {index} ({}) take effect?", tool.name),
+            questions: vec![question],
+            state: None,
+        };
+        let chosen = match Box::pin(self.ask(asked)).await? {
+            Answers::Given(answers) => answers
+                .get("reconcile")
+                .and_then(Value::as_str)
+                .unwrap_or("cancel")
+                .to_owned(),
+            Answers::Skipped => "skip".to_owned(),
+        };
+        self.resumed(&entry, ResumedHow::Asked).await?;
+        match chosen.as_str() {
+            "run_again" => Ok(GoOn::Again(entry.attempt + 1)),
+            "skip" => {
+                let outcome = ToolOutcome::skipped(
+                    true,
+                    None,
+                    Some("skipped after the server stopped while it ran: recorded as not run".into()),
+                );
+                let chunk = self
+                    .tool_output(index, &tool.name, &outcome, None)
+                    .with_meta(meta::IDEMPOTENCY_KEY, entry.key.as_str());
+                self.log.push(chunk);
+                Ok(GoOn::Done(outcome))
+            }
+            _ => Err(RunError::Cancelled(CancelReason::User)),
+        }
+    }
+
+    /// Audits (`resumed`) and announces (`run.resumed`) that task `entry`
+    /// goes on `how`.
+    async fn resumed(&self, entry: &CallEntry, how: ResumedHow) -> Result<(), RunError> {
+        run_log!(
+            Info,
+            self.tag(),
+            "task {} resumed after a crash: {how:?}",
+            entry.index
+        );
+        let event = CallEvent::Resumed {
+            pause: &entry.confirmation_id,
+            task: entry.index,
+            tool: &entry.tool,
+            idempotency_key: &entry.key,
+            how,
+        };
+        let journal = self.settings.journal();
+        let events = journal.resumed_events(self.subject(), &event);
+        let record = journal.call(self.subject(), event);
+        self.audit(record.as_ref()).await?;
+        self.settings.announce(&events).await;
+        Ok(())
+    }
+}
+
+/// A finished call's outcome as its `tool_output` chunk says it.
+fn replayed_outcome(chunk: &Chunk) -> ToolOutcome {
+    let flag = |key: &str| chunk.metadata.get(key).and_then(Value::as_bool);
+    let text = |key: &str| {
+        chunk
+            .metadata
+            .get(key)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let mut outcome = ToolOutcome::skipped(flag(meta::OK).unwrap_or(false), None, None);
+    outcome.skipped = flag(meta::SKIPPED).unwrap_or(false);
+    outcome.truncated = flag(meta::TRUNCATED).unwrap_or(false);
+    outcome.result = text(meta::RESULT);
+    outcome.error = text(meta::ERROR);
+    outcome.duration_ms = chunk
+        .metadata
+        .get(meta::DURATION_MS)
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    outcome
+}
+
+/// A call's journal entry as it starts.
+pub(super) fn started(
+    confirmation_id: &str,
+    index: usize,
+    tool: &str,
+    attempt: &Attempt,
+) -> CallEntry {
+    CallEntry {
+        confirmation_id: confirmation_id.to_owned(),
+        index,
+        tool: tool.to_owned(),
+        key: attempt.key.clone(),
+        attempt: attempt.number,
+        started_at_ms: crate::clock::now_ms(),
+        finished: None,
+    }
+}

@@ -1,0 +1,65 @@
+//! The execution journal (#44): what a durable store keeps of each call a
+//! decided pause lets run, so that a run cut by a crash goes on where it
+//! was instead of ending `interrupted`. A call's entry is kept `started`
+//! before the call begins and `finished` (its `tool_output` chunk as it
+//! was sent, bounded as every chunk is) before the run moves on; a restart
+//! or a takeover reads the entries of the record's pause with the record
+//! ([`PausedRecord::calls`](super::PausedRecord)). The memory store keeps
+//! none: nothing of its runs outlives the process anyway.
+
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use super::StoreError;
+use crate::protocol::Chunk;
+use crate::session::SessionKey;
+
+/// One call of a decided pause, as the journal keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallEntry {
+    /// The pause whose task it is.
+    pub confirmation_id: String,
+    /// The task's index (1-based, as `tool_output` says it).
+    pub index: usize,
+    pub tool: String,
+    /// Its idempotency key: the same on every attempt.
+    pub key: String,
+    /// 1 for the first call, one more for each call again.
+    pub attempt: u32,
+    /// When its latest attempt began (ms since the Unix epoch).
+    pub started_at_ms: u64,
+    /// Once it finished: its `tool_output` chunk as it was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<Chunk>,
+}
+
+impl CallEntry {
+    /// An entry that could not be read back: started, never finished, its
+    /// key unknown (its call may have run).
+    pub fn unreadable(confirmation_id: &str, index: usize) -> CallEntry {
+        CallEntry {
+            confirmation_id: confirmation_id.to_owned(),
+            index,
+            tool: String::new(),
+            key: String::new(),
+            attempt: 1,
+            started_at_ms: 0,
+            finished: None,
+        }
+    }
+}
+
+/// Where the journal is kept (every durable store; the memory store keeps
+/// none, and says so by the defaults).
+pub trait ExecutionStore: Send + Sync {
+    /// Keeps `entry` (its latest form replaces the one before, by pause
+    /// and index) for the run `run` of `key`; answered once it is durable.
+    fn journal_call<'a>(
+        &'a self,
+        _run: &'a str,
+        _key: &'a SessionKey,
+        _entry: &'a CallEntry,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+}

@@ -1,0 +1,322 @@
+//! Exactly once after a crash (#44), against the real binary and a real
+//! SQLite file: a command tool is `kill -9`ed with its server mid-call,
+//! and after the restart its run goes on where the execution journal says:
+//! called again with the same idempotency key (`idempotent`, `reconcile`
+//! exit 3, a person's `run_again`), not called again (`reconcile` exit 0, a
+//! finished task, `skip`), or ended (`cancel`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use chatgate::protocol::{Chunk, ChunkType};
+use serde_json::{json, Value};
+
+use crate::common::Binary;
+use crate::durable::{
+    chunks, open_paused, post, read_raw, reply, start, stream_url, Dir, Reading,
+};
+use crate::helpers::WAIT;
+
+/// A tools file with `mark`: it notes its key in `starts` as it starts,
+/// sleeps 30 s while the file `slow` is there, then does its effect once
+/// per key (`effects`: a key already there is not written again). And a
+/// quick `note` tool that appends to `notes`. `extra`: more keys of `mark`.
+fn tools(dir: &Dir, extra: &str) -> String {
+    let (starts, effects, slow, notes) = (
+        dir.path("starts").display().to_string(),
+        dir.path("effects").display().to_string(),
+        dir.path("slow").display().to_string(),
+        dir.path("notes").display().to_string(),
+    );
+    let path = dir.path("tools.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[tool]]\nname = \"note\"\ndescription = \"notes\"\nrisk = \"low\"\n\
+             command = [\"sh\", \"-c\", \"echo \\\"$CHATGATE_IDEMPOTENCY_KEY\\\" >> {notes}\"]\n\
+             parameters = {{ type = \"object\" }}\n\n\
+             [[tool]]\nname = \"mark\"\ndescription = \"marks\"\nrisk = \"low\"\n\
+             command = [\"sh\", \"-c\", \"echo \\\"$CHATGATE_IDEMPOTENCY_KEY\\\" >> {starts}; \
+             if [ -f {slow} ]; then sleep 30; fi; \
+             grep -qx \\\"$CHATGATE_IDEMPOTENCY_KEY\\\" {effects} 2>/dev/null || \
+             echo \\\"$CHATGATE_IDEMPOTENCY_KEY\\\" >> {effects}; echo marked\"]\n\
+             parameters = {{ type = \"object\" }}\n{extra}\n"
+        ),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|text| text.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// Waits until `path` has `count` lines.
+async fn wait_lines(path: &Path, count: usize) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while lines(path).len() < count {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} never had {count} lines",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Runs `message` on `session`, confirms it, and `kill -9`s the server
+/// while `mark` runs (its first start noted); then starts it again.
+async fn crash_mid_call(dir: &Dir, tools: &str, session: &str, message: &str) -> Binary {
+    std::fs::write(dir.path("slow"), "").unwrap();
+    let audit = dir.path("audit.jsonl").display().to_string();
+    let mut first = start(dir, &["--tools", tools, "--audit-log", &audit]);
+    let reading = open_paused(
+        &stream_url(&first),
+        json!({"message": message, "session_id": session}),
+    )
+    .await;
+    let (status, ack) = reply(&stream_url(&first), session, "CONFIRM_ACTION:confirm").await;
+    assert_eq!(status, 200, "{ack:?}");
+    wait_lines(&dir.path("starts"), 1).await;
+    first.child.kill().unwrap(); // SIGKILL: no shutdown at all
+    first.child.wait().unwrap();
+    drop(reading);
+    std::fs::remove_file(dir.path("slow")).unwrap();
+    start(dir, &["--tools", tools, "--audit-log", &audit])
+}
+
+/// Re-attaches to `session` from the start and reads until `until` (or
+/// the end).
+async fn reattach(server: &Binary, session: &str, until: Option<&str>) -> Vec<Chunk> {
+    let back = post(&stream_url(server), json!({"session_id": session}), Some(0)).await;
+    assert_eq!(back.status(), 200);
+    chunks(&read_raw(back, until).await)
+}
+
+fn outputs(seen: &[Chunk]) -> Vec<&Chunk> {
+    seen.iter()
+        .filter(|c| c.chunk_type == ChunkType::ToolOutput)
+        .collect()
+}
+
+/// The audit log's records of `event`.
+fn audited(dir: &Dir, event: &str) -> Vec<Value> {
+    lines(&dir.path("audit.jsonl"))
+        .iter()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|record| record["event"] == event)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_tool_cut_short_by_kill_9_is_called_again_with_its_key_and_acts_once() {
+    let dir = Dir::new();
+    let tools = tools(&dir, "idempotent = true");
+    let second = crash_mid_call(&dir, &tools, "idem", "mark it").await;
+
+    let seen = reattach(&second, "idem", None).await;
+
+    let last = seen.last().unwrap();
+    assert_eq!(last.chunk_type, ChunkType::Completion, "{seen:?}");
+    let starts = lines(&dir.path("starts"));
+    assert_eq!(starts.len(), 2, "called again once: {starts:?}");
+    assert_eq!(starts[0], starts[1], "with the same key");
+    assert_eq!(starts[0].len(), 43, "base64url of SHA-256, no padding");
+    assert_eq!(lines(&dir.path("effects")), [starts[0].clone()], "acted once");
+    let output = outputs(&seen);
+    assert_eq!(output.len(), 1, "{seen:?}");
+    assert_eq!(output[0].metadata["idempotency_key"], starts[0].as_str());
+    assert_eq!(output[0].metadata["resumed_after_crash"], true);
+    assert_eq!(output[0].metadata["attempt"], 2);
+    let resumed = audited(&dir, "resumed");
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    assert_eq!(resumed[0]["how"], "reran");
+    assert_eq!(resumed[0]["idempotency_key"], starts[0].as_str());
+    let executed = audited(&dir, "executed");
+    assert_eq!(executed.len(), 1, "only the attempt that finished");
+    assert_eq!(executed[0]["idempotency_key"], starts[0].as_str());
+    assert_eq!(executed[0]["attempt"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_that_says_done_is_not_called_again_and_its_stdout_is_the_result() {
+    let dir = Dir::new();
+    let seen_key = dir.path("reconciled").display().to_string();
+    let extra = format!(
+        "reconcile = [\"sh\", \"-c\", \"echo \\\"$CHATGATE_IDEMPOTENCY_KEY\\\" > {seen_key}; \
+         echo it was done; exit 0\"]"
+    );
+    let tools = tools(&dir, &extra);
+    let second = crash_mid_call(&dir, &tools, "rec0", "mark it").await;
+
+    let seen = reattach(&second, "rec0", None).await;
+
+    assert_eq!(seen.last().unwrap().chunk_type, ChunkType::Completion);
+    let starts = lines(&dir.path("starts"));
+    assert_eq!(starts.len(), 1, "not called again");
+    assert_eq!(lines(&dir.path("reconciled")), starts, "reconcile got the key");
+    let output = outputs(&seen);
+    assert_eq!(output.len(), 1, "{seen:?}");
+    assert_eq!(output[0].metadata["reconciled"], true);
+    assert_eq!(output[0].metadata["ok"], true);
+    assert!(output[0].metadata["result"]
+        .as_str()
+        .unwrap()
+        .contains("it was done"));
+    assert_eq!(audited(&dir, "resumed")[0]["how"], "reconciled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_that_says_not_done_calls_it_again_with_the_same_key() {
+    let dir = Dir::new();
+    let tools = tools(&dir, "reconcile = [\"sh\", \"-c\", \"exit 3\"]");
+    let second = crash_mid_call(&dir, &tools, "rec3", "mark it").await;
+
+    let seen = reattach(&second, "rec3", None).await;
+
+    assert_eq!(seen.last().unwrap().chunk_type, ChunkType::Completion);
+    let starts = lines(&dir.path("starts"));
+    assert_eq!(starts.len(), 2);
+    assert_eq!(starts[0], starts[1]);
+    assert_eq!(outputs(&seen)[0].metadata["attempt"], 2);
+}
+
+/// A tool that declares neither: the run pauses on a reconcile question.
+async fn asked_to_reconcile(dir: &Dir, session: &str) -> (Binary, Chunk) {
+    let tools = tools(dir, "");
+    let second = crash_mid_call(dir, &tools, session, "mark it").await;
+    let seen = reattach(&second, session, Some("\"chunk_type\":\"input_request\"")).await;
+    let asked = seen.last().unwrap().clone();
+    assert_eq!(asked.chunk_type, ChunkType::InputRequest, "{seen:?}");
+    (second, asked)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_declaration_a_person_chooses_run_again() {
+    let dir = Dir::new();
+    let (second, asked) = asked_to_reconcile(&dir, "again").await;
+    let data = serde_json::to_value(&asked).unwrap()["confirmation_data"].clone();
+    let options: Vec<&str> = data["questions"][0]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(options, ["run_again", "skip", "cancel"]);
+    let key = lines(&dir.path("starts"))[0].clone();
+    assert!(
+        data["questions"][0]["question"]
+            .as_str()
+            .unwrap()
+            .contains(&key),
+        "the question names the call's key"
+    );
+
+    let rest = tokio::spawn({
+        let url = stream_url(&second);
+        async move {
+            let back = post(&url, json!({"session_id": "again"}), Some(0)).await;
+            chunks(&read_raw(back, None).await)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, ack) = reply(
+        &stream_url(&second),
+        "again",
+        "CONFIRM_ACTION:answer: run_again",
+    )
+    .await;
+    let after = rest.await.unwrap();
+
+    assert_eq!(status, 200, "{ack:?}");
+    assert_eq!(
+        after.last().unwrap().chunk_type,
+        ChunkType::Completion,
+        "{after:?}"
+    );
+    let starts = lines(&dir.path("starts"));
+    assert_eq!(starts, [key.clone(), key], "run again with the same key");
+    assert_eq!(audited(&dir, "resumed")[0]["how"], "asked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_declaration_skip_records_it_as_not_run_and_cancel_ends_the_run() {
+    let dir = Dir::new();
+    let (second, _) = asked_to_reconcile(&dir, "skip").await;
+    let (status, _) = reply(&stream_url(&second), "skip", "CONFIRM_ACTION:skip").await;
+    let seen = reattach(&second, "skip", None).await;
+
+    assert_eq!(status, 200);
+    assert_eq!(
+        seen.last().unwrap().chunk_type,
+        ChunkType::Completion,
+        "{seen:?}"
+    );
+    let skipped = outputs(&seen);
+    assert_eq!(skipped.last().unwrap().metadata["skipped"], true);
+    assert_eq!(lines(&dir.path("starts")).len(), 1, "not run again");
+    drop(second);
+
+    let dir = Dir::new();
+    let (second, _) = asked_to_reconcile(&dir, "stop").await;
+    let (status, _) = reply(&stream_url(&second), "stop", "CONFIRM_ACTION:cancel").await;
+    let seen = reattach(&second, "stop", None).await;
+
+    assert_eq!(status, 200);
+    assert_eq!(seen.last().unwrap().chunk_type, ChunkType::Cancelled);
+    assert_eq!(lines(&dir.path("starts")).len(), 1, "not run again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_task_is_shown_again_from_the_journal_and_never_run_twice() {
+    let dir = Dir::new();
+    let tools = tools(&dir, "idempotent = true");
+    let second = crash_mid_call(&dir, &tools, "two", "note it; mark it").await;
+
+    let seen = reattach(&second, "two", None).await;
+
+    assert_eq!(seen.last().unwrap().chunk_type, ChunkType::Completion);
+    assert_eq!(lines(&dir.path("notes")).len(), 1, "the note ran once");
+    let output = outputs(&seen);
+    let replayed: Vec<&&Chunk> = output
+        .iter()
+        .filter(|c| c.metadata.get("replayed") == Some(&json!(true)))
+        .collect();
+    assert_eq!(replayed.len(), 1, "{output:?}");
+    assert_eq!(replayed[0].metadata["tool"], "note");
+    assert_eq!(
+        replayed[0].metadata["idempotency_key"],
+        lines(&dir.path("notes"))[0].as_str()
+    );
+    let how: Vec<Value> = audited(&dir, "resumed")
+        .iter()
+        .map(|r| r["how"].clone())
+        .collect();
+    assert_eq!(how, [json!("replayed"), json!("reran")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_gets_its_key_in_its_output_and_two_calls_never_share_one() {
+    let dir = Dir::new();
+    let tools = tools(&dir, "");
+    let server = start(&dir, &["--tools", &tools]);
+    let reading: Reading = open_paused(
+        &stream_url(&server),
+        json!({"message": "note it; note it", "session_id": "keys"}),
+    )
+    .await;
+    let (status, _) = reply(&stream_url(&server), "keys", "CONFIRM_ACTION:confirm").await;
+    let seen = chunks(&reading.finish().await);
+
+    assert_eq!(status, 200);
+    let notes = lines(&dir.path("notes"));
+    assert_eq!(notes.len(), 2);
+    assert_ne!(notes[0], notes[1], "two calls, two keys");
+    let keys: Vec<&Value> = outputs(&seen)
+        .iter()
+        .map(|c| &c.metadata["idempotency_key"])
+        .collect();
+    assert_eq!(keys, [&json!(notes[0]), &json!(notes[1])]);
+}
