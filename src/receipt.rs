@@ -253,6 +253,30 @@ fn jwk(key: &VerifyingKey) -> Value {
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_idempotency_key_is_stable_and_names_exactly_one_call() {
+        let digest = call_digest("mark", &json!({"a": 1}));
+        let key = idempotency_key("c-1", 2, &digest);
+        assert_eq!(
+            key,
+            idempotency_key("c-1", 2, &digest),
+            "the same every attempt"
+        );
+        assert_eq!(key.len(), 43, "base64url of 32 bytes, no padding");
+        assert!(key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+        assert_ne!(key, idempotency_key("c-1", 3, &digest), "another task");
+        assert_ne!(key, idempotency_key("c-2", 2, &digest), "another pause");
+        let other = call_digest("mark", &json!({"a": 2}));
+        assert_ne!(key, idempotency_key("c-1", 2, &other), "other arguments");
+        // Each part ends with a newline: "c-1"+"12" is not "c-11"+"2".
+        assert_ne!(
+            idempotency_key("c-1", 12, &digest),
+            idempotency_key("c-11", 2, &digest)
+        );
+    }
+
     fn receipt() -> Receipt {
         Receipt {
             iss: "chatgate".to_owned(),

@@ -25,8 +25,8 @@ pub mod request;
 
 pub use ask::Ask;
 pub use chunk::{
-    json_len, ApprovedBy, Chunk, ConfirmationData, Decisions, PauseData, QuestionData,
-    ResumedHow, TaskDecision, TaskPreview, TaskSpec, Verdict, Via, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
+    json_len, ApprovedBy, Chunk, ConfirmationData, Decisions, PauseData, QuestionData, ResumedHow,
+    TaskDecision, TaskPreview, TaskSpec, Verdict, Via, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
 pub use given::Given;
 pub use names::{

@@ -176,9 +176,7 @@ impl Runs {
         match decided.action {
             Action::Confirm => Some(Decision::Confirm(decisions(), None)),
             Action::TimeoutReject => Some(Decision::TimedOut(decisions())),
-            Action::Answer => Some(Decision::Answer(
-                decided.given.as_ref()?.answers()?.clone(),
-            )),
+            Action::Answer => Some(Decision::Answer(decided.given.as_ref()?.answers()?.clone())),
             Action::Skip => Some(Decision::Skip),
             _ => None,
         }

@@ -7,12 +7,11 @@
 //! ([`PausedRecord::calls`](super::PausedRecord)). The memory store keeps
 //! none: nothing of its runs outlives the process anyway.
 
-use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use super::StoreError;
+use serde_json::Value;
+
 use crate::protocol::Chunk;
-use crate::session::SessionKey;
 
 /// One call of a decided pause, as the journal keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,17 +48,38 @@ impl CallEntry {
     }
 }
 
-/// Where the journal is kept (every durable store; the memory store keeps
-/// none, and says so by the defaults).
-pub trait ExecutionStore: Send + Sync {
-    /// Keeps `entry` (its latest form replaces the one before, by pause
-    /// and index) for the run `run` of `key`; answered once it is durable.
-    fn journal_call<'a>(
-        &'a self,
-        _run: &'a str,
-        _key: &'a SessionKey,
-        _entry: &'a CallEntry,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async { Ok(()) })
+/// One task's call, as an outcome keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RanNote {
+    pub step: u64,
+    pub tool: String,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub simulated: bool,
+}
+
+impl RanNote {
+    /// A `tool_output` chunk as an outcome keeps it.
+    pub fn of(chunk: &Chunk) -> RanNote {
+        use crate::protocol::meta;
+        let flag = |key: &str| chunk.metadata.get(key).and_then(Value::as_bool);
+        RanNote {
+            step: chunk
+                .metadata
+                .get(meta::STEP)
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            tool: chunk
+                .metadata
+                .get(meta::TOOL)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            ok: flag(meta::OK).unwrap_or(false),
+            skipped: flag(meta::SKIPPED).unwrap_or(false),
+            simulated: flag(meta::SIMULATED).unwrap_or(false),
+        }
     }
 }

@@ -46,7 +46,7 @@ use serde_json::Value;
 use crate::protocol::given::{self, DecisionRecord};
 use crate::protocol::{Action, Ask, CancelReason, Chunk, Given, Via};
 use crate::session::SessionKey;
-pub use execution::{CallEntry, ExecutionStore};
+pub use execution::{CallEntry, RanNote};
 pub use grant::{Grant, GrantScope};
 pub use progress::{CarriedReject, DecidedTask, Escalated, PauseProgress, TaskApprovals};
 
@@ -196,42 +196,6 @@ pub struct Outcome {
 
 /// Bytes of a kept outcome's final chunk text (the rest is cut).
 pub const MAX_OUTCOME_TEXT: usize = 2 * 1024;
-
-/// One task's call, as an outcome keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RanNote {
-    pub step: u64,
-    pub tool: String,
-    pub ok: bool,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub skipped: bool,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub simulated: bool,
-}
-
-impl RanNote {
-    /// A `tool_output` chunk as an outcome keeps it.
-    pub fn of(chunk: &Chunk) -> RanNote {
-        use crate::protocol::meta;
-        let flag = |key: &str| chunk.metadata.get(key).and_then(Value::as_bool);
-        RanNote {
-            step: chunk
-                .metadata
-                .get(meta::STEP)
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-            tool: chunk
-                .metadata
-                .get(meta::TOOL)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned(),
-            ok: flag(meta::OK).unwrap_or(false),
-            skipped: flag(meta::SKIPPED).unwrap_or(false),
-            simulated: flag(meta::SIMULATED).unwrap_or(false),
-        }
-    }
-}
 
 /// What a reply decided, and who.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -581,6 +545,21 @@ pub trait OutboxStore: Send + Sync {
 }
 
 /// Each session's latest run's outcome, kept for `--keep-outcome`.
+/// Where the execution journal is kept ([`execution`]): every durable
+/// store; the memory store keeps none (the defaults).
+pub trait ExecutionStore: Send + Sync {
+    /// Keeps `entry` (replacing the one before of its pause and index) for
+    /// the run `run` of `key`; answered once it is durable.
+    fn journal_call<'a>(
+        &'a self,
+        _run: &'a str,
+        _key: &'a SessionKey,
+        _entry: &'a CallEntry,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
 pub trait OutcomeStore: Send + Sync {
     /// Keeps `outcome`, the latest run's of session `session_id` in
     /// `namespace` (its stored name), for `keep` (replacing the one before).

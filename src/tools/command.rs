@@ -295,7 +295,7 @@ mod tests {
                 Duration::from_secs(10),
                 never(),
                 None,
-                None,
+                Stamp::NONE,
             )
             .await;
         assert!(outcome.ok, "{outcome:?}");
@@ -314,7 +314,13 @@ mod tests {
         let mut listed = spec(&["sh", "-c", "env"]);
         listed.env = vec!["CARGO_PKG_NAME".into()];
         let outcome = listed
-            .run(&json!({}), Duration::from_secs(10), never(), None, Stamp::NONE)
+            .run(
+                &json!({}),
+                Duration::from_secs(10),
+                never(),
+                None,
+                Stamp::NONE,
+            )
             .await;
         let env = outcome.result.unwrap();
         assert!(env.contains("CARGO_PKG_NAME=chatgate"), "{env}");
@@ -325,7 +331,13 @@ mod tests {
     #[tokio::test]
     async fn a_non_zero_exit_fails_with_the_tail_of_stderr() {
         let outcome = spec(&["sh", "-c", "echo nope >&2; exit 3"])
-            .run(&json!({}), Duration::from_secs(10), never(), None, Stamp::NONE)
+            .run(
+                &json!({}),
+                Duration::from_secs(10),
+                never(),
+                None,
+                Stamp::NONE,
+            )
             .await;
         assert!(!outcome.ok);
         assert_eq!(outcome.exit_status, Some(3));
@@ -335,7 +347,13 @@ mod tests {
     #[tokio::test]
     async fn a_large_output_is_capped_and_marked_truncated() {
         let outcome = spec(&["sh", "-c", "head -c 200000 /dev/zero | tr '\\\\0' x"])
-            .run(&json!({}), Duration::from_secs(10), never(), None, Stamp::NONE)
+            .run(
+                &json!({}),
+                Duration::from_secs(10),
+                never(),
+                None,
+                Stamp::NONE,
+            )
             .await;
         assert!(outcome.ok);
         assert!(outcome.truncated);
@@ -353,7 +371,13 @@ mod tests {
         let script = format!("(sleep 3; touch {}) & sleep 30", marker.display());
         let started = Instant::now();
         let outcome = spec(&["sh", "-c", &script])
-            .run(&json!({}), Duration::from_millis(300), never(), None, Stamp::NONE)
+            .run(
+                &json!({}),
+                Duration::from_millis(300),
+                never(),
+                None,
+                Stamp::NONE,
+            )
             .await;
         assert!(!outcome.ok);
         assert!(outcome.error.unwrap().starts_with("timed out after 300ms"));
@@ -386,7 +410,13 @@ mod tests {
         );
         let started = Instant::now();
         let outcome = spec(&["sh", "-c", &script])
-            .run(&json!({}), Duration::from_secs(30), never(), None, Stamp::NONE)
+            .run(
+                &json!({}),
+                Duration::from_secs(30),
+                never(),
+                None,
+                Stamp::NONE,
+            )
             .await;
 
         assert!(outcome.ok, "the exit status decides: {outcome:?}");
@@ -406,7 +436,13 @@ mod tests {
         let script = format!("setsid {needle} & {needle}");
         let started = Instant::now();
         let outcome = spec(&["sh", "-c", &script])
-            .run(&json!({}), Duration::from_millis(500), never(), None, Stamp::NONE)
+            .run(
+                &json!({}),
+                Duration::from_millis(500),
+                never(),
+                None,
+                Stamp::NONE,
+            )
             .await;
 
         assert!(outcome.error.unwrap().starts_with("timed out after 500ms"));
@@ -426,7 +462,7 @@ mod tests {
                 Duration::from_secs(60),
                 tokio::time::sleep(Duration::from_millis(200)),
                 None,
-                None,
+                Stamp::NONE,
             )
             .await;
         assert!(!outcome.ok);

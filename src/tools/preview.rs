@@ -45,7 +45,8 @@ impl Preview {
             Executor::Mcp(call) => {
                 let mut host = NobodyAsked { tag: tag.cloned() };
                 let (outcome, _) =
-                    super::mcp::call::run(call, args, Stamp::NONE, self.timeout, stop, &mut host).await;
+                    super::mcp::call::run(call, args, Stamp::NONE, self.timeout, stop, &mut host)
+                        .await;
                 outcome
             }
         };

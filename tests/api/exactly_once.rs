@@ -12,9 +12,7 @@ use chatgate::protocol::{Chunk, ChunkType};
 use serde_json::{json, Value};
 
 use crate::common::Binary;
-use crate::durable::{
-    chunks, open_paused, post, read_raw, reply, start, stream_url, Dir, Reading,
-};
+use crate::durable::{chunks, open_paused, post, read_raw, reply, start, stream_url, Dir, Reading};
 use crate::helpers::WAIT;
 
 /// A tools file with `mark`: it notes its key in `starts` as it starts,
@@ -95,6 +93,14 @@ async fn reattach(server: &Binary, session: &str, until: Option<&str>) -> Vec<Ch
     chunks(&read_raw(back, until).await)
 }
 
+/// Re-attaches to `session` from the start and reads the rest of its
+/// stream in the background (attached before this returns).
+async fn read_on(server: &Binary, session: &str) -> tokio::task::JoinHandle<Vec<Chunk>> {
+    let back = post(&stream_url(server), json!({"session_id": session}), Some(0)).await;
+    assert_eq!(back.status(), 200);
+    tokio::spawn(async move { chunks(&read_raw(back, None).await) })
+}
+
 fn outputs(seen: &[Chunk]) -> Vec<&Chunk> {
     seen.iter()
         .filter(|c| c.chunk_type == ChunkType::ToolOutput)
@@ -124,7 +130,11 @@ async fn an_idempotent_tool_cut_short_by_kill_9_is_called_again_with_its_key_and
     assert_eq!(starts.len(), 2, "called again once: {starts:?}");
     assert_eq!(starts[0], starts[1], "with the same key");
     assert_eq!(starts[0].len(), 43, "base64url of SHA-256, no padding");
-    assert_eq!(lines(&dir.path("effects")), [starts[0].clone()], "acted once");
+    assert_eq!(
+        lines(&dir.path("effects")),
+        [starts[0].clone()],
+        "acted once"
+    );
     let output = outputs(&seen);
     assert_eq!(output.len(), 1, "{seen:?}");
     assert_eq!(output[0].metadata["idempotency_key"], starts[0].as_str());
@@ -156,7 +166,11 @@ async fn a_reconcile_that_says_done_is_not_called_again_and_its_stdout_is_the_re
     assert_eq!(seen.last().unwrap().chunk_type, ChunkType::Completion);
     let starts = lines(&dir.path("starts"));
     assert_eq!(starts.len(), 1, "not called again");
-    assert_eq!(lines(&dir.path("reconciled")), starts, "reconcile got the key");
+    assert_eq!(
+        lines(&dir.path("reconciled")),
+        starts,
+        "reconcile got the key"
+    );
     let output = outputs(&seen);
     assert_eq!(output.len(), 1, "{seen:?}");
     assert_eq!(output[0].metadata["reconciled"], true);
@@ -214,14 +228,7 @@ async fn without_a_declaration_a_person_chooses_run_again() {
         "the question names the call's key"
     );
 
-    let rest = tokio::spawn({
-        let url = stream_url(&second);
-        async move {
-            let back = post(&url, json!({"session_id": "again"}), Some(0)).await;
-            chunks(&read_raw(back, None).await)
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rest = read_on(&second, "again").await;
     let (status, ack) = reply(
         &stream_url(&second),
         "again",
@@ -245,8 +252,9 @@ async fn without_a_declaration_a_person_chooses_run_again() {
 async fn without_a_declaration_skip_records_it_as_not_run_and_cancel_ends_the_run() {
     let dir = Dir::new();
     let (second, _) = asked_to_reconcile(&dir, "skip").await;
+    let rest = read_on(&second, "skip").await;
     let (status, _) = reply(&stream_url(&second), "skip", "CONFIRM_ACTION:skip").await;
-    let seen = reattach(&second, "skip", None).await;
+    let seen = rest.await.unwrap();
 
     assert_eq!(status, 200);
     assert_eq!(
@@ -255,14 +263,18 @@ async fn without_a_declaration_skip_records_it_as_not_run_and_cancel_ends_the_ru
         "{seen:?}"
     );
     let skipped = outputs(&seen);
-    assert_eq!(skipped.last().unwrap().metadata["skipped"], true);
+    let last = skipped
+        .last()
+        .unwrap_or_else(|| panic!("no tool_output: {seen:?}"));
+    assert_eq!(last.metadata["skipped"], true, "{seen:?}");
     assert_eq!(lines(&dir.path("starts")).len(), 1, "not run again");
     drop(second);
 
     let dir = Dir::new();
     let (second, _) = asked_to_reconcile(&dir, "stop").await;
+    let rest = read_on(&second, "stop").await;
     let (status, _) = reply(&stream_url(&second), "stop", "CONFIRM_ACTION:cancel").await;
-    let seen = reattach(&second, "stop", None).await;
+    let seen = rest.await.unwrap();
 
     assert_eq!(status, 200);
     assert_eq!(seen.last().unwrap().chunk_type, ChunkType::Cancelled);

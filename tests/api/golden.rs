@@ -98,6 +98,11 @@ fn masked(text: &str, dir: &Workdir) -> String {
         (r"\b[0-9a-f]{64}\b", "<sha256>"),
         // A receipt (a JWS): its key is made at start, its payload timed.
         (r#""receipt":"[A-Za-z0-9_.-]+""#, r#""receipt":"<jws>""#),
+        // An idempotency key: a digest over the pause's id (#44).
+        (
+            r#""idempotency_key":"[A-Za-z0-9_-]{43}""#,
+            r#""idempotency_key":"<key>""#,
+        ),
         (r"(?m)^:.*\n", ""),
     ];
     let mut text = text;

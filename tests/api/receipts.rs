@@ -117,7 +117,12 @@ async fn a_confirmed_command_gets_a_receipt_of_exactly_its_call_that_verifies() 
     assert_eq!(claims["approved_by"], json!(["anonymous"]));
     assert_eq!(claims["via"], "chat");
     assert!(claims["decided_at"].as_str().unwrap().ends_with('Z'));
-    assert!(claims.get("idempotency_key").is_none());
+    assert_eq!(
+        claims["idempotency_key"],
+        outputs(&stream)[0].metadata["idempotency_key"],
+        "the receipt names the call's idempotency key (#44)"
+    );
+    assert_eq!(claims["idempotency_key"].as_str().unwrap().len(), 43);
     // Verifiable only with the key it names: a changed payload is not.
     let parts: Vec<&str> = got[0].split('.').collect();
     let forged = format!(

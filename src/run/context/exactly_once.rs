@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::calls::{Calls, KEYS_KEPT};
 use super::{Cleared, RunContext};
 use crate::protocol::question::{Question, QuestionOption};
 use crate::protocol::{meta, CancelReason, Chunk, ErrorType, ResumedHow};
@@ -21,23 +22,6 @@ use crate::run::plan::{Answers, Questions};
 use crate::session::run_log;
 use crate::store::CallEntry;
 use crate::tools::{Stamp, Tool, ToolOutcome};
-
-/// What a run keeps for its calls' keys, and (restored after a crash) the
-/// journal of its decided pause not yet gone on from.
-#[derive(Debug, Default)]
-pub(super) struct Calls {
-    /// The pause whose tasks the run's calls are: the latest plan asked
-    /// (a run that asked none: an id of its own).
-    anchor: Option<Arc<str>>,
-    /// The keys given so far: a run never gives two calls one key.
-    given: Vec<String>,
-    /// Restored after a crash: the journal of the decided pause.
-    journal: Vec<CallEntry>,
-}
-
-/// The most keys a run remembers (far past what a run calls: its rounds'
-/// tasks and its unconfirmed calls).
-const KEYS_KEPT: usize = 4096;
 
 /// How a task the journal names goes on.
 pub(super) enum GoOn {
@@ -267,7 +251,9 @@ impl RunContext {
                 let outcome = ToolOutcome::skipped(
                     true,
                     None,
-                    Some("skipped after the server stopped while it ran: recorded as not run".into()),
+                    Some(
+                        "skipped after the server stopped while it ran: recorded as not run".into(),
+                    ),
                 );
                 let chunk = self
                     .tool_output(index, &tool.name, &outcome, None)

@@ -10,6 +10,7 @@
 
 mod approval_request;
 mod asked;
+mod calls;
 mod cleared;
 mod exactly_once;
 mod expiry;
@@ -94,7 +95,7 @@ pub struct RunContext {
     previewed: Vec<cleared::Previewed>,
     /// Its calls' idempotency keys and, restored after a crash, its
     /// pause's execution journal (#44); made at the first call.
-    calls: Option<Box<exactly_once::Calls>>,
+    calls: Option<Box<calls::Calls>>,
 }
 
 impl RunContext {

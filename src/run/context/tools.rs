@@ -75,8 +75,7 @@ impl RunContext {
                     attempt.resumed = true;
                 }
             }
-        } else if let Some(changed) = Box::pin(self.rechecked(index, tool, args, &cleared)).await
-        {
+        } else if let Some(changed) = Box::pin(self.rechecked(index, tool, args, &cleared)).await {
             return Box::pin(self.not_run_changed(index, tool, args, changed)).await;
         }
         let anchor = self.calls_anchor();

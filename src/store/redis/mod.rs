@@ -76,8 +76,8 @@ use self::scripts::{
     RESOLVE, RESOLVE_CLAIM, SAVE, SETTLE_EVENT, TAKE_EVENTS, TAKE_OVER, UNLIST,
 };
 use super::{
-    CallEntry, Fault, Located, OutboxEvent, OutboxStats, PauseProgress, PausedRecord, QueuedEvent, Resolution,
-    RunEnd, Store, StoreError, StoredDecision,
+    CallEntry, Fault, Located, OutboxEvent, OutboxStats, PauseProgress, PausedRecord, QueuedEvent,
+    Resolution, RunEnd, Store, StoreError, StoredDecision,
 };
 use crate::session::{Namespaces, SessionKey};
 

@@ -26,7 +26,12 @@ pub fn keep(c: &Connection, run: &str, entry: &CallEntry) -> rusqlite::Result<()
     c.prepare_cached(
         "INSERT OR REPLACE INTO calls (run, confirmation_id, task, entry) VALUES (?1, ?2, ?3, ?4)",
     )?
-    .execute(params![run, entry.confirmation_id, entry.index as i64, json])
+    .execute(params![
+        run,
+        entry.confirmation_id,
+        entry.index as i64,
+        json
+    ])
     .map(drop)
 }
 

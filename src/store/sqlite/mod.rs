@@ -33,8 +33,8 @@ use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{
-    CallEntry, Fault, Grant, OutboxEvent, OutboxStats, Outcome, PauseProgress, PausedRecord, QueuedEvent,
-    Resolution, RunEnd, Store, StoreError, StoredDecision,
+    CallEntry, Fault, Grant, OutboxEvent, OutboxStats, Outcome, PauseProgress, PausedRecord,
+    QueuedEvent, Resolution, RunEnd, Store, StoreError, StoredDecision,
 };
 use crate::session::SessionKey;
 

@@ -27,6 +27,7 @@ fn record(run: &str) -> PausedRecord {
         in_memory: false,
         timer_due_ms: None,
         progress: None,
+        calls: Vec::new(),
     }
 }
 

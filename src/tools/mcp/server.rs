@@ -26,7 +26,6 @@ use crate::protocol::RiskLevel;
 use crate::tools::keeper;
 use crate::tools::outcome::{CappedOutput, ToolOutcome};
 
-
 /// Most bytes of one message from a server (one line on stdio): a longer
 /// one is dropped unread, and the call in flight fails saying so.
 pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
