@@ -1061,8 +1061,10 @@ async fn tool_calls(addr: &str, n: usize, tool: &str, args: &str, floor: Floor) 
     // Inside a JSON string.
     let message = format!("{tool} {}", args.replace('\\', "\\\\").replace('"', "\\\""));
     let mut confirm_to_output = Samples::with_capacity(n);
+    let mut flows = Samples::with_capacity(n);
     for i in 0..n + 20 {
         session_json(&mut buf, "tool", i, &message);
+        let began = Instant::now();
         if stream.post_chat(&buf).await? != 200 {
             return Err(err("start not 200"));
         }
@@ -1105,7 +1107,11 @@ async fn tool_calls(addr: &str, n: usize, tool: &str, args: &str, floor: Floor) 
         if last.kind != Kind::Completion {
             return Err(err("the tool call did not complete (did it fail?)"));
         }
+        if i >= 20 {
+            flows.push(began.elapsed());
+        }
     }
+    println!("tool        whole flow           {}", flows.summary());
     let direct = match floor {
         Floor::Command(direct) => direct,
         Floor::Mcp(server, name) => {

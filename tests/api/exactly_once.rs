@@ -332,3 +332,89 @@ async fn every_call_gets_its_key_in_its_output_and_two_calls_never_share_one() {
         .collect();
     assert_eq!(keys, [&json!(notes[0]), &json!(notes[1])]);
 }
+
+#[cfg(feature = "openai")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_tool_gets_the_same_idempotency_key_header_on_both_attempts() {
+    use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+    use std::sync::{Arc, Mutex};
+    let keys: Arc<Mutex<Vec<String>>> = Arc::default();
+    let server = HttpServer::new({
+        let keys = keys.clone();
+        move || {
+            let keys = keys.clone();
+            App::new().route(
+                "/pay",
+                web::post().to(move |req: HttpRequest| {
+                    let keys = keys.clone();
+                    async move {
+                        let key = req
+                            .headers()
+                            .get("Idempotency-Key")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_owned();
+                        let first = {
+                            let mut keys = keys.lock().unwrap();
+                            keys.push(key);
+                            keys.len() == 1
+                        };
+                        if first {
+                            // Held until its server is killed.
+                            tokio::time::sleep(Duration::from_secs(30)).await;
+                        }
+                        HttpResponse::Ok().body("paid")
+                    }
+                }),
+            )
+        }
+    })
+    .workers(2)
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let url = format!("http://{}/pay", server.addrs()[0]);
+    tokio::spawn(server.run());
+    let dir = Dir::new();
+    let tools = dir.path("tools.toml");
+    std::fs::write(
+        &tools,
+        format!(
+            "[[tool]]\nname = \"pay\"\ndescription = \"Pays\"\nrisk = \"low\"\nhttp = \"{url}\"\n\
+             idempotent = true\nparameters = {{ type = \"object\" }}\n"
+        ),
+    )
+    .unwrap();
+    let tools = tools.display().to_string();
+    let mut first = start(&dir, &["--tools", &tools]);
+    let reading = open_paused(
+        &stream_url(&first),
+        json!({"message": "pay it", "session_id": "pay"}),
+    )
+    .await;
+    reply(&stream_url(&first), "pay", "CONFIRM_ACTION:confirm").await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while keys.lock().unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never called");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    drop(reading);
+    let second = start(&dir, &["--tools", &tools]);
+
+    let seen = reattach(&second, "pay", None).await;
+
+    assert_eq!(
+        seen.last().unwrap().chunk_type,
+        ChunkType::Completion,
+        "{seen:?}"
+    );
+    let keys = keys.lock().unwrap().clone();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert_eq!(keys[0].len(), 43);
+    assert_eq!(keys[0], keys[1], "the same key on both attempts");
+    assert_eq!(
+        outputs(&seen)[0].metadata["idempotency_key"],
+        keys[0].as_str()
+    );
+}

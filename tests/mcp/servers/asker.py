@@ -48,9 +48,11 @@ def echo(text: str) -> str:
 
 @server.tool()
 def stamp(text: str, ctx: Context) -> str:
-    """Records the receipt chatgate sent with the call, in `_meta`."""
+    """Records the receipt and the idempotency key chatgate sent with the
+    call, in `_meta`."""
     meta = ctx.request_context.meta or {}
     record(f"receipt {meta.get('io.chatgate/receipt')}")
+    record(f"idempotency_key {meta.get('io.chatgate/idempotencyKey')}")
     return f"stamped {text}"
 
 
