@@ -286,6 +286,11 @@ impl Cluster {
         &self.store
     }
 
+    /// How long a replica's lease lasts without a heartbeat (`--owner-ttl`).
+    pub fn owner_ttl(&self) -> Duration {
+        self.owner_ttl
+    }
+
     pub fn replica_id(&self) -> &str {
         &self.replica_id
     }

@@ -10,6 +10,11 @@
 //! taken over (one Lua script: exactly one replica wins) and restored,
 //! which ends it `timeout`, announced once, as its owner would have.
 //!
+//! Runs at work likewise (#44): a run whose decision was recorded lives in
+//! its owner's memory while it works; the same look finds those at work
+//! since before a lease could lapse, and a dead owner's run is taken over
+//! and goes on where its execution journal says.
+//!
 //! Its timers likewise: the same look finds pauses whose next timer (a
 //! reminder, an escalation) is due in the store's index of due timers,
 //! and puts each through [`Runs::place`]: a live owner fires its own; a
@@ -59,9 +64,15 @@ impl Runs {
                 .store()
                 .due_timers(namespace.as_deref(), now_ms, SWEEP_LIMIT)
                 .await;
-            let sessions = match (expired, due) {
-                (Ok(mut sessions), Ok(due)) => {
-                    for session in due {
+            // Runs at work since before an owner's lease could lapse (#44).
+            let lease = cluster.owner_ttl().as_millis() as u64;
+            let working = cluster
+                .store()
+                .working_runs(namespace.as_deref(), now_ms.saturating_sub(lease), SWEEP_LIMIT)
+                .await;
+            let sessions = match (expired, due, working) {
+                (Ok(mut sessions), Ok(due), Ok(working)) => {
+                    for session in due.into_iter().chain(working) {
                         if !sessions.contains(&session) {
                             sessions.push(session);
                         }
@@ -69,7 +80,7 @@ impl Runs {
                     sessions
                 }
                 // Redis is out of reach: the heartbeat says so; look again later.
-                (Err(err), _) | (_, Err(err)) => {
+                (Err(err), _, _) | (_, Err(err), _) | (_, _, Err(err)) => {
                     ::log::debug!("expired pauses and due timers: {err}");
                     return;
                 }

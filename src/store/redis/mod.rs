@@ -69,6 +69,7 @@ mod scripts;
 #[cfg(test)]
 mod tests;
 mod timers;
+mod working;
 
 use self::keys::{pending_key, progress_lua, run_key, session_key, PROGRESS_FIELDS};
 use self::scripts::{
@@ -404,7 +405,11 @@ impl Store for RedisStore {
                 )
                 .await?;
             match answer.as_str() {
-                "ok" => Ok(()),
+                "ok" => {
+                    // At work now: a replica finds it if this one dies (#44).
+                    self.index_working(run, key).await;
+                    Ok(())
+                }
                 "not_owner" => Err(self.refused(Fault::Moved, "another replica owns this run now")),
                 "decided" => Err(self.refused(Fault::Moved, "this pause was decided elsewhere")),
                 // This replica's heartbeat has expired in Redis: until it
