@@ -68,7 +68,11 @@ impl Runs {
             let lease = cluster.owner_ttl().as_millis() as u64;
             let working = cluster
                 .store()
-                .working_runs(namespace.as_deref(), now_ms.saturating_sub(lease), SWEEP_LIMIT)
+                .working_runs(
+                    namespace.as_deref(),
+                    now_ms.saturating_sub(lease),
+                    SWEEP_LIMIT,
+                )
                 .await;
             let sessions = match (expired, due, working) {
                 (Ok(mut sessions), Ok(due), Ok(working)) => {

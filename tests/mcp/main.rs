@@ -1137,7 +1137,10 @@ async fn an_mcp_call_gets_its_receipt_in_meta_and_pyjwt_verifies_it() {
         .find_map(|line| line.strip_prefix("idempotency_key ").map(str::to_owned))
         .expect("the server recorded the call's key");
     assert_eq!(key.len(), 43, "{key}");
-    assert_eq!(outputs(&stream)[0].metadata["idempotency_key"], key.as_str());
+    assert_eq!(
+        outputs(&stream)[0].metadata["idempotency_key"],
+        key.as_str()
+    );
     let pyjwt = TestAppAddress(app.address.clone());
     let claims = tokio::task::spawn_blocking(move || pyjwt.verify(&token))
         .await

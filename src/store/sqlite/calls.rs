@@ -1,7 +1,12 @@
 //! The execution journal (see [`crate::store::execution`]) in the store's
-//! file: one row per call of a decided pause, its latest entry, written on
-//! the writer's connection (`synchronous = FULL`: a `started` is on disk
-//! before the call begins). A run's rows go with its end.
+//! file: one row per call of a decided pause, its latest entry. A `started`
+//! is written on the writer's connection (`synchronous = FULL`: on disk
+//! before the call begins); a `finished` on the outbox's (`synchronous =
+//! NORMAL`, WAL): it survives a crash of the process (`kill -9`) as soon as
+//! it is written, and a power cut may lose it, after which the call reads
+//! as cut short: called again only when its tool is idempotent, its
+//! reconcile says so, or a person chooses, never unasked. That spares a
+//! call one fsync (docs/benchmarks.md). A run's rows go with its end.
 
 use rusqlite::{params, Connection};
 

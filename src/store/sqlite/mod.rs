@@ -396,6 +396,12 @@ impl super::ExecutionStore for SqliteStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let run = run.to_owned();
         let entry = entry.clone();
+        if entry.finished.is_some() {
+            // Durable against a crash of the process once written (WAL);
+            // a power cut may lose it, and the call then reads as cut
+            // short, which never runs it again unasked (`calls.rs`).
+            return self.with_outbox(move |c| calls::keep(c, &run, &entry));
+        }
         self.with(move |c| calls::keep(c, &run, &entry))
     }
 }
