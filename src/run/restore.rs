@@ -125,31 +125,9 @@ impl Runs {
             self.end_restored(key, record, ending, at_work).await;
             return false;
         }
-        // A restored run never supersedes anything: the session is free.
-        let Ok(Begun::Fresh(slot)) = self.manager.begin_restored_run(key.clone()) else {
+        let Some(mut ctx) = self.restored_context(key, &record, false) else {
             return false;
         };
-        let stop = RunStop::under(&self.shutdown);
-        let log = Replay::restore(
-            self.log_limits,
-            stop.clone(),
-            record.frames.clone(),
-            record.next_seq,
-            false,
-            Some(&record.confirmation_id),
-        );
-        self.logs.publish(key.clone(), log.clone());
-        stream::expire_unclaimed(log.clone(), key, self.stream.clone());
-        let mut ctx = RunContext::restored(RestoredParts {
-            message: record.message.clone(),
-            slot,
-            settings: self.settings.clone(),
-            log,
-            stop,
-            metrics: self.metrics.clone(),
-            stored_id: Arc::from(record.run.as_str()),
-            round: record.round,
-        });
         let pending = ctx.restore_pause(&record);
         tokio::spawn(drive_restored(self.engine.clone(), ctx, record, pending));
         true
@@ -187,28 +165,46 @@ impl Runs {
     /// re-attach is told of the gap), its decision taken again, its engine
     /// driven on. Returns whether it goes on.
     fn resume_one(&self, key: SessionKey, record: PausedRecord, decision: Decision) -> bool {
-        let Ok(Begun::Fresh(slot)) = self.manager.begin_restored_run(key.clone()) else {
+        let tag = RunTag::session(&key).pause(&record.confirmation_id);
+        let Some(ctx) = self.restored_context(key, &record, true) else {
             return false;
         };
         run_log!(
             Info,
-            RunTag::session(&key).pause(&record.confirmation_id),
+            tag,
             "run {} resumes after a crash ({} journaled calls)",
             record.run,
             record.calls.len()
         );
+        tokio::spawn(drive_decided(self.engine.clone(), ctx, record, decision));
+        true
+    }
+
+    /// The context of the stored run of `record` on `key`, its log
+    /// restored from its frames and published (`at_work`: it sent chunks
+    /// past its record, a re-attach is told of the gap); `None` when the
+    /// session is not free. A restored run never supersedes anything.
+    fn restored_context(
+        &self,
+        key: SessionKey,
+        record: &PausedRecord,
+        at_work: bool,
+    ) -> Option<RunContext> {
+        let Ok(Begun::Fresh(slot)) = self.manager.begin_restored_run(key.clone()) else {
+            return None;
+        };
         let stop = RunStop::under(&self.shutdown);
         let log = Replay::restore(
             self.log_limits,
             stop.clone(),
             record.frames.clone(),
             record.next_seq,
-            true,
+            at_work,
             Some(&record.confirmation_id),
         );
         self.logs.publish(key.clone(), log.clone());
         stream::expire_unclaimed(log.clone(), key, self.stream.clone());
-        let ctx = RunContext::restored(RestoredParts {
+        Some(RunContext::restored(RestoredParts {
             message: record.message.clone(),
             slot,
             settings: self.settings.clone(),
@@ -217,9 +213,7 @@ impl Runs {
             metrics: self.metrics.clone(),
             stored_id: Arc::from(record.run.as_str()),
             round: record.round,
-        });
-        tokio::spawn(drive_decided(self.engine.clone(), ctx, record, decision));
-        true
+        }))
     }
 
     /// Whether silence rejects the stored pause of `record` (a plan whose
