@@ -114,6 +114,15 @@ pub struct PausedRecord {
 }
 
 impl PausedRecord {
+    /// Whether its pause may have an execution journal: it was decided,
+    /// or some of its tasks started while it waited (`decide`), and the
+    /// run has not ended.
+    pub fn may_have_calls(&self) -> bool {
+        self.ended.is_none()
+            && (self.decision.is_some()
+                || self.progress.as_ref().is_some_and(|p| !p.started.is_empty()))
+    }
+
     /// What a store keeps of an ended run's record beside its [`RunEnd`]:
     /// who the run was (its id, namespace, session, last pause), not what it
     /// paused on (frames, engine state, tasks, message), so that an ended

@@ -1,8 +1,9 @@
 //! Tasks carried out as they are decided (#42), over real sockets: the
 //! planner runs a task as soon as it and every task before it are decided
 //! and waits on for the rest (the same pause); a cancel ends the run with
-//! what ran; a modify once a task ran is refused; and a task that started
-//! before a restart is not run again after it.
+//! what ran; a modify once a task ran is refused; and a task that finished
+//! before a restart is shown again from its execution journal, not run
+//! again (#44).
 
 use chatgate::protocol::{Chunk, ChunkType};
 use serde_json::{json, Value};
@@ -189,7 +190,7 @@ async fn a_reject_or_a_respond_decided_first_goes_through_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_that_ran_before_a_restart_is_not_run_again() {
+async fn a_task_that_ran_before_a_restart_is_shown_again_not_run_again() {
     use crate::durable::{
         chunks, ended_trail, mark_tool, marks, open_paused, post, read_raw, reply, start,
         stream_url, terminate, Dir,
@@ -241,11 +242,10 @@ async fn a_task_that_ran_before_a_restart_is_not_run_again() {
         .iter()
         .find(|c| c.chunk_type == ChunkType::ToolOutput && c.metadata["step"] == 1)
         .expect("task 1's output");
-    assert_eq!(first_task.metadata["ok"], false);
-    assert!(first_task.metadata["error"]
-        .as_str()
-        .unwrap()
-        .starts_with("not run again"));
+    // Its execution journal says it finished (#44): its output is shown
+    // again, not run again.
+    assert_eq!(first_task.metadata["ok"], true, "{first_task:?}");
+    assert_eq!(first_task.metadata["replayed"], true, "{first_task:?}");
     assert_eq!(marks(dir.0.path()), 2, "task 1 once, task 2 once");
     let (events, _) = ended_trail(&dir.path("audit.jsonl"), "again").await;
     let executed = events.iter().filter(|e| *e == "executed").count();

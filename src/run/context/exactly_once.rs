@@ -98,6 +98,16 @@ impl RunContext {
         Some(calls.journal.remove(at))
     }
 
+    /// Whether the journal names task `index` of the pause the calls are
+    /// of (restored after a crash, not yet gone on from).
+    pub(super) fn journal_names(&self, index: usize) -> bool {
+        self.calls.as_deref().is_some_and(|calls| {
+            calls.journal.iter().any(|e| {
+                e.index == index && calls.anchor.as_deref() == Some(&*e.confirmation_id)
+            })
+        })
+    }
+
     /// Whether a call cleared as `cleared` is journaled.
     pub(super) fn journals(&self, cleared: &Cleared) -> bool {
         self.durable() && self.stored_id.is_some() && *cleared != Cleared::Unasked

@@ -127,12 +127,15 @@ impl RunContext {
 
     /// Marks task `index` of the current pause as starting, before it is
     /// carried out: `false` when it was started before (by this run before
-    /// a restart: whether it took effect is not known, so it is not run
-    /// again). While the pause still waits, a durable store keeps the mark
+    /// a restart) and its execution journal does not name it: whether it
+    /// took effect is not known, so it is not run again. One the journal
+    /// names goes on where it says (`exactly_once.rs`). While the pause still waits, a durable store keeps the mark
     /// first (a task is never started twice across a restart).
     pub async fn start_task(&mut self, index: usize) -> Result<bool, RunError> {
         let (run, confirmation_id, started) = match self.slot.start_task(index) {
-            TaskStart::Again => return Ok(false),
+            // Started before a restart: it goes on where its journal says
+            // (#44), else it is not run again.
+            TaskStart::Again => return Ok(self.journal_names(index)),
             TaskStart::Now => return Ok(true),
             TaskStart::Keep {
                 run,

@@ -69,6 +69,8 @@ impl RunContext {
         self.log.note_pause(&record.confirmation_id);
         if record.asked.kind().asks_a_yes() {
             self.anchor_calls(&record.confirmation_id);
+            // Tasks started while it waited go on from their journal.
+            self.resume_journal(record.calls.clone());
         }
         Ok(pending)
     }

@@ -305,7 +305,7 @@ impl RedisStore {
                     &record.confirmation_id,
                     steps.iter().map(Option::as_deref),
                 );
-                if record.decision.is_some() && record.ended.is_none() {
+                if record.may_have_calls() {
                     record.calls = self.calls_of(run, &record.confirmation_id).await?;
                 }
                 Ok(Some(record))

@@ -374,7 +374,7 @@ impl Store for SqliteStore {
                         // Only the progress of the pause the record holds.
                         record.progress =
                             PauseProgress::join(&record.confirmation_id, [approvals.as_deref()]);
-                        if record.decision.is_some() {
+                        if record.may_have_calls() {
                             record.calls = calls::of(c, &record.run, &record.confirmation_id)?;
                         }
                         records.push(record);
