@@ -120,7 +120,10 @@ impl PausedRecord {
     pub fn may_have_calls(&self) -> bool {
         self.ended.is_none()
             && (self.decision.is_some()
-                || self.progress.as_ref().is_some_and(|p| !p.started.is_empty()))
+                || self
+                    .progress
+                    .as_ref()
+                    .is_some_and(|p| !p.started.is_empty()))
     }
 
     /// What a store keeps of an ended run's record beside its [`RunEnd`]:

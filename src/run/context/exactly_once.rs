@@ -102,9 +102,10 @@ impl RunContext {
     /// of (restored after a crash, not yet gone on from).
     pub(super) fn journal_names(&self, index: usize) -> bool {
         self.calls.as_deref().is_some_and(|calls| {
-            calls.journal.iter().any(|e| {
-                e.index == index && calls.anchor.as_deref() == Some(&*e.confirmation_id)
-            })
+            calls
+                .journal
+                .iter()
+                .any(|e| e.index == index && calls.anchor.as_deref() == Some(&*e.confirmation_id))
         })
     }
 
