@@ -255,7 +255,14 @@ class ChaosTest(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="chatgate-chaos-")
         marks = os.path.join(self.tmp, "marks")
         path = os.path.join(self.tmp, "tools.toml")
-        command = 'command = ["sh", "-c", "args=$(cat); sleep 0.3; echo \\"$args\\" >> %s"]' % marks
+        # Idempotent (#44): a run whose owner died mid-call goes on at
+        # another replica, which calls it again with the same key; the
+        # mark is written once per key.
+        keys = os.path.join(self.tmp, "keys")
+        command = ('command = ["sh", "-c", "args=$(cat); sleep 0.3; exec 9>>%s.lock; flock 9; '
+                   'grep -qx \\"$CHATGATE_IDEMPOTENCY_KEY\\" %s 2>/dev/null || '
+                   '{ echo \\"$CHATGATE_IDEMPOTENCY_KEY\\" >> %s; echo \\"$args\\" >> %s; }"]\n'
+                   'idempotent = true' % (keys, keys, keys, marks))
         tool = '[[tool]]\nname = "%s"\ndescription = "writes its task"\n%s\n%s\n' \
             'parameters = { type = "object" }\n'
         with open(path, "w") as f:

@@ -14,6 +14,9 @@ pub(super) struct Calls {
     /// The pause whose tasks the run's calls are: the latest plan asked
     /// (a run that asked none: an id of its own).
     pub(super) anchor: Option<Arc<str>>,
+    /// The anchor is a pause a durable store keeps: only then are calls
+    /// journaled (a run that never paused has nothing to go on from).
+    pub(super) anchor_stored: bool,
     /// The keys given so far: a run never gives two calls one key.
     pub(super) given: Vec<String>,
     /// Restored after a crash: the journal of the decided pause.

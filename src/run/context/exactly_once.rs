@@ -20,8 +20,12 @@ use crate::run::journal::CallEvent;
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Questions};
 use crate::session::run_log;
-use crate::store::CallEntry;
+use crate::store::{CallEntry, Fault};
 use crate::tools::{Stamp, Tool, ToolOutcome};
+
+/// How long a journal entry is tried again while the store is out of
+/// reach (a Redis stall, a restart) before the run ends.
+pub const JOURNAL_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How a task the journal names goes on.
 pub(super) enum GoOn {
@@ -50,7 +54,9 @@ impl RunContext {
     /// The pause whose tasks the next calls are (a plan asked, a pause
     /// restored).
     pub(super) fn anchor_calls(&mut self, confirmation_id: &str) {
-        self.calls().anchor = Some(Arc::from(confirmation_id));
+        let calls = self.calls();
+        calls.anchor = Some(Arc::from(confirmation_id));
+        calls.anchor_stored = true;
     }
 
     /// The pause whose tasks the calls are, once there is one.
@@ -86,15 +92,20 @@ impl RunContext {
         key
     }
 
-    /// The journal's entry of task `index` of the pause the calls are of,
-    /// taken (a task goes on once).
-    pub(super) fn journaled_entry(&mut self, index: usize) -> Option<CallEntry> {
+    /// The journal's entry of the call whose key is `key` (task `index`)
+    /// among the pause's the calls are of, taken (a call goes on once). A
+    /// call is known by its key: the same call of the same pause, in the
+    /// same order, after a restart (an unreadable entry, whose key is lost,
+    /// by its index).
+    pub(super) fn journaled_entry(&mut self, key: &str, index: usize) -> Option<CallEntry> {
         let calls = self.calls.as_deref_mut()?;
         let anchor = calls.anchor.clone()?;
-        let at = calls
-            .journal
-            .iter()
-            .position(|e| e.index == index && *e.confirmation_id == *anchor)?;
+        let ours = |e: &CallEntry| *e.confirmation_id == *anchor;
+        let unreadable =
+            |e: &CallEntry| e.key.is_empty() && (e.index == index || e.index == usize::MAX);
+        let journal = &calls.journal;
+        let at = (journal.iter().position(|e| ours(e) && e.key == key))
+            .or_else(|| journal.iter().position(|e| ours(e) && unreadable(e)))?;
         Some(calls.journal.remove(at))
     }
 
@@ -111,35 +122,63 @@ impl RunContext {
 
     /// Whether a call cleared as `cleared` is journaled.
     pub(super) fn journals(&self, cleared: &Cleared) -> bool {
-        self.durable() && self.stored_id.is_some() && *cleared != Cleared::Unasked
+        self.durable()
+            && self.stored_id.is_some()
+            && *cleared != Cleared::Unasked
+            && self.calls.as_ref().is_some_and(|calls| calls.anchor_stored)
     }
 
-    /// Keeps `entry` in the journal before the run goes on: one that cannot
-    /// be kept ends the run (`store_unavailable`), before its call when
-    /// it is a `started`.
+    /// Keeps `entry` in the journal before the run goes on. A store out of
+    /// reach is tried again (the same entry written twice is one entry)
+    /// for [`JOURNAL_RETRY_FOR`], or until the run must stop; then, or
+    /// when the run's record is gone, the run ends (`store_unavailable`),
+    /// before its call when it is a `started`. One refused because another
+    /// replica owns the run now hands the run over (`Suspended`: it goes
+    /// on there, from the journal).
     pub(super) async fn keep_entry(&self, entry: &CallEntry) -> Result<(), RunError> {
         let Some(run) = self.stored_id.as_deref() else {
             return Ok(());
         };
         let store = &self.settings.store;
-        match store.journal_call(run, self.session_key(), entry).await {
-            Ok(()) => Ok(()),
-            Err(err) => {
-                run_log!(Error, self.tag(), "{err}");
-                let what = if entry.finished.is_some() {
-                    "that it finished"
-                } else {
-                    "that it starts, so it was not run"
-                };
-                Err(RunError::failed(
-                    ErrorType::StoreUnavailable,
-                    format!(
-                        "the store cannot keep task {}'s call ({what}); the run has ended",
-                        entry.index
-                    ),
-                ))
+        let began = tokio::time::Instant::now();
+        let mut wait = std::time::Duration::from_millis(50);
+        let err = loop {
+            let err = match store.journal_call(run, self.session_key(), entry).await {
+                Ok(()) => return Ok(()),
+                Err(err) => err,
+            };
+            match err.fault {
+                Fault::Moved => {
+                    // Another replica took the run over (this one's lease
+                    // lapsed): the stream here ends with `retry:`, and its
+                    // client re-attaches there.
+                    run_log!(Warn, self.tag(), "{err}; handed over");
+                    return Err(RunError::Suspended);
+                }
+                Fault::Lost => break err,
+                Fault::Unreachable | Fault::Unknown if began.elapsed() >= JOURNAL_RETRY_FOR => {
+                    break err
+                }
+                Fault::Unreachable | Fault::Unknown => {
+                    run_log!(Warn, self.tag(), "{err}; trying again");
+                    self.sleep(wait).await?;
+                    wait = (wait * 2).min(std::time::Duration::from_secs(1));
+                }
             }
-        }
+        };
+        run_log!(Error, self.tag(), "{err}");
+        let what = if entry.finished.is_some() {
+            "that it finished"
+        } else {
+            "that it starts, so it was not run"
+        };
+        Err(RunError::failed(
+            ErrorType::StoreUnavailable,
+            format!(
+                "the store cannot keep task {}'s call ({what}); the run has ended",
+                entry.index
+            ),
+        ))
     }
 
     /// A task the journal names after a crash: shown again when it had

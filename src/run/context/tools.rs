@@ -67,7 +67,7 @@ impl RunContext {
         };
         // After a crash, a task its journal names goes on where it was
         // (its preview is not looked at again: its effect may be done).
-        if let Some(entry) = self.journaled_entry(index) {
+        if let Some(entry) = self.journaled_entry(&attempt.key, index) {
             match Box::pin(self.go_on(tool, args, entry)).await? {
                 GoOn::Done(outcome) => return Ok(outcome),
                 GoOn::Again(number) => {

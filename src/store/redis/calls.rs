@@ -1,6 +1,6 @@
 //! The execution journal (see [`crate::store::execution`]) in Redis: a
 //! hash per run, `chatgate:calls:RUN`, one field per call
-//! (`CONFIRMATION_ID:INDEX`), its latest entry. Written by one fenced
+//! (`CONFIRMATION_ID:KEY`), its latest entry. Written by one fenced
 //! script (only the session's owner under its epoch, while the run's
 //! record is there), living as long as the record; the run's end (or its
 //! removal) drops it.
@@ -42,7 +42,7 @@ impl RedisStore {
         entry: &CallEntry,
     ) -> Result<(), StoreError> {
         let json = serde_json::to_string(entry).unwrap_or_default();
-        let field = format!("{}:{}", entry.confirmation_id, entry.index);
+        let field = format!("{}:{}", entry.confirmation_id, entry.key);
         let epoch = self.epoch(run);
         let answer: String = self
             .invoke(
@@ -74,10 +74,12 @@ impl RedisStore {
         let mut entries: Vec<CallEntry> = fields
             .into_iter()
             .filter_map(|(field, json)| {
-                let index = field.strip_prefix(&prefix)?.parse().ok()?;
+                let key = field.strip_prefix(&prefix)?;
                 Some(serde_json::from_str(&json).unwrap_or_else(|err| {
-                    log::warn!("run {run}: task {index}'s journal entry is unreadable ({err})");
-                    CallEntry::unreadable(confirmation_id, index)
+                    log::warn!("run {run}: the journal entry of call {key} is unreadable ({err})");
+                    // Its task is not known either: it stands for every
+                    // task of the pause the journal does not name.
+                    CallEntry::unreadable(confirmation_id, usize::MAX)
                 }))
             })
             .collect();

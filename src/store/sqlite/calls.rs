@@ -1,5 +1,6 @@
 //! The execution journal (see [`crate::store::execution`]) in the store's
-//! file: one row per call of a decided pause, its latest entry. A `started`
+//! file: one row per call of a decided pause (by its key), its latest
+//! entry. A `started`
 //! is written on the writer's connection (`synchronous = FULL`: on disk
 //! before the call begins); a `finished` on the outbox's (`synchronous =
 //! NORMAL`, WAL): it survives a crash of the process (`kill -9`) as soon as
@@ -17,22 +18,25 @@ pub fn create(c: &Connection) -> rusqlite::Result<()> {
     c.execute_batch(
         "CREATE TABLE IF NOT EXISTS calls (
              run             TEXT NOT NULL,
+             key             TEXT NOT NULL,
              confirmation_id TEXT NOT NULL,
              task            INTEGER NOT NULL,
              entry           TEXT NOT NULL,
-             PRIMARY KEY (run, confirmation_id, task)
+             PRIMARY KEY (run, key)
          ) WITHOUT ROWID;",
     )
 }
 
-/// Keeps `entry` of `run`, replacing the one before for its task.
+/// Keeps `entry` of `run`, replacing the one before of its call (its key).
 pub fn keep(c: &Connection, run: &str, entry: &CallEntry) -> rusqlite::Result<()> {
     let json = serde_json::to_string(entry).unwrap_or_default();
     c.prepare_cached(
-        "INSERT OR REPLACE INTO calls (run, confirmation_id, task, entry) VALUES (?1, ?2, ?3, ?4)",
+        "INSERT OR REPLACE INTO calls (run, key, confirmation_id, task, entry)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
     .execute(params![
         run,
+        entry.key,
         entry.confirmation_id,
         entry.index as i64,
         json
@@ -45,7 +49,7 @@ pub fn keep(c: &Connection, run: &str, entry: &CallEntry) -> rusqlite::Result<()
 /// call may have run, so it is never simply run again.
 pub fn of(c: &Connection, run: &str, confirmation_id: &str) -> rusqlite::Result<Vec<CallEntry>> {
     let mut statement = c.prepare_cached(
-        "SELECT task, entry FROM calls WHERE run = ?1 AND confirmation_id = ?2 ORDER BY task",
+        "SELECT task, entry FROM calls WHERE run = ?1 AND confirmation_id = ?2 ORDER BY task, key",
     )?;
     let rows = statement.query_map(params![run, confirmation_id], |row| {
         Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
