@@ -671,7 +671,7 @@ fn alive(pid: u32) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs tests/mcp/setup.sh"]
-async fn a_question_pending_when_chatgate_is_killed_dies_with_it_and_the_run_ends_interrupted() {
+async fn a_call_asking_when_chatgate_is_killed_is_put_to_a_person_after_the_restart() {
     let dir = Workdir::new();
     let tools = dir.tools(10.0, "");
     let store = format!("sqlite:{}", dir.path("store.db").display());
@@ -749,8 +749,24 @@ async fn a_question_pending_when_chatgate_is_killed_dies_with_it_and_the_run_end
         .await
         .unwrap();
     let mut replay = EventStream::new(replay);
+    // The run goes on from its journal (#44): the call the crash cut short
+    // (it was asking) may have run, and its tool declares neither
+    // `idempotent` nor `reconcile`, so a person is asked.
+    let asked = replay.until(ChunkType::InputRequest).await;
+    let data = serde_json::to_value(&asked).unwrap()["confirmation_data"].clone();
+    assert_eq!(data["questions"][0]["id"], "reconcile", "{asked:?}");
+    let (status, _) = {
+        let response = chat(
+            &second.url,
+            json!({"message": "CONFIRM_ACTION:cancel", "session_id": "cut"}),
+        )
+        .await
+        .unwrap();
+        (response.status(), response.text().await.unwrap())
+    };
+    assert_eq!(status, 200);
     let last = replay.finish().await;
-    assert_eq!(last.metadata["error_type"], "interrupted", "{last:?}");
+    assert_eq!(last.chunk_type, ChunkType::Cancelled, "{last:?}");
     assert!(
         dir.server_log().is_empty(),
         "nothing deployed: {:?}",
