@@ -39,7 +39,9 @@ impl RedisStore {
 
     /// The sessions of at most `limit` runs of `namespace` at work (their
     /// decision recorded, not ended, not paused again) since before
-    /// `since_ms`; an entry of a run that is not leaves the index.
+    /// `since_ms`, the longest unlooked-at first; each is looked at again
+    /// a lease later at the earliest. An entry of a run that is not at
+    /// work leaves the index.
     pub async fn working_runs(
         &self,
         namespace: Option<&str>,
@@ -67,7 +69,20 @@ impl RedisStore {
                 decided,
                 ended,
             ) {
-                (Some(session_id), Some(_), None) => sessions.push(session_id.to_owned()),
+                (Some(session_id), Some(_), None) => {
+                    sessions.push(session_id.to_owned());
+                    // Looked at now: to the back of the line, so that runs
+                    // long at work on live owners never keep a dead
+                    // owner's out of the next looks.
+                    redis::cmd("ZADD")
+                        .arg(&set)
+                        .arg("XX")
+                        .arg(crate::clock::now_ms())
+                        .arg(&run)
+                        .query_async::<i64>(&mut connection)
+                        .await
+                        .map_err(failed)?;
+                }
                 _ => self.unlist(&mut connection, &set, &run).await?,
             }
         }
