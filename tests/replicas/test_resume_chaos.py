@@ -10,8 +10,10 @@ its effect by the idempotency key it is given. Afterwards:
 
 A run whose start was answered but that was killed before it paused lived
 only in memory and is lost (docs/operations.md): it is started again under
-a new session, and only runs that paused count. Bounded: 100 runs, at most
-a few minutes; everything on 127.0.0.1.
+a new session, and only runs that paused count. The kills are paced by
+progress (a few calls finished since the last restart), not by the clock, so
+the test holds on a machine of any speed. Bounded: 100 runs, at most 30
+kills, a 10-minute deadline; everything on 127.0.0.1.
 """
 
 import http.client
@@ -42,6 +44,8 @@ with open({effects!r}, "a+") as f:
     f.seek(0)
     if not any(line.rsplit(" ", 1)[-1] == key for line in f.read().splitlines()):
         f.write("%s %s\\n" % (step, key))
+with open({finished!r}, "a") as f:
+    f.write("%s %s\\n" % (step, key))
 print("counted", step)
 """
 
@@ -57,6 +61,8 @@ parameters = {{ type = "object" }}
 
 RUNS = int(os.environ.get("CHAOS_RUNS", "100"))
 AT_ONCE = 10
+#: Kills in one run of the test (each after some progress).
+MAX_KILLS = 30
 
 
 class Server:
@@ -128,9 +134,11 @@ class CrashLoopTest(unittest.TestCase):
         self.dir = tempfile.mkdtemp(prefix="chatgate-resume-chaos-")
         self.starts = os.path.join(self.dir, "starts")
         self.effects = os.path.join(self.dir, "effects")
+        self.finished = os.path.join(self.dir, "finished")
         script = os.path.join(self.dir, "count.py")
         with open(script, "w") as f:
-            f.write(COUNT.format(starts=self.starts, effects=self.effects))
+            f.write(COUNT.format(starts=self.starts, effects=self.effects,
+                                 finished=self.finished))
         tools = os.path.join(self.dir, "tools.toml")
         with open(tools, "w") as f:
             f.write(TOOL.format(script=script))
@@ -187,13 +195,28 @@ class CrashLoopTest(unittest.TestCase):
     def test_random_kill_9_during_execution_every_approved_effect_exactly_once(self):
         random.seed(44)
         flows = [Flow(n) for n in range(RUNS)]
-        deadline = time.time() + 300
+        deadline = time.time() + 600
         began = time.time()
         done = threading.Event()
 
+        def finished():
+            try:
+                with open(self.finished) as f:
+                    return sum(1 for _ in f)
+            except FileNotFoundError:
+                return 0
+
         def killer():
-            while not done.is_set():
-                time.sleep(random.uniform(0.6, 1.6))
+            # Paced by progress, not by the clock: each kill waits until a
+            # few calls finished since the last restart, then lands a
+            # random moment later (often while another call runs), so that
+            # the runs get on whatever this machine's speed. At most
+            # MAX_KILLS.
+            while not done.is_set() and self.server.kills < MAX_KILLS:
+                since = finished()
+                while not done.is_set() and finished() < since + random.randint(2, 6):
+                    time.sleep(0.02)
+                time.sleep(random.uniform(0.0, 0.15))
                 if not done.is_set():
                     self.server.kill_and_restart()
 
