@@ -93,6 +93,19 @@ pub enum AuditRecord {
         title: String,
         questions: Vec<Question>,
     },
+    /// A call a crash cut short put to a person (#44): whether it runs
+    /// again, before it is asked.
+    ReconcileAsked {
+        #[serde(flatten)]
+        run: RunFields,
+        /// Whose run it is: the API key's label.
+        key: String,
+        confirmation_id: String,
+        task: Box<TaskSpec>,
+        idempotency_key: String,
+        started_at: String,
+        attempt: u32,
+    },
     /// A reply to questions (before the run acts on it): `answer` with the
     /// normalized answers, `skip` or `cancel`.
     Answered {

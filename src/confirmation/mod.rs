@@ -544,6 +544,27 @@ impl ConfirmationManager {
                 }
                 (verdicts, None)
             }
+            Asking::Reconcile(task) => {
+                crate::pause::reconcile::check_reply(
+                    decisions.is_some_and(|d| !d.is_empty()),
+                    answers.is_some(),
+                    grant.is_some(),
+                )
+                .map_err(DecideError::InvalidDecision)?;
+                let escalations = escalations_of(pause.escalated_to.as_deref(), &pause.escalations);
+                let deciding = crate::pause::reconcile::counts_as(action);
+                check_decider(task, decider, deciding, &escalations)
+                    .map_err(|refused| pause.escalates_to(refused, task, decider))?;
+                quorum = Some(Quorum::of(task));
+                let verdicts = (action == Action::RunAgain).then(|| {
+                    crate::pause::approval::with_the_rest_approved(
+                        &task.tasks,
+                        &Decisions::default(),
+                        &[],
+                    )
+                });
+                (verdicts, None)
+            }
             Asking::Questions(questions) => {
                 if grant.is_some() {
                     return Err(DecideError::InvalidGrant(
@@ -593,7 +614,9 @@ impl ConfirmationManager {
                 }
                 Counted::Recorded(_) => return Err(DecideError::Counting),
             }
-        } else if let (Some(quorum), Some(given), Action::Confirm) = (&quorum, &verdicts, action) {
+        } else if let (Some(quorum), Some(given), Action::Confirm | Action::RunAgain) =
+            (&quorum, &verdicts, action)
+        {
             match pause.count_confirm(quorum, decider, given, granted.is_some())? {
                 Counted::Decides {
                     approved_by: all,
@@ -620,6 +643,8 @@ impl ConfirmationManager {
             let decide_tx = pause.decide_tx.take().ok_or(DecideError::AlreadyDecided)?;
             let decision = match action {
                 Action::Confirm => Decision::Confirm(verdicts.clone().unwrap_or_default(), granted),
+                // A reconcile's yes: its one task called again.
+                Action::RunAgain => Decision::Confirm(verdicts.clone().unwrap_or_default(), None),
                 // A decide that decides the pause is a confirm (above).
                 Action::Decide => return Err(DecideError::AlreadyDecided),
                 Action::Modify => Decision::Modify(text.to_owned()),

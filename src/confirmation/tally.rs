@@ -58,7 +58,7 @@ impl Pause {
         granting: bool,
     ) -> Result<Counted, DecideError> {
         let plan = match &self.asking {
-            Asking::Plan(plan) => plan,
+            Asking::Plan(plan) | Asking::Reconcile(plan) => plan,
             // Nothing to count: the one reply decides.
             Asking::Questions(_) => {
                 return Ok(Counted::Decides {
@@ -106,7 +106,7 @@ impl Pause {
     ) -> Result<Counted, DecideError> {
         let plan = match &self.asking {
             Asking::Plan(plan) => plan,
-            Asking::Questions(_) => {
+            Asking::Questions(_) | Asking::Reconcile(_) => {
                 return Err(DecideError::InvalidDecision(
                     "decide goes with a confirmation request".to_owned(),
                 ))

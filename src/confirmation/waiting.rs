@@ -79,12 +79,11 @@ impl ConfirmationManager {
                     requester_may_approve: quorum.requester_may_approve,
                     decided: pause.tally.decided.clone(),
                     task_approvals: pause.tally.task_approvals.clone(),
-                    task_who: match &pause.asking {
-                        crate::pause::Asking::Plan(plan) => {
-                            crate::pause::approval::TaskWho::of(plan)
-                        }
-                        crate::pause::Asking::Questions(_) => Vec::new(),
-                    },
+                    task_who: pause
+                        .asking
+                        .plan()
+                        .map(|plan| crate::pause::approval::TaskWho::of(plan))
+                        .unwrap_or_default(),
                 })
             })
             .collect()

@@ -64,7 +64,7 @@ async fn list(
     let items: Vec<Interaction> = items
         .into_iter()
         .map(|mut item| {
-            if item.kind.asks_a_yes() {
+            if item.kind.asks_a_yes() || item.kind.asks_run_again() {
                 item.why_not = why_not(&decider, &item);
                 item.may_approve = Some(item.why_not.is_none());
                 item.may_decide_tasks = Some(tasks_for(&decider, &item));

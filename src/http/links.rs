@@ -261,6 +261,7 @@ pub async fn decide_form(
         }
         "cancel" => ("cancel", None, None),
         "skip" => ("skip", None, None),
+        "run_again" => ("run_again", None, None),
         "answer" => ("answer", None, Some(answers_of(form, item.as_ref()))),
         _ => return Outcome::Refused("choose an action".to_owned()),
     };
@@ -292,7 +293,7 @@ fn answers_of(form: &[(String, String)], item: Option<&Interaction>) -> Map<Stri
     let asked = item.map(|item| PauseData::deserialize(&item.confirmation_data));
     let questions = match asked {
         Some(Ok(PauseData::Question(asked))) => asked.questions,
-        Some(Ok(PauseData::Approval(_)) | Err(_)) | None => Vec::new(),
+        Some(Ok(PauseData::Approval(_) | PauseData::Reconcile(_)) | Err(_)) | None => Vec::new(),
     };
     let mut answers = Map::new();
     for q in &questions {

@@ -247,6 +247,8 @@ async fn decide(
         ),
         slack::Button::Approve => (Action::Confirm, None),
         slack::Button::Reject => (Action::Cancel, None),
+        slack::Button::RunAgain => (Action::RunAgain, None),
+        slack::Button::Skip => (Action::Skip, None),
         slack::Button::ApproveTask(index) => (Action::Decide, Some(vec![task(index, "approve")])),
         slack::Button::RejectTask(index) => (Action::Decide, Some(vec![task(index, "reject")])),
     };

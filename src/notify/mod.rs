@@ -44,6 +44,17 @@ impl<'a> Card<'a> {
                     escalates_at: plan.escalates_at.as_deref(),
                 }),
             },
+            // Decided as its task's approval was; silence cancels.
+            Some(PauseData::Reconcile(call)) => Card {
+                risk: call.risk_level.as_str(),
+                expires_at: &call.expires_at,
+                tasks: std::slice::from_ref(&call.task),
+                who_decides: who_decides(Deciding {
+                    required: call.required,
+                    groups: &call.approvers,
+                    ..one_reply(&call.expires_at)
+                }),
+            },
             // One reply from anyone who may decide; silence cancels.
             Some(PauseData::Question(asked)) => Card {
                 risk: "",

@@ -129,7 +129,25 @@ pub fn message(
         "text": {"type": "plain_text", "text": "Approve"}, "value": with_digests(token, &digests)});
     let reject = json!({"type": "button", "action_id": "reject", "style": "danger",
         "text": {"type": "plain_text", "text": "Reject"}, "value": token});
-    let elements = if cut {
+    let reconcile = match pause {
+        PauseData::Reconcile(call) => Some(call),
+        PauseData::Approval(_) | PauseData::Question(_) => None,
+    };
+    let elements = if let Some(call) = reconcile {
+        // Whether a call a crash cut short runs again (#44).
+        blocks.insert(
+            2,
+            json!({"type": "section", "text": {"type": "mrkdwn", "text": escape(&call.message)}}),
+        );
+        vec![
+            json!({"type": "button", "action_id": "run_again", "style": "primary",
+                "text": {"type": "plain_text", "text": "Run again"}, "value": token}),
+            json!({"type": "button", "action_id": "skip",
+                "text": {"type": "plain_text", "text": "Skip"}, "value": token}),
+            json!({"type": "button", "action_id": "reject", "style": "danger",
+                "text": {"type": "plain_text", "text": "Cancel the run"}, "value": token}),
+        ]
+    } else if cut {
         blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn",
             "text": "Not all of this plan fits here: approve it where it is shown whole \
                      (the decision page, the inbox)"}]}));
@@ -144,7 +162,12 @@ pub fn message(
         vec![approve, reject]
     };
     blocks.push(json!({"type": "actions", "block_id": "chatgate_decision", "elements": elements}));
-    json!({"text": format!("Approval needed: {summary}"), "blocks": blocks})
+    let needed = match reconcile {
+        Some(_) => "Decision needed",
+        None => "Approval needed",
+    };
+    blocks[0]["text"]["text"] = json!(needed);
+    json!({"text": format!("{needed}: {summary}"), "blocks": blocks})
 }
 
 /// The buttons that decide task `index` alone: `approve_task_<index>` (not
@@ -209,6 +232,9 @@ pub const REJECT_TASK: &str = "reject_task_";
 pub enum Button {
     Approve,
     Reject,
+    /// A reconcile pause's `run_again` and `skip` (#44).
+    RunAgain,
+    Skip,
     ApproveTask(usize),
     RejectTask(usize),
 }
@@ -219,6 +245,8 @@ impl Button {
         match action_id {
             "approve" => Some(Button::Approve),
             "reject" => Some(Button::Reject),
+            "run_again" => Some(Button::RunAgain),
+            "skip" => Some(Button::Skip),
             _ => task(APPROVE_TASK)
                 .map(Button::ApproveTask)
                 .or_else(|| task(REJECT_TASK).map(Button::RejectTask)),

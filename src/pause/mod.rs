@@ -6,6 +6,8 @@
 //!   per-task decisions a confirm carries.
 //! - [`questions`]: questions put to the user (`input_request`): the
 //!   answers a reply carries.
+//! - [`reconcile`]: a call a crash cut short (`input_request`, #44):
+//!   `run_again`, `skip` or `cancel`, decided as the task's approval.
 //!
 //! [`Asking`] is the kind with what its pause asks, and dispatches on it:
 //! the registry (`confirmation`) keeps one per pause and checks replies
@@ -26,6 +28,7 @@
 
 pub mod approval;
 pub mod questions;
+pub mod reconcile;
 
 use std::sync::Arc;
 
@@ -40,6 +43,9 @@ pub enum Asking {
     Plan(Arc<PlanCheck>),
     /// Questions: an answer must fit them.
     Questions(Arc<[Question]>),
+    /// A call a crash cut short: its task's check, decided as its
+    /// approval was (`run_again` its yes).
+    Reconcile(Arc<PlanCheck>),
 }
 
 impl Asking {
@@ -47,6 +53,16 @@ impl Asking {
         match self {
             Asking::Plan(_) => PauseKind::Approval,
             Asking::Questions(_) => PauseKind::Question,
+            Asking::Reconcile(_) => PauseKind::Reconcile,
+        }
+    }
+
+    /// The tasks whose approvals it counts (a plan's, a reconcile's one),
+    /// checked by the tasks' rule of who may decide.
+    pub fn plan(&self) -> Option<&Arc<PlanCheck>> {
+        match self {
+            Asking::Plan(plan) | Asking::Reconcile(plan) => Some(plan),
+            Asking::Questions(_) => None,
         }
     }
 
@@ -54,7 +70,7 @@ impl Asking {
     /// answered by one reply from anyone who may decide the session.
     pub fn quorum(&self) -> Quorum {
         match self {
-            Asking::Plan(plan) => Quorum::of(plan),
+            Asking::Plan(plan) | Asking::Reconcile(plan) => Quorum::of(plan),
             Asking::Questions(_) => Quorum::default(),
         }
     }
@@ -63,7 +79,7 @@ impl Asking {
     /// have none).
     pub fn tasks(&self) -> &[approval::TaskCheck] {
         match self {
-            Asking::Plan(plan) => &plan.tasks,
+            Asking::Plan(plan) | Asking::Reconcile(plan) => &plan.tasks,
             Asking::Questions(_) => &[],
         }
     }
@@ -71,7 +87,7 @@ impl Asking {
     /// Who the pause's decision links and mails go to.
     pub fn scope(&self) -> Scope {
         match self {
-            Asking::Plan(plan) => Scope::of(plan),
+            Asking::Plan(plan) | Asking::Reconcile(plan) => Scope::of(plan),
             Asking::Questions(_) => Scope {
                 risk: RiskLevel::Low,
                 groups: Vec::new(),
@@ -89,7 +105,16 @@ impl PauseKind {
     pub fn asks_a_yes(self) -> bool {
         match self {
             PauseKind::Approval => true,
-            PauseKind::Question => false,
+            PauseKind::Question | PauseKind::Reconcile => false,
+        }
+    }
+
+    /// Whether it asks whether a call a crash cut short runs again (Run
+    /// again, Skip and Cancel buttons).
+    pub fn asks_run_again(self) -> bool {
+        match self {
+            PauseKind::Reconcile => true,
+            PauseKind::Approval | PauseKind::Question => false,
         }
     }
 
@@ -97,7 +122,7 @@ impl PauseKind {
     /// Skip).
     pub fn asks_answers(self) -> bool {
         match self {
-            PauseKind::Approval => false,
+            PauseKind::Approval | PauseKind::Reconcile => false,
             PauseKind::Question => true,
         }
     }

@@ -22,6 +22,8 @@ pub enum Ask {
         title: String,
         questions: Vec<Question>,
     },
+    /// Whether a call a crash cut short took effect (#44): its task.
+    Reconcile { task: Box<TaskSpec> },
 }
 
 impl Ask {
@@ -29,6 +31,7 @@ impl Ask {
         match self {
             Ask::Approval { .. } => PauseKind::Approval,
             Ask::Question { .. } => PauseKind::Question,
+            Ask::Reconcile { .. } => PauseKind::Reconcile,
         }
     }
 
@@ -41,6 +44,9 @@ impl Ask {
             PauseData::Question(data) => Ask::Question {
                 title: data.title.clone(),
                 questions: data.questions.clone(),
+            },
+            PauseData::Reconcile(data) => Ask::Reconcile {
+                task: data.task.clone(),
             },
         }
     }
@@ -90,6 +96,12 @@ impl Serialize for Ask {
                     fields.serialize_field("questions", questions)?;
                 }
             }
+            Ask::Reconcile { task } => {
+                fields.serialize_field("tasks", std::slice::from_ref(&**task))?;
+                fields.serialize_field("kind", &PauseKind::Reconcile)?;
+                fields.skip_field("title")?;
+                fields.skip_field("questions")?;
+            }
         }
         fields.end()
     }
@@ -105,6 +117,9 @@ impl<'de> Deserialize<'de> for Ask {
             PauseKind::Question => Ask::Question {
                 title: fields.title,
                 questions: fields.questions,
+            },
+            PauseKind::Reconcile => Ask::Reconcile {
+                task: Box::new(fields.tasks.into_iter().next().unwrap_or_default()),
             },
         })
     }

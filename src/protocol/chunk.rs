@@ -6,9 +6,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::names::{
-    meta, Action, CancelReason, ChunkType, DecisionKind, ErrorType, PauseKind, RiskLevel, TaskState,
+    meta, Action, CancelReason, ChunkType, ErrorType, PauseKind, RiskLevel, TaskState,
 };
 use super::question::Question;
+use super::reconcile::ReconcileData;
+pub use super::task_spec::{ApprovedBy, TaskPreview, TaskSpec};
 
 /// Most tasks one plan may put to the user; a larger plan ends the run with
 /// `plan_too_large` before anything is asked. Each task is a decision of
@@ -95,81 +97,6 @@ impl Decisions {
             .find(|d| d.index == index)
             .map_or(&Verdict::Approve, |d| &d.verdict)
     }
-}
-
-/// One step of a plan shown to the user for confirmation.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct TaskSpec {
-    /// 1-based position in the plan.
-    pub index: usize,
-    pub description: String,
-    pub tool: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub args: Option<Value>,
-    /// This task's own risk (its tool's, or what its words make it); the
-    /// plan's `risk_level` is the highest of its tasks'. Absent only in
-    /// records an older version stored: the plan's risk then stands for it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub risk_level: Option<RiskLevel>,
-    /// It calls no declared tool: nothing real runs for it (the planner
-    /// pretends to work; a model's plan step is only described).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub simulated: bool,
-    /// The per-task decisions it takes (set when it is asked).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub decisions: Vec<DecisionKind>,
-    /// Allowed without a person (a rule of the tools file, or a grant):
-    /// listed in a pause that asks for other tasks, it runs unless the
-    /// person rejects it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approved_by: Option<ApprovedBy>,
-    /// Its id as a decision of its own (#42): unique across the server,
-    /// stable for the round (`<confirmation_id>-t<index>`); a reply may
-    /// name the task by it instead of `index`. Set when it is asked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task_id: Option<String>,
-    /// Where it stands (set when it is asked: `pending`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<TaskState>,
-    /// Its own deadline (RFC 3339, UTC).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<String>,
-    /// How many distinct people must approve it, when more than one, and
-    /// (then) the labels that have so far.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub required: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approvals: Option<Vec<String>>,
-    /// A JSON Schema (draft 2020-12) of one decision object for it: a
-    /// `oneOf` of the decisions it takes (approve; reject with an optional
-    /// `reason`; edit with `args` fitting its tool's own input schema;
-    /// respond with `result`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub response_schema: Option<Value>,
-    /// What the call would do (its tool's preview, run before the pause):
-    /// shown wherever the pause is, its `digest` what an approval names.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub preview: Option<TaskPreview>,
-}
-
-/// A task's preview (#43): its output (a failed preview's error),
-/// `truncated` when cut, and `digest`, the lower-case hex SHA-256 of the
-/// canonical JSON of `{"tool", "args", "body"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskPreview {
-    pub ok: bool,
-    pub body: String,
-    pub truncated: bool,
-    pub digest: String,
-}
-
-/// Why a call may run without a person's yes: `{"rule": "<name>"}` or
-/// `{"grant": "<id>"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ApprovedBy {
-    Rule(String),
-    Grant(String),
 }
 
 /// How a receipt's decision came: the door it took, or what allowed the
@@ -273,6 +200,7 @@ pub struct QuestionData {
 #[serde(untagged)]
 pub enum PauseData {
     Question(QuestionData),
+    Reconcile(Box<ReconcileData>),
     Approval(ConfirmationData),
 }
 
@@ -286,6 +214,9 @@ impl<'de> Deserialize<'de> for PauseData {
         };
         match kind {
             PauseKind::Question => QuestionData::deserialize(value).map(PauseData::Question),
+            PauseKind::Reconcile => {
+                ReconcileData::deserialize(value).map(|data| PauseData::Reconcile(Box::new(data)))
+            }
             PauseKind::Approval => ConfirmationData::deserialize(value).map(PauseData::Approval),
         }
         .map_err(D::Error::custom)
@@ -297,6 +228,7 @@ impl PauseData {
     pub fn kind(&self) -> PauseKind {
         match self {
             PauseData::Question(_) => PauseKind::Question,
+            PauseData::Reconcile(_) => PauseKind::Reconcile,
             PauseData::Approval(_) => PauseKind::Approval,
         }
     }
@@ -305,6 +237,7 @@ impl PauseData {
     pub fn confirmation_id(&self) -> &str {
         match self {
             PauseData::Question(data) => &data.confirmation_id,
+            PauseData::Reconcile(data) => &data.confirmation_id,
             PauseData::Approval(data) => &data.confirmation_id,
         }
     }
@@ -458,6 +391,33 @@ impl Chunk {
         chunk.requires_response = true;
         chunk.stream_paused = true;
         chunk
+    }
+
+    /// `input_request`: the run pauses on a call a crash cut short.
+    pub fn reconcile_request(session_id: &str, data: ReconcileData) -> Chunk {
+        let mut chunk = Chunk::new(ChunkType::InputRequest, &*data.title, session_id, 0)
+            .with_meta(meta::CONFIRMATION_ID, data.confirmation_id.as_str())
+            .with_meta(meta::KIND, data.kind.as_str())
+            .with_meta(meta::TIMEOUT_SECONDS, data.timeout_seconds)
+            .with_meta(meta::RISK_LEVEL, data.risk_level.as_str())
+            .with_meta(meta::IDEMPOTENCY_KEY, data.idempotency_key.as_str());
+        chunk.confirmation_data = Some(PauseData::Reconcile(Box::new(data)));
+        chunk.requires_response = true;
+        chunk.stream_paused = true;
+        chunk
+    }
+
+    /// `confirmation_received` of a reconcile pause: its action.
+    pub fn reconcile_received(
+        session_id: &str,
+        text: String,
+        action: Action,
+        confirmation_id: &str,
+    ) -> Chunk {
+        Chunk::new(ChunkType::ConfirmationReceived, text, session_id, 0)
+            .with_meta(meta::ACTION, action.as_str())
+            .with_meta(meta::CONFIRMATION_ID, confirmation_id)
+            .with_meta(meta::KIND, PauseKind::Reconcile.as_str())
     }
 
     /// `confirmation_received` of a question pause: its action and, for

@@ -21,20 +21,24 @@ pub mod chunk;
 pub mod given;
 pub mod names;
 pub mod question;
+pub mod reconcile;
 pub mod request;
+pub mod task_spec;
 
 pub use ask::Ask;
 pub use chunk::{
-    json_len, ApprovedBy, Chunk, ConfirmationData, Decisions, PauseData, QuestionData, ResumedHow,
-    TaskDecision, TaskPreview, TaskSpec, Verdict, Via, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
+    json_len, Chunk, ConfirmationData, Decisions, PauseData, QuestionData, ResumedHow,
+    TaskDecision, Verdict, Via, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
 pub use given::Given;
 pub use names::{
     meta, Action, CancelReason, ChunkType, DecisionKind, ErrorType, PauseKind, RiskLevel, TaskState,
 };
+pub use reconcile::ReconcileData;
 pub use request::{
     is_plain_name, is_valid_session_id, parse_reply, ChatRequest, ReplyMessage, ReplyPayload,
     ReplySyntaxError, RequestError, TaskDecisionRequest, ValidRequest, CHAT_PATH, CONFIRM_PREFIX,
     GRANTS_PATH, INBOX_PATH, MAX_BODY_BYTES, MAX_MESSAGE_BYTES, MAX_MODIFY_TEXT_BYTES,
     MAX_SESSION_ID_CHARS, RULES_PATH, RUNS_PATH, TOOLS_PATH,
 };
+pub use task_spec::{ApprovedBy, TaskPreview, TaskSpec};

@@ -309,6 +309,9 @@ pub enum PauseKind {
     #[default]
     Approval,
     Question,
+    /// A call cut short by a crash whose effect nobody can know (#44):
+    /// run it again, skip it, or cancel the run.
+    Reconcile,
 }
 
 impl PauseKind {
@@ -331,6 +334,9 @@ pub enum Action {
     /// Decides only the tasks its `decisions` name (#42); accepted wherever
     /// `confirm` is, and not listed in `options`.
     Decide,
+    /// Call again, with its key, a task a crash cut short (a reconcile
+    /// pause's yes, #44).
+    RunAgain,
     /// Nobody answered a pause whose tasks say `on_timeout = "reject"`:
     /// every task rejected, the run goes on. Recorded and shown, never
     /// sent by a client (no pause offers it).
@@ -342,6 +348,8 @@ impl Action {
     pub const ALL: [Action; 3] = [Action::Confirm, Action::Modify, Action::Cancel];
     /// What a question pause offers, always.
     pub const QUESTION: [Action; 3] = [Action::Answer, Action::Skip, Action::Cancel];
+    /// What a reconcile pause offers, always.
+    pub const RECONCILE: [Action; 3] = [Action::RunAgain, Action::Skip, Action::Cancel];
 
     pub fn as_str(self) -> &'static str {
         self.into()

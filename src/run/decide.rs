@@ -157,6 +157,10 @@ impl Decided {
                 &self.confirmation_id,
                 self.given.as_ref().and_then(Given::answers),
             ),
+            PauseKind::Reconcile => {
+                Chunk::reconcile_received(session_id, text, self.action, &self.confirmation_id)
+                    .with_approvers(&self.approved_by)
+            }
             PauseKind::Approval => Chunk::confirmation_received(
                 session_id,
                 text,

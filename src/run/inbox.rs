@@ -208,7 +208,8 @@ fn preview(text: &str) -> String {
 fn tasks_pending(pause: &PauseData) -> Vec<usize> {
     match pause {
         PauseData::Approval(plan) => plan.tasks.iter().map(|task| task.index).collect(),
-        PauseData::Question(_) => Vec::new(),
+        // Decided whole: no task of its own pending.
+        PauseData::Question(_) | PauseData::Reconcile(_) => Vec::new(),
     }
 }
 
@@ -278,6 +279,12 @@ fn interaction(
             task_lines(&plan.tasks),
         ),
         PauseData::Question(questions) => (None, Some(questions.title.clone()), None, Vec::new()),
+        PauseData::Reconcile(call) => (
+            serde_json::to_value(call.risk_level).ok(),
+            Some(call.title.clone()),
+            Some(call.message.clone()),
+            task_lines(std::slice::from_ref(&call.task)),
+        ),
     };
     Some(Interaction {
         session_id: key.session_id.to_string(),
@@ -521,21 +528,23 @@ impl Runs {
             at(record.asked_at_ms),
             at(expires_at_ms),
         )?;
-        match &record.asked {
-            Ask::Approval { tasks } => {
-                let tools = &self.settings.tools;
-                let checks = PlanCheck::of(tasks, tools).with_rules(tasks, tools, label);
-                let quorum = Quorum::of(&checks);
-                if quorum.required > 1 {
-                    item.approvals = Some(progress.approvals);
-                    item.required = Some(quorum.required);
-                }
-                item.approvers = quorum.groups;
-                item.requester_may_approve = quorum.requester_may_approve;
-                item.task_who = TaskWho::of(&checks);
-            }
+        let tasks = match &record.asked {
+            Ask::Approval { tasks } => Some(tasks.as_slice()),
+            Ask::Reconcile { task } => Some(std::slice::from_ref(&**task)),
             // One reply from anyone who may decide the session.
-            Ask::Question { .. } => {}
+            Ask::Question { .. } => None,
+        };
+        if let Some(tasks) = tasks {
+            let tools = &self.settings.tools;
+            let checks = PlanCheck::of(tasks, tools).with_rules(tasks, tools, label);
+            let quorum = Quorum::of(&checks);
+            if quorum.required > 1 {
+                item.approvals = Some(progress.approvals);
+                item.required = Some(quorum.required);
+            }
+            item.approvers = quorum.groups;
+            item.requester_may_approve = quorum.requester_may_approve;
+            item.task_who = TaskWho::of(&checks);
         }
         item.escalated_to = progress.escalated_to;
         item.escalated_tasks = escalated_tasks(&progress.escalations);

@@ -72,6 +72,15 @@ pub enum PauseEvent<'a> {
         title: &'a str,
         questions: &'a [Question],
     },
+    /// A call a crash cut short about to be put to a person (#44):
+    /// audited before it is asked.
+    Reconciling {
+        confirmation_id: &'a str,
+        task: &'a TaskSpec,
+        idempotency_key: &'a str,
+        started_at: &'a str,
+        attempt: u32,
+    },
     /// A pause registered, its request about to be sent:
     /// `interaction.requested` with its `confirmation_data`, its decision
     /// links, a Slack message's token and the mails it sends.
@@ -287,6 +296,21 @@ impl Journal<'_> {
                 title: title.to_owned(),
                 questions: questions.to_vec(),
             }),
+            PauseEvent::Reconciling {
+                confirmation_id,
+                task,
+                idempotency_key,
+                started_at,
+                attempt,
+            } => self.audited(|| AuditRecord::ReconcileAsked {
+                run: run.fields(),
+                key: self.settings.namespaces.label(run.key.owner),
+                confirmation_id: confirmation_id.to_owned(),
+                task: Box::new(task.clone()),
+                idempotency_key: idempotency_key.to_owned(),
+                started_at: started_at.to_owned(),
+                attempt,
+            }),
             PauseEvent::Requested {
                 pause,
                 data,
@@ -439,7 +463,7 @@ impl Journal<'_> {
                 decision.client.map(str::to_owned),
             );
             match pause.kind {
-                PauseKind::Approval => AuditRecord::Decided {
+                PauseKind::Approval | PauseKind::Reconcile => AuditRecord::Decided {
                     run: run.fields(),
                     confirmation_id,
                     round,

@@ -227,7 +227,7 @@ impl Runs {
                     .with_rules(tasks, tools, label)
                     .rejects_on_timeout()
             }
-            Ask::Question { .. } => false,
+            Ask::Question { .. } | Ask::Reconcile { .. } => false,
         }
     }
 

@@ -30,6 +30,10 @@ pub struct CallEntry {
     /// Once it finished: its `tool_output` chunk as it was sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished: Option<Chunk>,
+    /// Cut short and put to a person (a reconcile pause): until when it
+    /// waits (ms since the Unix epoch), across restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_until_ms: Option<u64>,
 }
 
 impl CallEntry {
@@ -44,6 +48,7 @@ impl CallEntry {
             attempt: 1,
             started_at_ms: 0,
             finished: None,
+            asked_until_ms: None,
         }
     }
 }

@@ -137,8 +137,10 @@ impl Webhooks {
                 body: body.clone(),
             })
             .collect();
-        // An approval pause, with its buttons' token: a Slack message too.
-        let asked = event.event_type == EventType::Requested && event.kind.asks_a_yes();
+        // An approval or reconcile pause, with its buttons' token: a Slack
+        // message too.
+        let asked = event.event_type == EventType::Requested
+            && (event.kind.asks_a_yes() || event.kind.asks_run_again());
         if let (Some(slack), Some(token), true) = (&self.slack, &event.slack, asked) {
             let summary = event.summary.as_deref().unwrap_or_default();
             let page = event.decide_url.as_deref();

@@ -148,7 +148,7 @@ pub(crate) async fn post(
 }
 
 /// POSTs `body`, with the API key `key` if given.
-async fn post_with(
+pub(crate) async fn post_with(
     url: &str,
     key: Option<&str>,
     body: serde_json::Value,

@@ -12,7 +12,9 @@ use chatgate::protocol::{Chunk, ChunkType};
 use serde_json::{json, Value};
 
 use crate::common::Binary;
-use crate::durable::{chunks, open_paused, post, read_raw, reply, start, stream_url, Dir, Reading};
+use crate::durable::{
+    chunks, open_paused, post, post_with, read_raw, reply, start, stream_url, Dir, Reading,
+};
 use crate::helpers::WAIT;
 
 /// A tools file with `mark`: it notes its key in `starts` as it starts,
@@ -197,55 +199,263 @@ async fn a_reconcile_that_says_not_done_calls_it_again_with_the_same_key() {
     assert_eq!(outputs(&seen)[0].metadata["attempt"], 2);
 }
 
-/// A tool that declares neither: the run pauses on a reconcile question.
+/// A tool that declares neither: the run pauses on a reconcile pause.
 async fn asked_to_reconcile(dir: &Dir, session: &str) -> (Binary, Chunk) {
     let tools = tools(dir, "");
     let second = crash_mid_call(dir, &tools, session, "mark it").await;
-    let seen = reattach(&second, session, Some("\"chunk_type\":\"input_request\"")).await;
+    let asked = reconcile_asked(&second, session).await;
+    (second, asked)
+}
+
+/// The reconcile pause `server` asks on `session`, read from a re-attach.
+async fn reconcile_asked(server: &Binary, session: &str) -> Chunk {
+    let seen = reattach(server, session, Some("\"chunk_type\":\"input_request\"")).await;
     let asked = seen.last().unwrap().clone();
     assert_eq!(asked.chunk_type, ChunkType::InputRequest, "{seen:?}");
-    (second, asked)
+    asked
+}
+
+fn data(asked: &Chunk) -> Value {
+    serde_json::to_value(asked).unwrap()["confirmation_data"].clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_declaration_a_person_chooses_run_again() {
     let dir = Dir::new();
     let (second, asked) = asked_to_reconcile(&dir, "again").await;
-    let data = serde_json::to_value(&asked).unwrap()["confirmation_data"].clone();
-    let options: Vec<&str> = data["questions"][0]["options"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["id"].as_str().unwrap())
-        .collect();
-    assert_eq!(options, ["run_again", "skip", "cancel"]);
+    let data = data(&asked);
     let key = lines(&dir.path("starts"))[0].clone();
-    assert!(
-        data["questions"][0]["question"]
-            .as_str()
-            .unwrap()
-            .contains(&key),
-        "the question names the call's key"
+    assert_eq!(data["kind"], "reconcile", "{data}");
+    assert_eq!(data["options"], json!(["run_again", "skip", "cancel"]));
+    assert_eq!(
+        data["idempotency_key"],
+        key.as_str(),
+        "it names the call's key"
     );
+    assert_eq!(data["task"]["index"], 1);
+    assert_eq!(data["task"]["tool"], "mark");
+    assert_eq!(data["attempt"], 1);
+    assert!(
+        data["started_at"].as_str().unwrap().ends_with('Z'),
+        "{data}"
+    );
+    assert!(
+        data["expires_at"].as_str().unwrap().ends_with('Z'),
+        "{data}"
+    );
+    assert_eq!(asked.metadata["kind"], "reconcile");
 
     let rest = read_on(&second, "again").await;
-    let (status, ack) = reply(
-        &stream_url(&second),
-        "again",
-        "CONFIRM_ACTION:answer: run_again",
-    )
-    .await;
+    let (status, ack) = reply(&stream_url(&second), "again", "CONFIRM_ACTION:run_again").await;
     let after = rest.await.unwrap();
 
     assert_eq!(status, 200, "{ack:?}");
+    assert_eq!(ack.metadata["action"], "run_again", "{ack:?}");
+    assert_eq!(ack.metadata["kind"], "reconcile", "{ack:?}");
     assert_eq!(
         after.last().unwrap().chunk_type,
         ChunkType::Completion,
         "{after:?}"
     );
     let starts = lines(&dir.path("starts"));
-    assert_eq!(starts, [key.clone(), key], "run again with the same key");
+    assert_eq!(
+        starts,
+        [key.clone(), key.clone()],
+        "run again with the same key"
+    );
+    assert_eq!(lines(&dir.path("effects")), vec![key.clone()], "acted once");
     assert_eq!(audited(&dir, "resumed")[0]["how"], "asked");
+    let asked_record = &audited(&dir, "reconcile_asked")[0];
+    assert_eq!(asked_record["idempotency_key"], key.as_str());
+    assert_eq!(asked_record["confirmation_id"], data["confirmation_id"]);
+    let decided: Vec<Value> = audited(&dir, "decided")
+        .into_iter()
+        .filter(|r| r["confirmation_id"] == data["confirmation_id"])
+        .collect();
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    assert_eq!(decided[0]["action"], "run_again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_pause_refuses_what_it_does_not_offer() {
+    let dir = Dir::new();
+    let (second, asked) = asked_to_reconcile(&dir, "odd").await;
+    let url = stream_url(&second);
+
+    let (confirm, refused) = reply(&url, "odd", "CONFIRM_ACTION:confirm").await;
+    let (answer, _) = reply(&url, "odd", "CONFIRM_ACTION:answer: run_again").await;
+
+    assert_eq!(confirm, 422, "{refused:?}");
+    assert_eq!(
+        refused.metadata["error_type"], "invalid_confirm_action",
+        "{refused:?}"
+    );
+    assert_eq!(answer, 422);
+    assert_eq!(lines(&dir.path("starts")).len(), 1, "nothing ran");
+    // Still waiting: the right word decides it.
+    let rest = read_on(&second, "odd").await;
+    let (status, _) = reply(&url, "odd", "CONFIRM_ACTION:skip").await;
+    assert_eq!(status, 200);
+    let seen = rest.await.unwrap();
+    assert_eq!(seen.last().unwrap().chunk_type, ChunkType::Completion);
+    assert_eq!(asked.metadata["kind"], "reconcile");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_pause_outlives_a_second_crash_with_its_id_and_deadline() {
+    let dir = Dir::new();
+    let (mut second, asked) = asked_to_reconcile(&dir, "twice").await;
+    second.child.kill().unwrap(); // SIGKILL while the reconcile waits
+    second.child.wait().unwrap();
+    let tools = dir.path("tools.toml").display().to_string();
+    let audit = dir.path("audit.jsonl").display().to_string();
+    let third = start(&dir, &["--tools", &tools, "--audit-log", &audit]);
+
+    let again = reconcile_asked(&third, "twice").await;
+
+    let (before, after) = (data(&asked), data(&again));
+    assert_eq!(after["kind"], "reconcile");
+    assert_eq!(
+        after["confirmation_id"], before["confirmation_id"],
+        "the same pause"
+    );
+    assert_eq!(
+        after["expires_at"], before["expires_at"],
+        "the same deadline"
+    );
+    assert_eq!(after["idempotency_key"], before["idempotency_key"]);
+    let rest = read_on(&third, "twice").await;
+    let (status, _) = reply(&stream_url(&third), "twice", "CONFIRM_ACTION:run_again").await;
+    assert_eq!(status, 200);
+    let seen = rest.await.unwrap();
+    assert_eq!(seen.last().unwrap().chunk_type, ChunkType::Completion);
+    let starts = lines(&dir.path("starts"));
+    assert_eq!(
+        starts.len(),
+        2,
+        "run again once, after the person said so: {starts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_again_needs_the_tools_approvers_and_quorum_not_the_requester() {
+    let dir = Dir::new();
+    let keys = dir.path("keys.txt");
+    std::fs::write(
+        &keys,
+        "agent-key-000001 label=ci-bot\n\
+         approver lead-key-000001 label=lead-1 groups=leads\n\
+         approver lead-key-000002 label=lead-2 groups=leads\n",
+    )
+    .unwrap();
+    let keys = keys.display().to_string();
+    let tools = tools(&dir, "approvals = 2");
+    let audit = dir.path("audit.jsonl").display().to_string();
+    let args = [
+        "--tools",
+        &tools,
+        "--audit-log",
+        &audit,
+        "--api-keys-file",
+        &keys,
+    ];
+    std::fs::write(dir.path("slow"), "").unwrap();
+    let mut first = start(&dir, &args);
+    let url = stream_url(&first);
+    let opened = post_with(
+        &url,
+        Some("agent-key-000001"),
+        json!({"message": "mark it", "session_id": "q"}),
+        None,
+    )
+    .await;
+    let seen = chunks(&read_raw(opened, Some("confirmation_request")).await);
+    let id = seen.last().unwrap().metadata["confirmation_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let decide = |key: &'static str, url: String, id: String, word: &'static str| async move {
+        let body = json!({"message": word, "session_id": "q", "confirmation_id": id});
+        let response = post_with(&url, Some(key), body, None).await;
+        let status = response.status().as_u16();
+        (status, chunks(&read_raw(response, None).await).remove(0))
+    };
+    for key in ["lead-key-000001", "lead-key-000002"] {
+        let (status, chunk) = decide(key, url.clone(), id.clone(), "CONFIRM_ACTION:confirm").await;
+        assert_eq!(status, 200, "{chunk:?}");
+    }
+    wait_lines(&dir.path("starts"), 1).await;
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    std::fs::remove_file(dir.path("slow")).unwrap();
+    let second = start(&dir, &args);
+    let url = stream_url(&second);
+    let back = post_with(
+        &url,
+        Some("agent-key-000001"),
+        json!({"session_id": "q"}),
+        Some(0),
+    )
+    .await;
+    assert_eq!(back.status(), 200);
+    let seen = chunks(&read_raw(back, Some("\"chunk_type\":\"input_request\"")).await);
+    let asked = data(seen.last().unwrap());
+    assert_eq!(asked["kind"], "reconcile", "{seen:?}");
+    assert_eq!(asked["required"], 2, "{asked}");
+    let rid = asked["confirmation_id"].as_str().unwrap().to_owned();
+
+    let (own, refused) = decide(
+        "agent-key-000001",
+        url.clone(),
+        rid.clone(),
+        "CONFIRM_ACTION:run_again",
+    )
+    .await;
+    let (one, recorded) = decide(
+        "lead-key-000001",
+        url.clone(),
+        rid.clone(),
+        "CONFIRM_ACTION:run_again",
+    )
+    .await;
+    let ran_on_one = lines(&dir.path("starts")).len();
+    let rest = post_with(
+        &url,
+        Some("agent-key-000001"),
+        json!({"session_id": "q"}),
+        Some(0),
+    )
+    .await;
+    let rest = tokio::spawn(read_raw(rest, None));
+    let (two, decided) = decide(
+        "lead-key-000002",
+        url.clone(),
+        rid,
+        "CONFIRM_ACTION:run_again",
+    )
+    .await;
+    let after = chunks(&rest.await.unwrap());
+
+    assert_eq!(own, 403, "the requester may not run it again: {refused:?}");
+    assert_eq!(one, 200, "{recorded:?}");
+    assert_eq!(
+        recorded.chunk_type,
+        ChunkType::ApprovalRecorded,
+        "{recorded:?}"
+    );
+    assert_eq!(ran_on_one, 1, "nothing ran on one approval");
+    assert_eq!(two, 200, "{decided:?}");
+    assert_eq!(decided.metadata["approved_by"], json!(["lead-1", "lead-2"]));
+    assert_eq!(
+        after.last().unwrap().chunk_type,
+        ChunkType::Completion,
+        "{after:?}"
+    );
+    assert_eq!(
+        lines(&dir.path("starts")).len(),
+        2,
+        "run again on two approvals"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

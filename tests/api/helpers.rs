@@ -368,12 +368,10 @@ impl EventStream {
 }
 
 pub fn confirmation_id(request: &Chunk) -> String {
-    match request
+    request
         .confirmation_data
         .as_ref()
         .expect("confirmation_data")
-    {
-        chatgate::protocol::PauseData::Approval(data) => data.confirmation_id.clone(),
-        chatgate::protocol::PauseData::Question(data) => data.confirmation_id.clone(),
-    }
+        .confirmation_id()
+        .to_owned()
 }

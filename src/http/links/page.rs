@@ -297,6 +297,28 @@ pub fn pause(item: &Interaction, label: &str) -> HttpResponse {
             "<button class=\"confirm\" name=\"action\" value=\"answer\">Answer</button>\
              <button class=\"cancel\" name=\"action\" value=\"skip\">Skip</button>",
         ),
+        Ok(PauseData::Reconcile(call)) => {
+            let args = call.task.args.as_ref().map(Value::to_string);
+            let asked = format!(
+                "<p>{}</p><ol><li value=\"{}\"><b>{}</b> <code>{}</code></li></ol>\
+                 <p class=\"meta\">Idempotency key <code>{}</code> · attempt {} started {}</p>",
+                escape(&call.message),
+                call.task.index,
+                escape(&call.task.tool),
+                escape(args.as_deref().unwrap_or("")),
+                escape(&call.idempotency_key),
+                call.attempt,
+                escape(&call.started_at),
+            );
+            let may = item.may_approve != Some(false);
+            let buttons = if may {
+                "<button class=\"confirm\" name=\"action\" value=\"run_again\">Run again</button>\
+                 <button class=\"cancel\" name=\"action\" value=\"skip\">Skip</button>"
+            } else {
+                "<button class=\"cancel\" name=\"action\" value=\"skip\">Skip</button>"
+            };
+            (asked, buttons)
+        }
         Err(_) => (String::new(), ""),
     };
     body.push_str(&asked);

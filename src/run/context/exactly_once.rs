@@ -12,13 +12,12 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::calls::{Calls, KEYS_KEPT};
+use super::reconcile::{Reconcile, Reconciled};
 use super::{Cleared, RunContext};
-use crate::protocol::question::{Question, QuestionOption};
-use crate::protocol::{meta, CancelReason, Chunk, ErrorType, ResumedHow};
+use crate::protocol::{meta, Chunk, ErrorType, ResumedHow};
 use crate::receipt::{call_digest, idempotency_key};
 use crate::run::journal::CallEvent;
 use crate::run::outcome::RunError;
-use crate::run::plan::{Answers, Questions};
 use crate::session::run_log;
 use crate::store::{CallEntry, Fault};
 use crate::tools::{Stamp, Tool, ToolOutcome};
@@ -249,55 +248,24 @@ impl RunContext {
                 ),
             }
         }
-        self.ask_reconcile(tool, entry).await
+        self.ask_reconcile(tool, args, entry).await
     }
 
     /// Nobody can know whether task `entry` took effect: a person is asked
-    /// (`run_again`, `skip`, `cancel`).
-    async fn ask_reconcile(&mut self, tool: &Tool, entry: CallEntry) -> Result<GoOn, RunError> {
+    /// on a reconcile pause (`run_again`, `skip`, `cancel`).
+    async fn ask_reconcile(
+        &mut self,
+        tool: &Tool,
+        args: &Value,
+        entry: CallEntry,
+    ) -> Result<GoOn, RunError> {
         let index = entry.index;
-        let started = crate::clock::rfc3339_ms(entry.started_at_ms);
-        let option = |id: &str, text: &str| QuestionOption {
-            id: id.to_owned(),
-            label: id.to_owned(),
-            description: text.to_owned(),
-        };
-        let question = Question {
-            id: "reconcile".to_owned(),
-            header: format!("Task {index}: {}", tool.name),
-            question: format!(
-                "The server stopped while task {index} ({}) was running (started {started}, \
-                 key {}); it may have taken effect. Run it again with the same key, skip it, \
-                 or cancel the run?",
-                tool.name, entry.key
-            ),
-            options: vec![
-                option("run_again", "call it again with the same idempotency key"),
-                option("skip", "record it as not run and go on"),
-                option("cancel", "end the run"),
-            ],
-            multi_select: false,
-            allow_other: false,
-            required: true,
-            schema: None,
-        };
-        let asked = Questions {
-            title: format!("Did task {index} ({}) take effect?", tool.name),
-            questions: vec![question],
-            state: None,
-        };
-        let chosen = match Box::pin(self.ask(asked)).await? {
-            Answers::Given(answers) => answers
-                .get("reconcile")
-                .and_then(Value::as_str)
-                .unwrap_or("cancel")
-                .to_owned(),
-            Answers::Skipped => "skip".to_owned(),
-        };
+        let asks = Reconcile::of(tool, args, entry.clone());
+        let chosen = Box::pin(self.reconcile(asks)).await?;
         self.resumed(&entry, ResumedHow::Asked).await?;
-        match chosen.as_str() {
-            "run_again" => Ok(GoOn::Again(entry.attempt + 1)),
-            "skip" => {
+        match chosen {
+            Reconciled::RunAgain => Ok(GoOn::Again(entry.attempt + 1)),
+            Reconciled::Skip => {
                 let outcome = ToolOutcome::skipped(
                     true,
                     None,
@@ -308,10 +276,13 @@ impl RunContext {
                 let chunk = self
                     .tool_output(index, &tool.name, &outcome, None)
                     .with_meta(meta::IDEMPOTENCY_KEY, entry.key.as_str());
+                // Kept before the run goes on: a restart shows it again.
+                let mut done = entry;
+                done.finished = Some(chunk.clone());
+                self.keep_entry(&done).await?;
                 self.log.push(chunk);
                 Ok(GoOn::Done(outcome))
             }
-            _ => Err(RunError::Cancelled(CancelReason::User)),
         }
     }
 
@@ -378,5 +349,6 @@ pub(super) fn started(
         attempt: attempt.number,
         started_at_ms: crate::clock::now_ms(),
         finished: None,
+        asked_until_ms: None,
     }
 }

@@ -22,6 +22,7 @@ pub mod policy;
 pub mod previews;
 mod questions;
 mod receipts;
+mod reconcile;
 mod restored;
 mod timers;
 pub mod tools;

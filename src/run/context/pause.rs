@@ -32,6 +32,9 @@ pub(super) trait Kind: Sized + Send {
     type Answer;
     /// Which kind it is.
     const KIND: PauseKind;
+    /// Whether its pause is kept in a durable store as the run's record
+    /// (a reconcile's is not: its call's journal entry asks it again).
+    const STORED: bool = true;
 
     /// Checks what is asked and records it (the audit log) before anything
     /// is asked, and builds its request; `None`: nothing needs asking.
@@ -217,7 +220,7 @@ impl RunContext {
     /// its kind, kept in a durable store, registered and sent; `None`:
     /// nothing needed asking. `as_decided`: a plan whose tasks run as
     /// they are decided.
-    async fn put_to_person<K: Kind>(
+    pub(super) async fn put_to_person<K: Kind>(
         &mut self,
         asks: K,
         as_decided: bool,
@@ -225,7 +228,7 @@ impl RunContext {
         let Some(request) = asks.request(self).await? else {
             return Ok(None);
         };
-        self.store_pause(&request).await?;
+        self.store_pause(&request, K::STORED).await?;
         self.put(request, as_decided).map(Some)
     }
 
@@ -254,7 +257,8 @@ impl RunContext {
                 Questions::take(self, decision, asked)
                     .await
                     .map(Resumed::Answers)
-            }
+            } // Never stored: asked again from its call's journal entry.
+            PauseKind::Reconcile => Err(RunError::unacted(ErrorType::Internal)),
         }
     }
 
@@ -275,6 +279,7 @@ impl RunContext {
             PauseKind::Question => Questions::take(self, decision, asked)
                 .await
                 .map(Resumed::Answers),
+            PauseKind::Reconcile => Err(RunError::unacted(ErrorType::Internal)),
         }
     }
 
@@ -347,7 +352,7 @@ impl RunContext {
     /// share keeps a pause that cannot be resumed too (its record
     /// [`PausedRecord::in_memory`]), so that it is listed, found and
     /// decided from any replica.
-    async fn store_pause(&mut self, request: &Request) -> Result<(), RunError> {
+    async fn store_pause(&mut self, request: &Request, keep: bool) -> Result<(), RunError> {
         self.pause_stored = false;
         let kind = request.asking.kind();
         let events = match self.settings.webhooks {
@@ -376,6 +381,10 @@ impl RunContext {
         }
         let store = &self.settings.store;
         let (state, in_memory) = match request.state.clone() {
+            _ if !keep => {
+                self.settings.announce(&events).await;
+                return Ok(());
+            }
             Some(state) if store.is_durable() => (state, false),
             _ if store.indexes_every_pause() => (Value::Null, true),
             _ => {
@@ -492,7 +501,7 @@ impl RunContext {
 
     /// Counts the decision of a pause of `kind`; a stop, a timeout or a
     /// failure ends the run here (`Err`), a reply goes on (`Ok`).
-    fn settled(
+    pub(super) fn settled(
         &mut self,
         kind: PauseKind,
         decision: &Decision,
@@ -510,8 +519,12 @@ impl RunContext {
             Decision::Failed(error_type) => return Err(RunError::unacted(*error_type)),
         };
         if let Decision::Cancel(CancelReason::Shutdown) = decision {
-            // A stored pause outlives the process: not cancelled, suspended.
-            if self.pause_stored {
+            // A stored pause outlives the process: not cancelled, suspended
+            // (a reconcile's with its run's record, asked again from the
+            // journal).
+            if self.pause_stored
+                || (kind.asks_run_again() && self.stored_id.is_some() && self.durable())
+            {
                 return Err(RunError::Suspended);
             }
         }

@@ -30,6 +30,11 @@ impl RunContext {
                 Asking::Plan(Arc::new(self.plan_check(tasks)))
             }
             Ask::Question { questions, .. } => Asking::Questions(questions.clone().into()),
+            // Never stored (asked again from its call's journal entry);
+            // read back, decided as its task's approval.
+            Ask::Reconcile { task } => {
+                Asking::Reconcile(Arc::new(self.plan_check(std::slice::from_ref(&**task))))
+            }
         };
         let at = crate::clock::at;
         let progress = record.progress.clone().unwrap_or_default();
@@ -129,7 +134,7 @@ impl RunContext {
                 let asked_at = crate::clock::at(record.asked_at_ms);
                 (rejects, self.timers_of(&checks, asked_at, progress))
             }
-            Ask::Question { .. } => (None, None),
+            Ask::Question { .. } | Ask::Reconcile { .. } => (None, None),
         };
         let asked = Asked {
             confirmation_id: record.confirmation_id.clone(),
