@@ -423,6 +423,14 @@ export class ChatGateClient {
   }
 
   /**
+   * Calls again, with its idempotency key, the task a crash cut short (a
+   * `reconcile` pause); `skip` records it as not run.
+   */
+  runAgain(sessionId, { confirmationId } = {}) {
+    return this.reply(sessionId, 'run_again', null, { confirmationId });
+  }
+
+  /**
    * Drives one run to its end. `onChunk(chunk)` sees every chunk;
    * `onConfirmation(chunk, { signal })` returns (or resolves to) the reply
    * for each confirmation request: 'confirm', 'cancel', 'modify:<text>',
@@ -736,8 +744,13 @@ export function formatChunk(chunk, now = Date.now()) {
   }
   if (kind === 'input_request' && data) {
     (data.questions ?? []).forEach((question, i) => lines.push(...formatQuestion(question, i + 1)));
+    if (data.kind === 'reconcile') {
+      lines.push(`  ${data.message}`);
+      lines.push(`  task ${data.task?.index}: ${data.task?.tool} ${JSON.stringify(data.task?.args)} · key ${data.idempotency_key}`);
+    }
     const left = Math.max(0, Math.round((Date.parse(data.expires_at) - now) / 1000));
-    lines.push(`  answer / skip / cancel · expires ${data.expires_at}` + (Number.isFinite(left) ? ` (in ${left}s)` : ''));
+    const options = (data.options ?? ['answer', 'skip', 'cancel']).join(' / ');
+    lines.push(`  ${options} · expires ${data.expires_at}` + (Number.isFinite(left) ? ` (in ${left}s)` : ''));
   }
   const meta = chunk.metadata ?? {};
   if (kind === 'approval_recorded' && meta.required) {

@@ -626,6 +626,14 @@ async function askOne(ask, output, question) {
 async function promptQuestions(output, data, interrupted) {
   const { ask, close } = terminal(output, data, interrupted);
   try {
+    // A call a crash cut short: run it again, skip it, or cancel.
+    while (data.kind === 'reconcile') {
+      const line = await ask('run_again / skip / cancel? ');
+      if (line === null) return null;
+      const choice = line.trim().toLowerCase();
+      if (['run_again', 'skip', 'cancel'].includes(choice)) return choice;
+      output.write('please answer run_again, skip or cancel\n');
+    }
     for (;;) {
       const line = await ask('answer / skip / cancel? [answer] ');
       if (line === null) break;

@@ -732,6 +732,11 @@ class ChatGateClient:
         """Decline to answer the pending questions of ``session_id``."""
         return self.reply(session_id, "skip", confirmation_id=confirmation_id)
 
+    def run_again(self, session_id, confirmation_id=None):
+        """Call again, with its idempotency key, the task a crash cut short
+        (a ``reconcile`` pause); ``skip`` records it as not run."""
+        return self.reply(session_id, "run_again", confirmation_id=confirmation_id)
+
     # -- high level ----------------------------------------------------------
 
     def run(self, message, session_id=None, on_chunk=None, on_confirmation=None,
@@ -1000,9 +1005,16 @@ def format_chunk(chunk):
     if kind == "input_request" and data:
         for n, question in enumerate(data.get("questions") or [], 1):
             lines.extend(format_question(question, n))
+        task = data.get("task") or {}
+        if data.get("kind") == "reconcile":
+            lines.append("  %s" % data.get("message", ""))
+            lines.append("  task %s: %s %s · key %s" % (
+                task.get("index"), task.get("tool"), json.dumps(task.get("args")),
+                data.get("idempotency_key")))
         left = _seconds_left(data.get("expires_at"))
-        lines.append("  answer / skip / cancel · expires %s%s"
-                     % (data.get("expires_at"), "" if left is None else " (in %ss)" % max(left, 0)))
+        lines.append("  %s · expires %s%s" % (
+            " / ".join(data.get("options") or ["answer", "skip", "cancel"]),
+            data.get("expires_at"), "" if left is None else " (in %ss)" % max(left, 0)))
     meta = chunk.get("metadata") or {}
     if kind == "approval_recorded" and meta.get("required"):
         left = int(meta["required"]) - len(meta.get("approvals") or [])
@@ -1316,6 +1328,18 @@ def _prompt_questions(chunk, ask, out, interrupted=None):
     dict), ``"skip"``, ``"cancel"``, or None when ``ask`` gives up (the
     pause expired, or ``interrupted`` was set)."""
     data = chunk.get("confirmation_data") or {}
+    if data.get("kind") == "reconcile":
+        # A call a crash cut short: run it again, skip it, or cancel.
+        while True:
+            out.write("run_again / skip / cancel? ")
+            out.flush()
+            line = ask()
+            if line is None:
+                return None
+            choice = line.strip().lower()
+            if choice in ("run_again", "skip", "cancel"):
+                return choice
+            out.write("please answer run_again, skip or cancel\n")
     while True:
         out.write("answer / skip / cancel? [answer] ")
         out.flush()

@@ -291,6 +291,19 @@ async fn a_reconcile_pause_refuses_what_it_does_not_offer() {
         "{refused:?}"
     );
     assert_eq!(answer, 422);
+    let with_decisions = post(
+        &url,
+        json!({"message": "CONFIRM_ACTION:run_again", "session_id": "odd",
+               "decisions": [{"index": 1, "decision": "approve"}]}),
+        None,
+    )
+    .await;
+    assert_eq!(with_decisions.status(), 422);
+    let refused = chunks(&read_raw(with_decisions, None).await).remove(0);
+    assert_eq!(
+        refused.metadata["error_type"], "invalid_decision",
+        "{refused:?}"
+    );
     assert_eq!(lines(&dir.path("starts")).len(), 1, "nothing ran");
     // Still waiting: the right word decides it.
     let rest = read_on(&second, "odd").await;

@@ -754,7 +754,8 @@ async fn a_call_asking_when_chatgate_is_killed_is_put_to_a_person_after_the_rest
     // `idempotent` nor `reconcile`, so a person is asked.
     let asked = replay.until(ChunkType::InputRequest).await;
     let data = serde_json::to_value(&asked).unwrap()["confirmation_data"].clone();
-    assert_eq!(data["questions"][0]["id"], "reconcile", "{asked:?}");
+    assert_eq!(data["kind"], "reconcile", "{asked:?}");
+    assert_eq!(data["options"], json!(["run_again", "skip", "cancel"]));
     let (status, _) = {
         let response = chat(
             &second.url,

@@ -172,6 +172,18 @@ class TaskArgumentsTests(unittest.TestCase):
         self.assertIn("… (%d more characters; --json shows them all)" % (whole - shown), text)
         self.assertNotIn("evil.example", text)
 
+    def test_a_reconcile_pause_names_its_task_key_and_options(self):
+        asked = {"chunk_type": "input_request", "chunk": "Did task 1 (mark) take effect?",
+                 "confirmation_data": {
+                     "kind": "reconcile", "message": "The server stopped while task 1 ran",
+                     "task": {"index": 1, "tool": "mark", "args": {"n": 1}},
+                     "idempotency_key": "K" * 43, "options": ["run_again", "skip", "cancel"],
+                     "expires_at": "2030-01-01T00:00:00Z"}}
+        text = chatgate_client.format_chunk(asked)
+        self.assertIn("  The server stopped while task 1 ran", text)
+        self.assertIn('  task 1: mark {"n": 1} · key ' + "K" * 43, text)
+        self.assertIn("  run_again / skip / cancel · expires 2030-01-01T00:00:00Z", text)
+
     def test_a_recorded_approval_says_how_many_more_and_from_which_group(self):
         ack = {"chunk_type": "approval_recorded", "chunk": "Approval recorded: 1 of 2 (lead-1)",
                "metadata": {"approvals": ["lead-1"], "required": 2, "approvers": ["leads"]}}
