@@ -65,6 +65,9 @@ pub struct DecisionRecord {
     pub answers: Option<Map<String, Value>>,
     #[serde(default)]
     pub reason: Option<CancelReason>,
+    /// A modify's text (at most `MAX_MODIFY_TEXT_BYTES`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
     #[serde(default)]
     pub nonce: String,
 }

@@ -260,6 +260,8 @@ impl Runs {
             decider: &reply.decider.label,
             client: reply.client,
             approved_by: &accepted.approved_by,
+            text: (accepted.action == Action::Modify)
+                .then(|| reply.message.text.as_deref().unwrap_or("")),
         };
         let run = Subject {
             key,

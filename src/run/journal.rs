@@ -487,12 +487,13 @@ impl Journal<'_> {
             }
         });
         let about = about(run, pause);
-        let kept = StoredDecision::new(
+        let mut kept = StoredDecision::new(
             decision.action,
             pause.confirmation_id,
             decision.given.cloned(),
             decision.reason,
         );
+        kept.text = decision.text.map(str::to_owned);
         Entry {
             audit,
             events: self.rows(|| Event::decided(&about, decision)),

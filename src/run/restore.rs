@@ -156,6 +156,9 @@ impl Runs {
             Action::TimeoutReject => Some(Decision::TimedOut(decisions())),
             Action::Answer => Some(Decision::Answer(decided.given.as_ref()?.answers()?.clone())),
             Action::Skip => Some(Decision::Skip),
+            // Replanned with its text (a record of an older version kept
+            // none: that run ends `interrupted`).
+            Action::Modify => Some(Decision::Modify(decided.text.clone()?)),
             _ => None,
         }
     }

@@ -247,6 +247,8 @@ pub struct StoredDecision {
     pub given: Option<Given>,
     /// Why a cancel was decided (`user`, `superseded`, `timeout`, ...).
     pub reason: Option<CancelReason>,
+    /// A modify's text: a run that goes on after a crash replans with it.
+    pub text: Option<String>,
     /// New for every attempt to record a decision: the same nonce recorded
     /// twice is one decision, and [`Store::resolve`] looks for it.
     pub nonce: String,
@@ -259,6 +261,7 @@ impl From<DecisionRecord> for StoredDecision {
             confirmation_id: record.confirmation_id,
             given: given::join(record.decisions, record.answers),
             reason: record.reason,
+            text: record.text,
             nonce: record.nonce,
         }
     }
@@ -273,6 +276,7 @@ impl From<StoredDecision> for DecisionRecord {
             decisions: decisions.cloned(),
             answers: answers.cloned(),
             reason: decision.reason,
+            text: decision.text,
             nonce: decision.nonce,
         }
     }
@@ -291,6 +295,7 @@ impl StoredDecision {
             confirmation_id: confirmation_id.to_owned(),
             given,
             reason,
+            text: None,
             nonce: uuid::Uuid::new_v4().simple().to_string(),
         }
     }

@@ -60,6 +60,9 @@ pub struct DecisionData<'a> {
     pub client: Option<&'a str>,
     /// A quorum's labels, in order (reported when more than one approved).
     pub approved_by: &'a [String],
+    /// A modify's text: kept with the decision (a run that goes on after a
+    /// crash replans with it), never sent in an event.
+    pub text: Option<&'a str>,
 }
 
 impl DecisionData<'_> {
@@ -72,6 +75,7 @@ impl DecisionData<'_> {
             decider,
             client: None,
             approved_by: &[],
+            text: None,
         }
     }
 }
@@ -218,6 +222,7 @@ mod tests {
             decider: "ops",
             client: None,
             approved_by: &["ops".to_owned()],
+            text: None,
         };
         assert_eq!(
             data(Decided::of(&decided)),

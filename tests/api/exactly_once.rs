@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 
 use crate::common::Binary;
 use crate::durable::{
-    chunks, open_paused, post, post_with, read_raw, reply, start, stream_url, Dir, Reading,
+    chunks, open_paused, post, post_with, read_raw, reply, start, stream_url, terminate, Dir,
+    Reading,
 };
 use crate::helpers::WAIT;
 
@@ -640,4 +641,66 @@ async fn an_http_tool_gets_the_same_idempotency_key_header_on_both_attempts() {
         outputs(&seen)[0].metadata["idempotency_key"],
         keys[0].as_str()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_modify_is_replanned_with_its_text_after_a_crash() {
+    let dir = Dir::new();
+    let mut first = start(&dir, &[]);
+    let reading = open_paused(
+        &stream_url(&first),
+        json!({"message": "one; two", "session_id": "edit"}),
+    )
+    .await;
+    terminate(&mut first);
+    let seen = chunks(&reading.finish().await);
+    let id = seen.last().unwrap().metadata["confirmation_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The process died the instant after it kept a modify, before the new
+    // plan was asked: its record holds the decision, as the decide path
+    // writes it.
+    let db = rusqlite::Connection::open(dir.path("runs.db")).unwrap();
+    let decision = json!({"action": "modify", "confirmation_id": id, "decisions": null,
+                          "text": "three; four; five", "nonce": "n1"});
+    let changed = db
+        .execute(
+            "UPDATE paused_runs SET decision = ?1",
+            [decision.to_string()],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(db);
+
+    let second = start(&dir, &[]);
+    let asked = reattach(&second, "edit", Some("\"confirmation_round\":2")).await;
+
+    let request = asked.last().unwrap();
+    assert_eq!(
+        request.chunk_type,
+        ChunkType::ConfirmationRequest,
+        "{asked:?}"
+    );
+    let data = serde_json::to_value(request).unwrap()["confirmation_data"].clone();
+    assert_eq!(data["confirmation_round"], 2, "{data}");
+    assert_eq!(
+        data["tasks"].as_array().unwrap().len(),
+        3,
+        "replanned with the text: {data}"
+    );
+    assert!(
+        data["tasks"][2]["description"]
+            .as_str()
+            .unwrap()
+            .contains("three; four; five"),
+        "{data}"
+    );
+    let received = asked
+        .iter()
+        .find(|c| c.chunk_type == ChunkType::ConfirmationReceived)
+        .unwrap_or_else(|| panic!("{asked:?}"));
+    assert_eq!(received.metadata["action"], "modify");
+    let (status, _) = reply(&stream_url(&second), "edit", "CONFIRM_ACTION:confirm").await;
+    assert_eq!(status, 200);
 }
