@@ -27,6 +27,13 @@ risk = "low"
 idempotent = true
 command = ["sh", "-c", "echo \\"$CHATGATE_IDEMPOTENCY_KEY\\" >> {starts}; if [ -f {slow} ]; then sleep 30; fi; grep -qx \\"$CHATGATE_IDEMPOTENCY_KEY\\" {effects} 2>/dev/null || echo \\"$CHATGATE_IDEMPOTENCY_KEY\\" >> {effects}"]
 parameters = {{ type = "object" }}
+
+[[tool]]
+name = "note"
+description = "Notes once per start, declares nothing"
+risk = "low"
+command = ["sh", "-c", "echo \\"$CHATGATE_IDEMPOTENCY_KEY\\" >> {notes}; if [ -f {slow} ]; then sleep 30; fi"]
+parameters = {{ type = "object" }}
 """
 
 
@@ -53,9 +60,11 @@ class ResumeTest(unittest.TestCase):
         self.starts = os.path.join(self.dir, "starts")
         self.effects = os.path.join(self.dir, "effects")
         self.slow = os.path.join(self.dir, "slow")
+        self.notes = os.path.join(self.dir, "notes")
         tools = os.path.join(self.dir, "tools.toml")
         with open(tools, "w") as f:
-            f.write(TOOL.format(starts=self.starts, effects=self.effects, slow=self.slow))
+            f.write(TOOL.format(starts=self.starts, effects=self.effects, slow=self.slow,
+                                notes=self.notes))
         self.extra = ["--tools", tools]
         self.cluster = Cluster(replicas=2, nginx=False, extra=self.extra)
 
@@ -101,6 +110,47 @@ class ResumeTest(unittest.TestCase):
                    if "resumes after a crash" in r.logs()]
         self.assertEqual(len(resumed), 1, resumed)
         print("resumed by %s %.1f s after the kill (owner TTL %g s)" % (resumed[0], took, OWNER_TTL))
+
+    def test_a_call_nobody_can_know_is_put_to_a_person_on_the_replica_that_took_it_over(self):
+        doomed = self.cluster.add("doomed-reconcile", self.extra)
+        s = "reconcile-%s" % uuid.uuid4().hex[:8]
+        open(self.slow, "w").close()
+        stream = post(doomed, {"message": "note it", "session_id": s})
+        read_until(stream, rb'"stream_paused":true')
+        status, ack, _ = answer(doomed, s, "confirm")
+        self.assertEqual(status, 200, ack)
+        first = wait_lines(self.notes, 1, 15)
+        doomed.kill()
+        stream.conn.close()
+        os.remove(self.slow)
+
+        # A sweep takes the run over; its tool declares neither
+        # `idempotent` nor `reconcile`: a reconcile pause, not a call.
+        deadline = time.time() + OWNER_TTL + 15
+        owner = None
+        while owner is None and time.time() < deadline:
+            owner = next((r for r in self.cluster.replicas[:2]
+                          if "resumes after a crash" in r.logs()), None)
+            time.sleep(0.1)
+        self.assertIsNotNone(owner, "nobody took the run over")
+        other = next(r for r in self.cluster.replicas[:2] if r is not owner)
+        back = post(other, {"session_id": s}, [("Last-Event-ID", "0")])
+        self.assertEqual(back.status, 200)
+        seen = read_until(back, rb'"kind":"reconcile"').decode()
+        self.assertIn('"idempotency_key":"%s"' % first[0], seen)
+        self.assertEqual(lines(self.notes), first, "not called again without a person")
+
+        # Answered on the replica that does not hold it: forwarded there.
+        status, ack, _ = answer(other, s, "run_again")
+        self.assertEqual(status, 200, ack)
+        self.assertEqual(ack["metadata"]["action"], "run_again", ack)
+        rest = read_to_end(back).decode()
+        chunks = [json.loads(line[6:]) for line in (seen + rest).splitlines()
+                  if line.startswith("data: ")]
+        finals = [c for c in chunks if c.get("finished")]
+        self.assertEqual(len(finals), 1, rest)
+        self.assertEqual(finals[0]["chunk_type"], "completion", rest)
+        self.assertEqual(lines(self.notes), [first[0], first[0]], "run again once, same key")
 
 
 if __name__ == "__main__":
