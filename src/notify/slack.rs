@@ -329,6 +329,34 @@ mod tests {
     }
 
     #[test]
+    fn a_reconcile_pause_has_run_again_skip_and_cancel_buttons() {
+        let data: PauseData = serde_json::from_value(json!({"kind": "reconcile",
+            "confirmation_id": "c-2", "title": "Did task 1 (mark) take effect?",
+            "message": "The server stopped while task 1 (mark) was running",
+            "task": {"index": 1, "tool": "mark", "description": "mark", "args": {},
+                     "risk_level": "high"},
+            "idempotency_key": "k", "started_at": "2026-11-27T17:00:00Z", "attempt": 1,
+            "options": ["run_again", "skip", "cancel"], "risk_level": "high",
+            "required": 2, "approvers": ["leads"],
+            "timeout_seconds": 60, "expires_at": "2026-11-27T18:00:00Z"}))
+        .unwrap();
+        let message = message(&data, "ci-bot", "Did task 1 take effect?", "tok", None);
+        let blocks = message["blocks"].as_array().unwrap();
+        assert_eq!(blocks[0]["text"]["text"], "Decision needed");
+        let text = message["blocks"].to_string();
+        assert!(text.contains("The server stopped while task 1"), "{text}");
+        assert!(text.contains("Needs 2 approvals of leads"), "{text}");
+        let actions = &blocks.last().unwrap()["elements"];
+        let ids: Vec<&str> = (0..3)
+            .map(|i| actions[i]["action_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["run_again", "skip", "reject"]);
+        assert!((0..3).all(|i| actions[i]["value"] == "tok"));
+        assert_eq!(Button::of("run_again"), Some(Button::RunAgain));
+        assert_eq!(Button::of("skip"), Some(Button::Skip));
+    }
+
+    #[test]
     fn a_message_has_the_tasks_and_two_buttons_carrying_the_token() {
         let data = plan(
             "high",

@@ -704,3 +704,115 @@ async fn a_recorded_modify_is_replanned_with_its_text_after_a_crash() {
     let (status, _) = reply(&stream_url(&second), "edit", "CONFIRM_ACTION:confirm").await;
     assert_eq!(status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_pause_is_announced_with_links_and_its_page_runs_it_again() {
+    let receiver = crate::webhooks::Receiver::start().await;
+    let dir = Dir::new();
+    let keys = dir.path("keys.txt");
+    std::fs::write(
+        &keys,
+        "agent-key-000001 label=ci-bot\napprover lead-key-000001 label=lead-1 groups=leads\n",
+    )
+    .unwrap();
+    let keys = keys.display().to_string();
+    let tools = tools(&dir, "");
+    let audit = dir.path("audit.jsonl").display().to_string();
+    let args = [
+        "--tools",
+        &tools,
+        "--audit-log",
+        &audit,
+        "--api-keys-file",
+        &keys,
+        "--webhook",
+        &receiver.url,
+        "--webhook-secret",
+        "a-webhook-secret-0123",
+        "--public-url",
+        "https://gate.example",
+        "--link-secret",
+        "a-link-secret-that-is-long-enough-0123",
+    ];
+    std::fs::write(dir.path("slow"), "").unwrap();
+    let mut first = start(&dir, &args);
+    let url = stream_url(&first);
+    let opened = post_with(
+        &url,
+        Some("agent-key-000001"),
+        json!({"message": "mark it", "session_id": "ln"}),
+        None,
+    )
+    .await;
+    read_raw(opened, Some("confirmation_request")).await;
+    let body = json!({"message": "CONFIRM_ACTION:confirm", "session_id": "ln"});
+    let confirmed = post_with(&url, Some("agent-key-000001"), body, None).await;
+    assert_eq!(confirmed.status(), 200);
+    wait_lines(&dir.path("starts"), 1).await;
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    std::fs::remove_file(dir.path("slow")).unwrap();
+    let second = start(&dir, &args);
+
+    // `interaction.requested` of kind reconcile, with a link per person.
+    let mut n = 1;
+    let requested = loop {
+        let seen = receiver.wait_for(n).await;
+        let found = seen.into_iter().find(|d| {
+            d.event == "interaction.requested" && d.body.to_string().contains("\"reconcile\"")
+        });
+        match found {
+            Some(found) => break found,
+            None => n += 1,
+        }
+    };
+    let lead = requested.body["links"]
+        .as_array()
+        .expect("links")
+        .iter()
+        .find(|link| link["label"] == "lead-1")
+        .unwrap_or_else(|| panic!("{}", requested.body))["url"]
+        .as_str()
+        .unwrap()
+        .replace("https://gate.example", &second.url);
+    let client = reqwest::Client::new();
+    let page = client.get(&lead).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    let key = lines(&dir.path("starts"))[0].clone();
+    assert!(page.contains("value=\"run_again\""), "{page}");
+    assert!(page.contains(&key), "the page names the key: {page}");
+    assert_eq!(lines(&dir.path("starts")).len(), 1, "a GET decides nothing");
+
+    let rest = post_with(
+        &stream_url(&second),
+        Some("agent-key-000001"),
+        json!({"session_id": "ln"}),
+        Some(0),
+    )
+    .await;
+    let rest = tokio::spawn(read_raw(rest, None));
+    let posted = client
+        .post(&lead)
+        .form(&[("action", "run_again")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 200, "{:?}", posted.text().await);
+    let seen = chunks(&rest.await.unwrap());
+
+    assert_eq!(
+        seen.last().unwrap().chunk_type,
+        ChunkType::Completion,
+        "{seen:?}"
+    );
+    assert_eq!(
+        lines(&dir.path("starts")),
+        [key.clone(), key],
+        "run again, same key"
+    );
+    let decided = audited(&dir, "decided");
+    let by_link = decided.last().unwrap();
+    assert_eq!(by_link["action"], "run_again");
+    assert_eq!(by_link["key"], "lead-1");
+}
