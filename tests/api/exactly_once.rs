@@ -70,9 +70,22 @@ async fn wait_lines(path: &Path, count: usize) {
 /// Runs `message` on `session`, confirms it, and `kill -9`s the server
 /// while `mark` runs (its first start noted); then starts it again.
 async fn crash_mid_call(dir: &Dir, tools: &str, session: &str, message: &str) -> Binary {
+    crash_mid_call_with(dir, tools, session, message, &[]).await
+}
+
+/// As [`crash_mid_call`], both servers started with `extra` flags too.
+async fn crash_mid_call_with(
+    dir: &Dir,
+    tools: &str,
+    session: &str,
+    message: &str,
+    extra: &[&str],
+) -> Binary {
     std::fs::write(dir.path("slow"), "").unwrap();
     let audit = dir.path("audit.jsonl").display().to_string();
-    let mut first = start(dir, &["--tools", tools, "--audit-log", &audit]);
+    let mut args = vec!["--tools", tools, "--audit-log", &audit];
+    args.extend_from_slice(extra);
+    let mut first = start(dir, &args);
     let reading = open_paused(
         &stream_url(&first),
         json!({"message": message, "session_id": session}),
@@ -85,7 +98,7 @@ async fn crash_mid_call(dir: &Dir, tools: &str, session: &str, message: &str) ->
     first.child.wait().unwrap();
     drop(reading);
     std::fs::remove_file(dir.path("slow")).unwrap();
-    start(dir, &["--tools", tools, "--audit-log", &audit])
+    start(dir, &args)
 }
 
 /// Re-attaches to `session` from the start and reads until `until` (or
@@ -815,4 +828,24 @@ async fn a_reconcile_pause_is_announced_with_links_and_its_page_runs_it_again() 
     let by_link = decided.last().unwrap();
     assert_eq!(by_link["action"], "run_again");
     assert_eq!(by_link["key"], "lead-1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_pause_nobody_answers_ends_the_run_and_nothing_runs() {
+    let dir = Dir::new();
+    let tools = tools(&dir, "");
+    let extra = ["--confirm-timeout", "2s"];
+    let second = crash_mid_call_with(&dir, &tools, "quiet", "mark it", &extra).await;
+
+    let seen = reattach(&second, "quiet", None).await;
+
+    let asked = seen
+        .iter()
+        .find(|c| c.chunk_type == ChunkType::InputRequest)
+        .unwrap_or_else(|| panic!("{seen:?}"));
+    assert_eq!(asked.metadata["kind"], "reconcile");
+    let last = seen.last().unwrap();
+    assert_eq!(last.chunk_type, ChunkType::Cancelled, "{seen:?}");
+    assert_eq!(last.metadata["reason"], "timeout", "{last:?}");
+    assert_eq!(lines(&dir.path("starts")).len(), 1, "not run again");
 }
