@@ -330,6 +330,49 @@ mod tests {
     }
 
     #[test]
+    fn a_reconcile_letter_names_the_task_and_who_decides_it() {
+        let data: PauseData = serde_json::from_value(json!({"kind": "reconcile",
+            "confirmation_id": "c-2", "title": "Did task 1 (mark) take effect?",
+            "message": "The server stopped while task 1 (mark) was running",
+            "task": {"index": 1, "tool": "mark", "description": "mark it", "args": {},
+                     "risk_level": "high"},
+            "idempotency_key": "k", "started_at": "2026-11-27T17:00:00Z", "attempt": 1,
+            "options": ["run_again", "skip", "cancel"], "risk_level": "high",
+            "required": 2, "approvers": ["leads"],
+            "timeout_seconds": 60, "expires_at": "2026-11-27T18:00:00Z"}))
+        .unwrap();
+        let to = MailTo {
+            address: "lead@example.com".into(),
+            label: "lead-1".into(),
+            url: "https://gate.example/d/t".into(),
+        };
+        let letter = letter(
+            "ev-3",
+            Some(&data),
+            "ci-bot",
+            "s1",
+            "Did task 1 (mark) take effect?",
+            &MailWhy::Asked,
+            &to,
+        );
+        assert!(
+            letter.text.contains("1. mark (high risk): mark it"),
+            "{}",
+            letter.text
+        );
+        assert!(
+            letter.text.contains("Needs 2 approvals of leads"),
+            "{}",
+            letter.text
+        );
+        assert!(
+            letter.text.contains("https://gate.example/d/t"),
+            "{}",
+            letter.text
+        );
+    }
+
+    #[test]
     fn a_letter_has_the_tasks_the_link_and_an_id_from_the_event() {
         let data = plan(
             "high",
