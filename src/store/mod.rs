@@ -32,6 +32,7 @@
 pub mod execution;
 pub mod grant;
 pub mod memory;
+pub mod outbox;
 pub mod progress;
 pub mod redis;
 pub mod schedule;
@@ -48,6 +49,7 @@ use crate::protocol::{Action, Ask, CancelReason, Chunk, Given, Via};
 use crate::session::SessionKey;
 pub use execution::{CallEntry, RanNote};
 pub use grant::{Grant, GrantScope};
+pub use outbox::{OutboxEvent, OutboxStats, QueuedEvent, EVENT_LEASE};
 pub use progress::{CarriedReject, DecidedTask, Escalated, PauseProgress, TaskApprovals};
 
 /// Where a stored pause is: its namespace (`None` without keys) and its
@@ -345,48 +347,6 @@ pub enum Fault {
     Lost,
 }
 
-/// How long an event taken for delivery is the taker's alone: longer
-/// than a delivery may take ([`crate::webhook::DELIVERY_TIMEOUT`], 10 s).
-/// A replica killed while sending leaves it to the others this long.
-pub const EVENT_LEASE: std::time::Duration = std::time::Duration::from_secs(15);
-
-/// A webhook event to deliver to one URL (see [`crate::webhook`]): written
-/// to the store's outbox with the write it announces.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OutboxEvent {
-    /// The event's id (`X-Chatgate-Delivery`), the same for every URL.
-    pub id: String,
-    pub event_type: String,
-    /// The URL it goes to.
-    pub target: String,
-    /// Events with the same `target` and `order` are delivered in order.
-    pub order: String,
-    /// The body, as sent on every attempt.
-    pub body: String,
-}
-
-/// An undelivered event as the outbox holds it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QueuedEvent {
-    /// Its place in the outbox (oldest first).
-    pub seq: i64,
-    pub event: OutboxEvent,
-    /// When it was queued, in milliseconds since the Unix epoch.
-    pub queued_at_ms: u64,
-    /// Failed attempts so far.
-    pub attempts: u32,
-}
-
-/// How full the outbox is.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct OutboxStats {
-    pub depth: u64,
-    /// When the oldest undelivered event was queued (ms since the epoch).
-    pub oldest_ms: Option<u64>,
-    /// Events refused because the (memory) outbox was full, ever.
-    pub overflowed: u64,
-}
-
 /// Paused runs' records. Cheap to share behind an `Arc`.
 pub trait Store:
     GrantStore + OutboxStore + OutcomeStore + ExecutionStore + Send + Sync + std::fmt::Debug
@@ -572,6 +532,19 @@ pub trait ExecutionStore: Send + Sync {
         _run: &'a str,
         _key: &'a SessionKey,
         _entry: &'a CallEntry,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Lists `Some(record)`, a pause of the run `run` of `key` that is not
+    /// its record (a reconcile: the record keeps the decided plan), where
+    /// every replica finds it; `None` drops it. Only a store replicas
+    /// share lists (elsewhere the process's registry does).
+    fn list_aside<'a>(
+        &'a self,
+        _run: &'a str,
+        _key: &'a SessionKey,
+        _record: Option<&'a PausedRecord>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
     }

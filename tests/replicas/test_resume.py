@@ -17,7 +17,7 @@ import unittest
 import uuid
 
 from harness import read_until
-from test_round_robin import OWNER_TTL, Cluster, answer, post, read_to_end
+from test_round_robin import OWNER_TTL, Cluster, answer, connect, post, read_to_end
 
 TOOL = """
 [[tool]]
@@ -35,6 +35,15 @@ risk = "low"
 command = ["sh", "-c", "echo \\"$CHATGATE_IDEMPOTENCY_KEY\\" >> {notes}; if [ -f {slow} ]; then sleep 30; fi"]
 parameters = {{ type = "object" }}
 """
+
+
+def interactions(replica):
+    """The inbox as ``replica`` lists it."""
+    conn = connect(replica)
+    conn.request("GET", "/api/v1/interactions")
+    body = json.loads(conn.getresponse().read())
+    conn.close()
+    return body["interactions"]
 
 
 def lines(path):
@@ -139,6 +148,12 @@ class ResumeTest(unittest.TestCase):
         seen = read_until(back, rb'"kind":"reconcile"').decode()
         self.assertIn('"idempotency_key":"%s"' % first[0], seen)
         self.assertEqual(lines(self.notes), first, "not called again without a person")
+        # Every replica's inbox lists it (listed aside: the run's record
+        # keeps its decided plan).
+        for replica in (owner, other):
+            listed = [i for i in interactions(replica) if i["session_id"] == s]
+            self.assertEqual([i["kind"] for i in listed], ["reconcile"], listed)
+            self.assertEqual(listed[0]["tasks"][0]["tool"], "note", listed)
 
         # Answered on the replica that does not hold it: forwarded there.
         status, ack, _ = answer(other, s, "run_again")
@@ -151,6 +166,9 @@ class ResumeTest(unittest.TestCase):
         self.assertEqual(len(finals), 1, rest)
         self.assertEqual(finals[0]["chunk_type"], "completion", rest)
         self.assertEqual(lines(self.notes), [first[0], first[0]], "run again once, same key")
+        for replica in (owner, other):
+            self.assertEqual([i for i in interactions(replica) if i["session_id"] == s], [],
+                             "no longer listed once decided")
 
 
 if __name__ == "__main__":

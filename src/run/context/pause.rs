@@ -381,7 +381,18 @@ impl RunContext {
         }
         let store = &self.settings.store;
         let (state, in_memory) = match request.state.clone() {
+            // Not the run's record (a reconcile's): listed aside where
+            // replicas share a store, so that any of them finds it.
             _ if !keep => {
+                if store.indexes_every_pause() {
+                    if let Some(record) = self.pause_record(request, Value::Null, true) {
+                        let store = &self.settings.store;
+                        let (run, key) = (&record.run, self.session_key());
+                        if let Err(err) = store.list_aside(run, key, Some(&record)).await {
+                            run_log!(Warn, self.tag(), "{err}; listed on this replica only");
+                        }
+                    }
+                }
                 self.settings.announce(&events).await;
                 return Ok(());
             }
@@ -392,6 +403,32 @@ impl RunContext {
                 return Ok(());
             }
         };
+        let Some(record) = self.pause_record(request, state, in_memory) else {
+            return Ok(());
+        };
+        let store = &self.settings.store;
+        let (key, run_id) = (self.session_key().clone(), self.run_id());
+        store.save(record, &events).await.map_err(|err| {
+            run_log!(Error, RunTag::of(&key, run_id), "{err}");
+            RunError::Failed {
+                error_type: ErrorType::StoreUnavailable,
+                message: "the store cannot keep this pause; nothing was asked".to_owned(),
+            }
+        })?;
+        self.settings.wake_sender(&events);
+        self.pause_stored = true;
+        Ok(())
+    }
+
+    /// The record a store keeps of the pause `request` asks: the frames a
+    /// re-attach replays (the request's own included), what the engine
+    /// needs to go on (`state`).
+    fn pause_record(
+        &mut self,
+        request: &Request,
+        state: Value,
+        in_memory: bool,
+    ) -> Option<PausedRecord> {
         let stored_id = self
             .stored_id
             .get_or_insert_with(|| Arc::from(uuid::Uuid::new_v4().to_string()))
@@ -400,10 +437,8 @@ impl RunContext {
         let mut chunk = request.chunk.clone();
         chunk.sequence = next_seq;
         frames.push(String::from_utf8_lossy(&crate::sse::encode(&chunk)).into_owned());
-        let Some(asked) = request.chunk.confirmation_data.as_ref().map(Ask::of) else {
-            return Ok(());
-        };
-        let record = PausedRecord {
+        let asked = request.chunk.confirmation_data.as_ref().map(Ask::of)?;
+        Some(PausedRecord {
             run: stored_id.to_string(),
             namespace: self.settings.namespaces.name(self.session_key().owner),
             session_id: self.session_id().to_owned(),
@@ -428,18 +463,7 @@ impl RunContext {
                 .map(unix_ms),
             progress: None,
             calls: Vec::new(),
-        };
-        let (key, run_id) = (self.session_key().clone(), self.run_id());
-        store.save(record, &events).await.map_err(|err| {
-            run_log!(Error, RunTag::of(&key, run_id), "{err}");
-            RunError::Failed {
-                error_type: ErrorType::StoreUnavailable,
-                message: "the store cannot keep this pause; nothing was asked".to_owned(),
-            }
-        })?;
-        self.settings.wake_sender(&events);
-        self.pause_stored = true;
-        Ok(())
+        })
     }
 
     /// Registers the pause and sends its request chunk.

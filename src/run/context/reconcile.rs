@@ -157,7 +157,15 @@ impl RunContext {
         let Some((pending, asked)) = Box::pin(self.put_to_person(asks, false)).await? else {
             return Err(RunError::unacted(ErrorType::Internal));
         };
-        let decision = self.wait_for(pending, &asked).await?;
+        let decision = self.wait_for(pending, &asked).await;
+        // Whatever ended the wait, it is no longer listed aside.
+        if let Some(run) = self.stored_id.clone() {
+            let store = &self.settings.store;
+            if let Err(err) = store.list_aside(&run, self.session_key(), None).await {
+                crate::session::run_log!(Warn, self.tag(), "{err}; its listing lapses by itself");
+            }
+        }
+        let decision = decision?;
         self.settled(Reconcile::KIND, &decision, &asked)?;
         Reconcile::take(self, decision, asked).await
     }

@@ -190,7 +190,8 @@ impl RedisStore {
                     .map_err(|err| self.failed(&err))?,
                 None => None,
             };
-            if current.as_deref() != Some(run) {
+            // An aside pause (`aside.rs`) is its run's.
+            if current.as_deref() != Some(super::aside::run_of(run)) {
                 return Ok(None);
             }
             let prefix = format!("chatgate:session:{namespace}:");

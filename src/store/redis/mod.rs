@@ -38,6 +38,9 @@
 //!   that decide and end pauses; its `conf:` key stays until it expires
 //!   (with the pause's records), so that a decided pause's id still finds
 //!   its run while the run's record lasts.
+//! - `run:RUN.aside`: a pause of the run that is not its record (a
+//!   reconcile pause, #44), listed in `pending:` and `conf:` as a stored
+//!   pause is (see `aside.rs`).
 //!
 //! - `outcome:NAMESPACE:SESSION`: the session's latest run's [`Outcome`](super::Outcome),
 //!   for `--keep-outcome`.
@@ -57,6 +60,7 @@ use redis::Script;
 use secrecy::SecretString;
 use tokio::sync::OnceCell;
 
+mod aside;
 mod calls;
 mod grants;
 mod inbox;
@@ -545,6 +549,20 @@ impl super::ExecutionStore for RedisStore {
         entry: &'a CallEntry,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.keep_call(run, key, entry))
+    }
+
+    fn list_aside<'a>(
+        &'a self,
+        run: &'a str,
+        key: &'a SessionKey,
+        record: Option<&'a PausedRecord>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            match record {
+                Some(record) => self.list_aside_record(record, key).await,
+                None => self.drop_aside(run, key).await,
+            }
+        })
     }
 }
 

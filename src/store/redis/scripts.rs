@@ -283,13 +283,16 @@ return 'void'
 /// no record the taker has nothing to restore and forgets the session, so
 /// the end is announced here: the events are queued whatever the answer,
 /// by exactly one of the two (#40 item 17). Its execution journal goes
-/// (`chatgate:calls:RUN`), and its pause's progress
+/// (`chatgate:calls:RUN`), its aside pause (`chatgate:run:RUN.aside`, see
+/// `aside.rs`), and its pause's progress
 /// (`PROGRESS`, the fields of `keys.rs`'s `PROGRESS_FIELDS`, is defined
 /// before it).
 pub const END: &str = r"
+local aside = KEYS[1] .. '.aside'
 if redis.call('HGET', KEYS[2], 'run') ~= ARGV[1] then
   unlist(KEYS[1])
-  redis.call('DEL', KEYS[1], 'chatgate:calls:' .. ARGV[1])
+  unlist(aside)
+  redis.call('DEL', KEYS[1], aside, 'chatgate:calls:' .. ARGV[1])
   enqueue(7)
   return 1
 end
@@ -299,7 +302,8 @@ if redis.call('HGET', KEYS[2], 'instance') ~= ARGV[2]
   return 0
 end
 unlist(KEYS[1])
-redis.call('DEL', 'chatgate:calls:' .. ARGV[1])
+unlist(aside)
+redis.call('DEL', aside, 'chatgate:calls:' .. ARGV[1])
 if tonumber(ARGV[3]) > 0 then
   if redis.call('EXISTS', KEYS[1]) == 1 then
     redis.call('HSET', KEYS[1], 'ended', ARGV[5], 'record', ARGV[6])
@@ -315,10 +319,12 @@ return 1
 ";
 
 /// KEYS: run, session. ARGV: run id, instance, epoch.
-/// A record no client can reach goes, and its session if it is still ours.
+/// A record no client can reach goes (its aside pause too), and its
+/// session if it is still ours.
 pub const REMOVE: &str = r"
 unlist(KEYS[1])
-redis.call('DEL', KEYS[1], 'chatgate:calls:' .. ARGV[1])
+unlist(KEYS[1] .. '.aside')
+redis.call('DEL', KEYS[1], KEYS[1] .. '.aside', 'chatgate:calls:' .. ARGV[1])
 if redis.call('HGET', KEYS[2], 'run') == ARGV[1]
    and redis.call('HGET', KEYS[2], 'instance') == ARGV[2]
    and redis.call('HGET', KEYS[2], 'epoch') == ARGV[3] then
