@@ -4,6 +4,9 @@ replica's sweep takes the run over within the lease (--owner-ttl) and goes
 on where the execution journal (in Redis) says: the idempotent tool is
 called again with the same idempotency key, its key-deduped effect happens
 once, the run ends with one final chunk, and only one replica resumes it.
+A tool that declares neither `idempotent` nor `reconcile` is put to a
+person on a reconcile pause instead, which every replica lists and whose
+decision link works on any replica.
 
 Run by .ci/run with the other replica suites (redis-server is started by
 the harness on a free port; every process listens on 127.0.0.1).
@@ -17,7 +20,8 @@ import unittest
 import uuid
 
 from harness import read_until
-from test_round_robin import OWNER_TTL, Cluster, answer, connect, post, read_to_end
+from test_round_robin import (OWNER_TTL, WEBHOOK_SECRET, Cluster, Receiver, answer, connect, post,
+                             read_to_end)
 
 TOOL = """
 [[tool]]
@@ -74,11 +78,16 @@ class ResumeTest(unittest.TestCase):
         with open(tools, "w") as f:
             f.write(TOOL.format(starts=self.starts, effects=self.effects, slow=self.slow,
                                 notes=self.notes))
-        self.extra = ["--tools", tools]
+        # Decision links, announced to a receiver.
+        self.receiver = Receiver()
+        self.extra = ["--tools", tools, "--webhook", self.receiver.url,
+                      "--webhook-secret", WEBHOOK_SECRET, "--public-url", "https://gate.example",
+                      "--link-secret", "a-link-secret-shared-by-every-replica-01"]
         self.cluster = Cluster(replicas=2, nginx=False, extra=self.extra)
 
     def tearDown(self):
         self.cluster.stop()
+        self.receiver.stop()
 
     def test_a_killed_owner_s_run_at_work_is_resumed_by_another_replica_once(self):
         doomed = self.cluster.add("doomed-resume", self.extra)
@@ -155,10 +164,25 @@ class ResumeTest(unittest.TestCase):
             self.assertEqual([i["kind"] for i in listed], ["reconcile"], listed)
             self.assertEqual(listed[0]["tasks"][0]["tool"], "note", listed)
 
-        # Answered on the replica that does not hold it: forwarded there.
-        status, ack, _ = answer(other, s, "run_again")
-        self.assertEqual(status, 200, ack)
-        self.assertEqual(ack["metadata"]["action"], "run_again", ack)
+        # Its link, pressed on the replica that does not hold it: located
+        # there (listed aside) and passed to the owner.
+        deadline = time.time() + 30
+        links = []
+        while not links and time.time() < deadline:
+            links = [link["url"] for body in self.receiver.delivered().values()
+                     if body.get("type") == "interaction.requested"
+                     and (body.get("data") or {}).get("kind") == "reconcile"
+                     for link in body.get("links") or []]
+            time.sleep(0.05)
+        self.assertTrue(links, self.receiver.delivered())
+        path = links[0].replace("https://gate.example", "")
+        conn = connect(other)
+        conn.request("POST", path, body="action=run_again",
+                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+        pressed = conn.getresponse()
+        page = pressed.read().decode()
+        conn.close()
+        self.assertEqual(pressed.status, 200, page)
         rest = read_to_end(back).decode()
         chunks = [json.loads(line[6:]) for line in (seen + rest).splitlines()
                   if line.startswith("data: ")]
