@@ -849,3 +849,69 @@ async fn a_reconcile_pause_nobody_answers_ends_the_run_and_nothing_runs() {
     assert_eq!(last.metadata["reason"], "timeout", "{last:?}");
     assert_eq!(lines(&dir.path("starts")).len(), 1, "not run again");
 }
+
+/// The `openai` engine's conversation goes on with the results: a tool
+/// call the model made and a person confirmed, cut short by `kill -9`, is
+/// called again (idempotent) after the restart, and the model gets its
+/// result in the same conversation.
+#[cfg(feature = "openai")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_run_cut_mid_call_goes_on_and_its_model_gets_the_result() {
+    use crate::model_server::{event, fake_model, tokens};
+    let call = json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "call_mark",
+        "type": "function", "function": {"name": "mark", "arguments": "{}"}}]}}]});
+    let end = json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]});
+    let model = fake_model(vec![
+        format!("{}{}data: [DONE]\n\n", event(&call), event(&end)),
+        tokens(&["Marked ", "once."]),
+    ])
+    .await;
+    let dir = Dir::new();
+    let tools = tools(&dir, "idempotent = true");
+    let extra = [
+        "--engine",
+        "openai",
+        "--llm-url",
+        &model.url,
+        "--llm-model",
+        "m",
+    ];
+    let second = crash_mid_call_with(&dir, &tools, "llm", "mark it", &extra).await;
+
+    let seen = reattach(&second, "llm", None).await;
+
+    assert_eq!(
+        seen.last().unwrap().chunk_type,
+        ChunkType::Completion,
+        "{seen:?}"
+    );
+    let starts = lines(&dir.path("starts"));
+    assert_eq!(starts.len(), 2, "called again once: {starts:?}");
+    assert_eq!(starts[0], starts[1], "with the same key");
+    assert_eq!(
+        lines(&dir.path("effects")),
+        vec![starts[0].clone()],
+        "acted once"
+    );
+    let text: String = seen
+        .iter()
+        .filter(|c| c.chunk_type == ChunkType::Content)
+        .map(|c| c.chunk.as_str())
+        .collect();
+    assert!(text.ends_with("Marked once."), "{text:?}");
+    let requests = model.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "the call, then its result after the restart"
+    );
+    let messages = requests[1]["messages"].as_array().unwrap();
+    assert_eq!(messages[1]["content"], "mark it", "the same conversation");
+    let result = messages.last().unwrap();
+    assert_eq!(result["role"], "tool");
+    assert_eq!(result["tool_call_id"], "call_mark");
+    assert!(
+        result["content"].as_str().unwrap().contains("marked"),
+        "{result}"
+    );
+}
