@@ -720,3 +720,80 @@ test('a decision link opens a page that works without JavaScript on a phone and 
     keyed.server.kill('SIGTERM');
   }
 });
+
+test('a call cut short by kill -9 is put to a person: its card on the page runs it again', async () => {
+  // A `mark` tool that notes its idempotency key, then sleeps while `slow`
+  // is there; its server is killed mid-call and started again (SQLite).
+  const dir = mkdtempSync(join(tmpdir(), 'chatgate-reconcile-'));
+  const starts = join(dir, 'starts');
+  const slow = join(dir, 'slow');
+  const tools = join(dir, 'tools.toml');
+  writeFileSync(tools, `[[tool]]
+name = "mark"
+description = "Marks"
+risk = "low"
+command = ["sh", "-c", "echo \\"$CHATGATE_IDEMPOTENCY_KEY\\" >> ${starts}; if [ -f ${slow} ]; then sleep 30; fi; echo marked"]
+parameters = { type = "object" }
+`);
+  const args = ['--store', 'sqlite:' + join(dir, 'runs.db'), '--step-delay', '0', '--tools', tools];
+  const lines = () => { try { return readFileSync(starts, 'utf8').split('\n').filter(Boolean); } catch { return []; } };
+  const post = (url, body) => fetch(url + '/api/v1/chat/stream', {
+    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
+  });
+  const readUntil = async (response, needle) => {
+    const reader = response.body.getReader();
+    let text = '';
+    while (!text.includes(needle)) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    return { reader, text };
+  };
+  writeFileSync(slow, '');
+  const first = await startServer(args);
+  let second;
+  try {
+    const opened = await readUntil(await post(first.url, { message: 'mark it', session_id: 'cut' }), 'confirmation_request');
+    assert.match(opened.text, /confirmation_request/);
+    const confirmed = await post(first.url, { message: 'CONFIRM_ACTION:confirm', session_id: 'cut' });
+    assert.equal(confirmed.status, 200);
+    const deadline = Date.now() + WAIT;
+    while (lines().length < 1) {
+      assert.ok(Date.now() < deadline, 'mark never started');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const exited = new Promise((r) => first.server.once('exit', r));
+    first.server.kill('SIGKILL');
+    await exited;
+    opened.reader.cancel().catch(() => {});
+    rmSync(slow);
+    second = await startServer(args);
+
+    // The page opened on the session (a webhook's decide_url) shows the card.
+    const { page, errors } = await openPage(undefined, second.url);
+    await page.goto(second.url + '/#session=cut');
+    const item = page.locator('.inbox-item', { hasText: 'Did it run?' });
+    await item.waitFor();
+    const card = item.locator('section.card');
+    await card.waitFor();
+    const key = lines()[0];
+    assert.match(await card.textContent(), new RegExp(`task 1: mark · key ${key}`));
+    assert.match(await card.textContent(), /may have taken effect/);
+    await card.screenshot({ path: join(SHOTS, 'reconcile-card.png') });
+    await card.getByRole('button', { name: 'Run again' }).click();
+    const ended = item.locator('.run-end');
+    await ended.waitFor();
+
+    assert.match(await ended.textContent(), /Run ended: completion/);
+    assert.match(await card.locator('.decided').textContent(), /Decision: run_again/);
+    assert.deepEqual(lines(), [key, key], 'run again once, with the same key');
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    first.server.kill('SIGKILL');
+    second?.server.kill('SIGTERM');
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
