@@ -150,3 +150,87 @@ async fn a_stale_timer_entry_leaves_the_index_and_a_waiting_one_is_due() {
         .unwrap();
     assert_eq!(left, ["r3", "r4"], "the stale entries left the index");
 }
+
+#[tokio::test]
+#[ignore = "needs redis-server on PATH"]
+async fn an_aside_pause_is_listed_and_located_by_its_owner_only_and_goes_with_the_run() {
+    use crate::session::SessionKey;
+    use crate::store::{ExecutionStore, PausedRecord};
+    let (_server, store, mut redis) = redis().await;
+    let session = "chatgate:session:-:s1";
+    let _: () = redis::cmd("HSET")
+        .arg(session)
+        .arg(&["instance", store.instance(), "run", "r1", "epoch", "3"])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(run_key("r1"))
+        .arg(&["record", "{}", "session", session, "decision", "{}"])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let record = PausedRecord {
+        run: "r1".into(),
+        namespace: None,
+        session_id: "s1".into(),
+        engine: "planner".into(),
+        state: serde_json::Value::Null,
+        message: "mark it".into(),
+        confirmation_id: "c-aside".into(),
+        round: 1,
+        options: crate::protocol::Action::RECONCILE.to_vec(),
+        asked: Default::default(),
+        expires_at_ms: crate::clock::now_ms() + 60_000,
+        asked_at_ms: crate::clock::now_ms(),
+        frames: vec!["id: 1\ndata: {}\n\n".into()],
+        next_seq: 2,
+        decision: None,
+        ended: None,
+        in_memory: true,
+        timer_due_ms: None,
+        progress: None,
+        calls: Vec::new(),
+    };
+    let key = SessionKey::new(None, "s1");
+
+    // Not under the session's epoch: refused, nothing listed.
+    let refused = store.list_aside("r1", &key, Some(&record)).await;
+    store.hold("r1", "3");
+    let listed = store.list_aside("r1", &key, Some(&record)).await;
+    let pending = store.pending_page(None, None, 10).await.unwrap();
+    let located = store.locate_pause("c-aside").await.unwrap();
+
+    assert!(refused.is_err(), "a stale epoch lists nothing");
+    assert!(listed.is_ok(), "{listed:?}");
+    assert_eq!(
+        pending.len(),
+        1,
+        "the aside pause alone: the run's record is decided"
+    );
+    assert_eq!(pending[0].confirmation_id, "c-aside");
+    assert_eq!(pending[0].run, "r1.aside");
+    assert_eq!(located, Some((None, "s1".to_owned())), "its run's session");
+
+    // Dropped by its owner; listed again, then gone with the run's end.
+    store.list_aside("r1", &key, None).await.unwrap();
+    assert!(store.pending_page(None, None, 10).await.unwrap().is_empty());
+    store.list_aside("r1", &key, Some(&record)).await.unwrap();
+    let args = ["r1", store.instance(), "0", "3", "{}", "{}"];
+    let ended: i64 = store
+        .invoke(&store.scripts.end, &[&run_key("r1"), session], &args)
+        .await
+        .unwrap();
+    let left: u64 = redis::cmd("EXISTS")
+        .arg(run_key("r1.aside"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let members: u64 = redis::cmd("ZCARD")
+        .arg("chatgate:pending:-")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(ended, 1);
+    assert_eq!((left, members), (0, 0), "nothing of it is left");
+}
