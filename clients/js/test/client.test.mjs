@@ -751,6 +751,21 @@ describe('task arguments', () => {
     assert.ok(!text.includes('evil.example'));
   });
 
+  test('a reconcile pause names its task, its key and its options', () => {
+    const asked = {
+      chunk_type: 'input_request', chunk: 'Did task 1 (mark) take effect?',
+      confirmation_data: {
+        kind: 'reconcile', message: 'The server stopped while task 1 ran',
+        task: { index: 1, tool: 'mark', args: { n: 1 } }, idempotency_key: 'K'.repeat(43),
+        options: ['run_again', 'skip', 'cancel'], expires_at: '2030-01-01T00:00:00Z',
+      },
+    };
+    const text = formatChunk(asked);
+    assert.ok(text.includes('  The server stopped while task 1 ran'), text);
+    assert.ok(text.includes(`  task 1: mark {"n":1} · key ${'K'.repeat(43)}`), text);
+    assert.ok(text.includes('  run_again / skip / cancel · expires 2030-01-01T00:00:00Z'), text);
+  });
+
   test('a recorded approval says how many more and from which group', () => {
     const ack = {
       chunk_type: 'approval_recorded', chunk: 'Approval recorded: 1 of 2 (lead-1)',
