@@ -339,6 +339,10 @@ impl Replay {
     /// recorded and on its way to the run).
     pub fn note_decided(&self, confirmation_id: &str, decided: DecidedBy) {
         let mut inner = self.lock();
+        let latest = inner
+            .pauses
+            .back()
+            .is_some_and(|note| note.confirmation_id == confirmation_id);
         if let Some(note) = inner
             .pauses
             .iter_mut()
@@ -346,6 +350,14 @@ impl Replay {
             .find(|note| note.confirmation_id == confirmation_id)
         {
             note.decided = Some(decided);
+        }
+        // Its wait is over from this instant, before the reply is answered:
+        // a client that re-attaches once it has the answer did not sit
+        // through it, however late the run gets to it (`waited_since`).
+        if latest {
+            end_pause(&mut inner);
+            drop(inner);
+            self.changed.notify_waiters();
         }
     }
 
@@ -429,14 +441,7 @@ impl Replay {
     /// grace may run again.
     pub fn pause_ended(&self) {
         let mut inner = self.lock();
-        inner.paused = false;
-        if inner
-            .paused_since
-            .take()
-            .is_some_and(|since| since.elapsed() >= LONG_PAUSE)
-        {
-            inner.long_pause_ended = Some(std::time::Instant::now());
-        }
+        end_pause(&mut inner);
         drop(inner);
         self.changed.notify_waiters();
     }
@@ -546,6 +551,20 @@ fn request_frame<'a>(inner: &'a mut ReplayInner, confirmation_id: &str) -> Optio
     }
     let index = seq.checked_sub(inner.first_retained())?;
     inner.frames.get_mut(usize::try_from(index).ok()?)
+}
+
+/// The run's pause is over (decided, or the run stopped): a pause of
+/// [`LONG_PAUSE`] or more notes when it ended. Once per pause: the first
+/// of its decision and the run's own wake-up counts.
+fn end_pause(inner: &mut ReplayInner) {
+    inner.paused = false;
+    if inner
+        .paused_since
+        .take()
+        .is_some_and(|since| since.elapsed() >= LONG_PAUSE)
+    {
+        inner.long_pause_ended = Some(std::time::Instant::now());
+    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,12 @@ async fn a_detached_paused_run_can_be_confirmed_and_re_attached() {
     drop(stream);
     app.eventually("the run is detached", |app| app.logs.detached() == 1)
         .await;
+    // A pause a person could have sat through (the end of a client that
+    // did is kept): this client re-attaches only once it has the answer,
+    // so it did not, and its delivered end is forgotten, however late the
+    // run gets to the decision.
+    tokio::time::sleep(chatgate::run::replay::LONG_PAUSE + std::time::Duration::from_millis(50))
+        .await;
 
     let (status, _) = app.reply("re", "CONFIRM_ACTION:confirm").await;
     let mut resumed =
