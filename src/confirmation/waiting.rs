@@ -62,33 +62,45 @@ impl ConfirmationManager {
             .sessions
             .iter()
             .filter(|(key, entry)| entry.waits() && mine(key))
-            .filter_map(|(key, entry): (&SessionKey, &Entry)| {
-                let pause = entry.pause.as_ref()?;
-                let quorum = pause.asking.quorum();
-                Some(Waiting {
-                    key: key.clone(),
-                    confirmation_id: pause.confirmation_id.clone(),
-                    kind: pause.asking.kind(),
-                    asked_at: pause.asked_at,
-                    expires_at: pause.expires_at,
-                    approvals: pause.tally.approvals.clone(),
-                    escalated_to: pause.escalated_to.clone(),
-                    escalations: pause.escalations.clone(),
-                    required: quorum.required.max(1),
-                    groups: quorum.groups,
-                    requester_may_approve: quorum.requester_may_approve,
-                    decided: pause.tally.decided.clone(),
-                    task_approvals: pause.tally.task_approvals.clone(),
-                    task_who: pause
-                        .asking
-                        .plan()
-                        .map(|plan| crate::pause::approval::TaskWho::of(plan))
-                        .unwrap_or_default(),
-                })
-            })
+            .filter_map(|(key, entry)| waiting(key, entry))
             .collect()
     }
 
+    /// The undecided pause of the session `key`, if it waits on one.
+    pub fn waiting_of(&self, key: &SessionKey) -> Option<Waiting> {
+        let registry = self.lock();
+        let entry = registry.sessions.get(key).filter(|entry| entry.waits())?;
+        waiting(key, entry)
+    }
+}
+
+/// `entry`'s pause, as [`Waiting`].
+fn waiting(key: &SessionKey, entry: &Entry) -> Option<Waiting> {
+    let pause = entry.pause.as_ref()?;
+    let quorum = pause.asking.quorum();
+    Some(Waiting {
+        key: key.clone(),
+        confirmation_id: pause.confirmation_id.clone(),
+        kind: pause.asking.kind(),
+        asked_at: pause.asked_at,
+        expires_at: pause.expires_at,
+        approvals: pause.tally.approvals.clone(),
+        escalated_to: pause.escalated_to.clone(),
+        escalations: pause.escalations.clone(),
+        required: quorum.required.max(1),
+        groups: quorum.groups,
+        requester_may_approve: quorum.requester_may_approve,
+        decided: pause.tally.decided.clone(),
+        task_approvals: pause.tally.task_approvals.clone(),
+        task_who: pause
+            .asking
+            .plan()
+            .map(|plan| crate::pause::approval::TaskWho::of(plan))
+            .unwrap_or_default(),
+    })
+}
+
+impl ConfirmationManager {
     /// Takes back `label`'s approval of pause `confirmation_id` (it could
     /// not be recorded), with the rejects it carried.
     pub fn withdraw_approval(&self, key: &SessionKey, confirmation_id: &str, label: &str) {

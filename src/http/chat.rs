@@ -58,7 +58,7 @@ pub async fn preflight(req: HttpRequest, state: web::Data<AppState>) -> HttpResp
 }
 
 /// Names an allowed origin in the response (never `*`).
-fn allow_origin(req: &HttpRequest, state: &AppState, response: &mut HttpResponse) {
+pub(super) fn allow_origin(req: &HttpRequest, state: &AppState, response: &mut HttpResponse) {
     if let Some(origin) = state.access.allowed_origin(req.headers()) {
         if let Ok(value) = header::HeaderValue::from_str(origin) {
             let headers = response.headers_mut();
@@ -274,7 +274,7 @@ async fn start(
 }
 
 /// Where a request about a session's run (a re-attach, a reply) goes.
-enum Route {
+pub(super) enum Route {
     /// Answered here, about this session.
     Here(SessionKey),
     /// Forwarded to the live replica that holds the session's run.
@@ -282,7 +282,7 @@ enum Route {
 }
 
 /// Why such a request has nowhere to go (each request says it its way).
-enum Unrouted {
+pub(super) enum Unrouted {
     /// An approver's `confirmation_id` names no run that holds it.
     NoRun,
     /// The caller's key may not see the run's namespace: why.
@@ -293,7 +293,7 @@ enum Unrouted {
 /// The one preamble of a request about a run: the session (the caller's
 /// own, or for an approver the one its `confirmation_id` names), whether
 /// the caller may see it, and where its run is answered.
-async fn route(
+pub(super) async fn route(
     state: &AppState,
     caller: Caller,
     session_id: &str,
@@ -351,7 +351,7 @@ async fn elsewhere(
 }
 
 /// The owner's answer to the client's request.
-async fn forward_to(
+pub(super) async fn forward_to(
     state: &AppState,
     owner: &Peer,
     key: &SessionKey,
@@ -381,8 +381,22 @@ pub async fn method_not_allowed(req: HttpRequest, state: web::Data<AppState>) ->
 /// Returns the request and the body as it came (a replica forwards it).
 async fn read_request(
     req: &HttpRequest,
-    mut payload: web::Payload,
+    payload: web::Payload,
 ) -> Result<(ChatRequest, bytes::Bytes), ChatError> {
+    let body = read_json_body(req, payload, MAX_BODY_BYTES).await?;
+    let request = serde_json::from_slice(&body).map_err(|err| {
+        ChatError::InvalidRequest(format!("body is not a valid chat request: {err}"))
+    })?;
+    Ok((request, body))
+}
+
+/// Reads a JSON body (`Content-Type: application/json`) of at most
+/// `limit` bytes (413 beyond it, told before reading when declared).
+pub(super) async fn read_json_body(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<bytes::Bytes, ChatError> {
     let content_type = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -399,26 +413,23 @@ async fn read_request(
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<usize>().ok());
-    if declared.is_some_and(|len| len > MAX_BODY_BYTES) {
-        return Err(ChatError::PayloadTooLarge);
+    if declared.is_some_and(|len| len > limit) {
+        return Err(ChatError::PayloadTooLarge(limit));
     }
-    let mut body = bytes::BytesMut::with_capacity(declared.unwrap_or(1024).min(MAX_BODY_BYTES));
+    let mut body = bytes::BytesMut::with_capacity(declared.unwrap_or(1024).min(limit));
     while let Some(piece) = payload.next().await {
         let piece =
             piece.map_err(|err| ChatError::InvalidRequest(format!("unreadable body: {err}")))?;
-        if body.len() + piece.len() > MAX_BODY_BYTES {
-            return Err(ChatError::PayloadTooLarge);
+        if body.len() + piece.len() > limit {
+            return Err(ChatError::PayloadTooLarge(limit));
         }
         body.extend_from_slice(&piece);
     }
-    let request = serde_json::from_slice(&body).map_err(|err| {
-        ChatError::InvalidRequest(format!("body is not a valid chat request: {err}"))
-    })?;
-    Ok((request, body.freeze()))
+    Ok(body.freeze())
 }
 
 /// Why `caller` may not see a namespace's pause.
-fn out_of_scope(state: &AppState, caller: Caller) -> String {
+pub(super) fn out_of_scope(state: &AppState, caller: Caller) -> String {
     format!(
         "this key ({}) decides only the pauses of the namespaces it names (namespaces=)",
         state.access.label(caller)

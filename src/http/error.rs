@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::event_stream;
 use crate::confirmation::{BeginError, DecideError};
-use crate::protocol::{meta, Action, Chunk, ErrorType, RequestError, MAX_BODY_BYTES};
+use crate::protocol::{meta, Action, Chunk, ErrorType, RequestError};
 use crate::run::decide::ReplyError;
 use crate::run::start::StartError;
 use crate::run::ReattachError;
@@ -27,8 +27,8 @@ pub enum ChatError {
     InvalidRequest(String),
     #[error("{0}")]
     Request(#[from] RequestError),
-    #[error("request body is larger than {MAX_BODY_BYTES} bytes")]
-    PayloadTooLarge,
+    #[error("request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
     #[error(
         "Content-Type must be application/json; the request sent {}",
         .0.as_deref().map_or_else(|| "none".to_owned(), |sent| format!("`{sent}`"))
@@ -122,7 +122,7 @@ impl ChatError {
                 (S::UNPROCESSABLE_ENTITY, T::InvalidConfirmAction)
             }
             ChatError::Request(_) => (S::BAD_REQUEST, T::InvalidRequest),
-            ChatError::PayloadTooLarge => (S::PAYLOAD_TOO_LARGE, T::PayloadTooLarge),
+            ChatError::PayloadTooLarge(_) => (S::PAYLOAD_TOO_LARGE, T::PayloadTooLarge),
             ChatError::UnsupportedMediaType(_) => {
                 (S::UNSUPPORTED_MEDIA_TYPE, T::UnsupportedMediaType)
             }

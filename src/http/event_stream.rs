@@ -36,3 +36,9 @@ where
 {
     builder(StatusCode::OK).streaming(body)
 }
+
+/// A complete stream of frames written before (the AG-UI face's answers
+/// that need no run: a refusal, an interrupt again).
+pub fn frames(status: StatusCode, body: Bytes) -> HttpResponse {
+    builder(status).body(body)
+}

@@ -125,7 +125,7 @@ pub async fn forward(
     let deadline_ms = crate::clock::ms(deadline);
     let mut request = cluster
         .http()
-        .post(format!("{}{CHAT_PATH}", owner.url))
+        .post(format!("{}{}", owner.url, forwarded_path(req)))
         .header(SECRET_HEADER, cluster.secret().expose_secret())
         .header(FROM_HEADER, cluster.replica_id())
         .header(DEADLINE_HEADER, deadline_ms.to_string())
@@ -171,6 +171,15 @@ pub async fn forward(
         }
     }
     Ok(response.streaming(answer.bytes_stream()))
+}
+
+/// The path a request is forwarded to: the endpoint it came to (the chat
+/// endpoint, or the AG-UI one), nothing a client could choose beyond it.
+fn forwarded_path(req: &HttpRequest) -> &'static str {
+    match req.path() {
+        crate::protocol::agui::AGUI_PATH => crate::protocol::agui::AGUI_PATH,
+        _ => CHAT_PATH,
+    }
 }
 
 /// Sends a decision link's request (`GET` or `POST /d/<token>`, `body` as

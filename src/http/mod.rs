@@ -11,6 +11,7 @@
 
 pub mod access;
 pub mod access_log;
+pub mod agui;
 pub mod chat;
 pub mod connection;
 pub mod error;
@@ -30,6 +31,7 @@ pub mod tools;
 use actix_web::http::Method;
 use actix_web::web;
 
+use crate::protocol::agui::{AGUI_CAPABILITIES_PATH, AGUI_PATH};
 use crate::protocol::{CHAT_PATH, GRANTS_PATH, INBOX_PATH, RULES_PATH, RUNS_PATH, TOOLS_PATH};
 
 /// The Slack app's interactivity request URL.
@@ -44,6 +46,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::method(Method::OPTIONS).to(chat::preflight))
             .default_service(web::to(chat::method_not_allowed)),
     )
+    .service(
+        web::resource(AGUI_PATH)
+            .route(web::post().to(agui::run))
+            .route(web::method(Method::OPTIONS).to(chat::preflight))
+            .default_service(web::to(chat::method_not_allowed)),
+    )
+    .route(AGUI_CAPABILITIES_PATH, web::get().to(agui::capabilities))
     .route(INBOX_PATH, web::get().to(inbox::interactions))
     .route(TOOLS_PATH, web::get().to(tools::list))
     .route(RULES_PATH, web::get().to(tools::rules))

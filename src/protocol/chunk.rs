@@ -111,6 +111,8 @@ pub enum Via {
     Link,
     /// A Slack button.
     Slack,
+    /// An AG-UI run's `resume` (`POST /api/v1/agui`).
+    Agui,
     /// A person's grant covered the call.
     Grant,
     /// An allow rule of the tools file.

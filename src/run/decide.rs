@@ -262,6 +262,7 @@ impl Runs {
             approved_by: &accepted.approved_by,
             text: (accepted.action == Action::Modify)
                 .then(|| reply.message.text.as_deref().unwrap_or("")),
+            via: reply.via,
         };
         let run = Subject {
             key,

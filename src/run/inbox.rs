@@ -104,6 +104,16 @@ pub struct Interaction {
     /// For ordering: milliseconds since the Unix epoch of `expires_at`.
     #[serde(skip)]
     expires_ms: u64,
+    /// Its request's sequence on the run's stream (0 when unknown): where
+    /// a client that resumes it reads on from.
+    #[serde(skip)]
+    pub sequence: u64,
+}
+
+/// A chunk's `sequence`, read alone.
+#[derive(Deserialize)]
+struct SequenceOnly {
+    sequence: u64,
 }
 
 /// One task of an approval, as the inbox lists it.
@@ -314,6 +324,7 @@ fn interaction(
         pending: tasks_pending(&pause),
         confirmation_data: data,
         expires_ms: unix_ms(expires_at),
+        sequence: 0,
     })
 }
 
@@ -427,31 +438,45 @@ impl Runs {
         let waiting = self.manager.waiting(mine);
         waiting
             .into_iter()
-            .filter_map(|pause| {
-                let log = self.logs.find(&pause.key)?;
-                let frame = log.last_frame(&pause.confirmation_id)?;
-                let mut item = interaction(
-                    &pause.key,
-                    self.settings.namespaces.label(pause.key.owner),
-                    &pause.confirmation_id,
-                    &frame,
-                    pause.asked_at,
-                    pause.expires_at,
-                )?;
-                if pause.required > 1 {
-                    item.approvals = Some(pause.approvals);
-                    item.required = Some(pause.required);
-                }
-                item.escalated_to = pause.escalated_to;
-                item.escalated_tasks = escalated_tasks(&pause.escalations);
-                item.escalations = pause.escalations;
-                item.mark_decided(&pause.decided, &pause.task_approvals);
-                item.approvers = pause.groups;
-                item.requester_may_approve = pause.requester_may_approve;
-                item.task_who = pause.task_who;
-                Some(item)
-            })
+            .filter_map(|pause| self.interaction_of(pause))
             .collect()
+    }
+
+    /// The undecided pause of the run on `key`, when this process holds
+    /// it, with its request and the tasks it still waits on (the AG-UI
+    /// face's resume): one look-up, not a listing.
+    pub fn pending_of(&self, key: &SessionKey) -> Option<Interaction> {
+        self.interaction_of(self.manager.waiting_of(key)?)
+    }
+
+    /// `pause` as the inbox lists it: the request its run sent, and where
+    /// it stands.
+    fn interaction_of(&self, pause: crate::confirmation::waiting::Waiting) -> Option<Interaction> {
+        let log = self.logs.find(&pause.key)?;
+        let frame = log.last_frame(&pause.confirmation_id)?;
+        let mut item = interaction(
+            &pause.key,
+            self.settings.namespaces.label(pause.key.owner),
+            &pause.confirmation_id,
+            &frame,
+            pause.asked_at,
+            pause.expires_at,
+        )?;
+        if pause.required > 1 {
+            item.approvals = Some(pause.approvals);
+            item.required = Some(pause.required);
+        }
+        item.escalated_to = pause.escalated_to;
+        item.escalated_tasks = escalated_tasks(&pause.escalations);
+        item.escalations = pause.escalations;
+        item.mark_decided(&pause.decided, &pause.task_approvals);
+        item.approvers = pause.groups;
+        item.requester_may_approve = pause.requester_may_approve;
+        item.task_who = pause.task_who;
+        item.sequence = crate::sse::data_of(&frame)
+            .and_then(|data| serde_json::from_slice::<SequenceOnly>(data).ok())
+            .map_or(0, |chunk| chunk.sequence);
+        Some(item)
     }
 }
 

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::protocol::Given;
-use crate::protocol::{Action, CancelReason, ChunkType, Decisions};
+use crate::protocol::{Action, CancelReason, ChunkType, Decisions, Via};
 
 /// `interaction.decided`: what a reply (or a supersede) decided, and who.
 #[derive(Debug, Serialize)]
@@ -24,6 +24,8 @@ pub(super) struct Decided<'a> {
     /// A quorum's labels, in order: only when more than one approved.
     #[serde(skip_serializing_if = "Option::is_none")]
     approved_by: Option<&'a [String]>,
+    /// The door the decision came through (`chat`, `agui`, `link`, `slack`).
+    via: Via,
 }
 
 /// Who decided: the deciding key's label and the client's address.
@@ -44,6 +46,7 @@ impl<'a> Decided<'a> {
                 client: decision.client,
             },
             approved_by: (decision.approved_by.len() > 1).then_some(decision.approved_by),
+            via: decision.via,
         }
     }
 }
@@ -63,6 +66,8 @@ pub struct DecisionData<'a> {
     /// A modify's text: kept with the decision (a run that goes on after a
     /// crash replans with it), never sent in an event.
     pub text: Option<&'a str>,
+    /// The door the decision came through.
+    pub via: Via,
 }
 
 impl DecisionData<'_> {
@@ -76,6 +81,7 @@ impl DecisionData<'_> {
             client: None,
             approved_by: &[],
             text: None,
+            via: Via::Chat,
         }
     }
 }
@@ -223,11 +229,12 @@ mod tests {
             client: None,
             approved_by: &["ops".to_owned()],
             text: None,
+            via: Via::Link,
         };
         assert_eq!(
             data(Decided::of(&decided)),
             json!({"action": "cancel", "reason": "user",
-                   "decided_by": {"key": "ops", "client": null}})
+                   "decided_by": {"key": "ops", "client": null}, "via": "link"})
         );
         let two = ["a".to_owned(), "b".to_owned()];
         let quorum = DecisionData {
@@ -240,7 +247,7 @@ mod tests {
         assert_eq!(
             data(Decided::of(&quorum)),
             json!({"action": "confirm", "approved_by": ["a", "b"],
-                   "decided_by": {"key": "ops", "client": "127.0.0.1"}})
+                   "decided_by": {"key": "ops", "client": "127.0.0.1"}, "via": "link"})
         );
         assert_eq!(
             data(Ended::new(ChunkType::Error, Some("timeout"))),
