@@ -11,27 +11,24 @@
 //! `error_type`); everything after that is a 200 stream of events, a
 //! refused decision a `RUN_ERROR` in it.
 
+mod answer;
 mod resume;
 
-use std::convert::Infallible;
-
-use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt};
 
 use super::access::Caller;
 use super::chat::{self, allow_origin};
 use super::error::{ChatError, Refusal};
 use super::event_stream;
-use super::forward::{self, Forwarded, Forwarding};
+use super::forward::{self, Forwarding};
 use super::state::AppState;
 use crate::protocol::agui::translate::Translator;
 use crate::protocol::agui::{self, Event, RunAgentInput, MAX_AGUI_BODY_BYTES};
-use crate::protocol::{is_valid_session_id, ChatRequest, Chunk, ValidRequest};
+use crate::protocol::{is_valid_session_id, ChatRequest, ValidRequest};
 use crate::run::start::Started;
-use crate::run::stream::Subscription;
 use crate::session::SessionKey;
+use answer::{ended, streamed, Incoming};
 
 /// `POST /api/v1/agui`: an AG-UI run (a new message, or a `resume`).
 pub async fn run(
@@ -73,17 +70,6 @@ fn refuse(state: &AppState, refusal: Refusal) -> HttpResponse {
     state.runs.metrics().error(error_type);
     let event = Event::error(error_type.as_str(), refusal.error.to_string());
     event_stream::frames(status, Bytes::from(event.frame()))
-}
-
-/// An AG-UI request as it came: who sent it, from where, its input, and
-/// its body as it came (a replica forwards it).
-pub(super) struct Incoming<'a> {
-    req: &'a HttpRequest,
-    state: &'a AppState,
-    caller: Caller,
-    forwarded: Option<Forwarded>,
-    body: Bytes,
-    input: RunAgentInput,
 }
 
 async fn agui_run(
@@ -210,63 +196,4 @@ fn pending_interrupts() -> Vec<Event> {
         "this thread's run waits on interrupts: resume them (resume[], `cancelled` to \
          decline) before sending a new message",
     )]
-}
-
-/// A whole AG-UI run, known at once: `RUN_STARTED`, then `events`.
-fn ended(translator: Translator, events: Vec<Event>) -> HttpResponse {
-    let mut all = vec![translator.started()];
-    all.extend(events);
-    event_stream::frames(StatusCode::OK, framed(&all))
-}
-
-/// An AG-UI run that follows a chatgate run: `RUN_STARTED`, `first`, then
-/// the run's chunks as events, until the run ends or pauses.
-fn streamed(translator: Translator, first: Vec<Event>, subscription: Subscription) -> HttpResponse {
-    let mut head = vec![translator.started()];
-    head.extend(first);
-    event_stream::stream_response(translated(framed(&head), translator, subscription))
-}
-
-fn framed(events: &[Event]) -> Bytes {
-    let mut out = Vec::new();
-    for event in events {
-        out.extend(event.frame());
-    }
-    Bytes::from(out)
-}
-
-/// The run's frames as AG-UI event frames: the keep-alive comments pass
-/// through, the end (or the stream's) closes the AG-UI run, and the
-/// stream ends there: the subscription is dropped, so a paused run is
-/// left detached, waiting for its decision.
-fn translated(
-    head: Bytes,
-    translator: Translator,
-    subscription: Subscription,
-) -> impl Stream<Item = Result<Bytes, Infallible>> {
-    let tail = futures_util::stream::unfold(Some((subscription, translator)), |state| async move {
-        let (mut subscription, mut translator) = state?;
-        loop {
-            let Some(Ok(frame)) = subscription.next().await else {
-                return Some((Ok(framed(&translator.cut_short())), None));
-            };
-            let events = match crate::sse::data_of(&frame) {
-                Some(data) => match serde_json::from_slice::<Chunk>(data) {
-                    Ok(chunk) => translator.chunk(&chunk),
-                    Err(_) => Vec::new(),
-                },
-                None if frame.starts_with(b":") => {
-                    return Some((Ok(frame), Some((subscription, translator))))
-                }
-                None => Vec::new(),
-            };
-            if events.is_empty() {
-                continue;
-            }
-            let bytes = framed(&events);
-            let next = (!translator.ended()).then_some((subscription, translator));
-            return Some((Ok(bytes), next));
-        }
-    });
-    futures_util::stream::once(async move { Ok(head) }).chain(tail)
 }

@@ -4,6 +4,7 @@
 mod common;
 
 mod access;
+mod agui;
 mod approvers;
 mod as_decided;
 mod audit_chain;

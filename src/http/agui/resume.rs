@@ -8,7 +8,7 @@
 use actix_web::HttpResponse;
 use serde_json::json;
 
-use super::{ended, streamed, Incoming};
+use super::answer::{ended, streamed, Incoming};
 use crate::confirmation::DecideError;
 use crate::http::chat::{self, Route, Unrouted};
 use crate::http::error::{ChatError, Refusal};
