@@ -262,6 +262,18 @@ def pause_on(replica, session, message="build; ship"):
     return stream
 
 
+def agui(target, body):
+    """An AG-UI run on ``target``: its status and its events."""
+    conn = connect(target)
+    conn.request("POST", "/api/v1/agui", body=json.dumps(body),
+                 headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    raw = response.read().decode()
+    conn.close()
+    events = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: ")]
+    return response.status, events
+
+
 def setUpModule():
     global CLUSTER
     CLUSTER = Cluster()
@@ -272,6 +284,39 @@ def tearDownModule():
 
 
 class RoundRobinTests(unittest.TestCase):
+    def test_an_agui_pause_opened_on_a_is_resumed_on_b_and_refused_on_c(self):
+        a, b, c = CLUSTER.replicas[:3]
+        thread = new_session("agui")
+        status, events = agui(a, {"threadId": thread, "runId": "r1", "messages": [
+            {"id": "1", "role": "user", "content": "build; ship"}]})
+        self.assertEqual(status, 200)
+        self.assertEqual(events[-1]["outcome"]["type"], "interrupt", events)
+        interrupts = events[-1]["outcome"]["interrupts"]
+        self.assertEqual(len(interrupts), 2)
+        cid = interrupts[0]["metadata"]["confirmation_id"]
+
+        # Resumed on another replica: passed to the owner, the run goes on there.
+        forwarded = b.forwarded()
+        resume = [{"interruptId": i["id"], "status": "resolved", "payload": {"approved": True}}
+                  for i in interrupts]
+        status, events = agui(b, {"threadId": thread, "runId": "r2", "messages": [],
+                                  "resume": resume})
+        self.assertEqual(status, 200)
+        self.assertEqual(events[-1]["type"], "RUN_FINISHED", events)
+        self.assertEqual(events[-1]["outcome"], {"type": "success"})
+        self.assertEqual([e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"],
+                         [i["id"] for i in interrupts])
+        self.assertGreater(b.forwarded(), forwarded)
+
+        # The loser on the chat face, on a third replica, and on AG-UI again.
+        status, chunk, _ = answer(c, thread, "confirm", confirmation_id=cid)
+        self.assertEqual(status, 409, chunk)
+        self.assertEqual(chunk["metadata"]["error_type"], "already_decided")
+        status, events = agui(c, {"threadId": thread, "runId": "r3", "messages": [],
+                                  "resume": resume[:1]})
+        self.assertEqual(events[-1]["type"], "RUN_ERROR", events)
+        self.assertEqual(events[-1]["code"], "already_decided")
+
     def test_stream_on_a_modify_on_b_confirm_on_c(self):
         a, b, c = CLUSTER.replicas[:3]
         session = new_session("abc")
