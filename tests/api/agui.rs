@@ -11,6 +11,7 @@ use crate::approvers::KEYS;
 use crate::four_eyes::{app as keyed_app, deploy};
 use crate::helpers::{one_chunk, spawn_app, TestApp};
 use crate::tools::{app_with_tools, Workdir};
+use crate::webhooks::{hooked, Receiver};
 
 const AGUI: &str = "/api/v1/agui";
 
@@ -484,4 +485,28 @@ async fn the_capabilities_say_interrupts_approvals_and_edits() {
     assert_eq!(interrupts(&events).len(), 1);
     let (status, chunk) = one_chunk(app.chat("cap", "CONFIRM_ACTION:cancel").await).await;
     assert_eq!(status, 200, "{}", chunk.chunk);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_says_the_decision_came_through_agui() {
+    let receiver = Receiver::start().await;
+    let app = crate::helpers::spawn_app_with(hooked(&receiver)).await;
+    let (_, events) = agui(&app, None, &input("hook-1", "r1", "create a report")).await;
+    let open = ids(&interrupts(&events));
+    let approve =
+        json!([{"interruptId": open[0], "status": "resolved", "payload": {"approved": true}}]);
+    let (_, events) = agui(&app, None, &resume("hook-1", "r2", approve)).await;
+    assert_eq!(
+        events.last().unwrap()["outcome"]["type"],
+        "success",
+        "{events:?}"
+    );
+    let seen = receiver.wait_for(3).await;
+    let decided = seen
+        .iter()
+        .find(|d| d.event == "interaction.decided")
+        .unwrap();
+    assert_eq!(decided.body["data"]["via"], "agui");
+    assert_eq!(decided.body["data"]["action"], "confirm");
+    assert_eq!(decided.body["session_id"], "hook-1");
 }
