@@ -80,9 +80,17 @@ impl Conn {
     /// Sends `POST /api/v1/chat/stream` with a JSON body and reads the head.
     /// Returns the status.
     pub async fn post_chat(&mut self, json: &[u8]) -> io::Result<u16> {
+        self.post_to(b"/api/v1/chat/stream", json).await
+    }
+
+    /// Sends `POST path` with a JSON body, reads the response head, returns
+    /// its status.
+    pub async fn post_to(&mut self, path: &[u8], json: &[u8]) -> io::Result<u16> {
         self.request.clear();
+        self.request.extend_from_slice(b"POST ");
+        self.request.extend_from_slice(path);
         self.request.extend_from_slice(
-            b"POST /api/v1/chat/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n",
+            b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n",
         );
         self.request.extend_from_slice(&self.authorization);
         self.request.extend_from_slice(b"Content-Length: ");
@@ -106,6 +114,16 @@ impl Conn {
         self.body.clear();
         self.body_pos = 0;
         Ok(status)
+    }
+
+    /// The whole body of the current response, into `out` (cleared first).
+    pub async fn read_body(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+        while self.fill_body().await? {}
+        out.clear();
+        out.extend_from_slice(&self.body[self.body_pos..]);
+        self.body.clear();
+        self.body_pos = 0;
+        Ok(())
     }
 
     /// The next SSE event of the current response; `None` at its end.
@@ -311,7 +329,7 @@ fn parse_event(event: &[u8]) -> Event {
     }
 }
 
-fn between<'a>(hay: &'a [u8], start: &[u8], end: u8) -> Option<&'a [u8]> {
+pub fn between<'a>(hay: &'a [u8], start: &[u8], end: u8) -> Option<&'a [u8]> {
     let from = find(hay, start)? + start.len();
     let len = hay[from..].iter().position(|&b| b == end)?;
     Some(&hay[from..from + len])

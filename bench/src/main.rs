@@ -96,6 +96,14 @@ enum Scenario {
         #[arg(long, default_value_t = 2000)]
         n: usize,
     },
+    /// Sequential full flows, alternately on the chat endpoint (start,
+    /// confirm, completion) and on the AG-UI face (start to its interrupt,
+    /// resume to RUN_FINISHED), from the same client: both flows' times
+    /// and their ratio.
+    Agui {
+        #[arg(long, default_value_t = 2000)]
+        n: usize,
+    },
     /// C concurrent clients doing full flows for T seconds.
     Throughput {
         #[arg(long, default_value_t = 32)]
@@ -264,6 +272,7 @@ fn main() -> io::Result<()> {
                 paused(&addr, k, server_pid, concurrency, hold_only, pause).await
             }
             Scenario::Question { n } => question_rtt(&addr, n).await,
+            Scenario::Agui { n } => agui_rtt(&addr, n).await,
             Scenario::Throughput { clients, seconds } => throughput(&addr, clients, seconds).await,
             Scenario::Chat { clients, seconds } => chat(&addr, clients, seconds).await,
             Scenario::Tool {
@@ -529,6 +538,74 @@ async fn question_rtt(addr: &str, n: usize) -> io::Result<()> {
         answer.p50 as f64 / confirm.p50.max(1) as f64
     );
     Ok(())
+}
+
+async fn agui_rtt(addr: &str, n: usize) -> io::Result<()> {
+    let (mut stream, mut reply) = (Conn::connect(addr).await?, Conn::connect(addr).await?);
+    let mut agui = Conn::connect(addr).await?;
+    let (mut buf, mut body) = (Vec::with_capacity(512), Vec::with_capacity(8192));
+    for i in 0..200 {
+        flow(&mut stream, &mut reply, &mut buf, "awarm", i).await?;
+        agui_flow(&mut agui, &mut buf, &mut body, "awarmg", i).await?;
+    }
+    let (mut chat, mut face) = (Samples::with_capacity(n), Samples::with_capacity(n));
+    for i in 0..n {
+        chat.push(
+            flow(&mut stream, &mut reply, &mut buf, "achat", i)
+                .await?
+                .total,
+        );
+        face.push(agui_flow(&mut agui, &mut buf, &mut body, "aagui", i).await?);
+    }
+    let (chat, face) = (chat.summary(), face.summary());
+    println!("agui rtt (a 2-task plan approved, {n} flows each, alternately)");
+    println!("  chat endpoint flow  {chat}");
+    println!("  AG-UI face flow     {face}");
+    println!(
+        "  AG-UI / chat p50 ratio {:.2}, p99 ratio {:.2}",
+        face.p50 as f64 / chat.p50.max(1) as f64,
+        face.p99 as f64 / chat.p99.max(1) as f64
+    );
+    Ok(())
+}
+
+/// One AG-UI flow on `conn`: a run to its interrupt, then a resume that
+/// approves both tasks, read to its `RUN_FINISHED`.
+async fn agui_flow(
+    conn: &mut Conn,
+    buf: &mut Vec<u8>,
+    body: &mut Vec<u8>,
+    prefix: &str,
+    n: usize,
+) -> io::Result<Duration> {
+    use std::io::Write;
+    const PATH: &[u8] = b"/api/v1/agui";
+    buf.clear();
+    write!(
+        buf,
+        r#"{{"threadId":"{prefix}-{n}","runId":"r1","messages":[{{"id":"1","role":"user","content":"step one; step two"}}]}}"#
+    )?;
+    let start = Instant::now();
+    if conn.post_to(PATH, buf).await? != 200 {
+        return Err(err("AG-UI start not 200"));
+    }
+    conn.read_body(body).await?;
+    let cid = http::between(body, b"\"confirmation_id\":\"", b'"')
+        .ok_or_else(|| err("AG-UI run did not end with an interrupt"))?;
+    let cid = String::from_utf8_lossy(cid).into_owned();
+    buf.clear();
+    write!(
+        buf,
+        r#"{{"threadId":"{prefix}-{n}","runId":"r2","messages":[],"resume":[{{"interruptId":"{cid}-t1","status":"resolved","payload":{{"approved":true}}}},{{"interruptId":"{cid}-t2","status":"resolved","payload":{{"approved":true}}}}]}}"#
+    )?;
+    if conn.post_to(PATH, buf).await? != 200 {
+        return Err(err("AG-UI resume not 200"));
+    }
+    conn.read_body(body).await?;
+    if http::find(body, br#""outcome":{"type":"success"}"#).is_none() {
+        return Err(err("AG-UI resume did not finish with success"));
+    }
+    Ok(start.elapsed())
 }
 
 /// Flows on one stream connection to `addr`, confirmed alternately on
