@@ -216,6 +216,8 @@ impl Application {
                             .unwrap_or_default(),
                     })
                 }),
+            a2a: Arc::new(crate::run::a2a::A2aTasks::new()),
+            public_url: settings.notify.public_url.clone(),
         };
         let server = serve(listener, &settings, state.clone()).map_err(bind_error)?;
         Ok(Application {

@@ -9,6 +9,7 @@
 //! ([`access_log`]). Extract, validate, call [`crate::run`], respond:
 //! nothing else.
 
+pub mod a2a;
 pub mod access;
 pub mod access_log;
 pub mod agui;
@@ -31,6 +32,7 @@ pub mod tools;
 use actix_web::http::Method;
 use actix_web::web;
 
+use crate::protocol::a2a::{A2A_PATH, AGENT_CARD_PATH};
 use crate::protocol::agui::{AGUI_CAPABILITIES_PATH, AGUI_PATH};
 use crate::protocol::{CHAT_PATH, GRANTS_PATH, INBOX_PATH, RULES_PATH, RUNS_PATH, TOOLS_PATH};
 
@@ -53,6 +55,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(chat::method_not_allowed)),
     )
     .route(AGUI_CAPABILITIES_PATH, web::get().to(agui::capabilities))
+    .route(A2A_PATH, web::post().to(a2a::rpc))
+    .route(AGENT_CARD_PATH, web::get().to(a2a::card))
     .route(INBOX_PATH, web::get().to(inbox::interactions))
     .route(TOOLS_PATH, web::get().to(tools::list))
     .route(RULES_PATH, web::get().to(tools::rules))

@@ -21,6 +21,11 @@ pub struct AppState {
     pub request_timeout: Duration,
     /// `--slack-signing-secret`: Slack's button presses are taken.
     pub slack: Option<Arc<SlackApp>>,
+    /// The A2A face's tasks.
+    pub a2a: Arc<crate::run::a2a::A2aTasks>,
+    /// `--public-url`: where clients reach this server (the agent card's
+    /// URL); without it, the request's own scheme and host.
+    pub public_url: Option<String>,
 }
 
 /// The Slack app whose buttons chatgate takes.

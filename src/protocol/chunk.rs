@@ -113,6 +113,8 @@ pub enum Via {
     Slack,
     /// An AG-UI run's `resume` (`POST /api/v1/agui`).
     Agui,
+    /// An A2A message to a task, or its cancel (`POST /a2a`).
+    A2a,
     /// A person's grant covered the call.
     Grant,
     /// An allow rule of the tools file.

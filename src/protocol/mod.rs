@@ -16,6 +16,7 @@
 //! SSE framing lives in [`crate::sse`]; what the server does with a valid
 //! request lives in [`crate::http`] and [`crate::run`].
 
+pub mod a2a;
 pub mod agui;
 pub mod ask;
 pub mod chunk;

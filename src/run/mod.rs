@@ -24,6 +24,7 @@
 //! when the run is stopped: by shutdown, by a slow client, or when a detached
 //! run's grace ends.
 
+pub mod a2a;
 pub mod context;
 pub mod decide;
 pub mod door;

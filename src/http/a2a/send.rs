@@ -1,0 +1,246 @@
+//! `SendMessage` and `SendStreamingMessage`: a message without `taskId`
+//! starts a run (its task) on the session `contextId` names (or a new
+//! one); a message to a task that waits on a pause decides the pause
+//! through the one decision path, `via: a2a`.
+
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use super::rpc::{Answer, Call, SEND_WAIT};
+use crate::confirmation::DecideError;
+use crate::http::access::Caller;
+use crate::http::error::ChatError;
+use crate::http::forward;
+use crate::protocol::a2a::{code, Message, SendMessage};
+use crate::protocol::{
+    is_valid_session_id, parse_reply, ChatRequest, ReplyMessage, ReplyPayload, TaskDecisionRequest,
+    ValidRequest, Via,
+};
+use crate::run::a2a::A2aTask;
+use crate::run::decide::Reply;
+use crate::run::start::Started;
+use crate::session::SessionKey;
+
+pub async fn send(call: Call<'_>, params: Value, streaming: bool) -> Answer {
+    let request: SendMessage = match call.params(params) {
+        Ok(request) => request,
+        Err(answer) => return answer,
+    };
+    let configuration = request.configuration.clone().unwrap_or_default();
+    let task = match request.message.task_id.clone() {
+        Some(id) => return answer(call, id, request.message, streaming).await,
+        None => match start(&call, &request.message).await {
+            Ok(task) => task,
+            Err(answer) => return answer,
+        },
+    };
+    if let Some(push) = configuration.task_push_notification_config {
+        if let Err(answer) = super::tasks::checked_push(&call, &push) {
+            return answer;
+        }
+        call.state.a2a.add_push(&task, push);
+    }
+    if streaming {
+        return call.stream(task);
+    }
+    if !configuration.return_immediately {
+        settled(&task, None).await;
+    }
+    call.ok(json!({"task": task.to_json(None, true)}))
+}
+
+/// A new task: the message's text as a chat message on the session
+/// `contextId` names (a new one without it).
+async fn start(call: &Call<'_>, message: &Message) -> Result<Arc<A2aTask>, Answer> {
+    let refused = |err: ChatError| call.refused(&err);
+    let Caller::Owner(owner) = call.caller else {
+        return Err(refused(ChatError::ForbiddenRole));
+    };
+    let Some(text) = message.text() else {
+        let why = "a new task's message needs a text part (the task, in words)";
+        return Err(call.fail(code::INVALID_PARAMS, why, Some("invalid_request")));
+    };
+    let session = match &message.context_id {
+        Some(context) if is_valid_session_id(context) => context.clone(),
+        Some(_) => {
+            let why = "contextId must be 1-128 characters without control characters";
+            return Err(call.fail(code::INVALID_PARAMS, why, Some("invalid_request")));
+        }
+        None => uuid::Uuid::new_v4().to_string(),
+    };
+    let chat = ChatRequest {
+        message: Some(text),
+        session_id: Some(session.clone()),
+        ..ChatRequest::default()
+    };
+    let text = match chat.validate(None).map_err(ChatError::from) {
+        Ok(ValidRequest::Chat { message, .. }) => message,
+        Ok(_) => {
+            let why =
+                "a new task's text is not a CONFIRM_ACTION reply: send it to the task (taskId)";
+            return Err(call.fail(code::INVALID_PARAMS, why, Some("invalid_request")));
+        }
+        Err(err) => return Err(refused(err)),
+    };
+    if call.state.runs.is_shutting_down() {
+        return Err(refused(ChatError::ShuttingDown));
+    }
+    let key = SessionKey::new(owner, &session);
+    let started = call.state.runs.start(key.clone(), text, None).await;
+    let subscription = match started.map_err(|err| refused(err.into()))? {
+        Started::Here(subscription) => subscription,
+        Started::Elsewhere(_) => return Err(refused(ChatError::owner_unavailable())),
+    };
+    let first = user_message(message, None, &session);
+    call.state
+        .a2a
+        .open(key, first, subscription)
+        .map_err(|full| call.fail(code::INTERNAL, &full.to_string(), Some("overloaded")))
+}
+
+/// A message to the task `id`: an answer to the pause it waits on.
+async fn answer(call: Call<'_>, id: String, message: Message, streaming: bool) -> Answer {
+    let task = match call.task(&id) {
+        Ok(task) => task,
+        Err(answer) => return answer,
+    };
+    if task.state().is_terminal() {
+        let why = "the task has ended: it takes no more messages";
+        return call.fail(code::UNSUPPORTED_OPERATION, why, None);
+    }
+    let Some(pause) = task.pause() else {
+        let err = ChatError::Reply(DecideError::NoPending.into());
+        return call.refused(&err);
+    };
+    let (reply, decisions, answers) = match reply_of(&message) {
+        Ok(parts) => parts,
+        Err(why) => return call.fail(code::INVALID_PARAMS, &why, Some("invalid_request")),
+    };
+    let client = forward::client_address(call.req, false);
+    let decider = call.state.access.decider(call.caller);
+    let decided = call
+        .state
+        .runs
+        .decide(
+            &task.key,
+            Reply {
+                message: &reply,
+                confirmation_id: Some(&pause),
+                payload: ReplyPayload {
+                    decisions: decisions.as_deref(),
+                    answers: answers.as_ref(),
+                    grant: None,
+                },
+                client: client.as_deref(),
+                decider: &decider,
+                not_after: None,
+                via: Via::A2a,
+            },
+        )
+        .await;
+    let decided = match decided {
+        Ok(decided) => decided,
+        Err(err) => return call.refused(&ChatError::Reply(err)),
+    };
+    task.heard(user_message(&message, Some(&task.id), task.context_id()));
+    if streaming {
+        return call.stream(task);
+    }
+    if decided.partial.is_none() && decided.progress.is_none() {
+        settled(&task, Some(&pause)).await;
+    }
+    call.ok(json!({"task": task.to_json(None, true)}))
+}
+
+/// The reply a message makes: a data part's `decisions` (the tasks it
+/// names, `decide`; `action` may say `confirm`), `answers` (`answer`) or
+/// `action` alone (`cancel`, `skip`, `run_again`, `confirm`), else a text
+/// part `CONFIRM_ACTION:...`.
+type ReplyParts = (
+    ReplyMessage,
+    Option<Vec<TaskDecisionRequest>>,
+    Option<Map<String, Value>>,
+);
+
+fn reply_of(message: &Message) -> Result<ReplyParts, String> {
+    if let Some(data) = message.data() {
+        let decisions: Option<Vec<TaskDecisionRequest>> = match data.get("decisions") {
+            Some(list) => Some(
+                serde_json::from_value(list.clone()).map_err(|err| format!("decisions: {err}"))?,
+            ),
+            None => None,
+        };
+        let answers = match data.get("answers") {
+            Some(Value::Object(answers)) => Some(answers.clone()),
+            Some(_) => return Err("answers must be an object".to_owned()),
+            None => None,
+        };
+        let action = match (
+            data.get("action").and_then(Value::as_str),
+            &decisions,
+            &answers,
+        ) {
+            (Some(action), _, _) => action.to_owned(),
+            (None, Some(_), _) => "decide".to_owned(),
+            (None, None, Some(_)) => "answer".to_owned(),
+            (None, None, None) => {
+                return Err("the data part has no decisions, answers or action".to_owned())
+            }
+        };
+        let reply = parse_reply(&format!("CONFIRM_ACTION:{action}"))
+            .and_then(Result::ok)
+            .ok_or_else(|| format!("{action:?} is no action"))?;
+        return Ok((reply, decisions, answers));
+    }
+    match message.text().as_deref().and_then(parse_reply) {
+        Some(Ok(reply)) => Ok((reply, None, None)),
+        Some(Err(err)) => Err(err.to_string()),
+        None => Err(
+            "answer the task's pause with a data part ({\"decisions\": [...]}, {\"answers\": \
+             {...}}, {\"action\": \"cancel\"}) or a text part CONFIRM_ACTION:<action>"
+                .to_owned(),
+        ),
+    }
+}
+
+/// The client's message, as the task's history keeps it.
+fn user_message(message: &Message, task_id: Option<&str>, context_id: &str) -> Value {
+    let parts: Vec<Value> = message
+        .parts
+        .iter()
+        .map(|part| match (&part.text, &part.data) {
+            (Some(text), _) => json!({"text": text}),
+            (None, Some(data)) => json!({"data": data}),
+            (None, None) => json!({"text": ""}),
+        })
+        .collect();
+    let mut out = json!({
+        "messageId": if message.message_id.is_empty() { uuid::Uuid::new_v4().to_string() } else { message.message_id.clone() },
+        "contextId": context_id,
+        "role": "ROLE_USER",
+        "parts": parts,
+    });
+    if let Some(task_id) = task_id {
+        out["taskId"] = Value::from(task_id);
+    }
+    out
+}
+
+/// Waits (at most [`SEND_WAIT`]) until the task ends, or waits on a pause
+/// other than `answered`, or is no longer followed.
+pub async fn settled(task: &A2aTask, answered: Option<&str>) {
+    let mut changes = task.changes();
+    let deadline = tokio::time::Instant::now() + SEND_WAIT;
+    loop {
+        let state = task.state();
+        let paused_anew = state.is_interrupted() && task.pause().as_deref() != answered;
+        if state.is_terminal() || paused_anew || !task.followed() {
+            return;
+        }
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => {}
+            _ => return,
+        }
+    }
+}
