@@ -165,6 +165,12 @@ type ReplyParts = (
 
 fn reply_of(message: &Message) -> Result<ReplyParts, String> {
     if let Some(data) = message.data() {
+        // A data part is a protobuf Struct to most A2A clients, whose
+        // numbers are all doubles: an index of 1 comes as 1.0.
+        let Value::Object(data) = integral(Value::Object(data.clone())) else {
+            return Err("the data part is not an object".to_owned());
+        };
+        let data = &data;
         let decisions: Option<Vec<TaskDecisionRequest>> = match data.get("decisions") {
             Some(list) => Some(
                 serde_json::from_value(list.clone()).map_err(|err| format!("decisions: {err}"))?,
@@ -242,5 +248,38 @@ pub async fn settled(task: &A2aTask, answered: Option<&str>) {
             Ok(Ok(())) => {}
             _ => return,
         }
+    }
+}
+
+/// `value` with every whole number written as an integer (`1.0` is `1`).
+fn integral(value: Value) -> Value {
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            if f.fract() == 0.0 && f.abs() < 9.0e15 {
+                Value::from(f as i64)
+            } else {
+                Value::Number(n)
+            }
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(integral).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, integral(v))).collect())
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_doubles_are_integers_and_the_rest_stay() {
+        let given = serde_json::json!({"index": 1.0, "x": [2.0, 2.5, "3.0"], "y": {"z": -4.0}});
+        assert_eq!(
+            integral(given),
+            serde_json::json!({"index": 1, "x": [2, 2.5, "3.0"], "y": {"z": -4}})
+        );
     }
 }
