@@ -3,6 +3,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod a2a;
 mod access;
 mod agui;
 mod approvers;

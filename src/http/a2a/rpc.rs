@@ -195,3 +195,36 @@ pub fn http_refusal(state: &AppState, err: &ChatError) -> HttpResponse {
     }
     response
 }
+
+/// Waits (at most [`SEND_WAIT`]) until the task ends, or waits on a pause
+/// other than `answered`, or is no longer followed.
+pub async fn settled(task: &A2aTask, answered: Option<&str>) {
+    let mut changes = task.changes();
+    let deadline = tokio::time::Instant::now() + SEND_WAIT;
+    loop {
+        let state = task.state();
+        let paused_anew = state.is_interrupted() && task.pause().as_deref() != answered;
+        if state.is_terminal() || paused_anew || !task.followed() {
+            return;
+        }
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => {}
+            _ => return,
+        }
+    }
+}
+
+/// A push config as it may be kept: an `http` or `https` URL (no redirect
+/// is ever followed), at most [`crate::protocol::a2a::MAX_PUSH_CONFIGS`] per task.
+pub fn checked_push(
+    call: &Call<'_>,
+    config: &crate::protocol::a2a::PushConfig,
+) -> Result<(), Answer> {
+    let url = reqwest::Url::parse(&config.url).ok();
+    let fits = url.is_some_and(|url| matches!(url.scheme(), "http" | "https") && url.has_host());
+    if !fits || config.url.len() > 2048 {
+        let why = "a push config's url is an http or https URL of at most 2048 bytes";
+        return Err(call.fail(code::INVALID_PARAMS, why, Some("invalid_request")));
+    }
+    Ok(())
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::rpc::{Answer, Call, SEND_WAIT};
+use super::rpc::{settled, Answer, Call};
 use crate::confirmation::DecideError;
 use crate::http::access::Caller;
 use crate::http::error::ChatError;
@@ -36,7 +36,7 @@ pub async fn send(call: Call<'_>, params: Value, streaming: bool) -> Answer {
         },
     };
     if let Some(push) = configuration.task_push_notification_config {
-        if let Err(answer) = super::tasks::checked_push(&call, &push) {
+        if let Err(answer) = super::rpc::checked_push(&call, &push) {
             return answer;
         }
         call.state.a2a.add_push(&task, push);
@@ -231,24 +231,6 @@ fn user_message(message: &Message, task_id: Option<&str>, context_id: &str) -> V
         out["taskId"] = Value::from(task_id);
     }
     out
-}
-
-/// Waits (at most [`SEND_WAIT`]) until the task ends, or waits on a pause
-/// other than `answered`, or is no longer followed.
-pub async fn settled(task: &A2aTask, answered: Option<&str>) {
-    let mut changes = task.changes();
-    let deadline = tokio::time::Instant::now() + SEND_WAIT;
-    loop {
-        let state = task.state();
-        let paused_anew = state.is_interrupted() && task.pause().as_deref() != answered;
-        if state.is_terminal() || paused_anew || !task.followed() {
-            return;
-        }
-        match tokio::time::timeout_at(deadline, changes.changed()).await {
-            Ok(Ok(())) => {}
-            _ => return,
-        }
-    }
 }
 
 /// `value` with every whole number written as an integer (`1.0` is `1`).

@@ -83,7 +83,7 @@ pub async fn cancel(call: Call<'_>, params: Value) -> Answer {
     if let Err(err) = cancelled {
         return call.refused(&ChatError::Reply(err));
     }
-    super::send::settled(&task, Some(&pause)).await;
+    super::rpc::settled(&task, Some(&pause)).await;
     call.ok(task.to_json(None, true))
 }
 
@@ -146,18 +146,6 @@ pub async fn subscribe(call: Call<'_>, params: Value) -> Answer {
     call.stream(task)
 }
 
-/// A push config as it may be kept: an `http` or `https` URL (no redirect
-/// is ever followed), at most [`MAX_PUSH_CONFIGS`] per task.
-pub fn checked_push(call: &Call<'_>, config: &PushConfig) -> Result<(), Answer> {
-    let url = reqwest::Url::parse(&config.url).ok();
-    let fits = url.is_some_and(|url| matches!(url.scheme(), "http" | "https") && url.has_host());
-    if !fits || config.url.len() > 2048 {
-        let why = "a push config's url is an http or https URL of at most 2048 bytes";
-        return Err(call.fail(code::INVALID_PARAMS, why, Some("invalid_request")));
-    }
-    Ok(())
-}
-
 pub fn push_create(call: Call<'_>, params: Value) -> Answer {
     let config: PushConfig = match call.params(params) {
         Ok(config) => config,
@@ -167,7 +155,7 @@ pub fn push_create(call: Call<'_>, params: Value) -> Answer {
         Ok(task) => task,
         Err(answer) => return answer,
     };
-    if let Err(answer) = checked_push(&call, &config) {
+    if let Err(answer) = super::rpc::checked_push(&call, &config) {
         return answer;
     }
     let replaces = task.push_configs().iter().any(|c| c.id == config.id);
