@@ -469,7 +469,7 @@ async fn deliver(http: reqwest::Client, task: Arc<A2aTask>, mut queue: mpsc::Rec
             let mut request = http
                 .post(&config.url)
                 .header("content-type", "application/a2a+json")
-                .json(&event);
+                .body(event.to_string());
             if let Some(token) = &config.token {
                 request = request.header("X-A2A-Notification-Token", token);
             }
