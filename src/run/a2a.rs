@@ -497,3 +497,102 @@ async fn deliver(http: reqwest::Client, task: Arc<A2aTask>, mut queue: mpsc::Rec
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view() -> View {
+        View {
+            state: TaskState::Working,
+            message: Value::Null,
+            updated_ms: 0,
+            artifacts: Vec::new(),
+            dropped_artifacts: 0,
+            history: VecDeque::new(),
+            pause: None,
+            followed: true,
+        }
+    }
+
+    #[test]
+    fn artifacts_are_bounded_in_number_and_size() {
+        let mut view = view();
+        for n in 0..MAX_ARTIFACTS + 3 {
+            artifact(
+                &mut view,
+                format!("a{n}"),
+                "t".into(),
+                "x".into(),
+                Map::new(),
+                false,
+            );
+        }
+        assert_eq!(view.artifacts.len(), MAX_ARTIFACTS);
+        assert_eq!(view.dropped_artifacts, 3);
+
+        let mut view = self::view();
+        let big = "é".repeat(MAX_ARTIFACT_BYTES);
+        artifact(&mut view, "big".into(), "t".into(), big, Map::new(), false);
+        let kept = view.artifacts[0]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .len();
+        assert!(kept <= MAX_ARTIFACT_BYTES && kept > MAX_ARTIFACT_BYTES - 2);
+        // Streamed content stops growing at the bound.
+        let id = "answer".to_owned();
+        artifact(
+            &mut view,
+            id.clone(),
+            "a".into(),
+            "y".repeat(10),
+            Map::new(),
+            true,
+        );
+        let grown = artifact(
+            &mut view,
+            id.clone(),
+            "a".into(),
+            "z".repeat(10),
+            Map::new(),
+            true,
+        );
+        assert!(grown.is_some_and(|(_, appended)| appended));
+        let over = artifact(
+            &mut view,
+            id,
+            "a".into(),
+            "w".repeat(MAX_ARTIFACT_BYTES),
+            Map::new(),
+            true,
+        );
+        assert!(over.is_none());
+    }
+
+    #[test]
+    fn history_keeps_the_latest_messages() {
+        let mut history = VecDeque::new();
+        for n in 0..MAX_HISTORY + 5 {
+            push_history(&mut history, Value::from(n));
+        }
+        assert_eq!(history.len(), MAX_HISTORY);
+        assert_eq!(history[0], Value::from(5));
+    }
+
+    #[tokio::test]
+    async fn a_full_registry_makes_room_only_from_ended_tasks() {
+        let mut inner = Inner::default();
+        let key = SessionKey::new(None, "s");
+        let working = Arc::new(A2aTask::new(key.clone(), Value::Null));
+        let ended = Arc::new(A2aTask::new(key, Value::Null));
+        ended.view().state = TaskState::Completed;
+        for task in [&working, &ended] {
+            inner.tasks.insert(task.id.clone(), task.clone());
+            inner.order.push_back(task.id.clone());
+        }
+        assert!(inner.evict_one());
+        assert!(inner.tasks.contains_key(&working.id));
+        assert!(!inner.tasks.contains_key(&ended.id));
+        assert!(!inner.evict_one(), "a task at work is never dropped");
+    }
+}
