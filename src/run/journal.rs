@@ -109,6 +109,8 @@ pub enum PauseEvent<'a> {
         client: Option<&'a str>,
         approvals: &'a [String],
         required: usize,
+        /// The door it came through.
+        via: crate::protocol::Via,
     },
     /// Nobody answered for `waited` (`remind_after`).
     /// (who is mailed, `mail_to`, and what waits, `request`).
@@ -235,6 +237,8 @@ pub struct TasksDecided<'a> {
     pub pending: &'a [usize],
     /// The tasks approved towards a quorum they do not have yet.
     pub approving: &'a [crate::store::TaskApprovals],
+    /// The door it came through (none: a timeout decided).
+    pub via: Option<crate::protocol::Via>,
 }
 
 /// What is written of one event: each part empty where the server does
@@ -346,6 +350,7 @@ impl Journal<'_> {
                 client,
                 approvals,
                 required,
+                via,
             } => Entry {
                 audit: self.record(|| AuditRecord::Approved {
                     run: run.fields(),
@@ -357,7 +362,8 @@ impl Journal<'_> {
                     required,
                     task: None,
                 }),
-                events: self.rows(|| Event::progress(&about(pause), approvals, required, by)),
+                events: self
+                    .rows(|| Event::progress(&about(pause), approvals, required, (by, via))),
                 decision: None,
             },
             PauseEvent::Reminded {
@@ -652,6 +658,7 @@ impl Journal<'_> {
             now,
             pending,
             approving,
+            via,
         } = decided;
         let audits = match &self.settings.audit {
             Some(_) => {
@@ -677,8 +684,8 @@ impl Journal<'_> {
             }
             None => Vec::new(),
         };
-        let events =
-            self.rows(|| Event::tasks_decided(&about(run, pause), now, pending, approving, by));
+        let events = self
+            .rows(|| Event::tasks_decided(&about(run, pause), now, pending, approving, (by, via)));
         (audits, events)
     }
 

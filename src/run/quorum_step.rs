@@ -21,6 +21,7 @@ use super::journal::{Entry, Pause, PauseEvent, Subject, TasksDecided};
 use super::Runs;
 use crate::cluster::SETTLE_RETRY;
 use crate::confirmation::Accepted;
+use crate::protocol::Via;
 use crate::protocol::{meta, Chunk, ChunkType};
 use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
@@ -84,6 +85,7 @@ impl Runs {
                         let runs = self.clone();
                         let (key, run) = (key.clone(), run.clone());
                         let (label, client) = (label.to_owned(), reply.client.map(str::to_owned));
+                        let via = reply.via;
                         tokio::spawn(async move {
                             let settling = Settling {
                                 run: &run,
@@ -92,6 +94,7 @@ impl Runs {
                                 accepted: &accepted,
                                 label: &label,
                                 client,
+                                via,
                             };
                             runs.settle_step(&key, settling).await;
                         });
@@ -106,7 +109,7 @@ impl Runs {
                 return Err(ReplyError::StoreUnavailable);
             }
         }
-        self.step_kept(key, &accepted, &step, label, reply.client)
+        self.step_kept(key, &accepted, &step, (label, reply.client, reply.via))
             .await?;
         let (progress, partial) = match step {
             Step::Approval(progress) => (Some(progress), None),
@@ -132,8 +135,7 @@ impl Runs {
         key: &SessionKey,
         accepted: &Accepted,
         step: &Step,
-        label: &str,
-        client: Option<&str>,
+        (label, client, via): (&str, Option<&str>, Via),
     ) -> Result<(), ReplyError> {
         let id = accepted.confirmation_id.as_str();
         let pause = Pause {
@@ -156,6 +158,7 @@ impl Runs {
                     client,
                     approvals: &progress.approvals,
                     required: progress.required,
+                    via,
                 };
                 let Entry { audit, events, .. } = journal.pause(run, approved);
                 (audit.into_iter().collect(), events)
@@ -169,6 +172,7 @@ impl Runs {
                     now: &partial.now,
                     pending: &partial.pending,
                     approving: &partial.approving,
+                    via: Some(via),
                 };
                 journal.tasks_decided(run, decided)
             }
@@ -200,6 +204,7 @@ impl Runs {
             accepted,
             label,
             client,
+            via,
         } = settling;
         let id = accepted.confirmation_id.as_str();
         loop {
@@ -216,7 +221,7 @@ impl Runs {
             match self.settings.store.record_progress(run, key, kept).await {
                 Ok(()) => {
                     let counted = self
-                        .step_kept(key, accepted, step, label, client.as_deref())
+                        .step_kept(key, accepted, step, (label, client.as_deref(), via))
                         .await;
                     run_log!(
                         Info,
@@ -253,6 +258,7 @@ struct Settling<'a> {
     accepted: &'a Accepted,
     label: &'a str,
     client: Option<String>,
+    via: Via,
 }
 
 /// What the run's stream shows of a kept step: the approvals so far, or

@@ -92,6 +92,8 @@ pub(super) struct Progress<'a> {
     pub approvals: &'a [String],
     pub required: usize,
     pub approved_by: &'a str,
+    /// The door the approval came through.
+    pub via: Via,
 }
 
 /// `interaction.progress` of a `decide` (#42): the tasks it decided, by
@@ -104,6 +106,9 @@ pub(super) struct TasksDecided<'a> {
     /// Tasks approved towards a quorum they do not have yet.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pub task_approvals: &'a [crate::store::TaskApprovals],
+    /// The door the decision came through (none: a timeout decided).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via: Option<Via>,
 }
 
 /// `interaction.reminder` and `interaction.escalated`: how long the pause

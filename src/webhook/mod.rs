@@ -350,11 +350,17 @@ impl Event {
     }
 
     /// One approval of several a pause needs: who so far, and how many.
-    pub fn progress(about: &About<'_>, approvals: &[String], required: usize, by: &str) -> Event {
+    pub fn progress(
+        about: &About<'_>,
+        approvals: &[String],
+        required: usize,
+        (by, via): (&str, crate::protocol::Via),
+    ) -> Event {
         let data = body::data(body::Progress {
             approvals,
             required,
             approved_by: by,
+            via,
         });
         Event::new(EventType::Progress, about, data)
     }
@@ -366,13 +372,14 @@ impl Event {
         decisions: &crate::protocol::Decisions,
         pending: &[usize],
         task_approvals: &[crate::store::TaskApprovals],
-        by: &str,
+        (by, via): (&str, Option<crate::protocol::Via>),
     ) -> Event {
         let data = body::data(body::TasksDecided {
             decisions,
             decided_by: by,
             pending,
             task_approvals,
+            via,
         });
         Event::new(EventType::Progress, about, data)
     }

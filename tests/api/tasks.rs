@@ -354,6 +354,7 @@ async fn a_decide_is_announced_with_its_tasks_and_what_is_pending() {
     );
     assert_eq!(data["decided_by"], "anonymous");
     assert_eq!(data["pending"], json!([1, 2]));
+    assert_eq!(data["via"], "chat");
     let (status, _) = app.reply("hooked", "CONFIRM_ACTION:confirm").await;
     assert_eq!(status, 200);
     assert_eq!(stream.finish().await.chunk_type, ChunkType::Completion);

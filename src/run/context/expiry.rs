@@ -98,6 +98,7 @@ impl RunContext {
             now: &expired.now,
             pending: &expired.pending,
             approving: &[],
+            via: None,
         };
         let (audits, events) = journal.tasks_decided(self.subject(), decided);
         for audit in &audits {
