@@ -145,7 +145,7 @@ async fn start(incoming: Incoming<'_>) -> Result<HttpResponse, Refusal> {
     }
     let key = SessionKey::new(owner, thread);
     let translator = Translator::new(thread, &input.run_id);
-    if state.runs.pending_of(&key).is_some() {
+    if state.runs.waits(&key) {
         return Ok(ended(translator, pending_interrupts()));
     }
     let not_after = incoming.forwarded.and_then(|f| f.not_after);

@@ -104,16 +104,17 @@ pub struct Interaction {
     /// For ordering: milliseconds since the Unix epoch of `expires_at`.
     #[serde(skip)]
     expires_ms: u64,
-    /// Its request's sequence on the run's stream (0 when unknown): where
-    /// a client that resumes it reads on from.
-    #[serde(skip)]
-    pub sequence: u64,
 }
 
-/// A chunk's `sequence`, read alone.
-#[derive(Deserialize)]
-struct SequenceOnly {
-    sequence: u64,
+/// A pause the run waits on, as its run asked it.
+#[derive(Debug, Clone)]
+pub struct WaitingPause {
+    pub confirmation_id: String,
+    pub data: PauseData,
+    /// An approval's tasks still undecided (questions: none).
+    pub pending: Vec<usize>,
+    /// Its request's sequence on the run's stream.
+    pub sequence: u64,
 }
 
 /// One task of an approval, as the inbox lists it.
@@ -324,7 +325,6 @@ fn interaction(
         pending: tasks_pending(&pause),
         confirmation_data: data,
         expires_ms: unix_ms(expires_at),
-        sequence: 0,
     })
 }
 
@@ -443,10 +443,37 @@ impl Runs {
     }
 
     /// The undecided pause of the run on `key`, when this process holds
-    /// it, with its request and the tasks it still waits on (the AG-UI
-    /// face's resume): one look-up, not a listing.
-    pub fn pending_of(&self, key: &SessionKey) -> Option<Interaction> {
-        self.interaction_of(self.manager.waiting_of(key)?)
+    /// it, as its run asked it (typed), with the tasks it still waits on
+    /// and its request's place on the run's stream: one look-up and one
+    /// read of the request (the AG-UI face's resume), not the inbox's
+    /// listing.
+    pub fn waiting_pause(&self, key: &SessionKey) -> Option<WaitingPause> {
+        let pause = self.manager.waiting_of(key)?;
+        let frame = self.logs.find(key)?.last_frame(&pause.confirmation_id)?;
+        let chunk: crate::protocol::Chunk =
+            serde_json::from_slice(crate::sse::data_of(&frame)?).ok()?;
+        let data = chunk.confirmation_data?;
+        let decided: HashSet<usize> = pause.decided.iter().map(|d| d.decision.index).collect();
+        let pending = match &data {
+            PauseData::Approval(plan) => plan
+                .tasks
+                .iter()
+                .map(|task| task.index)
+                .filter(|index| !decided.contains(index))
+                .collect(),
+            PauseData::Question(_) | PauseData::Reconcile(_) => Vec::new(),
+        };
+        Some(WaitingPause {
+            confirmation_id: pause.confirmation_id,
+            data,
+            pending,
+            sequence: chunk.sequence,
+        })
+    }
+
+    /// Whether the run on `key` waits on a pause here.
+    pub fn waits(&self, key: &SessionKey) -> bool {
+        self.manager.waiting_of(key).is_some()
     }
 
     /// `pause` as the inbox lists it: the request its run sent, and where
@@ -473,9 +500,6 @@ impl Runs {
         item.approvers = pause.groups;
         item.requester_may_approve = pause.requester_may_approve;
         item.task_who = pause.task_who;
-        item.sequence = crate::sse::data_of(&frame)
-            .and_then(|data| serde_json::from_slice::<SequenceOnly>(data).ok())
-            .map_or(0, |chunk| chunk.sequence);
         Some(item)
     }
 }

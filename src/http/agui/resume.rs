@@ -16,9 +16,9 @@ use crate::http::forward::{self, Forwarding};
 use crate::protocol::agui::interrupts::{confirmation_id_of, reply_of, ResumeError, ResumeReply};
 use crate::protocol::agui::translate::{open_tasks, Translator};
 use crate::protocol::agui::{Event, Outcome};
-use crate::protocol::{parse_reply, PauseData, ReplyPayload, Via};
+use crate::protocol::{parse_reply, ReplyPayload, Via};
 use crate::run::decide::{Reply, ReplyError};
-use crate::run::inbox::Interaction;
+use crate::run::inbox::WaitingPause;
 use crate::session::SessionKey;
 
 /// A `resume`: routed to the run that holds the pause its interrupts name.
@@ -72,22 +72,17 @@ async fn decide_here(
     cid: &str,
 ) -> HttpResponse {
     let runs = &incoming.state.runs;
-    let pause = match runs.pending_of(key) {
+    let pause = match runs.waiting_pause(key) {
         Some(pause) if pause.confirmation_id == cid => pause,
         _ => return refused(translator, not_pending(incoming, cid, Some(key)).await),
     };
-    let Ok(data) = serde_json::from_value::<PauseData>(pause.confirmation_data.clone()) else {
-        return refused(
-            translator,
-            ChatError::InvalidRequest("unreadable pause".into()),
-        );
-    };
+    let data = &pause.data;
     let entries = incoming.input.resume.as_deref().unwrap_or_default();
-    let reply = match reply_of(&data, &pause.pending, entries) {
+    let reply = match reply_of(data, &pause.pending, entries) {
         Ok(reply) => reply,
         Err(err) => return refused(translator, resume_error(err)),
     };
-    let translator = translator.resuming(cid, &open_tasks(&data));
+    let translator = translator.resuming(cid, &open_tasks(data));
     // The AG-UI run reads the run's stream from the pause's request on,
     // attached before the decision so nothing is missed; unless another
     // client holds the stream (the pause was asked on the chat endpoint):
@@ -99,7 +94,7 @@ async fn decide_here(
     };
     match take(incoming, key, cid, &reply).await {
         Err(err) => refused(translator, ChatError::Reply(err)),
-        Ok(Taken::StillOpen) => match runs.pending_of(key) {
+        Ok(Taken::StillOpen) => match runs.waiting_pause(key) {
             Some(open) => interrupted_again(translator, &open),
             None => follow(translator, attached),
         },
@@ -174,17 +169,9 @@ fn follow(
 }
 
 /// The AG-UI run ends with the interrupts `pause` still has open.
-fn interrupted_again(mut translator: Translator, pause: &Interaction) -> HttpResponse {
-    match serde_json::from_value::<PauseData>(pause.confirmation_data.clone()) {
-        Ok(data) => {
-            let events = translator.interrupted(&data, &pause.pending);
-            ended(translator, events)
-        }
-        Err(_) => refused(
-            translator,
-            ChatError::InvalidRequest("unreadable pause".into()),
-        ),
-    }
+fn interrupted_again(mut translator: Translator, pause: &WaitingPause) -> HttpResponse {
+    let events = translator.interrupted(&pause.data, &pause.pending);
+    ended(translator, events)
 }
 
 /// Why nothing of the thread's waits on the pause `cid`: decided (who and
@@ -199,7 +186,7 @@ async fn not_pending(incoming: &Incoming<'_>, cid: &str, key: Option<&SessionKey
     if let Some(note) = note {
         return ChatError::Reply(ReplyError::Decided(note));
     }
-    let waits_on_another = key.is_some_and(|key| runs.pending_of(key).is_some());
+    let waits_on_another = key.is_some_and(|key| runs.waits(key));
     ChatError::Reply(match waits_on_another {
         true => DecideError::Stale.into(),
         false => DecideError::NoPending.into(),
