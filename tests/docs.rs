@@ -170,3 +170,45 @@ fn help_gives_the_range_of_every_numeric_flag() {
     }
     assert!(missing.is_empty(), "no range in --help: {missing:#?}");
 }
+
+/// The OpenAPI document's `chunk_type` values are the chunk table's of
+/// docs/protocol.md, row for row, and its `error_type` enum is every error
+/// type, each one documented.
+#[test]
+fn the_openapi_document_s_enums_are_the_docs_tables() {
+    let protocol = read("docs/protocol.md");
+    let table: BTreeSet<String> = protocol
+        .lines()
+        .skip_while(|line| !line.starts_with("| `chunk_type` | when |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .filter_map(|line| line.split('`').nth(1).map(str::to_owned))
+        .collect();
+    let document = chatgate::protocol::openapi::document("test");
+    let schemas = &document["components"]["schemas"];
+    let enum_of = |value: &serde_json::Value| -> BTreeSet<String> {
+        value
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let chunk_types = enum_of(&schemas["ChunkFields"]["properties"]["chunk_type"]["enum"]);
+    assert_eq!(
+        chunk_types, table,
+        "the document's chunk types and the docs' table"
+    );
+    let one_of = schemas["Chunk"]["oneOf"].as_array().unwrap().len();
+    assert_eq!(one_of, table.len(), "one event schema per chunk type");
+
+    let documented: BTreeSet<&str> = code_spans(&protocol).into_iter().collect();
+    let in_document = enum_of(&schemas["ErrorType"]["enum"]);
+    let all: BTreeSet<String> = error_types().into_iter().map(str::to_owned).collect();
+    assert_eq!(in_document, all);
+    let missing: Vec<&String> = in_document
+        .iter()
+        .filter(|t| !documented.contains(t.as_str()))
+        .collect();
+    assert!(missing.is_empty(), "not in docs/protocol.md: {missing:?}");
+}

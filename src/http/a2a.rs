@@ -68,14 +68,15 @@ pub async fn rpc(
         Ok(Err(err)) => return rpc::http_refusal(&state, &err),
         Err(_) => return rpc::http_refusal(&state, &ChatError::RequestTimeout),
     };
-    let answer = match parse(&req, &body) {
+    match parse(&req, &body) {
         Ok(request) => {
             let call = Call::new(&req, &state, caller, request.id.clone());
-            dispatch(call, request).await
+            dispatch(call, request).await.respond()
         }
-        Err(error) => Answer::Json(error),
-    };
-    answer.respond()
+        // Not a JSON-RPC request of this version at all: 400, with the
+        // JSON-RPC error as its body.
+        Err(error) => HttpResponse::BadRequest().json(error),
+    }
 }
 
 /// The body as a JSON-RPC request of a version this face speaks.

@@ -34,6 +34,7 @@ use actix_web::web;
 
 use crate::protocol::a2a::{A2A_PATH, AGENT_CARD_PATH};
 use crate::protocol::agui::{AGUI_CAPABILITIES_PATH, AGUI_PATH};
+use crate::protocol::openapi::OPENAPI_PATH;
 use crate::protocol::{CHAT_PATH, GRANTS_PATH, INBOX_PATH, RULES_PATH, RUNS_PATH, TOOLS_PATH};
 
 /// The Slack app's interactivity request URL.
@@ -54,37 +55,62 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::method(Method::OPTIONS).to(chat::preflight))
             .default_service(web::to(chat::method_not_allowed)),
     )
-    .route(AGUI_CAPABILITIES_PATH, web::get().to(agui::capabilities))
-    .route(A2A_PATH, web::post().to(a2a::rpc))
-    .route(AGENT_CARD_PATH, web::get().to(a2a::card))
-    .route(INBOX_PATH, web::get().to(inbox::interactions))
-    .route(TOOLS_PATH, web::get().to(tools::list))
-    .route(RULES_PATH, web::get().to(tools::rules))
-    .route(GRANTS_PATH, web::get().to(grants::list))
-    .route(
+    .service(only(
+        AGUI_CAPABILITIES_PATH,
+        "GET",
+        web::get().to(agui::capabilities),
+    ))
+    .service(only(A2A_PATH, "POST", web::post().to(a2a::rpc)))
+    .service(only(AGENT_CARD_PATH, "GET", web::get().to(a2a::card)))
+    .service(only(OPENAPI_PATH, "GET", web::get().to(probes::openapi)))
+    .service(only(INBOX_PATH, "GET", web::get().to(inbox::interactions)))
+    .service(only(TOOLS_PATH, "GET", web::get().to(tools::list)))
+    .service(only(RULES_PATH, "GET", web::get().to(tools::rules)))
+    .service(only(GRANTS_PATH, "GET", web::get().to(grants::list)))
+    .service(only(
         &format!("{GRANTS_PATH}/{{id}}"),
+        "DELETE",
         web::delete().to(grants::revoke),
-    )
-    .route(
+    ))
+    .service(only(
         &format!("{RUNS_PATH}/{{session_id}}"),
+        "GET",
         web::get().to(runs::outcome),
-    )
-    .route("/healthz", web::get().to(probes::health))
-    .route("/health", web::get().to(probes::health))
+    ))
+    .service(only("/healthz", "GET", web::get().to(probes::health)))
+    .service(only("/health", "GET", web::get().to(probes::health)))
     // simacode's paths, for its clients and probes.
-    .route("/health/", web::get().to(probes::health))
-    .route("/health/live", web::get().to(probes::health))
-    .route("/health/ready", web::get().to(probes::ready))
-    .route("/readyz", web::get().to(probes::ready))
-    .route("/metrics", web::get().to(probes::metrics))
-    .route(JWKS_PATH, web::get().to(probes::jwks))
+    .service(only("/health/", "GET", web::get().to(probes::health)))
+    .service(only("/health/live", "GET", web::get().to(probes::health)))
+    .service(only("/health/ready", "GET", web::get().to(probes::ready)))
+    .service(only("/readyz", "GET", web::get().to(probes::ready)))
+    .service(only("/metrics", "GET", web::get().to(probes::metrics)))
+    .service(only(JWKS_PATH, "GET", web::get().to(probes::jwks)))
     .service(
         web::resource("/d/{token}")
             .route(web::get().to(links::show))
-            .route(web::post().to(links::decide)),
+            .route(web::post().to(links::decide))
+            .default_service(web::to(|req| page::method_not_allowed(req, "GET, POST"))),
     )
-    .route(SLACK_ACTIONS_PATH, web::post().to(slack::actions))
-    .route("/", web::get().to(page::index))
-    .route("/chatgate-client.mjs", web::get().to(page::client_module))
+    .service(only(
+        SLACK_ACTIONS_PATH,
+        "POST",
+        web::post().to(slack::actions),
+    ))
+    .service(only("/", "GET", web::get().to(page::index)))
+    .service(only(
+        "/chatgate-client.mjs",
+        "GET",
+        web::get().to(page::client_module),
+    ))
     .default_service(web::to(page::not_found));
+}
+
+/// `path`, answered by `route` for `method`; any other method is 405
+/// with `Allow` (the documented routes answer no method they do not
+/// document).
+fn only(path: &str, method: &'static str, route: actix_web::Route) -> actix_web::Resource {
+    web::resource(path)
+        .route(route)
+        .default_service(web::to(move |req| page::method_not_allowed(req, method)))
 }

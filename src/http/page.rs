@@ -26,6 +26,17 @@ pub async fn not_found(req: HttpRequest) -> HttpResponse {
     }))
 }
 
+/// A method a documented path does not answer: 405, `Allow`, and the
+/// JSON error body.
+pub async fn method_not_allowed(req: HttpRequest, allow: &'static str) -> HttpResponse {
+    HttpResponse::MethodNotAllowed()
+        .insert_header((header::ALLOW, allow))
+        .json(serde_json::json!({
+            "error_type": "method_not_allowed",
+            "message": format!("{} is not allowed on {}: {allow}", req.method(), req.path()),
+        }))
+}
+
 pub async fn index() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")

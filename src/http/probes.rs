@@ -76,3 +76,11 @@ pub async fn jwks(state: web::Data<AppState>) -> HttpResponse {
         .insert_header((header::CACHE_CONTROL, "max-age=300"))
         .json(state.runs.settings().receipts.jwks())
 }
+
+/// `GET /openapi.json`: the OpenAPI 3.1 document of every route. Public:
+/// it names no secret.
+pub async fn openapi() -> HttpResponse {
+    HttpResponse::Ok().json(crate::protocol::openapi::document(env!(
+        "CARGO_PKG_VERSION"
+    )))
+}

@@ -22,6 +22,7 @@ pub mod ask;
 pub mod chunk;
 pub mod given;
 pub mod names;
+pub mod openapi;
 pub mod question;
 pub mod reconcile;
 pub mod request;

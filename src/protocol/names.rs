@@ -81,7 +81,7 @@ pub mod meta {
 }
 
 /// What a chunk is, as written in `chunk_type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, EnumIter)]
 #[serde(rename_all = "snake_case")]
 pub enum ChunkType {
     TaskInit,

@@ -106,17 +106,6 @@ pub struct Interaction {
     expires_ms: u64,
 }
 
-/// A pause the run waits on, as its run asked it.
-#[derive(Debug, Clone)]
-pub struct WaitingPause {
-    pub confirmation_id: String,
-    pub data: PauseData,
-    /// An approval's tasks still undecided (questions: none).
-    pub pending: Vec<usize>,
-    /// Its request's sequence on the run's stream.
-    pub sequence: u64,
-}
-
 /// One task of an approval, as the inbox lists it.
 #[derive(Debug, Clone, Serialize)]
 pub struct TaskLine {
@@ -440,40 +429,6 @@ impl Runs {
             .into_iter()
             .filter_map(|pause| self.interaction_of(pause))
             .collect()
-    }
-
-    /// The undecided pause of the run on `key`, when this process holds
-    /// it, as its run asked it (typed), with the tasks it still waits on
-    /// and its request's place on the run's stream: one look-up and one
-    /// read of the request (the AG-UI face's resume), not the inbox's
-    /// listing.
-    pub fn waiting_pause(&self, key: &SessionKey) -> Option<WaitingPause> {
-        let pause = self.manager.waiting_of(key)?;
-        let frame = self.logs.find(key)?.last_frame(&pause.confirmation_id)?;
-        let chunk: crate::protocol::Chunk =
-            serde_json::from_slice(crate::sse::data_of(&frame)?).ok()?;
-        let data = chunk.confirmation_data?;
-        let decided: HashSet<usize> = pause.decided.iter().map(|d| d.decision.index).collect();
-        let pending = match &data {
-            PauseData::Approval(plan) => plan
-                .tasks
-                .iter()
-                .map(|task| task.index)
-                .filter(|index| !decided.contains(index))
-                .collect(),
-            PauseData::Question(_) | PauseData::Reconcile(_) => Vec::new(),
-        };
-        Some(WaitingPause {
-            confirmation_id: pause.confirmation_id,
-            data,
-            pending,
-            sequence: chunk.sequence,
-        })
-    }
-
-    /// Whether the run on `key` waits on a pause here.
-    pub fn waits(&self, key: &SessionKey) -> bool {
-        self.manager.waiting_of(key).is_some()
     }
 
     /// `pause` as the inbox lists it: the request its run sent, and where

@@ -35,6 +35,7 @@ pub mod grants;
 pub mod inbox;
 pub mod journal;
 pub mod outcome;
+pub mod pending;
 pub mod place;
 pub mod plan;
 mod quorum_step;

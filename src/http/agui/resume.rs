@@ -18,7 +18,7 @@ use crate::protocol::agui::translate::{open_tasks, Translator};
 use crate::protocol::agui::{Event, Outcome};
 use crate::protocol::{parse_reply, ReplyPayload, Via};
 use crate::run::decide::{Reply, ReplyError};
-use crate::run::inbox::WaitingPause;
+use crate::run::pending::WaitingPause;
 use crate::session::SessionKey;
 
 /// A `resume`: routed to the run that holds the pause its interrupts name.
