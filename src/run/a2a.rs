@@ -29,8 +29,10 @@ pub const MAX_ARTIFACTS: usize = 256;
 pub const MAX_ARTIFACT_BYTES: usize = 64 * 1024;
 /// Most messages a task's history keeps (the latest).
 pub const MAX_HISTORY: usize = 32;
-/// Updates a subscriber may fall behind by before its stream ends.
-const SUBSCRIBER_LAG: usize = 1024;
+/// Updates a subscriber may fall behind by before its stream ends (the
+/// channel's ring is allocated whole per task: 64 slots keep 10,000
+/// tasks' rings to a few MiB).
+const SUBSCRIBER_LAG: usize = 64;
 /// Push deliveries queued per task before new ones are dropped.
 const PUSH_QUEUE: usize = 256;
 /// How long one push delivery may take.

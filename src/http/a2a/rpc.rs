@@ -137,19 +137,14 @@ impl<'a> Call<'a> {
             (!ended).then_some((updates, task, id)),
             |state| async move {
                 let (mut updates, task, id) = state?;
-                loop {
-                    match updates.recv().await {
-                        Ok(event) => {
-                            let ends = event["statusUpdate"]["status"]["state"]
-                                .as_str()
-                                .is_some_and(is_terminal);
-                            let next = (!ends).then_some((updates, task, id.clone()));
-                            return Some((a2a::result(&id, event), next));
-                        }
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                    }
-                }
+                // Fell behind (an error): the stream ends, and the client
+                // subscribes again (the task comes first).
+                let event = updates.recv().await.ok()?;
+                let ends = event["statusUpdate"]["status"]["state"]
+                    .as_str()
+                    .is_some_and(is_terminal);
+                let next = (!ends).then_some((updates, task, id.clone()));
+                Some((a2a::result(&id, event), next))
             },
         );
         Answer::Stream(
