@@ -126,6 +126,29 @@ impl<'a> Call<'a> {
             .ok_or_else(|| self.fail(code::TASK_NOT_FOUND, &format!("no task {id}"), None))
     }
 
+    /// Decides `task`'s pause `pause` with `reply` on the one decision
+    /// path, as this call's key, `via: a2a`.
+    pub async fn decide(
+        &self,
+        task: &A2aTask,
+        pause: &str,
+        reply: &crate::protocol::ReplyMessage,
+        payload: crate::protocol::ReplyPayload<'_>,
+    ) -> Result<crate::run::decide::Decided, crate::run::decide::ReplyError> {
+        let client = crate::http::forward::client_address(self.req, false);
+        let decider = self.state.access.decider(self.caller);
+        let reply = crate::run::decide::Reply {
+            message: reply,
+            confirmation_id: Some(pause),
+            payload,
+            client: client.as_deref(),
+            decider: &decider,
+            not_after: None,
+            via: crate::protocol::Via::A2a,
+        };
+        self.state.runs.decide(&task.key, reply).await
+    }
+
     /// The task's events as JSON-RPC results: the task first, then its
     /// updates, until it ends.
     pub fn stream(&self, task: Arc<A2aTask>) -> Answer {

@@ -11,14 +11,12 @@ use super::rpc::{settled, Answer, Call};
 use crate::confirmation::DecideError;
 use crate::http::access::Caller;
 use crate::http::error::ChatError;
-use crate::http::forward;
 use crate::protocol::a2a::{code, Message, SendMessage};
 use crate::protocol::{
     is_valid_session_id, parse_reply, ChatRequest, ReplyMessage, ReplyPayload, TaskDecisionRequest,
-    ValidRequest, Via,
+    ValidRequest,
 };
 use crate::run::a2a::A2aTask;
-use crate::run::decide::Reply;
 use crate::run::start::Started;
 use crate::session::SessionKey;
 
@@ -117,28 +115,12 @@ async fn answer(call: Call<'_>, id: String, message: Message, streaming: bool) -
         Ok(parts) => parts,
         Err(why) => return call.fail(code::INVALID_PARAMS, &why, Some("invalid_request")),
     };
-    let client = forward::client_address(call.req, false);
-    let decider = call.state.access.decider(call.caller);
-    let decided = call
-        .state
-        .runs
-        .decide(
-            &task.key,
-            Reply {
-                message: &reply,
-                confirmation_id: Some(&pause),
-                payload: ReplyPayload {
-                    decisions: decisions.as_deref(),
-                    answers: answers.as_ref(),
-                    grant: None,
-                },
-                client: client.as_deref(),
-                decider: &decider,
-                not_after: None,
-                via: Via::A2a,
-            },
-        )
-        .await;
+    let payload = ReplyPayload {
+        decisions: decisions.as_deref(),
+        answers: answers.as_ref(),
+        grant: None,
+    };
+    let decided = call.decide(&task, &pause, &reply, payload).await;
     let decided = match decided {
         Ok(decided) => decided,
         Err(err) => return call.refused(&ChatError::Reply(err)),

@@ -8,14 +8,12 @@ use serde_json::{json, Value};
 
 use super::rpc::{Answer, Call};
 use crate::http::error::ChatError;
-use crate::http::forward;
 use crate::protocol::a2a::{
     code, ListTasks, PushConfig, PushRef, TaskRef, Update, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE,
     MAX_PUSH_CONFIGS,
 };
-use crate::protocol::{parse_reply, ReplyPayload, Via};
+use crate::protocol::{parse_reply, ReplyPayload};
 use crate::run::a2a::A2aTask;
-use crate::run::decide::Reply;
 
 pub async fn get(call: Call<'_>, params: Value) -> Answer {
     let (task, history) = match looked_up(&call, params) {
@@ -62,23 +60,8 @@ pub async fn cancel(call: Call<'_>, params: Value) -> Answer {
     let Some(reply) = reply else {
         return call.fail(code::INTERNAL, "cancel", None);
     };
-    let client = forward::client_address(call.req, false);
-    let decider = call.state.access.decider(call.caller);
     let cancelled = call
-        .state
-        .runs
-        .decide(
-            &task.key,
-            Reply {
-                message: &reply,
-                confirmation_id: Some(&pause),
-                payload: ReplyPayload::default(),
-                client: client.as_deref(),
-                decider: &decider,
-                not_after: None,
-                via: Via::A2a,
-            },
-        )
+        .decide(&task, &pause, &reply, ReplyPayload::default())
         .await;
     if let Err(err) = cancelled {
         return call.refused(&ChatError::Reply(err));
