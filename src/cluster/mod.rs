@@ -175,7 +175,7 @@ impl Cluster {
         })
     }
 
-    /// A new run takes `key`, unless a live replica owns it; `superseded`
+    /// A new run (named `run`, else a new id) takes `key`, unless a live replica owns it; `superseded`
     /// (this replica's paused run on the session, and its decision) is
     /// decided in the same step. A claim whose outcome is unknown (Redis did
     /// not answer in time) is settled before this returns, or within
@@ -184,10 +184,11 @@ impl Cluster {
     pub async fn claim(
         &self,
         key: &SessionKey,
+        run: Option<Arc<str>>,
         superseded: Option<(&str, &StoredDecision)>,
         events: &[crate::store::OutboxEvent],
     ) -> Result<Claimed, StoreError> {
-        let run: Arc<str> = Arc::from(uuid::Uuid::new_v4().to_string());
+        let run = run.unwrap_or_else(|| Arc::from(uuid::Uuid::new_v4().to_string()));
         let nonce = match superseded {
             Some((_, decision)) => decision.nonce.clone(),
             None => uuid::Uuid::new_v4().simple().to_string(),

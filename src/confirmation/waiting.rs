@@ -34,6 +34,8 @@ pub struct Waiting {
     pub task_approvals: Vec<crate::store::TaskApprovals>,
     /// Who may decide each of its tasks.
     pub task_who: Vec<crate::pause::approval::TaskWho>,
+    /// Its run's id in a durable store, when a store keeps it.
+    pub run: Option<std::sync::Arc<str>>,
 }
 
 impl ConfirmationManager {
@@ -97,6 +99,7 @@ fn waiting(key: &SessionKey, entry: &Entry) -> Option<Waiting> {
             .plan()
             .map(|plan| crate::pause::approval::TaskWho::of(plan))
             .unwrap_or_default(),
+        run: pause.stored.clone(),
     })
 }
 

@@ -6,6 +6,7 @@
 //! [`crate::run::a2a`]. Refusals are JSON-RPC errors carrying chatgate's
 //! `error_type` (docs/protocol.md, "The A2A face").
 
+mod route;
 mod rpc;
 mod send;
 mod tasks;
@@ -68,9 +69,19 @@ pub async fn rpc(
         Ok(Err(err)) => return rpc::http_refusal(&state, &err),
         Err(_) => return rpc::http_refusal(&state, &ChatError::RequestTimeout),
     };
+    let cluster = state.runs.cluster().map(|c| c.as_ref());
+    let forwarded = match super::forward::forwarded(cluster, req.headers()) {
+        Ok(forwarded) => forwarded,
+        Err(err) => return rpc::http_refusal(&state, &err),
+    };
     match parse(&req, &body) {
         Ok(request) => {
-            let call = Call::new(&req, &state, caller, request.id.clone());
+            let mut call = Call::new(&req, &state, caller, request.id.clone());
+            call.forwarded = forwarded;
+            call.body = body;
+            if let Some(answered) = route::elsewhere(&call, &request).await {
+                return answered;
+            }
             dispatch(call, request).await.respond()
         }
         // Not a JSON-RPC request of this version at all: 400, with the

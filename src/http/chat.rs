@@ -336,7 +336,7 @@ async fn approved(
 /// restored first if this replica owns it without holding it (a takeover of
 /// its own that ran late); if another replica owns it by now, there is no
 /// second hop: the forwarder is told to retry.
-async fn elsewhere(
+pub(super) async fn elsewhere(
     state: &AppState,
     key: &SessionKey,
     forwarded: Option<Forwarded>,

@@ -64,7 +64,13 @@ pub struct Forwarded {
 }
 
 /// Request headers the owner needs to answer as if the client had come.
-const PASSED_ON: [&str; 4] = ["authorization", "content-type", "last-event-id", "origin"];
+const PASSED_ON: [&str; 5] = [
+    "authorization",
+    "content-type",
+    "last-event-id",
+    "origin",
+    "a2a-version",
+];
 /// Response headers a client reads.
 const PASSED_BACK: [&str; 6] = [
     "content-type",
@@ -174,10 +180,12 @@ pub async fn forward(
 }
 
 /// The path a request is forwarded to: the endpoint it came to (the chat
-/// endpoint, or the AG-UI one), nothing a client could choose beyond it.
+/// endpoint, the AG-UI one or the A2A one), nothing a client could choose
+/// beyond it.
 fn forwarded_path(req: &HttpRequest) -> &'static str {
     match req.path() {
         crate::protocol::agui::AGUI_PATH => crate::protocol::agui::AGUI_PATH,
+        crate::protocol::a2a::A2A_PATH => crate::protocol::a2a::A2A_PATH,
         _ => CHAT_PATH,
     }
 }

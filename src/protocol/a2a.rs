@@ -156,6 +156,59 @@ impl Message {
     }
 }
 
+/// What a task's id says: the run (its id, the one a store keeps its
+/// pauses under) and the session it runs on (its key's namespace and its
+/// session id), so that any replica finds the one holding the run, and
+/// the holder finds the run again after a restart. Written
+/// `<run>.<namespace or ->.<session id, base64url>`; a client treats it
+/// as opaque.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskAddress {
+    pub run: String,
+    pub namespace: Option<String>,
+    pub session_id: String,
+}
+
+impl TaskAddress {
+    /// The task id.
+    pub fn id(&self) -> String {
+        use base64::Engine;
+        let session = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&self.session_id);
+        let namespace = self.namespace.as_deref().unwrap_or("-");
+        format!("{}.{namespace}.{session}", self.run)
+    }
+
+    /// The address a task id names, when it is one this server writes.
+    pub fn parse(id: &str) -> Option<TaskAddress> {
+        use base64::Engine;
+        let mut parts = id.splitn(3, '.');
+        let (run, namespace, session) = (parts.next()?, parts.next()?, parts.next()?);
+        let run_ok = !run.is_empty()
+            && run.len() <= 64
+            && run.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        let namespace_ok = !namespace.is_empty()
+            && namespace.len() <= 64
+            && namespace
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !run_ok || !namespace_ok {
+            return None;
+        }
+        let session = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(session)
+            .ok()?;
+        let session_id = String::from_utf8(session).ok()?;
+        if !super::is_valid_session_id(&session_id) {
+            return None;
+        }
+        Some(TaskAddress {
+            run: run.to_owned(),
+            namespace: (namespace != "-").then(|| namespace.to_owned()),
+            session_id,
+        })
+    }
+}
+
 /// `GetTaskRequest`, `CancelTaskRequest`, `SubscribeToTaskRequest`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -387,4 +440,37 @@ pub fn agent_card(url: &str, version: &str, tools: &[(String, String)]) -> Value
         "defaultOutputModes": ["text/plain", "application/json"],
         "skills": skills,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_address_round_trips_and_nothing_else_parses() {
+        for (namespace, session) in [
+            (None, "s-1"),
+            (Some("k0123456789abcdef0123456789abcdef"), "a.b/c é"),
+        ] {
+            let address = TaskAddress {
+                run: uuid::Uuid::new_v4().to_string(),
+                namespace: namespace.map(str::to_owned),
+                session_id: session.to_owned(),
+            };
+            assert_eq!(TaskAddress::parse(&address.id()), Some(address));
+        }
+        for id in [
+            "",
+            "x",
+            "r.-",
+            "r..czE",
+            ".-.czE",
+            "r/x.-.czE",
+            "r.-.!!",
+            "r.-.",
+            "r.k.AA",
+        ] {
+            assert_eq!(TaskAddress::parse(id), None, "{id:?}");
+        }
+    }
 }

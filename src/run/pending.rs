@@ -16,6 +16,10 @@ pub struct WaitingPause {
     pub pending: Vec<usize>,
     /// Its request's sequence on the run's stream.
     pub sequence: u64,
+    /// Its request, as it was sent (without its data: that is `data`).
+    pub request: crate::protocol::Chunk,
+    /// Its run's id in a durable store, when a store keeps it.
+    pub run: Option<std::sync::Arc<str>>,
 }
 
 impl Runs {
@@ -27,9 +31,9 @@ impl Runs {
     pub fn waiting_pause(&self, key: &SessionKey) -> Option<WaitingPause> {
         let pause = self.manager.waiting_of(key)?;
         let frame = self.logs.find(key)?.last_frame(&pause.confirmation_id)?;
-        let chunk: crate::protocol::Chunk =
+        let mut chunk: crate::protocol::Chunk =
             serde_json::from_slice(crate::sse::data_of(&frame)?).ok()?;
-        let data = chunk.confirmation_data?;
+        let data = chunk.confirmation_data.take()?;
         let decided: HashSet<usize> = pause.decided.iter().map(|d| d.decision.index).collect();
         let pending = match &data {
             PauseData::Approval(plan) => plan
@@ -45,6 +49,8 @@ impl Runs {
             data,
             pending,
             sequence: chunk.sequence,
+            request: chunk,
+            run: pause.run,
         })
     }
 

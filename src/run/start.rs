@@ -68,13 +68,29 @@ impl Runs {
         message: String,
         not_after: Option<SystemTime>,
     ) -> Result<Started, StartError> {
+        self.start_named(key, message, not_after, None).await
+    }
+
+    /// [`Runs::start`], the run named `run` (the id a store keeps its
+    /// pauses under; a face that names runs, A2A, finds it again by it).
+    /// Without a durable store nothing keeps the name.
+    pub async fn start_named(
+        &self,
+        key: SessionKey,
+        message: String,
+        not_after: Option<SystemTime>,
+        run: Option<Arc<str>>,
+    ) -> Result<Started, StartError> {
         if not_after.is_some_and(|deadline| SystemTime::now() > deadline) {
             return Err(StartError::Late);
         }
         let begun = self.manager.begin_run(key.clone(), self.limits)?;
         let (slot, stored_id) = match &self.cluster {
-            None => (self.supersede_in_store(&key, begun).await?, None),
-            Some(cluster) => match self.claim(cluster.clone(), &key, begun).await? {
+            None => {
+                let named = run.filter(|_| self.settings.store.is_durable());
+                (self.supersede_in_store(&key, begun).await?, named)
+            }
+            Some(cluster) => match self.claim(cluster.clone(), &key, begun, run).await? {
                 Taken::Here(slot, run) => (slot, Some(run)),
                 Taken::Elsewhere(peer) => return Ok(Started::Elsewhere(peer)),
             },
@@ -159,6 +175,7 @@ impl Runs {
         cluster: Arc<Cluster>,
         key: &SessionKey,
         begun: Begun,
+        run: Option<Arc<str>>,
     ) -> Result<Taken, StartError> {
         let (decision, events) = match &begun {
             Begun::Supersedes(taken) => {
@@ -177,6 +194,7 @@ impl Runs {
         let claimed = cluster
             .claim(
                 key,
+                run,
                 decision.as_ref().map(|(run, d)| (run.as_ref(), d)),
                 &with_claim,
             )

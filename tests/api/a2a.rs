@@ -331,3 +331,56 @@ async fn the_agent_card_names_the_endpoint_the_tools_and_the_key_scheme() {
         "bearer"
     );
 }
+
+/// A task is found again by its id after a restart (a durable store):
+/// its run waits on the same pause, an answer to the task decides it, and
+/// a task id of a run the session no longer waits on is not found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_outlives_a_restart_of_its_server() {
+    use crate::durable::{start, terminate, Dir};
+    async fn rpc_at(url: &str, method: &str, params: Value) -> Value {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let response = reqwest::Client::new()
+            .post(format!("{url}/a2a"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    }
+    let dir = Dir::new();
+    let mut first = start(&dir, &[]);
+    let mut started = text("create a report; email it");
+    started["message"]["contextId"] = json!("kept-ctx");
+    let body = rpc_at(&first.url, "SendMessage", started.clone()).await;
+    let task = body["result"]["task"].clone();
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{body}"
+    );
+    let id = task["id"].as_str().unwrap().to_owned();
+    terminate(&mut first);
+
+    let second = start(&dir, &[]);
+    let found = rpc_at(&second.url, "GetTask", json!({"id": id})).await;
+    let found = &found["result"];
+    assert_eq!(found["id"], id.as_str(), "{found}");
+    assert_eq!(found["contextId"], "kept-ctx");
+    assert_eq!(found["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    assert_eq!(card(found), card(&task), "the same pause, the same card");
+    let answer = to_task(&id, json!({"action": "confirm"}));
+    let body = rpc_at(&second.url, "SendMessage", answer).await;
+    let done = &body["result"]["task"];
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{body}");
+    assert_eq!(done["artifacts"].as_array().unwrap().len(), 2, "{body}");
+
+    // Another task's id on the same session (a run the session no longer
+    // waits on), and ids this server never wrote: not found.
+    let mut other = id.clone();
+    other.replace_range(0..8, "00000000");
+    for wrong in [other.as_str(), "not-a-task", "x.-.a2VwdC1jdHg"] {
+        let missing = rpc_at(&second.url, "GetTask", json!({"id": wrong})).await;
+        assert_eq!(missing["error"]["code"], -32001, "{wrong}: {missing}");
+    }
+}

@@ -17,8 +17,9 @@ use serde_json::Value;
 use crate::http::access::Caller;
 use crate::http::error::ChatError;
 use crate::http::event_stream;
+use crate::http::forward::Forwarded;
 use crate::http::state::AppState;
-use crate::protocol::a2a::{self, code};
+use crate::protocol::a2a::{self, code, TaskAddress};
 use crate::run::a2a::A2aTask;
 
 /// How long a `SendMessage` (not streaming) waits for its task to pause
@@ -27,12 +28,16 @@ pub const SEND_WAIT: Duration = Duration::from_secs(30);
 /// The keep-alive comment's period on an A2A stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// One JSON-RPC call: the request, the server, who called, its id.
+/// One JSON-RPC call: the request, the server, who called, its id, and
+/// its body as it came (a replica passes it on to the session's holder).
 pub struct Call<'a> {
     pub req: &'a HttpRequest,
     pub state: &'a AppState,
     pub caller: Caller,
     pub id: Value,
+    pub body: Bytes,
+    /// Set when another replica passed the call on.
+    pub forwarded: Option<Forwarded>,
 }
 
 /// A method's answer.
@@ -86,6 +91,8 @@ impl<'a> Call<'a> {
             state,
             caller,
             id,
+            body: Bytes::new(),
+            forwarded: None,
         }
     }
 
@@ -117,13 +124,35 @@ impl<'a> Call<'a> {
     }
 
     /// The task `id`, when the caller may see it (its own key's, or an
-    /// approver's whose scope takes its namespace in).
+    /// approver's whose scope takes its namespace in): held here, or made
+    /// again from its run when this process holds the run but not the
+    /// task (a restart, a takeover) and the run waits on a pause.
     pub fn task(&self, id: &str) -> Result<Arc<A2aTask>, Answer> {
-        self.state
-            .a2a
-            .get(id)
-            .filter(|task| self.state.access.may_see(self.caller, task.key.owner))
-            .ok_or_else(|| self.fail(code::TASK_NOT_FOUND, &format!("no task {id}"), None))
+        let not_found = || self.fail(code::TASK_NOT_FOUND, &format!("no task {id}"), None);
+        let Some(key) = super::route::task_key(self, id) else {
+            return Err(not_found());
+        };
+        let runs = &self.state.runs;
+        let found = || {
+            let pause = runs.waiting_pause(&key)?;
+            let run = TaskAddress::parse(id)?.run;
+            if pause.run.as_deref() != Some(run.as_str()) {
+                return None;
+            }
+            let mut request = pause.request;
+            request.confirmation_data = Some(pause.data);
+            let held = runs.logs().find(&key).is_some_and(|log| !log.is_detached());
+            let stream = match held {
+                true => None,
+                false => runs.reattach(key.clone(), pause.sequence).ok(),
+            };
+            Some((request, stream))
+        };
+        match self.state.a2a.get_or_find(id, &key, found) {
+            Ok(Some(task)) => Ok(task),
+            Ok(None) => Err(not_found()),
+            Err(full) => Err(self.fail(code::INTERNAL, &full.to_string(), Some("overloaded"))),
+        }
     }
 
     /// Decides `task`'s pause `pause` with `reply` on the one decision
@@ -135,7 +164,7 @@ impl<'a> Call<'a> {
         reply: &crate::protocol::ReplyMessage,
         payload: crate::protocol::ReplyPayload<'_>,
     ) -> Result<crate::run::decide::Decided, crate::run::decide::ReplyError> {
-        let client = crate::http::forward::client_address(self.req, false);
+        let client = crate::http::forward::client_address(self.req, self.forwarded.is_some());
         let decider = self.state.access.decider(self.caller);
         let reply = crate::run::decide::Reply {
             message: reply,
@@ -143,7 +172,7 @@ impl<'a> Call<'a> {
             payload,
             client: client.as_deref(),
             decider: &decider,
-            not_after: None,
+            not_after: self.forwarded.and_then(|f| f.not_after),
             via: crate::protocol::Via::A2a,
         };
         self.state.runs.decide(&task.key, reply).await

@@ -11,7 +11,7 @@ use super::rpc::{settled, Answer, Call};
 use crate::confirmation::DecideError;
 use crate::http::access::Caller;
 use crate::http::error::ChatError;
-use crate::protocol::a2a::{code, Message, SendMessage};
+use crate::protocol::a2a::{code, Message, SendMessage, TaskAddress};
 use crate::protocol::{
     is_valid_session_id, parse_reply, ChatRequest, ReplyMessage, ReplyPayload, TaskDecisionRequest,
     ValidRequest,
@@ -85,15 +85,24 @@ async fn start(call: &Call<'_>, message: &Message) -> Result<Arc<A2aTask>, Answe
         return Err(refused(ChatError::ShuttingDown));
     }
     let key = SessionKey::new(owner, &session);
-    let started = call.state.runs.start(key.clone(), text, None).await;
+    let address = TaskAddress {
+        run: uuid::Uuid::new_v4().to_string(),
+        namespace: call.state.runs.settings().namespaces.name(owner),
+        session_id: session.clone(),
+    };
+    let run = Some(Arc::from(address.run.as_str()));
+    let not_after = call.forwarded.and_then(|f| f.not_after);
+    let runs = &call.state.runs;
+    let started = runs.start_named(key.clone(), text, not_after, run).await;
     let subscription = match started.map_err(|err| refused(err.into()))? {
         Started::Here(subscription) => subscription,
+        // Claimed by another replica since it was routed: retry.
         Started::Elsewhere(_) => return Err(refused(ChatError::owner_unavailable())),
     };
     let first = user_message(message, None, &session);
     call.state
         .a2a
-        .open(key, first, subscription)
+        .open(address.id(), key, first, subscription)
         .map_err(|full| call.fail(code::INTERNAL, &full.to_string(), Some("overloaded")))
 }
 

@@ -38,7 +38,9 @@ async fn settle(call: &Call<'_>, task: &A2aTask) {
         return;
     }
     if let Ok(Some(outcome)) = call.state.runs.outcome(&task.key).await {
-        task.apply(Update::of(&outcome.final_chunk, &task.id));
+        if task.ended_by(&outcome) {
+            task.apply(Update::of(&outcome.final_chunk, &task.id));
+        }
     }
 }
 

@@ -12,23 +12,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc, watch};
+
+mod push;
+mod view;
 
 use crate::protocol::a2a::{agent_message, PushConfig, TaskState, Update};
 use crate::protocol::Chunk;
 use crate::run::stream::Subscription;
 use crate::session::{run_log, RunTag, SessionKey};
+use view::{artifact, push_history, status, View};
+pub use view::{MAX_ARTIFACTS, MAX_ARTIFACT_BYTES, MAX_HISTORY};
 
 /// Most tasks the registry holds.
 pub const MAX_A2A_TASKS: usize = 10_000;
-/// Most artifacts one task holds (later outputs replace nothing: they are
-/// dropped, and the task's metadata says so).
-pub const MAX_ARTIFACTS: usize = 256;
-/// Largest artifact text, in bytes (streamed content stops growing there).
-pub const MAX_ARTIFACT_BYTES: usize = 64 * 1024;
-/// Most messages a task's history keeps (the latest).
-pub const MAX_HISTORY: usize = 32;
 /// Updates a subscriber may fall behind by before its stream ends (the
 /// channel's ring is allocated whole per task: 64 slots keep 10,000
 /// tasks' rings to a few MiB).
@@ -74,36 +72,66 @@ impl A2aTasks {
         }
     }
 
-    /// A new task for the run on `key`, whose stream is `subscription`:
-    /// registered, then followed.
+    /// A new task `id` for the run on `key` (`first`: the message that
+    /// started it), whose stream is `subscription`: registered, then
+    /// followed.
     pub fn open(
         &self,
+        id: String,
         key: SessionKey,
         first: Value,
         subscription: Subscription,
     ) -> Result<Arc<A2aTask>, TasksFull> {
-        let task = Arc::new(A2aTask::new(key, first));
-        {
-            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            if inner.tasks.len() >= MAX_A2A_TASKS && !inner.evict_one() {
-                return Err(TasksFull);
-            }
-            inner.tasks.insert(task.id.clone(), task.clone());
-            inner.order.push_back(task.id.clone());
-        }
+        let mut inner = self.lock();
+        let task = Arc::new(A2aTask::new(id, key, Some(first)));
+        inner.insert(task.clone())?;
         tokio::spawn(follow(task.clone(), subscription));
         Ok(task)
     }
 
+    /// The task `id`, held here or, when `found` finds its run (a restart
+    /// or a takeover left this process without it), made again from it:
+    /// `found` gives the chunk the run waits on (its pause's request) and
+    /// the run's stream after it, when no other client holds it. Found
+    /// under the registry's lock: one task per id, one follower.
+    pub fn get_or_find(
+        &self,
+        id: &str,
+        key: &SessionKey,
+        found: impl FnOnce() -> Option<(Chunk, Option<Subscription>)>,
+    ) -> Result<Option<Arc<A2aTask>>, TasksFull> {
+        let mut inner = self.lock();
+        if let Some(task) = inner.tasks.get(id) {
+            return Ok(Some(task.clone()));
+        }
+        let Some((request, subscription)) = found() else {
+            return Ok(None);
+        };
+        let task = Arc::new(A2aTask::new(id.to_owned(), key.clone(), None));
+        task.apply(Update::of(&request, id));
+        inner.insert(task.clone())?;
+        match subscription {
+            Some(subscription) => {
+                tokio::spawn(follow(task.clone(), subscription));
+            }
+            None => task.unfollowed(),
+        }
+        Ok(Some(task))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The task `id`.
     pub fn get(&self, id: &str) -> Option<Arc<A2aTask>> {
-        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let inner = self.lock();
         inner.tasks.get(id).cloned()
     }
 
     /// Every task `visible` admits, most recently updated first.
     pub fn list(&self, visible: impl Fn(&A2aTask) -> bool) -> Vec<Arc<A2aTask>> {
-        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let inner = self.lock();
         let mut tasks: Vec<Arc<A2aTask>> = inner
             .tasks
             .values()
@@ -128,13 +156,28 @@ impl A2aTasks {
         if push.queue.is_none() {
             let (send, receive) = mpsc::channel(PUSH_QUEUE);
             push.queue = Some(send);
-            tokio::spawn(deliver(self.http.clone(), task.clone(), receive));
+            // Held weakly: a task dropped from the registry (and ended)
+            // drops its queue, and its deliveries end.
+            let held = Arc::downgrade(task);
+            let configs = move || held.upgrade().map(|t| t.push_configs()).unwrap_or_default();
+            let http = self.http.clone();
+            tokio::spawn(push::deliver(http, task.key.clone(), configs, receive));
         }
         config
     }
 }
 
 impl Inner {
+    /// Registers `task`, making room from an ended task when full.
+    fn insert(&mut self, task: Arc<A2aTask>) -> Result<(), TasksFull> {
+        if self.tasks.len() >= MAX_A2A_TASKS && !self.evict_one() {
+            return Err(TasksFull);
+        }
+        self.order.push_back(task.id.clone());
+        self.tasks.insert(task.id.clone(), task);
+        Ok(())
+    }
+
     /// Drops the oldest ended task; false when none has ended.
     fn evict_one(&mut self) -> bool {
         let Some(at) = self.order.iter().position(|id| {
@@ -169,26 +212,10 @@ struct Push {
     queue: Option<mpsc::Sender<Value>>,
 }
 
-struct View {
-    state: TaskState,
-    message: Value,
-    updated_ms: u64,
-    artifacts: Vec<Value>,
-    dropped_artifacts: usize,
-    history: VecDeque<Value>,
-    /// The pause it waits on (its `confirmation_id`).
-    pause: Option<String>,
-    /// Its run's stream is followed (else its end is read from the run's
-    /// kept outcome).
-    followed: bool,
-}
-
 impl A2aTask {
-    fn new(key: SessionKey, first: Value) -> A2aTask {
-        let id = uuid::Uuid::new_v4().to_string();
+    fn new(id: String, key: SessionKey, first: Option<Value>) -> A2aTask {
         let message = agent_message(&id, &key.session_id, "working", None);
-        let mut history = VecDeque::new();
-        history.push_back(first);
+        let history: VecDeque<Value> = first.into_iter().collect();
         A2aTask {
             view: Mutex::new(View {
                 state: TaskState::Working,
@@ -198,6 +225,8 @@ impl A2aTask {
                 dropped_artifacts: 0,
                 history,
                 pause: None,
+                last_pause: None,
+                began_ms: crate::clock::now_ms(),
                 followed: true,
             }),
             changed: watch::channel(0).0,
@@ -227,6 +256,21 @@ impl A2aTask {
 
     pub fn updated_ms(&self) -> u64 {
         self.view().updated_ms
+    }
+
+    /// Whether `outcome` (its session's kept outcome) is its run's: it
+    /// names the last pause the task waited on, or, for a task that never
+    /// waited, came after the task began.
+    pub fn ended_by(&self, outcome: &crate::store::Outcome) -> bool {
+        let view = self.view();
+        let waited: Vec<&String> = view.pause.iter().chain(&view.last_pause).collect();
+        match waited.is_empty() {
+            true => outcome.ended_at_ms >= view.began_ms,
+            false => outcome
+                .pauses
+                .iter()
+                .any(|p| waited.contains(&&p.confirmation_id)),
+        }
     }
 
     /// Whether its run's stream is still followed.
@@ -323,6 +367,9 @@ impl A2aTask {
                             .and_then(Value::as_str)
                             .map(str::to_owned)
                     });
+                    if view.pause.is_some() {
+                        view.last_pause = view.pause.clone();
+                    }
                     view.state = state;
                     view.message = agent_message(&self.id, self.context_id(), &text, card.as_ref());
                     if !metadata.is_empty() {
@@ -383,66 +430,6 @@ impl A2aTask {
     }
 }
 
-/// The task's status: its state, its message, when.
-fn status(view: &View) -> Value {
-    json!({
-        "state": view.state.as_str(),
-        "message": view.message,
-        "timestamp": crate::clock::rfc3339_ms(view.updated_ms),
-    })
-}
-
-fn push_history(history: &mut VecDeque<Value>, message: Value) {
-    if history.len() >= MAX_HISTORY {
-        history.pop_front();
-    }
-    history.push_back(message);
-}
-
-/// Adds (or appends to) the artifact `id`: what the update carries (the
-/// whole artifact, or the appended part) and whether it appends; `None`
-/// when the task holds its most artifacts, or the text its most bytes.
-fn artifact(
-    view: &mut View,
-    id: String,
-    name: String,
-    text: String,
-    metadata: Map<String, Value>,
-    append: bool,
-) -> Option<(Value, bool)> {
-    let existing = view
-        .artifacts
-        .iter_mut()
-        .find(|a| a["artifactId"] == id.as_str());
-    if let (true, Some(existing)) = (append, existing) {
-        let whole = existing["parts"][0]["text"].as_str().unwrap_or("");
-        if whole.len() + text.len() > MAX_ARTIFACT_BYTES {
-            return None;
-        }
-        let grown = format!("{whole}{text}");
-        existing["parts"][0]["text"] = Value::from(grown);
-        return Some((json!({"artifactId": id, "parts": [{"text": text}]}), true));
-    }
-    if view.artifacts.len() >= MAX_ARTIFACTS {
-        view.dropped_artifacts += 1;
-        return None;
-    }
-    let mut text = text;
-    if text.len() > MAX_ARTIFACT_BYTES {
-        let mut cut = MAX_ARTIFACT_BYTES;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-    }
-    let mut artifact = json!({"artifactId": id, "name": name, "parts": [{"text": text}]});
-    if !metadata.is_empty() {
-        artifact["metadata"] = Value::Object(metadata);
-    }
-    view.artifacts.push(artifact.clone());
-    Some((artifact, false))
-}
-
 /// Reads the run's stream into the task until the task ends (or the
 /// stream does: another client took it over, or the server stops).
 async fn follow(task: Arc<A2aTask>, mut subscription: Subscription) {
@@ -461,132 +448,16 @@ async fn follow(task: Arc<A2aTask>, mut subscription: Subscription) {
     task.unfollowed();
 }
 
-/// Delivers the task's updates to its push configs, in order: a POST of
-/// each update (a `StreamResponse`) with the config's token
-/// (`X-A2A-Notification-Token`) and authentication; no redirect is
-/// followed, a failed delivery is logged by the URL's origin only.
-async fn deliver(http: reqwest::Client, task: Arc<A2aTask>, mut queue: mpsc::Receiver<Value>) {
-    while let Some(event) = queue.recv().await {
-        for config in task.push_configs() {
-            let mut request = http
-                .post(&config.url)
-                .header("content-type", "application/a2a+json")
-                .body(event.to_string());
-            if let Some(token) = &config.token {
-                request = request.header("X-A2A-Notification-Token", token);
-            }
-            if let Some(auth) = &config.authentication {
-                let value = match &auth.credentials {
-                    Some(credentials) => format!("{} {credentials}", auth.scheme),
-                    None => auth.scheme.clone(),
-                };
-                request = request.header("authorization", value);
-            }
-            let outcome = request.send().await;
-            let failed = match &outcome {
-                Ok(response) if response.status().is_success() => None,
-                Ok(response) => Some(format!("answered {}", response.status())),
-                Err(err) => Some(crate::redact::request_error(err)),
-            };
-            if let Some(why) = failed {
-                let origin = crate::redact::origin(&config.url);
-                run_log!(
-                    Warn,
-                    RunTag::session(&task.key),
-                    "A2A push to {origin}: {why}"
-                );
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn view() -> View {
-        View {
-            state: TaskState::Working,
-            message: Value::Null,
-            updated_ms: 0,
-            artifacts: Vec::new(),
-            dropped_artifacts: 0,
-            history: VecDeque::new(),
-            pause: None,
-            followed: true,
-        }
-    }
-
-    #[test]
-    fn artifacts_are_bounded_in_number_and_size() {
-        let mut view = view();
-        for n in 0..MAX_ARTIFACTS + 3 {
-            artifact(
-                &mut view,
-                format!("a{n}"),
-                "t".into(),
-                "x".into(),
-                Map::new(),
-                false,
-            );
-        }
-        assert_eq!(view.artifacts.len(), MAX_ARTIFACTS);
-        assert_eq!(view.dropped_artifacts, 3);
-
-        let mut view = self::view();
-        let big = "é".repeat(MAX_ARTIFACT_BYTES);
-        artifact(&mut view, "big".into(), "t".into(), big, Map::new(), false);
-        let kept = view.artifacts[0]["parts"][0]["text"]
-            .as_str()
-            .unwrap()
-            .len();
-        assert!(kept <= MAX_ARTIFACT_BYTES && kept > MAX_ARTIFACT_BYTES - 2);
-        // Streamed content stops growing at the bound.
-        let id = "answer".to_owned();
-        artifact(
-            &mut view,
-            id.clone(),
-            "a".into(),
-            "y".repeat(10),
-            Map::new(),
-            true,
-        );
-        let grown = artifact(
-            &mut view,
-            id.clone(),
-            "a".into(),
-            "z".repeat(10),
-            Map::new(),
-            true,
-        );
-        assert!(grown.is_some_and(|(_, appended)| appended));
-        let over = artifact(
-            &mut view,
-            id,
-            "a".into(),
-            "w".repeat(MAX_ARTIFACT_BYTES),
-            Map::new(),
-            true,
-        );
-        assert!(over.is_none());
-    }
-
-    #[test]
-    fn history_keeps_the_latest_messages() {
-        let mut history = VecDeque::new();
-        for n in 0..MAX_HISTORY + 5 {
-            push_history(&mut history, Value::from(n));
-        }
-        assert_eq!(history.len(), MAX_HISTORY);
-        assert_eq!(history[0], Value::from(5));
-    }
 
     #[tokio::test]
     async fn a_full_registry_makes_room_only_from_ended_tasks() {
         let mut inner = Inner::default();
         let key = SessionKey::new(None, "s");
-        let working = Arc::new(A2aTask::new(key.clone(), Value::Null));
-        let ended = Arc::new(A2aTask::new(key, Value::Null));
+        let working = Arc::new(A2aTask::new("w".into(), key.clone(), None));
+        let ended = Arc::new(A2aTask::new("e".into(), key, None));
         ended.view().state = TaskState::Completed;
         for task in [&working, &ended] {
             inner.tasks.insert(task.id.clone(), task.clone());

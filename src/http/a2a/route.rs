@@ -1,0 +1,79 @@
+//! Where an A2A call is answered: here, or at the replica that holds the
+//! session it addresses (a task's id names its session, a new message's
+//! `contextId` does), which answers it as its own (the body passed on as
+//! it came; a stream comes back streamed).
+
+use actix_web::HttpResponse;
+use serde_json::Value;
+
+use super::rpc::Call;
+use crate::http::chat;
+use crate::http::forward::Forwarding;
+use crate::protocol::a2a::{RpcRequest, TaskAddress};
+use crate::session::SessionKey;
+
+/// The owner's answer when another replica holds the session `request`
+/// addresses; `None` to answer here (no cluster, the session is here or
+/// nowhere, or the call addresses no session the caller may see: then
+/// it is refused here as it would be anywhere).
+pub async fn elsewhere(call: &Call<'_>, request: &RpcRequest) -> Option<HttpResponse> {
+    call.state.runs.cluster()?;
+    let key = addressed(call, request)?;
+    let peer = match chat::elsewhere(call.state, &key, call.forwarded).await {
+        Ok(None) => return None,
+        Ok(Some(peer)) => peer,
+        Err(err) => return Some(call.refused(&err).respond()),
+    };
+    let forwarding = match request.method.as_str() {
+        "GetTask" | "ListTasks" | "SubscribeToTask" => Forwarding::Read,
+        _ => Forwarding::Change,
+    };
+    let body = call.body.clone();
+    match chat::forward_to(call.state, &peer, &key, call.req, body, forwarding).await {
+        Ok(response) => Some(response),
+        Err(err) => Some(call.refused(&err).respond()),
+    }
+}
+
+/// The session a call addresses, when the caller may see it: a task's
+/// (by its id), or a new message's or a listing's `contextId`.
+fn addressed(call: &Call<'_>, request: &RpcRequest) -> Option<SessionKey> {
+    let params = &request.params;
+    let text = |value: &Value| value.as_str().map(str::to_owned);
+    let task_id = match request.method.as_str() {
+        "SendMessage" | "SendStreamingMessage" => params["message"].get("taskId").and_then(text),
+        "GetTask" | "CancelTask" | "SubscribeToTask" => params.get("id").and_then(text),
+        "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig" => params.get("taskId").and_then(text),
+        _ => None,
+    };
+    if let Some(id) = task_id {
+        return task_key(call, &id);
+    }
+    let context = match request.method.as_str() {
+        "SendMessage" | "SendStreamingMessage" => params["message"].get("contextId"),
+        "ListTasks" => params.get("contextId"),
+        _ => None,
+    }?;
+    let crate::http::access::Caller::Owner(owner) = call.caller else {
+        return None;
+    };
+    let context = context
+        .as_str()
+        .filter(|c| crate::protocol::is_valid_session_id(c))?;
+    Some(SessionKey::new(owner, context))
+}
+
+/// The session of the task `id`, when it is a task id this server writes
+/// and the caller may see its session.
+pub fn task_key(call: &Call<'_>, id: &str) -> Option<SessionKey> {
+    let address = TaskAddress::parse(id)?;
+    let namespaces = &call.state.runs.settings().namespaces;
+    let owner = namespaces.owner(address.namespace.as_deref())?;
+    if !call.state.access.may_see(call.caller, owner) {
+        return None;
+    }
+    Some(SessionKey::new(owner, &address.session_id))
+}
