@@ -274,6 +274,27 @@ def agui(target, body):
     return response.status, events
 
 
+def a2a(target, method, params):
+    """One A2A JSON-RPC call on ``target``: its HTTP status and its body."""
+    conn = connect(target)
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    conn.request("POST", "/a2a", body=json.dumps(body),
+                 headers={"Content-Type": "application/json", "A2A-Version": "1.0"})
+    response = conn.getresponse()
+    raw = response.read().decode()
+    conn.close()
+    return response.status, json.loads(raw)
+
+
+def a2a_message(parts, task_id=None, context_id=None):
+    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": parts}
+    if task_id:
+        message["taskId"] = task_id
+    if context_id:
+        message["contextId"] = context_id
+    return {"message": message}
+
+
 def setUpModule():
     global CLUSTER
     CLUSTER = Cluster()
@@ -316,6 +337,97 @@ class RoundRobinTests(unittest.TestCase):
                                   "resume": resume[:1]})
         self.assertEqual(events[-1]["type"], "RUN_ERROR", events)
         self.assertEqual(events[-1]["code"], "already_decided")
+
+    def test_an_a2a_task_started_on_a_is_read_and_answered_on_b_and_refused_on_c(self):
+        a, b, c = CLUSTER.replicas[:3]
+        context = new_session("a2a")
+        status, body = a2a(a, "SendMessage",
+                           a2a_message([{"text": "build; ship"}], context_id=context))
+        self.assertEqual(status, 200, body)
+        task = body["result"]["task"]
+        self.assertEqual(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", body)
+        card = task["status"]["message"]["parts"][1]["data"]
+        cid, interrupts = card["confirmation_id"], [t["task_id"] for t in card["tasks"]]
+
+        # Read on another replica: passed to the owner, the same task.
+        forwarded = b.forwarded()
+        status, body = a2a(b, "GetTask", {"id": task["id"]})
+        self.assertEqual(status, 200)
+        self.assertEqual(body["result"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED", body)
+        self.assertEqual(body["result"]["contextId"], context)
+        self.assertGreater(b.forwarded(), forwarded)
+        status, body = a2a(c, "ListTasks", {"contextId": context})
+        self.assertEqual([t["id"] for t in body["result"]["tasks"]], [task["id"]], body)
+
+        # Answered on another replica: the run goes on at its owner, to its end.
+        status, body = a2a(b, "SendMessage",
+                           a2a_message([{"data": {"action": "confirm"}}], task_id=task["id"]))
+        self.assertEqual(status, 200)
+        done = body["result"]["task"]
+        self.assertEqual(done["status"]["state"], "TASK_STATE_COMPLETED", body)
+        self.assertEqual(len(done["artifacts"]), 2, body)
+
+        # The losers: chat, AG-UI and A2A, each on another replica.
+        status, chunk, _ = answer(c, context, "confirm", confirmation_id=cid)
+        self.assertEqual(status, 409, chunk)
+        self.assertEqual(chunk["metadata"]["error_type"], "already_decided")
+        resume = [{"interruptId": i, "status": "resolved", "payload": {"approved": True}}
+                  for i in interrupts]
+        status, events = agui(a, {"threadId": context, "runId": "r2", "messages": [],
+                                  "resume": resume})
+        self.assertEqual(events[-1]["type"], "RUN_ERROR", events)
+        self.assertEqual(events[-1]["code"], "already_decided")
+        status, body = a2a(c, "SendMessage",
+                           a2a_message([{"data": {"action": "cancel"}}], task_id=task["id"]))
+        self.assertEqual(body["error"]["code"], -32004, body)
+
+    def test_a_pause_an_a2a_task_waits_on_is_decided_by_agui_elsewhere_and_refused_on_a2a(self):
+        a, b, c = CLUSTER.replicas[:3]
+        context = new_session("a2a-agui")
+        status, body = a2a(a, "SendMessage",
+                           a2a_message([{"text": "build; ship"}], context_id=context))
+        task = body["result"]["task"]
+        card = task["status"]["message"]["parts"][1]["data"]
+        resume = [{"interruptId": t["task_id"], "status": "resolved", "payload": {"approved": True}}
+                  for t in card["tasks"]]
+        status, events = agui(b, {"threadId": context, "runId": "r1", "messages": [],
+                                  "resume": resume})
+        self.assertEqual(status, 200)
+        self.assertEqual(events[-1]["type"], "RUN_FINISHED", events)
+        # The A2A answer on a third replica loses: the task has moved on.
+        status, body = a2a(c, "SendMessage",
+                           a2a_message([{"data": {"action": "confirm"}}], task_id=task["id"]))
+        self.assertIn("error", body, body)
+        self.assertIn(body["error"]["code"], (-32004,), body)
+        deadline = time.monotonic() + 10
+        while True:
+            status, body = a2a(c, "GetTask", {"id": task["id"]})
+            state = body["result"]["status"]["state"]
+            if state == "TASK_STATE_COMPLETED" or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.assertEqual(state, "TASK_STATE_COMPLETED", body)
+
+    def test_an_a2a_task_on_a_killed_replica_is_found_and_answered_elsewhere(self):
+        doomed = CLUSTER.add("doomed-a2a")
+        a = CLUSTER.replicas[0]
+        context = new_session("a2a-kill9")
+        status, body = a2a(doomed, "SendMessage",
+                           a2a_message([{"text": "build; ship"}], context_id=context))
+        task = body["result"]["task"]
+        self.assertEqual(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED", body)
+
+        doomed.kill()
+        time.sleep(OWNER_TTL + 0.5)  # its heartbeat expires
+        status, body = a2a(a, "GetTask", {"id": task["id"]})
+        self.assertEqual(status, 200, body)
+        found = body["result"]
+        self.assertEqual(found["status"]["state"], "TASK_STATE_INPUT_REQUIRED", body)
+        self.assertEqual(found["status"]["message"]["parts"][1]["data"]["confirmation_id"],
+                         task["status"]["message"]["parts"][1]["data"]["confirmation_id"])
+        status, body = a2a(a, "SendMessage",
+                           a2a_message([{"data": {"action": "confirm"}}], task_id=task["id"]))
+        self.assertEqual(body["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED", body)
 
     def test_stream_on_a_modify_on_b_confirm_on_c(self):
         a, b, c = CLUSTER.replicas[:3]
