@@ -185,6 +185,7 @@ fn is_one_or_less(n: &usize) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QuestionData {
     /// Always `question`.
+    #[serde(default)]
     pub kind: PauseKind,
     pub confirmation_id: String,
     pub title: String,
@@ -210,24 +211,73 @@ pub enum PauseData {
 
 impl<'de> Deserialize<'de> for PauseData {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<PauseData, D::Error> {
+        deserializer.deserialize_map(PauseDataVisitor)
+    }
+}
+
+/// Reads a pause's data by its `kind`. This server writes `kind` first: it
+/// is read, and the rest goes straight into its kind's type (one pass, no
+/// tree of values in between: a face reads every pause it answers). An
+/// object whose first key is another (an older version's record, a map
+/// in key order) is read whole, then by its `kind`.
+struct PauseDataVisitor;
+
+impl<'de> serde::de::Visitor<'de> for PauseDataVisitor {
+    type Value = PauseData;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a pause's confirmation_data object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<PauseData, A::Error> {
+        use serde::de::value::MapAccessDeserializer;
         use serde::de::Error;
-        let value = Value::deserialize(deserializer)?;
-        let kind = match value.get("kind") {
-            Some(kind) => PauseKind::deserialize(kind).map_err(D::Error::custom)?,
+        let first = map.next_key::<String>()?;
+        if first.as_deref() == Some("kind") {
+            let kind: PauseKind = map.next_value()?;
+            return PauseData::of_kind(kind, MapAccessDeserializer::new(map));
+        }
+        let mut object = Map::new();
+        if let Some(first) = first {
+            object.insert(first, map.next_value()?);
+            while let Some((key, value)) = map.next_entry::<String, Value>()? {
+                object.insert(key, value);
+            }
+        }
+        let object = Value::Object(object);
+        let kind = match object.get("kind") {
+            Some(kind) => PauseKind::deserialize(kind).map_err(A::Error::custom)?,
             None => PauseKind::Approval,
         };
-        match kind {
-            PauseKind::Question => QuestionData::deserialize(value).map(PauseData::Question),
-            PauseKind::Reconcile => {
-                ReconcileData::deserialize(value).map(|data| PauseData::Reconcile(Box::new(data)))
-            }
-            PauseKind::Approval => ConfirmationData::deserialize(value).map(PauseData::Approval),
-        }
-        .map_err(D::Error::custom)
+        PauseData::of_kind(kind, object).map_err(A::Error::custom)
     }
 }
 
 impl PauseData {
+    /// `kind`'s data, read from `rest` (which may lack the `kind` itself).
+    fn of_kind<'de, D: serde::Deserializer<'de>>(
+        kind: PauseKind,
+        rest: D,
+    ) -> Result<PauseData, D::Error> {
+        Ok(match kind {
+            PauseKind::Question => {
+                let mut data = QuestionData::deserialize(rest)?;
+                data.kind = kind;
+                PauseData::Question(data)
+            }
+            PauseKind::Reconcile => {
+                let mut data = ReconcileData::deserialize(rest)?;
+                data.kind = kind;
+                PauseData::Reconcile(Box::new(data))
+            }
+            PauseKind::Approval => {
+                let mut data = ConfirmationData::deserialize(rest)?;
+                data.kind = kind;
+                PauseData::Approval(data)
+            }
+        })
+    }
+
     /// The kind of pause it asks.
     pub fn kind(&self) -> PauseKind {
         match self {
@@ -487,6 +537,26 @@ pub fn json_len(value: &impl Serialize) -> usize {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn pause_data_written_kind_first_reads_as_read_whole() {
+        let question = json!({"kind": "question", "confirmation_id": "q", "title": "t",
+            "questions": [], "options": ["answer"], "timeout_seconds": 1, "expires_at": "x"});
+        let approval = json!({"kind": "approval", "confirmation_id": "c", "confirmation_round": 0,
+            "tasks": [], "options": ["confirm"], "timeout_seconds": 1, "expires_at": "x",
+            "risk_level": "low", "last_round": false});
+        for value in [question, approval] {
+            let whole: PauseData = serde_json::from_value(value.clone()).unwrap();
+            let text = serde_json::to_string(&whole).unwrap();
+            assert!(text.starts_with("{\"kind\":"), "{text}");
+            let streamed: PauseData = serde_json::from_str(&text).unwrap();
+            assert_eq!(streamed, whole);
+            assert_eq!(serde_json::to_value(&streamed).unwrap(), value);
+        }
+        // Kind first, the rest of another kind's shape: refused, not guessed.
+        let wrong = r#"{"kind":"question","confirmation_id":"c","confirmation_round":0}"#;
+        assert!(serde_json::from_str::<PauseData>(wrong).is_err());
+    }
 
     #[test]
     fn pause_data_is_read_by_its_kind_and_no_kind_is_an_approval() {

@@ -13,6 +13,7 @@ use super::task_spec::TaskSpec;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReconcileData {
     /// Always `reconcile`.
+    #[serde(default)]
     pub kind: PauseKind,
     pub confirmation_id: String,
     pub title: String,

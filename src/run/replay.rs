@@ -129,6 +129,11 @@ pub(super) struct Subscriber {
     /// known point, numbered on from that id.
     pub(super) offset: u64,
     pub(super) waker: Option<Waker>,
+    /// For a subscriber that translates chunks (a face: AG-UI, A2A), the
+    /// chunks pushed since it asked, typed, until it sends them: it reads
+    /// them instead of parsing their frames back. At most the log's frame
+    /// bound; nothing is kept for other subscribers.
+    pub(super) typed: Option<VecDeque<Box<Chunk>>>,
 }
 
 impl ReplayInner {
@@ -189,6 +194,14 @@ impl Replay {
         let frame = sse::encode(&chunk);
         inner.bytes += frame.len();
         inner.frames.push_back(frame);
+        let finished = chunk.finished;
+        let bound = self.limits.frames;
+        if let Some(typed) = inner.subscriber.as_mut().and_then(|s| s.typed.as_mut()) {
+            if typed.len() >= bound {
+                typed.pop_front();
+            }
+            typed.push_back(Box::new(chunk));
+        }
         inner.next_seq += 1;
         let mut overflowed = false;
         while inner.frames.len() > self.limits.frames
@@ -203,10 +216,17 @@ impl Replay {
                 .as_ref()
                 .is_some_and(|s| s.cursor <= evicted);
         }
-        inner.finished |= chunk.finished;
+        // The typed chunks of frames no longer kept go with them.
+        let first = inner.first_retained();
+        if let Some(typed) = inner.subscriber.as_mut().and_then(|s| s.typed.as_mut()) {
+            while typed.front().is_some_and(|c| c.sequence < first) {
+                typed.pop_front();
+            }
+        }
+        inner.finished |= finished;
         let waker = inner.subscriber.as_mut().and_then(|s| s.waker.take());
         drop(inner);
-        if chunk.finished {
+        if finished {
             self.changed.notify_waiters();
         }
         if overflowed {
@@ -533,6 +553,7 @@ impl Replay {
             cursor: last_seen + 1,
             offset,
             waker: None,
+            typed: None,
         });
         drop(inner);
         if let Some(waker) = previous.and_then(|s| s.waker) {

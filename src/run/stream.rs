@@ -59,6 +59,9 @@ pub struct Subscription {
     attached_at: Instant,
     /// Shared by every client stream of the server.
     settings: Arc<StreamSettings>,
+    /// The last frame's chunk, typed, when the log kept it for this
+    /// subscription (see [`Subscription::typed`]).
+    chunk: Option<Box<crate::protocol::Chunk>>,
 }
 
 impl Subscription {
@@ -98,7 +101,27 @@ impl Subscription {
             opened: Some(Instant::now()),
             attached_at: Instant::now(),
             settings,
+            chunk: None,
         }
+    }
+
+    /// This subscription translates chunks (a face): from now on the log
+    /// keeps each chunk it pushes, typed, until this subscription sends
+    /// it, and [`Subscription::chunk`] gives it beside its frame.
+    pub fn typed(self) -> Subscription {
+        let mut inner = self.log.lock();
+        if let Some(me) = inner.subscriber.as_mut().filter(|s| s.id == self.id) {
+            me.typed.get_or_insert_with(Default::default);
+        }
+        drop(inner);
+        self
+    }
+
+    /// The chunk of the frame last sent, typed, when the log kept it (a
+    /// typed subscription, a chunk pushed after it asked, sent as it
+    /// was pushed: not renumbered, not after a gap); else parse the frame.
+    pub fn chunk(&mut self) -> Option<Box<crate::protocol::Chunk>> {
+        self.chunk.take()
     }
 
     fn next_frame(&mut self, cx: &Context<'_>) -> Poll<Option<Bytes>> {
@@ -120,11 +143,22 @@ impl Subscription {
             let index = (me.cursor - first) as usize;
             let sequence = me.cursor;
             me.cursor += 1;
+            let typed = me.typed.as_mut().and_then(|typed| {
+                while typed.front().is_some_and(|c| c.sequence < sequence) {
+                    typed.pop_front();
+                }
+                typed
+                    .front()
+                    .is_some_and(|c| c.sequence == sequence)
+                    .then(|| typed.pop_front())
+                    .flatten()
+            });
             let frame = inner.frames[index].clone();
             let last = finished && me.cursor == next_seq;
             let offset = me.offset;
             drop(guard);
             self.delivered_final |= last;
+            self.chunk = typed.filter(|_| offset == 0 && !self.announce_gap);
             let frame = if offset == 0 {
                 frame
             } else {
@@ -296,6 +330,54 @@ mod tests {
         let text = std::str::from_utf8(&frame).unwrap();
         let json = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
         serde_json::from_str(json).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_typed_subscription_reads_the_chunks_pushed_after_it_asked_as_their_frames_say() {
+        let log = Replay::new(frames(3), RunStop::default());
+        log.push(chunk("before"));
+        let mut sub = Subscription::attach(log.clone(), key(), 0, settings(Duration::ZERO))
+            .unwrap()
+            .typed();
+        for text in ["a", "b"] {
+            log.push(chunk(text));
+        }
+        // Pushed before it asked: only its frame.
+        assert_eq!(next_chunk(&mut sub).await.chunk, "before");
+        assert!(sub.chunk().is_none());
+        for _ in 0..2 {
+            let frame = next_chunk(&mut sub).await;
+            assert_eq!(
+                sub.chunk(),
+                Some(Box::new(frame)),
+                "the typed chunk is its frame's"
+            );
+            assert!(sub.chunk().is_none(), "given once");
+        }
+        // Unread, the kept chunks stay within the log's frame bound, and
+        // those of frames gone with a gap are not given.
+        for n in 0..10 {
+            log.push(chunk(&n.to_string()));
+        }
+        let kept = log
+            .lock()
+            .subscriber
+            .as_ref()
+            .unwrap()
+            .typed
+            .as_ref()
+            .unwrap()
+            .len();
+        assert!(kept <= 3, "{kept}");
+        let after_gap = next_chunk(&mut sub).await;
+        assert!(after_gap.metadata["gap"] == true && sub.chunk().is_none());
+        let next = next_chunk(&mut sub).await;
+        assert_eq!(sub.chunk(), Some(Box::new(next)));
+        // Another subscriber's log keeps nothing typed.
+        let plain = Subscription::attach(log.clone(), key(), 0, settings(Duration::ZERO));
+        log.push(chunk("x"));
+        assert!(log.lock().subscriber.as_ref().unwrap().typed.is_none());
+        drop(plain);
     }
 
     #[tokio::test]

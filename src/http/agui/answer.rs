@@ -45,6 +45,7 @@ pub(super) fn streamed(
 ) -> HttpResponse {
     let mut head = vec![translator.started()];
     head.extend(first);
+    let subscription = subscription.typed();
     event_stream::stream_response(translated(framed(&head), translator, subscription))
 }
 
@@ -71,14 +72,18 @@ fn translated(
             let Some(Ok(frame)) = subscription.next().await else {
                 return Some((Ok(framed(&translator.cut_short())), None));
             };
-            let events = match crate::sse::data_of(&frame) {
-                Some(data) => match serde_json::from_slice::<Chunk>(data) {
-                    Ok(chunk) => translator.chunk(&chunk),
-                    Err(_) => Vec::new(),
-                },
-                None if frame.starts_with(b":") => {
-                    return Some((Ok(frame), Some((subscription, translator))))
-                }
+            // The chunk as the run pushed it, when the log kept it for
+            // this subscription; else parsed back from its frame.
+            let typed = subscription.chunk();
+            if frame.starts_with(b":") {
+                return Some((Ok(frame), Some((subscription, translator))));
+            }
+            let chunk = typed.or_else(|| {
+                let data = crate::sse::data_of(&frame)?;
+                serde_json::from_slice::<Chunk>(data).ok().map(Box::new)
+            });
+            let events = match chunk {
+                Some(chunk) => translator.chunk(&chunk),
                 None => Vec::new(),
             };
             if events.is_empty() {

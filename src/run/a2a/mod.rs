@@ -432,12 +432,15 @@ impl A2aTask {
 
 /// Reads the run's stream into the task until the task ends (or the
 /// stream does: another client took it over, or the server stops).
-async fn follow(task: Arc<A2aTask>, mut subscription: Subscription) {
+async fn follow(task: Arc<A2aTask>, subscription: Subscription) {
+    let mut subscription = subscription.typed();
     while let Some(Ok(frame)) = subscription.next().await {
-        let Some(data) = crate::sse::data_of(&frame) else {
-            continue;
-        };
-        let Ok(chunk) = serde_json::from_slice::<Chunk>(data) else {
+        let typed = subscription.chunk();
+        let chunk = typed.or_else(|| {
+            let data = crate::sse::data_of(&frame)?;
+            serde_json::from_slice::<Chunk>(data).ok().map(Box::new)
+        });
+        let Some(chunk) = chunk else {
             continue;
         };
         task.apply(Update::of(&chunk, &task.id));
