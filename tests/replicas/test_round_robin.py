@@ -408,6 +408,35 @@ class RoundRobinTests(unittest.TestCase):
             time.sleep(0.1)
         self.assertEqual(state, "TASK_STATE_COMPLETED", body)
 
+    def test_a_pause_an_a2a_task_waits_on_is_decided_by_chat_elsewhere_and_refused_on_the_faces(self):
+        a, b, c = CLUSTER.replicas[:3]
+        context = new_session("a2a-chat")
+        status, body = a2a(a, "SendMessage",
+                           a2a_message([{"text": "build; ship"}], context_id=context))
+        task = body["result"]["task"]
+        card = task["status"]["message"]["parts"][1]["data"]
+        status, chunk, _ = answer(b, context, "confirm", confirmation_id=card["confirmation_id"])
+        self.assertEqual(status, 200, chunk)
+        resume = [{"interruptId": t["task_id"], "status": "resolved", "payload": {"approved": True}}
+                  for t in card["tasks"]]
+        status, events = agui(c, {"threadId": context, "runId": "r1", "messages": [],
+                                  "resume": resume})
+        self.assertEqual(events[-1]["type"], "RUN_ERROR", events)
+        self.assertEqual(events[-1]["code"], "already_decided")
+        status, body = a2a(c, "SendMessage",
+                           a2a_message([{"text": "CONFIRM_ACTION:confirm"}], task_id=task["id"]))
+        self.assertEqual(body["error"]["code"], -32004, body)
+        # The task saw the decision and followed its run to the end.
+        deadline = time.monotonic() + 10
+        while True:
+            status, body = a2a(b, "GetTask", {"id": task["id"]})
+            state = body["result"]["status"]["state"]
+            if state == "TASK_STATE_COMPLETED" or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.assertEqual(state, "TASK_STATE_COMPLETED", body)
+        self.assertEqual(len(body["result"]["artifacts"]), 2, body)
+
     def test_an_a2a_task_on_a_killed_replica_is_found_and_answered_elsewhere(self):
         doomed = CLUSTER.add("doomed-a2a")
         a = CLUSTER.replicas[0]
