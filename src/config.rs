@@ -336,6 +336,16 @@ pub struct NotifyFlags {
           default_value = text(crate::webhook::RETRY_FOR),
           value_parser = DurationArg::secs(Duration::from_secs(1), 7 * DAY))]
     pub webhook_retry_for: Duration,
+    /// The hosts an A2A push config may name (repeatable; in the env var,
+    /// comma-separated): a name matches itself, `*.example.com` its
+    /// subdomains, an address only itself written the same. Without any,
+    /// a push URL may name any host (restrict egress instead).
+    #[arg(
+        long = "a2a-push-host",
+        env = "CHATGATE_A2A_PUSH_HOST",
+        value_delimiter = ','
+    )]
+    pub a2a_push_hosts: Vec<String>,
     /// Where people open the page (e.g. `https://gate.example.com`): webhook
     /// events then carry a `decide_url`, the page opened on their session.
     #[arg(long, env = "CHATGATE_PUBLIC_URL", value_parser = parse_public_url)]

@@ -216,7 +216,9 @@ impl Application {
                             .unwrap_or_default(),
                     })
                 }),
-            a2a: Arc::new(crate::run::a2a::A2aTasks::new()),
+            a2a: Arc::new(crate::run::a2a::A2aTasks::new(
+                settings.notify.a2a_push_hosts.clone(),
+            )),
             public_url: settings.notify.public_url.clone(),
         };
         let server = serve(listener, &settings, state.clone()).map_err(bind_error)?;

@@ -384,3 +384,53 @@ async fn a_task_outlives_a_restart_of_its_server() {
         assert_eq!(missing["error"]["code"], -32001, "{wrong}: {missing}");
     }
 }
+
+/// `--a2a-push-host`: a push config may name only the hosts listed, on
+/// its own and with the first message; nothing is kept of one refused.
+#[tokio::test]
+async fn push_configs_name_only_the_hosts_the_operator_lists() {
+    let app = crate::helpers::spawn_app_with(|settings| {
+        settings.notify.a2a_push_hosts = vec!["hooks.example.com".into(), "*.agents.test".into()];
+    })
+    .await;
+    let task = paused(&app).await;
+    let id = task["id"].as_str().unwrap();
+    for url in [
+        "http://127.0.0.1:9/p",
+        "http://169.254.169.254/latest",
+        "https://agents.test/p",
+        "https://hooks.example.com.evil.test/p",
+    ] {
+        let refused = call(
+            &app,
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": id, "url": url}),
+        )
+        .await;
+        assert_eq!(refused["error"]["code"], -32602, "{url}: {refused}");
+        assert_eq!(error_type(&refused), "invalid_request");
+    }
+    for url in ["https://hooks.example.com/p", "http://a.agents.test:8080/p"] {
+        let kept = call(
+            &app,
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": id, "url": url}),
+        )
+        .await;
+        assert_eq!(kept["result"]["url"], url, "{kept}");
+    }
+    let listed = call(
+        &app,
+        "ListTaskPushNotificationConfigs",
+        json!({"taskId": id}),
+    )
+    .await;
+    assert_eq!(listed["result"]["configs"].as_array().unwrap().len(), 2);
+    // With the first message: refused, and no task is started.
+    let mut first = text("create a report");
+    first["configuration"] = json!({"taskPushNotificationConfig": {"url": "http://10.0.0.1/"}});
+    let refused = call(&app, "SendMessage", first).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let all = call(&app, "ListTasks", json!({})).await;
+    assert_eq!(all["result"]["totalSize"], 1, "{all}");
+}

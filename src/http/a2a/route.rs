@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::rpc::Call;
 use crate::http::chat;
 use crate::http::forward::Forwarding;
-use crate::protocol::a2a::{RpcRequest, TaskAddress};
+use crate::protocol::a2a::RpcRequest;
 use crate::session::SessionKey;
 
 /// The owner's answer when another replica holds the session `request`
@@ -50,7 +50,7 @@ fn addressed(call: &Call<'_>, request: &RpcRequest) -> Option<SessionKey> {
         _ => None,
     };
     if let Some(id) = task_id {
-        return task_key(call, &id);
+        return call.task_key(&id);
     }
     let context = match request.method.as_str() {
         "SendMessage" | "SendStreamingMessage" => params["message"].get("contextId"),
@@ -64,16 +64,4 @@ fn addressed(call: &Call<'_>, request: &RpcRequest) -> Option<SessionKey> {
         .as_str()
         .filter(|c| crate::protocol::is_valid_session_id(c))?;
     Some(SessionKey::new(owner, context))
-}
-
-/// The session of the task `id`, when it is a task id this server writes
-/// and the caller may see its session.
-pub fn task_key(call: &Call<'_>, id: &str) -> Option<SessionKey> {
-    let address = TaskAddress::parse(id)?;
-    let namespaces = &call.state.runs.settings().namespaces;
-    let owner = namespaces.owner(address.namespace.as_deref())?;
-    if !call.state.access.may_see(call.caller, owner) {
-        return None;
-    }
-    Some(SessionKey::new(owner, &address.session_id))
 }

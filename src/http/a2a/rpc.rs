@@ -129,7 +129,7 @@ impl<'a> Call<'a> {
     /// task (a restart, a takeover) and the run waits on a pause.
     pub fn task(&self, id: &str) -> Result<Arc<A2aTask>, Answer> {
         let not_found = || self.fail(code::TASK_NOT_FOUND, &format!("no task {id}"), None);
-        let Some(key) = super::route::task_key(self, id) else {
+        let Some(key) = self.task_key(id) else {
             return Err(not_found());
         };
         let runs = &self.state.runs;
@@ -153,6 +153,18 @@ impl<'a> Call<'a> {
             Ok(None) => Err(not_found()),
             Err(full) => Err(self.fail(code::INTERNAL, &full.to_string(), Some("overloaded"))),
         }
+    }
+
+    /// The session of the task `id`, when it is a task id this server
+    /// writes and the caller may see its session.
+    pub fn task_key(&self, id: &str) -> Option<crate::session::SessionKey> {
+        let address = TaskAddress::parse(id)?;
+        let namespaces = &self.state.runs.settings().namespaces;
+        let owner = namespaces.owner(address.namespace.as_deref())?;
+        if !self.state.access.may_see(self.caller, owner) {
+            return None;
+        }
+        Some(crate::session::SessionKey::new(owner, &address.session_id))
     }
 
     /// Decides `task`'s pause `pause` with `reply` on the one decision
@@ -268,10 +280,18 @@ pub fn checked_push(
     config: &crate::protocol::a2a::PushConfig,
 ) -> Result<(), Answer> {
     let url = reqwest::Url::parse(&config.url).ok();
-    let fits = url.is_some_and(|url| matches!(url.scheme(), "http" | "https") && url.has_host());
+    let fits = url
+        .as_ref()
+        .is_some_and(|url| matches!(url.scheme(), "http" | "https") && url.has_host());
     if !fits || config.url.len() > 2048 {
         let why = "a push config's url is an http or https URL of at most 2048 bytes";
         return Err(call.fail(code::INVALID_PARAMS, why, Some("invalid_request")));
+    }
+    let host = url.as_ref().and_then(|url| url.host_str()).unwrap_or("");
+    if !call.state.a2a.may_push_to(host) {
+        let why =
+            format!("this server pushes only to the hosts it names (--a2a-push-host); not {host}");
+        return Err(call.fail(code::INVALID_PARAMS, &why, Some("invalid_request")));
     }
     Ok(())
 }

@@ -26,17 +26,20 @@ pub async fn send(call: Call<'_>, params: Value, streaming: bool) -> Answer {
         Err(answer) => return answer,
     };
     let configuration = request.configuration.clone().unwrap_or_default();
-    let task = match request.message.task_id.clone() {
-        Some(id) => return answer(call, id, request.message, streaming).await,
-        None => match start(&call, &request.message).await {
-            Ok(task) => task,
-            Err(answer) => return answer,
-        },
+    if let Some(id) = request.message.task_id.clone() {
+        return answer(call, id, request.message, streaming).await;
+    }
+    // A push config is checked before the task starts: one refused
+    // starts nothing.
+    let push = configuration.task_push_notification_config;
+    if let Some(Err(answer)) = push.as_ref().map(|p| super::rpc::checked_push(&call, p)) {
+        return answer;
+    }
+    let task = match start(&call, &request.message).await {
+        Ok(task) => task,
+        Err(answer) => return answer,
     };
-    if let Some(push) = configuration.task_push_notification_config {
-        if let Err(answer) = super::rpc::checked_push(&call, &push) {
-            return answer;
-        }
+    if let Some(push) = push {
         call.state.a2a.add_push(&task, push);
     }
     if streaming {

@@ -40,6 +40,8 @@ const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct A2aTasks {
     inner: Mutex<Inner>,
     http: reqwest::Client,
+    /// `--a2a-push-host`: the hosts a push URL may name (none: any).
+    push_hosts: Vec<String>,
 }
 
 #[derive(Default)]
@@ -55,21 +57,33 @@ pub struct TasksFull;
 
 impl Default for A2aTasks {
     fn default() -> Self {
-        A2aTasks::new()
+        A2aTasks::new(Vec::new())
     }
 }
 
 impl A2aTasks {
-    pub fn new() -> A2aTasks {
+    /// The registry, push URLs limited to `push_hosts` (none: any host).
+    pub fn new(push_hosts: Vec<String>) -> A2aTasks {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(PUSH_TIMEOUT)
             .build()
             .unwrap_or_default();
+        let push_hosts = push_hosts
+            .iter()
+            .map(|host| host.trim().to_ascii_lowercase())
+            .filter(|host| !host.is_empty())
+            .collect();
         A2aTasks {
             inner: Mutex::new(Inner::default()),
             http,
+            push_hosts,
         }
+    }
+
+    /// Whether a push URL may name `host` (`--a2a-push-host`).
+    pub fn may_push_to(&self, host: &str) -> bool {
+        push::host_allowed(&self.push_hosts, host)
     }
 
     /// A new task `id` for the run on `key` (`first`: the message that

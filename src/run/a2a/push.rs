@@ -46,3 +46,54 @@ pub(super) async fn deliver(
         }
     }
 }
+
+/// Whether `host` (a URL's, lower-case as a URL writes it) is one of
+/// `allowed`: a name itself, a subdomain of a `*.` entry, an address
+/// written the same (`[::1]` for IPv6). No entry: any host.
+pub(super) fn host_allowed(allowed: &[String], host: &str) -> bool {
+    allowed.is_empty()
+        || allowed.iter().any(|entry| match entry.strip_prefix("*.") {
+            Some(domain) => host
+                .strip_suffix(domain)
+                .is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
+            None => entry == host,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_allowed;
+
+    #[test]
+    fn push_hosts_match_names_subdomains_and_addresses_only() {
+        let allowed: Vec<String> = [
+            "hooks.example.com",
+            "*.agents.example",
+            "127.0.0.1",
+            "[::1]",
+        ]
+        .map(String::from)
+        .to_vec();
+        for host in [
+            "hooks.example.com",
+            "a.agents.example",
+            "b.c.agents.example",
+            "127.0.0.1",
+            "[::1]",
+        ] {
+            assert!(host_allowed(&allowed, host), "{host}");
+        }
+        for host in [
+            "agents.example",
+            "evilagents.example",
+            "hooks.example.com.evil",
+            "xhooks.example.com",
+            "127.0.0.2",
+            "localhost",
+            "169.254.169.254",
+        ] {
+            assert!(!host_allowed(&allowed, host), "{host}");
+        }
+        assert!(host_allowed(&[], "169.254.169.254"), "no list: any host");
+    }
+}
