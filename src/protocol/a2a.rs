@@ -429,6 +429,10 @@ pub fn agent_card(url: &str, version: &str, tools: &[(String, String)]) -> Value
         "name": "chatgate",
         "description": "A human-in-the-loop gate for agents: nothing runs without a person's yes",
         "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": A2A_VERSION}],
+        // The same endpoint as clients of A2A before 1.0 read it (1.0's
+        // own clients read `supportedInterfaces` first).
+        "url": url,
+        "preferredTransport": "JSONRPC",
         "version": version,
         "capabilities": {"streaming": true, "pushNotifications": true},
         "securitySchemes": {

@@ -317,6 +317,7 @@ async fn the_agent_card_names_the_endpoint_the_tools_and_the_key_scheme() {
     let card: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(card["supportedInterfaces"][0]["protocolBinding"], "JSONRPC");
     assert_eq!(card["supportedInterfaces"][0]["protocolVersion"], "1.0");
+    assert_eq!(card["url"], card["supportedInterfaces"][0]["url"]);
     assert!(card["supportedInterfaces"][0]["url"]
         .as_str()
         .unwrap()
