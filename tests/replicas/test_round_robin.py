@@ -381,6 +381,32 @@ class RoundRobinTests(unittest.TestCase):
                            a2a_message([{"data": {"action": "cancel"}}], task_id=task["id"]))
         self.assertEqual(body["error"]["code"], -32004, body)
 
+    def test_an_a2a_subscription_through_another_replica_streams_the_task_to_its_end(self):
+        a, b, c = CLUSTER.replicas[:3]
+        context = new_session("a2a-sub")
+        status, body = a2a(a, "SendMessage",
+                           a2a_message([{"text": "build; ship"}], context_id=context))
+        task = body["result"]["task"]
+        conn = connect(b)
+        request = {"jsonrpc": "2.0", "id": 9, "method": "SubscribeToTask",
+                   "params": {"id": task["id"]}}
+        conn.request("POST", "/a2a", body=json.dumps(request),
+                     headers={"Content-Type": "application/json", "A2A-Version": "1.0",
+                              "Accept": "text/event-stream"})
+        stream = conn.getresponse()
+        self.assertEqual(stream.status, 200)
+        seen = read_until(stream, rb"TASK_STATE_INPUT_REQUIRED[^\n]*\n\n")
+        status, body = a2a(c, "SendMessage",
+                           a2a_message([{"data": {"action": "confirm"}}], task_id=task["id"]))
+        self.assertEqual(status, 200, body)
+        seen += read_until(stream, rb"TASK_STATE_COMPLETED[^\n]*\n\n")
+        conn.close()
+        events = [json.loads(line[6:]) for line in seen.decode().splitlines()
+                  if line.startswith("data: ")]
+        self.assertTrue(all(e["id"] == 9 for e in events), events)
+        self.assertEqual(events[0]["result"]["task"]["id"], task["id"])
+        self.assertEqual(sum(1 for e in events if "artifactUpdate" in e["result"]), 2, events)
+
     def test_a_pause_an_a2a_task_waits_on_is_decided_by_agui_elsewhere_and_refused_on_a2a(self):
         a, b, c = CLUSTER.replicas[:3]
         context = new_session("a2a-agui")
