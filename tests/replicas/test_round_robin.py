@@ -286,6 +286,18 @@ def a2a(target, method, params):
     return response.status, json.loads(raw)
 
 
+def a2a_task_at_end(target, task_id):
+    """The task ``task_id`` once it has ended: its stream (SubscribeToTask)
+    read until it closes, then the task as ``target`` gives it."""
+    conn = connect(target)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": task_id}}
+    conn.request("POST", "/a2a", body=json.dumps(body),
+                 headers={"Content-Type": "application/json", "A2A-Version": "1.0"})
+    conn.getresponse().read()  # ends with the task (or at once: it has ended)
+    conn.close()
+    return a2a(target, "GetTask", {"id": task_id})[1]["result"]
+
+
 def a2a_message(parts, task_id=None, context_id=None):
     message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": parts}
     if task_id:
@@ -425,14 +437,8 @@ class RoundRobinTests(unittest.TestCase):
                            a2a_message([{"data": {"action": "confirm"}}], task_id=task["id"]))
         self.assertIn("error", body, body)
         self.assertIn(body["error"]["code"], (-32004,), body)
-        deadline = time.monotonic() + 10
-        while True:
-            status, body = a2a(c, "GetTask", {"id": task["id"]})
-            state = body["result"]["status"]["state"]
-            if state == "TASK_STATE_COMPLETED" or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        self.assertEqual(state, "TASK_STATE_COMPLETED", body)
+        ended = a2a_task_at_end(c, task["id"])
+        self.assertEqual(ended["status"]["state"], "TASK_STATE_COMPLETED", ended)
 
     def test_a_pause_an_a2a_task_waits_on_is_decided_by_chat_elsewhere_and_refused_on_the_faces(self):
         a, b, c = CLUSTER.replicas[:3]
@@ -453,15 +459,9 @@ class RoundRobinTests(unittest.TestCase):
                            a2a_message([{"text": "CONFIRM_ACTION:confirm"}], task_id=task["id"]))
         self.assertEqual(body["error"]["code"], -32004, body)
         # The task saw the decision and followed its run to the end.
-        deadline = time.monotonic() + 10
-        while True:
-            status, body = a2a(b, "GetTask", {"id": task["id"]})
-            state = body["result"]["status"]["state"]
-            if state == "TASK_STATE_COMPLETED" or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        self.assertEqual(state, "TASK_STATE_COMPLETED", body)
-        self.assertEqual(len(body["result"]["artifacts"]), 2, body)
+        ended = a2a_task_at_end(b, task["id"])
+        self.assertEqual(ended["status"]["state"], "TASK_STATE_COMPLETED", ended)
+        self.assertEqual(len(ended["artifacts"]), 2, ended)
 
     def test_an_a2a_task_on_a_killed_replica_is_found_and_answered_elsewhere(self):
         doomed = CLUSTER.add("doomed-a2a")
