@@ -298,6 +298,18 @@ def a2a_task_at_end(target, task_id):
     return a2a(target, "GetTask", {"id": task_id})[1]["result"]
 
 
+def a2a_paused_task(target, prefix):
+    """A task started on ``target`` on a new session, paused on its plan:
+    its session, the task, and the card its status message carries."""
+    context = new_session(prefix)
+    status, body = a2a(target, "SendMessage",
+                       a2a_message([{"text": "build; ship"}], context_id=context))
+    assert status == 200, body
+    task = body["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", body
+    return context, task, task["status"]["message"]["parts"][1]["data"]
+
+
 def a2a_message(parts, task_id=None, context_id=None):
     message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": parts}
     if task_id:
@@ -421,11 +433,7 @@ class RoundRobinTests(unittest.TestCase):
 
     def test_a_pause_an_a2a_task_waits_on_is_decided_by_agui_elsewhere_and_refused_on_a2a(self):
         a, b, c = CLUSTER.replicas[:3]
-        context = new_session("a2a-agui")
-        status, body = a2a(a, "SendMessage",
-                           a2a_message([{"text": "build; ship"}], context_id=context))
-        task = body["result"]["task"]
-        card = task["status"]["message"]["parts"][1]["data"]
+        context, task, card = a2a_paused_task(a, "a2a-agui")
         resume = [{"interruptId": t["task_id"], "status": "resolved", "payload": {"approved": True}}
                   for t in card["tasks"]]
         status, events = agui(b, {"threadId": context, "runId": "r1", "messages": [],
@@ -442,11 +450,7 @@ class RoundRobinTests(unittest.TestCase):
 
     def test_a_pause_an_a2a_task_waits_on_is_decided_by_chat_elsewhere_and_refused_on_the_faces(self):
         a, b, c = CLUSTER.replicas[:3]
-        context = new_session("a2a-chat")
-        status, body = a2a(a, "SendMessage",
-                           a2a_message([{"text": "build; ship"}], context_id=context))
-        task = body["result"]["task"]
-        card = task["status"]["message"]["parts"][1]["data"]
+        context, task, card = a2a_paused_task(a, "a2a-chat")
         status, chunk, _ = answer(b, context, "confirm", confirmation_id=card["confirmation_id"])
         self.assertEqual(status, 200, chunk)
         resume = [{"interruptId": t["task_id"], "status": "resolved", "payload": {"approved": True}}
