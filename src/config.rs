@@ -30,7 +30,7 @@ use crate::run::replay::{REPLAY_BUFFER, REPLAY_BUFFER_BYTES};
 use crate::run::settings::{
     CONFIRM_TIMEOUT, KEEP_OUTCOME, MAX_CONFIRM_TIMEOUT, MAX_ROUNDS, STEP_DELAY,
 };
-use crate::run::stream::{DETACH_GRACE, KEEP_ALIVE};
+use crate::run::stream::{DETACH_GRACE, KEEP_ALIVE, PARK_AFTER};
 
 /// Default of `--shutdown-timeout`: how long shutdown waits for streams to end.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -243,6 +243,13 @@ pub struct PauseFlags {
     #[arg(long, alias = "detach-grace-secs", env = "CHATGATE_DETACH_GRACE",
           default_value = text(DETACH_GRACE), value_parser = DurationArg::secs(Duration::ZERO, DAY))]
     pub detach_grace: Duration,
+    /// With a durable store (`sqlite:`, `redis://`): how long a paused run
+    /// that no client holds stays in memory before it is parked (its pause
+    /// then costs its stored record; a decision, a re-attach or its timers
+    /// wake it). 0s (at once) to 1 day. The memory store never parks.
+    #[arg(long, env = "CHATGATE_PARK_AFTER",
+          default_value = text(PARK_AFTER), value_parser = DurationArg::secs(Duration::ZERO, DAY))]
+    pub park_after: Duration,
     /// How long a run's outcome (its final chunk, what ran, who decided) can
     /// be read after its end, by re-attach or `GET /api/v1/runs/SESSION`:
     /// kept in the store (memory: at most 20,000 runs; sqlite: at most

@@ -28,6 +28,8 @@ pub struct RunGauges {
     pub active: usize,
     pub paused: usize,
     pub detached: usize,
+    /// Pauses parked in the store (#46): in no process's memory.
+    pub parked: usize,
 }
 
 /// Every metric of the process. Cheap to share behind an `Arc`.
@@ -38,6 +40,7 @@ pub struct Metrics {
     paused_runs: Gauge,
     active_runs: Gauge,
     detached_runs: Gauge,
+    parked_runs: Gauge,
     decisions: Family<Labels, Counter>,
     pauses: Family<Labels, Counter>,
     errors: Family<[(&'static str, &'static str); 1], Counter>,
@@ -67,6 +70,7 @@ impl Metrics {
         let paused_runs = Gauge::default();
         let active_runs = Gauge::default();
         let detached_runs = Gauge::default();
+        let parked_runs = Gauge::default();
         let decisions = Family::<Labels, Counter>::default();
         let pauses = Family::<Labels, Counter>::default();
         let errors = Family::<[(&'static str, &'static str); 1], Counter>::default();
@@ -103,6 +107,11 @@ impl Metrics {
             "detached_runs",
             "Runs whose client went away, kept for re-attach during the grace",
             detached_runs.clone(),
+        );
+        registry.register(
+            "parked_runs",
+            "Paused runs parked in the store: waiting on a decision in no process's memory",
+            parked_runs.clone(),
         );
         registry.register("errors", "Error chunks sent, by error_type", errors.clone());
         registry.register(
@@ -161,6 +170,7 @@ impl Metrics {
             paused_runs,
             active_runs,
             detached_runs,
+            parked_runs,
             decisions,
             pauses,
             errors,
@@ -240,6 +250,7 @@ impl Metrics {
         self.active_runs.set(gauges.active as i64);
         self.paused_runs.set(gauges.paused as i64);
         self.detached_runs.set(gauges.detached as i64);
+        self.parked_runs.set(gauges.parked as i64);
         let mut out = String::with_capacity(4096);
         // Writing into a String cannot fail.
         encode(&mut out, &self.registry).expect("encode metrics into a String");

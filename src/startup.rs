@@ -152,9 +152,15 @@ impl Application {
         }
         let metrics = Arc::new(Metrics::new());
         let logs = ReplayRegistry::default();
+        let store = match &cluster {
+            Some(cluster) => cluster.store().clone(),
+            None => open_store(&settings.cluster.store, settings.pauses.detach_grace)?,
+        };
         let stream = Arc::new(StreamSettings {
             keep_alive: settings.server.keep_alive,
             detach_grace: settings.pauses.detach_grace,
+            // The memory store never parks: what it keeps is memory.
+            park_after: store.is_durable().then_some(settings.pauses.park_after),
             metrics: metrics.clone(),
             registry: logs.clone(),
         });
@@ -169,10 +175,7 @@ impl Application {
                 .as_deref()
                 .map(AuditLog::open)
                 .transpose()?,
-            store: match &cluster {
-                Some(cluster) => cluster.store().clone(),
-                None => open_store(&settings.cluster.store, settings.pauses.detach_grace)?,
-            },
+            store,
             engine_name: engine.name(),
             namespaces,
             webhooks,
@@ -298,6 +301,8 @@ impl Application {
             Ok(n) => log::info!("restored {n} paused run(s) from the store"),
             Err(why) => log::error!("cannot restore paused runs: {why}"),
         }
+        // Parked pauses' expiries and timers, from the store's schedule.
+        state.runs.start_park_sweep();
         tokio::select! {
             served = &mut server => return served,
             () = stop_requested(state.runs.shutdown_token()) => {}

@@ -52,7 +52,7 @@ pub async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> HttpRespon
         .and_then(|v| v.to_str().ok())
         .is_some_and(|accept| accept.contains("application/openmetrics-text"));
     let runs = &state.runs;
-    let gauges = runs.gauges();
+    let gauges = runs.gauges().await;
     let (content_type, body) = if openmetrics {
         (
             "application/openmetrics-text; version=1.0.0; charset=utf-8",

@@ -107,13 +107,29 @@ async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
     let settings = ctx.settings_handle();
     if matches!(result, Err(RunError::Suspended)) {
         // The record stays for the next process; with replicas the run is
-        // handed back, for any of them to take over at once.
+        // handed back, for any of them to take over at once. A parked run's
+        // record keeps its log as it was, for its wake (#46).
+        let parking = ctx.replay().is_parking();
         if let Some(stored_id) = ctx.stored_id() {
-            if let Err(err) = settings.store.suspend(stored_id, ctx.session_key()).await {
+            let (store, key) = (&settings.store, ctx.session_key());
+            let kept = if parking {
+                store.park(stored_id, key, &ctx.replay().parked()).await
+            } else {
+                store.suspend(stored_id, key).await
+            };
+            if let Err(err) = kept {
                 run_log!(Warn, ctx.tag(), "{err}");
             }
         }
-        run_log!(Debug, ctx.tag(), "suspended until the next start");
+        if parking {
+            run_log!(
+                Debug,
+                ctx.tag(),
+                "parked until a decision, a re-attach or a timer"
+            );
+        } else {
+            run_log!(Debug, ctx.tag(), "suspended until the next start");
+        }
         let (slot, log) = ctx.into_parts();
         drop(slot);
         log.suspend(sse::retry_trailer());

@@ -328,7 +328,7 @@ impl Runs {
         if let Some(key) = self.logs.find_pause(confirmation_id) {
             return Ok(Some(key));
         }
-        if self.cluster.is_none() {
+        if self.cluster.is_none() && !self.parks() {
             return Ok(None);
         }
         let found = self.settings.store.locate(confirmation_id).await?;
@@ -366,7 +366,7 @@ impl Runs {
         query: &InboxQuery,
     ) -> Result<Vec<Interaction>, StoreError> {
         let mut items = self.local_interactions(owner);
-        if self.cluster.is_some() {
+        if self.cluster.is_some() || self.parks() {
             // The cluster's stored pauses, paged by the store; this
             // replica's pauses that are not stored join them.
             let namespace = self.settings.namespaces.name(owner);
@@ -518,7 +518,7 @@ impl Runs {
     /// replicas), with its progress as its record keeps it and who decides
     /// it as the tools file says.
     fn stored_interaction(&self, record: &PausedRecord, owner: Option<u32>) -> Option<Interaction> {
-        let frame = record.frames.last()?;
+        let frame = record.request_frame()?;
         let at = crate::clock::at;
         let key = SessionKey::new(owner, &record.session_id);
         let label = self.settings.namespaces.label(owner);

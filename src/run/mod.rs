@@ -16,7 +16,9 @@
 //!   [`door`]: a decision from a link, a button or another face (the
 //!   pause located by its id, the result typed as [`door::Outcome`]);
 //!   [`place`]: where a session's run lives; `restore`: runs a
-//!   durable store kept; `end`: a run's one final chunk.
+//!   durable store kept; `end`: a run's one final chunk; `park`: a
+//!   paused run nobody holds leaves memory for its store, and wakes on a
+//!   request or a timer (#46).
 //! - [`readiness`]: what the probes and the metrics read (ready or why
 //!   not; the run gauges).
 //!
@@ -35,6 +37,7 @@ pub mod grants;
 pub mod inbox;
 pub mod journal;
 pub mod outcome;
+mod park;
 pub mod pending;
 pub mod place;
 pub mod plan;

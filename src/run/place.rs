@@ -28,15 +28,17 @@ impl Runs {
     /// first, as after a restart.
     pub async fn place(&self, key: &SessionKey) -> Result<Place, StoreError> {
         let Some(cluster) = &self.cluster else {
+            // A parked run is woken first (#46).
+            self.wake(key).await?;
             return Ok(Place::Here);
         };
-        if self.holds(key) {
+        if self.held(key).await {
             return Ok(Place::Here);
         }
         // One takeover at a time per session: a second request waits, then
         // finds the run here.
         let _turn = cluster.stripe(key).lock().await;
-        if self.holds(key) {
+        if self.held(key).await {
             return Ok(Place::Here);
         }
         let located = cluster.locate(key, !self.shutdown.is_cancelled()).await?;
@@ -65,11 +67,5 @@ impl Runs {
             },
         }
         Ok(Place::Here)
-    }
-
-    /// Whether this process has a run (or a run's end, re-attachable) on
-    /// `key`. A run suspended here is not: with replicas it goes on elsewhere.
-    pub(super) fn holds(&self, key: &SessionKey) -> bool {
-        self.logs.find(key).is_some_and(|log| !log.is_suspended()) || self.manager.holds(key)
     }
 }

@@ -37,13 +37,27 @@ impl Runs {
         Ok(())
     }
 
-    /// The run gauges now: registered runs, paused ones, detached ones.
-    pub fn gauges(&self) -> RunGauges {
+    /// The run gauges now: registered runs, paused ones, detached ones,
+    /// and the pauses parked in the store (#46).
+    pub async fn gauges(&self) -> RunGauges {
         let counts = self.manager.counts();
+        let parked = match self.parks() {
+            true => self
+                .settings
+                .store
+                .parked_count()
+                .await
+                .unwrap_or_else(|err| {
+                    ::log::debug!("parked pauses: {err}");
+                    0
+                }),
+            false => 0,
+        };
         RunGauges {
             active: counts.active,
             paused: counts.paused,
             detached: self.logs.detached(),
+            parked: parked as usize,
         }
     }
 }

@@ -20,11 +20,34 @@ pub const REMEMBERED_PAUSES: usize = 4096;
 pub struct ReplayRegistry {
     logs: Arc<Mutex<HashMap<SessionKey, Arc<Replay>>>>,
     remembered: Arc<Mutex<VecDeque<(String, SessionKey)>>>,
+    wakes: Arc<Turns>,
+}
+
+/// One lock per stripe of sessions: one wake of a parked run at a time
+/// per session (see `run/park.rs`).
+struct Turns(Box<[tokio::sync::Mutex<()>]>);
+
+/// Stripes of [`Turns`].
+const TURNS: usize = 64;
+
+impl Default for Turns {
+    fn default() -> Turns {
+        Turns((0..TURNS).map(|_| tokio::sync::Mutex::new(())).collect())
+    }
 }
 
 impl ReplayRegistry {
     fn lock(&self) -> MutexGuard<'_, HashMap<SessionKey, Arc<Replay>>> {
         self.logs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lock a wake of `key`'s parked run takes (one session always
+    /// maps to one stripe).
+    pub fn turn(&self, key: &SessionKey) -> &tokio::sync::Mutex<()> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::hash::DefaultHasher::new();
+        key.hash(&mut hasher);
+        &self.wakes.0[(hasher.finish() as usize) % TURNS]
     }
 
     /// Makes `log` the one a re-attach to `key` finds.

@@ -24,7 +24,7 @@ use bytes::Bytes;
 use super::stop::RunStop;
 use crate::protocol::{CancelReason, Chunk, ChunkType};
 use crate::sse;
-use crate::store::{DecidedBy, Outcome, PauseNote, RanNote, RunEnd, MAX_OUTCOME_TEXT};
+use crate::store::{DecidedBy, PauseNote, RanNote, RunEnd};
 
 /// Default of `--replay-buffer`: chunks kept per run for re-attach.
 pub const REPLAY_BUFFER: usize = 1024;
@@ -54,8 +54,8 @@ pub struct Replay {
     inner: Mutex<ReplayInner>,
     limits: ReplayLimits,
     pub(super) stop: RunStop,
-    /// Woken when the run's pause ends (see [`Replay::pause_ended`]) and
-    /// when its final chunk is pushed.
+    /// Woken when the run's pause ends (see [`Replay::pause_ended`]), when
+    /// its final chunk is pushed and when it is suspended.
     changed: Notify,
 }
 
@@ -108,6 +108,18 @@ pub(super) struct ReplayInner {
     /// found by number, never by reading the frames back. Only a run's
     /// latest pause is ever looked up, so one tag per log, not per frame.
     request: Option<(u64, Box<str>)>,
+    /// Whether its pause may leave memory, and who came by (`park.rs`).
+    pub(super) park: Parking,
+}
+
+/// A paused run's parking (#46, see `park.rs`): its pause is kept whole in
+/// a durable store (`parkable`), parking has begun (`parking`), and the
+/// requests that came by since its client left (`visits`).
+#[derive(Debug, Default)]
+pub(super) struct Parking {
+    pub(super) parkable: bool,
+    pub(super) parking: bool,
+    pub(super) visits: u64,
 }
 
 /// How a restored log tells the ids it knows from the ones it cannot.
@@ -161,6 +173,7 @@ impl Replay {
                 pauses: VecDeque::new(),
                 ran: VecDeque::new(),
                 request: None,
+                park: Parking::default(),
             }),
             limits: ReplayLimits {
                 frames: limits.frames.max(1),
@@ -296,46 +309,6 @@ impl Replay {
         log
     }
 
-    /// The log as a store keeps an ended run's end: its final chunk (the
-    /// last frame), the sequence number past it and its pauses' ids, not
-    /// the whole log, so that what an ended run costs a store (and a
-    /// restart that reads it back) is bounded by a small constant. A
-    /// re-attach after a restart is sent the final chunk, with `gap: true`
-    /// when it had not read what came before.
-    pub fn end(&self) -> RunEnd {
-        let inner = self.lock();
-        RunEnd {
-            frames: inner
-                .frames
-                .back()
-                .map(|frame| String::from_utf8_lossy(frame).into_owned())
-                .into_iter()
-                .collect(),
-            next_seq: inner.next_seq,
-            pauses: inner.pauses.iter().cloned().collect(),
-        }
-    }
-
-    /// The outcome of the run whose final chunk is `last` (as pushed), as
-    /// `--keep-outcome` keeps it.
-    pub fn outcome(&self, mut last: Chunk) -> Outcome {
-        if last.chunk.len() > MAX_OUTCOME_TEXT {
-            let mut cut = MAX_OUTCOME_TEXT;
-            while !last.chunk.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            last.chunk.truncate(cut);
-        }
-        let inner = self.lock();
-        Outcome {
-            session_id: last.session_id.clone(),
-            final_chunk: last,
-            ended_at_ms: crate::clock::now_ms(),
-            pauses: inner.pauses.iter().cloned().collect(),
-            ran: inner.ran.iter().cloned().collect(),
-        }
-    }
-
     /// Notes the pause `confirmation_id` (asked now, or restored).
     pub fn note_pause(&self, confirmation_id: &str) {
         let mut inner = self.lock();
@@ -423,6 +396,7 @@ impl Replay {
         inner.suspended = true;
         let waker = inner.subscriber.as_mut().and_then(|s| s.waker.take());
         drop(inner);
+        self.changed.notify_waiters();
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -481,20 +455,6 @@ impl Replay {
     pub(super) fn is_paused(&self) -> bool {
         let inner = self.lock();
         inner.paused && !inner.finished
-    }
-
-    /// Resolves once the run has pushed its final chunk.
-    pub(super) async fn until_finished(&self) {
-        loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            // Interest first, then the look: an end in between is not missed.
-            changed.as_mut().enable();
-            if self.lock().finished {
-                return;
-            }
-            changed.await;
-        }
     }
 
     /// Whether the run was suspended (it goes on elsewhere or later).
@@ -579,6 +539,7 @@ fn request_frame<'a>(inner: &'a mut ReplayInner, confirmation_id: &str) -> Optio
 /// of its decision and the run's own wake-up counts.
 fn end_pause(inner: &mut ReplayInner) {
     inner.paused = false;
+    inner.park.parkable = false;
     if inner
         .paused_since
         .take()
@@ -588,5 +549,7 @@ fn end_pause(inner: &mut ReplayInner) {
     }
 }
 
+mod kept;
+pub mod park;
 #[cfg(test)]
 mod tests;

@@ -29,7 +29,13 @@ impl Runs {
         if !store.is_durable() || self.cluster.is_some() {
             return Ok(0);
         }
-        let records = store.load().await.map_err(|err| err.to_string())?;
+        // Parked pauses stay in the store until something wakes them.
+        let records = if self.parks() {
+            store.load_unparked().await
+        } else {
+            store.load().await
+        };
+        let records = records.map_err(|err| err.to_string())?;
         let mut restored = 0;
         for record in records {
             restored += usize::from(self.restore_one(record).await);
@@ -205,6 +211,9 @@ impl Runs {
             at_work,
             Some(&record.confirmation_id),
         );
+        if let Some(request_seq) = record.request_seq.filter(|_| !at_work) {
+            log.woken(request_seq, &record.confirmation_id);
+        }
         self.logs.publish(key.clone(), log.clone());
         stream::expire_unclaimed(log.clone(), key, self.stream.clone());
         Some(RunContext::restored(RestoredParts {

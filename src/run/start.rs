@@ -84,6 +84,10 @@ impl Runs {
         if not_after.is_some_and(|deadline| SystemTime::now() > deadline) {
             return Err(StartError::Late);
         }
+        if self.cluster.is_none() {
+            // A parked run on the session is woken, to be superseded (#46).
+            self.wake(&key).await.map_err(StartError::Store)?;
+        }
         let begun = self.manager.begin_run(key.clone(), self.limits)?;
         let (slot, stored_id) = match &self.cluster {
             None => {

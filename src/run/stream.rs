@@ -24,6 +24,7 @@ use futures_util::Stream;
 use tokio::time::Sleep;
 
 use super::registry::ReplayRegistry;
+use super::replay::park::ParkTry;
 use super::replay::{BeyondEnd, Replay};
 use crate::metrics::Metrics;
 use crate::protocol::CancelReason;
@@ -34,12 +35,21 @@ use crate::sse;
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Default of `--detach-grace`: how long a run outlives its vanished client.
 pub const DETACH_GRACE: Duration = Duration::from_secs(60);
+/// Default of `--park-after`: how long a paused run nobody holds stays in
+/// memory with a durable store.
+pub const PARK_AFTER: Duration = Duration::from_secs(30);
+/// The least wait before parking is tried again, after a try that found
+/// the run at work or a request coming by (`--park-after 0s` included).
+const PARK_AGAIN: Duration = Duration::from_secs(1);
 
 /// Settings of a subscription.
 #[derive(Clone)]
 pub struct StreamSettings {
     pub keep_alive: Duration,
     pub detach_grace: Duration,
+    /// `--park-after` with a durable store: how long a paused run nobody
+    /// holds stays in memory (see [`park_when_idle`]); `None`: always.
+    pub park_after: Option<Duration>,
     pub metrics: Arc<Metrics>,
     pub registry: ReplayRegistry,
 }
@@ -204,6 +214,16 @@ fn detached(
 ) {
     let registry = settings.registry.clone();
     let grace = settings.detach_grace;
+    if let Some(after) = settings.park_after {
+        let parking = park_when_idle(
+            log.clone(),
+            key.clone(),
+            registry.clone(),
+            after,
+            detached_as,
+        );
+        tokio::spawn(parking);
+    }
     let claimed = move |log: &Replay| {
         let inner = log.lock();
         let next = detached_as.map_or(0, |id| id + 1);
@@ -217,7 +237,11 @@ fn detached(
         return;
     }
     tokio::spawn(async move {
-        tokio::time::sleep(grace).await;
+        tokio::select! {
+            () = tokio::time::sleep(grace) => {}
+            // Parked: it left memory, and nothing of it is kept here.
+            () = log.until_suspended() => return,
+        }
         if claimed(&log) {
             return;
         }
@@ -227,13 +251,51 @@ fn detached(
             return;
         }
         // Paused: it ends by its decision or its timeout; its end is then
-        // kept for a grace, for its client to come back and read it.
-        log.until_finished().await;
+        // kept for a grace, for its client to come back and read it. A
+        // parked one left memory: nothing is kept here.
+        log.until_parked().await;
+        if log.is_suspended() {
+            return;
+        }
         tokio::time::sleep(grace).await;
         if !claimed(&log) {
             registry.forget(&key, &log);
         }
     });
+}
+
+/// Parks the run of `log` once it has waited `after` on a pause kept whole
+/// with nobody attached and no request coming by (each one that does moves
+/// the wait on), and forgets its log once it is parked: the store keeps
+/// what a wake needs. Ends when a client attaches or the run ends.
+async fn park_when_idle(
+    log: Arc<Replay>,
+    key: SessionKey,
+    registry: ReplayRegistry,
+    after: Duration,
+    detached_as: Option<u64>,
+) {
+    let mut seen = log.visits();
+    // A run restored or woken that nobody attached to stays a moment at
+    // least: what woke it (a timer that came due) acts first.
+    let mut wait = match detached_as {
+        Some(_) => after,
+        None => after.max(PARK_AGAIN),
+    };
+    loop {
+        tokio::time::sleep(wait).await;
+        match log.try_park(detached_as, &mut seen) {
+            ParkTry::Gone => return,
+            ParkTry::NotYet => wait = after.max(PARK_AGAIN),
+            ParkTry::Parked => {
+                log.until_parked().await;
+                if log.is_suspended() {
+                    registry.forget(&key, &log);
+                }
+                return;
+            }
+        }
+    }
 }
 
 impl Stream for Subscription {
@@ -309,6 +371,7 @@ mod tests {
         Arc::new(StreamSettings {
             keep_alive: Duration::from_secs(3600),
             detach_grace: grace,
+            park_after: None,
             metrics: Arc::new(Metrics::new()),
             registry: ReplayRegistry::default(),
         })

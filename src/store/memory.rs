@@ -303,6 +303,22 @@ impl super::OutcomeStore for MemoryStore {
     }
 }
 
+/// What it keeps is memory: nothing parks.
+impl super::ParkStore for MemoryStore {
+    fn park<'a>(
+        &'a self,
+        _run: &'a str,
+        _key: &'a SessionKey,
+        _log: &'a super::ParkedLog,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn load_unparked(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
+        super::Store::load(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

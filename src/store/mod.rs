@@ -33,6 +33,7 @@ pub mod execution;
 pub mod grant;
 pub mod memory;
 pub mod outbox;
+pub mod park;
 pub mod progress;
 pub mod redis;
 pub mod schedule;
@@ -50,6 +51,7 @@ use crate::session::SessionKey;
 pub use execution::{CallEntry, RanNote};
 pub use grant::{Grant, GrantScope};
 pub use outbox::{OutboxEvent, OutboxStats, QueuedEvent, EVENT_LEASE};
+pub use park::{ParkStore, ParkedLog};
 pub use progress::{CarriedReject, DecidedTask, Escalated, PauseProgress, TaskApprovals};
 
 /// Where a stored pause is: its namespace (`None` without keys) and its
@@ -103,6 +105,10 @@ pub struct PausedRecord {
     /// replica (see `run/expiry.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timer_due_ms: Option<u64>,
+    /// Parked (#46): `frames` are its whole log as it was, and this is the
+    /// sequence of its pause's request among them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_seq: Option<u64>,
     /// What happened to its pause while it waited (approvals, reminder,
     /// escalation), kept apart from the record by
     /// [`Store::record_progress`] and joined to it on load.
@@ -116,6 +122,17 @@ pub struct PausedRecord {
 }
 
 impl PausedRecord {
+    /// The frame of its pause's request: the last one, or the one
+    /// `request_seq` names in a parked run's whole log.
+    pub fn request_frame(&self) -> Option<&String> {
+        let Some(seq) = self.request_seq else {
+            return self.frames.last();
+        };
+        let first = self.next_seq.checked_sub(self.frames.len() as u64)?;
+        self.frames
+            .get(usize::try_from(seq.checked_sub(first)?).ok()?)
+    }
+
     /// Whether its pause may have an execution journal: it was decided,
     /// or some of its tasks started while it waited (`decide`), and the
     /// run has not ended.
@@ -161,6 +178,7 @@ impl PausedRecord {
             ended: None,
             in_memory: false,
             timer_due_ms: None,
+            request_seq: None,
             progress: None,
             calls: Vec::new(),
         }
@@ -349,7 +367,7 @@ pub enum Fault {
 
 /// Paused runs' records. Cheap to share behind an `Arc`.
 pub trait Store:
-    GrantStore + OutboxStore + OutcomeStore + ExecutionStore + Send + Sync + std::fmt::Debug
+    GrantStore + OutboxStore + OutcomeStore + ExecutionStore + ParkStore + Send + Sync + std::fmt::Debug
 {
     /// Whether records outlive the process (everything but `memory`).
     fn is_durable(&self) -> bool;

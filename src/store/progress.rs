@@ -61,6 +61,17 @@ pub struct PauseProgress {
     pub next_timer_ms: Option<u64>,
 }
 
+impl PauseProgress {
+    /// Whether this step is a timer's (a reminder, an escalation), which
+    /// moves the pause's next timer to [`PauseProgress::next_timer_ms`].
+    pub fn is_timer_step(&self) -> bool {
+        self.reminded
+            || !self.reminded_tasks.is_empty()
+            || self.escalated_to.is_some()
+            || !self.escalations.is_empty()
+    }
+}
+
 /// A task one approver of a quorum rejected while approving the rest:
 /// whatever the later approvers say, it does not run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -108,7 +108,7 @@ pub(crate) async fn open_paused(url: &str, body: serde_json::Value) -> Reading {
 }
 
 /// Waits until the gauge `name` of `/metrics` at `server` reads `value`.
-async fn wait_for_gauge(server: &str, name: &str, value: i64) {
+pub(crate) async fn wait_for_gauge(server: &str, name: &str, value: i64) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let text = reqwest::get(format!("{server}/metrics"))

@@ -40,6 +40,7 @@ mod openai_rules;
 mod openai_tools;
 mod operations;
 mod operator;
+mod parked;
 mod previews;
 mod questions;
 mod races;

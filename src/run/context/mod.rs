@@ -294,6 +294,11 @@ impl RunContext {
     }
 
     /// The run's registry slot and log, for the driver that ends it.
+    /// The run's log.
+    pub(crate) fn replay(&self) -> &Arc<Replay> {
+        &self.log
+    }
+
     pub(crate) fn into_parts(self) -> (RunSlot, Arc<Replay>) {
         (self.slot, self.log)
     }

@@ -417,6 +417,9 @@ impl RunContext {
         })?;
         self.settings.wake_sender(&events);
         self.pause_stored = true;
+        if !in_memory {
+            self.log.pause_parkable();
+        }
         Ok(())
     }
 
@@ -461,6 +464,7 @@ impl RunContext {
                 .as_deref()
                 .and_then(|timers| timers.first_due())
                 .map(unix_ms),
+            request_seq: None,
             progress: None,
             calls: Vec::new(),
         })

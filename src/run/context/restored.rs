@@ -71,6 +71,7 @@ impl RunContext {
             .map_err(RunError::Cancelled)?;
         self.pause_stored = true;
         self.log.pause_started();
+        self.log.pause_parkable();
         self.log.note_pause(&record.confirmation_id);
         if record.asked.kind().asks_a_yes() {
             self.anchor_calls(&record.confirmation_id);

@@ -283,3 +283,26 @@ impl RedisStore {
         })
     }
 }
+
+/// Parked (#46) is handed back: the session is owned by nobody, its lease
+/// costs nothing, and the replica that gets the next request for it (or
+/// finds its expiry or timer due) takes it over under a new epoch. Its
+/// record keeps the frames of its pause's request: chunks sent while it
+/// waited are replayed as a gap, as after a takeover.
+impl crate::store::ParkStore for RedisStore {
+    fn park<'a>(
+        &'a self,
+        run: &'a str,
+        key: &'a SessionKey,
+        _log: &'a crate::store::ParkedLog,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), StoreError>> {
+        crate::store::Store::suspend(self, run, key)
+    }
+
+    fn load_unparked(
+        &self,
+    ) -> futures_util::future::BoxFuture<'_, Result<Vec<crate::store::PausedRecord>, StoreError>>
+    {
+        crate::store::Store::load(self)
+    }
+}

@@ -189,6 +189,7 @@ async fn an_aside_pause_is_listed_and_located_by_its_owner_only_and_goes_with_th
         ended: None,
         in_memory: true,
         timer_due_ms: None,
+        request_seq: None,
         progress: None,
         calls: Vec::new(),
     };

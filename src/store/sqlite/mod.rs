@@ -20,6 +20,7 @@ mod calls;
 mod grants;
 mod outbox;
 mod outcomes;
+mod parked;
 mod writer;
 
 use std::fs::{File, OpenOptions, TryLockError};
@@ -96,6 +97,7 @@ impl SqliteStore {
             )
             .map_err(|err| err.to_string())?;
         add_end_columns(&connection).map_err(|err| err.to_string())?;
+        parked::create(&connection).map_err(|err| err.to_string())?;
         outbox::create(&connection).map_err(|err| err.to_string())?;
         outcomes::create(&connection).map_err(|err| err.to_string())?;
         grants::create(&connection).map_err(|err| err.to_string())?;
@@ -191,14 +193,21 @@ impl Store for SqliteStore {
         events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let json = serde_json::to_string(&record).unwrap_or_default();
+        let (ns, session, pause, expires_at, timer_due) = parked::columns_of(&record);
         let events = events.to_vec();
         self.with(move |tx| {
             tx.prepare_cached(
-                "INSERT INTO paused_runs (run, record, decision) VALUES (?1, ?2, NULL)
+                "INSERT INTO paused_runs (run, record, decision, ns, session, pause, expires_at,
+                     timer_due, parked)
+                 VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6, ?7, 0)
                  ON CONFLICT(run) DO UPDATE SET record = excluded.record, decision = NULL,
-                     ended = NULL, ended_until = NULL",
+                     ended = NULL, ended_until = NULL, ns = excluded.ns,
+                     session = excluded.session, pause = excluded.pause,
+                     expires_at = excluded.expires_at, timer_due = excluded.timer_due, parked = 0",
             )?
-            .execute(params![record.run, json])?;
+            .execute(params![
+                record.run, json, ns, session, pause, expires_at, timer_due
+            ])?;
             tx.queue(&events)
         })
     }
@@ -215,7 +224,7 @@ impl Store for SqliteStore {
         let events = events.to_vec();
         let updating = self.with(move |tx| {
             let updated = tx
-                .prepare_cached("UPDATE paused_runs SET decision = ?2 WHERE run = ?1")?
+                .prepare_cached("UPDATE paused_runs SET decision = ?2, parked = 0 WHERE run = ?1")?
                 .execute(params![run, json])?;
             if updated > 0 {
                 tx.queue(&events)?;
@@ -288,7 +297,7 @@ impl Store for SqliteStore {
                 // (its frames, its engine's state, its tasks, its message):
                 // an ended run costs the file and a restart a small constant.
                 tx.prepare_cached(
-                    "UPDATE paused_runs SET ended = ?2, ended_until = ?3,
+                    "UPDATE paused_runs SET ended = ?2, ended_until = ?3, parked = 0,
                          record = json_set(record, '$.frames', json('[]'), '$.state', NULL,
                              '$.tasks', json('[]'), '$.questions', json('[]'),
                              '$.message', '', '$.title', ''),
@@ -310,6 +319,8 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let run = run.to_owned();
         let step = step.clone();
+        let timer = step.is_timer_step().then_some(step.next_timer_ms);
+        let expires_at = step.expires_at_ms;
         // Read, step and written on the store's one connection: steps of
         // one pause (an approval, its reminder) never overwrite each other.
         self.with(move |c| {
@@ -331,8 +342,23 @@ impl Store for SqliteStore {
             c.execute(
                 "UPDATE paused_runs SET approvals = ?2 WHERE run = ?1",
                 params![run, json],
-            )
-            .map(drop)
+            )?;
+            // A timer's step moves the next timer (and an escalation the
+            // expiry) that the sweep of parked pauses reads.
+            if let Some(due) = timer {
+                let due = due.map(|due| due as i64);
+                c.execute(
+                    "UPDATE paused_runs SET timer_due = ?2 WHERE run = ?1",
+                    params![run, due],
+                )?;
+            }
+            if let Some(expires_at) = expires_at {
+                c.execute(
+                    "UPDATE paused_runs SET expires_at = ?2 WHERE run = ?1",
+                    params![run, expires_at as i64],
+                )?;
+            }
+            Ok(())
         })
     }
 
@@ -348,39 +374,75 @@ impl Store for SqliteStore {
     /// Every record, ended ones within their grace first, oldest first: a
     /// session's paused run is restored after (and so over) its ended ones.
     fn load(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
-        self.with(|c| {
+        self.load_where("1")
+    }
+
+    fn locate<'a>(
+        &'a self,
+        confirmation_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<super::Located>, StoreError>> {
+        self.locate_pause(confirmation_id)
+    }
+
+    fn pending<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<PausedRecord>, StoreError>> {
+        self.pending_page(namespace, after, limit)
+    }
+}
+
+/// A row's record, decision, end and progress, as read.
+type Row = (String, Option<String>, Option<String>, Option<String>);
+
+/// Reads `record, decision, ended, approvals`.
+fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+}
+
+/// The record a row holds, with its decision, its end, its pause's
+/// progress and its calls; `None` (logged) when this version cannot read
+/// it: not a reason to refuse to start.
+fn record_of(c: &Connection, row: Row) -> rusqlite::Result<Option<PausedRecord>> {
+    let (record, decision, ended, approvals) = row;
+    let mut record = match serde_json::from_str::<PausedRecord>(&record) {
+        Ok(record) => record,
+        Err(err) => {
+            log::warn!("skipping an unreadable stored run: {err}");
+            return Ok(None);
+        }
+    };
+    record.decision = decision.and_then(|d| serde_json::from_str(&d).ok());
+    record.ended = ended.and_then(|e| serde_json::from_str(&e).ok());
+    // Only the progress of the pause the record holds.
+    record.progress = PauseProgress::join(&record.confirmation_id, [approvals.as_deref()]);
+    if record.may_have_calls() {
+        record.calls = calls::of(c, &record.run, &record.confirmation_id)?;
+    }
+    Ok(Some(record))
+}
+
+impl SqliteStore {
+    /// The records `condition` selects, ended ones within their grace
+    /// first, oldest first.
+    fn load_where(
+        &self,
+        condition: &'static str,
+    ) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
+        self.with(move |c| {
             delete_past_ends(c, crate::clock::now_ms_i64())?;
-            let mut statement = c.prepare(
+            let mut statement = c.prepare(&format!(
                 "SELECT record, decision, ended, approvals FROM paused_runs
-                 ORDER BY ended IS NULL, ended_until",
-            )?;
-            let rows = statement.query_map([], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, Option<String>>(1)?,
-                    row.get::<_, Option<String>>(2)?,
-                    row.get::<_, Option<String>>(3)?,
-                ))
-            })?;
+                 WHERE {condition} ORDER BY ended IS NULL, ended_until"
+            ))?;
+            let rows = statement
+                .query_map([], read_row)?
+                .collect::<Result<Vec<_>, _>>()?;
             let mut records = Vec::new();
             for row in rows {
-                let (record, decision, ended, approvals) = row?;
-                // A record this version cannot read is skipped (and logged),
-                // not a reason to refuse to start.
-                match serde_json::from_str::<PausedRecord>(&record) {
-                    Ok(mut record) => {
-                        record.decision = decision.and_then(|d| serde_json::from_str(&d).ok());
-                        record.ended = ended.and_then(|e| serde_json::from_str(&e).ok());
-                        // Only the progress of the pause the record holds.
-                        record.progress =
-                            PauseProgress::join(&record.confirmation_id, [approvals.as_deref()]);
-                        if record.may_have_calls() {
-                            record.calls = calls::of(c, &record.run, &record.confirmation_id)?;
-                        }
-                        records.push(record);
-                    }
-                    Err(err) => log::warn!("skipping an unreadable stored run: {err}"),
-                }
+                records.extend(record_of(c, row)?);
             }
             Ok(records)
         })

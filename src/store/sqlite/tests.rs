@@ -26,6 +26,7 @@ fn record(run: &str) -> PausedRecord {
         ended: None,
         in_memory: false,
         timer_due_ms: None,
+        request_seq: None,
         progress: None,
         calls: Vec::new(),
     }

@@ -1,0 +1,150 @@
+//! Parked pauses (#46), the runs' side: waking one, and the one timer that
+//! drives the expiries and timers of them all.
+//!
+//! With a durable store, a paused run that no client holds is parked once
+//! it has been detached for `--park-after` (`stream.rs` tries, the log
+//! decides, `end.rs` writes its whole log to its record and lets go of
+//! it): its task, engine state, replay log and timers leave memory, and
+//! its record is all that is left of it.
+//!
+//! A request about its session wakes it ([`Runs::wake`], from
+//! [`Runs::place`]: a reply, a re-attach, a new message, an approver's
+//! link or button, another face), restored from its record as after a
+//! restart, before the request goes on as if it had never left: one wake
+//! per session at a time, the next request finds it held.
+//!
+//! With one process (`sqlite:`), one sweep ([`Runs::start_park_sweep`])
+//! reads the store's ordered index of parked pauses whose expiry or next
+//! timer is due, in bounded batches, and wakes each: an expired one ends
+//! `timeout`, announced as its own timer would have; one whose reminder or
+//! escalation came due fires it, and parks again. Replicas park by handing
+//! the run back to nobody, and their sweep (`expiry.rs`) already finds a
+//! run nobody holds whose expiry or timer is due.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+
+use super::replay::park::Visit;
+use super::Runs;
+use crate::session::run_log;
+use crate::session::{RunTag, SessionKey};
+use crate::store::StoreError;
+
+/// How often the sweep looks for parked pauses that came due.
+pub const PARK_SWEEP: Duration = Duration::from_secs(1);
+/// Most parked pauses one look takes (a full batch looks again at once).
+const SWEEP_BATCH: usize = 512;
+/// Most looks in a row, so that a batch that cannot be woken (an
+/// unreadable record) does not keep the sweep spinning.
+const SWEEP_ROUNDS: usize = 64;
+/// Parked pauses the sweep wakes at once.
+const SWEEP_WAKES: usize = 32;
+
+impl Runs {
+    /// Whether pauses park here (a durable store): a session's run may
+    /// then be in the store and nowhere in memory.
+    pub(super) fn parks(&self) -> bool {
+        self.stream.park_after.is_some()
+    }
+
+    /// Whether this process holds `key`'s run (or a run's end), for a
+    /// request about to act on it: a run being parked is waited for, and
+    /// then is not held; one that is not being parked stays (see
+    /// [`Visit`]). A run suspended here is not held: it goes on elsewhere.
+    pub(super) async fn held(&self, key: &SessionKey) -> bool {
+        loop {
+            let Some(log) = self.logs.find(key).filter(|log| !log.is_suspended()) else {
+                return self.manager.holds(key);
+            };
+            match log.visit() {
+                Visit::Held => return true,
+                Visit::Parking => log.until_parked().await,
+            }
+        }
+    }
+
+    /// Wakes `key`'s parked run, if it has one that no process holds: it
+    /// is restored from its record as after a restart (an expired one
+    /// ends `timeout`). One wake at a time per session; a wake that finds
+    /// the run held does nothing.
+    pub(super) async fn wake(&self, key: &SessionKey) -> Result<(), StoreError> {
+        if !self.parks() || self.held(key).await || self.shutdown.is_cancelled() {
+            return Ok(());
+        }
+        let _turn = self.logs.turn(key).lock().await;
+        if self.held(key).await {
+            return Ok(());
+        }
+        let namespace = self.settings.namespaces.name(key.owner);
+        let store = &self.settings.store;
+        let Some(record) = store
+            .parked_run(namespace.as_deref(), &key.session_id)
+            .await?
+        else {
+            return Ok(());
+        };
+        run_log!(Debug, RunTag::session(key), "run {} woken", record.run);
+        let run = record.run.clone();
+        if self.restore_one(record).await {
+            // Off the request's path: a decision that follows unparks it too.
+            let store = store.clone();
+            tokio::spawn(async move {
+                if let Err(err) = store.unpark(&run).await {
+                    ::log::debug!("run {run} stays marked parked: {err}");
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// With one process and a durable store: wakes the parked pauses whose
+    /// expiry or next timer came due, until shutdown.
+    pub fn start_park_sweep(&self) {
+        if self.cluster.is_some() || !self.parks() {
+            return;
+        }
+        let runs = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(PARK_SWEEP) => {}
+                    () = runs.shutdown.cancelled() => return,
+                }
+                for _ in 0..SWEEP_ROUNDS {
+                    if runs.sweep_parked().await < SWEEP_BATCH {
+                        break;
+                    }
+                }
+            }
+        });
+    }
+
+    /// One look: wakes at most [`SWEEP_BATCH`] parked pauses that came
+    /// due, [`SWEEP_WAKES`] at once; returns how many it found.
+    async fn sweep_parked(&self) -> usize {
+        let now_ms = crate::clock::now_ms();
+        let due = match self.settings.store.parked_due(now_ms, SWEEP_BATCH).await {
+            Ok(due) => due,
+            Err(err) => {
+                ::log::debug!("parked pauses that came due: {err}");
+                return 0;
+            }
+        };
+        let found = due.len();
+        futures_util::stream::iter(due)
+            .for_each_concurrent(SWEEP_WAKES, |(namespace, session_id)| async move {
+                // A namespace no longer configured: its records go at a
+                // start (`restore_one`); nobody can reach them meanwhile.
+                let Some(owner) = self.settings.namespaces.owner(namespace.as_deref()) else {
+                    return;
+                };
+                let key = SessionKey::new(owner, &session_id);
+                if let Err(err) = self.wake(&key).await {
+                    run_log!(Debug, RunTag::session(&key), "{err}");
+                }
+            })
+            .await;
+        found
+    }
+}
