@@ -351,7 +351,9 @@ class RoundRobinTests(unittest.TestCase):
         self.assertEqual(events[-1]["outcome"], {"type": "success"})
         self.assertEqual([e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"],
                          [i["id"] for i in interrupts])
-        self.assertGreater(b.forwarded(), forwarded)
+        # (With --park-after 0s the run was parked, and B took it over.)
+        if os.environ.get("CHATGATE_PARK_AFTER") != "0s":
+            self.assertGreater(b.forwarded(), forwarded)
 
         # The loser on the chat face, on a third replica, and on AG-UI again.
         status, chunk, _ = answer(c, thread, "confirm", confirmation_id=cid)

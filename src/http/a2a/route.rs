@@ -13,11 +13,11 @@ use crate::protocol::a2a::RpcRequest;
 use crate::session::SessionKey;
 
 /// The owner's answer when another replica holds the session `request`
-/// addresses; `None` to answer here (no cluster, the session is here or
-/// nowhere, or the call addresses no session the caller may see: then
-/// it is refused here as it would be anywhere).
+/// addresses; `None` to answer here (the session is here or nowhere, or
+/// the call addresses no session the caller may see: then it is refused
+/// here as it would be anywhere). A parked run of the session is woken
+/// here on the way (#46).
 pub async fn elsewhere(call: &Call<'_>, request: &RpcRequest) -> Option<HttpResponse> {
-    call.state.runs.cluster()?;
     let key = addressed(call, request)?;
     let peer = match chat::elsewhere(call.state, &key, call.forwarded).await {
         Ok(None) => return None,

@@ -1,0 +1,106 @@
+"""Parked pauses across replicas (#46): two replicas sharing a real
+redis-server, each started with ``--park-after 0s``. A paused run whose
+client left is handed back (owned by nobody, nothing of it in the memory of
+either replica), and the replica that gets the next request about it, or
+whose sweep finds it expired, takes it over and goes on.
+"""
+
+import time
+import unittest
+
+from test_round_robin import (Cluster, answer, chunk_types, new_session, pause_on, post,
+                              read_to_end, read_until)
+
+CONFIRM_TIMEOUT_S = 4
+
+
+def setUpModule():
+    global CLUSTER
+    CLUSTER = Cluster(replicas=2, nginx=False, extra=[
+        "--park-after", "0s",
+        "--confirm-timeout", "%ds" % CONFIRM_TIMEOUT_S])
+
+
+def tearDownModule():
+    CLUSTER.stop()
+
+
+def parked_on(replica, session):
+    """Pauses a run on ``replica`` and leaves; returns once the replica
+    holds no paused run (it parked it)."""
+    stream = pause_on(replica, session)
+    stream.conn.close()  # the client leaves
+    deadline = time.monotonic() + 15
+    while replica.metric("chatgate_paused_runs") != 0:
+        assert time.monotonic() < deadline, "never parked: %s" % replica.logs()[-2000:]
+        time.sleep(0.05)
+
+
+class ParkedAcrossReplicasTests(unittest.TestCase):
+    def test_a_pause_parked_on_a_is_decided_on_b_and_its_run_goes_on_there(self):
+        a, b = CLUSTER.replicas
+        session = new_session("parked")
+        parked_on(a, session)
+        decided = b.decisions()
+
+        status, chunk, _ = answer(b, session, "confirm")
+
+        self.assertEqual(status, 200, chunk)
+        self.assertEqual(chunk["chunk_type"], "confirmation_received")
+        self.assertEqual(b.decisions(), decided + 1, "decided where it was woken")
+        again = post(a, {"session_id": session}, {"Last-Event-ID": "2"})
+        self.assertEqual(again.status, 200)
+        self.assertEqual(chunk_types(read_to_end(again))[-1], b"completion")
+
+    def test_a_re_attach_on_b_wakes_a_pause_parked_on_a(self):
+        a, b = CLUSTER.replicas
+        session = new_session("reattach")
+        parked_on(a, session)
+
+        again = post(b, {"session_id": session}, {"Last-Event-ID": "1"})
+        replayed = read_until(again, rb'"chunk_type":"confirmation_request"')
+        status, _, _ = answer(a, session, "confirm")
+        rest = read_to_end(again)
+
+        self.assertEqual(again.status, 200)
+        self.assertIn(b"id: 2\n", replayed)
+        self.assertEqual(status, 200)
+        self.assertEqual(chunk_types(rest)[-1], b"completion")
+
+    def test_two_replies_at_once_on_two_replicas_have_one_winner(self):
+        import threading
+        a, b = CLUSTER.replicas
+        session = new_session("race")
+        parked_on(a, session)
+        results = []
+
+        def reply(replica, action):
+            results.append(answer(replica, session, action)[0])
+
+        threads = [threading.Thread(target=reply, args=(a, "confirm")),
+                   threading.Thread(target=reply, args=(b, "cancel"))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+        self.assertEqual(sorted(results), [200, 409], results)
+
+    def test_a_parked_pause_nobody_asks_about_expires_and_its_end_is_read_anywhere(self):
+        a, b = CLUSTER.replicas
+        session = new_session("expire")
+        parked_on(a, session)
+
+        # Past its expiry, a sweep takes it over and ends it.
+        time.sleep(CONFIRM_TIMEOUT_S + 2)
+        again = post(b, {"session_id": session}, {"Last-Event-ID": "2"})
+        rest = read_to_end(again)
+
+        self.assertEqual(again.status, 200)
+        self.assertEqual(chunk_types(rest)[-1], b"cancelled")
+        self.assertIn(b'"reason":"timeout"', rest)
+        self.assertEqual(answer(a, session, "confirm")[0], 404)
+
+
+if __name__ == "__main__":
+    unittest.main()
