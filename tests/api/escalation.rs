@@ -179,7 +179,7 @@ async fn an_escalation_extends_the_expiry_and_a_re_attach_is_told_where_it_went(
 }
 
 /// `restart` reminds after 1s and escalates to the leads after 4s.
-const TIMED: &str = r#"
+pub(crate) const TIMED: &str = r#"
 [[tool]]
 name = "restart"
 description = "Restart a service"
@@ -194,7 +194,7 @@ parameters = { type = "object", properties = { step = { type = "string" } } }
 
 /// The distinct events (by id: a delivery may be repeated, at least
 /// once) `seen` of type `event`.
-fn count(seen: &[crate::webhooks::Delivery], event: &str) -> usize {
+pub(crate) fn count(seen: &[crate::webhooks::Delivery], event: &str) -> usize {
     let ids: std::collections::HashSet<&str> = seen
         .iter()
         .filter(|d| d.event == event)

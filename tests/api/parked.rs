@@ -283,3 +283,56 @@ async fn a_new_message_on_a_parked_session_supersedes_its_pause() {
         .collect();
     assert_eq!(ids, [new_id], "only the new run's pause waits: {listed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_pause_s_reminder_and_escalation_fire_once_each_from_the_store_s_schedule() {
+    use crate::escalation::{count, TIMED};
+    let receiver = crate::webhooks::Receiver::start().await;
+    let dir = Dir::new();
+    std::fs::write(dir.path("keys.txt"), crate::approvers::KEYS).unwrap();
+    std::fs::write(dir.path("tools.toml"), TIMED).unwrap();
+    let (keys, tools) = (dir.path("keys.txt"), dir.path("tools.toml"));
+    let (keys, tools) = (keys.display().to_string(), tools.display().to_string());
+    let args = [
+        "--api-keys-file",
+        keys.as_str(),
+        "--tools",
+        tools.as_str(),
+        "--webhook",
+        receiver.url.as_str(),
+        "--webhook-secret",
+        crate::webhooks::SECRET,
+    ];
+    let server = parking(&dir, &args);
+    let url = stream_url(&server);
+    let body = json!({"message": "restart api", "session_id": "tm"});
+    let opened = post_with(&url, Some("agent-key-000001"), body, None).await;
+    let seen = chunks(&read_raw(opened, Some(REQUEST)).await);
+    let id = seen.last().unwrap().metadata["confirmation_id"].clone();
+    parked(&server, 1).await;
+
+    // Nobody touches the session: the reminder (1s), then the escalation
+    // (4s) are found in the store's schedule, each fired by a wake.
+    let deadline = tokio::time::Instant::now() + crate::helpers::WAIT;
+    while count(&receiver.seen(), "interaction.escalated") == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never escalated");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Parked again once its timers fired.
+    parked(&server, 1).await;
+    let decision = json!({"message": "CONFIRM_ACTION:confirm", "session_id": "tm",
+        "confirmation_id": id});
+    let decided = post_with(&url, Some("lead-key-000001"), decision, None).await;
+    let status = decided.status().as_u16();
+    let ack = chunks(&read_raw(decided, None).await);
+
+    assert_eq!(
+        status, 200,
+        "the leads decide after the escalation: {ack:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let seen = receiver.seen();
+    let types: Vec<&str> = seen.iter().map(|d| d.event.as_str()).collect();
+    assert_eq!(count(&seen, "interaction.reminder"), 1, "{types:?}");
+    assert_eq!(count(&seen, "interaction.escalated"), 1, "{types:?}");
+}
