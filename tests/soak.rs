@@ -4,8 +4,9 @@
 //! warm baseline. Bounded in count; loopback only.
 //!
 //! Not part of `cargo test` (its memory check depends on the machine): run
-//! it with `cargo test --release --test soak -- --ignored`, as `.ci/run`
-//! does with its own time budget.
+//! it with `cargo test --test soak -- --ignored`, as `.ci/run` does with
+//! its own time budget (`--release` works as well; a debug build shows a
+//! leak just the same, and CI has it built already).
 
 use std::time::Duration;
 
@@ -105,7 +106,7 @@ async fn gauge(client: &reqwest::Client, url: &str, name: &str) -> i64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a soak, not a unit test: cargo test --release --test soak -- --ignored"]
+#[ignore = "a soak, not a unit test: cargo test --test soak -- --ignored"]
 async fn ten_thousand_cycles_leave_nothing_behind_and_memory_flat() {
     // Kept outcomes (--keep-outcome) are left behind on purpose, bounded in
     // count (docs/protocol.md); this soak is about what must not be, so it
