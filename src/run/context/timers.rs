@@ -22,6 +22,7 @@ use crate::pause::approval::PlanCheck;
 use crate::pause::Scope;
 use crate::protocol::{ChunkType, PauseKind};
 use crate::run::journal::{Pause, PauseEvent, Subject};
+use crate::run::replay::park::Visit;
 use crate::session::run_log;
 use crate::store::{Escalated, Fault, PauseProgress};
 use crate::tools::gate::Escalation;
@@ -139,6 +140,12 @@ impl RunContext {
                 let at = timers.asked_at + after;
                 if let Ok(left) = at.duration_since(SystemTime::now()) {
                     tokio::time::sleep(left).await;
+                }
+                // A pause being parked fires nothing here: the store's
+                // schedule wakes it for this timer. One that is not waits
+                // to park until this step is done (#46).
+                if log.visit() == Visit::Parking {
+                    return;
                 }
                 // Only for its own tasks, while one of them is pending
                 // (#42); it names those.
