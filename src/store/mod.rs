@@ -29,6 +29,7 @@
 //! [`Store::resolve`] can learn afterwards whether it was recorded, and make
 //! sure it never will be if it was not.
 
+pub mod decision;
 pub mod execution;
 pub mod grant;
 pub mod memory;
@@ -45,13 +46,13 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::protocol::given::{self, DecisionRecord};
-use crate::protocol::{Action, Ask, CancelReason, Chunk, Given, Via};
+use crate::protocol::{Action, Ask, Chunk, Via};
 use crate::session::SessionKey;
+pub use decision::{Resolution, StoredDecision};
 pub use execution::{CallEntry, RanNote};
 pub use grant::{Grant, GrantScope};
 pub use outbox::{OutboxEvent, OutboxStats, QueuedEvent, EVENT_LEASE};
-pub use park::{ParkStore, ParkedLog};
+pub use park::ParkedLog;
 pub use progress::{CarriedReject, DecidedTask, Escalated, PauseProgress, TaskApprovals};
 
 /// Where a stored pause is: its namespace (`None` without keys) and its
@@ -255,71 +256,7 @@ pub struct StoreError {
     pub fault: Fault,
 }
 
-/// A pause's decision as recorded (its stored form:
-/// [`crate::protocol::given::DecisionRecord`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(from = "DecisionRecord", into = "DecisionRecord")]
-pub struct StoredDecision {
-    /// What was decided: `confirm`, `modify`, `cancel`, `answer`, `skip`.
-    pub action: Action,
-    pub confirmation_id: String,
-    /// A confirm's verdict per task, or an answer's normalized answers.
-    pub given: Option<Given>,
-    /// Why a cancel was decided (`user`, `superseded`, `timeout`, ...).
-    pub reason: Option<CancelReason>,
-    /// A modify's text: a run that goes on after a crash replans with it.
-    pub text: Option<String>,
-    /// New for every attempt to record a decision: the same nonce recorded
-    /// twice is one decision, and [`Store::resolve`] looks for it.
-    pub nonce: String,
-}
-
-impl From<DecisionRecord> for StoredDecision {
-    fn from(record: DecisionRecord) -> StoredDecision {
-        StoredDecision {
-            action: record.action,
-            confirmation_id: record.confirmation_id,
-            given: given::join(record.decisions, record.answers),
-            reason: record.reason,
-            text: record.text,
-            nonce: record.nonce,
-        }
-    }
-}
-
-impl From<StoredDecision> for DecisionRecord {
-    fn from(decision: StoredDecision) -> DecisionRecord {
-        let (decisions, answers) = given::split(decision.given.as_ref());
-        DecisionRecord {
-            action: decision.action,
-            confirmation_id: decision.confirmation_id,
-            decisions: decisions.cloned(),
-            answers: answers.cloned(),
-            reason: decision.reason,
-            text: decision.text,
-            nonce: decision.nonce,
-        }
-    }
-}
-
 impl StoredDecision {
-    /// A decision to record, with a fresh nonce.
-    pub fn new(
-        action: Action,
-        confirmation_id: &str,
-        given: Option<Given>,
-        reason: Option<CancelReason>,
-    ) -> StoredDecision {
-        StoredDecision {
-            action,
-            confirmation_id: confirmation_id.to_owned(),
-            given,
-            reason,
-            text: None,
-            nonce: uuid::Uuid::new_v4().simple().to_string(),
-        }
-    }
-
     /// A stored run's decision, if its record has a readable one.
     pub fn of(record: &PausedRecord) -> Option<StoredDecision> {
         record
@@ -327,15 +264,6 @@ impl StoredDecision {
             .as_ref()
             .and_then(|value| serde_json::from_value(value.clone()).ok())
     }
-}
-
-/// What became of a decision whose recording had an unknown outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resolution {
-    /// It was recorded: the decision stands.
-    Recorded,
-    /// It was not, and now never will be: the pause is undecided.
-    Void,
 }
 
 impl StoreError {
@@ -585,4 +513,55 @@ pub trait OutcomeStore: Send + Sync {
         namespace: Option<&'a str>,
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Outcome>, StoreError>>;
+}
+
+/// Parked pauses (see [`park`]): the store is all that keeps them.
+pub trait ParkStore: Send + Sync {
+    /// Run `run`'s pause, still waiting, leaves memory: its record keeps
+    /// `log`, and it is found again by [`ParkStore::parked_run`] and, once
+    /// its expiry or next timer is due, by [`ParkStore::parked_due`].
+    fn park<'a>(
+        &'a self,
+        run: &'a str,
+        key: &'a SessionKey,
+        log: &'a ParkedLog,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// The undecided paused run of session `session_id` in `namespace`
+    /// that no process holds (parked, or kept by a process that stopped).
+    fn parked_run<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PausedRecord>, StoreError>> {
+        let _ = (namespace, session_id);
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Run `run` was woken: no longer parked (not awaited by the wake: a
+    /// decision, which follows, unparks it too).
+    fn unpark<'a>(&'a self, run: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = run;
+        Box::pin(async { Ok(()) })
+    }
+
+    /// At most `limit` parked pauses whose expiry or next timer is due at
+    /// `now_ms`, soonest first: their namespace and session.
+    fn parked_due(
+        &self,
+        now_ms: u64,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Located>, StoreError>> {
+        let _ = (now_ms, limit);
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// How many pauses are parked (`chatgate_parked_runs`).
+    fn parked_count(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async { Ok(0) })
+    }
+
+    /// The records a start restores: every one but the parked pauses,
+    /// which stay in the store until something wakes them.
+    fn load_unparked(&self) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>>;
 }

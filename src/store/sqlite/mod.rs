@@ -21,6 +21,7 @@ mod grants;
 mod outbox;
 mod outcomes;
 mod parked;
+mod records;
 mod writer;
 
 use std::fs::{File, OpenOptions, TryLockError};
@@ -97,7 +98,7 @@ impl SqliteStore {
             )
             .map_err(|err| err.to_string())?;
         add_end_columns(&connection).map_err(|err| err.to_string())?;
-        parked::create(&connection).map_err(|err| err.to_string())?;
+        SqliteStore::add_park_columns(&connection).map_err(|err| err.to_string())?;
         outbox::create(&connection).map_err(|err| err.to_string())?;
         outcomes::create(&connection).map_err(|err| err.to_string())?;
         grants::create(&connection).map_err(|err| err.to_string())?;
@@ -193,7 +194,7 @@ impl Store for SqliteStore {
         events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let json = serde_json::to_string(&record).unwrap_or_default();
-        let (ns, session, pause, expires_at, timer_due) = parked::columns_of(&record);
+        let (ns, session, pause, expires_at, timer_due) = SqliteStore::park_columns(&record);
         let events = events.to_vec();
         self.with(move |tx| {
             tx.prepare_cached(
@@ -391,61 +392,6 @@ impl Store for SqliteStore {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<PausedRecord>, StoreError>> {
         self.pending_page(namespace, after, limit)
-    }
-}
-
-/// A row's record, decision, end and progress, as read.
-type Row = (String, Option<String>, Option<String>, Option<String>);
-
-/// Reads `record, decision, ended, approvals`.
-fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
-    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-}
-
-/// The record a row holds, with its decision, its end, its pause's
-/// progress and its calls; `None` (logged) when this version cannot read
-/// it: not a reason to refuse to start.
-fn record_of(c: &Connection, row: Row) -> rusqlite::Result<Option<PausedRecord>> {
-    let (record, decision, ended, approvals) = row;
-    let mut record = match serde_json::from_str::<PausedRecord>(&record) {
-        Ok(record) => record,
-        Err(err) => {
-            log::warn!("skipping an unreadable stored run: {err}");
-            return Ok(None);
-        }
-    };
-    record.decision = decision.and_then(|d| serde_json::from_str(&d).ok());
-    record.ended = ended.and_then(|e| serde_json::from_str(&e).ok());
-    // Only the progress of the pause the record holds.
-    record.progress = PauseProgress::join(&record.confirmation_id, [approvals.as_deref()]);
-    if record.may_have_calls() {
-        record.calls = calls::of(c, &record.run, &record.confirmation_id)?;
-    }
-    Ok(Some(record))
-}
-
-impl SqliteStore {
-    /// The records `condition` selects, ended ones within their grace
-    /// first, oldest first.
-    fn load_where(
-        &self,
-        condition: &'static str,
-    ) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
-        self.with(move |c| {
-            delete_past_ends(c, crate::clock::now_ms_i64())?;
-            let mut statement = c.prepare(&format!(
-                "SELECT record, decision, ended, approvals FROM paused_runs
-                 WHERE {condition} ORDER BY ended IS NULL, ended_until"
-            ))?;
-            let rows = statement
-                .query_map([], read_row)?
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut records = Vec::new();
-            for row in rows {
-                records.extend(record_of(c, row)?);
-            }
-            Ok(records)
-        })
     }
 }
 

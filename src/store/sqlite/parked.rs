@@ -20,58 +20,63 @@
 use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{read_row, SqliteStore};
+use super::records::{read_row, record_of};
+use super::SqliteStore;
 use crate::session::SessionKey;
 use crate::store::{Located, ParkStore, ParkedLog, PausedRecord, StoreError};
 
-/// Adds the columns and indexes (a file of an earlier version has neither)
-/// and parks every undecided paused row: no process holds one at open.
-pub(super) fn create(c: &Connection) -> rusqlite::Result<()> {
-    let mut columns = c.prepare("SELECT name FROM pragma_table_info('paused_runs')")?;
-    let names: Vec<String> = columns
-        .query_map([], |row| row.get(0))?
-        .collect::<Result<_, _>>()?;
-    if !names.iter().any(|name| name == "parked") {
+impl SqliteStore {
+    /// Adds the columns and indexes (a file of an earlier version has
+    /// neither) and parks every undecided paused row: no process holds one
+    /// at open.
+    pub(super) fn add_park_columns(c: &Connection) -> rusqlite::Result<()> {
+        let mut columns = c.prepare("SELECT name FROM pragma_table_info('paused_runs')")?;
+        let names: Vec<String> = columns
+            .query_map([], |row| row.get(0))?
+            .collect::<Result<_, _>>()?;
+        if !names.iter().any(|name| name == "parked") {
+            c.execute_batch(
+                "ALTER TABLE paused_runs ADD COLUMN ns TEXT;
+                 ALTER TABLE paused_runs ADD COLUMN session TEXT;
+                 ALTER TABLE paused_runs ADD COLUMN pause TEXT;
+                 ALTER TABLE paused_runs ADD COLUMN expires_at INTEGER;
+                 ALTER TABLE paused_runs ADD COLUMN timer_due INTEGER;
+                 ALTER TABLE paused_runs ADD COLUMN parked INTEGER NOT NULL DEFAULT 0;
+                 UPDATE paused_runs SET
+                     ns = json_extract(record, '$.namespace'),
+                     session = json_extract(record, '$.session_id'),
+                     pause = json_extract(record, '$.confirmation_id'),
+                     expires_at = json_extract(record, '$.expires_at_ms'),
+                     timer_due = json_extract(record, '$.timer_due_ms');",
+            )?;
+        }
         c.execute_batch(
-            "ALTER TABLE paused_runs ADD COLUMN ns TEXT;
-             ALTER TABLE paused_runs ADD COLUMN session TEXT;
-             ALTER TABLE paused_runs ADD COLUMN pause TEXT;
-             ALTER TABLE paused_runs ADD COLUMN expires_at INTEGER;
-             ALTER TABLE paused_runs ADD COLUMN timer_due INTEGER;
-             ALTER TABLE paused_runs ADD COLUMN parked INTEGER NOT NULL DEFAULT 0;
-             UPDATE paused_runs SET
-                 ns = json_extract(record, '$.namespace'),
-                 session = json_extract(record, '$.session_id'),
-                 pause = json_extract(record, '$.confirmation_id'),
-                 expires_at = json_extract(record, '$.expires_at_ms'),
-                 timer_due = json_extract(record, '$.timer_due_ms');",
-        )?;
+            "CREATE INDEX IF NOT EXISTS paused_runs_session ON paused_runs (session, ns);
+             CREATE INDEX IF NOT EXISTS paused_runs_pause ON paused_runs (pause);
+             CREATE INDEX IF NOT EXISTS paused_runs_pending ON paused_runs (ns, expires_at, pause)
+                 WHERE decision IS NULL AND ended IS NULL;
+             CREATE INDEX IF NOT EXISTS paused_runs_parked_expiry ON paused_runs (expires_at)
+                 WHERE parked = 1;
+             CREATE INDEX IF NOT EXISTS paused_runs_parked_timer ON paused_runs (timer_due)
+                 WHERE parked = 1 AND timer_due IS NOT NULL;
+             UPDATE paused_runs SET parked = 1
+                 WHERE decision IS NULL AND ended IS NULL AND parked = 0;",
+        )
     }
-    c.execute_batch(
-        "CREATE INDEX IF NOT EXISTS paused_runs_session ON paused_runs (session, ns);
-         CREATE INDEX IF NOT EXISTS paused_runs_pause ON paused_runs (pause);
-         CREATE INDEX IF NOT EXISTS paused_runs_pending ON paused_runs (ns, expires_at, pause)
-             WHERE decision IS NULL AND ended IS NULL;
-         CREATE INDEX IF NOT EXISTS paused_runs_parked_expiry ON paused_runs (expires_at)
-             WHERE parked = 1;
-         CREATE INDEX IF NOT EXISTS paused_runs_parked_timer ON paused_runs (timer_due)
-             WHERE parked = 1 AND timer_due IS NOT NULL;
-         UPDATE paused_runs SET parked = 1
-             WHERE decision IS NULL AND ended IS NULL AND parked = 0;",
-    )
-}
 
-/// The columns a save writes beside the record (see [`create`]).
-pub(super) fn columns_of(
-    record: &PausedRecord,
-) -> (Option<String>, String, String, i64, Option<i64>) {
-    (
-        record.namespace.clone(),
-        record.session_id.clone(),
-        record.confirmation_id.clone(),
-        record.expires_at_ms as i64,
-        record.timer_due_ms.map(|due| due as i64),
-    )
+    /// The columns a save writes beside the record (see
+    /// [`SqliteStore::add_park_columns`]).
+    pub(super) fn park_columns(
+        record: &PausedRecord,
+    ) -> (Option<String>, String, String, i64, Option<i64>) {
+        (
+            record.namespace.clone(),
+            record.session_id.clone(),
+            record.confirmation_id.clone(),
+            record.expires_at_ms as i64,
+            record.timer_due_ms.map(|due| due as i64),
+        )
+    }
 }
 
 const RECORD_COLUMNS: &str = "record, decision, ended, approvals";
@@ -114,7 +119,7 @@ impl ParkStore for SqliteStore {
                 .query_row(params![session_id, namespace], read_row)
                 .optional()?;
             match row {
-                Some(row) => super::record_of(c, row),
+                Some(row) => record_of(c, row),
                 None => Ok(None),
             }
         })
@@ -238,7 +243,7 @@ impl SqliteStore {
                 .collect::<Result<Vec<_>, _>>()?;
             let mut records = Vec::with_capacity(rows.len());
             for row in rows {
-                records.extend(super::record_of(c, row)?);
+                records.extend(record_of(c, row)?);
             }
             Ok(records)
         })

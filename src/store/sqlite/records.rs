@@ -1,0 +1,63 @@
+//! Reading records back: a row's record joined with its decision, its
+//! end, its pause's progress and its calls; the loads a start makes.
+
+use futures_util::future::BoxFuture;
+use rusqlite::Connection;
+
+use super::{calls, delete_past_ends, SqliteStore};
+use crate::store::{PauseProgress, PausedRecord, StoreError};
+
+/// A row's record, decision, end and progress, as read.
+type Row = (String, Option<String>, Option<String>, Option<String>);
+
+/// Reads `record, decision, ended, approvals`.
+pub(super) fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+}
+
+/// The record a row holds, with its decision, its end, its pause's
+/// progress and its calls; `None` (logged) when this version cannot read
+/// it: not a reason to refuse to start.
+pub(super) fn record_of(c: &Connection, row: Row) -> rusqlite::Result<Option<PausedRecord>> {
+    let (record, decision, ended, approvals) = row;
+    let mut record = match serde_json::from_str::<PausedRecord>(&record) {
+        Ok(record) => record,
+        Err(err) => {
+            log::warn!("skipping an unreadable stored run: {err}");
+            return Ok(None);
+        }
+    };
+    record.decision = decision.and_then(|d| serde_json::from_str(&d).ok());
+    record.ended = ended.and_then(|e| serde_json::from_str(&e).ok());
+    // Only the progress of the pause the record holds.
+    record.progress = PauseProgress::join(&record.confirmation_id, [approvals.as_deref()]);
+    if record.may_have_calls() {
+        record.calls = calls::of(c, &record.run, &record.confirmation_id)?;
+    }
+    Ok(Some(record))
+}
+
+impl SqliteStore {
+    /// The records `condition` selects, ended ones within their grace
+    /// first, oldest first.
+    pub(super) fn load_where(
+        &self,
+        condition: &'static str,
+    ) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
+        self.with(move |c| {
+            delete_past_ends(c, crate::clock::now_ms_i64())?;
+            let mut statement = c.prepare(&format!(
+                "SELECT record, decision, ended, approvals FROM paused_runs
+                 WHERE {condition} ORDER BY ended IS NULL, ended_until"
+            ))?;
+            let rows = statement
+                .query_map([], read_row)?
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut records = Vec::new();
+            for row in rows {
+                records.extend(record_of(c, row)?);
+            }
+            Ok(records)
+        })
+    }
+}
