@@ -69,7 +69,16 @@ impl Runs {
     /// ends `timeout`). One wake at a time per session; a wake that finds
     /// the run held does nothing.
     pub(super) async fn wake(&self, key: &SessionKey) -> Result<(), StoreError> {
-        if !self.parks() || self.held(key).await || self.shutdown.is_cancelled() {
+        if !self.parks() || self.held(key).await || !self.logs.may_be_parked(key) {
+            return Ok(());
+        }
+        self.wake_from_store(key).await
+    }
+
+    /// [`Runs::wake`], asking the store whatever the sessions noted as
+    /// parked say (the sweep: the store's schedule is the truth).
+    async fn wake_from_store(&self, key: &SessionKey) -> Result<(), StoreError> {
+        if self.shutdown.is_cancelled() {
             return Ok(());
         }
         let _turn = self.logs.turn(key).lock().await;
@@ -82,11 +91,14 @@ impl Runs {
             .parked_run(namespace.as_deref(), &key.session_id)
             .await?
         else {
+            self.logs.note_woken(key);
             return Ok(());
         };
         run_log!(Debug, RunTag::session(key), "run {} woken", record.run);
         let run = record.run.clone();
-        if self.restore_one(record).await {
+        let restored = self.restore_one(record).await;
+        self.logs.note_woken(key);
+        if restored {
             // Off the request's path: a decision that follows unparks it too.
             let store = store.clone();
             tokio::spawn(async move {
@@ -140,7 +152,10 @@ impl Runs {
                     return;
                 };
                 let key = SessionKey::new(owner, &session_id);
-                if let Err(err) = self.wake(&key).await {
+                if self.held(&key).await {
+                    return;
+                }
+                if let Err(err) = self.wake_from_store(&key).await {
                     run_log!(Debug, RunTag::session(&key), "{err}");
                 }
             })

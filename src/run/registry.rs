@@ -4,7 +4,7 @@
 //! decision link (which names only its pause) still finds whom to ask for
 //! the run's kept outcome: who decided it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::replay::Replay;
@@ -21,6 +21,9 @@ pub struct ReplayRegistry {
     logs: Arc<Mutex<HashMap<SessionKey, Arc<Replay>>>>,
     remembered: Arc<Mutex<VecDeque<(String, SessionKey)>>>,
     wakes: Arc<Turns>,
+    /// A hash of each session whose run may be parked (#46): a request
+    /// about any other session does not ask the store (8 bytes a pause).
+    parked: Arc<Mutex<HashSet<u64>>>,
 }
 
 /// One lock per stripe of sessions: one wake of a parked run at a time
@@ -48,6 +51,26 @@ impl ReplayRegistry {
         let mut hasher = std::hash::DefaultHasher::new();
         key.hash(&mut hasher);
         &self.wakes.0[(hasher.finish() as usize) % TURNS]
+    }
+
+    /// `key`'s run is being parked (noted before it is gone, so that a
+    /// request that waits for the park finds it noted).
+    pub fn note_parked(&self, key: &SessionKey) {
+        self.parked_lock().insert(parked_hash(key));
+    }
+
+    /// `key`'s run was woken (or found not parked).
+    pub fn note_woken(&self, key: &SessionKey) {
+        self.parked_lock().remove(&parked_hash(key));
+    }
+
+    /// Whether `key`'s run may be parked (a false yes costs a store read).
+    pub fn may_be_parked(&self, key: &SessionKey) -> bool {
+        self.parked_lock().contains(&parked_hash(key))
+    }
+
+    fn parked_lock(&self) -> MutexGuard<'_, HashSet<u64>> {
+        self.parked.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Makes `log` the one a re-attach to `key` finds.
@@ -120,4 +143,12 @@ impl ReplayRegistry {
         let logs: Vec<Arc<Replay>> = self.lock().values().cloned().collect();
         logs.iter().filter(|log| log.is_detached()).count()
     }
+}
+
+/// A session's hash in the set of those that may have a parked run.
+fn parked_hash(key: &SessionKey) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    key.hash(&mut hasher);
+    hasher.finish()
 }

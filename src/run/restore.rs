@@ -36,6 +36,19 @@ impl Runs {
             store.load().await
         };
         let records = records.map_err(|err| err.to_string())?;
+        if self.parks() {
+            // The sessions whose runs wait parked: a request about one of
+            // them wakes it (see `park.rs`).
+            let parked = store
+                .parked_sessions()
+                .await
+                .map_err(|err| err.to_string())?;
+            for (namespace, session_id) in parked {
+                if let Some(owner) = self.settings.namespaces.owner(namespace.as_deref()) {
+                    self.logs.note_parked(&SessionKey::new(owner, &session_id));
+                }
+            }
+        }
         let mut restored = 0;
         for record in records {
             restored += usize::from(self.restore_one(record).await);

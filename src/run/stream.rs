@@ -288,6 +288,7 @@ async fn park_when_idle(
             ParkTry::Gone => return,
             ParkTry::NotYet => wait = after.max(PARK_AGAIN),
             ParkTry::Parked => {
+                registry.note_parked(&key);
                 log.until_parked().await;
                 if log.is_suspended() {
                     registry.forget(&key, &log);

@@ -556,6 +556,12 @@ pub trait ParkStore: Send + Sync {
         Box::pin(async { Ok(Vec::new()) })
     }
 
+    /// Where every parked pause is (its namespace and session), read once
+    /// at a start.
+    fn parked_sessions(&self) -> BoxFuture<'_, Result<Vec<Located>, StoreError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
     /// How many pauses are parked (`chatgate_parked_runs`).
     fn parked_count(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(async { Ok(0) })

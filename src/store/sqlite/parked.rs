@@ -169,6 +169,26 @@ impl ParkStore for SqliteStore {
         })
     }
 
+    fn parked_sessions(&self) -> BoxFuture<'_, Result<Vec<Located>, StoreError>> {
+        self.with_outbox(|c| {
+            let mut statement =
+                c.prepare_cached("SELECT ns, session FROM paused_runs WHERE parked = 1")?;
+            let rows = statement.query_map([], |row| {
+                Ok((
+                    row.get::<_, Option<String>>(0)?,
+                    row.get::<_, Option<String>>(1)?,
+                ))
+            })?;
+            let mut found = Vec::new();
+            for row in rows {
+                if let (namespace, Some(session)) = row? {
+                    found.push((namespace, session));
+                }
+            }
+            Ok(found)
+        })
+    }
+
     fn parked_count(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         self.with_outbox(|c| {
             c.prepare_cached("SELECT COUNT(*) FROM paused_runs WHERE parked = 1")?
