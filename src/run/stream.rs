@@ -48,7 +48,7 @@ pub struct StreamSettings {
     pub keep_alive: Duration,
     pub detach_grace: Duration,
     /// `--park-after` with a durable store: how long a paused run nobody
-    /// holds stays in memory (see [`park_when_idle`]); `None`: always.
+    /// holds stays in memory (see `park_when_idle`); `None`: always.
     pub park_after: Option<Duration>,
     pub metrics: Arc<Metrics>,
     pub registry: ReplayRegistry,
