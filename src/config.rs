@@ -30,7 +30,7 @@ use crate::run::replay::{REPLAY_BUFFER, REPLAY_BUFFER_BYTES};
 use crate::run::settings::{
     CONFIRM_TIMEOUT, KEEP_OUTCOME, MAX_CONFIRM_TIMEOUT, MAX_ROUNDS, STEP_DELAY,
 };
-use crate::run::stream::{DETACH_GRACE, KEEP_ALIVE, PARK_AFTER};
+use crate::run::stream::{DETACH_GRACE, KEEP_ALIVE, MAX_PARKED, PARK_AFTER};
 
 /// Default of `--shutdown-timeout`: how long shutdown waits for streams to end.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -412,6 +412,13 @@ pub struct LimitFlags {
     /// it). 1 to 10,000,000.
     #[arg(long, env = "CHATGATE_MAX_RUNS_PER_KEY", value_parser = parse_count(1, 10_000_000))]
     pub max_runs_per_key: Option<usize>,
+    /// Paused runs parked at once (`--park-after`, a durable store): each
+    /// costs its record on disk and 8 bytes of memory; beyond it a paused
+    /// run stays in memory, held against --max-runs. 0 (none parks) to
+    /// 100,000,000.
+    #[arg(long, env = "CHATGATE_MAX_PARKED", default_value_t = MAX_PARKED,
+          value_parser = parse_count(0, 100_000_000))]
+    pub max_parked: usize,
 }
 
 impl Settings {

@@ -161,6 +161,7 @@ impl Application {
             detach_grace: settings.pauses.detach_grace,
             // The memory store never parks: what it keeps is memory.
             park_after: store.is_durable().then_some(settings.pauses.park_after),
+            max_parked: settings.limits.max_parked,
             metrics: metrics.clone(),
             registry: logs.clone(),
         });

@@ -64,6 +64,11 @@ impl ReplayRegistry {
         self.parked_lock().remove(&parked_hash(key));
     }
 
+    /// How many sessions may have a parked run (`--max-parked` bounds it).
+    pub fn parked_count(&self) -> usize {
+        self.parked_lock().len()
+    }
+
     /// Whether `key`'s run may be parked (a false yes costs a store read).
     pub fn may_be_parked(&self, key: &SessionKey) -> bool {
         self.parked_lock().contains(&parked_hash(key))

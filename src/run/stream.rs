@@ -38,6 +38,10 @@ pub const DETACH_GRACE: Duration = Duration::from_secs(60);
 /// Default of `--park-after`: how long a paused run nobody holds stays in
 /// memory with a durable store.
 pub const PARK_AFTER: Duration = Duration::from_secs(30);
+/// The wait before parking is tried again while `--max-parked` are.
+const PARK_FULL_AGAIN: Duration = Duration::from_secs(10);
+/// Default of `--max-parked`: paused runs parked at once.
+pub const MAX_PARKED: usize = 1_000_000;
 /// The least wait before parking is tried again, after a try that found
 /// the run at work or a request coming by (`--park-after 0s` included).
 const PARK_AGAIN: Duration = Duration::from_secs(1);
@@ -50,6 +54,8 @@ pub struct StreamSettings {
     /// `--park-after` with a durable store: how long a paused run nobody
     /// holds stays in memory (see `park_when_idle`); `None`: always.
     pub park_after: Option<Duration>,
+    /// `--max-parked`: beyond it a paused run is not parked.
+    pub max_parked: usize,
     pub metrics: Arc<Metrics>,
     pub registry: ReplayRegistry,
 }
@@ -219,7 +225,7 @@ fn detached(
             log.clone(),
             key.clone(),
             registry.clone(),
-            after,
+            (after, settings.max_parked),
             detached_as,
         );
         tokio::spawn(parking);
@@ -272,7 +278,7 @@ async fn park_when_idle(
     log: Arc<Replay>,
     key: SessionKey,
     registry: ReplayRegistry,
-    after: Duration,
+    (after, max_parked): (Duration, usize),
     detached_as: Option<u64>,
 ) {
     let mut seen = log.visits();
@@ -284,6 +290,11 @@ async fn park_when_idle(
     };
     loop {
         tokio::time::sleep(wait).await;
+        if registry.parked_count() >= max_parked {
+            // As many as `--max-parked` are: this one stays held for now.
+            wait = after.max(PARK_FULL_AGAIN);
+            continue;
+        }
         match log.try_park(detached_as, &mut seen) {
             ParkTry::Gone => return,
             ParkTry::NotYet => wait = after.max(PARK_AGAIN),

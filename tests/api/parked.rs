@@ -208,6 +208,21 @@ async fn two_replies_at_once_wake_a_parked_pause_once_and_one_decides() {
     assert_eq!(finals.len(), 1, "one end: {after:?}");
 }
 
+/// The ids of the pauses the inbox lists to `key`.
+async fn listed(server: &Binary, key: Option<&str>) -> Vec<Value> {
+    let mut request = reqwest::Client::new().get(format!("{}/api/v1/interactions", server.url));
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let body: Value = request.send().await.unwrap().json().await.unwrap();
+    body["interactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["confirmation_id"].clone())
+        .collect()
+}
+
 const KEYS: &str = "\
 agent-key-000001 label=ci-bot
 approver lead-key-000001 label=lead-1 groups=leads
@@ -226,22 +241,8 @@ async fn the_inbox_lists_a_parked_pause_and_an_approver_decides_it_by_its_id() {
     let id = seen.last().unwrap().metadata["confirmation_id"].clone();
     parked(&server, 1).await;
 
-    let listed: Value = reqwest::Client::new()
-        .get(format!("{}/api/v1/interactions", server.url))
-        .bearer_auth("lead-key-000001")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let ids: Vec<&Value> = listed["interactions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| &i["confirmation_id"])
-        .collect();
-    assert_eq!(ids, [&id], "{listed}");
+    let ids = listed(&server, Some("lead-key-000001")).await;
+    assert_eq!(ids, std::slice::from_ref(&id));
 
     let decision = json!({"message": "CONFIRM_ACTION:confirm", "session_id": "i",
         "confirmation_id": id});
@@ -269,19 +270,12 @@ async fn a_new_message_on_a_parked_session_supersedes_its_pause() {
         &new.last().unwrap().metadata["confirmation_id"],
     );
     assert_ne!(old_id, new_id);
-    let listed: Value = reqwest::get(format!("{}/api/v1/interactions", server.url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let ids: Vec<&Value> = listed["interactions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| &i["confirmation_id"])
-        .collect();
-    assert_eq!(ids, [new_id], "only the new run's pause waits: {listed}");
+    let ids = listed(&server, None).await;
+    assert_eq!(
+        ids,
+        std::slice::from_ref(new_id),
+        "only the new run's pause waits"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,4 +329,25 @@ async fn a_parked_pause_s_reminder_and_escalation_fire_once_each_from_the_store_
     let types: Vec<&str> = seen.iter().map(|d| d.event.as_str()).collect();
     assert_eq!(count(&seen, "interaction.reminder"), 1, "{types:?}");
     assert_eq!(count(&seen, "interaction.escalated"), 1, "{types:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_max_parked_a_paused_run_stays_held_and_is_decided_as_ever() {
+    let dir = Dir::new();
+    let server = parking(&dir, &["--max-parked", "1"]);
+    pause_and_leave(&server, "m1").await;
+    parked(&server, 1).await;
+
+    pause_and_leave(&server, "m2").await;
+
+    // The second one is held: one parked, one in memory.
+    wait_for_gauge(&server.url, "chatgate_paused_runs", 1).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_for_gauge(&server.url, "chatgate_parked_runs", 1).await;
+    wait_for_gauge(&server.url, "chatgate_paused_runs", 1).await;
+    for session in ["m1", "m2"] {
+        let (status, ack) = reply(&stream_url(&server), session, "CONFIRM_ACTION:confirm").await;
+        assert_eq!(status, 200, "{session}: {ack:?}");
+    }
+    wait_for_gauge(&server.url, "chatgate_parked_runs", 0).await;
 }

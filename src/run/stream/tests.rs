@@ -16,6 +16,7 @@ fn settings(grace: Duration) -> Arc<StreamSettings> {
         keep_alive: Duration::from_secs(3600),
         detach_grace: grace,
         park_after: None,
+        max_parked: 0,
         metrics: Arc::new(Metrics::new()),
         registry: ReplayRegistry::default(),
     })
