@@ -69,7 +69,18 @@ impl Runs {
     /// ends `timeout`). One wake at a time per session; a wake that finds
     /// the run held does nothing.
     pub(super) async fn wake(&self, key: &SessionKey) -> Result<(), StoreError> {
-        if !self.parks() || self.held(key).await || !self.logs.may_be_parked(key) {
+        if !self.parks() {
+            return Ok(());
+        }
+        // A session stays noted until its wake has registered its pause
+        // again: a request that finds the run held meanwhile waits for the
+        // wake's turn, so that it never finds a pause half restored.
+        let held = self.held(key).await;
+        if !self.logs.may_be_parked(key) {
+            return Ok(());
+        }
+        if held {
+            let _turn = self.logs.turn(key).lock().await;
             return Ok(());
         }
         self.wake_from_store(key).await
