@@ -22,7 +22,9 @@ sleep 0.3
 post '{"message":"CONFIRM_ACTION:cancel","session_id":"m2"}'
 wait %2 2>/dev/null || true
 
-curl -s "$url/metrics" | tee /dev/stderr | promtool check metrics
+# Shown on stderr as it goes by (not `tee /dev/stderr`: that truncates a
+# log file stderr is redirected to).
+curl -s "$url/metrics" | tee >(cat >&2) | promtool check metrics
 curl -s -H 'Accept: application/openmetrics-text; version=1.0.0' "$url/metrics" \
   | grep -q '^# EOF$'
 curl -s -D - -o /dev/null "$url/metrics" | grep -qi '^content-type: text/plain; version=0.0.4'
