@@ -554,12 +554,16 @@ fn lock(file: &File, path: &Path) -> Result<(), String> {
     }
 }
 
+/// The names of `paused_runs`' columns (an earlier version's lacks some).
+fn paused_columns(c: &Connection) -> rusqlite::Result<Vec<String>> {
+    let mut columns = c.prepare("SELECT name FROM pragma_table_info('paused_runs')")?;
+    let names = columns.query_map([], |row| row.get(0))?;
+    names.collect()
+}
+
 /// A table an earlier version made lacks the end's columns.
 fn add_end_columns(c: &Connection) -> rusqlite::Result<()> {
-    let mut columns = c.prepare("SELECT name FROM pragma_table_info('paused_runs')")?;
-    let names: Vec<String> = columns
-        .query_map([], |row| row.get(0))?
-        .collect::<Result<_, _>>()?;
+    let names = paused_columns(c)?;
     if !names.iter().any(|name| name == "ended") {
         c.execute_batch(
             "ALTER TABLE paused_runs ADD COLUMN ended TEXT;

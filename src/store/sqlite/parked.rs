@@ -30,10 +30,7 @@ impl SqliteStore {
     /// neither) and parks every undecided paused row: no process holds one
     /// at open.
     pub(super) fn add_park_columns(c: &Connection) -> rusqlite::Result<()> {
-        let mut columns = c.prepare("SELECT name FROM pragma_table_info('paused_runs')")?;
-        let names: Vec<String> = columns
-            .query_map([], |row| row.get(0))?
-            .collect::<Result<_, _>>()?;
+        let names = super::paused_columns(c)?;
         if !names.iter().any(|name| name == "parked") {
             c.execute_batch(
                 "ALTER TABLE paused_runs ADD COLUMN ns TEXT;
