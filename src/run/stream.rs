@@ -290,13 +290,12 @@ async fn park_when_idle(
     };
     loop {
         tokio::time::sleep(wait).await;
-        if registry.parked_count() >= max_parked {
-            // As many as `--max-parked` are: this one stays held for now.
-            wait = after.max(PARK_FULL_AGAIN);
-            continue;
-        }
-        match log.try_park(detached_as, &mut seen) {
+        // As many as `--max-parked` are: this one stays held for now (and
+        // the loop still ends when a client attaches or the run ends).
+        let room = registry.parked_count() < max_parked;
+        match log.try_park(detached_as, &mut seen, room) {
             ParkTry::Gone => return,
+            ParkTry::NotYet if !room => wait = after.max(PARK_FULL_AGAIN),
             ParkTry::NotYet => wait = after.max(PARK_AGAIN),
             ParkTry::Parked => {
                 registry.note_parked(&key);

@@ -68,8 +68,9 @@ impl Replay {
     /// Parks the run if nobody attached since the detach of `detached_as`
     /// (`None`: a run restored or woken that nobody attached to yet), it
     /// waits on a pause kept whole, and no request came by since `seen`
-    /// (which is moved on when one did).
-    pub fn try_park(&self, detached_as: Option<u64>, seen: &mut u64) -> ParkTry {
+    /// (which is moved on when one did); and only when there is `room`
+    /// (`--max-parked`).
+    pub fn try_park(&self, detached_as: Option<u64>, seen: &mut u64, room: bool) -> ParkTry {
         let mut inner = self.lock();
         let next = detached_as.map_or(0, |id| id + 1);
         if inner.subscriber.is_some() || inner.next_subscriber_id != next {
@@ -78,7 +79,7 @@ impl Replay {
         if inner.finished || inner.suspended || inner.park.parking {
             return ParkTry::Gone;
         }
-        if !(inner.paused && inner.park.parkable) {
+        if !(room && inner.paused && inner.park.parkable) {
             return ParkTry::NotYet;
         }
         if inner.park.visits != *seen {
