@@ -116,6 +116,20 @@ impl Conn {
         Ok(status)
     }
 
+    /// Sends `GET path`, reads the whole response into `out` (cleared
+    /// first), returns the status.
+    pub async fn get_body(&mut self, path: &str, out: &mut Vec<u8>) -> io::Result<u16> {
+        self.request.clear();
+        self.request.extend_from_slice(b"GET ");
+        self.request.extend_from_slice(path.as_bytes());
+        self.request
+            .extend_from_slice(b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        self.stream.write_all(&self.request).await?;
+        let status = self.read_head().await?;
+        self.read_body(out).await?;
+        Ok(status)
+    }
+
     /// The whole body of the current response, into `out` (cleared first).
     pub async fn read_body(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
         while self.fill_body().await? {}

@@ -4,6 +4,7 @@
 
 mod http;
 mod mcp;
+mod parked;
 mod quorum;
 mod receiver;
 mod servers;
@@ -88,6 +89,35 @@ enum Scenario {
         /// plan; the runs are then released by a cancel.
         #[arg(long)]
         question: bool,
+    },
+    /// Open K paused runs, drop their clients, wait until every one is
+    /// parked (#46; start the server with `--park-after 0s`), then measure
+    /// RSS, the store's file, CPU while idle, and decisions one at a time.
+    Parked {
+        #[arg(long, default_value_t = 1_000_000)]
+        k: usize,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Decisions measured, one at a time, on runs spread over the K.
+        #[arg(long, default_value_t = 2000)]
+        decide: usize,
+        /// Seconds of idling measured with them parked.
+        #[arg(long, default_value_t = 60)]
+        idle: u64,
+        #[arg(long)]
+        server_pid: Option<u32>,
+    },
+    /// K paused runs all due at once (#46): needs --store (the bench opens
+    /// them, stops the server, waits past their `--confirm-timeout` and
+    /// starts it again) and --webhook-receiver (announced = delivered).
+    Expiry {
+        #[arg(long, default_value_t = 100_000)]
+        k: usize,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Their `--confirm-timeout`, in seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
     },
     /// Sequential flows, alternately paused on a plan (confirm→resume) and
     /// on a question (answer→resume), on the same connections: both
@@ -214,7 +244,14 @@ fn main() -> io::Result<()> {
     };
     let mut server_args = cli.server_arg.clone();
     server_args.extend(receiver.iter().flat_map(receiver::Receiver::server_args));
+    let restarts = matches!(cli.scenario, Scenario::Expiry { .. });
+    let spec = cli.store.clone().map(|store| servers::Spec {
+        bin: cli.server_bin.clone(),
+        store,
+        extra: server_args.clone(),
+    });
     let started = match &cli.store {
+        Some(_) if restarts => Vec::new(),
         Some(store) => servers::start(cli.server_bin.as_deref(), store, replicas, &server_args)?,
         None => Vec::new(),
     };
@@ -245,6 +282,19 @@ fn main() -> io::Result<()> {
         Scenario::All { server_pid } => Scenario::All {
             server_pid: server_pid.or(spawned_pid),
         },
+        Scenario::Parked {
+            k,
+            concurrency,
+            decide,
+            idle,
+            server_pid,
+        } => Scenario::Parked {
+            k,
+            concurrency,
+            decide,
+            idle,
+            server_pid: server_pid.or(spawned_pid),
+        },
         other => other,
     };
     let result = runtime.block_on(async move {
@@ -271,6 +321,29 @@ fn main() -> io::Result<()> {
                 let pause = Pause::of(question);
                 paused(&addr, k, server_pid, concurrency, hold_only, pause).await
             }
+            Scenario::Parked {
+                k,
+                concurrency,
+                decide,
+                idle,
+                server_pid,
+            } => {
+                let file = spec
+                    .as_ref()
+                    .and_then(|spec| spec.store.strip_prefix("sqlite:"));
+                let file = file.map(std::path::Path::new);
+                parked::parked(&addr, k, concurrency, decide, idle, server_pid, file).await
+            }
+            Scenario::Expiry {
+                k,
+                concurrency,
+                timeout,
+            } => match &spec {
+                Some(spec) if cli.webhook_receiver => {
+                    parked::expiry(spec, k, concurrency, timeout).await
+                }
+                _ => Err(err("expiry needs --store and --webhook-receiver")),
+            },
             Scenario::Question { n } => question_rtt(&addr, n).await,
             Scenario::Agui { n } => agui_rtt(&addr, n).await,
             Scenario::Throughput { clients, seconds } => throughput(&addr, clients, seconds).await,

@@ -38,6 +38,13 @@ impl Drop for Server {
     }
 }
 
+/// How to start a server again, for a scenario that restarts it.
+pub struct Spec {
+    pub bin: Option<std::path::PathBuf>,
+    pub store: String,
+    pub extra: Vec<String>,
+}
+
 /// Starts `count` servers with `store`: one, or replicas sharing a Redis.
 pub fn start(
     bin: Option<&Path>,

@@ -13,6 +13,8 @@ use regex::Regex;
 use reqwest::Response;
 use serde_json::{json, Value};
 
+use chatgate::store::sqlite::record_json;
+
 use crate::helpers::{free_port, TestApp};
 use crate::tools::{app_with_tools, Workdir};
 
@@ -51,7 +53,9 @@ fn rows(dir: &Workdir) -> String {
         .query_map([], |row| {
             Ok(format!(
                 "record {}\ndecision {}\nended {}\n",
-                row.get::<_, String>(0)?,
+                // The record as JSON, whether the row keeps it compressed
+                // (#46) or as text.
+                String::from_utf8(record_json(row.get_ref(0)?).unwrap()).unwrap(),
                 row.get::<_, Option<String>>(1)?.unwrap_or_default(),
                 row.get::<_, Option<String>>(2)?.unwrap_or_default()
             ))

@@ -17,12 +17,15 @@
 //! earlier version gets the two columns at open.
 
 mod calls;
+mod compact;
 mod grants;
 mod outbox;
 mod outcomes;
 mod parked;
 mod records;
 mod writer;
+
+pub use compact::json_of as record_json;
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::unix::fs::MetadataExt;
@@ -193,7 +196,7 @@ impl Store for SqliteStore {
         record: PausedRecord,
         events: &'a [OutboxEvent],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let json = serde_json::to_string(&record).unwrap_or_default();
+        let packed = compact::encode(&record);
         let (ns, session, pause, expires_at, timer_due) = SqliteStore::park_columns(&record);
         let events = events.to_vec();
         self.with(move |tx| {
@@ -207,7 +210,7 @@ impl Store for SqliteStore {
                      expires_at = excluded.expires_at, timer_due = excluded.timer_due, parked = 0",
             )?
             .execute(params![
-                record.run, json, ns, session, pause, expires_at, timer_due
+                record.run, packed, ns, session, pause, expires_at, timer_due
             ])?;
             tx.queue(&events)
         })
@@ -297,15 +300,17 @@ impl Store for SqliteStore {
                 // The record keeps who the run was, not what it paused on
                 // (its frames, its engine's state, its tasks, its message):
                 // an ended run costs the file and a restart a small constant.
+                // What is left is kept as text.
+                let record = record_text(tx, &run)?;
                 tx.prepare_cached(
                     "UPDATE paused_runs SET ended = ?2, ended_until = ?3, parked = 0,
-                         record = json_set(record, '$.frames', json('[]'), '$.state', NULL,
+                         record = json_set(?4, '$.frames', json('[]'), '$.state', NULL,
                              '$.tasks', json('[]'), '$.questions', json('[]'),
                              '$.message', '', '$.title', ''),
                          approvals = NULL
                      WHERE run = ?1",
                 )?
-                .execute(params![run, json, until])?;
+                .execute(params![run, json, until, record])?;
                 delete_past_ends(tx, now)?;
             }
             tx.queue(&events)
@@ -580,18 +585,21 @@ fn add_end_columns(c: &Connection) -> rusqlite::Result<()> {
     )
 }
 
+/// The record of `run` as JSON text (see [`compact`]), if its row is there
+/// and this version can read it.
+fn record_text(c: &Connection, run: &str) -> rusqlite::Result<Option<String>> {
+    let json = c
+        .prepare_cached("SELECT record FROM paused_runs WHERE run = ?1")?
+        .query_row(params![run], |row| Ok(compact::json_of(row.get_ref(0)?)))
+        .optional()?;
+    Ok(json.flatten().and_then(|json| String::from_utf8(json).ok()))
+}
+
 impl SqliteStore {
-    /// The record of `run`, if any (for tests and inspection).
+    /// The record of `run` as JSON, if any (for tests and inspection).
     pub fn get(&self, run: &str) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
         let run = run.to_owned();
-        self.with(move |c| {
-            c.query_row(
-                "SELECT record FROM paused_runs WHERE run = ?1",
-                params![run],
-                |row| row.get(0),
-            )
-            .optional()
-        })
+        self.with(move |c| record_text(c, &run))
     }
 }
 

@@ -21,7 +21,7 @@ use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::records::{read_row, record_of};
-use super::SqliteStore;
+use super::{compact, record_text, SqliteStore};
 use crate::session::SessionKey;
 use crate::store::{Located, ParkStore, ParkedLog, PausedRecord, StoreError};
 
@@ -86,16 +86,23 @@ impl ParkStore for SqliteStore {
         log: &'a ParkedLog,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let run = run.to_owned();
-        let frames = serde_json::to_string(&log.frames).unwrap_or_default();
-        let (next_seq, request_seq) = (log.next_seq as i64, log.request_seq.map(|s| s as i64));
+        let log = log.clone();
+        // The record as saved, with the whole log in place of its last
+        // frames, compacted again (see `compact`).
         self.with(move |c| {
+            let Some(json) = record_text(c, &run)? else {
+                return Ok(());
+            };
+            let Ok(mut record) = serde_json::from_str::<PausedRecord>(&json) else {
+                return Ok(());
+            };
+            (record.frames, record.next_seq) = (log.frames, log.next_seq);
+            record.request_seq = log.request_seq;
             c.prepare_cached(
-                "UPDATE paused_runs SET parked = 1,
-                     record = json_set(record, '$.frames', json(?2), '$.next_seq', ?3,
-                         '$.request_seq', ?4)
+                "UPDATE paused_runs SET parked = 1, record = ?2
                  WHERE run = ?1 AND decision IS NULL AND ended IS NULL",
             )?
-            .execute(params![run, frames, next_seq, request_seq])
+            .execute(params![run, compact::encode(&record)])
             .map(drop)
         })
     }

@@ -4,15 +4,22 @@
 use futures_util::future::BoxFuture;
 use rusqlite::Connection;
 
-use super::{calls, delete_past_ends, SqliteStore};
+use super::{calls, compact, delete_past_ends, SqliteStore};
 use crate::store::{PauseProgress, PausedRecord, StoreError};
 
-/// A row's record, decision, end and progress, as read.
-type Row = (String, Option<String>, Option<String>, Option<String>);
+/// A row's record (its JSON: `None` when this version cannot read it),
+/// decision, end and progress, as read.
+type Row = (
+    Option<Vec<u8>>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
 
 /// Reads `record, decision, ended, approvals`.
 pub(super) fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
-    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+    let record = compact::json_of(row.get_ref(0)?);
+    Ok((record, row.get(1)?, row.get(2)?, row.get(3)?))
 }
 
 /// The record a row holds, with its decision, its end, its pause's
@@ -20,7 +27,11 @@ pub(super) fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
 /// it: not a reason to refuse to start.
 pub(super) fn record_of(c: &Connection, row: Row) -> rusqlite::Result<Option<PausedRecord>> {
     let (record, decision, ended, approvals) = row;
-    let mut record = match serde_json::from_str::<PausedRecord>(&record) {
+    let Some(record) = record else {
+        log::warn!("skipping a stored run this version cannot read (not a record it wrote)");
+        return Ok(None);
+    };
+    let mut record = match serde_json::from_slice::<PausedRecord>(&record) {
         Ok(record) => record,
         Err(err) => {
             log::warn!("skipping an unreadable stored run: {err}");
