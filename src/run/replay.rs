@@ -118,6 +118,10 @@ pub(super) struct ReplayInner {
 #[derive(Debug, Default)]
 pub(super) struct Parking {
     pub(super) parkable: bool,
+    /// The first and the next sequence of the frames the stored record
+    /// holds, when known: while the log still spans exactly these, a park
+    /// need not write it again.
+    pub(super) stored: Option<(u64, u64)>,
     pub(super) parking: bool,
     pub(super) visits: u64,
 }

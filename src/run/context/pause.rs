@@ -408,6 +408,10 @@ impl RunContext {
         };
         let store = &self.settings.store;
         let (key, run_id) = (self.session_key().clone(), self.run_id());
+        let stored = (
+            record.next_seq - record.frames.len() as u64,
+            record.next_seq,
+        );
         store.save(record, &events).await.map_err(|err| {
             run_log!(Error, RunTag::of(&key, run_id), "{err}");
             RunError::Failed {
@@ -418,7 +422,7 @@ impl RunContext {
         self.settings.wake_sender(&events);
         self.pause_stored = true;
         if !in_memory {
-            self.log.pause_parkable();
+            self.log.pause_parkable(Some(stored));
         }
         Ok(())
     }

@@ -71,7 +71,9 @@ impl RunContext {
             .map_err(RunError::Cancelled)?;
         self.pause_stored = true;
         self.log.pause_started();
-        self.log.pause_parkable();
+        // What its record holds is not what its log does (a restore's
+        // gap rules): a park writes the log.
+        self.log.pause_parkable(None);
         self.log.note_pause(&record.confirmation_id);
         if record.asked.kind().asks_a_yes() {
             self.anchor_calls(&record.confirmation_id);

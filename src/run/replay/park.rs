@@ -40,9 +40,12 @@ pub enum ParkTry {
 impl Replay {
     /// The run's pause is kept whole in a durable store (its engine can go
     /// on from the record): once no client holds it, it may be parked.
-    /// Until the pause ends.
-    pub fn pause_parkable(&self) {
-        self.lock().park.parkable = true;
+    /// Until the pause ends. `stored`: the first and the next sequence of
+    /// the frames its record holds, if they are known.
+    pub fn pause_parkable(&self, stored: Option<(u64, u64)>) {
+        let mut inner = self.lock();
+        inner.park.parkable = true;
+        inner.park.stored = stored;
     }
 
     /// A request is about to act on this run (see [`Visit`]).
@@ -118,13 +121,22 @@ impl Replay {
     }
 
     /// What a parked run's record keeps of its log: all of it.
+    /// Nothing (`as_stored`) while it holds just what the record does.
     pub fn parked(&self) -> ParkedLog {
+        {
+            let inner = self.lock();
+            let first = inner.next_seq - inner.frames.len() as u64;
+            if inner.park.stored == Some((first, inner.next_seq)) {
+                return ParkedLog::as_stored();
+            }
+        }
         let (frames, next_seq) = self.snapshot();
         let request_seq = self.lock().request.as_ref().map(|(seq, _)| *seq);
         ParkedLog {
             frames,
             next_seq,
             request_seq,
+            as_stored: false,
         }
     }
 

@@ -17,7 +17,9 @@
 //! earlier version gets the two columns at open.
 
 mod calls;
+mod checkpoint;
 mod compact;
+mod file_lock;
 mod grants;
 mod outbox;
 mod outcomes;
@@ -27,7 +29,7 @@ mod writer;
 
 pub use compact::json_of as record_json;
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, OpenOptions};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,6 +44,7 @@ use super::{
     QueuedEvent, Resolution, RunEnd, Store, StoreError, StoredDecision,
 };
 use crate::session::SessionKey;
+use records::record_text;
 
 #[derive(Debug)]
 pub struct SqliteStore {
@@ -67,6 +70,8 @@ pub struct SqliteStore {
     healthy: Arc<AtomicBool>,
     /// How long an ended run's end is kept (`--detach-grace`).
     grace: Duration,
+    /// Copies the write-ahead log into the file, off the write path.
+    _checkpointer: checkpoint::Checkpointer,
     /// Outcomes kept so far (every [`outcomes::COUNT_EVERY`]th looks at
     /// the count).
     outcomes_kept: Arc<std::sync::atomic::AtomicU64>,
@@ -84,7 +89,7 @@ impl SqliteStore {
             .write(true)
             .open(path)
             .map_err(|err| format!("{err}: {}", path.display()))?;
-        lock(&file, path)?;
+        file_lock::lock(&file, path)?;
         let connection = Connection::open(path).map_err(|err| err.to_string())?;
         connection
             .execute_batch(
@@ -100,6 +105,11 @@ impl SqliteStore {
                  );",
             )
             .map_err(|err| err.to_string())?;
+        // Checkpoints are the checkpointer's; a commit's own only should
+        // it fall behind (see `checkpoint`).
+        connection
+            .pragma_update(None, "wal_autocheckpoint", checkpoint::BACKSTOP_PAGES)
+            .map_err(|err| err.to_string())?;
         add_end_columns(&connection).map_err(|err| err.to_string())?;
         SqliteStore::add_park_columns(&connection).map_err(|err| err.to_string())?;
         outbox::create(&connection).map_err(|err| err.to_string())?;
@@ -107,6 +117,11 @@ impl SqliteStore {
         grants::create(&connection).map_err(|err| err.to_string())?;
         calls::create(&connection).map_err(|err| err.to_string())?;
         let outbox = outbox::open(path).map_err(|err| err.to_string())?;
+        outbox
+            .pragma_update(None, "wal_autocheckpoint", checkpoint::BACKSTOP_PAGES)
+            .map_err(|err| err.to_string())?;
+        let checkpointer = checkpoint::Checkpointer::start(path)
+            .map_err(|err| format!("cannot start the store's checkpoints: {err}"))?;
         let ledger = Arc::new(Mutex::new(
             outbox::ledger(&outbox).map_err(|err| err.to_string())?,
         ));
@@ -120,6 +135,7 @@ impl SqliteStore {
             file,
             healthy: Arc::new(AtomicBool::new(true)),
             grace,
+            _checkpointer: checkpointer,
             outcomes_kept: Arc::default(),
         })
     }
@@ -527,38 +543,6 @@ fn delete_past_ends(c: &Connection, now: i64) -> rusqlite::Result<()> {
         .map(drop)
 }
 
-/// How long [`lock`] waits for a lock held elsewhere before it says so.
-///
-/// A lock is the open file's, so a child forked by this process (a command
-/// tool, an MCP server, between its fork and its exec) holds it for a
-/// moment after the store that took it is gone; so does a process that is
-/// still exiting. A store that is really in use stays locked far longer.
-const LOCK_WAIT: Duration = Duration::from_secs(5);
-
-/// Takes the file's lock (see [`SqliteStore::file`]), waiting at most
-/// [`LOCK_WAIT`] for a holder that is letting go.
-fn lock(file: &File, path: &Path) -> Result<(), String> {
-    let mut waited = Duration::ZERO;
-    let step = Duration::from_millis(20);
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(()),
-            Err(TryLockError::WouldBlock) if waited < LOCK_WAIT => {
-                std::thread::sleep(step);
-                waited += step;
-            }
-            Err(TryLockError::WouldBlock) => {
-                return Err(format!(
-                    "another chatgate process uses this store ({} is locked, under this name \
-                     or another); one process per sqlite: file (replicas share redis:// instead)",
-                    path.display()
-                ))
-            }
-            Err(TryLockError::Error(err)) => return Err(format!("{err}: {}", path.display())),
-        }
-    }
-}
-
 /// The names of `paused_runs`' columns (an earlier version's lacks some).
 fn paused_columns(c: &Connection) -> rusqlite::Result<Vec<String>> {
     let mut columns = c.prepare("SELECT name FROM pragma_table_info('paused_runs')")?;
@@ -583,24 +567,6 @@ fn add_end_columns(c: &Connection) -> rusqlite::Result<()> {
     c.execute_batch(
         "CREATE INDEX IF NOT EXISTS paused_runs_ended_until ON paused_runs (ended_until)",
     )
-}
-
-/// The record of `run` as JSON text (see [`compact`]), if its row is there
-/// and this version can read it.
-fn record_text(c: &Connection, run: &str) -> rusqlite::Result<Option<String>> {
-    let json = c
-        .prepare_cached("SELECT record FROM paused_runs WHERE run = ?1")?
-        .query_row(params![run], |row| Ok(compact::json_of(row.get_ref(0)?)))
-        .optional()?;
-    Ok(json.flatten().and_then(|json| String::from_utf8(json).ok()))
-}
-
-impl SqliteStore {
-    /// The record of `run` as JSON, if any (for tests and inspection).
-    pub fn get(&self, run: &str) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
-        let run = run.to_owned();
-        self.with(move |c| record_text(c, &run))
-    }
 }
 
 #[cfg(test)]

@@ -20,8 +20,9 @@
 use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::records::record_text;
 use super::records::{read_row, record_of};
-use super::{compact, record_text, SqliteStore};
+use super::{compact, SqliteStore};
 use crate::session::SessionKey;
 use crate::store::{Located, ParkStore, ParkedLog, PausedRecord, StoreError};
 
@@ -88,8 +89,18 @@ impl ParkStore for SqliteStore {
         let run = run.to_owned();
         let log = log.clone();
         // The record as saved, with the whole log in place of its last
-        // frames, compacted again (see `compact`).
+        // frames, compacted again (see `compact`); as it is when it holds
+        // that log already.
         self.with(move |c| {
+            if log.as_stored {
+                return c
+                    .prepare_cached(
+                        "UPDATE paused_runs SET parked = 1
+                         WHERE run = ?1 AND decision IS NULL AND ended IS NULL",
+                    )?
+                    .execute(params![run])
+                    .map(drop);
+            }
             let Some(json) = record_text(c, &run)? else {
                 return Ok(());
             };

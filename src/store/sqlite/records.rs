@@ -2,7 +2,7 @@
 //! end, its pause's progress and its calls; the loads a start makes.
 
 use futures_util::future::BoxFuture;
-use rusqlite::Connection;
+use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{calls, compact, delete_past_ends, SqliteStore};
 use crate::store::{PauseProgress, PausedRecord, StoreError};
@@ -70,5 +70,23 @@ impl SqliteStore {
             }
             Ok(records)
         })
+    }
+}
+
+/// The record of `run` as JSON text (see [`compact`]), if its row is there
+/// and this version can read it.
+pub(super) fn record_text(c: &Connection, run: &str) -> rusqlite::Result<Option<String>> {
+    let json = c
+        .prepare_cached("SELECT record FROM paused_runs WHERE run = ?1")?
+        .query_row(params![run], |row| Ok(compact::json_of(row.get_ref(0)?)))
+        .optional()?;
+    Ok(json.flatten().and_then(|json| String::from_utf8(json).ok()))
+}
+
+impl SqliteStore {
+    /// The record of `run` as JSON, if any (for tests and inspection).
+    pub fn get(&self, run: &str) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
+        let run = run.to_owned();
+        self.with(move |c| record_text(c, &run))
     }
 }
