@@ -232,7 +232,18 @@ fn main() -> io::Result<()> {
         .worker_threads(cli.threads.max(1))
         .enable_all()
         .build()?;
-    let replicas = usize::from(matches!(cli.scenario, Scenario::Cross { .. })) + 1;
+    // `cross`, and `parked` on Redis (its decisions go to the other), start
+    // two replicas.
+    let redis = cli
+        .store
+        .as_deref()
+        .is_some_and(|s| s.starts_with("redis://"));
+    let two = match cli.scenario {
+        Scenario::Cross { .. } => true,
+        Scenario::Parked { .. } => redis,
+        _ => false,
+    };
+    let replicas = usize::from(two) + 1;
     let receiver = match (cli.webhook_receiver, &cli.store) {
         (false, _) => None,
         (true, Some(_)) => Some(receiver::Receiver::start()?),
@@ -297,6 +308,7 @@ fn main() -> io::Result<()> {
         },
         other => other,
     };
+    let other = started.get(1).map(|server| server.addr.clone());
     let result = runtime.block_on(async move {
         let addr: Arc<str> = addr.into();
         match scenario {
@@ -332,7 +344,13 @@ fn main() -> io::Result<()> {
                     .as_ref()
                     .and_then(|spec| spec.store.strip_prefix("sqlite:"));
                 let file = file.map(std::path::Path::new);
-                parked::parked(&addr, k, concurrency, decide, idle, server_pid, file).await
+                let at = parked::At {
+                    addr: &addr,
+                    other: other.as_deref(),
+                    server_pid,
+                    file,
+                };
+                parked::parked(at, k, concurrency, decide, idle).await
             }
             Scenario::Expiry {
                 k,

@@ -29,16 +29,26 @@ const TWO_TASKS: Pause = Pause {
     ..Pause::PLAN
 };
 
+/// Where `parked` measures.
+pub struct At<'a> {
+    /// The server the runs are opened on.
+    pub addr: &'a str,
+    /// Another replica of its cluster, which takes the decisions.
+    pub other: Option<&'a str>,
+    pub server_pid: Option<u32>,
+    /// The store's file, for its size.
+    pub file: Option<&'a Path>,
+}
+
 /// `parked`: see the module's doc.
 pub async fn parked(
-    addr: &str,
+    at: At<'_>,
     k: usize,
     concurrency: usize,
     decide: usize,
     idle: u64,
-    server_pid: Option<u32>,
-    file: Option<&Path>,
 ) -> io::Result<()> {
+    let (addr, server_pid, file) = (at.addr, at.server_pid, at.file);
     let before = server_pid.and_then(rss_kib);
     let start = Instant::now();
     let opened = open_detached(addr, k, concurrency, "parked", TWO_TASKS).await?;
@@ -91,7 +101,11 @@ pub async fn parked(
             None => println!("idle: no CPU figures (no /proc/{pid}/stat)"),
         }
     }
-    decisions(addr, &opened, decide).await
+    let deciding = at.other.unwrap_or(addr);
+    if at.other.is_some() {
+        println!("decisions on the other replica, {deciding}:");
+    }
+    decisions(deciding, &opened, decide).await
 }
 
 /// Decides `n` of `opened` (spread over them) one at a time.

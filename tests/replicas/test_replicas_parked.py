@@ -52,6 +52,28 @@ class ParkedAcrossReplicasTests(unittest.TestCase):
         self.assertEqual(again.status, 200)
         self.assertEqual(chunk_types(read_to_end(again))[-1], b"completion")
 
+    def test_every_replica_counts_a_parked_pause_until_it_is_woken(self):
+        a, b = CLUSTER.replicas
+        before = a.metric("chatgate_parked_runs")
+        session = new_session("counted")
+        parked_on(a, session)
+
+        def counted(replica, expected):
+            deadline = time.monotonic() + 15
+            while replica.metric("chatgate_parked_runs") != expected:
+                self.assertLess(time.monotonic(), deadline,
+                                "%s: %s parked, not %s" % (
+                                    replica.url, replica.metric("chatgate_parked_runs"),
+                                    expected))
+                time.sleep(0.05)
+
+        counted(a, before + 1)
+        counted(b, before + 1)
+        status, _, _ = answer(b, session, "confirm")
+        self.assertEqual(status, 200)
+        counted(a, before)
+        counted(b, before)
+
     def test_a_re_attach_on_b_wakes_a_pause_parked_on_a(self):
         a, b = CLUSTER.replicas
         session = new_session("reattach")

@@ -15,6 +15,10 @@ pub(super) fn outcome_key(namespace: Option<&str>, session_id: &str) -> String {
     format!("chatgate:outcome:{}:{session_id}", namespace.unwrap_or("-"))
 }
 
+/// `chatgate:parked`: the sessions whose run was parked (#46), scored by
+/// when their data expires: how many are parked, for every replica.
+pub(super) const PARKED_KEY: &str = "chatgate:parked";
+
 pub(super) fn run_key(run: &str) -> String {
     format!("chatgate:run:{run}")
 }

@@ -77,7 +77,7 @@ mod working;
 
 use self::keys::{pending_key, progress_lua, run_key, session_key, PROGRESS_FIELDS};
 use self::scripts::{
-    ALIVE, ANNOUNCE, CLAIM, END, ENQUEUE, FORGET, HAND_BACK, LEAVE, RECORD_DECISION, REMOVE,
+    ALIVE, ANNOUNCE, CLAIM, END, ENQUEUE, FORGET, HAND_BACK, LEAVE, PARK, RECORD_DECISION, REMOVE,
     RESOLVE, RESOLVE_CLAIM, SAVE, SETTLE_EVENT, TAKE_EVENTS, TAKE_OVER, UNLIST,
 };
 use super::{
@@ -137,6 +137,7 @@ struct Scripts {
     end: Script,
     remove: Script,
     hand_back: Script,
+    park: Script,
     forget: Script,
     leave: Script,
     announce: Script,
@@ -181,6 +182,7 @@ impl RedisStore {
                 end: with_unlist(&format!("{}{END}", progress_lua())),
                 remove: with_unlist(REMOVE),
                 hand_back: Script::new(HAND_BACK),
+                park: Script::new(PARK),
                 forget: Script::new(FORGET),
                 leave: Script::new(LEAVE),
                 announce: Script::new(&format!("{ENQUEUE}{ANNOUNCE}")),

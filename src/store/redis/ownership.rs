@@ -296,7 +296,39 @@ impl crate::store::ParkStore for RedisStore {
         key: &'a SessionKey,
         _log: &'a crate::store::ParkedLog,
     ) -> futures_util::future::BoxFuture<'a, Result<(), StoreError>> {
-        crate::store::Store::suspend(self, run, key)
+        let (run, session) = (run.to_owned(), self.session_key(key));
+        Box::pin(async move {
+            let epoch = self.epoch(&run);
+            self.let_go(&run);
+            self.invoke::<i64>(
+                &self.scripts.park,
+                &[&session, super::keys::PARKED_KEY],
+                &[&run, &self.instance, &epoch],
+            )
+            .await
+            .map(drop)
+        })
+    }
+
+    /// The sessions parked and not taken over since, whose data lives:
+    /// the same count on every replica. Those whose data expired (and that
+    /// nobody took over) are dropped from the set as they are counted.
+    fn parked_count(&self) -> futures_util::future::BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let now = crate::clock::now_ms_i64();
+            let mut connection = self.connection().await?;
+            let (_, count): (i64, u64) = redis::pipe()
+                .cmd("ZREMRANGEBYSCORE")
+                .arg(super::keys::PARKED_KEY)
+                .arg("-inf")
+                .arg(format!("({now}"))
+                .cmd("ZCARD")
+                .arg(super::keys::PARKED_KEY)
+                .query_async(&mut connection)
+                .await
+                .map_err(|err| self.failed(&err))?;
+            Ok(count)
+        })
     }
 
     fn load_unparked(

@@ -191,6 +191,7 @@ if rest then return {'owned', rest, left} end
 if ARGV[2] ~= '1' then return {'orphan', run} end
 epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'instance', ARGV[1])
+redis.call('ZREM', 'chatgate:parked', KEYS[1])
 return {'taken', run, tostring(epoch)}
 ";
 
@@ -340,6 +341,21 @@ if redis.call('HGET', KEYS[1], 'run') == ARGV[1]
    and redis.call('HGET', KEYS[1], 'instance') == ARGV[2]
    and redis.call('HGET', KEYS[1], 'epoch') == ARGV[3] then
   redis.call('HSET', KEYS[1], 'instance', '')
+end
+return 1
+";
+
+/// KEYS: session, the parked set. ARGV: run id, instance, epoch.
+/// Parked (#46): handed back as at shutdown, and counted among the parked
+/// sessions until a replica takes it over (or its data expires).
+pub const PARK: &str = r"
+if redis.call('HGET', KEYS[1], 'run') == ARGV[1]
+   and redis.call('HGET', KEYS[1], 'instance') == ARGV[2]
+   and redis.call('HGET', KEYS[1], 'epoch') == ARGV[3] then
+  redis.call('HSET', KEYS[1], 'instance', '')
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  redis.call('ZADD', KEYS[2], ms + math.max(redis.call('PTTL', KEYS[1]), 0), KEYS[1])
 end
 return 1
 ";
