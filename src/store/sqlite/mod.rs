@@ -44,7 +44,6 @@ use super::{
     QueuedEvent, Resolution, RunEnd, Store, StoreError, StoredDecision,
 };
 use crate::session::SessionKey;
-use records::record_text;
 
 #[derive(Debug)]
 pub struct SqliteStore {
@@ -317,7 +316,7 @@ impl Store for SqliteStore {
                 // (its frames, its engine's state, its tasks, its message):
                 // an ended run costs the file and a restart a small constant.
                 // What is left is kept as text.
-                let record = record_text(tx, &run)?;
+                let record = SqliteStore::record_text(tx, &run)?;
                 tx.prepare_cached(
                     "UPDATE paused_runs SET ended = ?2, ended_until = ?3, parked = 0,
                          record = json_set(?4, '$.frames', json('[]'), '$.state', NULL,

@@ -20,7 +20,6 @@
 use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::records::record_text;
 use super::records::{read_row, record_of};
 use super::{compact, SqliteStore};
 use crate::session::SessionKey;
@@ -101,7 +100,7 @@ impl ParkStore for SqliteStore {
                     .execute(params![run])
                     .map(drop);
             }
-            let Some(json) = record_text(c, &run)? else {
+            let Some(json) = SqliteStore::record_text(c, &run)? else {
                 return Ok(());
             };
             let Ok(mut record) = serde_json::from_str::<PausedRecord>(&json) else {

@@ -73,20 +73,20 @@ impl SqliteStore {
     }
 }
 
-/// The record of `run` as JSON text (see [`compact`]), if its row is there
-/// and this version can read it.
-pub(super) fn record_text(c: &Connection, run: &str) -> rusqlite::Result<Option<String>> {
-    let json = c
-        .prepare_cached("SELECT record FROM paused_runs WHERE run = ?1")?
-        .query_row(params![run], |row| Ok(compact::json_of(row.get_ref(0)?)))
-        .optional()?;
-    Ok(json.flatten().and_then(|json| String::from_utf8(json).ok()))
-}
-
 impl SqliteStore {
+    /// The record of `run` as JSON text (see [`compact`]), if its row is there
+    /// and this version can read it.
+    pub(super) fn record_text(c: &Connection, run: &str) -> rusqlite::Result<Option<String>> {
+        let json = c
+            .prepare_cached("SELECT record FROM paused_runs WHERE run = ?1")?
+            .query_row(params![run], |row| Ok(compact::json_of(row.get_ref(0)?)))
+            .optional()?;
+        Ok(json.flatten().and_then(|json| String::from_utf8(json).ok()))
+    }
+
     /// The record of `run` as JSON, if any (for tests and inspection).
     pub fn get(&self, run: &str) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
         let run = run.to_owned();
-        self.with(move |c| record_text(c, &run))
+        self.with(move |c| SqliteStore::record_text(c, &run))
     }
 }
