@@ -109,7 +109,8 @@ enum Scenario {
     },
     /// K paused runs all due at once (#46): needs --store (the bench opens
     /// them, stops the server, waits past their `--confirm-timeout` and
-    /// starts it again) and --webhook-receiver (announced = delivered).
+    /// starts it again); with --webhook-receiver, also until every
+    /// `interaction.expired` webhook is delivered.
     Expiry {
         #[arg(long, default_value_t = 100_000)]
         k: usize,
@@ -309,6 +310,7 @@ fn main() -> io::Result<()> {
         other => other,
     };
     let other = started.get(1).map(|server| server.addr.clone());
+    let announced = cli.webhook_receiver;
     let result = runtime.block_on(async move {
         let addr: Arc<str> = addr.into();
         match scenario {
@@ -357,10 +359,8 @@ fn main() -> io::Result<()> {
                 concurrency,
                 timeout,
             } => match &spec {
-                Some(spec) if cli.webhook_receiver => {
-                    parked::expiry(spec, k, concurrency, timeout).await
-                }
-                _ => Err(err("expiry needs --store and --webhook-receiver")),
+                Some(spec) => parked::expiry(spec, k, concurrency, timeout, announced).await,
+                None => Err(err("expiry needs --store (the bench restarts the server)")),
             },
             Scenario::Question { n } => question_rtt(&addr, n).await,
             Scenario::Agui { n } => agui_rtt(&addr, n).await,

@@ -155,31 +155,38 @@ impl ParkStore for SqliteStore {
     ) -> BoxFuture<'_, Result<Vec<Located>, StoreError>> {
         let (now, limit) = (now_ms as i64, limit as i64);
         self.with_outbox(move |c| {
-            let mut statement = c.prepare_cached(
-                "SELECT ns, session FROM (
-                     SELECT ns, session, expires_at AS due FROM paused_runs
-                         WHERE parked = 1 AND expires_at <= ?1
-                     UNION ALL
-                     SELECT ns, session, timer_due AS due FROM paused_runs
-                         WHERE parked = 1 AND timer_due IS NOT NULL AND timer_due <= ?1)
-                 ORDER BY due LIMIT ?2",
-            )?;
-            let rows = statement.query_map(params![now, limit], |row| {
-                Ok((
-                    row.get::<_, Option<String>>(0)?,
-                    row.get::<_, Option<String>>(1)?,
-                ))
-            })?;
-            let mut due: Vec<Located> = Vec::new();
-            for row in rows {
-                if let (namespace, Some(session)) = row? {
-                    let found = (namespace, session);
-                    if !due.contains(&found) {
-                        due.push(found);
-                    }
+            // Each of the two indexes read in its order, at most `limit`
+            // rows each (one query over both would sort every due row for
+            // each batch), then merged.
+            let mut due: Vec<(i64, Option<String>, Option<String>)> = Vec::new();
+            for query in [
+                "SELECT expires_at, ns, session FROM paused_runs
+                     WHERE parked = 1 AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2",
+                "SELECT timer_due, ns, session FROM paused_runs
+                     WHERE parked = 1 AND timer_due IS NOT NULL AND timer_due <= ?1
+                     ORDER BY timer_due LIMIT ?2",
+            ] {
+                let mut statement = c.prepare_cached(query)?;
+                let rows = statement.query_map(params![now, limit], |row| {
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                })?;
+                for row in rows {
+                    due.push(row?);
                 }
             }
-            Ok(due)
+            due.sort_by_key(|(at, _, _)| *at);
+            let mut found: Vec<Located> = Vec::new();
+            for (_, namespace, session) in due {
+                let Some(session) = session else { continue };
+                let located = (namespace, session);
+                if !found.contains(&located) {
+                    found.push(located);
+                }
+                if found.len() as i64 == limit {
+                    break;
+                }
+            }
+            Ok(found)
         })
     }
 
