@@ -103,13 +103,7 @@ impl Conn {
 
     /// Sends `GET path`, reads the whole response, returns the status.
     pub async fn get(&mut self, path: &str) -> io::Result<u16> {
-        self.request.clear();
-        self.request.extend_from_slice(b"GET ");
-        self.request.extend_from_slice(path.as_bytes());
-        self.request
-            .extend_from_slice(b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-        self.stream.write_all(&self.request).await?;
-        let status = self.read_head().await?;
+        let status = self.send_get(path).await?;
         while self.fill_body().await? {}
         self.body.clear();
         self.body_pos = 0;
@@ -119,15 +113,20 @@ impl Conn {
     /// Sends `GET path`, reads the whole response into `out` (cleared
     /// first), returns the status.
     pub async fn get_body(&mut self, path: &str, out: &mut Vec<u8>) -> io::Result<u16> {
+        let status = self.send_get(path).await?;
+        self.read_body(out).await?;
+        Ok(status)
+    }
+
+    /// Sends `GET path` and reads the response's head: its status.
+    async fn send_get(&mut self, path: &str) -> io::Result<u16> {
         self.request.clear();
         self.request.extend_from_slice(b"GET ");
         self.request.extend_from_slice(path.as_bytes());
         self.request
             .extend_from_slice(b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
         self.stream.write_all(&self.request).await?;
-        let status = self.read_head().await?;
-        self.read_body(out).await?;
-        Ok(status)
+        self.read_head().await
     }
 
     /// The whole body of the current response, into `out` (cleared first).

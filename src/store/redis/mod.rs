@@ -498,17 +498,7 @@ impl Store for RedisStore {
 
     fn suspend(&self, run: &str, key: &SessionKey) -> BoxFuture<'_, Result<(), StoreError>> {
         let (run, session) = (run.to_owned(), self.session_key(key));
-        Box::pin(async move {
-            let epoch = self.epoch(&run);
-            self.let_go(&run);
-            self.invoke::<i64>(
-                &self.scripts.hand_back,
-                &[&session],
-                &[&run, &self.instance, &epoch],
-            )
-            .await
-            .map(drop)
-        })
+        Box::pin(self.let_go_with(&self.scripts.hand_back, run, session, &[]))
     }
 
     fn pending<'a>(

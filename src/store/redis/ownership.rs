@@ -186,6 +186,25 @@ impl RedisStore {
         Ok(owners)
     }
 
+    /// Lets `run` go (a suspend, a park): `script` with the session
+    /// `session` (and `more` keys), the run, this instance and its epoch.
+    pub(super) async fn let_go_with(
+        &self,
+        script: &redis::Script,
+        run: String,
+        session: String,
+        more: &'static [&'static str],
+    ) -> Result<(), StoreError> {
+        let epoch = self.epoch(&run);
+        self.let_go(&run);
+        let keys: Vec<&str> = std::iter::once(session.as_str())
+            .chain(more.iter().copied())
+            .collect();
+        self.invoke::<i64>(script, &keys, &[&run, &self.instance, &epoch])
+            .await
+            .map(drop)
+    }
+
     /// A run taken over had no record: its session has no run any more.
     pub async fn forget(&self, key: &SessionKey, run: &str) -> Result<(), StoreError> {
         let epoch = self.epoch(run);
@@ -297,17 +316,8 @@ impl crate::store::ParkStore for RedisStore {
         _log: &'a crate::store::ParkedLog,
     ) -> futures_util::future::BoxFuture<'a, Result<(), StoreError>> {
         let (run, session) = (run.to_owned(), self.session_key(key));
-        Box::pin(async move {
-            let epoch = self.epoch(&run);
-            self.let_go(&run);
-            self.invoke::<i64>(
-                &self.scripts.park,
-                &[&session, super::keys::PARKED_KEY],
-                &[&run, &self.instance, &epoch],
-            )
-            .await
-            .map(drop)
-        })
+        let parked = &[super::keys::PARKED_KEY];
+        Box::pin(self.let_go_with(&self.scripts.park, run, session, parked))
     }
 
     /// The sessions parked and not taken over since, whose data lives:
