@@ -22,7 +22,7 @@ use crate::run::settings::RunSettings;
 use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
 use crate::sse;
-use crate::store::{OutboxEvent, Outcome, PausedRecord, RunEnd, Store, StoreError};
+use crate::store::{KeptOutcome, OutboxEvent, PausedRecord, RunEnd, Store, StoreError};
 
 /// First wait before writing an ended run's record again.
 const STORE_RETRY: Duration = Duration::from_secs(1);
@@ -141,7 +141,7 @@ async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
     let last_pause = ctx.last_pause().cloned();
     // Held until the end is written: a shutdown waits for it.
     let (ended, why, log, last, _ending) = finish(ctx, result);
-    keep_outcome(&settings, &key, log.outcome(last)).await;
+    let outcome = kept_outcome(&settings, &key, &log, last);
     run_log!(Debug, RunTag::of(&key, run_id), "ended with {ended:?}");
     // `run.ended` for a run that paused: with its end's record when it has
     // one; the `ended` audit record last.
@@ -161,29 +161,43 @@ async fn conclude(ctx: RunContext, result: Result<Completion, RunError>) {
     };
     let Entry { audit, events, .. } = settings.journal().pause(run, ended);
     if let Some(stored_id) = &stored_id {
-        end_record(&settings.store, stored_id, &key, log.end(), events.clone()).await;
+        let end = log.end();
+        end_record(
+            &settings.store,
+            stored_id,
+            &key,
+            end,
+            events.clone(),
+            outcome,
+        )
+        .await;
         settings.wake_sender(&events);
     } else {
+        keep_outcome(&settings, &key, outcome).await;
         settings.announce(&events).await;
     }
     // The run is over: a failure here is logged and shows on /readyz.
     let _ = settings.journal().audit(audit.as_ref()).await;
 }
 
-/// Keeps only an ended run's end in its record, for the grace (see
-/// [`Store::end`]); see [`retry`] for a store that cannot write.
+/// Keeps only an ended run's end in its record, for the grace, and its
+/// outcome (see [`Store::end`]); see [`retry`] for a store that cannot
+/// write.
 pub(super) async fn end_record(
     store: &Arc<dyn Store>,
     run: &str,
     key: &SessionKey,
     end: RunEnd,
     events: Vec<OutboxEvent>,
+    outcome: Option<KeptOutcome>,
 ) {
-    let end = Arc::new(end);
+    let ending = Arc::new((end, events, outcome));
     retry(store, run, key, "end", move |store, run, key| {
-        let end = end.clone();
-        let events = events.clone();
-        Box::pin(async move { store.end(&run, &key, &end, &events).await })
+        let ending = ending.clone();
+        Box::pin(async move {
+            let (end, events, outcome) = &*ending;
+            store.end(&run, &key, end, events, outcome.as_ref()).await
+        })
     })
     .await;
 }
@@ -281,18 +295,36 @@ fn finish(
     (chunk_type, ending.why, log, last, writing)
 }
 
-/// Keeps a run's outcome for `--keep-outcome` (unless it is zero); a store
-/// that cannot keep it says so in the log (the run's end is not held up).
-pub(super) async fn keep_outcome(settings: &RunSettings, key: &SessionKey, outcome: Outcome) {
+/// The outcome of a run that ended with `last`, to keep for
+/// `--keep-outcome` (none when it is zero).
+pub(super) fn kept_outcome(
+    settings: &RunSettings,
+    key: &SessionKey,
+    log: &Replay,
+    last: Chunk,
+) -> Option<KeptOutcome> {
     if settings.keep_outcome.is_zero() {
-        return;
+        return None;
     }
-    let namespace = settings.namespaces.name(key.owner);
-    let kept = settings
-        .store
-        .keep_outcome(namespace.as_deref(), &outcome, settings.keep_outcome)
-        .await;
-    if let Err(err) = kept {
+    Some(KeptOutcome {
+        namespace: settings.namespaces.name(key.owner),
+        outcome: log.outcome(last),
+        keep: settings.keep_outcome,
+    })
+}
+
+/// Keeps the outcome of a run that has no record to end it with; a store
+/// that cannot keep it says so in the log (the run's end is not held up).
+async fn keep_outcome(settings: &RunSettings, key: &SessionKey, outcome: Option<KeptOutcome>) {
+    let Some(kept) = outcome else {
+        return;
+    };
+    let namespace = kept.namespace.as_deref();
+    let store = &settings.store;
+    if let Err(err) = store
+        .keep_outcome(namespace, &kept.outcome, kept.keep)
+        .await
+    {
         run_log!(Warn, RunTag::session(key), "its outcome is not kept: {err}");
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::context::{RestoredParts, RunContext};
-use super::end::{drive_decided, drive_restored, end_record, remove_record};
+use super::end::{drive_decided, drive_restored, end_record, kept_outcome, remove_record};
 use super::journal::{Entry, Pause, PauseEvent, Subject};
 use super::replay::Replay;
 use super::stop::RunStop;
@@ -87,7 +87,8 @@ impl Runs {
             // be (and goes at its own grace): not written again, so that a
             // restart over many ended runs costs no write each.
             if self.cluster.is_some() {
-                end_record(&self.settings.store, &record.run, &key, end, Vec::new()).await;
+                let store = &self.settings.store;
+                end_record(store, &record.run, &key, end, Vec::new(), None).await;
             }
             return false;
         }
@@ -315,17 +316,11 @@ impl Runs {
         );
         let mut last = ending.clone();
         last.sequence = log.push(ending);
-        super::end::keep_outcome(&self.settings, &key, log.outcome(last)).await;
+        let outcome = kept_outcome(&self.settings, &key, &log, last);
         self.logs.publish(key.clone(), log.clone());
         stream::expire_unclaimed(log.clone(), key.clone(), self.stream.clone());
-        end_record(
-            &self.settings.store,
-            &record.run,
-            &key,
-            log.end(),
-            events.clone(),
-        )
-        .await;
+        let (store, end) = (&self.settings.store, log.end());
+        end_record(store, &record.run, &key, end, events.clone(), outcome).await;
         self.settings.wake_sender(&events);
     }
 

@@ -9,8 +9,8 @@ use futures_util::future::BoxFuture;
 use super::grant::MemoryGrants;
 use super::schedule::{queue_of, Schedule, Slot};
 use super::{
-    Grant, OutboxEvent, OutboxStats, Outcome, PausedRecord, QueuedEvent, Resolution, RunEnd, Store,
-    StoreError, StoredDecision, EVENT_LEASE,
+    Grant, KeptOutcome, OutboxEvent, OutboxStats, Outcome, PausedRecord, QueuedEvent, Resolution,
+    RunEnd, Store, StoreError, StoredDecision, EVENT_LEASE,
 };
 use crate::session::SessionKey;
 
@@ -96,6 +96,14 @@ struct Outbox {
 }
 
 impl MemoryStore {
+    fn keep_now(&self, namespace: Option<&str>, outcome: &Outcome, keep: Duration) {
+        let now = crate::clock::now_ms();
+        let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
+        outcomes.expire(now);
+        let at = (namespace.map(str::to_owned), outcome.session_id.clone());
+        outcomes.keep(at, outcome.clone(), now + keep.as_millis() as u64);
+    }
+
     fn queue(&self, events: &[OutboxEvent]) {
         let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
         let now = crate::clock::now_ms();
@@ -175,7 +183,11 @@ impl Store for MemoryStore {
         _key: &'a SessionKey,
         _end: &'a RunEnd,
         events: &'a [OutboxEvent],
+        outcome: Option<&'a KeptOutcome>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
+        if let Some(kept) = outcome {
+            self.keep_now(kept.namespace.as_deref(), &kept.outcome, kept.keep);
+        }
         self.queue(events);
         Box::pin(async { Ok(()) })
     }
@@ -282,11 +294,7 @@ impl super::OutcomeStore for MemoryStore {
         outcome: &'a Outcome,
         keep: Duration,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let now = crate::clock::now_ms();
-        let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
-        outcomes.expire(now);
-        let at = (namespace.map(str::to_owned), outcome.session_id.clone());
-        outcomes.keep(at, outcome.clone(), now + keep.as_millis() as u64);
+        self.keep_now(namespace, outcome, keep);
         Box::pin(async { Ok(()) })
     }
 

@@ -227,6 +227,15 @@ pub struct Outcome {
     pub ran: Vec<RanNote>,
 }
 
+/// An outcome to keep, where and for how long (`--keep-outcome`).
+#[derive(Debug, Clone)]
+pub struct KeptOutcome {
+    /// The API key's namespace, as stored.
+    pub namespace: Option<String>,
+    pub outcome: Outcome,
+    pub keep: Duration,
+}
+
 /// Bytes of a kept outcome's final chunk text (the rest is cut).
 pub const MAX_OUTCOME_TEXT: usize = 2 * 1024;
 
@@ -338,13 +347,16 @@ pub trait Store:
     /// Run `run` of session `key` ended: its record keeps only `end` for
     /// the store's grace (`--detach-grace`), then goes; with no grace it
     /// goes at once. A restore within the grace shows the end as it was.
-    /// `events` are queued with it: both or neither.
+    /// `events` are queued with it, and its `outcome` kept
+    /// (`--keep-outcome`, see [`OutcomeStore::keep_outcome`]): all or
+    /// nothing, in one write where the store can.
     fn end<'a>(
         &'a self,
         run: &'a str,
         key: &'a SessionKey,
         end: &'a RunEnd,
         events: &'a [OutboxEvent],
+        outcome: Option<&'a KeptOutcome>,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// Forgets run `run` of session `key` at once (a record no client can

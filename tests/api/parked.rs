@@ -145,6 +145,15 @@ async fn a_parked_pause_expires_on_time_and_its_end_is_recorded() {
     let last = after.last().unwrap();
     assert_eq!(last.chunk_type, ChunkType::Cancelled);
     assert_eq!(last.metadata["reason"], "timeout");
+    // Its outcome was kept with its end (one write of the store's).
+    let outcome: Value = reqwest::get(format!("{}/api/v1/runs/e", server.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(outcome["outcome"], "cancelled", "{outcome}");
+    assert_eq!(outcome["final_chunk"]["sequence"], last.sequence);
     let (status, _) = reply(&stream_url(&server), "e", "CONFIRM_ACTION:confirm").await;
     assert_eq!(status, 404, "nothing is pending any more");
 }

@@ -81,8 +81,8 @@ use self::scripts::{
     RESOLVE, RESOLVE_CLAIM, SAVE, SETTLE_EVENT, TAKE_EVENTS, TAKE_OVER, UNLIST,
 };
 use super::{
-    CallEntry, Fault, Located, OutboxEvent, OutboxStats, PauseProgress, PausedRecord, QueuedEvent,
-    Resolution, RunEnd, Store, StoreError, StoredDecision,
+    CallEntry, Fault, KeptOutcome, Located, OutboxEvent, OutboxStats, PauseProgress, PausedRecord,
+    QueuedEvent, Resolution, RunEnd, Store, StoreError, StoredDecision,
 };
 use crate::session::{Namespaces, SessionKey};
 
@@ -459,8 +459,13 @@ impl Store for RedisStore {
         key: &'a SessionKey,
         end: &'a RunEnd,
         events: &'a [OutboxEvent],
+        outcome: Option<&'a KeptOutcome>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            if let Some(kept) = outcome {
+                self.keep_outcome_now(kept.namespace.as_deref(), &kept.outcome, kept.keep)
+                    .await?;
+            }
             let grace = self.replica.grace.as_millis().to_string();
             let json = serde_json::to_string(end).unwrap_or_default();
             let namespace = self.replica.namespaces.name(key.owner);

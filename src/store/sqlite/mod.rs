@@ -40,8 +40,8 @@ use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{
-    CallEntry, Fault, Grant, OutboxEvent, OutboxStats, Outcome, PauseProgress, PausedRecord,
-    QueuedEvent, Resolution, RunEnd, Store, StoreError, StoredDecision,
+    CallEntry, Fault, Grant, KeptOutcome, OutboxEvent, OutboxStats, Outcome, PauseProgress,
+    PausedRecord, QueuedEvent, Resolution, RunEnd, Store, StoreError, StoredDecision,
 };
 use crate::session::SessionKey;
 
@@ -137,6 +137,14 @@ impl SqliteStore {
             _checkpointer: checkpointer,
             outcomes_kept: Arc::default(),
         })
+    }
+
+    /// Whether this outcome kept is one that looks at the count too
+    /// (every [`outcomes::COUNT_EVERY`]).
+    fn count_outcome_now(&self) -> bool {
+        self.outcomes_kept
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(outcomes::COUNT_EVERY)
     }
 
     /// Runs `work` in the writer's next transaction (see [`writer`]): its
@@ -298,8 +306,12 @@ impl Store for SqliteStore {
         key: &'a SessionKey,
         end: &'a RunEnd,
         events: &'a [OutboxEvent],
+        outcome: Option<&'a KeptOutcome>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let _ = key;
+        // Kept in the end's transaction: a burst of ends shares the writer's
+        // commits, where the outbox's connection would wait for its lock.
+        let outcome = outcome.map(|kept| (kept.clone(), self.count_outcome_now()));
         let run = run.to_owned();
         let json = serde_json::to_string(end).unwrap_or_default();
         let now = crate::clock::now_ms_i64();
@@ -307,6 +319,11 @@ impl Store for SqliteStore {
         let until = now + grace.as_millis() as i64;
         let events = events.to_vec();
         self.with(move |tx| {
+            if let Some((kept, count_now)) = &outcome {
+                let until = now + kept.keep.as_millis() as i64;
+                let namespace = kept.namespace.as_deref();
+                outcomes::write(tx, namespace, &kept.outcome, now, until, *count_now)?;
+            }
             calls::forget(tx, &run)?;
             if grace.is_zero() {
                 tx.prepare_cached("DELETE FROM paused_runs WHERE run = ?1")?
@@ -514,10 +531,7 @@ impl super::OutcomeStore for SqliteStore {
         let outcome = outcome.clone();
         let now = crate::clock::now_ms_i64();
         let until = now + keep.as_millis() as i64;
-        let count_now = self
-            .outcomes_kept
-            .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(outcomes::COUNT_EVERY);
+        let count_now = self.count_outcome_now();
         self.with_outbox(move |c| {
             outcomes::keep(c, namespace.as_deref(), &outcome, now, until, count_now)
         })

@@ -1,9 +1,12 @@
 //! Kept run outcomes (`--keep-outcome`) in the store's file: one row per
 //! session, the latest run's, until its time is over.
 //!
-//! Written on the outbox's connection (`synchronous = NORMAL`): an outcome
-//! is a convenience a power cut may lose, not a decision, so a run's end
-//! pays no fsync for it. Bounded by time (rows past `until` go at every
+//! A stored run's outcome is written in its end's transaction (the
+//! writer's: a burst of ends shares its commits; on the outbox's
+//! connection each would wait for the writer's lock, and every read there
+//! behind it). A run that never paused has no record to end: its outcome
+//! is written on the outbox's connection (`synchronous = NORMAL`, a
+//! convenience a power cut may lose, not a decision). Bounded by time (rows past `until` go at every
 //! write) and by count ([`MAX_KEPT_OUTCOMES`], looked at every
 //! [`COUNT_EVERY`] writes, the oldest going first).
 
@@ -45,25 +48,39 @@ pub fn keep(
     until: i64,
     count_now: bool,
 ) -> rusqlite::Result<()> {
-    let json = serde_json::to_string(outcome).unwrap_or_default();
     let tx = c.unchecked_transaction()?;
-    tx.execute(
+    write(&tx, namespace, outcome, now, until, count_now)?;
+    tx.commit()
+}
+
+/// [`keep`], inside a transaction the caller holds (a run's end's).
+pub fn write(
+    c: &Connection,
+    namespace: Option<&str>,
+    outcome: &Outcome,
+    now: i64,
+    until: i64,
+    count_now: bool,
+) -> rusqlite::Result<()> {
+    let json = serde_json::to_string(outcome).unwrap_or_default();
+    c.prepare_cached(
         "INSERT OR REPLACE INTO outcomes (namespace, session, outcome, until) \
          VALUES (?1, ?2, ?3, ?4)",
-        params![column(namespace), outcome.session_id, json, until],
-    )?;
-    tx.execute("DELETE FROM outcomes WHERE until <= ?1", params![now])?;
+    )?
+    .execute(params![column(namespace), outcome.session_id, json, until])?;
+    c.prepare_cached("DELETE FROM outcomes WHERE until <= ?1")?
+        .execute(params![now])?;
     if count_now {
-        let rows: i64 = tx.query_row("SELECT COUNT(*) FROM outcomes", [], |row| row.get(0))?;
+        let rows: i64 = c.query_row("SELECT COUNT(*) FROM outcomes", [], |row| row.get(0))?;
         if rows > MAX_KEPT_OUTCOMES {
-            tx.execute(
+            c.execute(
                 "DELETE FROM outcomes WHERE (namespace, session) IN \
                  (SELECT namespace, session FROM outcomes ORDER BY until LIMIT ?1)",
                 params![rows - MAX_KEPT_OUTCOMES],
             )?;
         }
     }
-    tx.commit()
+    Ok(())
 }
 
 /// The session's kept outcome, if its time is not over at `now`.

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::protocol::Action;
-use crate::store::OutboxStore;
+use crate::store::{OutboxStore, OutcomeStore};
 
 const GRACE: Duration = Duration::from_secs(60);
 
@@ -100,7 +100,7 @@ async fn an_ended_run_keeps_its_end_for_the_grace_then_goes() {
         let store = SqliteStore::open(&path, GRACE).unwrap();
         store.save(record("paused"), &[]).await.unwrap();
         store.save(record("ended"), &[]).await.unwrap();
-        store.end("ended", &key, &end, &[]).await.unwrap();
+        store.end("ended", &key, &end, &[], None).await.unwrap();
     }
     {
         let store = SqliteStore::open(&path, GRACE).unwrap();
@@ -126,7 +126,7 @@ async fn an_ended_run_keeps_its_end_for_the_grace_then_goes() {
     {
         // Opened with a grace that is over by the time it loads.
         let store = SqliteStore::open(&path, Duration::from_millis(1)).unwrap();
-        store.end("ended", &key, &end, &[]).await.unwrap();
+        store.end("ended", &key, &end, &[], None).await.unwrap();
         tokio::time::sleep(Duration::from_millis(20)).await;
         let loaded = store.load().await.unwrap();
         let runs: Vec<_> = loaded.iter().map(|r| r.run.as_str()).collect();
@@ -134,7 +134,7 @@ async fn an_ended_run_keeps_its_end_for_the_grace_then_goes() {
     }
     // Without a grace an end goes at once.
     let store = SqliteStore::open(&path, Duration::ZERO).unwrap();
-    store.end("paused", &key, &end, &[]).await.unwrap();
+    store.end("paused", &key, &end, &[], None).await.unwrap();
     assert!(store.load().await.unwrap().is_empty());
     assert!(store.get("paused").await.unwrap().is_none());
 }
@@ -241,4 +241,46 @@ fn a_stored_decision_keeps_its_bytes_and_reads_records_of_either_kind() {
     assert!(decision.given.as_ref().and_then(Given::decisions).is_some());
     let decision: StoredDecision = serde_json::from_str(cancelled).unwrap();
     assert_eq!(decision.given, None);
+}
+
+#[tokio::test]
+async fn an_end_keeps_its_outcome_in_the_same_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let key = SessionKey::new(Some(1), "会话");
+    let outcome = crate::store::Outcome {
+        session_id: "会话".into(),
+        final_chunk: crate::protocol::Chunk::cancelled(
+            "会话",
+            crate::protocol::CancelReason::Timeout,
+        ),
+        ended_at_ms: 5,
+        pauses: Vec::new(),
+        ran: Vec::new(),
+    };
+    let kept = KeptOutcome {
+        namespace: Some("k0123".into()),
+        outcome: outcome.clone(),
+        keep: GRACE,
+    };
+    {
+        let store = SqliteStore::open(&path, GRACE).unwrap();
+        store.save(record("ended"), &[]).await.unwrap();
+        let end = RunEnd {
+            frames: Vec::new(),
+            next_seq: 1,
+            pauses: Vec::new(),
+        };
+        store
+            .end("ended", &key, &end, &[], Some(&kept))
+            .await
+            .unwrap();
+    }
+    // On disk once the end is: read back after reopening.
+    let store = SqliteStore::open(&path, GRACE).unwrap();
+    let read = store.outcome(Some("k0123"), "会话").await.unwrap();
+    assert_eq!(read, Some(outcome));
+    assert!(store.load().await.unwrap()[0].ended.is_some());
+    // Another namespace's session of the same name has none.
+    assert_eq!(store.outcome(None, "会话").await.unwrap(), None);
 }
