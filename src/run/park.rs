@@ -33,13 +33,12 @@ use crate::store::StoreError;
 
 /// How often the sweep looks for parked pauses that came due.
 pub const PARK_SWEEP: Duration = Duration::from_secs(1);
-/// Most parked pauses one look takes (a full batch looks again at once).
+/// Most parked pauses one look takes (a full batch of which one was woken
+/// looks again at once: a batch that cannot be woken, unreadable records,
+/// does not keep the sweep spinning).
 const SWEEP_BATCH: usize = 512;
-/// Most looks in a row, so that a batch that cannot be woken (an
-/// unreadable record) does not keep the sweep spinning.
-const SWEEP_ROUNDS: usize = 64;
 /// Parked pauses the sweep wakes at once.
-const SWEEP_WAKES: usize = 32;
+const SWEEP_WAKES: usize = 128;
 
 impl Runs {
     /// Whether pauses park here (a durable store): a session's run may
@@ -83,18 +82,19 @@ impl Runs {
             let _turn = self.logs.turn(key).lock().await;
             return Ok(());
         }
-        self.wake_from_store(key).await
+        self.wake_from_store(key).await.map(drop)
     }
 
     /// [`Runs::wake`], asking the store whatever the sessions noted as
-    /// parked say (the sweep: the store's schedule is the truth).
-    async fn wake_from_store(&self, key: &SessionKey) -> Result<(), StoreError> {
+    /// parked say (the sweep: the store's schedule is the truth); whether
+    /// it found a parked run.
+    async fn wake_from_store(&self, key: &SessionKey) -> Result<bool, StoreError> {
         if self.shutdown.is_cancelled() {
-            return Ok(());
+            return Ok(false);
         }
         let _turn = self.logs.turn(key).lock().await;
         if self.held(key).await {
-            return Ok(());
+            return Ok(false);
         }
         let namespace = self.settings.namespaces.name(key.owner);
         let store = &self.settings.store;
@@ -103,7 +103,7 @@ impl Runs {
             .await?
         else {
             self.logs.note_woken(key);
-            return Ok(());
+            return Ok(false);
         };
         run_log!(Debug, RunTag::session(key), "run {} woken", record.run);
         let run = record.run.clone();
@@ -118,7 +118,7 @@ impl Runs {
                 }
             });
         }
-        Ok(())
+        Ok(true)
     }
 
     /// With one process and a durable store: wakes the parked pauses whose
@@ -129,48 +129,59 @@ impl Runs {
         }
         let runs = self.clone();
         tokio::spawn(async move {
+            // The first look at once: what came due while no process ran.
             loop {
+                loop {
+                    let (found, woken) = runs.sweep_parked().await;
+                    if found < SWEEP_BATCH || woken == 0 {
+                        break;
+                    }
+                }
                 tokio::select! {
                     () = tokio::time::sleep(PARK_SWEEP) => {}
                     () = runs.shutdown.cancelled() => return,
-                }
-                for _ in 0..SWEEP_ROUNDS {
-                    if runs.sweep_parked().await < SWEEP_BATCH {
-                        break;
-                    }
                 }
             }
         });
     }
 
     /// One look: wakes at most [`SWEEP_BATCH`] parked pauses that came
-    /// due, [`SWEEP_WAKES`] at once; returns how many it found.
-    async fn sweep_parked(&self) -> usize {
+    /// due, [`SWEEP_WAKES`] at once; returns how many it found, and how
+    /// many of them it woke.
+    async fn sweep_parked(&self) -> (usize, usize) {
         let now_ms = crate::clock::now_ms();
         let due = match self.settings.store.parked_due(now_ms, SWEEP_BATCH).await {
             Ok(due) => due,
             Err(err) => {
                 ::log::debug!("parked pauses that came due: {err}");
-                return 0;
+                return (0, 0);
             }
         };
         let found = due.len();
+        let woken = std::sync::atomic::AtomicUsize::new(0);
         futures_util::stream::iter(due)
-            .for_each_concurrent(SWEEP_WAKES, |(namespace, session_id)| async move {
-                // A namespace no longer configured: its records go at a
-                // start (`restore_one`); nobody can reach them meanwhile.
-                let Some(owner) = self.settings.namespaces.owner(namespace.as_deref()) else {
-                    return;
-                };
-                let key = SessionKey::new(owner, &session_id);
-                if self.held(&key).await {
-                    return;
-                }
-                if let Err(err) = self.wake_from_store(&key).await {
-                    run_log!(Debug, RunTag::session(&key), "{err}");
+            .for_each_concurrent(SWEEP_WAKES, |(namespace, session_id)| {
+                let woken = &woken;
+                async move {
+                    // A namespace no longer configured: its records go at a
+                    // start (`restore_one`); nobody can reach them meanwhile.
+                    let Some(owner) = self.settings.namespaces.owner(namespace.as_deref()) else {
+                        return;
+                    };
+                    let key = SessionKey::new(owner, &session_id);
+                    if self.held(&key).await {
+                        return;
+                    }
+                    match self.wake_from_store(&key).await {
+                        Ok(true) => {
+                            woken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        Ok(false) => {}
+                        Err(err) => run_log!(Debug, RunTag::session(&key), "{err}"),
+                    }
                 }
             })
             .await;
-        found
+        (found, woken.into_inner())
     }
 }

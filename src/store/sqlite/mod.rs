@@ -308,7 +308,6 @@ impl Store for SqliteStore {
         events: &'a [OutboxEvent],
         outcome: Option<&'a KeptOutcome>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let _ = key;
         // Kept in the end's transaction: a burst of ends shares the writer's
         // commits, where the outbox's connection would wait for its lock.
         let outcome = outcome.map(|kept| (kept.clone(), self.count_outcome_now()));
@@ -318,6 +317,7 @@ impl Store for SqliteStore {
         let grace = self.grace;
         let until = now + grace.as_millis() as i64;
         let events = events.to_vec();
+        let (session, end) = (key.session_id.clone(), end.clone());
         self.with(move |tx| {
             if let Some((kept, count_now)) = &outcome {
                 let until = now + kept.keep.as_millis() as i64;
@@ -332,17 +332,22 @@ impl Store for SqliteStore {
                 // The record keeps who the run was, not what it paused on
                 // (its frames, its engine's state, its tasks, its message):
                 // an ended run costs the file and a restart a small constant.
-                // What is left is kept as text.
-                let record = SqliteStore::record_text(tx, &run)?;
-                tx.prepare_cached(
-                    "UPDATE paused_runs SET ended = ?2, ended_until = ?3, parked = 0,
-                         record = json_set(?4, '$.frames', json('[]'), '$.state', NULL,
-                             '$.tasks', json('[]'), '$.questions', json('[]'),
-                             '$.message', '', '$.title', ''),
-                         approvals = NULL
-                     WHERE run = ?1",
-                )?
-                .execute(params![run, json, until, record])?;
+                // Its ended form, as Redis keeps it, as text: written without
+                // reading the record.
+                let namespace: Option<Option<String>> = tx
+                    .prepare_cached("SELECT ns FROM paused_runs WHERE run = ?1")?
+                    .query_row(params![run], |row| row.get(0))
+                    .optional()?;
+                if let Some(namespace) = namespace {
+                    let record = PausedRecord::ended_form(&run, namespace, &session, &end);
+                    let record = serde_json::to_string(&record).unwrap_or_default();
+                    tx.prepare_cached(
+                        "UPDATE paused_runs SET ended = ?2, ended_until = ?3, parked = 0,
+                             record = ?4, approvals = NULL
+                         WHERE run = ?1",
+                    )?
+                    .execute(params![run, json, until, record])?;
+                }
                 delete_past_ends(tx, now)?;
             }
             tx.queue(&events)
