@@ -15,7 +15,10 @@
 //!
 //! With one process (`sqlite:`), one sweep ([`Runs::start_park_sweep`])
 //! reads the store's ordered index of parked pauses whose expiry or next
-//! timer is due, in bounded batches, and wakes each: an expired one ends
+//! timer is due, in bounded batches, their records with them (one read for
+//! a batch), and wakes each: a record is used as read unless its run parked
+//! again since the look began (the sessions noted as parked carry a mark
+//! of when: then it is read anew). An expired one ends
 //! `timeout`, announced as its own timer would have; one whose reminder or
 //! escalation came due fires it, and parks again. Replicas park by handing
 //! the run back to nobody, and their sweep (`expiry.rs`) already finds a
@@ -29,7 +32,7 @@ use super::replay::park::Visit;
 use super::Runs;
 use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
-use crate::store::StoreError;
+use crate::store::{PausedRecord, StoreError};
 
 /// How often the sweep looks for parked pauses that came due.
 pub const PARK_SWEEP: Duration = Duration::from_secs(1);
@@ -82,13 +85,19 @@ impl Runs {
             let _turn = self.logs.turn(key).lock().await;
             return Ok(());
         }
-        self.wake_from_store(key).await.map(drop)
+        self.wake_from_store(key, None).await.map(drop)
     }
 
     /// [`Runs::wake`], asking the store whatever the sessions noted as
     /// parked say (the sweep: the store's schedule is the truth); whether
-    /// it found a parked run.
-    async fn wake_from_store(&self, key: &SessionKey) -> Result<bool, StoreError> {
+    /// it found a parked run. `read`: its record as a look at the store
+    /// that began at a mark read it, used if the run has not parked again
+    /// since (else read anew).
+    async fn wake_from_store(
+        &self,
+        key: &SessionKey,
+        read: Option<(PausedRecord, u64)>,
+    ) -> Result<bool, StoreError> {
         if self.shutdown.is_cancelled() {
             return Ok(false);
         }
@@ -98,10 +107,15 @@ impl Runs {
         }
         let namespace = self.settings.namespaces.name(key.owner);
         let store = &self.settings.store;
-        let Some(record) = store
-            .parked_run(namespace.as_deref(), &key.session_id)
-            .await?
-        else {
+        let record = match read {
+            Some((record, mark)) if self.logs.parked_before(key, mark) => Some(record),
+            _ => {
+                store
+                    .parked_run(namespace.as_deref(), &key.session_id)
+                    .await?
+            }
+        };
+        let Some(record) = record else {
             self.logs.note_woken(key);
             return Ok(false);
         };
@@ -150,6 +164,7 @@ impl Runs {
     /// many of them it woke.
     async fn sweep_parked(&self) -> (usize, usize) {
         let now_ms = crate::clock::now_ms();
+        let mark = self.logs.parked_mark();
         let due = match self.settings.store.parked_due(now_ms, SWEEP_BATCH).await {
             Ok(due) => due,
             Err(err) => {
@@ -160,19 +175,20 @@ impl Runs {
         let found = due.len();
         let woken = std::sync::atomic::AtomicUsize::new(0);
         futures_util::stream::iter(due)
-            .for_each_concurrent(SWEEP_WAKES, |(namespace, session_id)| {
+            .for_each_concurrent(SWEEP_WAKES, |record| {
                 let woken = &woken;
                 async move {
                     // A namespace no longer configured: its records go at a
                     // start (`restore_one`); nobody can reach them meanwhile.
-                    let Some(owner) = self.settings.namespaces.owner(namespace.as_deref()) else {
+                    let namespace = record.namespace.as_deref();
+                    let Some(owner) = self.settings.namespaces.owner(namespace) else {
                         return;
                     };
-                    let key = SessionKey::new(owner, &session_id);
+                    let key = SessionKey::new(owner, &record.session_id);
                     if self.held(&key).await {
                         return;
                     }
-                    match self.wake_from_store(&key).await {
+                    match self.wake_from_store(&key, Some((record, mark))).await {
                         Ok(true) => {
                             woken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }

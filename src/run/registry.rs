@@ -4,7 +4,7 @@
 //! decision link (which names only its pause) still finds whom to ask for
 //! the run's kept outcome: who decided it.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::replay::Replay;
@@ -22,8 +22,17 @@ pub struct ReplayRegistry {
     remembered: Arc<Mutex<VecDeque<(String, SessionKey)>>>,
     wakes: Arc<Turns>,
     /// A hash of each session whose run may be parked (#46): a request
-    /// about any other session does not ask the store (8 bytes a pause).
-    parked: Arc<Mutex<HashSet<u64>>>,
+    /// about any other session does not ask the store (16 bytes a pause).
+    parked: Arc<Mutex<Parked>>,
+}
+
+/// The sessions that may have a parked run, each with the mark of when it
+/// was last noted: the marks go up, so that a look at the store that began
+/// at a mark knows which runs parked again since.
+#[derive(Default)]
+struct Parked {
+    noted: HashMap<u64, u64>,
+    mark: u64,
 }
 
 /// One lock per stripe of sessions: one wake of a parked run at a time
@@ -54,27 +63,47 @@ impl ReplayRegistry {
     }
 
     /// `key`'s run is being parked (noted before it is gone, so that a
-    /// request that waits for the park finds it noted).
+    /// request that waits for the park finds it noted), or was (noted again
+    /// once its record is written: see [`ReplayRegistry::parked_before`]).
     pub fn note_parked(&self, key: &SessionKey) {
-        self.parked_lock().insert(parked_hash(key));
+        let mut parked = self.parked_lock();
+        parked.mark += 1;
+        let mark = parked.mark;
+        parked.noted.insert(parked_hash(key), mark);
     }
 
     /// `key`'s run was woken (or found not parked).
     pub fn note_woken(&self, key: &SessionKey) {
-        self.parked_lock().remove(&parked_hash(key));
+        self.parked_lock().noted.remove(&parked_hash(key));
     }
 
     /// How many sessions may have a parked run (`--max-parked` bounds it).
     pub fn parked_count(&self) -> usize {
-        self.parked_lock().len()
+        self.parked_lock().noted.len()
     }
 
     /// Whether `key`'s run may be parked (a false yes costs a store read).
     pub fn may_be_parked(&self, key: &SessionKey) -> bool {
-        self.parked_lock().contains(&parked_hash(key))
+        self.parked_lock().noted.contains_key(&parked_hash(key))
     }
 
-    fn parked_lock(&self) -> MutexGuard<'_, HashSet<u64>> {
+    /// The mark now: taken before a look at the store.
+    pub fn parked_mark(&self) -> u64 {
+        self.parked_lock().mark
+    }
+
+    /// Whether `key`'s run was parked, and its record written, before
+    /// `mark`, and not woken since: what a look at the store that began at
+    /// `mark` read of it is what it is now.
+    pub fn parked_before(&self, key: &SessionKey, mark: u64) -> bool {
+        let parked = self.parked_lock();
+        parked
+            .noted
+            .get(&parked_hash(key))
+            .is_some_and(|noted| *noted <= mark)
+    }
+
+    fn parked_lock(&self) -> MutexGuard<'_, Parked> {
         self.parked.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -156,4 +185,27 @@ fn parked_hash(key: &SessionKey) -> u64 {
     let mut hasher = std::hash::DefaultHasher::new();
     key.hash(&mut hasher);
     hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_look_begun_at_a_mark_trusts_only_runs_parked_before_it() {
+        let registry = ReplayRegistry::default();
+        let (a, b) = (SessionKey::new(None, "a"), SessionKey::new(None, "b"));
+        registry.note_parked(&a);
+        let mark = registry.parked_mark();
+        assert!(registry.parked_before(&a, mark));
+        // Parked again after the look began (its record rewritten): read anew.
+        registry.note_parked(&a);
+        assert!(!registry.parked_before(&a, mark));
+        assert!(registry.parked_before(&a, registry.parked_mark()));
+        // Never parked, or woken since: not what the look read.
+        assert!(!registry.parked_before(&b, mark));
+        registry.note_woken(&a);
+        assert!(!registry.parked_before(&a, registry.parked_mark()));
+        assert_eq!(registry.parked_count(), 0);
+    }
 }

@@ -301,6 +301,9 @@ async fn park_when_idle(
                 registry.note_parked(&key);
                 log.until_parked().await;
                 if log.is_suspended() {
+                    // Its record written: noted again, so that a look at
+                    // the store begun before reads it again (`park.rs`).
+                    registry.note_parked(&key);
                     registry.forget(&key, &log);
                 }
                 return;

@@ -558,12 +558,13 @@ pub trait ParkStore: Send + Sync {
     }
 
     /// At most `limit` parked pauses whose expiry or next timer is due at
-    /// `now_ms`, soonest first: their namespace and session.
+    /// `now_ms`, soonest first: their records, read together (a record
+    /// this version cannot read is left out).
     fn parked_due(
         &self,
         now_ms: u64,
         limit: usize,
-    ) -> BoxFuture<'_, Result<Vec<Located>, StoreError>> {
+    ) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
         let _ = (now_ms, limit);
         Box::pin(async { Ok(Vec::new()) })
     }

@@ -152,38 +152,47 @@ impl ParkStore for SqliteStore {
         &self,
         now_ms: u64,
         limit: usize,
-    ) -> BoxFuture<'_, Result<Vec<Located>, StoreError>> {
+    ) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
         let (now, limit) = (now_ms as i64, limit as i64);
         self.with_outbox(move |c| {
+            // One read transaction: the pages read stay cached from one
+            // record to the next (each statement alone would begin its own,
+            // and find the cache stale after any commit of the writer's).
+            let tx = c.unchecked_transaction()?;
             // Each of the two indexes read in its order, at most `limit`
             // rows each (one query over both would sort every due row for
             // each batch), then merged.
-            let mut due: Vec<(i64, Option<String>, Option<String>)> = Vec::new();
+            let mut due: Vec<(i64, i64)> = Vec::new();
             for query in [
-                "SELECT expires_at, ns, session FROM paused_runs
+                "SELECT expires_at, rowid FROM paused_runs
                      WHERE parked = 1 AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2",
-                "SELECT timer_due, ns, session FROM paused_runs
+                "SELECT timer_due, rowid FROM paused_runs
                      WHERE parked = 1 AND timer_due IS NOT NULL AND timer_due <= ?1
                      ORDER BY timer_due LIMIT ?2",
             ] {
-                let mut statement = c.prepare_cached(query)?;
-                let rows = statement.query_map(params![now, limit], |row| {
-                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
-                })?;
+                let mut statement = tx.prepare_cached(query)?;
+                let rows = statement
+                    .query_map(params![now, limit], |row| Ok((row.get(0)?, row.get(1)?)))?;
                 for row in rows {
                     due.push(row?);
                 }
             }
-            due.sort_by_key(|(at, _, _)| *at);
-            let mut found: Vec<Located> = Vec::new();
-            for (_, namespace, session) in due {
-                let Some(session) = session else { continue };
-                let located = (namespace, session);
-                if !found.contains(&located) {
-                    found.push(located);
+            due.sort_unstable();
+            let mut rowids: Vec<i64> = Vec::new();
+            for (_, rowid) in due {
+                if !rowids.contains(&rowid) {
+                    rowids.push(rowid);
                 }
-                if found.len() as i64 == limit {
-                    break;
+            }
+            rowids.truncate(limit as usize);
+            let mut statement = tx.prepare_cached(&format!(
+                "SELECT {RECORD_COLUMNS} FROM paused_runs WHERE rowid = ?1"
+            ))?;
+            let mut found = Vec::with_capacity(rowids.len());
+            for rowid in rowids {
+                let row = statement.query_row(params![rowid], read_row).optional()?;
+                if let Some(record) = row.map(|row| record_of(&tx, row)).transpose()? {
+                    found.extend(record);
                 }
             }
             Ok(found)

@@ -284,3 +284,50 @@ async fn an_end_keeps_its_outcome_in_the_same_write() {
     // Another namespace's session of the same name has none.
     assert_eq!(store.outcome(None, "会话").await.unwrap(), None);
 }
+
+#[tokio::test]
+async fn the_parked_pauses_that_came_due_are_read_soonest_first_each_once() {
+    use crate::store::ParkStore;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let at = |run: &str, session: &str, expires: u64, timer: Option<u64>| PausedRecord {
+        session_id: session.into(),
+        expires_at_ms: expires,
+        timer_due_ms: timer,
+        ..record(run)
+    };
+    {
+        let store = SqliteStore::open(&path, GRACE).unwrap();
+        for record in [
+            at("late", "s1", 900, None),
+            at("first", "s2", 100, None),
+            // Due by its timer before its expiry, and by both: found once.
+            at("timer", "s3", 500, Some(50)),
+            at("not-yet", "s4", 5_000, Some(4_000)),
+            at("third", "s5", 300, None),
+        ] {
+            store.save(record, &[]).await.unwrap();
+        }
+    }
+    // Opened again: no process holds any of them, every one is parked.
+    let store = SqliteStore::open(&path, GRACE).unwrap();
+    let runs = |records: Vec<PausedRecord>| -> Vec<String> {
+        records.into_iter().map(|record| record.run).collect()
+    };
+    let due = store.parked_due(1_000, 10).await.unwrap();
+    assert_eq!(runs(due.clone()), ["timer", "first", "third", "late"]);
+    // Whole records, as a wake reads them.
+    assert_eq!(due[1].frames, record("first").frames);
+    assert_eq!(due[1].session_id, "s2");
+    assert_eq!(
+        runs(store.parked_due(1_000, 2).await.unwrap()),
+        ["timer", "first"]
+    );
+    assert!(store.parked_due(10, 10).await.unwrap().is_empty());
+    // A woken one is not found again.
+    store.unpark("first").await.unwrap();
+    assert_eq!(
+        runs(store.parked_due(1_000, 10).await.unwrap()),
+        ["timer", "third", "late"]
+    );
+}
