@@ -538,7 +538,9 @@ impl super::OutcomeStore for SqliteStore {
         let until = now + keep.as_millis() as i64;
         let count_now = self.count_outcome_now();
         self.with_outbox(move |c| {
-            outcomes::keep(c, namespace.as_deref(), &outcome, now, until, count_now)
+            let tx = c.unchecked_transaction()?;
+            outcomes::write(&tx, namespace.as_deref(), &outcome, now, until, count_now)?;
+            tx.commit()
         })
     }
 

@@ -40,20 +40,7 @@ fn column(namespace: Option<&str>) -> &str {
 
 /// Keeps `outcome` until `until` (ms), replacing the session's last;
 /// what is past its time at `now` goes, and past the count the oldest.
-pub fn keep(
-    c: &Connection,
-    namespace: Option<&str>,
-    outcome: &Outcome,
-    now: i64,
-    until: i64,
-    count_now: bool,
-) -> rusqlite::Result<()> {
-    let tx = c.unchecked_transaction()?;
-    write(&tx, namespace, outcome, now, until, count_now)?;
-    tx.commit()
-}
-
-/// [`keep`], inside a transaction the caller holds (a run's end's).
+/// Inside a transaction the caller holds (a run's end's, or its own).
 pub fn write(
     c: &Connection,
     namespace: Option<&str>,
