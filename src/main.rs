@@ -14,6 +14,13 @@ use clap::{CommandFactory, Parser, Subcommand};
 use chatgate::config::{apply_legacy_env, Settings};
 use chatgate::startup::Application;
 
+/// jemalloc instead of the system's malloc: opening paused runs spent a
+/// fifth of its time in glibc's malloc and free, and a held pause costs
+/// less memory with jemalloc (docs/benchmarks.md, "The allocator").
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// One log line: `[time LEVEL target] ` as env_logger writes it, then the
 /// record's key-values when it has any (who a line about a run is about:
 /// `session="s" run=3 key=key-1 pause=c-1`, see `chatgate::run_log!`) and

@@ -91,7 +91,14 @@ async fn update(
     pressed: Value,
     about: Option<RunTag>,
 ) {
-    if let Err(err) = app.http.post(&url).json(&pressed).send().await {
+    // The body as `.json()` would send it, without needing reqwest's `json`
+    // feature (off in a build without `openai`).
+    let request = app
+        .http
+        .post(&url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(pressed.to_string());
+    if let Err(err) = request.send().await {
         run_log!(
             Warn,
             about.as_ref(),
