@@ -195,7 +195,14 @@ impl Replay {
 
     /// Numbers, encodes and appends `chunk`; wakes the attached client.
     /// Returns the sequence number given.
-    pub fn push(&self, mut chunk: Chunk) -> u64 {
+    pub fn push(&self, chunk: Chunk) -> u64 {
+        self.push_framed(chunk, None)
+    }
+
+    /// [`Replay::push`], with `frame`, `chunk` encoded at a sequence number,
+    /// used as it is when that is the number `chunk` gets (the frame a
+    /// stored record has: encoded once).
+    pub fn push_framed(&self, mut chunk: Chunk, frame: Option<(u64, Bytes)>) -> u64 {
         let mut inner = self.lock();
         let seq = inner.next_seq;
         chunk.sequence = seq;
@@ -208,7 +215,10 @@ impl Replay {
         if let Some(pause) = &chunk.confirmation_data {
             inner.request = Some((seq, pause.confirmation_id().into()));
         }
-        let frame = sse::encode(&chunk);
+        let frame = match frame {
+            Some((numbered, frame)) if numbered == seq => frame,
+            _ => sse::encode(&chunk),
+        };
         inner.bytes += frame.len();
         inner.frames.push_back(frame);
         let finished = chunk.finished;

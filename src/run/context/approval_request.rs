@@ -155,6 +155,7 @@ impl RunContext {
             timeout,
             rejects_on_timeout,
             timers,
+            frame: None,
         }
     }
 

@@ -42,6 +42,10 @@ pub(super) struct Request {
     pub(super) rejects_on_timeout: Option<Box<[usize]>>,
     pub(super) timers: Option<Box<Timers>>,
     pub(super) expires_at: SystemTime,
+    /// The request chunk's frame as the stored record has it, and the
+    /// sequence number it was encoded with: sent as it is when the chunk
+    /// gets that number (encoded once, not twice).
+    pub(super) frame: Option<(u64, bytes::Bytes)>,
 }
 
 /// A plan's pause left open while its engine carries out the tasks decided

@@ -33,6 +33,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use super::journal::{PauseEvent, Subject};
 use super::outcome::RunError;
 use super::replay::Replay;
@@ -213,10 +215,16 @@ impl RunContext {
     }
 
     fn push(&self, chunk: Chunk) -> Result<(), RunError> {
+        self.push_framed(chunk, None)
+    }
+
+    /// [`RunContext::push`] with the chunk's frame already encoded at a
+    /// sequence number (see [`Replay::push_framed`]).
+    fn push_framed(&self, chunk: Chunk, frame: Option<(u64, Bytes)>) -> Result<(), RunError> {
         if let Some(reason) = self.stop.reason() {
             return Err(RunError::Cancelled(reason));
         }
-        self.log.push(chunk);
+        self.log.push_framed(chunk, frame);
         Ok(())
     }
 

@@ -225,10 +225,10 @@ impl RunContext {
         asks: K,
         as_decided: bool,
     ) -> Result<Option<(PendingDecision, Asked)>, RunError> {
-        let Some(request) = asks.request(self).await? else {
+        let Some(mut request) = asks.request(self).await? else {
             return Ok(None);
         };
-        self.store_pause(&request, K::STORED).await?;
+        self.store_pause(&mut request, K::STORED).await?;
         self.put(request, as_decided).map(Some)
     }
 
@@ -352,7 +352,7 @@ impl RunContext {
     /// share keeps a pause that cannot be resumed too (its record
     /// [`PausedRecord::in_memory`]), so that it is listed, found and
     /// decided from any replica.
-    async fn store_pause(&mut self, request: &Request, keep: bool) -> Result<(), RunError> {
+    async fn store_pause(&mut self, request: &mut Request, keep: bool) -> Result<(), RunError> {
         self.pause_stored = false;
         let kind = request.asking.kind();
         let events = match self.settings.webhooks {
@@ -432,7 +432,7 @@ impl RunContext {
     /// needs to go on (`state`).
     fn pause_record(
         &mut self,
-        request: &Request,
+        request: &mut Request,
         state: Value,
         in_memory: bool,
     ) -> Option<PausedRecord> {
@@ -441,9 +441,13 @@ impl RunContext {
             .get_or_insert_with(|| Arc::from(uuid::Uuid::new_v4().to_string()))
             .clone();
         let (mut frames, next_seq) = self.log.snapshot();
-        let mut chunk = request.chunk.clone();
-        chunk.sequence = next_seq;
-        frames.push(String::from_utf8_lossy(&crate::sse::encode(&chunk)).into_owned());
+        // The chunk as it will be sent, numbered as it will be: encoded
+        // once, for the record and for the stream (`put`).
+        let sequence = std::mem::replace(&mut request.chunk.sequence, next_seq);
+        let frame = crate::sse::encode(&request.chunk);
+        request.chunk.sequence = sequence;
+        frames.push(String::from_utf8_lossy(&frame).into_owned());
+        request.frame = Some((next_seq, frame));
         let asked = request.chunk.confirmation_data.as_ref().map(Ask::of)?;
         Some(PausedRecord {
             run: stored_id.to_string(),
@@ -490,6 +494,7 @@ impl RunContext {
             timeout,
             rejects_on_timeout,
             timers,
+            frame,
             ..
         } = request;
         let stored = self.stored_id.clone().filter(|_| self.pause_stored);
@@ -515,7 +520,7 @@ impl RunContext {
         // and the log knows it, so a client that leaves ends nothing.
         self.log.pause_started();
         self.log.note_pause(&confirmation_id);
-        let sent = match self.push(chunk) {
+        let sent = match self.push_framed(chunk, frame) {
             Err(RunError::Cancelled(reason)) => Some(reason),
             _ => None,
         };

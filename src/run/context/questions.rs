@@ -71,6 +71,7 @@ impl Kind for Questions {
             timeout: ctx.settings.confirm_timeout,
             rejects_on_timeout: None,
             timers: None,
+            frame: None,
         };
         Ok(Some(request))
     }

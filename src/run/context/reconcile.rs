@@ -123,6 +123,7 @@ impl Kind for Reconcile {
             timeout,
             rejects_on_timeout: None,
             timers: None,
+            frame: None,
         }))
     }
 
