@@ -59,17 +59,35 @@ impl Default for Ask {
     }
 }
 
-/// The wire fields, read back (every one may be absent).
+/// The wire fields, read back (every one may be absent); also read as
+/// fields of a stored record (`crate::store::PausedRecord`).
 #[derive(Deserialize)]
-struct Fields {
+pub(crate) struct Fields {
     #[serde(default)]
-    tasks: Vec<TaskSpec>,
+    pub(crate) tasks: Vec<TaskSpec>,
     #[serde(default)]
-    kind: PauseKind,
+    pub(crate) kind: PauseKind,
     #[serde(default)]
-    title: String,
+    pub(crate) title: String,
     #[serde(default)]
-    questions: Vec<Question>,
+    pub(crate) questions: Vec<Question>,
+}
+
+impl From<Fields> for Ask {
+    fn from(fields: Fields) -> Ask {
+        match fields.kind {
+            PauseKind::Approval => Ask::Approval {
+                tasks: fields.tasks,
+            },
+            PauseKind::Question => Ask::Question {
+                title: fields.title,
+                questions: fields.questions,
+            },
+            PauseKind::Reconcile => Ask::Reconcile {
+                task: Box::new(fields.tasks.into_iter().next().unwrap_or_default()),
+            },
+        }
+    }
 }
 
 impl Serialize for Ask {
@@ -109,19 +127,7 @@ impl Serialize for Ask {
 
 impl<'de> Deserialize<'de> for Ask {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Ask, D::Error> {
-        let fields = Fields::deserialize(deserializer)?;
-        Ok(match fields.kind {
-            PauseKind::Approval => Ask::Approval {
-                tasks: fields.tasks,
-            },
-            PauseKind::Question => Ask::Question {
-                title: fields.title,
-                questions: fields.questions,
-            },
-            PauseKind::Reconcile => Ask::Reconcile {
-                task: Box::new(fields.tasks.into_iter().next().unwrap_or_default()),
-            },
-        })
+        Fields::deserialize(deserializer).map(Ask::from)
     }
 }
 

@@ -25,6 +25,7 @@ pub mod names;
 pub mod openapi;
 pub mod question;
 pub mod reconcile;
+pub mod record;
 pub mod request;
 pub mod task_spec;
 

@@ -36,6 +36,7 @@ pub mod memory;
 pub mod outbox;
 pub mod park;
 pub mod progress;
+mod record_read;
 pub mod redis;
 pub mod schedule;
 pub mod sqlite;
@@ -59,8 +60,10 @@ pub use progress::{CarriedReject, DecidedTask, Escalated, PauseProgress, TaskApp
 /// session id.
 pub type Located = (Option<String>, String);
 
-/// A paused run as stored.
+/// A paused run as stored (read through
+/// [`crate::protocol::record::RecordFields`], see there).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "crate::protocol::record::RecordFields<RunEnd>")]
 pub struct PausedRecord {
     /// The run's id, unique across restarts.
     pub run: String,
