@@ -45,4 +45,4 @@ pub use request::{
     GRANTS_PATH, INBOX_PATH, MAX_BODY_BYTES, MAX_MESSAGE_BYTES, MAX_MODIFY_TEXT_BYTES,
     MAX_SESSION_ID_CHARS, RULES_PATH, RUNS_PATH, TOOLS_PATH,
 };
-pub use task_spec::{ApprovedBy, TaskPreview, TaskSpec};
+pub use task_spec::{ApprovedBy, Schema, TaskPreview, TaskSpec};

@@ -55,11 +55,39 @@ pub struct TaskSpec {
     /// `reason`; edit with `args` fitting its tool's own input schema;
     /// respond with `result`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub response_schema: Option<Value>,
+    pub response_schema: Option<Schema>,
     /// What the call would do (its tool's preview, run before the pause):
     /// shown wherever the pause is, its `digest` what an approval names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preview: Option<TaskPreview>,
+}
+
+/// A JSON Schema kept as its JSON text: the server only builds it, sends
+/// it and stores it, never looks into it, so it is not held as a tree of
+/// values (reading a stored pause parsed each task's schema into one, and
+/// dropped it, a fifth of a mass expiry's time, #46). Written as the same
+/// bytes the tree would be (compact, keys in order).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Schema(Box<serde_json::value::RawValue>);
+
+impl Schema {
+    /// `schema`, as the text it is written as.
+    pub fn of(schema: &Value) -> Schema {
+        Schema(serde_json::value::to_raw_value(schema).expect("a JSON value serializes"))
+    }
+
+    /// The schema as a tree of values.
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+}
+
+impl PartialEq for Schema {
+    /// The same JSON text: every schema is written compactly, keys in order.
+    fn eq(&self, other: &Schema) -> bool {
+        self.0.get() == other.0.get()
+    }
 }
 
 /// A task's preview (#43): its output (a failed preview's error),

@@ -80,9 +80,13 @@ fn task_interrupt(plan: &ConfirmationData, task: &TaskSpec) -> Interrupt {
     Interrupt {
         message: format!("Approve {}: {}?", task.tool, task.description),
         tool_call_id: Some(id.clone()),
-        response_schema: task.response_schema.clone().unwrap_or_else(
-            || json!({"type": "object", "properties": {"decision": {"type": "string"}}}),
-        ),
+        response_schema: task
+            .response_schema
+            .as_ref()
+            .map(crate::protocol::Schema::to_value)
+            .unwrap_or_else(
+                || json!({"type": "object", "properties": {"decision": {"type": "string"}}}),
+            ),
         expires_at: task
             .expires_at
             .clone()

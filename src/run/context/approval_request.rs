@@ -14,6 +14,7 @@ use super::RunContext;
 use crate::confirmation::Decision;
 use crate::pause::approval::response_schema;
 use crate::pause::Asking;
+use crate::protocol::Schema;
 use crate::protocol::{
     json_len, Action, CancelReason, Chunk, ConfirmationData, DecisionKind, ErrorType, PauseKind,
     TaskState, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
@@ -115,7 +116,7 @@ impl RunContext {
             task.expires_at = Some(crate::clock::rfc3339(asked_at + self.task_timeout(check)));
             task.required = (check.gate.approvals > 1).then_some(usize::from(check.gate.approvals));
             task.approvals = task.required.map(|_| Vec::new());
-            task.response_schema = Some(response_schema(check, &task.decisions));
+            task.response_schema = Some(Schema::of(&response_schema(check, &task.decisions)));
         }
         let quorum = crate::pause::approval::Quorum::of(&checks);
         let escalation = checks
