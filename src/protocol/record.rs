@@ -9,6 +9,10 @@
 //! buffer of its own and read them again from it: about half the time of
 //! reading a record, which a mass expiry does 100,000 times (#46). Naming
 //! the fields reads each once; what is written is unchanged.
+//!
+//! The fields mirror `PausedRecord`'s: `store::record_read` builds every
+//! one of its fields from these, so a field added there is named by the
+//! compiler until it is read here too.
 
 use serde::Deserialize;
 use serde_json::Value;

@@ -32,3 +32,48 @@ impl From<RecordFields<RunEnd>> for PausedRecord {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Ask;
+
+    /// A record of every field, as an older version wrote it: no `kind`
+    /// (an approval), no `asked_at_ms`.
+    fn older() -> serde_json::Value {
+        serde_json::json!({"run": "r", "namespace": null, "session_id": "s",
+            "engine": "planner", "state": {}, "message": "m", "confirmation_id": "c",
+            "round": 1, "options": [], "tasks": [{"index": 1, "description": "d",
+            "tool": "t", "response_schema": {"b": 1, "a": [true]}}],
+            "expires_at_ms": 5, "frames": [], "next_seq": 2, "decision": null})
+    }
+
+    #[test]
+    fn an_older_record_reads_as_an_approval_and_writes_back_the_same_schema() {
+        let record: PausedRecord = serde_json::from_value(older()).unwrap();
+        let Ask::Approval { tasks } = &record.asked else {
+            panic!("{:?}", record.asked);
+        };
+        assert_eq!(tasks[0].tool, "t");
+        assert_eq!(record.asked_at_ms, 0);
+        let text = serde_json::to_string(&record).unwrap();
+        assert!(
+            text.contains(r#""response_schema":{"a":[true],"b":1}"#),
+            "{text}"
+        );
+        let again: PausedRecord = serde_json::from_str(&text).unwrap();
+        assert_eq!(again, record);
+    }
+
+    #[test]
+    fn a_question_record_reads_back_as_it_was_written() {
+        let mut record: PausedRecord = serde_json::from_value(older()).unwrap();
+        record.asked = Ask::Question {
+            title: "where".into(),
+            questions: Vec::new(),
+        };
+        let again: PausedRecord =
+            serde_json::from_str(&serde_json::to_string(&record).unwrap()).unwrap();
+        assert_eq!(again, record);
+    }
+}

@@ -118,3 +118,29 @@ fn a_restored_log_s_last_frame_is_its_stored_pause_s_request() {
     assert_eq!(found.chunk_type, ChunkType::ConfirmationRequest);
     assert!(log.last_frame("p1").is_none());
 }
+
+#[test]
+fn a_frame_encoded_ahead_is_sent_only_under_the_number_it_was_encoded_with() {
+    let log = Replay::new(frames(8), RunStop::default());
+    let (_, first) = log.snapshot();
+    let numbered = |text: &str, sequence: u64| {
+        let mut c = chunk(text);
+        c.sequence = sequence;
+        crate::sse::encode(&c)
+    };
+    // Encoded under the number it gets: kept as it is.
+    let frame = numbered("asked", first);
+    log.push_framed(chunk("asked"), Some((first, frame.clone())));
+    // Encoded under another number: encoded anew under its own.
+    log.push_framed(
+        chunk("later"),
+        Some((first + 7, numbered("later", first + 7))),
+    );
+    let (kept, next) = log.snapshot();
+    assert_eq!(next, first + 2);
+    assert_eq!(kept[0], String::from_utf8_lossy(&frame));
+    assert_eq!(
+        kept[1],
+        String::from_utf8_lossy(&numbered("later", first + 1))
+    );
+}
