@@ -32,13 +32,13 @@ use super::replay::park::Visit;
 use super::Runs;
 use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
-use crate::store::{PausedRecord, StoreError};
+use crate::store::{DueBatch, DueFrom, PausedRecord, StoreError};
 
 /// How often the sweep looks for parked pauses that came due.
 pub const PARK_SWEEP: Duration = Duration::from_secs(1);
-/// Most parked pauses one look takes (a full batch of which one was woken
-/// looks again at once: a batch that cannot be woken, unreadable records,
-/// does not keep the sweep spinning).
+/// Most parked pauses one look takes of each order (expiry, next timer);
+/// a full batch is followed by the next one at once, read while it is
+/// woken.
 const SWEEP_BATCH: usize = 512;
 /// Parked pauses the sweep wakes at once.
 const SWEEP_WAKES: usize = 128;
@@ -143,14 +143,9 @@ impl Runs {
         }
         let runs = self.clone();
         tokio::spawn(async move {
-            // The first look at once: what came due while no process ran.
+            // The first pass at once: what came due while no process ran.
             loop {
-                loop {
-                    let (found, woken) = runs.sweep_parked().await;
-                    if found < SWEEP_BATCH || woken == 0 {
-                        break;
-                    }
-                }
+                runs.sweep_parked().await;
                 tokio::select! {
                     () = tokio::time::sleep(PARK_SWEEP) => {}
                     () = runs.shutdown.cancelled() => return,
@@ -159,45 +154,66 @@ impl Runs {
         });
     }
 
-    /// One look: wakes at most [`SWEEP_BATCH`] parked pauses that came
-    /// due, [`SWEEP_WAKES`] at once; returns how many it found, and how
-    /// many of them it woke.
-    async fn sweep_parked(&self) -> (usize, usize) {
-        let now_ms = crate::clock::now_ms();
+    /// One pass over the parked pauses that came due: batches of at most
+    /// [`SWEEP_BATCH`] of each order, each woken [`SWEEP_WAKES`] at once
+    /// while the next batch is read.
+    async fn sweep_parked(&self) {
+        let mut look = self.look_due(DueFrom::default()).await;
+        while let Some((mark, batch)) = look.take() {
+            let next = batch.more.map(|from| self.look_due(from));
+            let woken = self.wake_due(batch.records, mark);
+            look = match next {
+                Some(next) => tokio::join!(woken, next).1,
+                None => {
+                    woken.await;
+                    None
+                }
+            };
+            if self.shutdown.is_cancelled() {
+                return;
+            }
+        }
+    }
+
+    /// The next batch of parked pauses that came due, from `from` on, with
+    /// the mark it was read at (see [`Runs::wake_from_store`]).
+    async fn look_due(&self, from: DueFrom) -> Option<(u64, DueBatch)> {
         let mark = self.logs.parked_mark();
-        let due = match self.settings.store.parked_due(now_ms, SWEEP_BATCH).await {
-            Ok(due) => due,
+        let now_ms = crate::clock::now_ms();
+        match self
+            .settings
+            .store
+            .parked_due(now_ms, from, SWEEP_BATCH)
+            .await
+        {
+            Ok(batch) if !batch.records.is_empty() || batch.more.is_some() => Some((mark, batch)),
+            Ok(_) => None,
             Err(err) => {
                 ::log::debug!("parked pauses that came due: {err}");
-                return (0, 0);
+                None
             }
-        };
-        let found = due.len();
-        let woken = std::sync::atomic::AtomicUsize::new(0);
+        }
+    }
+
+    /// Wakes the parked pauses of `due` (read at `mark`), [`SWEEP_WAKES`]
+    /// at once.
+    async fn wake_due(&self, due: Vec<PausedRecord>, mark: u64) {
         futures_util::stream::iter(due)
-            .for_each_concurrent(SWEEP_WAKES, |record| {
-                let woken = &woken;
-                async move {
-                    // A namespace no longer configured: its records go at a
-                    // start (`restore_one`); nobody can reach them meanwhile.
-                    let namespace = record.namespace.as_deref();
-                    let Some(owner) = self.settings.namespaces.owner(namespace) else {
-                        return;
-                    };
-                    let key = SessionKey::new(owner, &record.session_id);
-                    if self.held(&key).await {
-                        return;
-                    }
-                    match self.wake_from_store(&key, Some((record, mark))).await {
-                        Ok(true) => {
-                            woken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        }
-                        Ok(false) => {}
-                        Err(err) => run_log!(Debug, RunTag::session(&key), "{err}"),
-                    }
+            .for_each_concurrent(SWEEP_WAKES, |record| async move {
+                // A namespace no longer configured: its records go at a
+                // start (`restore_one`); nobody can reach them meanwhile.
+                let namespace = record.namespace.as_deref();
+                let Some(owner) = self.settings.namespaces.owner(namespace) else {
+                    return;
+                };
+                let key = SessionKey::new(owner, &record.session_id);
+                if self.held(&key).await {
+                    return;
+                }
+                if let Err(err) = self.wake_from_store(&key, Some((record, mark))).await {
+                    run_log!(Debug, RunTag::session(&key), "{err}");
                 }
             })
             .await;
-        (found, woken.into_inner())
     }
 }

@@ -53,7 +53,7 @@ pub use decision::{Resolution, StoredDecision};
 pub use execution::{CallEntry, RanNote};
 pub use grant::{Grant, GrantScope};
 pub use outbox::{OutboxEvent, OutboxStats, QueuedEvent, EVENT_LEASE};
-pub use park::ParkedLog;
+pub use park::{DueBatch, DueFrom, ParkedLog};
 pub use progress::{CarriedReject, DecidedTask, Escalated, PauseProgress, TaskApprovals};
 
 /// Where a stored pause is: its namespace (`None` without keys) and its
@@ -560,16 +560,18 @@ pub trait ParkStore: Send + Sync {
         Box::pin(async { Ok(()) })
     }
 
-    /// At most `limit` parked pauses whose expiry or next timer is due at
-    /// `now_ms`, soonest first: their records, read together (a record
-    /// this version cannot read is left out).
+    /// The parked pauses whose expiry or next timer is due at `now_ms`,
+    /// from `from` on in each of the two orders (at most `limit` of each),
+    /// soonest first: their records, read together (a record this version
+    /// cannot read is left out).
     fn parked_due(
         &self,
         now_ms: u64,
+        from: DueFrom,
         limit: usize,
-    ) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
-        let _ = (now_ms, limit);
-        Box::pin(async { Ok(Vec::new()) })
+    ) -> BoxFuture<'_, Result<DueBatch, StoreError>> {
+        let _ = (now_ms, from, limit);
+        Box::pin(async { Ok(DueBatch::default()) })
     }
 
     /// Where every parked pause is (its namespace and session), read once

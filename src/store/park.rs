@@ -33,3 +33,26 @@ impl ParkedLog {
         }
     }
 }
+
+/// Where a look at the parked pauses that came due goes on: after the
+/// last row the look before it read of each of the two ordered indexes
+/// (expiry, next timer), as `(due_ms, row)`; `Default` is from the start.
+/// A sweep reads its next batch while it wakes the last one, and a batch
+/// it cannot wake (records it cannot read, runs held) is not read again
+/// until the next pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DueFrom {
+    pub expiry: Option<(i64, i64)>,
+    pub timer: Option<(i64, i64)>,
+}
+
+/// One look at the parked pauses that came due.
+#[derive(Debug, Default)]
+pub struct DueBatch {
+    /// Their records, soonest due first, each once.
+    pub records: Vec<crate::store::PausedRecord>,
+    /// Where the next look goes on, when an index may hold more due rows
+    /// (one of them gave as many as it was asked for); `None`: this pass
+    /// has read every pause that was due.
+    pub more: Option<DueFrom>,
+}

@@ -360,3 +360,49 @@ async fn beyond_max_parked_a_paused_run_stays_held_and_is_decided_as_ever() {
     }
     wait_for_gauge(&server.url, "chatgate_parked_runs", 0).await;
 }
+
+/// More pauses due at once than one look at the store takes of each order
+/// (512): a pass goes on where each look stopped, reading the next batch
+/// while it wakes the last, and ends every one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_pauses_due_at_once_than_a_look_takes_are_all_ended() {
+    use futures_util::StreamExt;
+    const RUNS: usize = 1_100;
+    let dir = Dir::new();
+    let timeout = ["--confirm-timeout", "3s"];
+    let mut first = parking(&dir, &timeout);
+    let url = stream_url(&first);
+    futures_util::stream::iter(0..RUNS)
+        .for_each_concurrent(32, |i| {
+            let url = url.clone();
+            async move {
+                let body = json!({"message": "one; two", "session_id": format!("due-{i}")});
+                read_raw(post(&url, body, None).await, Some(REQUEST)).await;
+            }
+        })
+        .await;
+    let opened = tokio::time::Instant::now();
+    // Stopped while they wait (the ones already due end on the way out or
+    // at the next start), started again once every one is due.
+    terminate(&mut first);
+    tokio::time::sleep_until(opened + Duration::from_millis(3_500)).await;
+    let second = parking(&dir, &timeout);
+
+    wait_for_gauge(&second.url, "chatgate_parked_runs", 0).await;
+    let client = reqwest::Client::new();
+    for i in 0..RUNS {
+        let outcome: Value = client
+            .get(format!("{}/api/v1/runs/due-{i}", second.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(outcome["outcome"], "cancelled", "due-{i}: {outcome}");
+        assert_eq!(
+            outcome["final_chunk"]["metadata"]["reason"], "timeout",
+            "due-{i}: {outcome}"
+        );
+    }
+}

@@ -23,7 +23,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use super::records::{read_row, record_of};
 use super::{compact, SqliteStore};
 use crate::session::SessionKey;
-use crate::store::{Located, ParkStore, ParkedLog, PausedRecord, StoreError};
+use crate::store::{DueBatch, DueFrom, Located, ParkStore, ParkedLog, PausedRecord, StoreError};
 
 impl SqliteStore {
     /// Adds the columns and indexes (a file of an earlier version has
@@ -151,51 +151,75 @@ impl ParkStore for SqliteStore {
     fn parked_due(
         &self,
         now_ms: u64,
+        from: DueFrom,
         limit: usize,
-    ) -> BoxFuture<'_, Result<Vec<PausedRecord>, StoreError>> {
+    ) -> BoxFuture<'_, Result<DueBatch, StoreError>> {
         let (now, limit) = (now_ms as i64, limit as i64);
         self.with_outbox(move |c| {
             // One read transaction: the pages read stay cached from one
             // record to the next (each statement alone would begin its own,
             // and find the cache stale after any commit of the writer's).
             let tx = c.unchecked_transaction()?;
-            // Each of the two indexes read in its order, at most `limit`
-            // rows each (one query over both would sort every due row for
-            // each batch), then merged.
+            // Each of the two indexes read in its order from where the look
+            // before stopped, at most `limit` rows each (one query over both
+            // would sort every due row for each batch), then merged.
             let mut due: Vec<(i64, i64)> = Vec::new();
-            for query in [
-                "SELECT expires_at, rowid FROM paused_runs
-                     WHERE parked = 1 AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2",
-                "SELECT timer_due, rowid FROM paused_runs
-                     WHERE parked = 1 AND timer_due IS NOT NULL AND timer_due <= ?1
-                     ORDER BY timer_due LIMIT ?2",
+            let mut next = from;
+            let mut more = false;
+            for (query, after) in [
+                (
+                    "SELECT expires_at, rowid FROM paused_runs
+                         WHERE parked = 1 AND expires_at <= ?1 AND expires_at >= ?3
+                             AND (expires_at > ?3 OR rowid > ?4)
+                         ORDER BY expires_at, rowid LIMIT ?2",
+                    &mut next.expiry,
+                ),
+                (
+                    "SELECT timer_due, rowid FROM paused_runs
+                         WHERE parked = 1 AND timer_due IS NOT NULL AND timer_due <= ?1
+                             AND timer_due >= ?3 AND (timer_due > ?3 OR rowid > ?4)
+                         ORDER BY timer_due, rowid LIMIT ?2",
+                    &mut next.timer,
+                ),
             ] {
+                let (at, row) = after.unwrap_or((i64::MIN, i64::MIN));
                 let mut statement = tx.prepare_cached(query)?;
-                let rows = statement
-                    .query_map(params![now, limit], |row| Ok((row.get(0)?, row.get(1)?)))?;
+                let rows = statement.query_map(params![now, limit, at, row], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })?;
+                let before = due.len();
                 for row in rows {
                     due.push(row?);
                 }
+                more |= due.len() - before == limit as usize;
+                *after = due
+                    .last()
+                    .filter(|_| due.len() > before)
+                    .copied()
+                    .or(*after);
             }
             due.sort_unstable();
-            let mut rowids: Vec<i64> = Vec::new();
+            let mut rowids: Vec<i64> = Vec::with_capacity(due.len());
+            let mut seen = std::collections::HashSet::with_capacity(due.len());
             for (_, rowid) in due {
-                if !rowids.contains(&rowid) {
+                if seen.insert(rowid) {
                     rowids.push(rowid);
                 }
             }
-            rowids.truncate(limit as usize);
             let mut statement = tx.prepare_cached(&format!(
                 "SELECT {RECORD_COLUMNS} FROM paused_runs WHERE rowid = ?1"
             ))?;
-            let mut found = Vec::with_capacity(rowids.len());
+            let mut records = Vec::with_capacity(rowids.len());
             for rowid in rowids {
                 let row = statement.query_row(params![rowid], read_row).optional()?;
                 if let Some(record) = row.map(|row| record_of(&tx, row)).transpose()? {
-                    found.extend(record);
+                    records.extend(record);
                 }
             }
-            Ok(found)
+            Ok(DueBatch {
+                records,
+                more: more.then_some(next),
+            })
         })
     }
 

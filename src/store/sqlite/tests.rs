@@ -286,8 +286,8 @@ async fn an_end_keeps_its_outcome_in_the_same_write() {
 }
 
 #[tokio::test]
-async fn the_parked_pauses_that_came_due_are_read_soonest_first_each_once() {
-    use crate::store::ParkStore;
+async fn the_parked_pauses_that_came_due_are_read_soonest_first_a_pass_going_on_where_it_stopped() {
+    use crate::store::{DueFrom, ParkStore};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runs.db");
     let at = |run: &str, session: &str, expires: u64, timer: Option<u64>| PausedRecord {
@@ -314,20 +314,46 @@ async fn the_parked_pauses_that_came_due_are_read_soonest_first_each_once() {
     let runs = |records: Vec<PausedRecord>| -> Vec<String> {
         records.into_iter().map(|record| record.run).collect()
     };
-    let due = store.parked_due(1_000, 10).await.unwrap();
+    let from_start = DueFrom::default();
+    let due = store.parked_due(1_000, from_start, 10).await.unwrap();
+    assert_eq!(due.more, None, "fewer than asked for: the pass is over");
+    let due = due.records;
     assert_eq!(runs(due.clone()), ["timer", "first", "third", "late"]);
     // Whole records, as a wake reads them.
     assert_eq!(due[1].frames, record("first").frames);
     assert_eq!(due[1].session_id, "s2");
-    assert_eq!(
-        runs(store.parked_due(1_000, 2).await.unwrap()),
-        ["timer", "first"]
-    );
-    assert!(store.parked_due(10, 10).await.unwrap().is_empty());
+    // Two of each order at a time: a pass goes on where the look before
+    // stopped in each, until neither has more.
+    let first = store.parked_due(1_000, from_start, 2).await.unwrap();
+    assert_eq!(runs(first.records), ["timer", "first", "third"]);
+    let from = first.more.expect("the expiry order gave as many as asked");
+    let second = store.parked_due(1_000, from, 2).await.unwrap();
+    // "timer" again, by its expiry this time: a pass reads a pause due by
+    // both at most once in each order (its second wake finds it ended, or
+    // parked again and due by its expiry).
+    assert_eq!(runs(second.records), ["timer", "late"]);
+    let third = store
+        .parked_due(1_000, second.more.unwrap(), 2)
+        .await
+        .unwrap();
+    assert!(third.records.is_empty());
+    assert_eq!(third.more, None);
+    assert!(store
+        .parked_due(10, from_start, 10)
+        .await
+        .unwrap()
+        .records
+        .is_empty());
     // A woken one is not found again.
     store.unpark("first").await.unwrap();
     assert_eq!(
-        runs(store.parked_due(1_000, 10).await.unwrap()),
+        runs(
+            store
+                .parked_due(1_000, from_start, 10)
+                .await
+                .unwrap()
+                .records
+        ),
         ["timer", "third", "late"]
     );
 }
