@@ -86,12 +86,33 @@ impl Conn {
     /// Sends `POST path` with a JSON body, reads the response head, returns
     /// its status.
     pub async fn post_to(&mut self, path: &[u8], json: &[u8]) -> io::Result<u16> {
+        self.post_with(path, json, None).await
+    }
+
+    /// A re-attach: `POST /api/v1/chat/stream` with `Last-Event-ID:
+    /// last_seen`; reads the head, returns the status.
+    pub async fn reattach(&mut self, json: &[u8], last_seen: u64) -> io::Result<u16> {
+        self.post_with(b"/api/v1/chat/stream", json, Some(last_seen))
+            .await
+    }
+
+    async fn post_with(
+        &mut self,
+        path: &[u8],
+        json: &[u8],
+        last_seen: Option<u64>,
+    ) -> io::Result<u16> {
         self.request.clear();
         self.request.extend_from_slice(b"POST ");
         self.request.extend_from_slice(path);
         self.request.extend_from_slice(
             b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n",
         );
+        if let Some(seen) = last_seen {
+            self.request.extend_from_slice(b"Last-Event-ID: ");
+            push_usize(&mut self.request, seen as usize);
+            self.request.extend_from_slice(b"\r\n");
+        }
         self.request.extend_from_slice(&self.authorization);
         self.request.extend_from_slice(b"Content-Length: ");
         push_usize(&mut self.request, json.len());
@@ -156,6 +177,14 @@ impl Conn {
                 return Ok(None);
             }
         }
+    }
+
+    /// Reads what is left of the current response (after its final event).
+    pub async fn drain(&mut self) -> io::Result<()> {
+        while self.fill_body().await? {}
+        self.body.clear();
+        self.body_pos = 0;
+        Ok(())
     }
 
     /// Reads events until one that is `finished`; returns how many were read.

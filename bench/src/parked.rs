@@ -20,7 +20,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::http::Conn;
+use crate::http::{Conn, Kind};
 use crate::servers::{self, Spec};
 use crate::stats::Samples;
 use crate::{err, open_detached, per_run, reply_with, rss_kib, Pause};
@@ -110,17 +110,26 @@ pub async fn parked(
     decisions(deciding, &opened, decide).await
 }
 
-/// Decides `n` of `opened` (spread over them) one at a time.
+/// Decides `n` of `opened` (spread over them) one at a time: every
+/// decision's reply; then, one decision in two, a stream re-attached at
+/// once (from the start of the run's log) read to its end, and for the
+/// others the run's kept outcome polled until it is there.
 async fn decisions(addr: &str, opened: &[(usize, [u8; 36])], n: usize) -> io::Result<()> {
     let n = n.min(opened.len());
     if n == 0 {
         return Ok(());
     }
-    let (mut reply, mut poll) = (Conn::connect(addr).await?, Conn::connect(addr).await?);
-    let (mut rtt, mut ended) = (Samples::with_capacity(n), Samples::with_capacity(n));
+    let mut reply = Conn::connect(addr).await?;
+    let (mut poll, mut stream) = (Conn::connect(addr).await?, Conn::connect(addr).await?);
+    let mut rtt = Samples::with_capacity(n);
+    let (mut resumed, mut ended, mut stored) = (
+        Samples::with_capacity(n / 2 + 1),
+        Samples::with_capacity(n / 2 + 1),
+        Samples::with_capacity(n / 2 + 1),
+    );
     let mut buf = Vec::with_capacity(160);
     let step = opened.len() / n;
-    for &(i, id) in opened.iter().step_by(step.max(1)).take(n) {
+    for (d, &(i, id)) in opened.iter().step_by(step.max(1)).take(n).enumerate() {
         reply_with(&mut buf, TWO_TASKS.release, "parked", i, &id);
         let start = Instant::now();
         if reply.post_chat(&buf).await? != 200 {
@@ -128,6 +137,35 @@ async fn decisions(addr: &str, opened: &[(usize, [u8; 36])], n: usize) -> io::Re
         }
         reply.read_to_end().await?;
         rtt.push(start.elapsed());
+        if d % 2 == 0 {
+            // Re-attached: the run's whole log, live until its end.
+            let body = format!("{{\"session_id\":\"parked{i}\"}}");
+            if stream.reattach(body.as_bytes(), 0).await? != 200 {
+                return Err(err("a re-attach to a decided run was not answered 200"));
+            }
+            let mut asked = false;
+            loop {
+                let Some(event) = stream.next_event().await? else {
+                    return Err(err("a re-attached stream ended without a final chunk"));
+                };
+                if event.comment {
+                    continue;
+                }
+                if asked {
+                    resumed.push(start.elapsed());
+                    asked = false;
+                }
+                if event.kind == Kind::ConfirmationRequest {
+                    asked = true;
+                }
+                if event.finished {
+                    ended.push(start.elapsed());
+                    stream.drain().await?;
+                    break;
+                }
+            }
+            continue;
+        }
         let path = format!("/api/v1/runs/parked{i}");
         let deadline = start + Duration::from_secs(10);
         while poll.get(&path).await? != 200 {
@@ -135,15 +173,23 @@ async fn decisions(addr: &str, opened: &[(usize, [u8; 36])], n: usize) -> io::Re
                 return Err(err("a decided run did not end within 10 s"));
             }
         }
-        ended.push(start.elapsed());
+        stored.push(start.elapsed());
     }
     println!(
         "decision on a parked pause, reply round trip: {}",
         rtt.summary()
     );
     println!(
-        "decision on a parked pause, until its run ended: {}",
+        "  then re-attached: its first chunk after the pause: {}",
+        resumed.summary()
+    );
+    println!(
+        "  then re-attached: its run's final chunk: {}",
         ended.summary()
+    );
+    println!(
+        "  or its kept outcome polled, until stored: {}",
+        stored.summary()
     );
     Ok(())
 }
