@@ -5,8 +5,10 @@
 //! measures what they cost (RSS, the store's file), what the server does
 //! while they wait (CPU over an idle spell), and what a decision on one of
 //! them takes, one at a time: the reply's round trip (the wake included),
-//! and the time until the run has ended (its outcome answers
-//! `GET /api/v1/runs/<session>`).
+//! then, one decision in two, the run's chunks on a stream re-attached at
+//! once (its first chunk after the pause, its final chunk: the resume as a
+//! client sees it), and for the others the time until its end is stored
+//! (its kept outcome answers `GET /api/v1/runs/<session>`, polled).
 //!
 //! `expiry` opens K paused runs on a server it starts itself, stops it,
 //! waits until every pause is past its `--confirm-timeout`, starts it again
