@@ -177,7 +177,7 @@ impl Runs {
 
     /// The next batch of parked pauses that came due, from `from` on, with
     /// the mark it was read at (see [`Runs::wake_from_store`]).
-    async fn look_due(&self, from: DueFrom) -> Option<(u64, DueBatch)> {
+    async fn look_due(&self, from: DueFrom) -> Option<(u64, DueBatch<PausedRecord>)> {
         let mark = self.logs.parked_mark();
         let now_ms = crate::clock::now_ms();
         match self

@@ -569,7 +569,7 @@ pub trait ParkStore: Send + Sync {
         now_ms: u64,
         from: DueFrom,
         limit: usize,
-    ) -> BoxFuture<'_, Result<DueBatch, StoreError>> {
+    ) -> BoxFuture<'_, Result<DueBatch<PausedRecord>, StoreError>> {
         let _ = (now_ms, from, limit);
         Box::pin(async { Ok(DueBatch::default()) })
     }

@@ -46,13 +46,22 @@ pub struct DueFrom {
     pub timer: Option<(i64, i64)>,
 }
 
-/// One look at the parked pauses that came due.
-#[derive(Debug, Default)]
-pub struct DueBatch {
+/// One look at the parked pauses that came due (`R`: a paused record).
+#[derive(Debug)]
+pub struct DueBatch<R> {
     /// Their records, soonest due first, each once.
-    pub records: Vec<crate::store::PausedRecord>,
+    pub records: Vec<R>,
     /// Where the next look goes on, when an index may hold more due rows
     /// (one of them gave as many as it was asked for); `None`: this pass
     /// has read every pause that was due.
     pub more: Option<DueFrom>,
+}
+
+impl<R> Default for DueBatch<R> {
+    fn default() -> Self {
+        DueBatch {
+            records: Vec::new(),
+            more: None,
+        }
+    }
 }

@@ -153,7 +153,7 @@ impl ParkStore for SqliteStore {
         now_ms: u64,
         from: DueFrom,
         limit: usize,
-    ) -> BoxFuture<'_, Result<DueBatch, StoreError>> {
+    ) -> BoxFuture<'_, Result<DueBatch<PausedRecord>, StoreError>> {
         let (now, limit) = (now_ms as i64, limit as i64);
         self.with_outbox(move |c| {
             // One read transaction: the pages read stay cached from one
