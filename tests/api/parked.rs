@@ -203,10 +203,23 @@ async fn two_replies_at_once_wake_a_parked_pause_once_and_one_decides() {
     let seen = pause_and_leave(&server, "t").await;
     parked(&server, 1).await;
 
+    // Both name the pause: the one that loses is told it was decided
+    // (409) whether the run is still there or has already ended (without
+    // an id, a reply that comes after the end is told nothing is pending).
+    let id = seen.last().unwrap().metadata["confirmation_id"].clone();
     let url = stream_url(&server);
+    let reply = |message: &'static str| {
+        let body = json!({"message": message, "session_id": "t", "confirmation_id": id});
+        let url = url.clone();
+        async move {
+            let response = post(&url, body, None).await;
+            let status = response.status().as_u16();
+            (status, chunks(&read_raw(response, None).await).remove(0))
+        }
+    };
     let (a, b) = tokio::join!(
-        reply(&url, "t", "CONFIRM_ACTION:confirm"),
-        reply(&url, "t", "CONFIRM_ACTION:cancel"),
+        reply("CONFIRM_ACTION:confirm"),
+        reply("CONFIRM_ACTION:cancel")
     );
 
     let mut statuses = [a.0, b.0];
@@ -215,6 +228,10 @@ async fn two_replies_at_once_wake_a_parked_pause_once_and_one_decides() {
     let after = rest_of(&server, "t", seen.last().unwrap().sequence).await;
     let finals: Vec<&Chunk> = after.iter().filter(|c| c.finished).collect();
     assert_eq!(finals.len(), 1, "one end: {after:?}");
+    // After the end too, a reply naming the pause is told it was decided.
+    let (late, told) = reply("CONFIRM_ACTION:cancel").await;
+    assert_eq!(late, 409, "{told:?}");
+    assert_eq!(told.metadata["error_type"], "already_decided", "{told:?}");
 }
 
 /// The ids of the pauses the inbox lists to `key`.
