@@ -1,7 +1,7 @@
 //! `--store memory`, the default: nothing outlives the process.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -87,7 +87,9 @@ impl Outcomes {
 
 #[derive(Debug, Default)]
 struct Outbox {
-    events: HashMap<i64, OutboxEvent>,
+    /// Shared, so that what is copied of them (queued, handed to the
+    /// sender) is copied outside the lock the decide path queues under.
+    events: HashMap<i64, Arc<OutboxEvent>>,
     /// What `events` hold, as [`size`] counts it.
     bytes: usize,
     schedule: Schedule,
@@ -105,22 +107,20 @@ impl MemoryStore {
     }
 
     fn queue(&self, events: &[OutboxEvent]) {
-        let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
+        // Copied before the lock: the sender takes the same lock.
+        let copies: Vec<Arc<OutboxEvent>> = events.iter().cloned().map(Arc::new).collect();
         let now = crate::clock::now_ms();
-        for event in events {
+        let mut dropped = Vec::new();
+        let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
+        for event in copies {
             if outbox.events.len() >= MAX_OUTBOX_EVENTS
-                || outbox.bytes + size(event) > MAX_OUTBOX_BYTES
+                || outbox.bytes + size(&event) > MAX_OUTBOX_BYTES
             {
                 outbox.overflowed += 1;
-                log::warn!(
-                    "the webhook outbox is full ({MAX_OUTBOX_EVENTS} events or \
-                     {MAX_OUTBOX_BYTES} bytes): {} {} dropped",
-                    event.event_type,
-                    event.id
-                );
+                dropped.push(event);
                 continue;
             }
-            outbox.bytes += size(event);
+            outbox.bytes += size(&event);
             outbox.next_seq += 1;
             let seq = outbox.next_seq;
             let slot = Slot {
@@ -132,7 +132,16 @@ impl MemoryStore {
             outbox
                 .schedule
                 .push(queue_of(&event.target, &event.order), slot);
-            outbox.events.insert(seq, event.clone());
+            outbox.events.insert(seq, event);
+        }
+        drop(outbox);
+        for event in dropped {
+            log::warn!(
+                "the webhook outbox is full ({MAX_OUTBOX_EVENTS} events or \
+                 {MAX_OUTBOX_BYTES} bytes): {} {} dropped",
+                event.event_type,
+                event.id
+            );
         }
     }
 }
@@ -246,15 +255,19 @@ impl super::OutboxStore for MemoryStore {
         let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
         let lease_until = now_ms + EVENT_LEASE.as_millis() as u64;
         let slots = outbox.schedule.take(now_ms, limit, lease_until);
-        let due = slots
+        let taken: Vec<_> = slots
             .into_iter()
-            .filter_map(|slot| {
-                Some(QueuedEvent {
-                    seq: slot.seq,
-                    event: outbox.events.get(&slot.seq)?.clone(),
-                    queued_at_ms: slot.queued_at_ms,
-                    attempts: slot.attempts,
-                })
+            .filter_map(|slot| Some((slot, outbox.events.get(&slot.seq)?.clone())))
+            .collect();
+        drop(outbox);
+        // Their bodies copied outside the lock.
+        let due = taken
+            .into_iter()
+            .map(|(slot, event)| QueuedEvent {
+                seq: slot.seq,
+                event: OutboxEvent::clone(&event),
+                queued_at_ms: slot.queued_at_ms,
+                attempts: slot.attempts,
             })
             .collect();
         Box::pin(async { Ok(due) })

@@ -75,7 +75,10 @@ impl Sender {
         let mut overflowed = 0;
         let mut counted = tokio::time::Instant::now() - STATS_EVERY;
         loop {
-            if in_flight.len() < MAX_IN_FLIGHT {
+            // Refilled once half of the deliveries are done (or at once when
+            // few are under way): a burst is read from the outbox in batches,
+            // not one read per delivery that ends.
+            if in_flight.len() <= MAX_IN_FLIGHT / 2 {
                 // What is taken is leased to this sender: all of it is sent.
                 let limit = MAX_IN_FLIGHT - in_flight.len();
                 match self.store.due_events(now_ms(), limit).await {
