@@ -297,6 +297,22 @@ pub struct StoreFlags {
     #[arg(long, alias = "owner-ttl-secs", env = "CHATGATE_OWNER_TTL",
           default_value = text(OWNER_TTL), value_parser = DurationArg::secs(Duration::from_secs(1), HOUR))]
     pub owner_ttl: Duration,
+    /// With `redis://`: how a paused run's record is kept in Redis:
+    /// `compressed` (zstd, about a fifth of its JSON) or `json`, which
+    /// replicas of versions before compressed records can read: roll an
+    /// upgrade from one of those with `json`, then again without it.
+    #[arg(long, env = "CHATGATE_REDIS_RECORDS", value_enum, default_value_t = RecordFormat::Compressed)]
+    pub redis_records: RecordFormat,
+}
+
+/// How `--redis-records` keeps a paused run's record in Redis (every
+/// version of this one reads both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RecordFormat {
+    /// zstd against the record dictionary (`store::compact`).
+    Compressed,
+    /// JSON text, as versions before compressed records wrote and read.
+    Json,
 }
 
 /// Declared tools and the audit log of what they did.

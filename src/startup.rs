@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::audit::{AuditError, AuditLog};
 use crate::cluster::{Cluster, ClusterConfig};
-use crate::config::{EngineKind, Settings};
+use crate::config::{EngineKind, RecordFormat, Settings};
 use crate::confirmation::{ConfirmationManager, RunLimits};
 #[cfg(feature = "openai")]
 use crate::engine::llm::OpenAiConfig;
@@ -512,6 +512,7 @@ fn open_cluster(
                 .clone()
                 .ok_or_else(|| missing("--cluster-secret (the same on every replica)"))?,
             owner_ttl: settings.cluster.owner_ttl,
+            compress_records: settings.cluster.redis_records == RecordFormat::Compressed,
             keep_alive: settings.server.keep_alive,
             detach_grace: settings.pauses.detach_grace,
             namespaces: namespaces.clone(),

@@ -76,6 +76,8 @@ pub struct ClusterConfig {
     pub secret: SecretString,
     /// `--owner-ttl`.
     pub owner_ttl: Duration,
+    /// `--redis-records compressed`: records are kept compressed.
+    pub compress_records: bool,
     /// `--keep-alive`: an owner's stream is silent at most this long.
     pub keep_alive: Duration,
     /// `--detach-grace`: how long an ended run's session stays its owner's.
@@ -147,6 +149,7 @@ impl Cluster {
                 grace: config.detach_grace,
                 linger: config.detach_grace + config.owner_ttl,
                 namespaces: config.namespaces.clone(),
+                compress_records: config.compress_records,
             },
         )
         .map_err(|err| format!("--store {}: {err}", config.store_url))?;

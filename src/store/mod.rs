@@ -29,6 +29,7 @@
 //! [`Store::resolve`] can learn afterwards whether it was recorded, and make
 //! sure it never will be if it was not.
 
+pub mod compact;
 pub mod decision;
 pub mod execution;
 pub mod grant;

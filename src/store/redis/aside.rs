@@ -75,22 +75,22 @@ impl RedisStore {
         let now_ms = crate::clock::now_ms();
         let ttl =
             record.expires_at_ms.saturating_sub(now_ms) + self.replica.linger.as_millis() as u64;
-        let json = serde_json::to_string(&record).unwrap_or_default();
+        let packed = self.encode(&record);
         let epoch = self.epoch(run_of(&aside));
         let pending = pending_key(record.namespace.as_deref());
         let (ttl, expiry) = (ttl.to_string(), record.expires_at_ms.to_string());
         let listed: i64 = self
-            .invoke(
+            .invoke_raw(
                 &LIST,
                 &[&run_key(&aside), &self.session_key(key), &pending],
                 &[
-                    &json,
-                    &ttl,
-                    &self.instance,
-                    &epoch,
-                    &expiry,
-                    &record.confirmation_id,
-                    &aside,
+                    &packed,
+                    ttl.as_bytes(),
+                    self.instance.as_bytes(),
+                    epoch.as_bytes(),
+                    expiry.as_bytes(),
+                    record.confirmation_id.as_bytes(),
+                    aside.as_bytes(),
                 ],
             )
             .await?;

@@ -25,7 +25,8 @@
 //!   for claims whose outcome was unknown and that must not happen any more.
 //!   Together with the heartbeat this is the run's owner record: the owner
 //!   is alive while its heartbeat names the same instance.
-//! - `run:RUN`: a hash, `record` (the [`PausedRecord`] as JSON), `session`
+//! - `run:RUN`: a hash, `record` (the [`PausedRecord`], compressed: see
+//!   [`crate::store::compact`]), `session`
 //!   (its session key), once taken `decision` and `decision_nonce`,
 //!   `void:NONCE` for decisions whose recording had an unknown outcome and
 //!   was then found not to have happened, once the run ended `ended`
@@ -81,8 +82,8 @@ use self::scripts::{
     RESOLVE, RESOLVE_CLAIM, SAVE, SETTLE_EVENT, TAKE_EVENTS, TAKE_OVER, UNLIST,
 };
 use super::{
-    CallEntry, Fault, KeptOutcome, Located, OutboxEvent, OutboxStats, PauseProgress, PausedRecord,
-    QueuedEvent, Resolution, RunEnd, Store, StoreError, StoredDecision,
+    compact, CallEntry, Fault, KeptOutcome, Located, OutboxEvent, OutboxStats, PauseProgress,
+    PausedRecord, QueuedEvent, Resolution, RunEnd, Store, StoreError, StoredDecision,
 };
 use crate::session::{Namespaces, SessionKey};
 
@@ -108,6 +109,9 @@ pub struct ReplicaSettings {
     /// The API keys' namespaces as keys in Redis name them (the same on
     /// every replica, whatever the order of its keys).
     pub namespaces: Namespaces,
+    /// Records are written compressed (`--redis-records`); either form is
+    /// read.
+    pub compress_records: bool,
 }
 
 pub struct RedisStore {
@@ -247,6 +251,18 @@ impl RedisStore {
         keys: &[&str],
         args: &[&str],
     ) -> Result<T, StoreError> {
+        let args: Vec<&[u8]> = args.iter().map(|arg| arg.as_bytes()).collect();
+        self.invoke_raw(script, keys, &args).await
+    }
+
+    /// [`RedisStore::invoke`] with arguments that are bytes (a record,
+    /// compressed).
+    pub(super) async fn invoke_raw<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<T, StoreError> {
         let mut connection = self.connection().await?;
         let mut invocation = script.prepare_invoke();
         for key in keys {
@@ -282,11 +298,19 @@ impl RedisStore {
         self.epochs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// `record` as Redis keeps it (`--redis-records`).
+    pub(super) fn encode(&self, record: &PausedRecord) -> Vec<u8> {
+        match self.replica.compress_records {
+            true => compact::encode(record),
+            false => serde_json::to_vec(record).unwrap_or_default(),
+        }
+    }
+
     /// The stored record of `run`, with its decision if one was taken and
     /// its end if it ended.
     pub async fn get(&self, run: &str) -> Result<Option<PausedRecord>, StoreError> {
         let mut connection = self.connection().await?;
-        let fields: Vec<Option<String>> = redis::cmd("HMGET")
+        let fields: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
             .arg(run_key(run))
             .arg("record")
             .arg("decision")
@@ -302,11 +326,17 @@ impl RedisStore {
         else {
             return Ok(None);
         };
-        match serde_json::from_str::<PausedRecord>(&record) {
+        let Some(record) = compact::json_of(&record) else {
+            log::warn!("skipping a stored run {run} this version cannot read");
+            return Ok(None);
+        };
+        match serde_json::from_slice::<PausedRecord>(&record) {
             Ok(mut record) => {
-                record.decision = decision.and_then(|d| serde_json::from_str(&d).ok());
-                record.ended = ended.and_then(|e| serde_json::from_str(&e).ok());
-                let steps: Vec<Option<String>> = fields.collect();
+                record.decision = decision.and_then(|d| serde_json::from_slice(&d).ok());
+                record.ended = ended.and_then(|e| serde_json::from_slice(&e).ok());
+                let steps: Vec<Option<String>> = fields
+                    .map(|step| step.and_then(|step| String::from_utf8(step).ok()))
+                    .collect();
                 record.progress = PauseProgress::join(
                     &record.confirmation_id,
                     steps.iter().map(Option::as_deref),
@@ -356,25 +386,25 @@ impl Store for RedisStore {
             let now_ms = crate::clock::now_ms();
             let ttl = record.expires_at_ms.saturating_sub(now_ms)
                 + self.replica.linger.as_millis() as u64;
-            let json = serde_json::to_string(&record).unwrap_or_default();
+            let packed = self.encode(&record);
             let session = session_key(record.namespace.as_deref(), &record.session_id);
             let epoch = self.epoch(&record.run);
             let pending = pending_key(record.namespace.as_deref());
             let ttl = ttl.to_string();
             let expiry = record.expires_at_ms.to_string();
-            let mut args = vec![
-                json.as_str(),
-                &ttl,
-                &self.instance,
-                &record.run,
-                &epoch,
-                &expiry,
-                &record.confirmation_id,
+            let mut args: Vec<&[u8]> = vec![
+                &packed,
+                ttl.as_bytes(),
+                self.instance.as_bytes(),
+                record.run.as_bytes(),
+                epoch.as_bytes(),
+                expiry.as_bytes(),
+                record.confirmation_id.as_bytes(),
             ];
             let events = scripts::event_args(events);
-            args.extend(events.iter().map(String::as_str));
+            args.extend(events.iter().map(String::as_bytes));
             let saved: i64 = self
-                .invoke(
+                .invoke_raw(
                     &self.scripts.save,
                     &[&run_key(&record.run), &session, &pending],
                     &args,
@@ -470,12 +500,19 @@ impl Store for RedisStore {
             let json = serde_json::to_string(end).unwrap_or_default();
             let namespace = self.replica.namespaces.name(key.owner);
             let record = PausedRecord::ended_form(run, namespace, &key.session_id, end);
-            let record = serde_json::to_string(&record).unwrap_or_default();
+            let record = self.encode(&record);
             let epoch = self.epoch(run);
-            let mut args = vec![run, &self.instance, &grace, &epoch, &json, &record];
+            let mut args: Vec<&[u8]> = vec![
+                run.as_bytes(),
+                self.instance.as_bytes(),
+                grace.as_bytes(),
+                epoch.as_bytes(),
+                json.as_bytes(),
+                &record,
+            ];
             let events = scripts::event_args(events);
-            args.extend(events.iter().map(String::as_str));
-            self.invoke::<i64>(
+            args.extend(events.iter().map(String::as_bytes));
+            self.invoke_raw::<i64>(
                 &self.scripts.end,
                 &[&run_key(run), &self.session_key(key)],
                 &args,

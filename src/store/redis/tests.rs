@@ -21,6 +21,14 @@ impl Drop for Server {
 }
 
 async fn redis() -> (Server, RedisStore, redis::aio::MultiplexedConnection) {
+    redis_keeping(true).await
+}
+
+/// A redis-server, and a store that keeps records compressed or not
+/// (`--redis-records`).
+async fn redis_keeping(
+    compressed: bool,
+) -> (Server, RedisStore, redis::aio::MultiplexedConnection) {
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -51,6 +59,7 @@ async fn redis() -> (Server, RedisStore, redis::aio::MultiplexedConnection) {
             grace: Duration::from_secs(5),
             linger: Duration::from_secs(5),
             namespaces: Namespaces::of_keys([]),
+            compress_records: compressed,
         },
     )
     .unwrap();
@@ -149,6 +158,99 @@ async fn a_stale_timer_entry_leaves_the_index_and_a_waiting_one_is_due() {
         .await
         .unwrap();
     assert_eq!(left, ["r3", "r4"], "the stale entries left the index");
+}
+
+/// A paused record of a plan of two tasks, as a run writes it (the
+/// dictionary's, with ids and tasks of its own).
+fn a_paused_record(run: &str, session: &str) -> crate::store::PausedRecord {
+    let text = String::from_utf8(include_bytes!("../record.dict").to_vec())
+        .unwrap()
+        .replace("create a report", "back up the database");
+    let mut record: crate::store::PausedRecord = serde_json::from_str(&text).unwrap();
+    record.run = run.into();
+    record.session_id = session.into();
+    record.expires_at_ms = crate::clock::now_ms() + 60_000;
+    record
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server on PATH"]
+async fn a_paused_record_is_kept_compressed_and_one_of_an_earlier_version_reads_as_text() {
+    use crate::store::Store;
+    let (_server, store, mut redis) = redis().await;
+    let session = "chatgate:session:-:s1";
+    let _: () = redis::cmd("HSET")
+        .arg(session)
+        .arg(&["instance", store.instance(), "run", "r1", "epoch", "3"])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    store.hold("r1", "3");
+    let record = a_paused_record("r1", "s1");
+    let json = serde_json::to_string(&record).unwrap();
+
+    store.save(record.clone(), &[]).await.unwrap();
+    let kept: Vec<u8> = redis::cmd("HGET")
+        .arg(run_key("r1"))
+        .arg("record")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let read = store.get("r1").await.unwrap();
+    // An earlier version's record: its JSON as text.
+    let _: () = redis::cmd("HSET")
+        .arg(run_key("r1"))
+        .arg(&["record", json.as_str()])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let read_as_text = store.get("r1").await.unwrap();
+    // Bytes no version wrote: skipped, not a panic.
+    let _: () = redis::cmd("HSET")
+        .arg(run_key("r1"))
+        .arg(&["record", "\u{2}garbage"])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let unreadable = store.get("r1").await.unwrap();
+
+    assert_eq!(kept.first(), Some(&1), "compressed: its format byte");
+    assert!(
+        kept.len() * 5 < json.len(),
+        "{} bytes kept for {} of JSON",
+        kept.len(),
+        json.len()
+    );
+    assert_eq!(read, Some(record.clone()), "read back as it was");
+    assert_eq!(read_as_text, Some(record));
+    assert_eq!(unreadable, None);
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server on PATH"]
+async fn with_redis_records_json_a_record_is_kept_as_earlier_versions_read_it() {
+    use crate::store::Store;
+    let (_server, store, mut redis) = redis_keeping(false).await;
+    let session = "chatgate:session:-:s1";
+    let _: () = redis::cmd("HSET")
+        .arg(session)
+        .arg(&["instance", store.instance(), "run", "r1", "epoch", "3"])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    store.hold("r1", "3");
+    let record = a_paused_record("r1", "s1");
+
+    store.save(record.clone(), &[]).await.unwrap();
+    let kept: String = redis::cmd("HGET")
+        .arg(run_key("r1"))
+        .arg("record")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    assert_eq!(kept, serde_json::to_string(&record).unwrap());
+    assert_eq!(store.get("r1").await.unwrap(), Some(record));
 }
 
 #[tokio::test]

@@ -18,7 +18,6 @@
 
 mod calls;
 mod checkpoint;
-mod compact;
 mod file_lock;
 mod grants;
 mod outbox;
@@ -27,7 +26,7 @@ mod parked;
 mod records;
 mod writer;
 
-pub use compact::json_of as record_json;
+pub use records::record_json;
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::MetadataExt;
@@ -40,8 +39,9 @@ use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{
-    CallEntry, Fault, Grant, KeptOutcome, OutboxEvent, OutboxStats, Outcome, PauseProgress,
-    PausedRecord, QueuedEvent, Resolution, RunEnd, Store, StoreError, StoredDecision,
+    compact, CallEntry, Fault, Grant, KeptOutcome, OutboxEvent, OutboxStats, Outcome,
+    PauseProgress, PausedRecord, QueuedEvent, Resolution, RunEnd, Store, StoreError,
+    StoredDecision,
 };
 use crate::session::SessionKey;
 

@@ -21,8 +21,9 @@ use futures_util::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::records::{read_row, record_of};
-use super::{compact, SqliteStore};
+use super::SqliteStore;
 use crate::session::SessionKey;
+use crate::store::compact;
 use crate::store::{DueBatch, DueFrom, Located, ParkStore, ParkedLog, PausedRecord, StoreError};
 
 impl SqliteStore {

@@ -2,9 +2,11 @@
 //! end, its pause's progress and its calls; the loads a start makes.
 
 use futures_util::future::BoxFuture;
+use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{calls, compact, delete_past_ends, SqliteStore};
+use super::{calls, delete_past_ends, SqliteStore};
+use crate::store::compact;
 use crate::store::{PauseProgress, PausedRecord, StoreError};
 
 /// A row's record (its JSON: `None` when this version cannot read it),
@@ -16,9 +18,20 @@ type Row = (
     Option<String>,
 );
 
+/// The JSON a row's `record` column holds: text (an earlier version's) as
+/// it is, a compressed record expanded; `None` for what this version
+/// cannot read.
+pub fn record_json(value: ValueRef<'_>) -> Option<Vec<u8>> {
+    match value {
+        ValueRef::Text(text) => Some(text.to_vec()),
+        ValueRef::Blob(blob) => compact::expand(blob),
+        _ => None,
+    }
+}
+
 /// Reads `record, decision, ended, approvals`.
 pub(super) fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
-    let record = compact::json_of(row.get_ref(0)?);
+    let record = record_json(row.get_ref(0)?);
     Ok((record, row.get(1)?, row.get(2)?, row.get(3)?))
 }
 
@@ -79,7 +92,7 @@ impl SqliteStore {
     pub(super) fn record_text(c: &Connection, run: &str) -> rusqlite::Result<Option<String>> {
         let json = c
             .prepare_cached("SELECT record FROM paused_runs WHERE run = ?1")?
-            .query_row(params![run], |row| Ok(compact::json_of(row.get_ref(0)?)))
+            .query_row(params![run], |row| Ok(record_json(row.get_ref(0)?)))
             .optional()?;
         Ok(json.flatten().and_then(|json| String::from_utf8(json).ok()))
     }

@@ -1,23 +1,23 @@
-//! A record in the file, compactly (#46): a paused run's record is JSON of
+//! A record in a store, compactly (#46): a paused run's record is JSON of
 //! about 4.7 KB for a plan of two tasks (each task's response schema, and
-//! the request frame that repeats the tasks), more than a page of the file.
-//! A million parked pauses must fit in 2 GiB, so a row keeps its record
-//! compressed: a format byte, the JSON's length, then the JSON compressed
-//! by zstd (the `zstd` crate, level 3) against a dictionary of a typical
-//! record, `record.dict`: more than 10x smaller (the tests below hold it
-//! to that).
+//! the request frame that repeats the tasks), more than a page of an
+//! SQLite file. A million parked pauses must fit in 2 GiB, and 100,000 of
+//! them in Redis's memory, so both stores keep a record compressed: a
+//! format byte, the JSON's length, then the JSON compressed by zstd (the
+//! `zstd` crate, level 3) against a dictionary of a typical record,
+//! `record.dict`: more than 10x smaller (the tests below hold it to that).
 //!
 //! The dictionary is part of the file format: a record compressed with it
 //! is read back with it, so it never changes. Another dictionary would be
 //! another format byte, the old one kept for reading.
 //!
-//! A row written by an earlier version holds its record as text: read as
-//! such. What is written now is always compressed.
+//! A record written by an earlier version is JSON text (an SQLite text
+//! row, a Redis string that begins with `{`): read as such. What is
+//! written now is always compressed.
 
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
-use rusqlite::types::ValueRef;
 use zstd::bulk::{Compressor, Decompressor};
 use zstd::dict::{DecoderDictionary, EncoderDictionary};
 
@@ -82,17 +82,20 @@ pub fn compress(json: &[u8]) -> Vec<u8> {
     })
 }
 
-/// The JSON a row's `record` column holds: text as it is, a compressed
-/// record expanded; `None` for bytes this version cannot read.
-pub fn json_of(value: ValueRef<'_>) -> Option<Vec<u8>> {
-    match value {
-        ValueRef::Text(text) => Some(text.to_vec()),
-        ValueRef::Blob(blob) => expand(blob),
+/// The JSON that `stored` holds, whichever way it was written: a
+/// compressed record expanded, JSON text (an earlier version's) as it is;
+/// `None` for bytes this version cannot read.
+pub fn json_of(stored: &[u8]) -> Option<Vec<u8>> {
+    match stored.first() {
+        Some(&ZSTD_V1) => expand(stored),
+        Some(b'{') => Some(stored.to_vec()),
         _ => None,
     }
 }
 
-fn expand(blob: &[u8]) -> Option<Vec<u8>> {
+/// A compressed record expanded; `None` for bytes this version cannot
+/// read.
+pub fn expand(blob: &[u8]) -> Option<Vec<u8>> {
     let (&format, rest) = blob.split_first()?;
     if format != ZSTD_V1 || rest.len() < 4 {
         return None;
@@ -141,16 +144,13 @@ mod tests {
             row.len(),
             text.len()
         );
-        let json = json_of(ValueRef::Blob(&row)).unwrap();
+        let json = json_of(&row).unwrap();
         assert_eq!(
             serde_json::from_slice::<PausedRecord>(&json).unwrap(),
             record
         );
-        // A text row of an earlier version reads as it is.
-        assert_eq!(
-            json_of(ValueRef::Text(text.as_bytes())).unwrap(),
-            text.as_bytes()
-        );
+        // The text of an earlier version reads as it is.
+        assert_eq!(json_of(text.as_bytes()).unwrap(), text.as_bytes());
     }
 
     #[test]
@@ -162,11 +162,12 @@ mod tests {
             &row[..row.len() - 1],
             &[1, 255, 255, 255, 255, 0],
         ] {
-            assert_eq!(json_of(ValueRef::Blob(bad)), None);
+            assert_eq!(json_of(bad), None);
+            assert_eq!(expand(bad), None);
         }
         let mut longer = row.clone();
         longer[1] += 1;
-        assert_eq!(json_of(ValueRef::Blob(&longer)), None);
-        assert_eq!(json_of(ValueRef::Integer(1)), None);
+        assert_eq!(json_of(&longer), None);
+        assert_eq!(json_of(b"[1]"), None, "not a record");
     }
 }
