@@ -13,7 +13,7 @@ use regex::Regex;
 use reqwest::Response;
 use serde_json::{json, Value};
 
-use chatgate::store::sqlite::record_json;
+use chatgate::store::compact;
 
 use crate::helpers::{free_port, TestApp};
 use crate::tools::{app_with_tools, Workdir};
@@ -55,7 +55,7 @@ fn rows(dir: &Workdir) -> String {
                 "record {}\ndecision {}\nended {}\n",
                 // The record as JSON, whether the row keeps it compressed
                 // (#46) or as text.
-                String::from_utf8(record_json(row.get_ref(0)?).unwrap()).unwrap(),
+                String::from_utf8(compact::json_of(row.get_ref(0)?.as_bytes()?).unwrap()).unwrap(),
                 row.get::<_, Option<String>>(1)?.unwrap_or_default(),
                 row.get::<_, Option<String>>(2)?.unwrap_or_default()
             ))

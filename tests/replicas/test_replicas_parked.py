@@ -8,21 +8,36 @@ whose sweep finds it expired, takes it over and goes on.
 import time
 import unittest
 
-from test_round_robin import (Cluster, answer, chunk_types, new_session, pause_on, post,
-                              read_to_end, read_until)
+from test_round_robin import (Cluster, Replica, answer, chunk_types, new_session, pause_on,
+                              post, read_to_end, read_until)
 
 CONFIRM_TIMEOUT_S = 4
 
 
+EXTRA = ["--park-after", "0s", "--confirm-timeout", "%ds" % CONFIRM_TIMEOUT_S]
+
+
 def setUpModule():
-    global CLUSTER
-    CLUSTER = Cluster(replicas=2, nginx=False, extra=[
-        "--park-after", "0s",
-        "--confirm-timeout", "%ds" % CONFIRM_TIMEOUT_S])
+    global CLUSTER, JSON
+    CLUSTER = Cluster(replicas=2, nginx=False, extra=EXTRA)
+    # A third replica keeping records as JSON (`--redis-records json`, as in
+    # a rolling upgrade); not in CLUSTER.replicas, which the tests unpack.
+    JSON = Replica(CLUSTER.redis, "rjson", EXTRA + ["--redis-records", "json"])
 
 
 def tearDownModule():
+    if JSON.process.poll() is None:
+        JSON.process.kill()
+        JSON.process.wait()
     CLUSTER.stop()
+
+
+def first_byte_of_record(session):
+    """The first byte of the record Redis keeps for ``session``'s run."""
+    script = ("EVAL \"local r = redis.call('HGET', KEYS[1], 'run') "
+              "return string.byte(redis.call('HGET', 'chatgate:run:' .. r, 'record'), 1)\" "
+              "1 chatgate:session:-:" + session)
+    return CLUSTER.redis.command(script.encode())
 
 
 def parked_on(replica, session):
@@ -122,6 +137,25 @@ class ParkedAcrossReplicasTests(unittest.TestCase):
         self.assertEqual(chunk_types(rest)[-1], b"cancelled")
         self.assertIn(b'"reason":"timeout"', rest)
         self.assertEqual(answer(a, session, "confirm")[0], 404)
+
+
+
+class RecordFormatsTests(unittest.TestCase):
+    def test_replicas_keeping_records_compressed_and_as_json_take_over_each_other_s(self):
+        a, _ = CLUSTER.replicas
+        for parker, decider, kept in ((JSON, a, b":123"), (a, JSON, b":1")):
+            session = new_session("formats")
+            parked_on(parker, session)
+            first_byte = first_byte_of_record(session)
+
+            status, chunk, _ = answer(decider, session, "confirm")
+            again = post(parker, {"session_id": session}, {"Last-Event-ID": "2"})
+
+            # `{` for JSON; a compressed record's format byte, 1.
+            self.assertEqual(first_byte, kept, parker.name)
+            self.assertEqual(status, 200, chunk)
+            self.assertEqual(chunk["chunk_type"], "confirmation_received")
+            self.assertEqual(chunk_types(read_to_end(again))[-1], b"completion")
 
 
 if __name__ == "__main__":

@@ -26,8 +26,6 @@ mod parked;
 mod records;
 mod writer;
 
-pub use records::record_json;
-
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

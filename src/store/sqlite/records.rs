@@ -21,7 +21,7 @@ type Row = (
 /// The JSON a row's `record` column holds: text (an earlier version's) as
 /// it is, a compressed record expanded; `None` for what this version
 /// cannot read.
-pub fn record_json(value: ValueRef<'_>) -> Option<Vec<u8>> {
+fn record_json(value: ValueRef<'_>) -> Option<Vec<u8>> {
     match value {
         ValueRef::Text(text) => Some(text.to_vec()),
         ValueRef::Blob(blob) => compact::expand(blob),
