@@ -9,7 +9,6 @@ use super::{DecideError, Decider, Pause};
 use crate::pause::approval::{
     check_named, undecided_tasks, with_the_rest_approved, PlanCheck, Quorum,
 };
-use crate::pause::Asking;
 use crate::protocol::{Action, Decisions, TaskDecision, TaskDecisionRequest, Verdict, Via};
 use crate::store::{DecidedTask, TaskApprovals};
 
@@ -57,15 +56,12 @@ impl Pause {
         verdicts: &Decisions,
         granting: bool,
     ) -> Result<Counted, DecideError> {
-        let plan = match &self.asking {
-            Asking::Plan(plan) | Asking::Reconcile(plan) => plan,
+        let Some(plan) = self.asking.plan() else {
             // Nothing to count: the one reply decides.
-            Asking::Questions(_) => {
-                return Ok(Counted::Decides {
-                    approved_by: vec![decider.label.clone()],
-                    decisions: verdicts.clone(),
-                })
-            }
+            return Ok(Counted::Decides {
+                approved_by: vec![decider.label.clone()],
+                decisions: verdicts.clone(),
+            });
         };
         if self.approving && quorum.required > 1 {
             return Err(DecideError::Counting);
@@ -104,13 +100,10 @@ impl Pause {
         action: Action,
         requests: &[TaskDecisionRequest],
     ) -> Result<Counted, DecideError> {
-        let plan = match &self.asking {
-            Asking::Plan(plan) => plan,
-            Asking::Questions(_) | Asking::Reconcile(_) => {
-                return Err(DecideError::InvalidDecision(
-                    "decide goes with a confirmation request".to_owned(),
-                ))
-            }
+        let Some(plan) = self.asking.plan_by_task() else {
+            return Err(DecideError::InvalidDecision(
+                "decide goes with a confirmation request".to_owned(),
+            ));
         };
         if self.approving {
             return Err(DecideError::Counting);

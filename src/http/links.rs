@@ -290,13 +290,10 @@ pub async fn decide_form(
 /// multi-select); a question with a schema gets its value as JSON when it
 /// reads as JSON (a number, a boolean).
 fn answers_of(form: &[(String, String)], item: Option<&Interaction>) -> Map<String, Value> {
-    let asked = item.map(|item| PauseData::deserialize(&item.confirmation_data));
-    let questions = match asked {
-        Some(Ok(PauseData::Question(asked))) => asked.questions,
-        Some(Ok(PauseData::Approval(_) | PauseData::Reconcile(_)) | Err(_)) | None => Vec::new(),
-    };
+    let asked = item.and_then(|item| PauseData::deserialize(&item.confirmation_data).ok());
+    let questions = asked.as_ref().map_or(&[][..], PauseData::questions);
     let mut answers = Map::new();
-    for q in &questions {
+    for q in questions {
         let id = q.id.as_str();
         let name = format!("a.{id}");
         let given: Vec<&str> = form

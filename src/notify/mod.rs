@@ -7,7 +7,8 @@ pub mod links;
 pub mod mail;
 pub mod slack;
 
-use crate::protocol::{PauseData, TaskSpec};
+pub use crate::protocol::pause_view::Deciding;
+use crate::protocol::{PauseData, RiskLevel, TaskSpec};
 
 /// What a pause's mail says of it, read from its typed data: its risk, its
 /// expiry, its tasks (a plan's; none for questions), and who decides it.
@@ -22,64 +23,21 @@ impl<'a> Card<'a> {
     /// `pause`'s card; an unknown pause (its request no longer at hand)
     /// has one approval to give by an unknown time, and no tasks.
     pub fn of(pause: Option<&'a PauseData>) -> Card<'a> {
-        let one_reply = |expires_at: &'a str| Deciding {
-            required: 1,
-            groups: &[],
-            on_timeout: None,
-            expires_at,
-            escalate_to: None,
-            escalates_at: None,
-        };
         match pause {
-            Some(PauseData::Approval(plan)) => Card {
-                risk: plan.risk_level.as_str(),
-                expires_at: &plan.expires_at,
-                tasks: &plan.tasks,
-                who_decides: who_decides(Deciding {
-                    required: plan.required,
-                    groups: &plan.approvers,
-                    on_timeout: plan.on_timeout.as_deref(),
-                    expires_at: &plan.expires_at,
-                    escalate_to: plan.escalate_to.as_deref(),
-                    escalates_at: plan.escalates_at.as_deref(),
-                }),
-            },
-            // Decided as its task's approval was; silence cancels.
-            Some(PauseData::Reconcile(call)) => Card {
-                risk: call.risk_level.as_str(),
-                expires_at: &call.expires_at,
-                tasks: std::slice::from_ref(&call.task),
-                who_decides: who_decides(Deciding {
-                    required: call.required,
-                    groups: &call.approvers,
-                    ..one_reply(&call.expires_at)
-                }),
-            },
-            // One reply from anyone who may decide; silence cancels.
-            Some(PauseData::Question(asked)) => Card {
-                risk: "",
-                expires_at: &asked.expires_at,
-                tasks: &[],
-                who_decides: who_decides(one_reply(&asked.expires_at)),
+            Some(pause) => Card {
+                risk: pause.risk_level().map_or("", RiskLevel::as_str),
+                expires_at: pause.expires_at(),
+                tasks: pause.tasks(),
+                who_decides: who_decides(pause.deciding()),
             },
             None => Card {
                 risk: "",
                 expires_at: "",
                 tasks: &[],
-                who_decides: who_decides(one_reply("")),
+                who_decides: who_decides(Deciding::one_reply("")),
             },
         }
     }
-}
-
-/// Who decides a pause and what silence does.
-pub struct Deciding<'a> {
-    pub required: usize,
-    pub groups: &'a [String],
-    pub on_timeout: Option<&'a str>,
-    pub expires_at: &'a str,
-    pub escalate_to: Option<&'a str>,
-    pub escalates_at: Option<&'a str>,
 }
 
 /// Who decides a pause, and what silence does, in one line for a person:

@@ -129,16 +129,15 @@ pub fn message(
         "text": {"type": "plain_text", "text": "Approve"}, "value": with_digests(token, &digests)});
     let reject = json!({"type": "button", "action_id": "reject", "style": "danger",
         "text": {"type": "plain_text", "text": "Reject"}, "value": token});
-    let reconcile = match pause {
-        PauseData::Reconcile(call) => Some(call),
-        PauseData::Approval(_) | PauseData::Question(_) => None,
-    };
-    let elements = if let Some(call) = reconcile {
+    let run_again = pause.kind().asks_run_again();
+    let elements = if run_again {
         // Whether a call a crash cut short runs again (#44).
-        blocks.insert(
-            2,
-            json!({"type": "section", "text": {"type": "mrkdwn", "text": escape(&call.message)}}),
-        );
+        if let Some(message) = pause.message() {
+            blocks.insert(
+                2,
+                json!({"type": "section", "text": {"type": "mrkdwn", "text": escape(message)}}),
+            );
+        }
         vec![
             json!({"type": "button", "action_id": "run_again", "style": "primary",
                 "text": {"type": "plain_text", "text": "Run again"}, "value": token}),
@@ -162,9 +161,9 @@ pub fn message(
         vec![approve, reject]
     };
     blocks.push(json!({"type": "actions", "block_id": "chatgate_decision", "elements": elements}));
-    let needed = match reconcile {
-        Some(_) => "Decision needed",
-        None => "Approval needed",
+    let needed = match run_again {
+        true => "Decision needed",
+        false => "Approval needed",
     };
     blocks[0]["text"]["text"] = json!(needed);
     json!({"text": format!("{needed}: {summary}"), "blocks": blocks})

@@ -17,12 +17,15 @@
 //! `run/journal.rs`.
 //!
 //! Adding a kind: a file here with its checks and an arm of [`Asking`];
-//! its wire types in `protocol` (a `PauseKind` and a `PauseData` arm); its
-//! run side, a file in `run/context/` implementing `Kind` (its request and
-//! how its decision is taken); its error row. Every `match` on `Asking`,
-//! `PauseKind` or `PauseData` is exhaustive, so the compiler names each
-//! place that must say what the new kind does (its audit record in
-//! `run/journal.rs`, its acknowledgement, its inbox line, its restore).
+//! its wire types in `protocol` (a `PauseKind` and a `PauseData` arm), and
+//! what the faces read of it (its tasks, questions, title, risk, who must
+//! decide it) in `protocol/pause_view.rs`; its run side, a file in
+//! `run/context/` implementing `Kind` (its request and how its decision is
+//! taken); its error row. Every `match` on `Asking`, `PauseKind` or
+//! `PauseData` is exhaustive, so the compiler names each place that must
+//! say what the new kind does (its audit record in `run/journal.rs`, its
+//! acknowledgement, its card on the link page, Slack and AG-UI, its
+//! restore).
 //! The run side lives above the registry, this below it: the registry
 //! checks replies against an [`Asking`] and must not know runs.
 
@@ -63,6 +66,16 @@ impl Asking {
         match self {
             Asking::Plan(plan) | Asking::Reconcile(plan) => Some(plan),
             Asking::Questions(_) => None,
+        }
+    }
+
+    /// The plan whose tasks are decided one by one (`decide`, per-task
+    /// decisions): a plan's; a reconcile pause and questions are decided
+    /// whole.
+    pub fn plan_by_task(&self) -> Option<&Arc<PlanCheck>> {
+        match self {
+            Asking::Plan(plan) => Some(plan),
+            Asking::Questions(_) | Asking::Reconcile(_) => None,
         }
     }
 

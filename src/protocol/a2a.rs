@@ -363,16 +363,7 @@ impl Update {
 /// `AUTH_REQUIRED` when others must (a group decides it, or it needs the
 /// approvals of several people: the requester's own key is at most one).
 fn interrupted_state(pause: &PauseData) -> TaskState {
-    let others = match pause {
-        PauseData::Approval(plan) => {
-            !plan.approvers.is_empty()
-                || plan.required > 1
-                || plan.tasks.iter().any(|t| t.required.is_some_and(|n| n > 1))
-        }
-        PauseData::Reconcile(data) => !data.approvers.is_empty() || data.required > 1,
-        PauseData::Question(_) => false,
-    };
-    match others {
+    match pause.needs_others() {
         true => TaskState::AuthRequired,
         false => TaskState::InputRequired,
     }

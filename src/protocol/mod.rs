@@ -8,6 +8,8 @@
 //!   verdicts of a confirm.
 //! - [`given`]: what a reply gave its pause (verdicts or answers), one
 //!   value, and the wire fields it is written as.
+//! - [`pause_view`]: what the faces read of a pause whatever its kind
+//!   (its tasks, questions, title, risk, who must decide it).
 //! - [`names`]: the spelling of every chunk type, metadata key, error type,
 //!   action and cancel reason.
 //! - [`question`]: questions, the second kind of pause: their bounds, and
@@ -23,6 +25,7 @@ pub mod chunk;
 pub mod given;
 pub mod names;
 pub mod openapi;
+pub mod pause_view;
 pub mod question;
 pub mod reconcile;
 pub mod record;

@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::Runs;
 use crate::decider::Decider;
 use crate::pause::approval::{PlanCheck, Quorum, TaskWho};
-use crate::protocol::{Ask, PauseData, PauseKind, TaskSpec};
+use crate::protocol::{PauseData, PauseKind, TaskSpec};
 use crate::session::SessionKey;
 use crate::store::{DecidedTask, Escalated, PausedRecord, StoreError, TaskApprovals};
 
@@ -204,13 +204,13 @@ fn preview(text: &str) -> String {
 }
 
 /// The tasks of an approval as asked (all pending; [`Interaction::mark_decided`]
-/// takes out those decided since).
+/// takes out those decided since); a pause decided whole has none.
 fn tasks_pending(pause: &PauseData) -> Vec<usize> {
-    match pause {
-        PauseData::Approval(plan) => plan.tasks.iter().map(|task| task.index).collect(),
-        // Decided whole: no task of its own pending.
-        PauseData::Question(_) | PauseData::Reconcile(_) => Vec::new(),
-    }
+    pause
+        .tasks_one_by_one()
+        .iter()
+        .map(|task| task.index)
+        .collect()
 }
 
 /// The tasks `escalations` were for, each once, in order.
@@ -271,21 +271,12 @@ fn interaction(
     if pause.confirmation_id() != confirmation_id {
         return None;
     }
-    let (risk_level, title, summary, tasks) = match &pause {
-        PauseData::Approval(plan) => (
-            serde_json::to_value(plan.risk_level).ok(),
-            None,
-            Some(request.chunk),
-            task_lines(&plan.tasks),
-        ),
-        PauseData::Question(questions) => (None, Some(questions.title.clone()), None, Vec::new()),
-        PauseData::Reconcile(call) => (
-            serde_json::to_value(call.risk_level).ok(),
-            Some(call.title.clone()),
-            Some(call.message.clone()),
-            task_lines(std::slice::from_ref(&call.task)),
-        ),
-    };
+    let risk_level = pause
+        .risk_level()
+        .and_then(|risk| serde_json::to_value(risk).ok());
+    let title = pause.title().map(str::to_owned);
+    let summary = pause.summary(&request.chunk).map(str::to_owned);
+    let tasks = task_lines(pause.tasks());
     Some(Interaction {
         session_id: key.session_id.to_string(),
         confirmation_id: confirmation_id.to_owned(),
@@ -532,13 +523,8 @@ impl Runs {
             at(record.asked_at_ms),
             at(expires_at_ms),
         )?;
-        let tasks = match &record.asked {
-            Ask::Approval { tasks } => Some(tasks.as_slice()),
-            Ask::Reconcile { task } => Some(std::slice::from_ref(&**task)),
-            // One reply from anyone who may decide the session.
-            Ask::Question { .. } => None,
-        };
-        if let Some(tasks) = tasks {
+        // None: one reply from anyone who may decide the session.
+        if let Some(tasks) = record.asked.deciding_tasks() {
             let tools = &self.settings.tools;
             let checks = PlanCheck::of(tasks, tools).with_rules(tasks, tools, label);
             let quorum = Quorum::of(&checks);

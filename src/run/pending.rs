@@ -35,15 +35,12 @@ impl Runs {
             serde_json::from_slice(crate::sse::data_of(&frame)?).ok()?;
         let data = chunk.confirmation_data.take()?;
         let decided: HashSet<usize> = pause.decided.iter().map(|d| d.decision.index).collect();
-        let pending = match &data {
-            PauseData::Approval(plan) => plan
-                .tasks
-                .iter()
-                .map(|task| task.index)
-                .filter(|index| !decided.contains(index))
-                .collect(),
-            PauseData::Question(_) | PauseData::Reconcile(_) => Vec::new(),
-        };
+        let pending = data
+            .tasks_one_by_one()
+            .iter()
+            .map(|task| task.index)
+            .filter(|index| !decided.contains(index))
+            .collect();
         Some(WaitingPause {
             confirmation_id: pause.confirmation_id,
             data,

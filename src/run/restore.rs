@@ -14,7 +14,7 @@ use super::stream;
 use super::Runs;
 use crate::confirmation::{Begun, Decision};
 use crate::pause::approval::PlanCheck;
-use crate::protocol::{meta, Action, Ask, CancelReason, Chunk, ErrorType, Given};
+use crate::protocol::{meta, Action, CancelReason, Chunk, ErrorType, Given};
 use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
 use crate::store::{PausedRecord, StoredDecision};
@@ -245,16 +245,14 @@ impl Runs {
     /// Whether silence rejects the stored pause of `record` (a plan whose
     /// every task's gate, with the rules, says `on_timeout = "reject"`).
     fn rejects_on_timeout(&self, key: &SessionKey, record: &PausedRecord) -> bool {
-        match &record.asked {
-            Ask::Approval { tasks } => {
-                let tools = &self.settings.tools;
-                let label = self.settings.namespaces.label(key.owner);
-                PlanCheck::of(tasks, tools)
-                    .with_rules(tasks, tools, label)
-                    .rejects_on_timeout()
-            }
-            Ask::Question { .. } | Ask::Reconcile { .. } => false,
-        }
+        let Some(tasks) = record.asked.plan_tasks() else {
+            return false;
+        };
+        let tools = &self.settings.tools;
+        let label = self.settings.namespaces.label(key.owner);
+        PlanCheck::of(tasks, tools)
+            .with_rules(tasks, tools, label)
+            .rejects_on_timeout()
     }
 
     /// A stored run that cannot go on: its end is written after its frames,

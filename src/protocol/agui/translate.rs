@@ -134,10 +134,7 @@ impl Translator {
     pub fn interrupted(&mut self, pause: &PauseData, open: &[usize]) -> Vec<Event> {
         let mut out = Vec::new();
         self.close_all(&mut out);
-        let tasks = match pause {
-            PauseData::Approval(plan) => plan.tasks.as_slice(),
-            PauseData::Question(_) | PauseData::Reconcile(_) => &[],
-        };
+        let tasks = pause.tasks_one_by_one();
         for task in tasks.iter().filter(|t| open.contains(&t.index)) {
             let id = task_interrupt_id(pause.confirmation_id(), task);
             if !self.announced.insert(id.clone()) {
@@ -277,8 +274,9 @@ impl Translator {
 /// The tasks a pause asks when it is sent: every one is pending
 /// (questions and a reconcile pause have no task list).
 pub fn open_tasks(pause: &PauseData) -> Vec<usize> {
-    match pause {
-        PauseData::Approval(plan) => plan.tasks.iter().map(|task| task.index).collect(),
-        PauseData::Question(_) | PauseData::Reconcile(_) => Vec::new(),
-    }
+    pause
+        .tasks_one_by_one()
+        .iter()
+        .map(|task| task.index)
+        .collect()
 }

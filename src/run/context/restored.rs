@@ -130,14 +130,14 @@ impl RunContext {
         // What its tasks ask while it waits, as when it was asked: the
         // timers count from then (what came due meanwhile fires now, what
         // fired before does not again), silence rejects where they say so.
-        let (rejects_on_timeout, timers) = match &record.asked {
-            Ask::Approval { tasks } => {
+        let (rejects_on_timeout, timers) = match record.asked.plan_tasks() {
+            Some(tasks) => {
                 let checks = self.plan_check(tasks);
                 let (_, rejects) = self.waiting_of(&checks);
                 let asked_at = crate::clock::at(record.asked_at_ms);
                 (rejects, self.timers_of(&checks, asked_at, progress))
             }
-            Ask::Question { .. } | Ask::Reconcile { .. } => (None, None),
+            None => (None, None),
         };
         let asked = Asked {
             confirmation_id: record.confirmation_id.clone(),
