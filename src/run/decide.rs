@@ -411,7 +411,11 @@ impl Runs {
         let Some(asks) = asks else {
             return ReplyError::Refused(refused);
         };
-        if let Some(note) = self.logs.find(key).and_then(|log| log.decided(asks)) {
+        let logged = self.logs.find(key).and_then(|log| log.decided(asks));
+        // Its log just went (its client read the final chunk) while its end
+        // is still being written: what the log noted is remembered.
+        let remembered = || asks.and_then(|id| self.logs.remembered_decision(key, id));
+        if let Some(note) = logged.or_else(remembered) {
             return ReplyError::Decided(note);
         }
         let kept = match (asks, self.outcome(key).await) {

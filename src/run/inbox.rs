@@ -398,7 +398,8 @@ impl Runs {
         let logged = self
             .logs
             .find(key)
-            .and_then(|log| log.decided(Some(confirmation_id)));
+            .and_then(|log| log.decided(Some(confirmation_id)))
+            .or_else(|| self.logs.remembered_decision(key, confirmation_id));
         match logged {
             Some(note) => Some(note),
             None => {

@@ -1,25 +1,29 @@
 //! The logs a re-attach searches: each session's latest run's, live or
-//! ended within its grace; and the sessions of the last
-//! [`REMEMBERED_PAUSES`] pauses of runs whose logs went, so that a
-//! decision link (which names only its pause) still finds whom to ask for
-//! the run's kept outcome: who decided it.
+//! ended within its grace; and the last [`REMEMBERED_PAUSES`] pauses of
+//! runs whose logs went, with their sessions and what decided them, so
+//! that a decision link (which names only its pause) still finds whom to
+//! ask for the run's kept outcome, and a reply that names a decided pause
+//! is told who decided it even before that outcome is stored (a client
+//! that read the final chunk may reply at once: its log is gone then, and
+//! the end is still being written).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::replay::Replay;
 use crate::session::SessionKey;
+use crate::store::PauseNote;
 
-/// Pauses of forgotten logs whose sessions are remembered (each entry a
-/// pause id and a session key: a few hundred bytes at most, so at most
-/// about 1 MiB).
+/// Pauses of forgotten logs that are remembered (each entry a pause's note,
+/// its id and what decided it, and a session key: a few hundred bytes, so
+/// about 1-2 MiB at most).
 pub const REMEMBERED_PAUSES: usize = 4096;
 
 /// Sessions' latest logs, for re-attach. Cheap-clone handle.
 #[derive(Clone, Default)]
 pub struct ReplayRegistry {
     logs: Arc<Mutex<HashMap<SessionKey, Arc<Replay>>>>,
-    remembered: Arc<Mutex<VecDeque<(String, SessionKey)>>>,
+    remembered: Arc<Mutex<VecDeque<(PauseNote, SessionKey)>>>,
     wakes: Arc<Turns>,
     /// A hash of each session whose run may be parked (#46): a request
     /// about any other session does not ask the store (16 bytes a pause).
@@ -126,11 +130,11 @@ impl ReplayRegistry {
             logs.remove(key);
             drop(logs);
             let mut remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
-            for id in log.pause_ids() {
+            for note in log.pause_notes() {
                 if remembered.len() == REMEMBERED_PAUSES {
                     remembered.pop_front();
                 }
-                remembered.push_back((id, key.clone()));
+                remembered.push_back((note, key.clone()));
             }
         }
     }
@@ -167,9 +171,25 @@ impl ReplayRegistry {
             remembered
                 .iter()
                 .rev()
-                .find(|(id, _)| id == confirmation_id)
+                .find(|(note, _)| note.confirmation_id == confirmation_id)
                 .map(|(_, key)| key.clone())
         })
+    }
+
+    /// What decided the pause `confirmation_id` of `key`'s run whose log
+    /// went, if it is remembered and was decided by a reply.
+    pub fn remembered_decision(
+        &self,
+        key: &SessionKey,
+        confirmation_id: &str,
+    ) -> Option<PauseNote> {
+        let remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
+        remembered
+            .iter()
+            .rev()
+            .find(|(note, of)| of == key && note.confirmation_id == confirmation_id)
+            .map(|(note, _)| note.clone())
+            .filter(|note| note.decided.is_some())
     }
 
     /// Runs whose client went away and that may still be re-attached.
@@ -207,5 +227,48 @@ mod tests {
         registry.note_woken(&a);
         assert!(!registry.parked_before(&a, registry.parked_mark()));
         assert_eq!(registry.parked_count(), 0);
+    }
+
+    #[test]
+    fn a_forgotten_log_s_decided_pauses_are_remembered_for_its_session_only() {
+        use crate::protocol::Action;
+        use crate::run::replay::ReplayLimits;
+        use crate::run::stop::RunStop;
+        use crate::store::DecidedBy;
+        let registry = ReplayRegistry::default();
+        let (a, b) = (SessionKey::new(None, "a"), SessionKey::new(None, "b"));
+        let limits = ReplayLimits {
+            frames: 16,
+            bytes: 1 << 16,
+        };
+        let log = Replay::new(limits, RunStop::under(&Default::default()));
+        log.note_pause("p-1");
+        log.note_pause("p-2");
+        let decided = DecidedBy {
+            action: Action::Cancel,
+            by: "anonymous".into(),
+            at_ms: 1,
+            approved_by: Vec::new(),
+            via: Default::default(),
+        };
+        log.note_decided("p-2", decided.clone());
+        registry.publish(a.clone(), log.clone());
+        assert_eq!(
+            registry.remembered_decision(&a, "p-2"),
+            None,
+            "its log says"
+        );
+
+        registry.forget(&a, &log);
+
+        let note = registry.remembered_decision(&a, "p-2").unwrap();
+        assert_eq!(note.decided, Some(decided));
+        assert_eq!(registry.remembered_decision(&a, "p-1"), None, "undecided");
+        assert_eq!(
+            registry.remembered_decision(&b, "p-2"),
+            None,
+            "another session's"
+        );
+        assert_eq!(registry.find_pause("p-1"), Some(a));
     }
 }

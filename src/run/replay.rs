@@ -384,6 +384,11 @@ impl Replay {
         note.filter(|note| note.decided.is_some()).cloned()
     }
 
+    /// The notes of the pauses this log's run asked (the last few).
+    pub fn pause_notes(&self) -> Vec<PauseNote> {
+        self.lock().pauses.iter().cloned().collect()
+    }
+
     /// The ids of the pauses this log's run asked (the last few).
     pub fn pause_ids(&self) -> Vec<String> {
         self.lock()
