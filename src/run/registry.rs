@@ -271,4 +271,49 @@ mod tests {
         );
         assert_eq!(registry.find_pause("p-1"), Some(a));
     }
+
+    #[test]
+    fn at_most_remembered_pauses_are_remembered_the_oldest_going_first() {
+        use crate::protocol::Action;
+        use crate::run::replay::ReplayLimits;
+        use crate::run::stop::RunStop;
+        use crate::store::DecidedBy;
+        let registry = ReplayRegistry::default();
+        let limits = ReplayLimits {
+            frames: 4,
+            bytes: 1 << 10,
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let key = |i: usize| SessionKey::new(None, &format!("s{i}"));
+        for i in 0..=REMEMBERED_PAUSES {
+            let log = Replay::new(limits, RunStop::under(&stop));
+            log.note_pause(&format!("p-{i}"));
+            let decided = DecidedBy {
+                action: Action::Confirm,
+                by: "anonymous".into(),
+                at_ms: i as u64,
+                approved_by: Vec::new(),
+                via: Default::default(),
+            };
+            log.note_decided(&format!("p-{i}"), decided);
+            registry.publish(key(i), log.clone());
+            registry.forget(&key(i), &log);
+        }
+
+        let remembered = registry.remembered.lock().unwrap().len();
+        assert_eq!(remembered, REMEMBERED_PAUSES);
+        assert_eq!(
+            registry.remembered_decision(&key(0), "p-0"),
+            None,
+            "the oldest went"
+        );
+        assert_eq!(registry.find_pause("p-0"), None);
+        let last = REMEMBERED_PAUSES;
+        let note = registry.remembered_decision(&key(last), &format!("p-{last}"));
+        assert_eq!(
+            note.and_then(|n| n.decided).map(|d| d.at_ms),
+            Some(last as u64)
+        );
+        assert_eq!(registry.find_pause("p-1"), Some(key(1)));
+    }
 }
