@@ -173,29 +173,38 @@ fn a_paused_record(run: &str, session: &str) -> crate::store::PausedRecord {
     record
 }
 
-#[tokio::test]
-#[ignore = "needs redis-server on PATH"]
-async fn a_paused_record_is_kept_compressed_and_one_of_an_earlier_version_reads_as_text() {
+/// Saves a paused record of run `r1` on session `s1` as its owner (epoch
+/// 3) would: the record, and the bytes Redis keeps of it.
+async fn save_one<T: redis::FromRedisValue>(
+    store: &RedisStore,
+    redis: &mut redis::aio::MultiplexedConnection,
+) -> (crate::store::PausedRecord, T) {
     use crate::store::Store;
-    let (_server, store, mut redis) = redis().await;
-    let session = "chatgate:session:-:s1";
     let _: () = redis::cmd("HSET")
-        .arg(session)
+        .arg("chatgate:session:-:s1")
         .arg(&["instance", store.instance(), "run", "r1", "epoch", "3"])
-        .query_async(&mut redis)
+        .query_async(redis)
         .await
         .unwrap();
     store.hold("r1", "3");
     let record = a_paused_record("r1", "s1");
-    let json = serde_json::to_string(&record).unwrap();
-
     store.save(record.clone(), &[]).await.unwrap();
-    let kept: Vec<u8> = redis::cmd("HGET")
+    let kept: T = redis::cmd("HGET")
         .arg(run_key("r1"))
         .arg("record")
-        .query_async(&mut redis)
+        .query_async(redis)
         .await
         .unwrap();
+    (record, kept)
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server on PATH"]
+async fn a_paused_record_is_kept_compressed_and_one_of_an_earlier_version_reads_as_text() {
+    let (_server, store, mut redis) = redis().await;
+
+    let (record, kept): (_, Vec<u8>) = save_one(&store, &mut redis).await;
+    let json = serde_json::to_string(&record).unwrap();
     let read = store.get("r1").await.unwrap();
     // An earlier version's record: its JSON as text.
     let _: () = redis::cmd("HSET")
@@ -229,25 +238,9 @@ async fn a_paused_record_is_kept_compressed_and_one_of_an_earlier_version_reads_
 #[tokio::test]
 #[ignore = "needs redis-server on PATH"]
 async fn with_redis_records_json_a_record_is_kept_as_earlier_versions_read_it() {
-    use crate::store::Store;
     let (_server, store, mut redis) = redis_keeping(false).await;
-    let session = "chatgate:session:-:s1";
-    let _: () = redis::cmd("HSET")
-        .arg(session)
-        .arg(&["instance", store.instance(), "run", "r1", "epoch", "3"])
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    store.hold("r1", "3");
-    let record = a_paused_record("r1", "s1");
 
-    store.save(record.clone(), &[]).await.unwrap();
-    let kept: String = redis::cmd("HGET")
-        .arg(run_key("r1"))
-        .arg("record")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    let (record, kept): (_, String) = save_one(&store, &mut redis).await;
 
     assert_eq!(kept, serde_json::to_string(&record).unwrap());
     assert_eq!(store.get("r1").await.unwrap(), Some(record));
