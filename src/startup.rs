@@ -47,6 +47,10 @@ use crate::store::Store;
 use crate::tools::{Tools, ToolsFileError};
 use crate::webhook::deliver::Sender;
 
+/// How long a stop waits for the webhook sender to write down what it
+/// delivered (one write to the store).
+const SENDER_STOP: Duration = Duration::from_secs(2);
+
 /// Why the server cannot start: one line each, naming the flag at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -287,15 +291,16 @@ impl Application {
         // Webhook events are sent from the start (a durable store's
         // undelivered ones included) until the server has stopped.
         let sender_stop = CancellationToken::new();
+        let mut sender_stopped = None;
         if let Some(hooks) = &state.runs.settings().webhooks {
             let sender = Sender::new(
                 hooks.clone(),
                 state.runs.settings().store.clone(),
                 state.runs.metrics().clone(),
             );
-            tokio::spawn(sender.run(sender_stop.clone()));
+            sender_stopped = Some(sender.spawn(sender_stop.clone())?);
         }
-        let _stop_sender = sender_stop.drop_guard();
+        let _stop_sender = sender_stop.clone().drop_guard();
         // Paused runs a durable store kept go on before anything else.
         match state.runs.restore().await {
             Ok(0) => {}
@@ -336,6 +341,13 @@ impl Application {
         };
         if let Some(cluster) = &cluster {
             cluster.leave().await;
+        }
+        // What was delivered is written down before the process ends.
+        sender_stop.cancel();
+        if let Some(stopped) = sender_stopped {
+            if tokio::time::timeout(SENDER_STOP, stopped).await.is_err() {
+                log::warn!("shutdown: webhook deliveries since the last write may be sent again");
+            }
         }
         log::info!("stopped");
         served

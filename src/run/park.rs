@@ -159,6 +159,13 @@ impl Runs {
     /// while the next batch is read.
     async fn sweep_parked(&self) {
         let mut look = self.look_due(DueFrom::default()).await;
+        // More than one batch due: webhook deliveries give way until the
+        // pass is done (what it announces waits in the outbox).
+        let backlog = look.as_ref().is_some_and(|(_, due)| due.more.is_some());
+        let _give_way = match &self.settings.webhooks {
+            Some(hooks) if backlog => Some(hooks.give_way()),
+            _ => None,
+        };
         while let Some((mark, batch)) = look.take() {
             let next = batch.more.map(|from| self.look_due(from));
             let woken = self.wake_due(batch.records, mark);

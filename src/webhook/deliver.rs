@@ -1,28 +1,45 @@
 //! The sender: takes due events from the store's outbox and POSTs them,
 //! off every request's path.
 //!
-//! At most [`MAX_IN_FLIGHT`] deliveries at once; one event per URL and
+//! At most [`MAX_IN_FLIGHT`] deliveries at once ([`GIVING_WAY_IN_FLIGHT`]
+//! while the server works off a backlog of its own); one event per URL and
 //! session at a time, the oldest first (the next waits for it: events of a
 //! session arrive in order). A 2xx within [`DELIVERY_TIMEOUT`] is
 //! delivered; anything else is tried again after 1 s, doubling up to
 //! [`MAX_BACKOFF`] (or after the receiver's `Retry-After`), until
 //! `--webhook-retry-for` has passed since it was queued: then it is
 //! dropped, with a log line and a metric.
+//!
+//! The sender runs on a thread of its own at a lower priority ([`NICE`]):
+//! every event is durable in the outbox until it is delivered, so when the
+//! cores are busy the requests, the timers and the store's writer go first
+//! (100,000 expiries at once are ended and stored before they are all
+//! announced to a receiver on the same cores), and when they are not, it
+//! sends at full speed. Its store calls run on the server's runtime, where
+//! the store's connections live.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use std::future::Future;
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::{unix_now, EventType, Webhooks, DELIVERY_TIMEOUT};
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
-use crate::store::{QueuedEvent, Store};
+use crate::store::{Fault, QueuedEvent, Store, StoreError};
 
 /// Deliveries under way at once, over every URL.
 pub const MAX_IN_FLIGHT: usize = 32;
+/// Deliveries under way at once while the sender gives way
+/// ([`GiveWay`]).
+pub const GIVING_WAY_IN_FLIGHT: usize = 2;
 /// The first retry's wait; it doubles from there.
 pub const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// The longest wait between two attempts (unless `Retry-After` says more).
@@ -32,6 +49,40 @@ const STATS_EVERY: Duration = Duration::from_secs(1);
 /// How often the outbox is looked at when nothing wakes the sender (a
 /// retry coming due, events another writer queued).
 const TICK: Duration = Duration::from_millis(500);
+
+/// How much the sender's thread's nice value is raised (Linux):
+/// background work, below the server's threads whenever the cores are
+/// contended, never starved (CFS still gives a thread at +10 about a
+/// tenth of the share of one at the server's).
+pub const NICE: i32 = 10;
+
+/// While held, the sender gives way: at most
+/// [`GIVING_WAY_IN_FLIGHT`] deliveries at once, the rest of the
+/// cores left to the work that queues its events (a sweep of parked pauses
+/// that came due in more than one batch). What it queues is durable in
+/// the outbox meanwhile, and goes out at full speed once it is dropped.
+pub struct GiveWay(Arc<Webhooks>);
+
+impl Drop for GiveWay {
+    fn drop(&mut self) {
+        if self.0.giving_way.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.0.wake();
+        }
+    }
+}
+
+impl Webhooks {
+    /// The sender gives way until what this returns is dropped.
+    pub fn give_way(self: &Arc<Self>) -> GiveWay {
+        self.giving_way.fetch_add(1, Ordering::Relaxed);
+        GiveWay(self.clone())
+    }
+
+    /// Whether the sender gives way now ([`Webhooks::give_way`]).
+    pub fn giving_way(&self) -> bool {
+        self.giving_way.load(Ordering::Relaxed) > 0
+    }
+}
 
 /// The outcome of one attempt.
 enum Attempt {
@@ -47,6 +98,8 @@ pub struct Sender {
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
     client: reqwest::Client,
+    /// The server's runtime: the store is called there.
+    server: Handle,
 }
 
 impl Sender {
@@ -64,6 +117,45 @@ impl Sender {
             store,
             metrics,
             client,
+            server: Handle::current(),
+        }
+    }
+
+    /// Sends on a thread of its own, [`NICE`] below the server's, until `stop`; what it
+    /// returns is told once the sender has stopped, what was delivered
+    /// written down (await it before the process ends: else what was
+    /// delivered since the last write is sent again by the next process).
+    pub fn spawn(self, stop: CancellationToken) -> std::io::Result<oneshot::Receiver<()>> {
+        let (stopped, told) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("chatgate-webhooks".into())
+            .spawn(move || {
+                lower_priority();
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime.block_on(self.run(stop)),
+                    Err(err) => log::error!("webhooks: no runtime for the sender: {err}"),
+                }
+                let _ = stopped.send(());
+            })?;
+        Ok(told)
+    }
+
+    /// `call` to the store, on the server's runtime (a store's connections
+    /// and their tasks stay there, at the server's priority).
+    async fn store<T: Send + 'static>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        match self.server.spawn(call).await {
+            Ok(done) => done,
+            Err(err) => Err(StoreError {
+                store: "the outbox".to_owned(),
+                reason: format!("the server's runtime: {err}"),
+                fault: Fault::Unreachable,
+            }),
         }
     }
 
@@ -78,10 +170,17 @@ impl Sender {
             // Refilled once half of the deliveries are done (or at once when
             // few are under way): a burst is read from the outbox in batches,
             // not one read per delivery that ends.
-            if in_flight.len() <= MAX_IN_FLIGHT / 2 {
+            let most = if self.hooks.giving_way() {
+                GIVING_WAY_IN_FLIGHT
+            } else {
+                MAX_IN_FLIGHT
+            };
+            if in_flight.len() <= most / 2 {
                 // What is taken is leased to this sender: all of it is sent.
-                let limit = MAX_IN_FLIGHT - in_flight.len();
-                match self.store.due_events(now_ms(), limit).await {
+                let limit = most - in_flight.len();
+                let store = self.store.clone();
+                let due = self.store(async move { store.due_events(now_ms(), limit).await });
+                match due.await {
                     Ok(due) => {
                         for queued in due {
                             if sending.insert(queued.seq) {
@@ -94,7 +193,8 @@ impl Sender {
             }
             if counted.elapsed() >= STATS_EVERY {
                 counted = tokio::time::Instant::now();
-                if let Ok(stats) = self.store.outbox_stats().await {
+                let store = self.store.clone();
+                if let Ok(stats) = self.store(async move { store.outbox_stats().await }).await {
                     self.metrics.webhook_queue(stats.depth, stats.oldest_ms);
                     for _ in overflowed..stats.overflowed {
                         self.metrics.webhook_delivery("unknown", "overflow");
@@ -114,7 +214,9 @@ impl Sender {
                         }
                         next = in_flight.try_join_next();
                     }
-                    if let Err(err) = self.store.settle_events(settled).await {
+                    let store = self.store.clone();
+                    let settle = self.store(async move { store.settle_events(settled).await });
+                    if let Err(err) = settle.await {
                         // Not settled: sent again (at least once).
                         log::warn!("webhooks: {err}");
                     }
@@ -122,7 +224,8 @@ impl Sender {
                 () = self.hooks.wake.notified() => {}
                 () = tokio::time::sleep(TICK) => {}
                 () = stop.cancelled() => {
-                    if let Err(err) = self.store.flush_outbox().await {
+                    let store = self.store.clone();
+                    if let Err(err) = self.store(async move { store.flush_outbox().await }).await {
                         log::warn!("webhooks: {err}");
                     }
                     return;
@@ -239,6 +342,21 @@ impl Sender {
     }
 }
 
+/// Lowers the calling thread's priority by [`NICE`] (Linux, where a nice
+/// value is a thread's own; elsewhere it keeps the server's).
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: nice(2) changes this thread's nice value; no memory is passed.
+        if unsafe { libc::nice(NICE) } == -1 {
+            log::debug!(
+                "webhooks: the sender may keep the server's priority: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
 /// The wait after `attempts` failed attempts before this one: 1 s, 2 s,
 /// 4 s, ... up to [`MAX_BACKOFF`].
 pub fn backoff(attempts: u32) -> Duration {
@@ -260,6 +378,58 @@ fn retry_after(value: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sender's thread runs [`NICE`] below the server's threads.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_sender_s_thread_runs_at_a_lower_priority() {
+        fn nice() -> i64 {
+            let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+            // After `pid (comm)`: state is field 3, nice field 19.
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .unwrap()
+                .1
+                .split_whitespace()
+                .collect();
+            fields[16].parse().unwrap()
+        }
+        let (before, after) = std::thread::spawn(|| {
+            let before = nice();
+            lower_priority();
+            (before, nice())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            after,
+            (before + i64::from(NICE)).min(19),
+            "{before} -> {after}"
+        );
+        // The test's own thread keeps its priority.
+        assert_eq!(nice(), before);
+    }
+
+    #[test]
+    fn the_sender_gives_way_while_any_backlog_is_worked_off() {
+        let hooks = Webhooks::new(
+            vec!["http://127.0.0.1:1/a".into()],
+            secrecy::SecretString::from("0123456789abcdef".to_owned()),
+            None,
+            Duration::from_secs(60),
+            None,
+            None,
+        )
+        .unwrap();
+        assert!(!hooks.giving_way());
+        let first = hooks.give_way();
+        let second = hooks.give_way();
+        assert!(hooks.giving_way());
+        drop(first);
+        assert!(hooks.giving_way(), "one backlog is still being worked off");
+        drop(second);
+        assert!(!hooks.giving_way());
+    }
 
     #[test]
     fn backoff_doubles_from_a_second_to_its_cap() {

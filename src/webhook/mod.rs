@@ -22,6 +22,7 @@ pub mod deliver;
 
 pub use body::DecisionData;
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +59,10 @@ pub struct Webhooks {
     pub mailer: Option<Arc<crate::notify::mail::Mailer>>,
     /// Woken when events are queued: the sender looks at once.
     wake: Notify,
+    /// Backlogs of the server's own being worked off
+    /// ([`deliver::GiveWay`]): the
+    /// sender keeps few deliveries under way meanwhile.
+    giving_way: AtomicUsize,
 }
 
 impl Webhooks {
@@ -82,6 +87,7 @@ impl Webhooks {
             slack,
             mailer,
             wake: Notify::new(),
+            giving_way: AtomicUsize::new(0),
         }))
     }
 

@@ -506,6 +506,36 @@ async fn with_sqlite_nothing_is_lost_to_a_kill_9_while_the_receiver_is_down() {
     assert_eq!(seen.len(), 6, "{seen:#?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_sqlite_a_graceful_stop_writes_down_what_was_delivered() {
+    let dir = Dir::new();
+    let receiver = Receiver::start().await;
+    let target = receiver.url.clone();
+    let hook = ["--webhook", &target, "--webhook-secret", SECRET];
+    let mut first = durable::start(&dir, &hook);
+    let url = durable::stream_url(&first);
+    let run = durable::open_paused(&url, json!({"session_id": "once", "message": "one"})).await;
+    let (status, _) = durable::reply(&url, "once", "CONFIRM_ACTION:confirm").await;
+    assert_eq!(status, 200);
+    durable::chunks(&run.finish().await);
+    receiver.wait_for(3).await;
+    // At once: the deliveries' settles are still only in the sender's
+    // memory (they are written together, at most a second later), so the
+    // stop itself must write them.
+    durable::terminate(&mut first);
+
+    let _second = durable::start(&dir, &hook);
+    // Longer than the sender's look at the outbox (500 ms) and its writes.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let seen = receiver.seen();
+    let events: Vec<&str> = seen.iter().map(|d| d.event.as_str()).collect();
+    assert_eq!(
+        events,
+        ["interaction.requested", "interaction.decided", "run.ended"],
+        "each event once: {seen:#?}"
+    );
+}
+
 #[test]
 fn webhooks_need_a_long_secret() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
