@@ -10,7 +10,8 @@
 //! `--webhook-retry-for` has passed since it was queued: then it is
 //! dropped, with a log line and a metric.
 //!
-//! The sender runs on a thread of its own at a lower priority ([`NICE`]):
+//! The sender runs on threads of its own (a quarter of the cores, at least
+//! one) at a lower priority ([`NICE`]):
 //! every event is durable in the outbox until it is delivered, so when the
 //! cores are busy the requests, the timers and the store's writer go first
 //! (100,000 expiries at once are ended and stored before they are all
@@ -121,7 +122,7 @@ impl Sender {
         }
     }
 
-    /// Sends on a thread of its own, [`NICE`] below the server's, until `stop`; what it
+    /// Sends on threads of its own, [`NICE`] below the server's, until `stop`; what it
     /// returns is told once the sender has stopped, what was delivered
     /// written down (await it before the process ends: else what was
     /// delivered since the last write is sent again by the next process).
@@ -131,7 +132,13 @@ impl Sender {
             .name("chatgate-webhooks".into())
             .spawn(move || {
                 lower_priority();
-                match tokio::runtime::Builder::new_current_thread()
+                // Its deliveries spread over a quarter of the cores (at
+                // least one thread), each as low as this one.
+                let threads = std::thread::available_parallelism().map_or(1, |n| n.get() / 4);
+                match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(threads.max(1))
+                    .thread_name("chatgate-webhooks")
+                    .on_thread_start(lower_priority)
                     .enable_all()
                     .build()
                 {
@@ -342,13 +349,20 @@ impl Sender {
     }
 }
 
-/// Lowers the calling thread's priority by [`NICE`] (Linux, where a nice
-/// value is a thread's own; elsewhere it keeps the server's).
+/// Sets the calling thread's nice value to [`NICE`] above the process's
+/// main thread's (Linux, where a nice value is a thread's own; elsewhere it
+/// keeps the server's): the same whichever thread calls it, and again.
 fn lower_priority() {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: nice(2) changes this thread's nice value; no memory is passed.
-        if unsafe { libc::nice(NICE) } == -1 {
+        // SAFETY: getpriority and setpriority on ids of this process (its
+        // main thread, this thread); no memory is passed.
+        let lowered = unsafe {
+            let server = libc::getpriority(libc::PRIO_PROCESS, libc::getpid() as libc::id_t);
+            let nice = (server + NICE).min(19);
+            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice)
+        };
+        if lowered != 0 {
             log::debug!(
                 "webhooks: the sender may keep the server's priority: {}",
                 std::io::Error::last_os_error()
@@ -379,12 +393,13 @@ fn retry_after(value: &str) -> Option<Duration> {
 mod tests {
     use super::*;
 
-    /// The sender's thread runs [`NICE`] below the server's threads.
+    /// The sender's threads run [`NICE`] below the server's: whichever
+    /// thread (one of them included) starts them.
     #[cfg(target_os = "linux")]
     #[test]
-    fn the_sender_s_thread_runs_at_a_lower_priority() {
-        fn nice() -> i64 {
-            let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    fn the_sender_s_threads_run_at_a_lower_priority() {
+        fn nice(stat: &str) -> i64 {
+            let stat = std::fs::read_to_string(stat).unwrap();
             // After `pid (comm)`: state is field 3, nice field 19.
             let fields: Vec<&str> = stat
                 .rsplit_once(')')
@@ -394,20 +409,30 @@ mod tests {
                 .collect();
             fields[16].parse().unwrap()
         }
-        let (before, after) = std::thread::spawn(|| {
-            let before = nice();
+        let server = nice("/proc/self/stat");
+        let lowered = (server + i64::from(NICE)).min(19);
+        let (first, again, started_by_one) = std::thread::spawn(|| {
             lower_priority();
-            (before, nice())
+            let first = nice("/proc/thread-self/stat");
+            lower_priority();
+            let again = nice("/proc/thread-self/stat");
+            let started_by_one = std::thread::spawn(|| {
+                lower_priority();
+                nice("/proc/thread-self/stat")
+            })
+            .join()
+            .unwrap();
+            (first, again, started_by_one)
         })
         .join()
         .unwrap();
         assert_eq!(
-            after,
-            (before + i64::from(NICE)).min(19),
-            "{before} -> {after}"
+            [first, again, started_by_one],
+            [lowered; 3],
+            "server at {server}"
         );
-        // The test's own thread keeps its priority.
-        assert_eq!(nice(), before);
+        // The calling thread keeps its priority.
+        assert_eq!(nice("/proc/thread-self/stat"), nice("/proc/self/stat"));
     }
 
     #[test]
