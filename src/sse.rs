@@ -23,7 +23,7 @@ pub fn retry_trailer() -> Bytes {
 /// no message text can forge an extra event.
 ///
 /// The frame is built in a per-thread scratch buffer and copied out at its
-/// exact size: a run's replay log holds its frames for the whole pause, so a
+/// exact size: a run's replay buffer holds its frames for the whole pause, so a
 /// frame must not carry the spare capacity of a growing `Vec`.
 pub fn encode(chunk: &Chunk) -> Bytes {
     thread_local! {

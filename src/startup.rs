@@ -5,7 +5,7 @@
 
 mod notifications;
 
-use self::notifications::{open_links, open_receipts, open_webhooks};
+use self::notifications::{open_links, open_receipts, open_webhooks, WebhookSender};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,11 +45,6 @@ use crate::store::memory::MemoryStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::Store;
 use crate::tools::{Tools, ToolsFileError};
-use crate::webhook::deliver::Sender;
-
-/// How long a stop waits for the webhook sender to write down what it
-/// delivered (one write to the store).
-const SENDER_STOP: Duration = Duration::from_secs(2);
 
 /// Why the server cannot start: one line each, naming the flag at fault.
 #[derive(Debug, thiserror::Error)]
@@ -155,7 +150,7 @@ impl Application {
             );
         }
         let metrics = Arc::new(Metrics::new());
-        let logs = ReplayRegistry::default();
+        let replays = ReplayRegistry::default();
         let store = match &cluster {
             Some(cluster) => cluster.store().clone(),
             None => open_store(&settings.cluster.store, settings.pauses.detach_grace)?,
@@ -167,7 +162,7 @@ impl Application {
             park_after: store.is_durable().then_some(settings.pauses.park_after),
             max_parked: settings.limits.max_parked,
             metrics: metrics.clone(),
-            registry: logs.clone(),
+            registry: replays.clone(),
         });
         let run_settings = RunSettings {
             confirm_timeout: settings.pauses.confirm_timeout,
@@ -191,10 +186,10 @@ impl Application {
             receipts: Arc::new(open_receipts(&settings).map_err(StartupError::Receipts)?),
         };
         let runs = Runs::new(RunsParts {
-            logs,
+            replays,
             engine,
             settings: Arc::new(run_settings),
-            log_limits: ReplayLimits {
+            replay_limits: ReplayLimits {
                 frames: settings.limits.replay_buffer,
                 bytes: settings.limits.replay_buffer_bytes,
             },
@@ -255,9 +250,9 @@ impl Application {
         self.state.runs.metrics().clone()
     }
 
-    /// The runs' replay logs, for inspection (tests).
-    pub fn logs(&self) -> ReplayRegistry {
-        self.state.runs.logs().clone()
+    /// The runs' replay buffers, for inspection (tests).
+    pub fn replays(&self) -> ReplayRegistry {
+        self.state.runs.replays().clone()
     }
 
     /// Cancelling this token shuts the server down exactly like SIGTERM.
@@ -290,17 +285,7 @@ impl Application {
         }
         // Webhook events are sent from the start (a durable store's
         // undelivered ones included) until the server has stopped.
-        let sender_stop = CancellationToken::new();
-        let mut sender_stopped = None;
-        if let Some(hooks) = &state.runs.settings().webhooks {
-            let sender = Sender::new(
-                hooks.clone(),
-                state.runs.settings().store.clone(),
-                state.runs.metrics().clone(),
-            );
-            sender_stopped = Some(sender.spawn(sender_stop.clone())?);
-        }
-        let _stop_sender = sender_stop.clone().drop_guard();
+        let sender = WebhookSender::start(&state.runs)?;
         // Paused runs a durable store kept go on before anything else.
         match state.runs.restore().await {
             Ok(0) => {}
@@ -342,13 +327,7 @@ impl Application {
         if let Some(cluster) = &cluster {
             cluster.leave().await;
         }
-        // What was delivered is written down before the process ends.
-        sender_stop.cancel();
-        if let Some(stopped) = sender_stopped {
-            if tokio::time::timeout(SENDER_STOP, stopped).await.is_err() {
-                log::warn!("shutdown: webhook deliveries since the last write may be sent again");
-            }
-        }
+        sender.stop().await;
         log::info!("stopped");
         served
     }

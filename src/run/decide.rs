@@ -289,7 +289,7 @@ impl Runs {
             decider: reply.decider.label.clone(),
             via: reply.via,
             record: audit.zip(self.settings.audit.clone()),
-            logs: self.logs.clone(),
+            replays: self.replays.clone(),
         };
         let (Some(run), Some(decision)) = (accepted.stored.clone(), decision) else {
             self.settings.announce(&events).await;
@@ -411,10 +411,10 @@ impl Runs {
         let Some(asks) = asks else {
             return ReplyError::Refused(refused);
         };
-        let logged = self.logs.find(key).and_then(|log| log.decided(asks));
+        let logged = self.replays.find(key).and_then(|log| log.decided(asks));
         // Its log just went (its client read the final chunk) while its end
         // is still being written: what the log noted is remembered.
-        let remembered = || asks.and_then(|id| self.logs.remembered_decision(key, id));
+        let remembered = || asks.and_then(|id| self.replays.remembered_decision(key, id));
         if let Some(note) = logged.or_else(remembered) {
             return ReplyError::Decided(note);
         }
@@ -437,7 +437,7 @@ struct Recorder {
     via: Via,
     /// The `decided` (or `answered`) record, and the log it goes to.
     record: Option<(AuditRecord, Arc<AuditLog>)>,
-    logs: ReplayRegistry,
+    replays: ReplayRegistry,
 }
 
 impl Recorder {
@@ -449,7 +449,7 @@ impl Recorder {
     /// retry of the reply is told so).
     async fn audit_and_deliver(self, accepted: Accepted) -> Result<(), ReplyError> {
         let note = Note {
-            logs: self.logs,
+            replays: self.replays,
             key: self.key.clone(),
             confirmation_id: accepted.confirmation_id.clone(),
             decided: DecidedBy {
@@ -496,7 +496,7 @@ impl Recorder {
 ///
 /// [`Replay::note_decided`]: crate::run::replay::Replay::note_decided
 struct Note {
-    logs: ReplayRegistry,
+    replays: ReplayRegistry,
     key: SessionKey,
     confirmation_id: String,
     decided: DecidedBy,
@@ -504,7 +504,7 @@ struct Note {
 
 impl Note {
     fn write(self) {
-        if let Some(log) = self.logs.find(&self.key) {
+        if let Some(log) = self.replays.find(&self.key) {
             log.note_decided(&self.confirmation_id, self.decided);
         }
     }

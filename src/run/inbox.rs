@@ -316,7 +316,7 @@ impl Runs {
         if let Some(key) = self.manager.find_pause(confirmation_id) {
             return Ok(Some(key));
         }
-        if let Some(key) = self.logs.find_pause(confirmation_id) {
+        if let Some(key) = self.replays.find_pause(confirmation_id) {
             return Ok(Some(key));
         }
         if self.cluster.is_none() && !self.parks() {
@@ -396,10 +396,10 @@ impl Runs {
         confirmation_id: &str,
     ) -> Option<crate::store::PauseNote> {
         let logged = self
-            .logs
+            .replays
             .find(key)
             .and_then(|log| log.decided(Some(confirmation_id)))
-            .or_else(|| self.logs.remembered_decision(key, confirmation_id));
+            .or_else(|| self.replays.remembered_decision(key, confirmation_id));
         match logged {
             Some(note) => Some(note),
             None => {
@@ -426,7 +426,7 @@ impl Runs {
     /// `pause` as the inbox lists it: the request its run sent, and where
     /// it stands.
     fn interaction_of(&self, pause: crate::confirmation::waiting::Waiting) -> Option<Interaction> {
-        let log = self.logs.find(&pause.key)?;
+        let log = self.replays.find(&pause.key)?;
         let frame = log.last_frame(&pause.confirmation_id)?;
         let mut item = interaction(
             &pause.key,

@@ -78,11 +78,11 @@ use crate::store::{Outcome, RunEnd, StoreError};
 #[derive(Clone)]
 pub struct Runs {
     manager: ConfirmationManager,
-    /// Runs' replay logs, for re-attach.
-    logs: ReplayRegistry,
+    /// Runs' replay buffers, for re-attach.
+    replays: ReplayRegistry,
     engine: Arc<dyn Engine>,
     settings: Arc<RunSettings>,
-    log_limits: ReplayLimits,
+    replay_limits: ReplayLimits,
     /// Runs the registry may hold, in all and per API key.
     limits: RunLimits,
     stream: Arc<StreamSettings>,
@@ -96,10 +96,10 @@ pub struct Runs {
 /// What startup builds a [`Runs`] from (the registry and the shutdown
 /// token are its own, made new).
 pub struct RunsParts {
-    pub logs: ReplayRegistry,
+    pub replays: ReplayRegistry,
     pub engine: Arc<dyn Engine>,
     pub settings: Arc<RunSettings>,
-    pub log_limits: ReplayLimits,
+    pub replay_limits: ReplayLimits,
     pub limits: RunLimits,
     pub stream: Arc<StreamSettings>,
     pub metrics: Arc<Metrics>,
@@ -110,10 +110,10 @@ impl Runs {
     pub fn new(parts: RunsParts) -> Runs {
         Runs {
             manager: ConfirmationManager::new(),
-            logs: parts.logs,
+            replays: parts.replays,
             engine: parts.engine,
             settings: parts.settings,
-            log_limits: parts.log_limits,
+            replay_limits: parts.replay_limits,
             limits: parts.limits,
             stream: parts.stream,
             shutdown: CancellationToken::new(),
@@ -151,9 +151,9 @@ impl Runs {
         &self.manager
     }
 
-    /// The runs' replay logs (tests).
-    pub fn logs(&self) -> &ReplayRegistry {
-        &self.logs
+    /// The runs' replay buffers (tests).
+    pub fn replays(&self) -> &ReplayRegistry {
+        &self.replays
     }
 }
 
@@ -256,7 +256,7 @@ impl Runs {
             next_seq: last.sequence + 1,
             pauses: outcome.pauses,
         };
-        let log = Replay::restore_ended(self.log_limits, RunStop::under(&self.shutdown), end);
+        let log = Replay::restore_ended(self.replay_limits, RunStop::under(&self.shutdown), end);
         Subscription::attach(log, key, last_seen, self.stream.clone()).map_err(
             |BeyondEnd { last_sent }| ReattachError::Beyond {
                 last_seen,
@@ -267,7 +267,7 @@ impl Runs {
 
     /// Re-attaches to the run of `key`, replaying every chunk after `last_seen`.
     pub fn reattach(&self, key: SessionKey, last_seen: u64) -> Result<Subscription, ReattachError> {
-        let log = self.logs.find(&key).ok_or_else(|| {
+        let log = self.replays.find(&key).ok_or_else(|| {
             run_log!(Debug, RunTag::session(&key), "nothing to re-attach to");
             ReattachError::NoSuchRun
         })?;

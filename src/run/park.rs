@@ -4,7 +4,7 @@
 //! With a durable store, a paused run that no client holds is parked once
 //! it has been detached for `--park-after` (`stream.rs` tries, the log
 //! decides, `end.rs` writes its whole log to its record and lets go of
-//! it): its task, engine state, replay log and timers leave memory, and
+//! it): its task, engine state, replay buffer and timers leave memory, and
 //! its record is all that is left of it.
 //!
 //! A request about its session wakes it ([`Runs::wake`], from
@@ -56,7 +56,7 @@ impl Runs {
     /// [`Visit`]). A run suspended here is not held: it goes on elsewhere.
     pub(super) async fn held(&self, key: &SessionKey) -> bool {
         loop {
-            let Some(log) = self.logs.find(key).filter(|log| !log.is_suspended()) else {
+            let Some(log) = self.replays.find(key).filter(|log| !log.is_suspended()) else {
                 return self.manager.holds(key);
             };
             match log.visit() {
@@ -78,11 +78,11 @@ impl Runs {
         // again: a request that finds the run held meanwhile waits for the
         // wake's turn, so that it never finds a pause half restored.
         let held = self.held(key).await;
-        if !self.logs.may_be_parked(key) {
+        if !self.replays.may_be_parked(key) {
             return Ok(());
         }
         if held {
-            let _turn = self.logs.turn(key).lock().await;
+            let _turn = self.replays.turn(key).lock().await;
             return Ok(());
         }
         self.wake_from_store(key, None).await.map(drop)
@@ -101,14 +101,14 @@ impl Runs {
         if self.shutdown.is_cancelled() {
             return Ok(false);
         }
-        let _turn = self.logs.turn(key).lock().await;
+        let _turn = self.replays.turn(key).lock().await;
         if self.held(key).await {
             return Ok(false);
         }
         let namespace = self.settings.namespaces.name(key.owner);
         let store = &self.settings.store;
         let record = match read {
-            Some((record, mark)) if self.logs.parked_before(key, mark) => Some(record),
+            Some((record, mark)) if self.replays.parked_before(key, mark) => Some(record),
             _ => {
                 store
                     .parked_run(namespace.as_deref(), &key.session_id)
@@ -116,13 +116,13 @@ impl Runs {
             }
         };
         let Some(record) = record else {
-            self.logs.note_woken(key);
+            self.replays.note_woken(key);
             return Ok(false);
         };
         run_log!(Debug, RunTag::session(key), "run {} woken", record.run);
         let run = record.run.clone();
         let restored = self.restore_one(record).await;
-        self.logs.note_woken(key);
+        self.replays.note_woken(key);
         if restored {
             // Off the request's path: a decision that follows unparks it too.
             let store = store.clone();
@@ -185,7 +185,7 @@ impl Runs {
     /// The next batch of parked pauses that came due, from `from` on, with
     /// the mark it was read at (see [`Runs::wake_from_store`]).
     async fn look_due(&self, from: DueFrom) -> Option<(u64, DueBatch<PausedRecord>)> {
-        let mark = self.logs.parked_mark();
+        let mark = self.replays.parked_mark();
         let now_ms = crate::clock::now_ms();
         match self
             .settings

@@ -30,7 +30,7 @@ impl Runs {
     /// listing.
     pub fn waiting_pause(&self, key: &SessionKey) -> Option<WaitingPause> {
         let pause = self.manager.waiting_of(key)?;
-        let frame = self.logs.find(key)?.last_frame(&pause.confirmation_id)?;
+        let frame = self.replays.find(key)?.last_frame(&pause.confirmation_id)?;
         let mut chunk: crate::protocol::Chunk =
             serde_json::from_slice(crate::sse::data_of(&frame)?).ok()?;
         let data = chunk.confirmation_data.take()?;

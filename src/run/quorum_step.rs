@@ -186,7 +186,7 @@ impl Runs {
         }
         self.manager.approval_kept(key, id);
         self.settings.announce(&events).await;
-        if let Some(log) = self.logs.find(key) {
+        if let Some(log) = self.replays.find(key) {
             log.push(shown(step, &key.session_id, id));
         }
         Ok(())

@@ -56,7 +56,7 @@ impl Runs {
         RunGauges {
             active: counts.active,
             paused: counts.paused,
-            detached: self.logs.detached(),
+            detached: self.replays.detached(),
             parked: parked as usize,
         }
     }

@@ -1,4 +1,4 @@
-//! A run's output as a bounded replay log, and the registry that finds a
+//! A run's output as a bounded replay buffer, and the registry that finds a
 //! session's log for a re-attach.
 //!
 //! The run pushes chunks into its [`Replay`]; the log numbers them, encodes

@@ -45,7 +45,8 @@ impl Runs {
                 .map_err(|err| err.to_string())?;
             for (namespace, session_id) in parked {
                 if let Some(owner) = self.settings.namespaces.owner(namespace.as_deref()) {
-                    self.logs.note_parked(&SessionKey::new(owner, &session_id));
+                    self.replays
+                        .note_parked(&SessionKey::new(owner, &session_id));
                 }
             }
         }
@@ -79,8 +80,8 @@ impl Runs {
             // It had ended, and its client may not have read the end: shown
             // for the rest of the grace, as the process that ended it would.
             let stop = RunStop::under(&self.shutdown);
-            let log = Replay::restore_ended(self.log_limits, stop, end.clone());
-            self.logs.publish(key.clone(), log.clone());
+            let log = Replay::restore_ended(self.replay_limits, stop, end.clone());
+            self.replays.publish(key.clone(), log.clone());
             stream::expire_unclaimed(log, key.clone(), self.stream.clone());
             // Taken over from a replica: the session is this one's for the
             // grace. Restored at a start, the row is already what it should
@@ -218,7 +219,7 @@ impl Runs {
         };
         let stop = RunStop::under(&self.shutdown);
         let log = Replay::restore(
-            self.log_limits,
+            self.replay_limits,
             stop.clone(),
             record.frames.clone(),
             record.next_seq,
@@ -228,13 +229,13 @@ impl Runs {
         if let Some(request_seq) = record.request_seq.filter(|_| !at_work) {
             log.woken(request_seq, &record.confirmation_id);
         }
-        self.logs.publish(key.clone(), log.clone());
+        self.replays.publish(key.clone(), log.clone());
         stream::expire_unclaimed(log.clone(), key, self.stream.clone());
         Some(RunContext::restored(RestoredParts {
             message: record.message.clone(),
             slot,
             settings: self.settings.clone(),
-            log,
+            replay: log,
             stop,
             metrics: self.metrics.clone(),
             stored_id: Arc::from(record.run.as_str()),
@@ -305,7 +306,7 @@ impl Runs {
         }
         let stop = RunStop::under(&self.shutdown);
         let log = Replay::restore(
-            self.log_limits,
+            self.replay_limits,
             stop,
             record.frames,
             record.next_seq,
@@ -315,7 +316,7 @@ impl Runs {
         let mut last = ending.clone();
         last.sequence = log.push(ending);
         let outcome = kept_outcome(&self.settings, &key, &log, last);
-        self.logs.publish(key.clone(), log.clone());
+        self.replays.publish(key.clone(), log.clone());
         stream::expire_unclaimed(log.clone(), key.clone(), self.stream.clone());
         let (store, end) = (&self.settings.store, log.end());
         end_record(store, &record.run, &key, end, events.clone(), outcome).await;
@@ -327,7 +328,7 @@ impl Runs {
     /// stream ends with `retry:` and its client re-attaches to the owner.
     pub fn relinquish(&self, key: &SessionKey) {
         run_log!(Debug, RunTag::session(key), "handed over");
-        if let Some(log) = self.logs.find(key) {
+        if let Some(log) = self.replays.find(key) {
             log.stop.stop(CancelReason::Shutdown);
         }
     }
@@ -358,7 +359,7 @@ impl Runs {
             return;
         };
         let keys: Vec<SessionKey> = self
-            .logs
+            .replays
             .keys()
             .into_iter()
             .filter(|key| self.manager.is_paused_or_in_doubt(key))

@@ -100,8 +100,8 @@ impl Runs {
             },
         };
         let stop = RunStop::under(&self.shutdown);
-        let log = Replay::new(self.log_limits, stop.clone());
-        self.logs.publish(key.clone(), log.clone());
+        let log = Replay::new(self.replay_limits, stop.clone());
+        self.replays.publish(key.clone(), log.clone());
         let subscription = Subscription::open(log.clone(), key, self.stream.clone());
         let ctx = RunContext::new(
             message,

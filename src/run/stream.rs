@@ -62,7 +62,7 @@ pub struct StreamSettings {
 
 /// One client's view of a run: an HTTP response body.
 pub struct Subscription {
-    log: Arc<Replay>,
+    replay: Arc<Replay>,
     key: SessionKey,
     id: u64,
     /// The first chunk sent after a hole in the replay carries `gap: true`.
@@ -101,14 +101,14 @@ impl Subscription {
     }
 
     fn new(
-        log: Arc<Replay>,
+        replay: Arc<Replay>,
         key: SessionKey,
         id: u64,
         settings: Arc<StreamSettings>,
     ) -> Subscription {
         settings.metrics.open_streams.inc();
         Subscription {
-            log,
+            replay,
             key,
             id,
             announce_gap: false,
@@ -125,7 +125,7 @@ impl Subscription {
     /// keeps each chunk it pushes, typed, until this subscription sends
     /// it, and [`Subscription::chunk`] gives it beside its frame.
     pub fn typed(self) -> Subscription {
-        let mut inner = self.log.lock();
+        let mut inner = self.replay.lock();
         if let Some(me) = inner.subscriber.as_mut().filter(|s| s.id == self.id) {
             me.typed.get_or_insert_with(Default::default);
         }
@@ -141,7 +141,7 @@ impl Subscription {
     }
 
     fn next_frame(&mut self, cx: &Context<'_>) -> Poll<Option<Bytes>> {
-        let log = self.log.clone();
+        let log = self.replay.clone();
         let mut guard = log.lock();
         let inner = &mut *guard;
         let first = inner.first_retained();
@@ -342,7 +342,7 @@ impl Stream for Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.settings.metrics.open_streams.dec();
-        let mut inner = self.log.lock();
+        let mut inner = self.replay.lock();
         let was_attached = inner.subscriber.as_ref().is_some_and(|s| s.id == self.id);
         if was_attached {
             inner.subscriber = None;
@@ -351,16 +351,16 @@ impl Drop for Subscription {
         if !was_attached {
             return; // Taken over by a re-attach; the run is someone else's now.
         }
-        if self.delivered_final && !self.log.waited_since(self.attached_at) {
+        if self.delivered_final && !self.replay.waited_since(self.attached_at) {
             // The normal end: nothing left to re-attach to.
-            self.settings.registry.forget(&self.key, &self.log);
+            self.settings.registry.forget(&self.key, &self.replay);
             return;
         }
         // The client went away early, or its run waited on a pause long
         // enough for it to have gone unnoticed (the final chunk was written
         // to a socket, which says nothing of a reader): its end is kept.
         detached(
-            self.log.clone(),
+            self.replay.clone(),
             self.key.clone(),
             &self.settings,
             Some(self.id),

@@ -1,17 +1,68 @@
 //! The notification services the flags ask for: webhooks (and Slack's
 //! incoming webhook, sent by the same outbox), decision links, and the
-//! keys that sign receipts.
+//! keys that sign receipts; the webhook sender's start and stop.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
 use crate::http::access::AccessPolicy;
 use crate::notify::links::Links;
 use crate::notify::mail::Mailer;
 use crate::receipt::ReceiptKeys;
+use crate::run::Runs;
+use crate::webhook::deliver::Sender;
 use crate::webhook::Webhooks;
+
+/// How long a stop waits for the webhook sender to write down what it
+/// delivered (one write to the store).
+const SENDER_STOP: Duration = Duration::from_secs(2);
+
+/// The webhook sender, when there are webhooks: events are sent from the
+/// start (a durable store's undelivered ones included) until
+/// [`WebhookSender::stop`], or until it is dropped.
+pub(super) struct WebhookSender {
+    stop: CancellationToken,
+    stopped: Option<oneshot::Receiver<()>>,
+}
+
+impl WebhookSender {
+    pub(super) fn start(runs: &Runs) -> std::io::Result<WebhookSender> {
+        let stop = CancellationToken::new();
+        let stopped = match &runs.settings().webhooks {
+            Some(hooks) => {
+                let sender = Sender::new(
+                    hooks.clone(),
+                    runs.settings().store.clone(),
+                    runs.metrics().clone(),
+                );
+                Some(sender.spawn(stop.clone())?)
+            }
+            None => None,
+        };
+        Ok(WebhookSender { stop, stopped })
+    }
+
+    /// Stops it, what it delivered written down before the process ends.
+    pub(super) async fn stop(mut self) {
+        self.stop.cancel();
+        if let Some(stopped) = self.stopped.take() {
+            if tokio::time::timeout(SENDER_STOP, stopped).await.is_err() {
+                log::warn!("shutdown: webhook deliveries since the last write may be sent again");
+            }
+        }
+    }
+}
+
+impl Drop for WebhookSender {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
 
 /// `--webhook` (and `--slack-webhook`) and the flags they need.
 pub(super) fn open_webhooks(settings: &Settings) -> Result<Option<Arc<Webhooks>>, String> {

@@ -66,7 +66,7 @@ pub async fn spawn_app_with_engine(
         address: format!("http://{}", app.address()),
         client: reqwest::Client::new(),
         manager: app.manager(),
-        logs: app.logs(),
+        logs: app.replays(),
         shutdown: app.shutdown_token(),
         server: tokio::spawn(app.run_until_stopped()),
     };

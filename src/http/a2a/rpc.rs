@@ -141,7 +141,10 @@ impl<'a> Call<'a> {
             }
             let mut request = pause.request;
             request.confirmation_data = Some(pause.data);
-            let held = runs.logs().find(&key).is_some_and(|log| !log.is_detached());
+            let held = runs
+                .replays()
+                .find(&key)
+                .is_some_and(|log| !log.is_detached());
             let stream = match held {
                 true => None,
                 false => runs.reattach(key.clone(), pause.sequence).ok(),

@@ -87,7 +87,10 @@ async fn decide_here(
     // attached before the decision so nothing is missed; unless another
     // client holds the stream (the pause was asked on the chat endpoint):
     // that stream goes on showing the run.
-    let held = runs.logs().find(key).is_some_and(|log| !log.is_detached());
+    let held = runs
+        .replays()
+        .find(key)
+        .is_some_and(|log| !log.is_detached());
     let attached = match held {
         true => None,
         false => runs.reattach(key.clone(), pause.sequence).ok(),

@@ -193,7 +193,7 @@ impl RunContext {
         // Written even if the run was told to stop meanwhile: this decision
         // was acknowledged to a reply before the stop (later replies are
         // refused), so the stream shows it; the stop ends the run next.
-        self.log.push(received);
+        self.replay.push(received);
         match decision {
             Decision::Confirm(decisions, grant) => {
                 // Kept by the caller before the run goes on (`keep_grant`).

@@ -195,7 +195,7 @@ impl RunContext {
         if let Some(chunk) = entry.finished.clone() {
             self.resumed(&entry, ResumedHow::Replayed).await?;
             let outcome = replayed_outcome(&chunk);
-            self.log.push(chunk.with_meta(meta::REPLAYED, true));
+            self.replay.push(chunk.with_meta(meta::REPLAYED, true));
             return Ok(GoOn::Done(outcome));
         }
         let next = entry.attempt + 1;
@@ -233,7 +233,7 @@ impl RunContext {
                     let mut done = entry.clone();
                     done.finished = Some(chunk.clone());
                     self.keep_entry(&done).await?;
-                    self.log.push(chunk);
+                    self.replay.push(chunk);
                     return Ok(GoOn::Done(outcome));
                 }
                 Some(3) => {
@@ -280,7 +280,7 @@ impl RunContext {
                 let mut done = entry;
                 done.finished = Some(chunk.clone());
                 self.keep_entry(&done).await?;
-                self.log.push(chunk);
+                self.replay.push(chunk);
                 Ok(GoOn::Done(outcome))
             }
         }

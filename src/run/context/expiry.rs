@@ -111,7 +111,7 @@ impl RunContext {
         self.settings.announce(&events).await;
         let shown =
             Chunk::decision_recorded(self.session_id(), &id, &expired.now, &expired.pending);
-        self.log.push(shown);
+        self.replay.push(shown);
         Ok(())
     }
 }

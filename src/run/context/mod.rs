@@ -54,7 +54,7 @@ pub(crate) struct RestoredParts {
     pub message: String,
     pub slot: RunSlot,
     pub settings: Arc<RunSettings>,
-    pub log: Arc<Replay>,
+    pub replay: Arc<Replay>,
     pub stop: RunStop,
     pub metrics: Arc<Metrics>,
     pub stored_id: Arc<str>,
@@ -67,7 +67,7 @@ pub struct RunContext {
     slot: RunSlot,
     /// Shared by every run of the server.
     settings: Arc<RunSettings>,
-    log: Arc<Replay>,
+    replay: Arc<Replay>,
     round: u32,
     /// Fires on every reason to stop, server shutdown included.
     stop: RunStop,
@@ -106,7 +106,7 @@ impl RunContext {
         message: String,
         slot: RunSlot,
         settings: Arc<RunSettings>,
-        log: Arc<Replay>,
+        replay: Arc<Replay>,
         stop: RunStop,
         metrics: Arc<Metrics>,
     ) -> RunContext {
@@ -114,7 +114,7 @@ impl RunContext {
             message,
             slot,
             settings,
-            log,
+            replay,
             round: 0,
             stop,
             metrics,
@@ -136,13 +136,13 @@ impl RunContext {
             message,
             slot,
             settings,
-            log,
+            replay,
             stop,
             metrics,
             stored_id,
             round,
         } = parts;
-        let mut ctx = RunContext::new(message, slot, settings, log, stop, metrics);
+        let mut ctx = RunContext::new(message, slot, settings, replay, stop, metrics);
         ctx.stored_id = Some(stored_id);
         ctx.round = round;
         ctx
@@ -208,7 +208,7 @@ impl RunContext {
         Chunk::new(chunk_type, text, self.slot.session_id(), 0)
     }
 
-    /// Sends a chunk to the client (into the run's replay log; the run never
+    /// Sends a chunk to the client (into the run's replay buffer; the run never
     /// waits for a slow client). Fails with `Cancelled` when the run must stop.
     pub async fn send(&mut self, chunk: Chunk) -> Result<(), RunError> {
         self.push(chunk)
@@ -224,7 +224,7 @@ impl RunContext {
         if let Some(reason) = self.stop.reason() {
             return Err(RunError::Cancelled(reason));
         }
-        self.log.push_framed(chunk, frame);
+        self.replay.push_framed(chunk, frame);
         Ok(())
     }
 
@@ -304,11 +304,11 @@ impl RunContext {
     /// The run's registry slot and log, for the driver that ends it.
     /// The run's log.
     pub(crate) fn replay(&self) -> &Arc<Replay> {
-        &self.log
+        &self.replay
     }
 
     pub(crate) fn into_parts(self) -> (RunSlot, Arc<Replay>) {
-        (self.slot, self.log)
+        (self.slot, self.replay)
     }
 }
 

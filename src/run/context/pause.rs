@@ -306,7 +306,7 @@ impl RunContext {
         if let Some(timers) = timers {
             timers.abort();
         }
-        self.log.pause_ended();
+        self.replay.pause_ended();
         // Silence turned into what the tasks say it is (a reject), then
         // recorded as that. Boxed, like `put_to_person`: a store call does
         // not grow every pause.
@@ -339,7 +339,7 @@ impl RunContext {
         decision: Decision,
         asked: &Asked,
     ) -> Result<Decision, RunError> {
-        self.log.pause_ended();
+        self.replay.pause_ended();
         let decision = self.silence(decision, asked.rejects_on_timeout.as_deref());
         // Boxed, like `put_to_person`: a store call does not grow every
         // pause.
@@ -422,7 +422,7 @@ impl RunContext {
         self.settings.wake_sender(&events);
         self.pause_stored = true;
         if !in_memory {
-            self.log.pause_parkable(Some(stored));
+            self.replay.pause_parkable(Some(stored));
         }
         Ok(())
     }
@@ -440,7 +440,7 @@ impl RunContext {
             .stored_id
             .get_or_insert_with(|| Arc::from(uuid::Uuid::new_v4().to_string()))
             .clone();
-        let (mut frames, next_seq) = self.log.snapshot();
+        let (mut frames, next_seq) = self.replay.snapshot();
         // The chunk as it will be sent, numbered as it will be: encoded
         // once, for the record and for the stream (`put`).
         let sequence = std::mem::replace(&mut request.chunk.sequence, next_seq);
@@ -518,8 +518,8 @@ impl RunContext {
         // The pause is registered before the chunk leaves, so a client that
         // answers the instant it reads the chunk always finds it pending;
         // and the log knows it, so a client that leaves ends nothing.
-        self.log.pause_started();
-        self.log.note_pause(&confirmation_id);
+        self.replay.pause_started();
+        self.replay.note_pause(&confirmation_id);
         let sent = match self.push_framed(chunk, frame) {
             Err(RunError::Cancelled(reason)) => Some(reason),
             _ => None,

@@ -101,7 +101,7 @@ impl Kind for Questions {
             given,
         );
         // Written even after a stop, as for a plan.
-        ctx.log.push(received);
+        ctx.replay.push(received);
         match action {
             Action::Cancel => Err(RunError::Cancelled(CancelReason::User)),
             _ => Ok(answers),

@@ -108,7 +108,7 @@ impl RunContext {
                 },
             };
         }
-        let note = self.log.decided(None);
+        let note = self.replay.decided(None);
         let confirmation_id = note.as_ref().map(|note| note.confirmation_id.clone());
         match note.and_then(|note| note.decided) {
             Some(decided) => Signer {

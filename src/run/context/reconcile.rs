@@ -146,7 +146,7 @@ impl Kind for Reconcile {
             &asked.confirmation_id,
         );
         // Written even after a stop, as for a plan.
-        ctx.log.push(received);
+        ctx.replay.push(received);
         chosen.ok_or(RunError::Cancelled(CancelReason::User))
     }
 }

@@ -41,7 +41,7 @@ impl RunContext {
         if let Some(group) = &progress.escalated_to {
             // A re-attached client is sent the request as it stands now.
             let field = format!("\"escalated_to\":{}", serde_json::json!(group));
-            self.log
+            self.replay
                 .amend_request(&record.confirmation_id, field.as_bytes());
         }
         let spec = PauseSpec {
@@ -70,11 +70,11 @@ impl RunContext {
             .pause(spec, self.stop.token())
             .map_err(RunError::Cancelled)?;
         self.pause_stored = true;
-        self.log.pause_started();
+        self.replay.pause_started();
         // What its record holds is not what its log does (a restore's
         // gap rules): a park writes the log.
-        self.log.pause_parkable(None);
-        self.log.note_pause(&record.confirmation_id);
+        self.replay.pause_parkable(None);
+        self.replay.note_pause(&record.confirmation_id);
         if record.asked.kind().asks_a_yes() {
             self.anchor_calls(&record.confirmation_id);
             // Tasks started while it waited go on from their journal.
@@ -93,7 +93,7 @@ impl RunContext {
         decision: Decision,
     ) -> Result<Resumed, RunError> {
         let kind = record.asked.kind();
-        self.log.note_pause(&record.confirmation_id);
+        self.replay.note_pause(&record.confirmation_id);
         if kind.asks_a_yes() {
             self.anchor_calls(&record.confirmation_id);
             self.resume_journal(record.calls.clone());

@@ -119,7 +119,7 @@ impl RunContext {
         let settings = self.settings.clone();
         let manager = self.slot.manager().clone();
         let key = self.session_key().clone();
-        let log = self.log.clone();
+        let log = self.replay.clone();
         let stored = self.stored_id.clone();
         let id = confirmation_id.to_owned();
         let timers = timers.clone();

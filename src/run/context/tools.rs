@@ -168,7 +168,7 @@ impl RunContext {
         );
         outcome.changed = Some(Box::new(changed));
         let chunk = self.tool_output(index, &tool.name, &outcome, None);
-        self.log.push(chunk);
+        self.replay.push(chunk);
         Ok(outcome)
     }
 
@@ -240,7 +240,7 @@ impl RunContext {
                 serde_json::to_value(by).unwrap_or_default(),
             );
         }
-        self.log.push(chunk);
+        self.replay.push(chunk);
         if outcome.skipped {
             return Ok(kept);
         }
@@ -320,7 +320,7 @@ impl CallHost for Host<'_> {
             .ctx
             .chunk(ChunkType::Status, text)
             .with_meta(meta::STEP, self.index);
-        self.ctx.log.push(chunk);
+        self.ctx.replay.push(chunk);
     }
 
     fn tag(&self) -> Option<RunTag> {
@@ -333,6 +333,6 @@ impl CallHost for Host<'_> {
             .chunk(ChunkType::Status, format!("{}: {text}", self.tool))
             .with_meta(meta::STEP, self.index)
             .with_meta(meta::TOOL, self.tool);
-        self.ctx.log.push(chunk);
+        self.ctx.replay.push(chunk);
     }
 }

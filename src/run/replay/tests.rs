@@ -1,4 +1,4 @@
-//! The replay log's tests: eviction, bounds, and what it keeps.
+//! The replay buffer's tests: eviction, bounds, and what it keeps.
 
 use super::*;
 use crate::protocol::ChunkType;
