@@ -519,21 +519,40 @@ async fn with_sqlite_a_graceful_stop_writes_down_what_was_delivered() {
     assert_eq!(status, 200);
     durable::chunks(&run.finish().await);
     receiver.wait_for(3).await;
+    // The server has taken the three answers (settled in its memory).
+    let metrics = format!("{}/metrics", first.url);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+        let delivered: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("chatgate_webhook_deliveries_total{"))
+            .filter(|l| l.contains("outcome=\"delivered\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        if delivered >= 3.0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // At once: the deliveries' settles are still only in the sender's
     // memory (they are written together, at most a second later), so the
-    // stop itself must write them.
+    // stop itself must write them: the outbox the next process reads
+    // holds nothing, and it sends nothing again.
     durable::terminate(&mut first);
-
-    let _second = durable::start(&dir, &hook);
-    // Longer than the sender's look at the outbox (500 ms) and its writes.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     let seen = receiver.seen();
     let events: Vec<&str> = seen.iter().map(|d| d.event.as_str()).collect();
     assert_eq!(
         events,
         ["interaction.requested", "interaction.decided", "run.ended"],
-        "each event once: {seen:#?}"
+        "{seen:#?}"
     );
+    let db = rusqlite::Connection::open(dir.path("runs.db")).unwrap();
+    let undelivered: i64 = db
+        .query_row("SELECT COUNT(*) FROM webhook_outbox", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(undelivered, 0, "delivered events left in the outbox");
 }
 
 #[test]
