@@ -12,20 +12,20 @@
 //! [`Asking`] is the kind with what its pause asks, and dispatches on it:
 //! the registry (`confirmation`) keeps one per pause and checks replies
 //! against it; the run reads who may decide it ([`Asking::scope`]). The
-//! wire types of each kind live in `protocol` (`ConfirmationData`,
-//! `QuestionData`), its audit records and webhook events in
+//! wire types of each kind live in `protocol/kinds/`, listed once in the
+//! table of `protocol/kinds.rs`; its audit records and webhook events in
 //! `run/journal.rs`.
 //!
 //! Adding a kind: a file here with its checks and an arm of [`Asking`];
-//! its wire types in `protocol` (a `PauseKind` and a `PauseData` arm), and
-//! what the faces read of it (its tasks, questions, title, risk, who must
-//! decide it) in `protocol/pause_view.rs`; its run side, a file in
-//! `run/context/` implementing `Kind` (its request and how its decision is
-//! taken); its error row. Every `match` on `Asking`, `PauseKind` or
-//! `PauseData` is exhaustive, so the compiler names each place that must
-//! say what the new kind does (its audit record in `run/journal.rs`, its
-//! acknowledgement, its card on the link page, Slack and AG-UI, its
-//! restore).
+//! its wire type in `protocol/kinds/` (what the faces read of it and what
+//! a stored record keeps of it, the `KindData`, `KindWire` and
+//! `KindAsked` the compiler asks for), a row of the table and its
+//! `PauseKind` word (with its error row, in `protocol/names.rs`); its run
+//! side, a file in `run/context/` implementing `Kind` (its request and
+//! how its decision is taken). Every `match` on `Asking` or `PauseKind`
+//! is exhaustive, so the compiler names each place that must say what the
+//! new kind does (its audit record in `run/journal.rs`, its
+//! acknowledgement, its card on the link page and AG-UI, its restore).
 //! The run side lives above the registry, this below it: the registry
 //! checks replies against an [`Asking`] and must not know runs.
 

@@ -1,15 +1,16 @@
 //! The chunk: one JSON object on the stream, and one constructor per kind
-//! of chunk the server builds in more than one place; the confirmation data
-//! a pause carries and the verdicts a confirm gives its tasks.
+//! of chunk the server builds in more than one place; how a pause's data
+//! is read back by its `kind` (its types live in `protocol/kinds/`) and the
+//! verdicts a confirm gives its tasks.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::names::{
-    meta, Action, CancelReason, ChunkType, ErrorType, PauseKind, RiskLevel, TaskState,
-};
-use super::question::Question;
-use super::reconcile::ReconcileData;
+use super::kinds::confirmation_data::ConfirmationData;
+use super::kinds::question_data::QuestionData;
+use super::kinds::reconcile_data::ReconcileData;
+use super::kinds::PauseData;
+use super::names::{meta, Action, CancelReason, ChunkType, ErrorType, PauseKind, TaskState};
 pub use super::task_spec::{ApprovedBy, TaskPreview, TaskSpec};
 
 /// Most tasks one plan may put to the user; a larger plan ends the run with
@@ -142,73 +143,6 @@ pub enum ResumedHow {
     Asked,
 }
 
-/// The `confirmation_data` object of a `confirmation_request` chunk.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ConfirmationData {
-    /// Always `approval` here (questions are the other kind).
-    #[serde(default)]
-    pub kind: PauseKind,
-    pub confirmation_id: String,
-    pub confirmation_round: u32,
-    pub tasks: Vec<TaskSpec>,
-    pub options: Vec<Action>,
-    pub timeout_seconds: u64,
-    /// RFC 3339, UTC.
-    pub expires_at: String,
-    pub risk_level: RiskLevel,
-    /// This is the last round: `modify` is not offered.
-    #[serde(default)]
-    pub last_round: bool,
-    /// Who decides, when more than one yes from anyone who may decide:
-    /// how many distinct people (`required`, above 1) and the groups whose
-    /// members alone decide (`approvers`).
-    #[serde(default, skip_serializing_if = "is_one_or_less")]
-    pub required: usize,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub approvers: Vec<String>,
-    /// What silence does when it is not a cancel: `reject` (every task
-    /// rejected, the run goes on).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_timeout: Option<String>,
-    /// Its escalation, when it has one: to whom, and when (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub escalate_to: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub escalates_at: Option<String>,
-}
-
-fn is_one_or_less(n: &usize) -> bool {
-    *n <= 1
-}
-
-/// The `confirmation_data` object of an `input_request` chunk: questions.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct QuestionData {
-    /// Always `question`.
-    #[serde(default)]
-    pub kind: PauseKind,
-    pub confirmation_id: String,
-    pub title: String,
-    pub questions: Vec<Question>,
-    /// Always `answer`, `skip`, `cancel`.
-    pub options: Vec<Action>,
-    pub timeout_seconds: u64,
-    /// RFC 3339, UTC.
-    pub expires_at: String,
-}
-
-/// Whatever pause a chunk's `confirmation_data` holds: a plan to approve or
-/// questions, each written with its `kind`. Read back by that tag: `question`
-/// is a question pause; `approval`, or no `kind` (an older version's), is
-/// an approval.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(untagged)]
-pub enum PauseData {
-    Question(QuestionData),
-    Reconcile(Box<ReconcileData>),
-    Approval(ConfirmationData),
-}
-
 impl<'de> Deserialize<'de> for PauseData {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<PauseData, D::Error> {
         deserializer.deserialize_map(PauseDataVisitor)
@@ -247,53 +181,9 @@ impl<'de> serde::de::Visitor<'de> for PauseDataVisitor {
         let object = Value::Object(object);
         let kind = match object.get("kind") {
             Some(kind) => PauseKind::deserialize(kind).map_err(A::Error::custom)?,
-            None => PauseKind::Approval,
+            None => PauseKind::default(),
         };
         PauseData::of_kind(kind, object).map_err(A::Error::custom)
-    }
-}
-
-impl PauseData {
-    /// `kind`'s data, read from `rest` (which may lack the `kind` itself).
-    fn of_kind<'de, D: serde::Deserializer<'de>>(
-        kind: PauseKind,
-        rest: D,
-    ) -> Result<PauseData, D::Error> {
-        Ok(match kind {
-            PauseKind::Question => {
-                let mut data = QuestionData::deserialize(rest)?;
-                data.kind = kind;
-                PauseData::Question(data)
-            }
-            PauseKind::Reconcile => {
-                let mut data = ReconcileData::deserialize(rest)?;
-                data.kind = kind;
-                PauseData::Reconcile(Box::new(data))
-            }
-            PauseKind::Approval => {
-                let mut data = ConfirmationData::deserialize(rest)?;
-                data.kind = kind;
-                PauseData::Approval(data)
-            }
-        })
-    }
-
-    /// The kind of pause it asks.
-    pub fn kind(&self) -> PauseKind {
-        match self {
-            PauseData::Question(_) => PauseKind::Question,
-            PauseData::Reconcile(_) => PauseKind::Reconcile,
-            PauseData::Approval(_) => PauseKind::Approval,
-        }
-    }
-
-    /// The id of the pause this request asks.
-    pub fn confirmation_id(&self) -> &str {
-        match self {
-            PauseData::Question(data) => &data.confirmation_id,
-            PauseData::Reconcile(data) => &data.confirmation_id,
-            PauseData::Approval(data) => &data.confirmation_id,
-        }
     }
 }
 

@@ -2,8 +2,11 @@
 //!
 //! - [`request`]: the request and its rules ([`ChatRequest::validate`] turns
 //!   a decoded body into a [`ValidRequest`]), the `CONFIRM_ACTION` parser.
-//! - [`ask`]: what a pause asked (a plan's tasks, or questions), one
-//!   value, as a stored record writes it.
+//! - [`kinds`]: the kinds of pause, listed once in its table:
+//!   [`PauseData`] and [`Ask`] are generated from it; each kind's wire
+//!   type lives in its own file under `kinds/` with what the faces read of
+//!   it and what a stored record keeps of it.
+//! - [`ask`]: what a pause asked, one value, as a stored record writes it.
 //! - [`chunk`]: the chunk shape and its constructors, a pause's data, the
 //!   verdicts of a confirm.
 //! - [`given`]: what a reply gave its pause (verdicts or answers), one
@@ -23,25 +26,28 @@ pub mod agui;
 pub mod ask;
 pub mod chunk;
 pub mod given;
+pub mod kinds;
 pub mod names;
 pub mod openapi;
 pub mod pause_view;
 pub mod question;
-pub mod reconcile;
 pub mod record;
 pub mod request;
 pub mod task_spec;
 
-pub use ask::Ask;
 pub use chunk::{
-    json_len, Chunk, ConfirmationData, Decisions, PauseData, QuestionData, ResumedHow,
-    TaskDecision, Verdict, Via, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
+    json_len, Chunk, Decisions, ResumedHow, TaskDecision, Verdict, Via, MAX_CONFIRMATION_BYTES,
+    MAX_PLAN_TASKS,
 };
 pub use given::Given;
+pub use kinds::confirmation_data::ConfirmationData;
+pub use kinds::question_data::QuestionData;
+pub use kinds::reconcile_data::ReconcileData;
+pub use kinds::{Ask, PauseData};
 pub use names::{
     meta, Action, CancelReason, ChunkType, DecisionKind, ErrorType, PauseKind, RiskLevel, TaskState,
 };
-pub use reconcile::ReconcileData;
+
 pub use request::{
     is_plain_name, is_valid_session_id, parse_reply, ChatRequest, ReplyMessage, ReplyPayload,
     ReplySyntaxError, RequestError, TaskDecisionRequest, ValidRequest, CHAT_PATH, CONFIRM_PREFIX,

@@ -17,7 +17,8 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::ask::{Ask, Fields};
+use super::kinds::contract::Fields;
+use super::kinds::Ask;
 use super::names::{Action, PauseKind};
 use super::question::Question;
 use super::task_spec::TaskSpec;

@@ -64,10 +64,10 @@ mod tests {
     #[test]
     fn a_question_record_reads_back_as_it_was_written() {
         let mut record: PausedRecord = serde_json::from_value(older()).unwrap();
-        record.asked = Ask::Question {
+        record.asked = Ask::Question(crate::protocol::kinds::question_data::Asked {
             title: "where".into(),
             questions: Vec::new(),
-        };
+        });
         let again: PausedRecord =
             serde_json::from_str(&serde_json::to_string(&record).unwrap()).unwrap();
         assert_eq!(again, record);

@@ -240,6 +240,13 @@ async fn a_torn_audit_record_is_cut_off_and_every_line_stays_one_record() {
     )
     .await;
     let (status, chunk) = one_chunk(refused).await;
+    // The refused run's other records (its end) fail the same way while
+    // the limit holds, each cut off in turn: the file comes back to where
+    // it was once none is being written.
+    until("the torn records cut off", || {
+        std::fs::metadata(&audit).is_ok_and(|m| m.len() == proposed)
+    })
+    .await;
     let after_refusal = std::fs::metadata(&audit).unwrap().len();
     prlimit(&pid, "--fsize=unlimited:");
     let again = post(

@@ -25,14 +25,14 @@ impl RunContext {
         record: &PausedRecord,
     ) -> Result<PendingDecision, RunError> {
         let asking = match &record.asked {
-            Ask::Approval { tasks } => {
+            Ask::Approval(tasks) => {
                 self.note_previews(tasks);
                 Asking::Plan(Arc::new(self.plan_check(tasks)))
             }
-            Ask::Question { questions, .. } => Asking::Questions(questions.clone().into()),
+            Ask::Question(asked) => Asking::Questions(asked.questions.clone().into()),
             // Never stored (asked again from its call's journal entry);
             // read back, decided as its task's approval.
-            Ask::Reconcile { task } => {
+            Ask::Reconcile(task) => {
                 Asking::Reconcile(Arc::new(self.plan_check(std::slice::from_ref(&**task))))
             }
         };
