@@ -16,16 +16,23 @@
 //! table of `protocol/kinds.rs`; its audit records and webhook events in
 //! `run/journal.rs`.
 //!
-//! Adding a kind: a file here with its checks and an arm of [`Asking`];
-//! its wire type in `protocol/kinds/` (what the faces read of it and what
-//! a stored record keeps of it, the `KindData`, `KindWire` and
-//! `KindAsked` the compiler asks for), a row of the table and its
-//! `PauseKind` word (with its error row, in `protocol/names.rs`); its run
-//! side, a file in `run/context/` implementing `Kind` (its request and
-//! how its decision is taken). Every `match` on `Asking` or `PauseKind`
-//! is exhaustive, so the compiler names each place that must say what the
-//! new kind does (its audit record in `run/journal.rs`, its
-//! acknowledgement, its card on the link page and AG-UI, its restore).
+//! Adding a kind (#39), every file but its own named by the compiler:
+//!
+//! - its `PauseKind` word and its error row (`protocol/names.rs`);
+//! - its wire type in `protocol/kinds/`, answering `KindData`, `KindWire`
+//!   and `KindAsked` (what the faces read, what it offers, what a stored
+//!   record keeps), and a row of the table in `protocol/kinds.rs`;
+//! - its run side, a file in `run/context/` implementing `Kind` (its
+//!   request, how its decision is taken and acknowledged, how a stored
+//!   pause of it is restored), and a row of `run/context/kinds.rs`;
+//! - where it checks replies its own way: a file here and an arm of
+//!   [`Asking`] (and of the registry's check in `confirmation`);
+//! - its card on the link page and in AG-UI (`http/links/page.rs`,
+//!   `protocol/agui/interrupts.rs`).
+//!
+//! Where the faces treat kinds differently (buttons, the audit record, an
+//! answer form) they ask what the kind offers ([`PauseKind::asks_a_yes`]
+//! and its siblings), never its name.
 //! The run side lives above the registry, this below it: the registry
 //! checks replies against an [`Asking`] and must not know runs.
 
@@ -37,7 +44,7 @@ use std::sync::Arc;
 
 use self::approval::{PlanCheck, Quorum};
 use crate::protocol::question::Question;
-use crate::protocol::{PauseKind, RiskLevel};
+use crate::protocol::{Action, PauseKind, RiskLevel};
 
 /// What a pause asks, to check the replies to it against.
 #[derive(Debug, Clone)]
@@ -109,35 +116,26 @@ impl Asking {
     }
 }
 
-/// Where the faces treat the kinds differently, asked of the kind: one
-/// exhaustive match each, so the compiler names every one for a new kind
-/// (nothing outside `pause/` compares kinds).
+/// Where the faces treat the kinds differently, asked of what the kind
+/// offers (`PauseKind::offers`, from its wire type): nothing outside
+/// `pause/` compares kinds, and no match here names them.
 impl PauseKind {
     /// Whether it asks for a yes (a Confirm button: Slack's buttons, the
     /// inbox's `may_approve`, the approvals metric).
     pub fn asks_a_yes(self) -> bool {
-        match self {
-            PauseKind::Approval => true,
-            PauseKind::Question | PauseKind::Reconcile => false,
-        }
+        self.offers().contains(&Action::Confirm)
     }
 
     /// Whether it asks whether a call a crash cut short runs again (Run
     /// again, Skip and Cancel buttons).
     pub fn asks_run_again(self) -> bool {
-        match self {
-            PauseKind::Reconcile => true,
-            PauseKind::Approval | PauseKind::Question => false,
-        }
+        self.offers().contains(&Action::RunAgain)
     }
 
     /// Whether a reply to it carries answers (an answer form: Answer and
     /// Skip).
     pub fn asks_answers(self) -> bool {
-        match self {
-            PauseKind::Approval | PauseKind::Reconcile => false,
-            PauseKind::Question => true,
-        }
+        self.offers().contains(&Action::Answer)
     }
 }
 

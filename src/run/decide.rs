@@ -24,6 +24,7 @@ use crate::protocol::{
     meta, Action, CancelReason, Chunk, ChunkType, ErrorType, Given, PauseKind, ReplyMessage,
     ReplyPayload, Via,
 };
+use crate::run::context::asked::Received;
 use crate::run::registry::ReplayRegistry;
 use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
@@ -148,29 +149,18 @@ impl Decided {
             }
             return ack.with_meta(meta::APPROVERS, groups.clone());
         }
-        let text = format!("Received {}", self.action.as_str());
-        match self.kind {
-            PauseKind::Question => Chunk::questions_answered(
+        // Its `confirmation_received`, as its kind writes it.
+        super::context::kinds::received(
+            self.kind,
+            &Received {
                 session_id,
-                text,
-                self.action,
-                &self.confirmation_id,
-                self.given.as_ref().and_then(Given::answers),
-            ),
-            PauseKind::Reconcile => {
-                Chunk::reconcile_received(session_id, text, self.action, &self.confirmation_id)
-                    .with_approvers(&self.approved_by)
-            }
-            PauseKind::Approval => Chunk::confirmation_received(
-                session_id,
-                text,
-                self.action,
-                &self.confirmation_id,
-                self.round,
-                self.given.as_ref().and_then(Given::decisions),
-            )
-            .with_approvers(&self.approved_by),
-        }
+                action: self.action,
+                confirmation_id: &self.confirmation_id,
+                round: self.round,
+                given: self.given.as_ref(),
+                approved_by: &self.approved_by,
+            },
+        )
         .finished()
     }
 }

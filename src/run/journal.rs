@@ -468,8 +468,19 @@ impl Journal<'_> {
                 decision.decider.to_owned(),
                 decision.client.map(str::to_owned),
             );
-            match pause.kind {
-                PauseKind::Approval | PauseKind::Reconcile => AuditRecord::Decided {
+            // A reply that carries answers is audited as `answered`; every
+            // other kind's, as `decided`.
+            if pause.kind.asks_answers() {
+                AuditRecord::Answered {
+                    run: run.fields(),
+                    confirmation_id,
+                    action,
+                    answers: decision.given.and_then(Given::answers).cloned(),
+                    key,
+                    client,
+                }
+            } else {
+                AuditRecord::Decided {
                     run: run.fields(),
                     confirmation_id,
                     round,
@@ -481,15 +492,7 @@ impl Journal<'_> {
                         several if several.len() > 1 => several.to_vec(),
                         _ => Vec::new(),
                     },
-                },
-                PauseKind::Question => AuditRecord::Answered {
-                    run: run.fields(),
-                    confirmation_id,
-                    action,
-                    answers: decision.given.and_then(Given::answers).cloned(),
-                    key,
-                    client,
-                },
+                }
             }
         });
         let about = about(run, pause);

@@ -147,12 +147,20 @@ async fn a_quorum_is_decided_by_two_links_each_once_and_a_get_decides_nothing() 
     let (status, page, _) = get(&app, link(&links, "lead-1")).await;
     assert_eq!(status, 409, "{page}");
     assert!(page.contains("confirm</b> by <b>lead-2"), "{page}");
-    let decided: Vec<Value> = receiver
-        .seen()
-        .into_iter()
-        .filter(|d| d.event == "interaction.decided")
-        .map(|d| d.body)
-        .collect();
+    // Its webhook is on its way (the sender runs on its own threads).
+    let decided = || -> Vec<Value> {
+        receiver
+            .seen()
+            .into_iter()
+            .filter(|d| d.event == "interaction.decided")
+            .map(|d| d.body)
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + crate::helpers::WAIT;
+    while decided().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let decided = decided();
     assert_eq!(decided.len(), 1);
     assert_eq!(
         decided[0]["data"]["approved_by"],

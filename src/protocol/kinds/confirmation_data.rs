@@ -108,6 +108,7 @@ impl KindData for ConfirmationData {
 
 impl KindWire for ConfirmationData {
     const KIND: PauseKind = PauseKind::Approval;
+    const OFFERS: &'static [Action] = &Action::ALL;
     type Asked = Vec<TaskSpec>;
 
     fn asked(&self) -> Vec<TaskSpec> {

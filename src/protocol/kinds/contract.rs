@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::ser::{SerializeStruct, Serializer};
 use serde::Deserialize;
 
-use crate::protocol::names::{PauseKind, RiskLevel};
+use crate::protocol::names::{Action, PauseKind, RiskLevel};
 use crate::protocol::question::Question;
 use crate::protocol::task_spec::TaskSpec;
 
@@ -72,6 +72,9 @@ pub trait KindData {
 pub trait KindWire: KindData + DeserializeOwned {
     /// Which kind it is.
     const KIND: PauseKind;
+    /// The actions a pause of this kind may offer (its `options` are
+    /// these, or some of them): what its card's buttons and forms are.
+    const OFFERS: &'static [Action];
     /// What a stored paused record keeps of a pause of this kind.
     type Asked: KindAsked;
     /// What a stored paused record keeps of it.
@@ -155,6 +158,15 @@ macro_rules! pause_kinds {
         #[serde(untagged)]
         pub enum PauseData {
             $($(#[$doc])* $variant($payload)),*
+        }
+
+        impl PauseKind {
+            /// The actions a pause of this kind may offer.
+            pub fn offers(self) -> &'static [$crate::protocol::names::Action] {
+                match self {
+                    $(PauseKind::$variant => <$data as $crate::protocol::kinds::contract::KindWire>::OFFERS),*
+                }
+            }
         }
 
         impl PauseData {

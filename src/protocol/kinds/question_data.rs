@@ -77,6 +77,7 @@ impl KindData for QuestionData {
 
 impl KindWire for QuestionData {
     const KIND: PauseKind = PauseKind::Question;
+    const OFFERS: &'static [Action] = &Action::QUESTION;
     type Asked = Asked;
 
     fn asked(&self) -> Asked {

@@ -100,6 +100,7 @@ impl KindData for ReconcileData {
 
 impl KindWire for ReconcileData {
     const KIND: PauseKind = PauseKind::Reconcile;
+    const OFFERS: &'static [Action] = &Action::RECONCILE;
     type Asked = Box<TaskSpec>;
 
     fn asked(&self) -> Box<TaskSpec> {

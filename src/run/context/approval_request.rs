@@ -8,24 +8,25 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::asked::{Asked, Request};
+use super::asked::{Asked, Open, Received, Request};
 use super::pause::{timeout_seconds, Kind};
 use super::RunContext;
+use crate::confirmation::slot::PendingDecision;
 use crate::confirmation::Decision;
 use crate::pause::approval::response_schema;
 use crate::pause::Asking;
 use crate::protocol::Schema;
 use crate::protocol::{
-    json_len, Action, CancelReason, Chunk, ConfirmationData, DecisionKind, ErrorType, PauseKind,
-    TaskState, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
+    json_len, Action, CancelReason, Chunk, ConfirmationData, DecisionKind, ErrorType, Given,
+    PauseKind, TaskSpec, TaskState, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
 use crate::run::journal::PauseEvent;
 use crate::run::outcome::RunError;
-use crate::run::plan::{Approval, Plan};
+use crate::run::plan::{Approval, Plan, Resumed};
 
 impl Kind for Plan {
     type Answer = Approval;
-    const KIND: PauseKind = PauseKind::Approval;
+    type Wire = ConfirmationData;
 
     /// `None`: nothing in the plan needs a yes, so nothing is asked.
     async fn request(self, ctx: &mut RunContext) -> Result<Option<Request>, RunError> {
@@ -54,6 +55,48 @@ impl Kind for Plan {
             Box::pin(ctx.keep_grant(*grant)).await?;
         }
         Ok(approval)
+    }
+
+    fn received(decided: &Received<'_>) -> Chunk {
+        Chunk::confirmation_received(
+            decided.session_id,
+            format!("Received {}", decided.action.as_str()),
+            decided.action,
+            decided.confirmation_id,
+            decided.round,
+            decided.given.and_then(Given::decisions),
+        )
+        .with_approvers(decided.approved_by)
+    }
+
+    fn restore_asking(ctx: &mut RunContext, tasks: &Vec<TaskSpec>) -> Asking {
+        ctx.note_previews(tasks);
+        Asking::Plan(Arc::new(ctx.plan_check(tasks)))
+    }
+
+    /// Its tasks go on being decided one by one, its timers running.
+    async fn wait_restored(
+        ctx: &mut RunContext,
+        pending: PendingDecision,
+        asked: Asked,
+    ) -> Result<Resumed, RunError> {
+        let open = Open {
+            pending,
+            asked,
+            timers: None,
+        };
+        Box::pin(ctx.wait_plan(open)).await.map(Resumed::Approval)
+    }
+
+    async fn take_decided(
+        ctx: &mut RunContext,
+        decision: Decision,
+        asked: Asked,
+    ) -> Result<Resumed, RunError> {
+        ctx.settled(Self::KIND, &decision, &asked)?;
+        Plan::take(ctx, decision, asked)
+            .await
+            .map(Resumed::Approval)
     }
 }
 

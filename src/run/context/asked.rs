@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 
 use crate::confirmation::slot::PendingDecision;
 use crate::pause::{Asking, Scope};
-use crate::protocol::{Action, CancelReason, Chunk};
+use crate::protocol::{Action, CancelReason, Chunk, Given};
 use crate::store::Escalated;
 use crate::tools::gate::Escalation;
 
@@ -96,4 +96,16 @@ impl Timers {
     pub(super) fn first_due(&self) -> Option<SystemTime> {
         self.dues.first().map(|due| self.asked_at + due.after)
     }
+}
+
+/// What a taken reply decided, as its acknowledgement says it.
+pub(crate) struct Received<'a> {
+    pub(crate) session_id: &'a str,
+    pub(crate) action: Action,
+    pub(crate) confirmation_id: &'a str,
+    pub(crate) round: u32,
+    /// What the reply gave (verdicts, or answers).
+    pub(crate) given: Option<&'a Given>,
+    /// Every label that approved (a quorum's, in order).
+    pub(crate) approved_by: &'a [String],
 }

@@ -9,13 +9,14 @@
 //! every method keeps what it awaits small, and boxes what it need not hold.
 
 mod approval_request;
-mod asked;
+pub(crate) mod asked;
 mod calls;
 mod cleared;
 mod exactly_once;
 mod expiry;
 mod fallback;
 mod grants;
+pub(crate) mod kinds;
 mod links;
 mod pause;
 pub mod policy;

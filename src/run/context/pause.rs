@@ -1,6 +1,7 @@
 //! Asking, whatever the kind of pause: what is asked is checked, recorded
 //! and built into its request by its kind ([`Kind`]: a plan in
-//! `approval.rs`, questions in `questions.rs`); then, on one path for
+//! `approval_request.rs`, questions in `questions.rs`, a call a crash cut
+//! short in `reconcile.rs`; listed once in `kinds.rs`); then, on one path for
 //! every kind, kept in a durable store, registered as a pause and sent
 //! (`put_to_person`); waited on, its fallback recorded; and its
 //! decision counted and handed back to its kind, which acknowledges it on
@@ -13,15 +14,17 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
-use super::asked::{Asked, Open, Request, Running};
+use super::asked::{Asked, Open, Received, Request, Running};
 use super::RunContext;
 use crate::confirmation::slot::{PauseSpec, PendingDecision, Waited};
 use crate::confirmation::tasks::TaskStart;
 use crate::confirmation::Decision;
-use crate::protocol::{Action, Ask, CancelReason, ErrorType, PauseKind};
+use crate::pause::Asking;
+use crate::protocol::kinds::contract::KindWire;
+use crate::protocol::{Action, Ask, CancelReason, Chunk, ErrorType, PauseKind};
 use crate::run::journal::{Pause, PauseEvent};
 use crate::run::outcome::RunError;
-use crate::run::plan::{Answers, Approval, Plan, Questions};
+use crate::run::plan::{Answers, Approval, Plan, Questions, Resumed};
 use crate::session::run_log;
 use crate::session::RunTag;
 use crate::store::{PauseProgress, PausedRecord};
@@ -30,8 +33,11 @@ use crate::store::{PauseProgress, PausedRecord};
 /// (`Self`) and what it gets back ([`Kind::Answer`]).
 pub(super) trait Kind: Sized + Send {
     type Answer;
+    /// Its wire type (`protocol/kinds/`): what its pause says on the wire
+    /// and what a stored record keeps of it.
+    type Wire: KindWire;
     /// Which kind it is.
-    const KIND: PauseKind;
+    const KIND: PauseKind = <Self::Wire as KindWire>::KIND;
     /// Whether its pause is kept in a durable store as the run's record
     /// (a reconcile's is not: its call's journal entry asks it again).
     const STORED: bool = true;
@@ -50,6 +56,30 @@ pub(super) trait Kind: Sized + Send {
         decision: Decision,
         asked: Asked,
     ) -> impl Future<Output = Result<Self::Answer, RunError>> + Send;
+
+    /// The `confirmation_received` chunk that acknowledges `decided` on
+    /// the reply's own stream.
+    fn received(decided: &Received<'_>) -> Chunk;
+
+    /// What a pause of this kind restored from its record (`asked`) asks,
+    /// to check replies against.
+    fn restore_asking(ctx: &mut RunContext, asked: &<Self::Wire as KindWire>::Asked) -> Asking;
+
+    /// Waits on a restored pause of this kind and takes its decision, as
+    /// asking it does.
+    fn wait_restored(
+        ctx: &mut RunContext,
+        pending: PendingDecision,
+        asked: Asked,
+    ) -> impl Future<Output = Result<Resumed, RunError>> + Send;
+
+    /// Takes `decision`, recorded before a crash, of a restored pause of
+    /// this kind as if it had just come.
+    fn take_decided(
+        ctx: &mut RunContext,
+        decision: Decision,
+        asked: Asked,
+    ) -> impl Future<Output = Result<Resumed, RunError>> + Send;
 }
 
 impl RunContext {
@@ -166,7 +196,7 @@ impl RunContext {
     /// Waits on the plan of `open` (its timers started unless they run
     /// already): its decision taken, or tasks decided on their own
     /// ([`Approval::Partly`], the pause left open in `self.open`).
-    async fn wait_plan(&mut self, open: Open) -> Result<Approval, RunError> {
+    pub(super) async fn wait_plan(&mut self, open: Open) -> Result<Approval, RunError> {
         let Open {
             pending,
             asked,
@@ -230,57 +260,6 @@ impl RunContext {
         };
         self.store_pause(&mut request, K::STORED).await?;
         self.put(request, as_decided).map(Some)
-    }
-
-    /// Waits on a restored pause of `kind` (see
-    /// [`RunContext::resume_pause`]) and takes its decision, as
-    /// [`RunContext::confirm_as_decided`] and [`RunContext::ask`] do.
-    pub(super) async fn wait_restored(
-        &mut self,
-        kind: PauseKind,
-        pending: PendingDecision,
-        asked: Asked,
-    ) -> Result<crate::run::Resumed, RunError> {
-        use crate::run::Resumed;
-        match kind {
-            PauseKind::Approval => {
-                let open = Open {
-                    pending,
-                    asked,
-                    timers: None,
-                };
-                Box::pin(self.wait_plan(open)).await.map(Resumed::Approval)
-            }
-            PauseKind::Question => {
-                let decision = self.wait_for(pending, &asked).await?;
-                self.settled(kind, &decision, &asked)?;
-                Questions::take(self, decision, asked)
-                    .await
-                    .map(Resumed::Answers)
-            } // Never stored: asked again from its call's journal entry.
-            PauseKind::Reconcile => Err(RunError::unacted(ErrorType::Internal)),
-        }
-    }
-
-    /// Takes `decision`, recorded before a crash, of a restored pause of
-    /// `kind` as if it had just come (see [`RunContext::resume_decided`]).
-    pub(super) async fn take_decided(
-        &mut self,
-        kind: PauseKind,
-        decision: Decision,
-        asked: Asked,
-    ) -> Result<crate::run::Resumed, RunError> {
-        use crate::run::Resumed;
-        self.settled(kind, &decision, &asked)?;
-        match kind {
-            PauseKind::Approval => Plan::take(self, decision, asked)
-                .await
-                .map(Resumed::Approval),
-            PauseKind::Question => Questions::take(self, decision, asked)
-                .await
-                .map(Resumed::Answers),
-            PauseKind::Reconcile => Err(RunError::unacted(ErrorType::Internal)),
-        }
     }
 
     /// Waits for the decision of a registered pause: a reply, or the run's

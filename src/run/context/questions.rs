@@ -7,20 +7,22 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::asked::{Asked, Request};
+use super::asked::{Asked, Received, Request};
 use super::pause::{timeout_seconds, Kind};
 use super::RunContext;
+use crate::confirmation::slot::PendingDecision;
 use crate::confirmation::Decision;
 use crate::pause::Asking;
+use crate::protocol::kinds::question_data;
 use crate::protocol::question::{check_questions, MAX_QUESTION_CHARS};
-use crate::protocol::{Action, CancelReason, Chunk, ErrorType, PauseKind, QuestionData};
+use crate::protocol::{Action, CancelReason, Chunk, ErrorType, Given, PauseKind, QuestionData};
 use crate::run::journal::PauseEvent;
 use crate::run::outcome::RunError;
-use crate::run::plan::{Answers, Questions};
+use crate::run::plan::{Answers, Questions, Resumed};
 
 impl Kind for Questions {
     type Answer = Answers;
-    const KIND: PauseKind = PauseKind::Question;
+    type Wire = QuestionData;
 
     /// Checked against their bounds and recorded as asked.
     async fn request(self, ctx: &mut RunContext) -> Result<Option<Request>, RunError> {
@@ -106,5 +108,39 @@ impl Kind for Questions {
             Action::Cancel => Err(RunError::Cancelled(CancelReason::User)),
             _ => Ok(answers),
         }
+    }
+
+    fn received(decided: &Received<'_>) -> Chunk {
+        Chunk::questions_answered(
+            decided.session_id,
+            format!("Received {}", decided.action.as_str()),
+            decided.action,
+            decided.confirmation_id,
+            decided.given.and_then(Given::answers),
+        )
+    }
+
+    fn restore_asking(_ctx: &mut RunContext, asked: &question_data::Asked) -> Asking {
+        Asking::Questions(asked.questions.clone().into())
+    }
+
+    async fn wait_restored(
+        ctx: &mut RunContext,
+        pending: PendingDecision,
+        asked: Asked,
+    ) -> Result<Resumed, RunError> {
+        let decision = ctx.wait_for(pending, &asked).await?;
+        Self::take_decided(ctx, decision, asked).await
+    }
+
+    async fn take_decided(
+        ctx: &mut RunContext,
+        decision: Decision,
+        asked: Asked,
+    ) -> Result<Resumed, RunError> {
+        ctx.settled(Self::KIND, &decision, &asked)?;
+        Questions::take(ctx, decision, asked)
+            .await
+            .map(Resumed::Answers)
     }
 }

@@ -17,9 +17,10 @@ use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
-use super::asked::{Asked, Request};
+use super::asked::{Asked, Received, Request};
 use super::pause::{timeout_seconds, Kind};
 use super::RunContext;
+use crate::confirmation::slot::PendingDecision;
 use crate::confirmation::Decision;
 use crate::pause::Asking;
 use crate::protocol::{
@@ -27,6 +28,7 @@ use crate::protocol::{
 };
 use crate::run::journal::PauseEvent;
 use crate::run::outcome::RunError;
+use crate::run::plan::Resumed;
 use crate::store::CallEntry;
 use crate::tools::Tool;
 
@@ -61,7 +63,7 @@ impl Reconcile {
 
 impl Kind for Reconcile {
     type Answer = Reconciled;
-    const KIND: PauseKind = PauseKind::Reconcile;
+    type Wire = ReconcileData;
     const STORED: bool = false;
 
     async fn request(self, ctx: &mut RunContext) -> Result<Option<Request>, RunError> {
@@ -148,6 +150,40 @@ impl Kind for Reconcile {
         // Written even after a stop, as for a plan.
         ctx.replay.push(received);
         chosen.ok_or(RunError::Cancelled(CancelReason::User))
+    }
+
+    fn received(decided: &Received<'_>) -> Chunk {
+        Chunk::reconcile_received(
+            decided.session_id,
+            format!("Received {}", decided.action.as_str()),
+            decided.action,
+            decided.confirmation_id,
+        )
+        .with_approvers(decided.approved_by)
+    }
+
+    /// Never stored (asked again from its call's journal entry); read
+    /// back, decided as its task's approval.
+    fn restore_asking(ctx: &mut RunContext, task: &Box<TaskSpec>) -> Asking {
+        Asking::Reconcile(Arc::new(ctx.plan_check(std::slice::from_ref(&**task))))
+    }
+
+    /// Never stored: asked again from its call's journal entry.
+    async fn wait_restored(
+        _ctx: &mut RunContext,
+        _pending: PendingDecision,
+        _asked: Asked,
+    ) -> Result<Resumed, RunError> {
+        Err(RunError::unacted(ErrorType::Internal))
+    }
+
+    /// Never stored: asked again from its call's journal entry.
+    async fn take_decided(
+        _ctx: &mut RunContext,
+        _decision: Decision,
+        _asked: Asked,
+    ) -> Result<Resumed, RunError> {
+        Err(RunError::unacted(ErrorType::Internal))
     }
 }
 

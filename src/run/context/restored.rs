@@ -4,15 +4,12 @@
 //! the time it has left, its timers and its `on_timeout` as when it was
 //! asked.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::asked::Asked;
 use super::RunContext;
 use crate::confirmation::slot::{PauseSpec, PendingDecision};
 use crate::confirmation::Decision;
-use crate::pause::Asking;
-use crate::protocol::Ask;
 use crate::run::outcome::RunError;
 use crate::run::plan::Resumed;
 use crate::store::PausedRecord;
@@ -24,18 +21,7 @@ impl RunContext {
         &mut self,
         record: &PausedRecord,
     ) -> Result<PendingDecision, RunError> {
-        let asking = match &record.asked {
-            Ask::Approval(tasks) => {
-                self.note_previews(tasks);
-                Asking::Plan(Arc::new(self.plan_check(tasks)))
-            }
-            Ask::Question(asked) => Asking::Questions(asked.questions.clone().into()),
-            // Never stored (asked again from its call's journal entry);
-            // read back, decided as its task's approval.
-            Ask::Reconcile(task) => {
-                Asking::Reconcile(Arc::new(self.plan_check(std::slice::from_ref(&**task))))
-            }
-        };
+        let asking = self.restore_asking(&record.asked);
         let at = crate::clock::at;
         let progress = record.progress.clone().unwrap_or_default();
         if let Some(group) = &progress.escalated_to {
