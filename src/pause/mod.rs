@@ -22,9 +22,10 @@
 //! - its wire type in `protocol/kinds/`, answering `KindData`, `KindWire`
 //!   and `KindAsked` (what the faces read, what it offers, what a stored
 //!   record keeps), and a row of the table in `protocol/kinds.rs`;
-//! - its run side, a file in `run/context/` implementing `Kind` (its
+//! - its run side, a file in `run/context/kinds/` implementing `Kind` (its
 //!   request, how its decision is taken and acknowledged, how a stored
-//!   pause of it is restored), and a row of `run/context/kinds.rs`;
+//!   pause of it is restored), and its row (and `mod` line) in
+//!   `run/context/kinds.rs`;
 //! - where it checks replies its own way: a file here and an arm of
 //!   [`Asking`] (and of the registry's check in `confirmation`);
 //! - its card on the link page and in AG-UI (`http/links/page.rs`,

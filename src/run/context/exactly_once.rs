@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::calls::{Calls, KEYS_KEPT};
-use super::reconcile::{Reconcile, Reconciled};
+use super::kinds::reconcile::{Reconcile, Reconciled};
 use super::{Cleared, RunContext};
 use crate::protocol::{meta, Chunk, ErrorType, ResumedHow};
 use crate::receipt::{call_digest, idempotency_key};

@@ -3,11 +3,16 @@
 //! asks it ([`Kind`]: its request, how its decision is taken, how a stored
 //! pause of it is restored). What a run does with a pause restored from a
 //! store dispatches here, and nowhere else on the run side names a kind.
+//! Each kind's run side is a file under `kinds/`.
 
+mod plan;
+mod questions;
+pub(super) mod reconcile;
+
+use self::reconcile::Reconcile;
 use super::asked::Asked;
 use super::asked::Received;
 use super::pause::Kind;
-use super::reconcile::Reconcile;
 use super::RunContext;
 use crate::confirmation::slot::PendingDecision;
 use crate::confirmation::Decision;

@@ -8,7 +8,6 @@
 //! A paused run holds the future of its `confirm` call for the whole pause:
 //! every method keeps what it awaits small, and boxes what it need not hold.
 
-mod approval_request;
 pub(crate) mod asked;
 mod calls;
 mod cleared;
@@ -21,9 +20,7 @@ mod links;
 mod pause;
 pub mod policy;
 pub mod previews;
-mod questions;
 mod receipts;
-mod reconcile;
 mod restored;
 mod timers;
 pub mod tools;

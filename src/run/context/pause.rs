@@ -1,7 +1,7 @@
 //! Asking, whatever the kind of pause: what is asked is checked, recorded
-//! and built into its request by its kind ([`Kind`]: a plan in
-//! `approval_request.rs`, questions in `questions.rs`, a call a crash cut
-//! short in `reconcile.rs`; listed once in `kinds.rs`); then, on one path for
+//! and built into its request by its kind ([`Kind`], listed once in
+//! `kinds.rs`, each in its file under `kinds/`: a plan, questions, a call
+//! a crash cut short); then, on one path for
 //! every kind, kept in a durable store, registered as a pause and sent
 //! (`put_to_person`); waited on, its fallback recorded; and its
 //! decision counted and handed back to its kind, which acknowledges it on

@@ -7,15 +7,15 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::asked::{Asked, Received, Request};
-use super::pause::{timeout_seconds, Kind};
-use super::RunContext;
 use crate::confirmation::slot::PendingDecision;
 use crate::confirmation::Decision;
 use crate::pause::Asking;
 use crate::protocol::kinds::question_data;
 use crate::protocol::question::{check_questions, MAX_QUESTION_CHARS};
 use crate::protocol::{Action, CancelReason, Chunk, ErrorType, Given, PauseKind, QuestionData};
+use crate::run::context::asked::{Asked, Received, Request};
+use crate::run::context::pause::{timeout_seconds, Kind};
+use crate::run::context::RunContext;
 use crate::run::journal::PauseEvent;
 use crate::run::outcome::RunError;
 use crate::run::plan::{Answers, Questions, Resumed};

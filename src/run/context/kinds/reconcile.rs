@@ -17,15 +17,15 @@ use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
-use super::asked::{Asked, Received, Request};
-use super::pause::{timeout_seconds, Kind};
-use super::RunContext;
 use crate::confirmation::slot::PendingDecision;
 use crate::confirmation::Decision;
 use crate::pause::Asking;
 use crate::protocol::{
     Action, CancelReason, Chunk, ErrorType, PauseKind, ReconcileData, RiskLevel, TaskSpec,
 };
+use crate::run::context::asked::{Asked, Received, Request};
+use crate::run::context::pause::{timeout_seconds, Kind};
+use crate::run::context::RunContext;
 use crate::run::journal::PauseEvent;
 use crate::run::outcome::RunError;
 use crate::run::plan::Resumed;
@@ -33,13 +33,13 @@ use crate::store::CallEntry;
 use crate::tools::Tool;
 
 /// Whether a call a crash cut short took effect, as a run asks it.
-pub(super) struct Reconcile {
-    pub(super) task: TaskSpec,
-    pub(super) entry: CallEntry,
+pub(in crate::run::context) struct Reconcile {
+    pub(in crate::run::context) task: TaskSpec,
+    pub(in crate::run::context) entry: CallEntry,
 }
 
 /// What a person chose.
-pub(super) enum Reconciled {
+pub(in crate::run::context) enum Reconciled {
     /// Call it again with the same key.
     RunAgain,
     /// Record it as not run.
@@ -48,7 +48,11 @@ pub(super) enum Reconciled {
 
 impl Reconcile {
     /// The call of `entry` (task `tool` with `args`) put to a person.
-    pub(super) fn of(tool: &Tool, args: &serde_json::Value, entry: CallEntry) -> Reconcile {
+    pub(in crate::run::context) fn of(
+        tool: &Tool,
+        args: &serde_json::Value,
+        entry: CallEntry,
+    ) -> Reconcile {
         let task = TaskSpec {
             index: entry.index,
             description: format!("{} (cut short by a restart)", tool.name),
@@ -189,7 +193,10 @@ impl Kind for Reconcile {
 
 impl RunContext {
     /// Puts the call of `entry` to a person and waits for the choice.
-    pub(super) async fn reconcile(&mut self, asks: Reconcile) -> Result<Reconciled, RunError> {
+    pub(in crate::run::context) async fn reconcile(
+        &mut self,
+        asks: Reconcile,
+    ) -> Result<Reconciled, RunError> {
         // Boxed, as in `confirm`; a reconcile is always asked.
         let Some((pending, asked)) = Box::pin(self.put_to_person(asks, false)).await? else {
             return Err(RunError::unacted(ErrorType::Internal));

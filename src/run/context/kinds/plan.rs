@@ -8,9 +8,6 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::asked::{Asked, Open, Received, Request};
-use super::pause::{timeout_seconds, Kind};
-use super::RunContext;
 use crate::confirmation::slot::PendingDecision;
 use crate::confirmation::Decision;
 use crate::pause::approval::response_schema;
@@ -20,6 +17,9 @@ use crate::protocol::{
     json_len, Action, CancelReason, Chunk, ConfirmationData, DecisionKind, ErrorType, Given,
     PauseKind, TaskSpec, TaskState, MAX_CONFIRMATION_BYTES, MAX_PLAN_TASKS,
 };
+use crate::run::context::asked::{Asked, Open, Received, Request};
+use crate::run::context::pause::{timeout_seconds, Kind};
+use crate::run::context::RunContext;
 use crate::run::journal::PauseEvent;
 use crate::run::outcome::RunError;
 use crate::run::plan::{Approval, Plan, Resumed};
