@@ -670,6 +670,48 @@ fn no_kind_is_compared_by_eq_outside_pause() {
     assert!(found.is_empty(), "kind comparisons:\n{}", found.join("\n"));
 }
 
+/// The places that name a kind of pause in a `match` arm (#39): the
+/// wire table and the kinds' wire files (`protocol/kinds*`), the run table
+/// and the kinds' run files (`run/context/kinds*`), `pause/` and the
+/// registry's reply check (`confirmation/mod.rs`, by [`Asking`]), the
+/// chunk's own accessors, and the cards (the link page, AG-UI's
+/// interrupts). A new kind touches these (the compiler names each), and
+/// nothing else grows an arm per kind.
+#[test]
+fn kinds_are_matched_only_in_their_tables_their_files_and_their_cards() {
+    const MAY: [&str; 8] = [
+        "src/protocol/kinds",
+        "src/run/context/kinds",
+        "src/pause/",
+        "src/confirmation/mod.rs",
+        "src/protocol/chunk.rs",
+        "src/http/links/page.rs",
+        "src/protocol/agui/interrupts.rs",
+        // Its own tests only (see `without_tests`).
+        "src/confirmation/tests",
+    ];
+    let arm = regex_lite(r"\b(PauseKind|PauseData|Ask|Asking)::[A-Z][A-Za-z]*\b[^;]*=>");
+    let mut found = Vec::new();
+    for file in rust_files(Path::new("src")) {
+        let path = file.display().to_string();
+        if MAY.iter().any(|may| path.starts_with(may)) {
+            continue;
+        }
+        let text = without_tests(&std::fs::read_to_string(&file).unwrap());
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if arm(code) {
+                found.push(format!("{path}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a kind matched outside its tables, files and cards:\n{}",
+        found.join("\n")
+    );
+}
+
 /// A line matcher for the fitness tests: the `regex` crate the server
 /// depends on.
 fn regex_lite(pattern: &str) -> impl Fn(&str) -> bool {
