@@ -297,6 +297,7 @@ struct Pause {
     confirmation_id: String,
     round: u32,
     options: Vec<Action>,
+    kind: PauseKind,
     asking: Asking,
     /// When it was asked and when it expires (for the inbox).
     asked_at: SystemTime,
@@ -396,7 +397,7 @@ impl ConfirmationManager {
                 new_run_id: run_id,
                 stored: pause.stored.clone(),
                 confirmation_id: pause.confirmation_id.clone(),
-                kind: pause.asking.kind(),
+                kind: pause.kind,
             };
             return Ok(Begun::Supersedes(taken));
         }
@@ -658,7 +659,7 @@ impl ConfirmationManager {
         };
         let (confirmation_id, confirmation_round) = (pause.confirmation_id.clone(), pause.round);
         let stored = pause.stored.clone();
-        let kind = pause.asking.kind();
+        let kind = pause.kind;
         let run_id = registry.sessions.get(key).map_or(0, |entry| entry.run_id);
         Ok(Accepted {
             action,

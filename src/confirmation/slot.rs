@@ -12,7 +12,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::{Asking, ConfirmationManager, Decision, Pause, RunSlot};
-use crate::protocol::{Action, CancelReason};
+use crate::protocol::{Action, CancelReason, PauseKind};
 use crate::session::SessionKey;
 
 /// What a pause is registered with.
@@ -21,6 +21,9 @@ pub struct PauseSpec {
     pub confirmation_id: String,
     pub round: u32,
     pub options: Vec<Action>,
+    /// Its kind (what the inbox, webhooks and a reply's acknowledgement
+    /// say it is); `asking` is how a reply to it is checked.
+    pub kind: PauseKind,
     pub asking: Asking,
     /// The run's id in a durable store, when this pause is kept there.
     pub stored: Option<Arc<str>>,
@@ -40,7 +43,8 @@ pub struct PauseSpec {
 }
 
 impl PauseSpec {
-    /// A pause asked now, expiring in 5 minutes, kept in no store (tests).
+    /// An approval asked now, expiring in 5 minutes, kept in no store
+    /// (tests).
     pub fn new(
         confirmation_id: String,
         round: u32,
@@ -52,6 +56,7 @@ impl PauseSpec {
             confirmation_id,
             round,
             options,
+            kind: PauseKind::Approval,
             asking,
             stored: None,
             asked_at,
@@ -118,6 +123,7 @@ impl RunSlot {
                     confirmation_id: spec.confirmation_id,
                     round: spec.round,
                     options: spec.options,
+                    kind: spec.kind,
                     asking: spec.asking,
                     stored: spec.stored,
                     asked_at: spec.asked_at,

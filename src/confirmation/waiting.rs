@@ -83,7 +83,7 @@ fn waiting(key: &SessionKey, entry: &Entry) -> Option<Waiting> {
     Some(Waiting {
         key: key.clone(),
         confirmation_id: pause.confirmation_id.clone(),
-        kind: pause.asking.kind(),
+        kind: pause.kind,
         asked_at: pause.asked_at,
         expires_at: pause.expires_at,
         approvals: pause.tally.approvals.clone(),

@@ -9,7 +9,7 @@
 //! - [`reconcile`]: a call a crash cut short (`input_request`, #44):
 //!   `run_again`, `skip` or `cancel`, decided as the task's approval.
 //!
-//! [`Asking`] is the kind with what its pause asks, and dispatches on it:
+//! [`Asking`] is how replies to a pause are checked, with what it asks:
 //! the registry (`confirmation`) keeps one per pause and checks replies
 //! against it; the run reads who may decide it ([`Asking::scope`]). The
 //! wire types of each kind live in `protocol/kinds/`, listed once in the
@@ -26,8 +26,11 @@
 //!   request, how its decision is taken and acknowledged, how a stored
 //!   pause of it is restored), and its row (and `mod` line) in
 //!   `run/context/kinds.rs`;
-//! - where it checks replies its own way: a file here and an arm of
-//!   [`Asking`] (and of the registry's check in `confirmation`);
+//! - only where it checks replies in a way no kind does yet: a file here
+//!   and an arm of [`Asking`] (and of the registry's check in
+//!   `confirmation`). [`Asking`] is how replies are checked, not the
+//!   kind: the registry keeps each pause's kind beside it, so a kind
+//!   checked as questions are (one answer) asks with [`Asking::Questions`];
 //! - its card on the link page and in AG-UI (`http/links/page.rs`,
 //!   `protocol/agui/interrupts.rs`).
 //!
@@ -60,14 +63,6 @@ pub enum Asking {
 }
 
 impl Asking {
-    pub fn kind(&self) -> PauseKind {
-        match self {
-            Asking::Plan(_) => PauseKind::Approval,
-            Asking::Questions(_) => PauseKind::Question,
-            Asking::Reconcile(_) => PauseKind::Reconcile,
-        }
-    }
-
     /// The tasks whose approvals it counts (a plan's, a reconcile's one),
     /// checked by the tasks' rule of who may decide.
     pub fn plan(&self) -> Option<&Arc<PlanCheck>> {

@@ -258,8 +258,8 @@ impl RunContext {
         let Some(mut request) = asks.request(self).await? else {
             return Ok(None);
         };
-        self.store_pause(&mut request, K::STORED).await?;
-        self.put(request, as_decided).map(Some)
+        self.store_pause(&mut request, K::KIND, K::STORED).await?;
+        self.put(request, K::KIND, as_decided).map(Some)
     }
 
     /// Waits for the decision of a registered pause: a reply, or the run's
@@ -331,9 +331,13 @@ impl RunContext {
     /// share keeps a pause that cannot be resumed too (its record
     /// [`PausedRecord::in_memory`]), so that it is listed, found and
     /// decided from any replica.
-    async fn store_pause(&mut self, request: &mut Request, keep: bool) -> Result<(), RunError> {
+    async fn store_pause(
+        &mut self,
+        request: &mut Request,
+        kind: PauseKind,
+        keep: bool,
+    ) -> Result<(), RunError> {
         self.pause_stored = false;
-        let kind = request.asking.kind();
         let events = match self.settings.webhooks {
             Some(_) => {
                 let requested = PauseEvent::Requested {
@@ -461,6 +465,7 @@ impl RunContext {
     fn put(
         &mut self,
         request: Request,
+        kind: PauseKind,
         as_decided: bool,
     ) -> Result<(PendingDecision, Asked), RunError> {
         let Request {
@@ -481,6 +486,7 @@ impl RunContext {
             confirmation_id: confirmation_id.clone(),
             round,
             options,
+            kind,
             asking,
             stored,
             asked_at: SystemTime::now(),

@@ -34,6 +34,7 @@ impl RunContext {
             confirmation_id: record.confirmation_id.clone(),
             round: record.round,
             options: record.options.clone(),
+            kind: record.asked.kind(),
             asking,
             stored: self.stored_id.clone(),
             asked_at: at(record.asked_at_ms),
