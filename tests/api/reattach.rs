@@ -75,6 +75,51 @@ async fn a_re_attach_to_a_run_that_finished_meanwhile_replays_its_tail() {
     assert_eq!(error_type(&chunk), "no_such_run");
 }
 
+/// A reply that lost a race (a second replica's, forwarded once the run
+/// had ended) and names its pause is told who decided it (409) while the
+/// ended run's log is kept, and after; one naming no pause gets 404 once
+/// the run has ended (docs/protocol.md, "A reply sent again").
+#[tokio::test]
+async fn a_reply_naming_its_pause_after_a_detached_run_ended_is_told_who_decided() {
+    let app = spawn_app_with(detaching).await;
+    let (stream, request) = app.open_paused("late", "only step").await;
+    let id = crate::helpers::confirmation_id(&request);
+    drop(stream);
+    app.eventually("the run is detached", |app| app.logs.detached() == 1)
+        .await;
+    let (status, _) = app.reply("late", "CONFIRM_ACTION:confirm").await;
+    assert_eq!(status, 200);
+    app.registry_drains().await;
+    let late = || async {
+        let body = serde_json::json!({
+            "message": "CONFIRM_ACTION:cancel", "session_id": "late", "confirmation_id": id,
+        });
+        one_chunk(app.post_json(&body).await).await
+    };
+
+    let (status, told) = late().await;
+    let (plain, unnamed) = app.reply("late", "CONFIRM_ACTION:cancel").await;
+
+    assert_eq!(status, 409, "{told:?}");
+    assert_eq!(error_type(&told), "already_decided");
+    assert_eq!(told.metadata["action"], "confirm");
+    assert_eq!(told.metadata["decided_by"], "anonymous");
+    assert_eq!(told.metadata["confirmation_id"], id.as_str());
+    assert_eq!(plain, 404, "{unnamed:?}");
+    assert_eq!(error_type(&unnamed), "no_pending_confirmation");
+    // Its end read, its log goes: what decided the pause is remembered.
+    let mut resumed = EventStream::resumed(
+        app.reattach("late", request.sequence).await,
+        request.sequence,
+    );
+    assert_eq!(resumed.finish().await.chunk_type, ChunkType::Completion);
+    app.eventually("the delivered log is forgotten", |app| app.logs.is_empty())
+        .await;
+    let (status, after) = late().await;
+    assert_eq!(status, 409, "{after:?}");
+    assert_eq!(after.metadata["decided_by"], "anonymous");
+}
+
 #[tokio::test]
 async fn a_hole_in_the_replay_is_announced_with_gap() {
     let app = spawn_app_with(|s| {

@@ -5,11 +5,12 @@ either replica), and the replica that gets the next request about it, or
 whose sweep finds it expired, takes it over and goes on.
 """
 
+import re
 import time
 import unittest
 
-from test_round_robin import (Cluster, Replica, answer, chunk_types, new_session, pause_on,
-                              post, read_to_end, read_until)
+from test_round_robin import (Cluster, Replica, answer, chunk_types, new_session, post,
+                              read_to_end, read_until)
 
 CONFIRM_TIMEOUT_S = 4
 
@@ -41,14 +42,19 @@ def first_byte_of_record(session):
 
 
 def parked_on(replica, session):
-    """Pauses a run on ``replica`` and leaves; returns once the replica
-    holds no paused run (it parked it)."""
-    stream = pause_on(replica, session)
+    """Pauses a run on ``replica`` and leaves; returns the pause's
+    ``confirmation_id`` once the replica holds no paused run (it parked
+    it)."""
+    stream = post(replica, {"message": "build; ship", "session_id": session})
+    assert stream.status == 200, stream.status
+    seen = read_until(stream, rb'"chunk_type":"confirmation_request"')
+    pause = re.search(rb'"confirmation_id":"([0-9a-f-]+)"', seen).group(1).decode()
     stream.conn.close()  # the client leaves
     deadline = time.monotonic() + 15
     while replica.metric("chatgate_paused_runs") != 0:
         assert time.monotonic() < deadline, "never parked: %s" % replica.logs()[-2000:]
         time.sleep(0.05)
+    return pause
 
 
 class ParkedAcrossReplicasTests(unittest.TestCase):
@@ -108,11 +114,15 @@ class ParkedAcrossReplicasTests(unittest.TestCase):
         import threading
         a, b = CLUSTER.replicas
         session = new_session("race")
-        parked_on(a, session)
+        pause = parked_on(a, session)
         results = []
 
+        # Each names the pause: the loser may reach the winner only once the
+        # run has ended, and a reply naming its pause is told who decided it
+        # (409) for as long as the run's end is kept; one naming no pause
+        # would be told 404 then (docs/protocol.md, "A reply sent again").
         def reply(replica, action):
-            results.append(answer(replica, session, action)[0])
+            results.append(answer(replica, session, action, confirmation_id=pause)[0])
 
         threads = [threading.Thread(target=reply, args=(a, "confirm")),
                    threading.Thread(target=reply, args=(b, "cancel"))]
