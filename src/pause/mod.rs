@@ -19,9 +19,10 @@
 //! Adding a kind (#39), every file but its own named by the compiler:
 //!
 //! - its `PauseKind` word and its error row (`protocol/names.rs`);
-//! - its wire type in `protocol/kinds/`, answering `KindData`, `KindWire`
-//!   and `KindAsked` (what the faces read, what it offers, what a stored
-//!   record keeps), and a row of the table in `protocol/kinds.rs`;
+//! - its wire type in `protocol/kinds/`, answering `KindData`, `KindWire`,
+//!   `KindAsked` and `AguiFace` (what the faces read, what it offers, what
+//!   a stored record keeps, its AG-UI interrupts and how a `resume` of
+//!   them reads), and a row of the table in `protocol/kinds.rs`;
 //! - its run side, a file in `run/context/kinds/` implementing `Kind` (its
 //!   request, how its decision is taken and acknowledged, how a stored
 //!   pause of it is restored), and its row (and `mod` line) in
@@ -31,8 +32,7 @@
 //!   `confirmation`). [`Asking`] is how replies are checked, not the
 //!   kind: the registry keeps each pause's kind beside it, so a kind
 //!   checked as questions are (one answer) asks with [`Asking::Questions`];
-//! - its card on the link page and in AG-UI (`http/links/page.rs`,
-//!   `protocol/agui/interrupts.rs`).
+//! - its card on the link page (`http/links/page.rs`).
 //!
 //! Where the faces treat kinds differently (buttons, the audit record, an
 //! answer form) they ask what the kind offers ([`PauseKind::asks_a_yes`]

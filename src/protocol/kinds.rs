@@ -8,7 +8,9 @@
 //!   ([`contract::KindData`], `protocol/pause_view.rs`);
 //! - [`Ask`], what a stored paused record keeps of it
 //!   ([`contract::KindAsked`]), written as the fields every version wrote
-//!   (`protocol/ask.rs`).
+//!   (`protocol/ask.rs`);
+//! - its AG-UI face ([`PauseData::agui`]): its interrupts, and the reply a
+//!   `resume` of them makes (`protocol/agui/`).
 //!
 //! A kind's file holds its wire type and its answers to the contract
 //! ([`contract`]); nothing else on the wire side matches on the kinds, so a

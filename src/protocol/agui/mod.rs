@@ -3,15 +3,22 @@
 //! [`Event`]s; it is another door into the same runs, pauses and decision
 //! path as the chat endpoint (docs/protocol.md, "The AG-UI face").
 //!
+//! - [`face`]: what each kind of pause answers to be shown and resumed in
+//!   AG-UI ([`AguiFace`]: its kind's file under `protocol/kinds/` does);
 //! - [`interrupts`]: a pause as the interrupts that end an AG-UI run, and
 //!   a `resume` as the reply the decision path takes;
 //! - [`translate`]: a run's chunks as AG-UI events.
 
+pub mod face;
 pub mod interrupts;
 pub mod translate;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+pub use face::{
+    task_interrupt_id, AguiFace, Interrupt, ResumeEntry, ResumeError, ResumeReply, ResumeStatus,
+};
 
 /// The AG-UI endpoint: a run (`RunAgentInput`), answered as events.
 pub const AGUI_PATH: &str = "/api/v1/agui";
@@ -67,25 +74,6 @@ impl RunAgentInput {
             _ => None,
         }
     }
-}
-
-/// One answer of a `resume`: to which interrupt, and how.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ResumeEntry {
-    pub interrupt_id: String,
-    pub status: ResumeStatus,
-    #[serde(default)]
-    pub payload: Option<Value>,
-}
-
-/// `resolved` (the payload answers) or `cancelled` (no answer: the task
-/// does not run, the question is skipped).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ResumeStatus {
-    Resolved,
-    Cancelled,
 }
 
 /// One AG-UI event, written as one `data:` line.
@@ -180,22 +168,6 @@ pub enum Outcome {
     Interrupt { interrupts: Vec<Interrupt> },
     /// The run was cancelled (a person, a timeout, a supersede...).
     Cancelled,
-}
-
-/// Something the run needs from a person before it goes on: a task's
-/// approval (`tool_approval`), an answer (`question`), or whether to run
-/// a call a crash cut short again (`reconcile`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Interrupt {
-    pub id: String,
-    pub reason: &'static str,
-    pub message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
-    pub response_schema: Value,
-    pub expires_at: String,
-    pub metadata: Map<String, Value>,
 }
 
 /// What `GET /api/v1/agui/capabilities` answers: AG-UI's

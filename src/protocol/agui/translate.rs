@@ -8,7 +8,8 @@ use std::collections::HashSet;
 
 use serde_json::{json, Map, Value};
 
-use super::interrupts::{interrupts, task_interrupt_id};
+use super::interrupts::interrupts;
+use super::task_interrupt_id;
 use super::{Event, Outcome};
 use crate::protocol::{meta, Chunk, ChunkType, PauseData};
 

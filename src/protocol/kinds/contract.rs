@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::ser::{SerializeStruct, Serializer};
 use serde::Deserialize;
 
+use crate::protocol::agui::face::AguiFace;
 use crate::protocol::names::{Action, PauseKind, RiskLevel};
 use crate::protocol::question::Question;
 use crate::protocol::task_spec::TaskSpec;
@@ -69,7 +70,7 @@ pub trait KindData {
 }
 
 /// A kind's wire type, as the table names it.
-pub trait KindWire: KindData + DeserializeOwned {
+pub trait KindWire: KindData + AguiFace + DeserializeOwned {
     /// Which kind it is.
     const KIND: PauseKind;
     /// The actions a pause of this kind may offer (its `options` are
@@ -194,6 +195,13 @@ macro_rules! pause_kinds {
 
             /// What the faces read of it.
             pub fn view(&self) -> &dyn $crate::protocol::kinds::contract::KindData {
+                match self {
+                    $(PauseData::$variant(data) => ::std::borrow::Borrow::<$data>::borrow(data)),*
+                }
+            }
+
+            /// How AG-UI shows it and reads a `resume` of it.
+            pub fn agui(&self) -> &dyn $crate::protocol::agui::face::AguiFace {
                 match self {
                     $(PauseData::$variant(data) => ::std::borrow::Borrow::<$data>::borrow(data)),*
                 }

@@ -1,6 +1,7 @@
 //! Questions, the second kind of pause (#16): their wire type (the
-//! `confirmation_data` of an `input_request`), what the faces read of it
-//! and what a stored paused record keeps of it ([`Asked`]). Questions
+//! `confirmation_data` of an `input_request`), what the faces read of it,
+//! what a stored paused record keeps of it ([`Asked`]) and its AG-UI
+//! interrupts (one per question). Questions
 //! themselves, their bounds and answers live in `protocol/question.rs`,
 //! the reply checks in `crate::pause::questions`.
 
@@ -10,6 +11,11 @@ use super::contract::{Deciding, Fields, KindAsked, KindData, KindWire, WrittenAs
 use crate::protocol::names::{Action, PauseKind, RiskLevel};
 use crate::protocol::question::Question;
 use crate::protocol::task_spec::TaskSpec;
+use serde_json::{json, Map, Value};
+
+use crate::protocol::agui::face::{
+    AguiFace, Interrupt, ResumeEntry, ResumeError, ResumeReply, ResumeStatus,
+};
 
 /// The `confirmation_data` object of an `input_request` chunk: questions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -123,4 +129,101 @@ impl KindAsked for Asked {
     fn deciding_tasks(&self) -> Option<&[TaskSpec]> {
         None
     }
+}
+
+/// In AG-UI, questions are an interrupt each (`question`), and a `resume`
+/// answers the ones it names.
+impl AguiFace for QuestionData {
+    fn interrupts(&self, _open: &[usize]) -> Vec<Interrupt> {
+        self.questions
+            .iter()
+            .map(|question| question_interrupt(self, question))
+            .collect()
+    }
+
+    fn reply_of(
+        &self,
+        _open: &[usize],
+        resume: &[ResumeEntry],
+    ) -> Result<ResumeReply, ResumeError> {
+        answer_questions(self, resume)
+    }
+}
+
+fn question_interrupt(asked: &QuestionData, question: &Question) -> Interrupt {
+    let mut metadata = Map::new();
+    metadata.insert("confirmation_id".into(), json!(asked.confirmation_id));
+    metadata.insert("question_id".into(), json!(question.id));
+    metadata.insert("header".into(), json!(question.header));
+    metadata.insert("options".into(), json!(question.options));
+    metadata.insert("multi_select".into(), json!(question.multi_select));
+    metadata.insert("allow_other".into(), json!(question.allow_other));
+    metadata.insert("required".into(), json!(question.required));
+    Interrupt {
+        id: format!("{}-q-{}", asked.confirmation_id, question.id),
+        reason: "question",
+        message: question.question.clone(),
+        tool_call_id: None,
+        response_schema: answer_schema(question),
+        expires_at: asked.expires_at.clone(),
+        metadata,
+    }
+}
+
+/// The schema of one answer: the question's own, else a list of strings
+/// (multi-select), one of the options (no other text), or a string.
+fn answer_schema(question: &Question) -> Value {
+    if let Some(schema) = &question.schema {
+        return schema.clone();
+    }
+    if question.multi_select {
+        return json!({"type": "array", "items": {"type": "string"}, "minItems": 1});
+    }
+    if !question.options.is_empty() && !question.allow_other {
+        let names: Vec<&str> = question
+            .options
+            .iter()
+            .flat_map(|o| [o.id.as_str(), o.label.as_str()])
+            .collect();
+        return json!({"type": "string", "enum": names});
+    }
+    json!({"type": "string"})
+}
+
+fn answer_questions(
+    asked: &QuestionData,
+    resume: &[ResumeEntry],
+) -> Result<ResumeReply, ResumeError> {
+    let prefix = format!("{}-q-", asked.confirmation_id);
+    let mut answers = Map::new();
+    for entry in resume {
+        let question = entry
+            .interrupt_id
+            .strip_prefix(&prefix)
+            .filter(|id| asked.questions.iter().any(|q| q.id == *id))
+            .ok_or_else(|| ResumeError::Unknown(entry.interrupt_id.clone()))?;
+        if answers.contains_key(question) {
+            return Err(ResumeError::Answer(format!(
+                "question {question} is answered twice"
+            )));
+        }
+        match (entry.status, &entry.payload) {
+            (ResumeStatus::Resolved, Some(payload)) => {
+                answers.insert(question.to_owned(), payload.clone());
+            }
+            (ResumeStatus::Resolved, None) => {
+                return Err(ResumeError::Answer(format!(
+                    "question {question} is resolved without an answer (payload)"
+                )))
+            }
+            (ResumeStatus::Cancelled, _) => {}
+        }
+    }
+    if answers.is_empty() {
+        return Ok(ResumeReply::action("skip"));
+    }
+    Ok(ResumeReply {
+        answers: Some(answers),
+        ..ResumeReply::action("answer")
+    })
 }

@@ -1,7 +1,7 @@
 //! The wire types of a reconcile pause (#44): the `confirmation_data` of
 //! the `input_request` that asks whether a call a crash cut short took
-//! effect, what the faces read of it and what a stored record keeps of it
-//! (its chunks are built in `protocol/chunk.rs`).
+//! effect, what the faces read of it, what a stored record keeps of it and
+//! its AG-UI interrupt (its chunks are built in `protocol/chunk.rs`).
 
 use serde::{Deserialize, Serialize};
 
@@ -10,6 +10,11 @@ use super::contract::{Deciding, Fields, KindAsked, KindData, KindWire, WrittenAs
 use crate::protocol::names::{Action, PauseKind, RiskLevel};
 use crate::protocol::question::Question;
 use crate::protocol::task_spec::TaskSpec;
+use serde_json::{json, Map, Value};
+
+use crate::protocol::agui::face::{
+    AguiFace, Interrupt, ResumeEntry, ResumeError, ResumeReply, ResumeStatus,
+};
 
 /// The `confirmation_data` object of an `input_request` chunk that asks
 /// whether a call cut short by a crash took effect (#44): the task, its
@@ -133,5 +138,72 @@ impl KindAsked for Box<TaskSpec> {
 
     fn deciding_tasks(&self) -> Option<&[TaskSpec]> {
         Some(std::slice::from_ref(&**self))
+    }
+}
+
+/// In AG-UI, a reconcile pause is one interrupt (`reconcile`), resumed
+/// with the action to take.
+impl AguiFace for ReconcileData {
+    fn interrupts(&self, _open: &[usize]) -> Vec<Interrupt> {
+        vec![reconcile_interrupt(self)]
+    }
+
+    fn reply_of(
+        &self,
+        _open: &[usize],
+        resume: &[ResumeEntry],
+    ) -> Result<ResumeReply, ResumeError> {
+        reconcile(self, resume)
+    }
+}
+
+fn reconcile_interrupt(data: &ReconcileData) -> Interrupt {
+    let mut metadata = Map::new();
+    metadata.insert("confirmation_id".into(), json!(data.confirmation_id));
+    metadata.insert("tool".into(), json!(data.task.tool));
+    metadata.insert("args".into(), data.task.args.clone().unwrap_or(json!({})));
+    metadata.insert("idempotency_key".into(), json!(data.idempotency_key));
+    metadata.insert("started_at".into(), json!(data.started_at));
+    metadata.insert("attempt".into(), json!(data.attempt));
+    metadata.insert("risk_level".into(), json!(data.risk_level));
+    Interrupt {
+        id: data.confirmation_id.clone(),
+        reason: "reconcile",
+        message: data.message.clone(),
+        tool_call_id: None,
+        response_schema: json!({
+            "type": "object",
+            "properties": {"action": {"enum": ["run_again", "skip"]}},
+            "required": ["action"],
+        }),
+        expires_at: data.expires_at.clone(),
+        metadata,
+    }
+}
+
+fn reconcile(data: &ReconcileData, resume: &[ResumeEntry]) -> Result<ResumeReply, ResumeError> {
+    let [entry] = resume else {
+        return Err(ResumeError::Decision(
+            "a reconcile pause has one interrupt: resume it alone".to_owned(),
+        ));
+    };
+    if entry.interrupt_id != data.confirmation_id {
+        return Err(ResumeError::Unknown(entry.interrupt_id.clone()));
+    }
+    if entry.status == ResumeStatus::Cancelled {
+        return Ok(ResumeReply::action("cancel"));
+    }
+    let action = match &entry.payload {
+        Some(Value::String(action)) => Some(action.as_str()),
+        Some(payload) => payload.get("action").and_then(Value::as_str),
+        None => None,
+    };
+    match action {
+        Some(action @ ("run_again" | "skip" | "cancel")) => Ok(ResumeReply::action(action)),
+        _ => Err(ResumeError::Decision(
+            "a reconcile interrupt is resolved with {\"action\": \"run_again\"} or \
+             {\"action\": \"skip\"}"
+                .to_owned(),
+        )),
     }
 }
