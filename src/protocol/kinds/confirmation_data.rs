@@ -5,17 +5,16 @@
 //! `crate::pause::approval`, its chunks are built in `protocol/chunk.rs`.
 
 use serde::{Deserialize, Serialize};
-
-use super::contract::{Deciding, Fields, KindAsked, KindData, KindWire, WrittenAsk};
-use crate::protocol::names::{Action, PauseKind, RiskLevel};
-use crate::protocol::question::Question;
-use crate::protocol::task_spec::TaskSpec;
 use serde_json::{json, Map, Value};
 
+use super::contract::{Deciding, Fields, KindAsked, KindData, KindWire, WrittenAsk};
 use crate::protocol::agui::face::{
     task_interrupt_id, AguiFace, Interrupt, ResumeEntry, ResumeError, ResumeReply, ResumeStatus,
 };
+use crate::protocol::names::{Action, PauseKind, RiskLevel};
+use crate::protocol::question::Question;
 use crate::protocol::request::TaskDecisionRequest;
+use crate::protocol::task_spec::TaskSpec;
 
 /// The `confirmation_data` object of a `confirmation_request` chunk.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,16 +6,15 @@
 //! the reply checks in `crate::pause::questions`.
 
 use serde::{Deserialize, Serialize};
-
-use super::contract::{Deciding, Fields, KindAsked, KindData, KindWire, WrittenAsk};
-use crate::protocol::names::{Action, PauseKind, RiskLevel};
-use crate::protocol::question::Question;
-use crate::protocol::task_spec::TaskSpec;
 use serde_json::{json, Map, Value};
 
+use super::contract::{Deciding, Fields, KindAsked, KindData, KindWire, WrittenAsk};
 use crate::protocol::agui::face::{
     AguiFace, Interrupt, ResumeEntry, ResumeError, ResumeReply, ResumeStatus,
 };
+use crate::protocol::names::{Action, PauseKind, RiskLevel};
+use crate::protocol::question::Question;
+use crate::protocol::task_spec::TaskSpec;
 
 /// The `confirmation_data` object of an `input_request` chunk: questions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,17 +4,16 @@
 //! its AG-UI interrupt (its chunks are built in `protocol/chunk.rs`).
 
 use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
 
 use super::confirmation_data::is_one_or_less;
 use super::contract::{Deciding, Fields, KindAsked, KindData, KindWire, WrittenAsk};
-use crate::protocol::names::{Action, PauseKind, RiskLevel};
-use crate::protocol::question::Question;
-use crate::protocol::task_spec::TaskSpec;
-use serde_json::{json, Map, Value};
-
 use crate::protocol::agui::face::{
     AguiFace, Interrupt, ResumeEntry, ResumeError, ResumeReply, ResumeStatus,
 };
+use crate::protocol::names::{Action, PauseKind, RiskLevel};
+use crate::protocol::question::Question;
+use crate::protocol::task_spec::TaskSpec;
 
 /// The `confirmation_data` object of an `input_request` chunk that asks
 /// whether a call cut short by a crash took effect (#44): the task, its
