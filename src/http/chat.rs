@@ -326,6 +326,7 @@ async fn approved(
     let confirmation_id = confirmation_id.ok_or(ChatError::ApproverWithoutConfirmationId)?;
     state
         .runs
+        .inbox()
         .locate(confirmation_id)
         .await
         .map_err(ChatError::store(None))

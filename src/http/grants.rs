@@ -26,7 +26,8 @@ pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse 
         let caller = state.access.json_caller(req.headers())?;
         let grants = state
             .runs
-            .grants(whose(&state, caller))
+            .grants()
+            .list(whose(&state, caller))
             .await
             .map_err(|_| ChatError::StoreUnreachable)?;
         let mut response = HttpResponse::Ok()
@@ -51,7 +52,8 @@ pub async fn revoke(
         let client = client_address(&req, false);
         let found = state
             .runs
-            .revoke_grant(
+            .grants()
+            .revoke(
                 whose(&state, caller),
                 &id,
                 &state.access.label(caller),

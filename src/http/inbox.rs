@@ -1,5 +1,5 @@
 //! `GET /api/v1/interactions`: the inbox. Extract, check who may call,
-//! read the page asked for, one call below HTTP ([`crate::run::Runs::inbox`]),
+//! read the page asked for, one call below HTTP ([`crate::run::inbox::Inbox::list`]),
 //! respond with JSON. Refusals are JSON too (`error_type`, `message`),
 //! with the error table's status.
 
@@ -44,7 +44,7 @@ async fn list(
     let caller = state.access.json_caller(headers)?;
     let query = inbox_query(query)?;
     let (listed, role) = match caller {
-        Caller::Owner(owner) => (state.runs.inbox(owner, &query).await, "requester"),
+        Caller::Owner(owner) => (state.runs.inbox().list(owner, &query).await, "requester"),
         // An approver sees every namespace's its scope takes in.
         Caller::Approver(_) => {
             let decider = state.access.decider(caller);
@@ -56,7 +56,10 @@ async fn list(
                     && (may_decide(&decider, &item.deciding(&decider), Action::Cancel).is_ok()
                         || !tasks_for(&decider, item).is_empty())
             };
-            (state.runs.inbox_of_all(&query, in_scope).await, "approver")
+            (
+                state.runs.inbox().list_all(&query, in_scope).await,
+                "approver",
+            )
         }
     };
     let items = listed.map_err(ChatError::store(None))?;

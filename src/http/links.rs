@@ -170,7 +170,7 @@ pub async fn follow(
 /// The page of a pending pause, or of what became of it.
 async fn show_pause(state: &AppState, target: &Target) -> HttpResponse {
     let (key, token) = (&target.key, &target.token);
-    match state.runs.pending_here(key, &token.confirmation_id) {
+    match state.runs.inbox().pending_here(key, &token.confirmation_id) {
         Some(item) => page::pause(&item, &token.label),
         None => match state.runs.decided_note(key, &token.confirmation_id).await {
             Some(note) => page::decided(&note),
@@ -195,7 +195,7 @@ pub async fn decide_form(
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     };
-    let item = state.runs.pending_here(key, &token.confirmation_id);
+    let item = state.runs.inbox().pending_here(key, &token.confirmation_id);
     // A task's own button (`task=approve:N`): that task alone, a decide.
     let own = field("task").and_then(|task| task.split_once(':'));
     let action = match own {

@@ -238,6 +238,7 @@ async fn decide(
     // have been decided on their own since).
     let pending = state
         .runs
+        .inbox()
         .pending_here(&target.key, &target.token.confirmation_id)
         .map(|item| item.pending)
         .unwrap_or_default();

@@ -216,7 +216,7 @@ impl Runs {
         {
             return Err(ReplyError::Late);
         }
-        if reply.payload.grant.is_some() && self.grants_full(key).await {
+        if reply.payload.grant.is_some() && self.grants.full(key).await {
             return Err(DecideError::TooManyGrants.into());
         }
         let accepted = match self.take(key, &reply).await {
@@ -368,18 +368,6 @@ impl Runs {
                 taken => return taken,
             }
         }
-    }
-
-    /// Whether the namespace of `key` holds the most live grants (a store
-    /// that cannot tell says no: the run's own add is bounded anyway).
-    async fn grants_full(&self, key: &SessionKey) -> bool {
-        let namespace = self.settings.namespaces.name(key.owner);
-        let namespace = crate::store::Grant::namespace_of(namespace.as_deref());
-        self.settings
-            .store
-            .grants(Some(&namespace))
-            .await
-            .is_ok_and(|grants| grants.len() >= crate::store::grant::MAX_GRANTS_PER_NAMESPACE)
     }
 
     /// `refused` as the reply is told: a pause its run noted as decided

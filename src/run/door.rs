@@ -46,7 +46,7 @@ impl Runs {
         confirmation_id: &str,
         may_see: impl Fn(Option<u32>) -> bool,
     ) -> Result<SessionKey, Outcome> {
-        match self.locate(confirmation_id).await {
+        match self.inbox.locate(confirmation_id).await {
             Ok(Some(key)) if may_see(key.owner) => Ok(key),
             // Its key may no longer see that namespace (or was removed).
             Ok(Some(_)) => Err(Outcome::Refused(

@@ -2,10 +2,12 @@
 //! their revoke: the store's at once for every replica, on the record
 //! (`grant_revoked`) and announced (`grant.revoked`).
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::journal::{Entry, GrantEvent};
-use super::Runs;
+use super::settings::RunSettings;
 use crate::session::{run_log, RunTag, SessionKey};
 use crate::store::{Grant, StoreError};
 
@@ -19,7 +21,31 @@ pub enum GrantsOf {
     Approver(Option<Vec<String>>),
 }
 
-impl Runs {
+/// Live grants, an owned part of [`super::Runs`] (`runs.grants()`):
+/// listed as a caller sees them, revoked, and whether a namespace holds
+/// the most a reply may add to.
+#[derive(Clone)]
+pub struct Grants {
+    settings: Arc<RunSettings>,
+}
+
+impl Grants {
+    pub(super) fn new(settings: Arc<RunSettings>) -> Grants {
+        Grants { settings }
+    }
+
+    /// Whether the namespace of `key` holds the most live grants (a store
+    /// that cannot tell says no: the run's own add is bounded anyway).
+    pub(super) async fn full(&self, key: &SessionKey) -> bool {
+        let namespace = self.settings.namespaces.name(key.owner);
+        let namespace = Grant::namespace_of(namespace.as_deref());
+        self.settings
+            .store
+            .grants(Some(&namespace))
+            .await
+            .is_ok_and(|grants| grants.len() >= crate::store::grant::MAX_GRANTS_PER_NAMESPACE)
+    }
+
     fn grants_namespace(&self, of: &GrantsOf) -> Option<String> {
         match of {
             GrantsOf::Namespace(owner) => {
@@ -41,14 +67,14 @@ impl Runs {
     }
 
     /// The live grants `of` sees, newest first, as the API lists them.
-    pub async fn grants(&self, of: GrantsOf) -> Result<Vec<Value>, StoreError> {
+    pub async fn list(&self, of: GrantsOf) -> Result<Vec<Value>, StoreError> {
         let grants = self.visible(&of).await?;
         Ok(grants.iter().map(Grant::view).collect())
     }
 
     /// Revokes grant `id` when `of` may see it (`Ok(false)`: no such grant
     /// for this caller). `by` and `client` say who, on the record.
-    pub async fn revoke_grant(
+    pub async fn revoke(
         &self,
         of: GrantsOf,
         id: &str,

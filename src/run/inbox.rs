@@ -6,12 +6,15 @@
 //! replica's own pauses that are not stored are added.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::Runs;
+use super::registry::ReplayRegistry;
+use super::settings::RunSettings;
+use crate::confirmation::ConfirmationManager;
 use crate::decider::Decider;
 use crate::pause::approval::{PlanCheck, Quorum, TaskWho};
 use crate::protocol::{PauseData, PauseKind, TaskSpec};
@@ -308,7 +311,36 @@ fn interaction(
     })
 }
 
-impl Runs {
+/// The pending pauses as people find them, an owned part of [`super::Runs`]
+/// (`runs.inbox()`): listed (this process's, and the store's where pauses
+/// may live elsewhere: replicas, parked pauses), one looked up for a
+/// decision link's page, and the session of one an approver names.
+#[derive(Clone)]
+pub struct Inbox {
+    manager: ConfirmationManager,
+    replays: ReplayRegistry,
+    settings: Arc<RunSettings>,
+    /// Whether a pause may be held elsewhere than this process's memory
+    /// (replicas, or a durable store where pauses park): then the store
+    /// is asked too.
+    stored: bool,
+}
+
+impl Inbox {
+    pub(super) fn new(
+        manager: ConfirmationManager,
+        replays: ReplayRegistry,
+        settings: Arc<RunSettings>,
+        stored: bool,
+    ) -> Inbox {
+        Inbox {
+            manager,
+            replays,
+            settings,
+            stored,
+        }
+    }
+
     /// The session of the pause `confirmation_id`, in whatever namespace:
     /// this process's registry first, then its finished runs kept for
     /// their grace, then (replicas) the cluster's store.
@@ -319,7 +351,7 @@ impl Runs {
         if let Some(key) = self.replays.find_pause(confirmation_id) {
             return Ok(Some(key));
         }
-        if self.cluster.is_none() && !self.parks() {
+        if !self.stored {
             return Ok(None);
         }
         let found = self.settings.store.locate(confirmation_id).await?;
@@ -330,9 +362,9 @@ impl Runs {
     }
 
     /// Every namespace's pending pauses (an approver's inbox), as
-    /// [`Runs::inbox`] lists one namespace's. With replicas each
+    /// [`Inbox::list`] lists one namespace's. With replicas each
     /// namespace's first [`MAX_INBOX_LIMIT`] stored pauses are merged.
-    pub async fn inbox_of_all(
+    pub async fn list_all(
         &self,
         query: &InboxQuery,
         in_scope: impl Fn(Option<u32>, &Interaction) -> bool,
@@ -343,7 +375,7 @@ impl Runs {
                 limit: MAX_INBOX_LIMIT,
                 after: None,
             };
-            let listed = self.inbox(owner, &everything).await?;
+            let listed = self.list(owner, &everything).await?;
             items.extend(listed.into_iter().filter(|item| in_scope(owner, item)));
         }
         Ok(page(items, query))
@@ -351,13 +383,13 @@ impl Runs {
 
     /// The pending pauses of `owner`'s namespace, oldest expiry first (then
     /// by confirmation id), the page `query` asks for.
-    pub async fn inbox(
+    pub async fn list(
         &self,
         owner: Option<u32>,
         query: &InboxQuery,
     ) -> Result<Vec<Interaction>, StoreError> {
         let mut items = self.local_interactions(owner);
-        if self.cluster.is_some() || self.parks() {
+        if self.stored {
             // The cluster's stored pauses, paged by the store; this
             // replica's pauses that are not stored join them.
             let namespace = self.settings.namespaces.name(owner);
@@ -386,27 +418,6 @@ impl Runs {
         self.interactions_where(|k| k == key)
             .into_iter()
             .find(|item| item.confirmation_id == confirmation_id)
-    }
-
-    /// What decided the pause `confirmation_id` of the run on `key`, while
-    /// its log or its kept outcome says.
-    pub async fn decided_note(
-        &self,
-        key: &SessionKey,
-        confirmation_id: &str,
-    ) -> Option<crate::store::PauseNote> {
-        let logged = self
-            .replays
-            .find(key)
-            .and_then(|log| log.decided(Some(confirmation_id)))
-            .or_else(|| self.replays.remembered_decision(key, confirmation_id));
-        match logged {
-            Some(note) => Some(note),
-            None => {
-                self.decided_by_pause(&key.session_id, confirmation_id)
-                    .await
-            }
-        }
     }
 
     /// This process's undecided pauses of `owner`'s namespace.
@@ -505,7 +516,7 @@ impl Interaction {
     }
 }
 
-impl Runs {
+impl Inbox {
     /// The listing item of a stored pause (another replica's, with
     /// replicas), with its progress as its record keeps it and who decides
     /// it as the tools file says.

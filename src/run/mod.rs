@@ -60,6 +60,8 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use self::grants::Grants;
+use self::inbox::Inbox;
 use self::registry::ReplayRegistry;
 use self::replay::{BeyondEnd, Replay, ReplayLimits};
 use self::settings::RunSettings;
@@ -91,6 +93,10 @@ pub struct Runs {
     metrics: Arc<Metrics>,
     /// The replicas this server is one of (`--store redis://`).
     cluster: Option<Arc<Cluster>>,
+    /// The pending pauses as people find them.
+    inbox: Inbox,
+    /// Live grants: listed, revoked, counted.
+    grants: Grants,
 }
 
 /// What startup builds a [`Runs`] from (the registry and the shutdown
@@ -108,8 +114,18 @@ pub struct RunsParts {
 
 impl Runs {
     pub fn new(parts: RunsParts) -> Runs {
+        let manager = ConfirmationManager::new();
+        let stored = parts.cluster.is_some() || parts.stream.park_after.is_some();
+        let inbox = Inbox::new(
+            manager.clone(),
+            parts.replays.clone(),
+            parts.settings.clone(),
+            stored,
+        );
         Runs {
-            manager: ConfirmationManager::new(),
+            inbox,
+            grants: Grants::new(parts.settings.clone()),
+            manager,
             replays: parts.replays,
             engine: parts.engine,
             settings: parts.settings,
@@ -120,6 +136,16 @@ impl Runs {
             metrics: parts.metrics,
             cluster: parts.cluster,
         }
+    }
+
+    /// The pending pauses as people find them: listed, looked up, located.
+    pub fn inbox(&self) -> &Inbox {
+        &self.inbox
+    }
+
+    /// Live grants: listed as a caller sees them, revoked.
+    pub fn grants(&self) -> &Grants {
+        &self.grants
     }
 
     /// What every run is configured with.
@@ -223,6 +249,27 @@ impl Runs {
             .pauses
             .into_iter()
             .find(|p| p.confirmation_id == confirmation_id && p.decided.is_some())
+    }
+
+    /// What decided the pause `confirmation_id` of the run on `key`, while
+    /// its log or its kept outcome says.
+    pub async fn decided_note(
+        &self,
+        key: &SessionKey,
+        confirmation_id: &str,
+    ) -> Option<crate::store::PauseNote> {
+        let logged = self
+            .replays
+            .find(key)
+            .and_then(|log| log.decided(Some(confirmation_id)))
+            .or_else(|| self.replays.remembered_decision(key, confirmation_id));
+        match logged {
+            Some(note) => Some(note),
+            None => {
+                self.decided_by_pause(&key.session_id, confirmation_id)
+                    .await
+            }
+        }
     }
 
     /// [`Runs::reattach`], and once the run's log is gone (its grace is

@@ -15,7 +15,7 @@
 //! cancels a reconcile pause's run.
 //!
 //! Each kind's interrupts and how its `resume` reads live in its own file
-//! under `protocol/kinds/` (its [`AguiFace`]), beside its other wire
+//! under `protocol/kinds/` (its [`super::AguiFace`]), beside its other wire
 //! forms; here they are asked through the kinds' table, with no arm per
 //! kind.
 
