@@ -265,7 +265,7 @@ pub struct PauseFlags {
     /// The longest a grant given with a confirm may last (its `ttl`; a
     /// grant that names none lasts this long). 1s to 7 days.
     #[arg(long, env = "CHATGATE_MAX_GRANT_TTL",
-          default_value = text(crate::confirmation::grant::MAX_GRANT_TTL),
+          default_value = text(crate::pause::grant::MAX_GRANT_TTL),
           value_parser = DurationArg::secs(Duration::from_secs(1), 7 * DAY))]
     pub max_grant_ttl: Duration,
 }

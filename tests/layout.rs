@@ -672,18 +672,17 @@ fn no_kind_is_compared_by_eq_outside_pause() {
 
 /// The places that name a kind of pause in a `match` arm (#39): the
 /// wire table and the kinds' wire files (`protocol/kinds*`), the run table
-/// and the kinds' run files (`run/context/kinds*`), `pause/` and the
-/// registry's reply check (`confirmation/mod.rs`, by [`Asking`]), the
-/// chunk's own accessors, and its card (the link page). A kind's AG-UI
-/// interrupts live in its wire file (`AguiFace`). A new kind touches these
+/// and the kinds' run files (`run/context/kinds*`), `pause/` (where
+/// `Asking` dispatches each kind's reply check), the chunk's own
+/// accessors, and its card (the link page). A kind's AG-UI interrupts live
+/// in its wire file (`AguiFace`); the registry asks `Asking::check`. A new kind touches these
 /// (the compiler names each), and nothing else grows an arm per kind.
 #[test]
 fn kinds_are_matched_only_in_their_tables_their_files_and_their_cards() {
-    const MAY: [&str; 7] = [
+    const MAY: [&str; 6] = [
         "src/protocol/kinds",
         "src/run/context/kinds",
         "src/pause/",
-        "src/confirmation/mod.rs",
         "src/protocol/chunk.rs",
         "src/http/links/page.rs",
         // Its own tests only (see `without_tests`).

@@ -1,21 +1,11 @@
 //! How many runs the registry holds: in all (`--max-runs`) and per API key
-//! (`--max-runs-per-key`); how long and how many calls a grant may allow.
-
-use std::time::Duration;
+//! (`--max-runs-per-key`).
 
 /// Default of `--max-runs`: runs held at once (the open-files limit is 20,000).
 pub const MAX_RUNS: usize = 20_000;
 /// With API keys on and no `--max-runs-per-key`, one key may hold this
 /// fraction of `--max-runs` (1/4), so one key cannot lock the others out.
 pub const RUNS_PER_KEY_DIVISOR: usize = 4;
-
-pub use crate::pause::approval::MAX_GRANT_TTL;
-/// Longest `--max-grant-ttl`.
-pub const MAX_GRANT_TTL_LIMIT: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Most calls one grant may allow; the default of a grant that names none
-/// is [`DEFAULT_GRANT_CALLS`].
-pub const MAX_GRANT_CALLS: u32 = 1_000;
-pub const DEFAULT_GRANT_CALLS: u32 = 100;
 
 /// How many runs the registry holds: in all, and per owner (API key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,17 +23,17 @@
 //! Each file adds to the types defined here: `limits` how many runs the
 //! registry holds, [`slot`] the run's side (pause,
 //! wait, settle, free), [`ticket`] a decision on its way (deliver, fail,
-//! withdraw), [`quorum`] who may decide and counting approvals (`tally` under the
-//! lock), [`grant`]
-//! a confirm's grant, [`waiting`] the undecided pauses an inbox lists.
-//! What each kind of pause asks, and the checks of the decisions and
-//! answers a reply carries, are the kind's own (`crate::pause`).
+//! withdraw), [`quorum`] counting approvals (`tally` under the lock, and
+//! the error of a refusal an escalation will lift), `refused` why a reply
+//! is refused, [`waiting`] the undecided pauses an inbox lists. What each
+//! kind of pause asks, and its check of a reply (who may decide, the
+//! decisions, answers and grant it carries), are the kind's own
+//! (`crate::pause`, asked through [`Asking::check`]).
 //!
 //! Longer than 600 lines because `decide`, the one path a reply takes
-//! under the registry's lock (every check, a quorum's count, a
-//! decide's tasks), reads best whole.
+//! under the registry's lock (the checks every pause shares, a quorum's
+//! count, a decide's tasks), reads best whole.
 
-pub mod grant;
 mod limits;
 pub mod quorum;
 mod refused;
@@ -56,13 +56,13 @@ use serde_json::{Map, Value};
 pub use self::limits::{RunLimits, MAX_RUNS, RUNS_PER_KEY_DIVISOR};
 pub use self::refused::{DecideError, ReplyFrom};
 pub use crate::decider::Decider;
-use crate::pause::approval::{check_decisions, deciding_part, PlanCheck, Quorum};
-use crate::pause::questions::check_answers;
+use crate::pause::grant::GrantSpec;
+use crate::pause::reply::{Checked, Reply};
 pub use crate::pause::Asking;
 use crate::protocol::given::{self, Given};
+use crate::protocol::request::ReplyPayload;
 
-use self::grant::{check_grant, GrantSpec};
-use self::quorum::{check_decider, Counted, Partial, Progress, Tally};
+use self::quorum::{Counted, Partial, Progress, Tally};
 use crate::protocol::{
     Action, CancelReason, Decisions, ErrorType, PauseKind, ReplyMessage, TaskDecisionRequest,
     MAX_MODIFY_TEXT_BYTES,
@@ -468,7 +468,7 @@ impl ConfirmationManager {
         if confirmation_id.is_some_and(|id| id != pause.confirmation_id) {
             return Err(DecideError::Stale);
         }
-        crate::pause::approval::check_preview_digests(
+        crate::pause::plan_check::check_preview_digests(
             pause.asking.tasks(),
             decisions.unwrap_or_default(),
         )
@@ -486,99 +486,31 @@ impl ConfirmationManager {
                     .join(", ")
             )));
         }
-        let mut granted = None;
-        let mut quorum = None;
-        let (verdicts, answers) = match &pause.asking {
-            Asking::Plan(tasks) => {
-                let asks = Quorum::of(tasks);
-                // A decide decides as a confirm does, the tasks it names
-                // only; a confirm after some decides, those still pending.
-                let decided: Vec<usize> = pause
-                    .tally
-                    .decided
-                    .iter()
-                    .map(|done| done.decision.index)
-                    .collect();
-                let (deciding, part) = match action {
-                    Action::Decide => (
-                        Action::Confirm,
-                        deciding_part(tasks, Some(decisions.unwrap_or_default()), &decided),
-                    ),
-                    Action::Confirm => (action, deciding_part(tasks, None, &decided)),
-                    action => (action, None),
-                };
-                let scope = match &part {
-                    Some(part) => part,
-                    None => &**tasks,
-                };
-                // An escalation admits its group to the tasks it was for
-                // (#42): to a reply deciding only those.
-                let escalations = escalations_of(pause.escalated_to.as_deref(), &pause.escalations);
-                check_decider(scope, decider, deciding, &escalations)
-                    .map_err(|refused| pause.escalates_to(refused, tasks, decider))?;
-                quorum = Some(asks);
-                if answers.is_some() {
-                    return Err(DecideError::InvalidAnswer(
-                        "answers go with `answer` to questions; this pause is a confirmation \
-                         request"
-                            .to_owned(),
-                    ));
-                }
-                let verdicts =
-                    check_decisions(action, decisions, tasks).map_err(DecideError::from)?;
-                granted = match (grant, &verdicts) {
-                    (None, _) => None,
-                    (Some(ask), Some(verdicts)) => Some(Box::new(
-                        check_grant(ask, verdicts, tasks, decider)
-                            .map_err(DecideError::InvalidGrant)?,
-                    )),
-                    (Some(_), None) => {
-                        return Err(DecideError::InvalidGrant(
-                            "grant: a grant goes with confirm only".to_owned(),
-                        ))
-                    }
-                };
-                if granted.is_some() && action == Action::Decide {
-                    return Err(DecideError::InvalidGrant(
-                        "grant: a grant goes with confirm only, not with decide".to_owned(),
-                    ));
-                }
-                (verdicts, None)
-            }
-            Asking::Reconcile(task) => {
-                crate::pause::reconcile::check_reply(
-                    decisions.is_some_and(|d| !d.is_empty()),
-                    answers.is_some(),
-                    grant.is_some(),
-                )
-                .map_err(DecideError::InvalidDecision)?;
-                let escalations = escalations_of(pause.escalated_to.as_deref(), &pause.escalations);
-                let deciding = crate::pause::reconcile::counts_as(action);
-                check_decider(task, decider, deciding, &escalations)
-                    .map_err(|refused| pause.escalates_to(refused, task, decider))?;
-                quorum = Some(Quorum::of(task));
-                let verdicts = (action == Action::RunAgain).then(|| {
-                    crate::pause::approval::with_the_rest_approved(
-                        &task.tasks,
-                        &Decisions::default(),
-                        &[],
-                    )
-                });
-                (verdicts, None)
-            }
-            Asking::Questions(questions) => {
-                if grant.is_some() {
-                    return Err(DecideError::InvalidGrant(
-                        "grant: a grant goes with a confirmation, not with questions".to_owned(),
-                    ));
-                }
-                check_decisions(action, decisions, &PlanCheck::default())
-                    .map_err(DecideError::from)?;
-                let answers = check_answers(action, reply.text.as_deref(), answers, questions)
-                    .map_err(DecideError::InvalidAnswer)?;
-                (None, answers)
-            }
-        };
+        let decided: Vec<usize> = pause
+            .tally
+            .decided
+            .iter()
+            .map(|done| done.decision.index)
+            .collect();
+        let escalations = escalations_of(pause.escalated_to.as_deref(), &pause.escalations);
+        let checked = pause.asking.check(&Reply {
+            action,
+            text: reply.text.as_deref(),
+            payload: ReplyPayload {
+                decisions,
+                answers,
+                grant,
+            },
+            decider,
+            decided: &decided,
+            escalations: &escalations,
+        });
+        let Checked {
+            given,
+            granted,
+            quorum,
+        } = checked.map_err(|refused| pause.refused(refused, decider))?;
+        let (verdicts, answers) = given::into_parts(given);
         if pause.stop.is_cancelled() {
             // The run was told to stop: the stop decides this pause.
             return Err(DecideError::AlreadyDecided);

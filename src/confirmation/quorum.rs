@@ -1,59 +1,13 @@
-//! Who may decide a plan, and how many must approve it: a task's risk
-//! above the decider's `max_risk`, or a tool of a group (`approvers =
-//! "leads"`) the decider is not in, refuses the reply (403
-//! `forbidden_scope`); the requester's own key may not approve where the
-//! tools say so (403 `self_approval`); a tool's `approvals = N` makes a
+//! How many must approve a plan: a tool's `approvals = N` makes a
 //! confirm one approval of N from distinct labels (409 `already_approved`
-//! for a label twice), the pause staying pending until the last.
+//! for a label twice), the pause staying pending until the last. Who may
+//! decide it at all is the kind's check (`crate::pause::reply::check_decider`).
 
 use super::refused::DecideError;
-use crate::decider::{may_decide, Decider, Deciding, Refusal};
-use crate::pause::approval::{PlanCheck, Quorum};
-use crate::protocol::{Action, Decisions, RiskLevel, Verdict};
+use crate::decider::Decider;
+use crate::pause::plan_check::{PlanCheck, Quorum};
+use crate::protocol::{Decisions, Verdict};
 use crate::store::{CarriedReject, DecidedTask, TaskApprovals};
-
-/// Refuses `decider` for the tasks of `plan` it may not decide with
-/// `action`: the one rule ([`may_decide`]) asked of each task (#42: its
-/// risk, its deciding groups, its requester rule, and the escalation, of
-/// `escalations`, that admits the decider to it), the riskiest first.
-pub fn check_decider<'a>(
-    plan: &PlanCheck,
-    decider: &Decider,
-    action: Action,
-    escalations: &[(&'a str, &'a [usize])],
-) -> Result<(), DecideError> {
-    let refused = |refusal| match refusal {
-        Refusal::OutOfScope(why) => DecideError::ForbiddenScope(why),
-        Refusal::SelfApproval(why) => DecideError::SelfApproval(why),
-    };
-    if plan.tasks.is_empty() {
-        let deciding = Deciding {
-            risk: RiskLevel::Low,
-            riskiest: None,
-            groups: &[],
-            requester_may_approve: true,
-            escalated_to: None,
-        };
-        return may_decide(decider, &deciding, action).map_err(refused);
-    }
-    let mut tasks: Vec<_> = plan.tasks.iter().collect();
-    tasks.sort_by_key(|task| (std::cmp::Reverse(task.risk), std::cmp::Reverse(task.index)));
-    for task in tasks {
-        let deciding = Deciding {
-            risk: task.risk,
-            riskiest: Some(task.index),
-            groups: &task.gate.approvers,
-            requester_may_approve: task.gate.requester_may_approve(),
-            escalated_to: crate::decider::admitting(
-                decider,
-                escalations.iter().copied(),
-                &[task.index],
-            ),
-        };
-        may_decide(decider, &deciding, action).map_err(refused)?;
-    }
-    Ok(())
-}
 
 /// What a confirm of a quorum pause does.
 #[derive(Debug, Clone, PartialEq)]

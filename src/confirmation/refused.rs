@@ -4,7 +4,8 @@
 
 use serde_json::Value;
 
-use crate::pause::approval::DecisionsError;
+use crate::decider::Refusal;
+use crate::pause::reply::{DecisionsError, Refused};
 use crate::protocol::{Action, MAX_MODIFY_TEXT_BYTES};
 
 /// Why a reply was refused. The order they are checked in is the table of
@@ -102,6 +103,18 @@ impl From<DecisionsError> for DecideError {
             DecisionsError::Denied(why) => DecideError::DeniedByRule(why),
             DecisionsError::Undecided(why) => DecideError::UndecidedTasks(why),
             DecisionsError::NeedsNewRound(why) => DecideError::EditNeedsNewRound(why),
+        }
+    }
+}
+
+impl From<Refused> for DecideError {
+    fn from(refused: Refused) -> DecideError {
+        match refused {
+            Refused::Decider(Refusal::OutOfScope(why)) => DecideError::ForbiddenScope(why),
+            Refused::Decider(Refusal::SelfApproval(why)) => DecideError::SelfApproval(why),
+            Refused::Decisions(err) => DecideError::from(err),
+            Refused::InvalidAnswer(why) => DecideError::InvalidAnswer(why),
+            Refused::InvalidGrant(why) => DecideError::InvalidGrant(why),
         }
     }
 }

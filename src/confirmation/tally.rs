@@ -6,23 +6,23 @@
 
 use super::quorum::{count, Counted, Partial};
 use super::{DecideError, Decider, Pause};
-use crate::pause::approval::{
-    check_named, undecided_tasks, with_the_rest_approved, PlanCheck, Quorum,
-};
+use crate::pause::approval::{check_named, undecided_tasks, with_the_rest_approved};
+use crate::pause::plan_check::{PlanCheck, Quorum};
+use crate::pause::reply::Refused;
 use crate::protocol::{Action, Decisions, TaskDecision, TaskDecisionRequest, Verdict, Via};
 use crate::store::{DecidedTask, TaskApprovals};
 
 impl Pause {
-    /// A refusal of `decider` that this pause's escalation to a group it is
-    /// in will lift says when ("it escalates to oncall at T").
-    pub(super) fn escalates_to(
-        &self,
-        refused: DecideError,
-        plan: &PlanCheck,
-        decider: &Decider,
-    ) -> DecideError {
+    /// The error of a reply its kind refused. A refusal of `decider` that
+    /// this pause's escalation to a group it is in will lift says when ("it
+    /// escalates to oncall at T").
+    pub(super) fn refused(&self, refused: Refused, decider: &Decider) -> DecideError {
+        let refused = DecideError::from(refused);
         let DecideError::ForbiddenScope(why) = refused else {
             return refused;
+        };
+        let Some(plan) = self.asking.plan() else {
+            return DecideError::ForbiddenScope(why);
         };
         let escalation = plan
             .tasks

@@ -33,7 +33,7 @@ pub struct Waiting {
     /// The approvals of its tasks that need several, so far.
     pub task_approvals: Vec<crate::store::TaskApprovals>,
     /// Who may decide each of its tasks.
-    pub task_who: Vec<crate::pause::approval::TaskWho>,
+    pub task_who: Vec<crate::pause::plan_check::TaskWho>,
     /// Its run's id in a durable store, when a store keeps it.
     pub run: Option<std::sync::Arc<str>>,
 }
@@ -97,7 +97,7 @@ fn waiting(key: &SessionKey, entry: &Entry) -> Option<Waiting> {
         task_who: pause
             .asking
             .plan()
-            .map(|plan| crate::pause::approval::TaskWho::of(plan))
+            .map(|plan| crate::pause::plan_check::TaskWho::of(plan))
             .unwrap_or_default(),
         run: pause.stored.clone(),
     })

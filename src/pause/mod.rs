@@ -1,17 +1,23 @@
 //! The kinds of pause, each in its own file: what a pause of that kind
 //! asks and how a reply to it is checked.
 //!
-//! - [`approval`]: a plan put to the user (`confirmation_request`): its
-//!   tasks' checks, who must approve it ([`approval::Quorum`]), the
-//!   per-task decisions a confirm carries.
+//! - [`approval`]: a plan put to the user (`confirmation_request`): who
+//!   may decide the tasks a reply decides, the per-task decisions a
+//!   confirm carries, its [`grant`]; what the plan asks (its tasks'
+//!   checks, who must approve it: [`plan_check::Quorum`]) is
+//!   [`plan_check`]'s.
 //! - [`questions`]: questions put to the user (`input_request`): the
 //!   answers a reply carries.
 //! - [`reconcile`]: a call a crash cut short (`input_request`, #44):
 //!   `run_again`, `skip` or `cancel`, decided as the task's approval.
 //!
-//! [`Asking`] is how replies to a pause are checked, with what it asks:
-//! the registry (`confirmation`) keeps one per pause and checks replies
-//! against it; the run reads who may decide it ([`Asking::scope`]). The
+//! Each kind's file has its `check_reply`: a [`reply::Reply`] checked
+//! against what the pause asks, to what it gave ([`reply::Checked`]) or
+//! why it is refused ([`reply::Refused`]). [`Asking`] is what a pause
+//! asks, and dispatches the check ([`Asking::check`]): the registry
+//! (`confirmation`) keeps one per pause, checks what every pause shares
+//! (the action offered, the round, still pending) and asks it the rest;
+//! the run reads who may decide it ([`Asking::scope`]). The
 //! wire types of each kind live in `protocol/kinds/`, listed once in the
 //! table of `protocol/kinds.rs`; its audit records and webhook events in
 //! `run/journal.rs`.
@@ -28,9 +34,8 @@
 //!   pause of it is restored), and its row (and `mod` line) in
 //!   `run/context/kinds.rs`;
 //! - only where it checks replies in a way no kind does yet: a file here
-//!   and an arm of [`Asking`] (and of the registry's check in
-//!   `confirmation`). [`Asking`] is how replies are checked, not the
-//!   kind: the registry keeps each pause's kind beside it, so a kind
+//!   (its `check_reply`) and its arms of [`Asking`] (this file). [`Asking`]
+//!   is how replies are checked, not the kind: the registry keeps each pause's kind beside it, so a kind
 //!   checked as questions are (one answer) asks with [`Asking::Questions`];
 //! - its card on the link page (`http/links/page.rs`).
 //!
@@ -41,12 +46,15 @@
 //! checks replies against an [`Asking`] and must not know runs.
 
 pub mod approval;
+pub mod grant;
+pub mod plan_check;
 pub mod questions;
 pub mod reconcile;
+pub mod reply;
 
 use std::sync::Arc;
 
-use self::approval::{PlanCheck, Quorum};
+use self::plan_check::{PlanCheck, Quorum};
 use crate::protocol::question::Question;
 use crate::protocol::{Action, PauseKind, RiskLevel};
 
@@ -93,10 +101,20 @@ impl Asking {
 
     /// The tasks it asks a decision on, each its own (a plan's; questions
     /// have none).
-    pub fn tasks(&self) -> &[approval::TaskCheck] {
+    pub fn tasks(&self) -> &[plan_check::TaskCheck] {
         match self {
             Asking::Plan(plan) | Asking::Reconcile(plan) => &plan.tasks,
             Asking::Questions(_) => &[],
+        }
+    }
+
+    /// Checks `reply` against what the pause asks: its kind's own check
+    /// (`check_reply` in its file).
+    pub fn check(&self, reply: &reply::Reply<'_>) -> Result<reply::Checked, reply::Refused> {
+        match self {
+            Asking::Plan(plan) => approval::check_reply(plan, reply),
+            Asking::Reconcile(task) => reconcile::check_reply(task, reply),
+            Asking::Questions(questions) => questions::check_reply(questions, reply),
         }
     }
 

@@ -6,7 +6,11 @@
 //! it where it may not approve the call); `skip` and `cancel` are a no,
 //! which one reply from anyone who may decide gives.
 
-use crate::protocol::Action;
+use super::approval::with_the_rest_approved;
+use super::plan_check::{PlanCheck, Quorum};
+use super::reply::{check_decider, Checked, DecisionsError, Refused, Reply};
+use crate::protocol::given::Given;
+use crate::protocol::{Action, Decisions};
 
 /// The action a reconcile reply counts as on the one decide path:
 /// `run_again` as a confirm of its one task (its approvers, its quorum,
@@ -18,16 +22,38 @@ pub fn counts_as(action: Action) -> Action {
     }
 }
 
-/// Refuses what a reconcile reply may not carry: per-task decisions,
-/// answers, a grant.
-pub fn check_reply(decisions: bool, answers: bool, grant: bool) -> Result<(), String> {
-    let extra = match (decisions, answers, grant) {
-        (true, _, _) => "decisions",
-        (_, true, _) => "answers",
-        (_, _, true) => "a grant",
-        _ => return Ok(()),
+/// Checks `reply` against the one task a crash cut short: no per-task
+/// decisions, answers or grant; who may decide it (`run_again` as the
+/// task's approval was, see [`counts_as`]). A `run_again` approves the
+/// task, and counts towards its quorum.
+pub fn check_reply(task: &PlanCheck, reply: &Reply<'_>) -> Result<Checked, Refused> {
+    let extra = match (
+        reply.payload.decisions.is_some_and(|d| !d.is_empty()),
+        reply.payload.answers.is_some(),
+        reply.payload.grant.is_some(),
+    ) {
+        (true, _, _) => Some("decisions"),
+        (_, true, _) => Some("answers"),
+        (_, _, true) => Some("a grant"),
+        _ => None,
     };
-    Err(format!(
-        "{extra} do not go with a reconcile pause: reply run_again, skip or cancel"
-    ))
+    if let Some(extra) = extra {
+        return Err(Refused::Decisions(DecisionsError::Invalid(format!(
+            "{extra} do not go with a reconcile pause: reply run_again, skip or cancel"
+        ))));
+    }
+    check_decider(
+        task,
+        reply.decider,
+        counts_as(reply.action),
+        reply.escalations,
+    )
+    .map_err(Refused::Decider)?;
+    let verdicts = (reply.action == Action::RunAgain)
+        .then(|| with_the_rest_approved(&task.tasks, &Decisions::default(), &[]));
+    Ok(Checked {
+        given: verdicts.map(Given::Decisions),
+        granted: None,
+        quorum: Some(Quorum::of(task)),
+    })
 }

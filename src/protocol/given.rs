@@ -46,6 +46,16 @@ pub fn split(given: Option<&Given>) -> (Option<&Decisions>, Option<&Map<String, 
     )
 }
 
+/// Its wire fields, owned: `decisions` and `answers`, at most one of them
+/// set.
+pub fn into_parts(given: Option<Given>) -> (Option<Decisions>, Option<Map<String, Value>>) {
+    match given {
+        Some(Given::Decisions(decisions)) => (Some(decisions), None),
+        Some(Given::Answers(answers)) => (None, Some(answers)),
+        None => (None, None),
+    }
+}
+
 /// Read back from its wire fields (answers first: a record never has both).
 pub fn join(decisions: Option<Decisions>, answers: Option<Map<String, Value>>) -> Option<Given> {
     answers

@@ -70,7 +70,7 @@ pub struct TaskDecisionRequest {
 /// What a reply carries beside its action, as the request gave it: an
 /// approval's per-task `decisions` and `grant`, or a question pause's
 /// `answers`. Which of them fits is for the pause's kind to say
-/// (`pause/approval.rs`, `pause/questions.rs`).
+/// (each kind's `check_reply`, in `pause/`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReplyPayload<'a> {
     pub decisions: Option<&'a [TaskDecisionRequest]>,

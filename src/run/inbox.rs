@@ -16,7 +16,7 @@ use super::registry::ReplayRegistry;
 use super::settings::RunSettings;
 use crate::confirmation::ConfirmationManager;
 use crate::decider::Decider;
-use crate::pause::approval::{PlanCheck, Quorum, TaskWho};
+use crate::pause::plan_check::{PlanCheck, Quorum, TaskWho};
 use crate::protocol::{PauseData, PauseKind, TaskSpec};
 use crate::session::SessionKey;
 use crate::store::{DecidedTask, Escalated, PausedRecord, StoreError, TaskApprovals};

@@ -3,7 +3,7 @@
 //! [`Subscription`] it gets into a response.
 //!
 //! - [`stop`]: why a run must end ([`RunStop`]), first cause wins.
-//! - [`log`]: its numbered, bounded output ([`Replay`]); [`registry`]: the
+//! - [`replay`]: its numbered, bounded output ([`Replay`]); [`registry`]: the
 //!   logs a re-attach searches ([`ReplayRegistry`]).
 //! - [`stream`]: one client's view of the log ([`Subscription`]): keep-alive,
 //!   gap, detach and its grace.

@@ -13,7 +13,7 @@ use super::stop::RunStop;
 use super::stream;
 use super::Runs;
 use crate::confirmation::{Begun, Decision};
-use crate::pause::approval::PlanCheck;
+use crate::pause::plan_check::PlanCheck;
 use crate::protocol::{meta, Action, CancelReason, Chunk, ErrorType, Given};
 use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};

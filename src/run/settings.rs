@@ -68,7 +68,7 @@ impl Default for RunSettings {
             webhooks: None,
             keep_outcome: KEEP_OUTCOME,
             explicit_decisions: false,
-            max_grant_ttl: crate::confirmation::grant::MAX_GRANT_TTL,
+            max_grant_ttl: crate::pause::grant::MAX_GRANT_TTL,
             links: None,
             receipts: Arc::new(
                 ReceiptKeys::new(&[], "chatgate".to_owned()).expect("a key made now encodes"),

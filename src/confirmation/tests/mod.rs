@@ -8,7 +8,7 @@ use std::future::{pending, Future};
 use std::time::Duration;
 
 use super::slot::{PauseSpec, PendingDecision};
-use crate::pause::approval::{PlanCheck, TaskCheck};
+use crate::pause::plan_check::{PlanCheck, TaskCheck};
 use crate::protocol::{TaskDecisionRequest, Verdict};
 
 /// Begins a run, completing a supersede at once (nothing to record here).

@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::RunContext;
-use crate::confirmation::grant::GrantSpec;
+use crate::pause::grant::GrantSpec;
 use crate::protocol::{meta, ApprovedBy, ChunkType};
 use crate::run::journal::GrantEvent;
 use crate::run::outcome::RunError;

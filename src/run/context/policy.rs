@@ -9,7 +9,7 @@ use crate::session::run_log;
 use serde_json::Value;
 
 use super::RunContext;
-use crate::pause::approval::{PlanCheck, TaskCheck};
+use crate::pause::plan_check::{PlanCheck, TaskCheck};
 use crate::protocol::{meta, ApprovedBy, ErrorType, TaskSpec};
 use crate::run::outcome::RunError;
 use crate::tools::gate::Gate;

@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 
 use super::asked::{Due, Timers};
 use super::RunContext;
-use crate::pause::approval::PlanCheck;
+use crate::pause::plan_check::PlanCheck;
 use crate::pause::Scope;
 use crate::protocol::{ChunkType, PauseKind};
 use crate::run::journal::{Pause, PauseEvent, Subject};

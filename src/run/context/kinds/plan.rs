@@ -161,7 +161,7 @@ impl RunContext {
             task.approvals = task.required.map(|_| Vec::new());
             task.response_schema = Some(Schema::of(&response_schema(check, &task.decisions)));
         }
-        let quorum = crate::pause::approval::Quorum::of(&checks);
+        let quorum = crate::pause::plan_check::Quorum::of(&checks);
         let escalation = checks
             .tasks
             .iter()

@@ -93,7 +93,7 @@ impl Kind for Reconcile {
             ctx.keep_entry(&entry).await?;
         }
         let checks = ctx.plan_check(std::slice::from_ref(&task));
-        let quorum = crate::pause::approval::Quorum::of(&checks);
+        let quorum = crate::pause::plan_check::Quorum::of(&checks);
         let timeout = expires_at.duration_since(now).unwrap_or(Duration::ZERO);
         let options = Action::RECONCILE.to_vec();
         let (index, tool) = (task.index, task.tool.clone());

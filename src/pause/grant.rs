@@ -6,12 +6,18 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::pause::approval::PlanCheck;
+use crate::pause::plan_check::PlanCheck;
 use crate::protocol::{Decisions, Verdict};
 use crate::store::GrantScope;
 use crate::tools::rules::matchers_of_json;
 
-pub use super::limits::{DEFAULT_GRANT_CALLS, MAX_GRANT_CALLS, MAX_GRANT_TTL, MAX_GRANT_TTL_LIMIT};
+pub use super::plan_check::MAX_GRANT_TTL;
+/// Longest `--max-grant-ttl`.
+pub const MAX_GRANT_TTL_LIMIT: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Most calls one grant may allow; the default of a grant that names none
+/// is [`DEFAULT_GRANT_CALLS`].
+pub const MAX_GRANT_CALLS: u32 = 1_000;
+pub const DEFAULT_GRANT_CALLS: u32 = 100;
 
 /// A grant as checked: what the run then keeps.
 #[derive(Debug, Clone, PartialEq)]
