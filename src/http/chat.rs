@@ -203,7 +203,7 @@ async fn decide(
         // decided the pause the reply names.
         Err(Unrouted::NoRun) => {
             let id = raw.confirmation_id.unwrap_or_default();
-            let told = match state.runs.decided_by_pause(session_id, id).await {
+            let told = match state.runs.kept().decided_by_pause(session_id, id).await {
                 Some(note) => ReplyError::Decided(note),
                 None => DecideError::NoPending.into(),
             };

@@ -172,7 +172,12 @@ async fn show_pause(state: &AppState, target: &Target) -> HttpResponse {
     let (key, token) = (&target.key, &target.token);
     match state.runs.inbox().pending_here(key, &token.confirmation_id) {
         Some(item) => page::pause(&item, &token.label),
-        None => match state.runs.decided_note(key, &token.confirmation_id).await {
+        None => match state
+            .runs
+            .kept()
+            .decided_note(key, &token.confirmation_id)
+            .await
+        {
             Some(note) => page::decided(&note),
             None => page::gone(token),
         },

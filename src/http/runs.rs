@@ -52,12 +52,12 @@ async fn read(
     let outcome = match caller {
         Caller::Owner(owner) => {
             let key = SessionKey::new(owner, session_id);
-            let outcome = state.runs.outcome(&key).await;
+            let outcome = state.runs.kept().outcome(&key).await;
             outcome.map_err(ChatError::store(Some(RunTag::session(&key))))?
         }
         Caller::Approver(_) => {
             let id = confirmation_id.ok_or(ChatError::ApproverWithoutConfirmationId)?;
-            let outcome = state.runs.outcome_by_pause(session_id, id).await;
+            let outcome = state.runs.kept().outcome_by_pause(session_id, id).await;
             outcome.map_err(ChatError::store(None))?
         }
     }

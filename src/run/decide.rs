@@ -14,22 +14,66 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use tokio_util::sync::CancellationToken;
+
+use super::grants::Grants;
 use super::journal::{Entry, Pause, PauseEvent, Subject};
-use super::Runs;
+use super::kept::Kept;
 use crate::audit::{AuditLog, AuditRecord};
 use crate::cluster::SETTLE_RETRY;
 use crate::confirmation::quorum::{Partial, Progress};
-use crate::confirmation::{Accepted, DecideError, Decider, ReplyFrom};
+use crate::confirmation::{Accepted, ConfirmationManager, DecideError, Decider, ReplyFrom};
 use crate::protocol::{
     meta, Action, CancelReason, Chunk, ChunkType, ErrorType, Given, PauseKind, ReplyMessage,
     ReplyPayload, Via,
 };
 use crate::run::context::asked::Received;
 use crate::run::registry::ReplayRegistry;
+use crate::run::settings::RunSettings;
 use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
 use crate::store::{DecidedBy, Fault, PauseNote, Resolution};
 use crate::webhook::DecisionData;
+
+/// The one path a decision takes: what it owns to take, record and
+/// deliver one (the registry, the store and audit log through the
+/// settings, the runs' logs, the grants it counts, the kept outcomes a
+/// refused reply is told from). Cheap-clone handle; [`super::Runs::decide`]
+/// is its door.
+#[derive(Clone)]
+pub struct DecidePath {
+    pub(super) manager: ConfirmationManager,
+    pub(super) settings: Arc<RunSettings>,
+    pub(super) replays: ReplayRegistry,
+    /// Cancelled when shutdown starts: a decision being settled is left to
+    /// the store.
+    pub(super) shutdown: CancellationToken,
+    pub(super) grants: Grants,
+    pub(super) kept: Kept,
+}
+
+/// What a [`DecidePath`] is built from.
+pub struct DecidePathParts {
+    pub manager: ConfirmationManager,
+    pub settings: Arc<RunSettings>,
+    pub replays: ReplayRegistry,
+    pub shutdown: CancellationToken,
+    pub grants: Grants,
+    pub kept: Kept,
+}
+
+impl DecidePath {
+    pub fn new(parts: DecidePathParts) -> DecidePath {
+        DecidePath {
+            manager: parts.manager,
+            settings: parts.settings,
+            replays: parts.replays,
+            shutdown: parts.shutdown,
+            grants: parts.grants,
+            kept: parts.kept,
+        }
+    }
+}
 
 /// A reply, as the decision path takes it.
 #[derive(Debug, Clone, Copy)]
@@ -203,7 +247,7 @@ pub(super) enum Step {
     Tasks(Box<Partial>),
 }
 
-impl Runs {
+impl DecidePath {
     /// Decides the pause of `key` with `reply`: taken, recorded (store,
     /// then audit log) and delivered, or refused with the pause as it was
     /// (or, when the audit log or the store lost it, with the run ended).
@@ -309,7 +353,7 @@ impl Runs {
                 // Another replica took this run over: the copy here is
                 // suspended, and its client re-attaches to the owner.
                 accepted.ticket.withdraw();
-                self.relinquish(key);
+                self.replays.hand_over(key);
                 ReplyError::StoreUnavailable
             }
             // Nobody can decide it any more: it ends, nothing run, with
@@ -321,7 +365,7 @@ impl Runs {
             Fault::Unknown => {
                 accepted.ticket.in_doubt();
                 let settling = Settling {
-                    runs: self.clone(),
+                    path: self.clone(),
                     run,
                     nonce: decision.nonce,
                 };
@@ -337,7 +381,7 @@ impl Runs {
 /// not answer, its command timeout): then it is told to retry (503).
 const COUNTING_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
-impl Runs {
+impl DecidePath {
     /// The manager takes `reply` (see [`crate::confirmation::ConfirmationManager::decide`]).
     /// An approval of a quorum waits while another approval of the same
     /// pause is being kept (an approval counts only once kept: no quorum
@@ -396,7 +440,7 @@ impl Runs {
         if let Some(note) = logged.or_else(remembered) {
             return ReplyError::Decided(note);
         }
-        let kept = match (asks, self.outcome(key).await) {
+        let kept = match (asks, self.kept.outcome(key).await) {
             (Some(id), Ok(Some(outcome))) => outcome
                 .pauses
                 .into_iter()
@@ -490,7 +534,7 @@ impl Note {
 
 /// A decision whose recording had an unknown outcome, being settled.
 struct Settling {
-    runs: Runs,
+    path: DecidePath,
     run: Arc<str>,
     nonce: String,
 }
@@ -500,13 +544,13 @@ impl Settling {
     /// the run acts on the decision (the audit log records it first);
     /// void, the pause waits again.
     async fn settle(self, recorder: Recorder, accepted: Accepted) {
-        let store = self.runs.settings.store.clone();
+        let store = self.path.settings.store.clone();
         loop {
             let resolved = tokio::select! {
                 resolved = store.resolve(&self.run, &recorder.key, &self.nonce) => resolved,
                 // At shutdown the decision is left to the store: the next
                 // process (or replica) finds it recorded, or not.
-                () = self.runs.shutdown.cancelled() => {
+                () = self.path.shutdown.cancelled() => {
                     accepted.ticket.withdraw();
                     return;
                 }
@@ -537,7 +581,7 @@ impl Settling {
                 Err(err) if err.fault == Fault::Moved => {
                     // Another replica owns the run now: it decides there.
                     accepted.ticket.withdraw();
-                    self.runs.relinquish(&recorder.key);
+                    self.path.replays.hand_over(&recorder.key);
                     return;
                 }
                 Err(_) => tokio::time::sleep(SETTLE_RETRY).await,

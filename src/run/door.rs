@@ -67,7 +67,7 @@ impl Runs {
             Err(ReplyError::Decided(note)) => Outcome::AlreadyDecided(note),
             Err(ReplyError::Refused(DecideError::NoPending)) => {
                 let decided = match reply.confirmation_id {
-                    Some(id) => self.decided_note(key, id).await,
+                    Some(id) => self.kept.decided_note(key, id).await,
                     None => None,
                 };
                 decided.map_or(Outcome::Gone, Outcome::AlreadyDecided)

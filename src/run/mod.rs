@@ -10,8 +10,9 @@
 //! - [`engine`], [`context`], [`plan`], [`outcome`]: what an engine
 //!   implements and the context it drives ([`RunContext`]).
 //! - [`start`]: a new message's path (supersede, claim, start);
-//!   [`decide`]: the one path a decision takes (manager, store, audit,
-//!   delivery); [`journal`]: what is written of each pause event (its audit
+//!   [`decide`]: the one path a decision takes ([`decide::DecidePath`]:
+//!   manager, store, audit, delivery); [`kept`]: kept outcomes and what
+//!   decided a pause; [`journal`]: what is written of each pause event (its audit
 //!   record, webhook rows and stored decision: built there only);
 //!   [`door`]: a decision from a link, a button or another face (the
 //!   pause located by its id, the result typed as [`door::Outcome`]);
@@ -36,6 +37,7 @@ mod expiry;
 pub mod grants;
 pub mod inbox;
 pub mod journal;
+pub mod kept;
 pub mod outcome;
 mod park;
 pub mod pending;
@@ -60,8 +62,10 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use self::decide::{DecidePath, DecidePathParts, Decided, Reply, ReplyError};
 use self::grants::Grants;
 use self::inbox::Inbox;
+use self::kept::Kept;
 use self::registry::ReplayRegistry;
 use self::replay::{BeyondEnd, Replay, ReplayLimits};
 use self::settings::RunSettings;
@@ -72,11 +76,15 @@ use crate::confirmation::{ConfirmationManager, RunLimits};
 use crate::metrics::Metrics;
 use crate::session::run_log;
 use crate::session::{RunTag, SessionKey};
-use crate::store::{Outcome, RunEnd, StoreError};
+use crate::store::RunEnd;
 
-/// Everything a run needs from the server: a cheap-clone handle. Its state
-/// is its own: the HTTP layer and startup reach it through the methods
-/// below, and build it from [`RunsParts`].
+/// Everything a run needs from the server: a cheap-clone handle, and a
+/// front. It keeps where runs live (start, re-attach, place, park and
+/// wake, restore: one state, the registry, the logs, the engine and the
+/// cluster, that placing a run needs whole) and hands out the parts that
+/// own theirs: [`Runs::inbox`], [`Runs::grants`], [`Runs::kept`], and the
+/// decision path behind [`Runs::decide`]. Startup builds it from
+/// [`RunsParts`].
 #[derive(Clone)]
 pub struct Runs {
     manager: ConfirmationManager,
@@ -97,6 +105,10 @@ pub struct Runs {
     inbox: Inbox,
     /// Live grants: listed, revoked, counted.
     grants: Grants,
+    /// Kept outcomes and decided pauses, looked up.
+    kept: Kept,
+    /// The one path a decision takes.
+    decide_path: DecidePath,
 }
 
 /// What startup builds a [`Runs`] from (the registry and the shutdown
@@ -122,9 +134,22 @@ impl Runs {
             parts.settings.clone(),
             stored,
         );
+        let grants = Grants::new(parts.settings.clone());
+        let kept = Kept::new(parts.settings.clone(), parts.replays.clone());
+        let shutdown = CancellationToken::new();
+        let decide_path = DecidePath::new(DecidePathParts {
+            manager: manager.clone(),
+            settings: parts.settings.clone(),
+            replays: parts.replays.clone(),
+            shutdown: shutdown.clone(),
+            grants: grants.clone(),
+            kept: kept.clone(),
+        });
         Runs {
             inbox,
-            grants: Grants::new(parts.settings.clone()),
+            grants,
+            kept,
+            decide_path,
             manager,
             replays: parts.replays,
             engine: parts.engine,
@@ -132,7 +157,7 @@ impl Runs {
             replay_limits: parts.replay_limits,
             limits: parts.limits,
             stream: parts.stream,
-            shutdown: CancellationToken::new(),
+            shutdown,
             metrics: parts.metrics,
             cluster: parts.cluster,
         }
@@ -146,6 +171,18 @@ impl Runs {
     /// Live grants: listed as a caller sees them, revoked.
     pub fn grants(&self) -> &Grants {
         &self.grants
+    }
+
+    /// Kept outcomes (`--keep-outcome`) and what decided a pause.
+    pub fn kept(&self) -> &Kept {
+        &self.kept
+    }
+
+    /// Decides the pause of `key` with `reply`: the one door every way to
+    /// decide comes through (a chat reply, a link, a Slack press, an AG-UI
+    /// resume, an A2A message), down the one path ([`DecidePath::decide`]).
+    pub async fn decide(&self, key: &SessionKey, reply: Reply<'_>) -> Result<Decided, ReplyError> {
+        self.decide_path.decide(key, reply).await
     }
 
     /// What every run is configured with.
@@ -198,80 +235,6 @@ pub enum ReattachError {
 }
 
 impl Runs {
-    /// The kept outcome of `key`'s latest run that ended (`--keep-outcome`).
-    pub async fn outcome(&self, key: &SessionKey) -> Result<Option<Outcome>, StoreError> {
-        if self.settings.keep_outcome.is_zero() {
-            return Ok(None);
-        }
-        let namespace = self.settings.namespaces.name(key.owner);
-        self.settings
-            .store
-            .outcome(namespace.as_deref(), &key.session_id)
-            .await
-    }
-
-    /// For an approver, who names a run by one of its pauses: the kept
-    /// outcome of session `session_id`, in whichever namespace, whose run
-    /// asked the pause `confirmation_id`.
-    pub async fn outcome_by_pause(
-        &self,
-        session_id: &str,
-        confirmation_id: &str,
-    ) -> Result<Option<Outcome>, StoreError> {
-        for owner in self.settings.namespaces.owners() {
-            let key = SessionKey::new(owner, session_id);
-            if let Some(outcome) = self.outcome(&key).await? {
-                if outcome
-                    .pauses
-                    .iter()
-                    .any(|p| p.confirmation_id == confirmation_id)
-                {
-                    return Ok(Some(outcome));
-                }
-            }
-        }
-        Ok(None)
-    }
-
-    /// For an approver's reply: the pause `confirmation_id` of session
-    /// `session_id`, in whichever namespace, as its run's kept outcome
-    /// noted it, when a reply decided it.
-    pub async fn decided_by_pause(
-        &self,
-        session_id: &str,
-        confirmation_id: &str,
-    ) -> Option<crate::store::PauseNote> {
-        let outcome = self
-            .outcome_by_pause(session_id, confirmation_id)
-            .await
-            .ok()??;
-        outcome
-            .pauses
-            .into_iter()
-            .find(|p| p.confirmation_id == confirmation_id && p.decided.is_some())
-    }
-
-    /// What decided the pause `confirmation_id` of the run on `key`, while
-    /// its log or its kept outcome says.
-    pub async fn decided_note(
-        &self,
-        key: &SessionKey,
-        confirmation_id: &str,
-    ) -> Option<crate::store::PauseNote> {
-        let logged = self
-            .replays
-            .find(key)
-            .and_then(|log| log.decided(Some(confirmation_id)))
-            .or_else(|| self.replays.remembered_decision(key, confirmation_id));
-        match logged {
-            Some(note) => Some(note),
-            None => {
-                self.decided_by_pause(&key.session_id, confirmation_id)
-                    .await
-            }
-        }
-    }
-
     /// [`Runs::reattach`], and once the run's log is gone (its grace is
     /// over), its kept outcome: the final chunk alone, under its own
     /// sequence (`gap: true` when the client had not read up to it). A
@@ -285,7 +248,7 @@ impl Runs {
             Err(ReattachError::NoSuchRun) => {}
             attached => return attached,
         }
-        let outcome = match self.outcome(&key).await {
+        let outcome = match self.kept.outcome(&key).await {
             Ok(Some(outcome)) => outcome,
             Ok(None) => return Err(ReattachError::NoSuchRun),
             Err(err) => {

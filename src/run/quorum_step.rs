@@ -16,9 +16,8 @@
 //! written again (it is idempotent: the tally as it stands) until the store
 //! takes it, and only then is it recorded, announced and counted.
 
-use super::decide::{Decided, Reply, ReplyError, Step};
+use super::decide::{DecidePath, Decided, Reply, ReplyError, Step};
 use super::journal::{Entry, Pause, PauseEvent, Subject, TasksDecided};
-use super::Runs;
 use crate::cluster::SETTLE_RETRY;
 use crate::confirmation::Accepted;
 use crate::protocol::Via;
@@ -44,12 +43,12 @@ impl Step {
     }
 
     /// Takes it back out of the registry's tally (not kept).
-    fn withdraw(&self, runs: &Runs, key: &SessionKey, confirmation_id: &str, label: &str) {
+    fn withdraw(&self, path: &DecidePath, key: &SessionKey, confirmation_id: &str, label: &str) {
         match self {
-            Step::Approval(_) => runs.manager.withdraw_approval(key, confirmation_id, label),
+            Step::Approval(_) => path.manager.withdraw_approval(key, confirmation_id, label),
             Step::Tasks(partial) => {
                 let tasks: Vec<usize> = partial.now.0.iter().map(|d| d.index).collect();
-                runs.manager.withdraw_tasks(
+                path.manager.withdraw_tasks(
                     key,
                     confirmation_id,
                     &tasks,
@@ -60,7 +59,7 @@ impl Step {
     }
 }
 
-impl Runs {
+impl DecidePath {
     pub(super) async fn step_recorded(
         &self,
         key: &SessionKey,
@@ -82,7 +81,7 @@ impl Runs {
                 );
                 match err.fault {
                     Fault::Unknown => {
-                        let runs = self.clone();
+                        let path = self.clone();
                         let (key, run) = (key.clone(), run.clone());
                         let (label, client) = (label.to_owned(), reply.client.map(str::to_owned));
                         let via = reply.via;
@@ -96,13 +95,13 @@ impl Runs {
                                 client,
                                 via,
                             };
-                            runs.settle_step(&key, settling).await;
+                            path.settle_step(&key, settling).await;
                         });
                         return Err(ReplyError::OutcomeUnknown);
                     }
                     Fault::Moved => {
                         step.withdraw(self, key, id, label);
-                        self.relinquish(key);
+                        self.replays.hand_over(key);
                     }
                     Fault::Unreachable | Fault::Lost => step.withdraw(self, key, id, label),
                 }
@@ -237,7 +236,7 @@ impl Runs {
                 }
                 Err(err) if err.fault == Fault::Moved => {
                     step.withdraw(self, key, id, label);
-                    self.relinquish(key);
+                    self.replays.hand_over(key);
                     return;
                 }
                 Err(err) if err.fault == Fault::Lost => {

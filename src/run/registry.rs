@@ -11,7 +11,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::replay::Replay;
-use crate::session::SessionKey;
+use crate::protocol::CancelReason;
+use crate::session::run_log;
+use crate::session::{RunTag, SessionKey};
 use crate::store::PauseNote;
 
 /// Pauses of forgotten logs that are remembered (each entry a pause's note,
@@ -116,6 +118,17 @@ impl ReplayRegistry {
         self.lock().insert(key, log);
     }
 
+    /// Another replica took the run of `key` over (this one's heartbeat
+    /// had lapsed): the copy here is stopped as at a shutdown, so that its
+    /// stream ends with `retry:` and its client re-attaches to the owner.
+    pub fn hand_over(&self, key: &SessionKey) {
+        run_log!(Debug, RunTag::session(key), "handed over");
+        if let Some(log) = self.find(key) {
+            log.stop.stop(CancelReason::Shutdown);
+        }
+    }
+
+    /// The log of the latest run of `key`, live or ended within its grace.
     pub fn find(&self, key: &SessionKey) -> Option<Arc<Replay>> {
         self.lock().get(key).cloned()
     }

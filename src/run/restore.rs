@@ -327,10 +327,7 @@ impl Runs {
     /// lapsed): the copy here is suspended, as at a shutdown, so that its
     /// stream ends with `retry:` and its client re-attaches to the owner.
     pub fn relinquish(&self, key: &SessionKey) {
-        run_log!(Debug, RunTag::session(key), "handed over");
-        if let Some(log) = self.replays.find(key) {
-            log.stop.stop(CancelReason::Shutdown);
-        }
+        self.replays.hand_over(key);
     }
 
     /// With replicas: keeps this replica's heartbeat, and when it finds the

@@ -37,7 +37,7 @@ async fn settle(call: &Call<'_>, task: &A2aTask) {
     if task.followed() || task.state().is_terminal() {
         return;
     }
-    if let Ok(Some(outcome)) = call.state.runs.outcome(&task.key).await {
+    if let Ok(Some(outcome)) = call.state.runs.kept().outcome(&task.key).await {
         if task.ended_by(&outcome) {
             task.apply(Update::of(&outcome.final_chunk, &task.id));
         }

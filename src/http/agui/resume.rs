@@ -184,8 +184,12 @@ fn interrupted_again(mut translator: Translator, pause: &WaitingPause) -> HttpRe
 async fn not_pending(incoming: &Incoming<'_>, cid: &str, key: Option<&SessionKey>) -> ChatError {
     let runs = &incoming.state.runs;
     let note = match key {
-        Some(key) => runs.decided_note(key, cid).await,
-        None => runs.decided_by_pause(&incoming.input.thread_id, cid).await,
+        Some(key) => runs.kept().decided_note(key, cid).await,
+        None => {
+            runs.kept()
+                .decided_by_pause(&incoming.input.thread_id, cid)
+                .await
+        }
     };
     if let Some(note) = note {
         return ChatError::Reply(ReplyError::Decided(note));

@@ -1,7 +1,7 @@
 //! [`RunContext`]: everything an engine may do during a run. Sending chunks,
 //! waiting, asking ([`RunContext::confirm`], [`RunContext::ask`]: one path
-//! for every kind of pause in `pause`, each kind's request and
-//! acknowledgement in its own file, `approval` and `questions`), and
+//! for every kind of pause in `pause`, each kind's request,
+//! acknowledgement and restore in its own file under `kinds/`), and
 //! running declared tools (`tools`). Engines see only its public methods;
 //! the run's settings (store, audit log, webhooks) stay the run's.
 //!
