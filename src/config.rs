@@ -266,7 +266,7 @@ pub struct PauseFlags {
     /// grant that names none lasts this long). 1s to 7 days.
     #[arg(long, env = "CHATGATE_MAX_GRANT_TTL",
           default_value = text(crate::pause::grant::MAX_GRANT_TTL),
-          value_parser = DurationArg::secs(Duration::from_secs(1), 7 * DAY))]
+          value_parser = DurationArg::secs(Duration::from_secs(1), crate::pause::grant::MAX_GRANT_TTL_LIMIT))]
     pub max_grant_ttl: Duration,
 }
 
@@ -451,6 +451,25 @@ mod tests {
 
     fn settings(args: &[&str]) -> Result<Settings, clap::Error> {
         Settings::try_parse_from(std::iter::once("chatgate").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn a_grant_may_last_at_most_its_documented_limit() {
+        let s = settings(&["--max-grant-ttl", "7d"]).unwrap();
+        assert_eq!(
+            s.pauses.max_grant_ttl,
+            crate::pause::grant::MAX_GRANT_TTL_LIMIT
+        );
+        assert_eq!(
+            settings(&[]).unwrap().pauses.max_grant_ttl,
+            crate::pause::grant::MAX_GRANT_TTL
+        );
+        for refused in ["7d 1s", "8d", "0s"] {
+            assert!(
+                settings(&["--max-grant-ttl", refused]).is_err(),
+                "--max-grant-ttl {refused}"
+            );
+        }
     }
 
     #[test]
