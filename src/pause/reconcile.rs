@@ -15,7 +15,7 @@ use crate::protocol::{Action, Decisions};
 /// The action a reconcile reply counts as on the one decide path:
 /// `run_again` as a confirm of its one task (its approvers, its quorum,
 /// self-approval), the others as themselves.
-pub fn counts_as(action: Action) -> Action {
+fn counts_as(action: Action) -> Action {
     match action {
         Action::RunAgain => Action::Confirm,
         action => action,
@@ -24,7 +24,7 @@ pub fn counts_as(action: Action) -> Action {
 
 /// Checks `reply` against the one task a crash cut short: no per-task
 /// decisions, answers or grant; who may decide it (`run_again` as the
-/// task's approval was, see [`counts_as`]). A `run_again` approves the
+/// task's approval was: a confirm of it). A `run_again` approves the
 /// task, and counts towards its quorum.
 pub fn check_reply(task: &PlanCheck, reply: &Reply<'_>) -> Result<Checked, Refused> {
     let extra = match (
